@@ -1,0 +1,192 @@
+//! CUDA driver API types and constants (`cuda.h`).
+#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `CUresult`: every driver call returns one.
+pub type CUresult = c_uint;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_DEINITIALIZED: CUresult = 4;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_CONTEXT_ALREADY_CURRENT: CUresult = 202;
+pub const CUDA_ERROR_INVALID_SOURCE: CUresult = 300;
+pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
+pub const CUDA_ERROR_OPERATING_SYSTEM: CUresult = 304;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+pub const CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
+pub const CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: CUresult = 708;
+pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
+pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
+pub const CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: CUresult = 720;
+pub const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
+pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUmemGenericAllocationHandle = u64;
+
+macro_rules! opaque_handle {
+    ($($handle:ident => $opaque:ident),* $(,)?) => {$(
+        #[repr(C)]
+        pub struct $opaque {
+            _private: [u8; 0],
+        }
+        pub type $handle = *mut $opaque;
+    )*};
+}
+
+opaque_handle! {
+    CUcontext => CUctx_st,
+    CUmodule => CUmod_st,
+    CUfunction => CUfunc_st,
+    CUstream => CUstream_st,
+    CUevent => CUevent_st,
+    CUarray => CUarray_st,
+    CUmipmappedArray => CUmipmappedArray_st,
+    CUmemoryPool => CUmemPoolHandle_st,
+    CUgraph => CUgraph_st,
+    CUgraphNode => CUgraphNode_st,
+    CUgraphExec => CUgraphExec_st,
+    CUlibrary => CUlib_st,
+    CUkernel => CUkern_st,
+}
+
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUuuid {
+    pub bytes: [c_char; 16],
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR` (`_v2`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Format: c_uint,
+    pub NumChannels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` (`_v2`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Depth: usize,
+    pub Format: c_uint,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+/// `CUmemLocation`. The C type holds a union of `int id` and two bytes; `id`
+/// covers both for layout purposes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUmemLocation {
+    pub type_: c_uint,
+    pub id: c_int,
+}
+
+pub const CU_MEM_LOCATION_TYPE_INVALID: c_uint = 0;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: c_uint = 2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_uint = 3;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: c_uint = 4;
+
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUmemAllocationProp_allocFlags {
+    pub compressionType: u8,
+    pub gpuDirectRDMACapable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAllocationProp` (`_v1`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAllocationProp {
+    pub type_: c_uint,
+    pub requestedHandleTypes: c_uint,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: CUmemAllocationProp_allocFlags,
+}
+
+/// `CUmemAccessDesc` (`_v1`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_uint,
+}
+
+/// `CUmemPoolProps` (`_v1`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemPoolProps {
+    pub allocType: c_uint,
+    pub handleTypes: c_uint,
+    pub location: CUmemLocation,
+    pub win32SecurityAttributes: *mut c_void,
+    pub maxSize: usize,
+    pub usage: u16,
+    pub gpuDirectRDMACapable: u8,
+    pub reserved: [u8; 53],
+}
+
+/// `CUlaunchAttribute`: an id and a 64-byte value union.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUlaunchAttribute {
+    pub id: c_uint,
+    pub pad: [c_char; 4],
+    pub value: [u64; 8],
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUlaunchConfig {
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub hStream: CUstream,
+    pub attrs: *mut CUlaunchAttribute,
+    pub numAttrs: c_uint,
+}
+
+/// `cuGetProcAddress` flags.
+pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
+pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1 << 0;
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
+
+/// `CUdriverProcAddressQueryResult`.
+pub const CU_GET_PROC_ADDRESS_SUCCESS: c_int = 0;
+pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
+pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;

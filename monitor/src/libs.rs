@@ -1,0 +1,83 @@
+//! Where the gpuslice libraries are, and how a child process is pointed at them.
+//!
+//! `libgpuslice.so` and `libsimgpu.so` are looked up next to the `gpuslice`
+//! binary (that is where cargo and the install script put them), then in
+//! `../lib` beside it; `GPUSLICE_SHIM_LIB` and `SIMGPU_LIB` override.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Finds a library by file name, next to the running binary or by override.
+pub fn find_library(file_name: &str, override_var: &str) -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(override_var) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{override_var}={} is not a file", path.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the gpuslice binary: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join(file_name), dir.join("../lib").join(file_name), dir.join("../lib/gpuslice").join(file_name)];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| format!("cannot find {file_name} next to {} (set {override_var} to its path)", exe.display()))
+}
+
+/// Makes a directory in which `libcuda.so.1` and `libnvidia-ml.so.1` (and
+/// the unversioned names) are links to simgpu, and returns it. The dynamic
+/// loader maps one file once, so both names share one simulated GPU.
+pub fn simgpu_lib_dir() -> Result<PathBuf, String> {
+    let simgpu = find_library("libsimgpu.so", "SIMGPU_LIB")?;
+    let simgpu = simgpu.canonicalize().map_err(|e| format!("{}: {e}", simgpu.display()))?;
+    let dir = simgpu.parent().unwrap_or(Path::new(".")).join("simgpu-libs");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() == Some(simgpu.as_path()) {
+            continue;
+        }
+        // Replace atomically so concurrent invocations never see a missing link.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&simgpu, &tmp).map_err(|e| format!("cannot link {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &link).map_err(|e| format!("cannot link {}: {e}", link.display()))?;
+    }
+    Ok(dir)
+}
+
+/// Puts `dir` first on the child's `LD_LIBRARY_PATH`.
+pub fn prepend_library_path(cmd: &mut Command, dir: &Path) {
+    let mut value = OsString::from(dir);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        if !old.is_empty() {
+            value.push(":");
+            value.push(old);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", value);
+}
+
+/// Adds `lib` to the front of the child's `LD_PRELOAD`.
+pub fn prepend_preload(cmd: &mut Command, lib: &Path) {
+    let mut value = OsString::from(lib);
+    if let Some(old) = std::env::var_os("LD_PRELOAD") {
+        if !old.is_empty() {
+            value.push(":");
+            value.push(old);
+        }
+    }
+    cmd.env("LD_PRELOAD", value);
+}
+
+/// Replaces this process with `cmd`; returns only on failure.
+pub fn exec(mut cmd: Command) -> String {
+    use std::os::unix::process::CommandExt;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let err = cmd.exec();
+    format!("cannot run {program}: {err}")
+}

@@ -1,0 +1,42 @@
+//! `gpuslice`: the command-line front of gpuslice.
+//!
+//! Each subcommand lives in its own module: `sim` (run a command on the
+//! simulated GPU), `run` (run a command under the shim).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod libs;
+mod run;
+mod sim;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "gpuslice", version, about = "Share NVIDIA GPUs between tenants: memory caps and compute time slices")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a command on the simulated GPU (simgpu), with no shim.
+    Sim(sim::SimArgs),
+    /// Run a command under the gpuslice shim.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => sim::main(args),
+        Command::Run(args) => run::main(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("gpuslice: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! `gpuslice sim -- CMD ARGS…`: run a command on the simulated GPU, no shim.
+
+use crate::libs;
+use clap::Args;
+use std::process::{Command, ExitCode};
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// The command to run, and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn main(args: SimArgs) -> Result<ExitCode, String> {
+    let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
+    Err(libs::exec(cmd))
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what the tests need into .deps/ (idempotent):
+#   .deps/include/{cuda.h,cudaTypedefs.h,nvml.h}  the authoritative headers,
+#       from NVIDIA's nvidia-cuda-runtime and nvidia-nvml-dev wheels;
+#   .deps/venv  a Python virtualenv with NVIDIA's own clients, cuda-bindings
+#       and nvidia-ml-py, which the end-to-end tests drive against simgpu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deps=.deps
+mkdir -p "$deps/include" "$deps/wheels"
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+    echo "setup: $python lacks venv/ensurepip; installing python3-venv" >&2
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+fi
+if [ ! -x "$deps/venv/bin/python" ]; then
+    "$python" -m venv "$deps/venv"
+fi
+if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings>=13,<14' 'nvidia-ml-py>=12'
+fi
+
+if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
+    "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --platform manylinux2014_x86_64 \
+        -d "$deps/wheels" 'nvidia-cuda-runtime>=13,<14' 'nvidia-nvml-dev>=13,<14'
+    "$deps/venv/bin/python" - "$deps" <<'PY'
+import sys, zipfile, glob, os
+deps = sys.argv[1]
+wanted = {"cuda.h", "cudaTypedefs.h", "nvml.h"}
+for wheel in glob.glob(os.path.join(deps, "wheels", "*.whl")):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            base = os.path.basename(name)
+            if base in wanted and "/include/" in name:
+                with open(os.path.join(deps, "include", base), "wb") as out:
+                    out.write(z.read(name))
+missing = [h for h in wanted if not os.path.exists(os.path.join(deps, "include", h))]
+if missing:
+    sys.exit(f"setup: headers not found in the wheels: {missing}")
+PY
+fi
+echo "setup: headers in $deps/include, Python clients in $deps/venv"

@@ -1,0 +1,1 @@
+//! libgpuslice.so: the per-process CUDA interception shim.

@@ -1,0 +1,1 @@
+//! simgpu: a CUDA driver and NVML that run on the CPU.
