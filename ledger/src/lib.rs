@@ -1,7 +1,214 @@
 //! The gpuslice ledger: one shared-memory file per tenant, holding the
 //! tenant's policy, its usage and one slot per process.
 //!
-//! Used by the shim (in every tenant process) and by the monitor.
+//! Used by the shim (in every tenant process) and by the monitor. The bytes
+//! are described in [`layout`] (and, for C, in `include/gpuslice.h`); this
+//! crate is the safe way to read and change them:
+//!
+//! - [`Ledger::open_or_create`] finds or creates `<dir>/<tenant>.ledger`
+//!   (race-free, see [`open`](crate::Ledger::open)); [`Ledger::open`] opens
+//!   an existing one (monitor, status).
+//! - [`Ledger::device_index`] maps a GPU's UUID to its index in the file.
+//! - [`Ledger::claim_slot`] gives the calling process its slot, locked with
+//!   an OFD lock for as long as the process lives.
+//! - [`Ledger::try_reserve`] and [`Ledger::release`] move bytes in and out of
+//!   the tenant's usage; a reservation that would pass the cap is refused,
+//!   however many threads and processes race.
+//! - [`Ledger::reclaim_dead`] returns the bytes of processes that died
+//!   without releasing them: their slot is still alive in the file, but the
+//!   kernel dropped their lock.
+//!
+//! # Known limitation
+//! A reservation is two atomic steps: the tenant's counter, then the
+//! process's slot. A process killed between the two (a window of a few
+//! instructions) leaves those bytes counted for the tenant but not in its
+//! slot, so reclaim cannot return them: the tenant's usage stays that much
+//! too high until the ledger file is recreated (all processes of the tenant
+//! gone and the file removed). The error is always in the safe direction: a
+//! tenant can get less than its cap, never more. The opposite order (slot
+//! first) would make the same crash undercount the tenant, which could let
+//! it pass its cap.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod accounts;
+mod error;
+pub mod layout;
+mod ofd;
+mod open;
+pub mod process;
+mod slots;
 pub mod units;
+
+pub use error::{Denied, LedgerError, OpenError};
+pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
+pub use slots::{Reclaimed, Slot, SlotView};
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// File name suffix of ledger files.
+pub const LEDGER_SUFFIX: &str = ".ledger";
+
+/// The ledger directory when `GPUSLICE_DIR` is not set: `/run/gpuslice` if it
+/// can be created and written, else `$XDG_RUNTIME_DIR/gpuslice` (same test),
+/// else `/tmp/gpuslice-<uid>`. Creates the directory it picks when it can.
+pub fn default_dir() -> PathBuf {
+    let mut candidates = vec![PathBuf::from("/run/gpuslice")];
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        candidates.push(Path::new(&runtime).join("gpuslice"));
+    }
+    for dir in candidates {
+        if open::create_dir(&dir).is_ok() && writable(&dir) {
+            return dir;
+        }
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/tmp/gpuslice-{uid}"))
+}
+
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+    // SAFETY: c_path is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// The ledger file of `tenant` in `dir`: `<dir>/<tenant>.ledger`.
+pub fn tenant_path(dir: &Path, tenant: &str) -> PathBuf {
+    dir.join(format!("{tenant}{LEDGER_SUFFIX}"))
+}
+
+/// Who set a device's memory cap. Stored as a `u32` in the policy page
+/// ([`layout::policy_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicySource {
+    /// No cap set.
+    Unset,
+    /// Set by the tenant's first process from its environment.
+    Environment,
+    /// Set by the monitor from its configuration file (the authority for the
+    /// tenants it names).
+    Monitor,
+}
+
+impl PolicySource {
+    /// The value stored in the file.
+    pub fn as_u32(self) -> u32 {
+        match self {
+            PolicySource::Unset => layout::policy_source::UNSET,
+            PolicySource::Environment => layout::policy_source::ENVIRONMENT,
+            PolicySource::Monitor => layout::policy_source::MONITOR,
+        }
+    }
+
+    /// Reads a stored value; unknown values read as `Unset` (open rejects
+    /// them, so only a writer racing with corruption can produce one).
+    pub fn from_u32(value: u32) -> PolicySource {
+        match value {
+            layout::policy_source::ENVIRONMENT => PolicySource::Environment,
+            layout::policy_source::MONITOR => PolicySource::Monitor,
+            _ => PolicySource::Unset,
+        }
+    }
+
+    /// A lower-case name for people and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicySource::Unset => "unset",
+            PolicySource::Environment => "environment",
+            PolicySource::Monitor => "monitor",
+        }
+    }
+}
+
+/// One device of the ledger's device table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceEntry {
+    /// Its index in the ledger (policy and usage records, slot bytes).
+    pub index: usize,
+    /// The GPU's UUID.
+    pub uuid: [u8; 16],
+    /// Its physical memory.
+    pub total_memory_bytes: u64,
+}
+
+/// An open, mapped ledger file.
+///
+/// Holds the file descriptor whose open file description carries this
+/// process's slot locks: dropping the `Ledger` (or exiting) drops them, and
+/// the slots become reclaimable.
+pub struct Ledger {
+    map: open::Mapping,
+    file: File,
+    path: PathBuf,
+    /// Slots whose lock this open file description holds (one bit each).
+    /// Guards every lock operation, since locks of one description never
+    /// conflict with each other and the kernel cannot tell our threads apart.
+    owned: Mutex<[u64; MAX_SLOTS / 64]>,
+}
+
+impl Ledger {
+    /// Opens `<dir>/<tenant>.ledger`, creating `dir` (mode 0755) and the file
+    /// if needed. Concurrent first processes agree on one file: each builds
+    /// a complete file under a temporary name and publishes it with
+    /// `link(2)`, which only the first can do.
+    pub fn open_or_create(dir: &Path, tenant: &str) -> Result<Ledger, OpenError> {
+        if units::validate_tenant_name(tenant).is_err() {
+            return Err(OpenError::BadTenantName { tenant: tenant.to_string() });
+        }
+        open::create_dir(dir)?;
+        let path = tenant_path(dir, tenant);
+        match Ledger::open(&path) {
+            Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            other => return other.and_then(|ledger| ledger.check_tenant(tenant)),
+        }
+        open::create(dir, tenant, &path)?;
+        Ledger::open(&path).and_then(|ledger| ledger.check_tenant(tenant))
+    }
+
+    fn check_tenant(self, tenant: &str) -> Result<Ledger, OpenError> {
+        if self.tenant() == tenant {
+            Ok(self)
+        } else {
+            Err(OpenError::Corrupt { path: self.path.clone(), field: "tenant_name".into(), value: 0 })
+        }
+    }
+
+    /// Opens an existing ledger file (the monitor, `gpuslice status`). Never
+    /// writes to it; see [`OpenError`] for what it refuses.
+    pub fn open(path: &Path) -> Result<Ledger, OpenError> {
+        let (file, map) = open::open_existing(path)?;
+        Ok(Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The tenant's name, as stored in the file.
+    pub fn tenant(&self) -> String {
+        open::tenant_of(self.layout()).unwrap_or_default()
+    }
+
+    /// The raw mapped layout, for readers that need a field this API does not
+    /// wrap (the shim's compute counters). Write only through its atomics and
+    /// only as [`layout`] documents.
+    pub fn layout(&self) -> &layout::LedgerFile {
+        self.map.file()
+    }
+
+    /// The descriptor that carries this process's slot locks. A child created
+    /// by `fork` shares it: it should close its copy (e.g. in a
+    /// `pthread_atfork` child handler) so that the parent's death still drops
+    /// the parent's locks, and open its own `Ledger` if it uses the GPU.
+    pub fn lock_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+//! Devices, policy and usage: the tenant's cap and what it has reserved.
+//!
+//! Admission is one compare-and-swap loop on the tenant's `used_bytes` that
+//! succeeds only if the new total stays within the cap read at that moment,
+//! so no interleaving of threads or processes passes the cap. The process's
+//! own slot then records the bytes, so that reclaim can return them if the
+//! process dies.
+
+use crate::layout::{device_state, PolicyRecord, SlotRecord, UsageRecord};
+use crate::{Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES, UNLIMITED};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long `device_index` waits for another process to finish writing a
+/// device entry.
+const DEVICE_ENTRY_WAIT: Duration = Duration::from_secs(1);
+
+/// Subtracts from a counter, stopping at zero; returns what was subtracted.
+pub(crate) fn saturating_take(counter: &AtomicU64, bytes: u64) -> u64 {
+    match counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(bytes))) {
+        Ok(before) | Err(before) => before.min(bytes),
+    }
+}
+
+impl Ledger {
+    fn policy(&self, dev: usize) -> Option<&PolicyRecord> {
+        self.layout().policy.devices.get(dev)
+    }
+
+    fn usage(&self, dev: usize) -> Option<&UsageRecord> {
+        self.layout().usage.devices.get(dev)
+    }
+
+    pub(crate) fn slot_record(&self, index: usize) -> Option<&SlotRecord> {
+        self.layout().slots.get(index)
+    }
+
+    /// The ledger index of the GPU with this UUID, appending it to the device
+    /// table if this tenant has not used it yet. Indices are stable for the
+    /// life of the file, whatever order processes see their devices in.
+    pub fn device_index(&self, uuid: &[u8; 16], total_memory_bytes: u64) -> Result<usize, LedgerError> {
+        for (index, entry) in self.layout().header.devices.iter().enumerate() {
+            let deadline = Instant::now() + DEVICE_ENTRY_WAIT;
+            loop {
+                match entry.state.load(Ordering::Acquire) {
+                    device_state::READY => {
+                        let found: Vec<u8> = entry.uuid.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+                        if found == uuid[..] {
+                            return Ok(index);
+                        }
+                        break;
+                    }
+                    device_state::EMPTY => {
+                        if entry
+                            .state
+                            .compare_exchange(device_state::EMPTY, device_state::CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                        {
+                            for (cell, byte) in entry.uuid.iter().zip(uuid) {
+                                cell.store(*byte, Ordering::Relaxed);
+                            }
+                            entry.total_memory_bytes.store(total_memory_bytes, Ordering::Relaxed);
+                            entry.state.store(device_state::READY, Ordering::Release);
+                            return Ok(index);
+                        }
+                    }
+                    _ => {
+                        if Instant::now() >= deadline {
+                            return Err(LedgerError::DeviceEntryStuck { index });
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+        Err(LedgerError::DevicesFull)
+    }
+
+    /// The device table, in index order.
+    pub fn devices(&self) -> Vec<DeviceEntry> {
+        let mut devices = Vec::new();
+        for (index, entry) in self.layout().header.devices.iter().enumerate() {
+            if entry.state.load(Ordering::Acquire) != device_state::READY {
+                continue;
+            }
+            let mut uuid = [0u8; 16];
+            for (byte, cell) in uuid.iter_mut().zip(&entry.uuid) {
+                *byte = cell.load(Ordering::Relaxed);
+            }
+            devices.push(DeviceEntry { index, uuid, total_memory_bytes: entry.total_memory_bytes.load(Ordering::Relaxed) });
+        }
+        devices
+    }
+
+    /// The tenant's memory cap on device `dev`; [`UNLIMITED`] when none is
+    /// set. An index outside the ledger reads as 0: fail closed.
+    pub fn memory_limit_bytes(&self, dev: usize) -> u64 {
+        self.policy(dev).map_or(0, |p| p.memory_limit_bytes.load(Ordering::Acquire))
+    }
+
+    /// Sets the cap on device `dev` (the monitor; or a tool). A cap below the
+    /// current usage refuses new reservations and leaves existing ones alone.
+    pub fn set_memory_limit_bytes(&self, dev: usize, limit_bytes: u64, source: PolicySource) {
+        if let Some(policy) = self.policy(dev) {
+            policy.memory_limit_bytes.store(limit_bytes, Ordering::Release);
+            policy.policy_source.store(source.as_u32(), Ordering::Release);
+        }
+    }
+
+    /// Sets the cap from a process's environment, only if nobody set one yet.
+    /// `Err(existing)` when a different cap is already in force (set by the
+    /// monitor or by an earlier process with other settings); the existing
+    /// cap stays.
+    pub fn init_memory_limit_bytes(&self, dev: usize, limit_bytes: u64) -> Result<(), u64> {
+        let Some(policy) = self.policy(dev) else { return Err(0) };
+        if PolicySource::from_u32(policy.policy_source.load(Ordering::Acquire)) == PolicySource::Unset {
+            match policy.memory_limit_bytes.compare_exchange(UNLIMITED, limit_bytes, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let _ = policy.policy_source.compare_exchange(
+                        PolicySource::Unset.as_u32(),
+                        PolicySource::Environment.as_u32(),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    return Ok(());
+                }
+                Err(current) if current == limit_bytes => return Ok(()),
+                Err(current) => return Err(current),
+            }
+        }
+        let current = policy.memory_limit_bytes.load(Ordering::Acquire);
+        if current == limit_bytes {
+            Ok(())
+        } else {
+            Err(current)
+        }
+    }
+
+    /// Who set the cap on device `dev`.
+    pub fn policy_source(&self, dev: usize) -> PolicySource {
+        self.policy(dev).map_or(PolicySource::Unset, |p| PolicySource::from_u32(p.policy_source.load(Ordering::Acquire)))
+    }
+
+    /// Device memory one context of this tenant costs on `dev`, as measured
+    /// by the shim (0 until measured).
+    pub fn context_overhead_bytes(&self, dev: usize) -> u64 {
+        self.usage(dev).map_or(0, |u| u.context_overhead_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Records the measured context overhead on `dev`.
+    pub fn set_context_overhead_bytes(&self, dev: usize, bytes: u64) {
+        if let Some(usage) = self.usage(dev) {
+            usage.context_overhead_bytes.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes the tenant has reserved on `dev`.
+    pub fn used_bytes(&self, dev: usize) -> u64 {
+        self.usage(dev).map_or(0, |u| u.used_bytes.load(Ordering::Acquire))
+    }
+
+    /// Reservations refused on `dev` because they would pass the cap.
+    pub fn alloc_denied_total(&self, dev: usize) -> u64 {
+        self.usage(dev).map_or(0, |u| u.alloc_denied_total.load(Ordering::Relaxed))
+    }
+
+    /// Processes of this tenant whose slots were reclaimed after they died.
+    pub fn reclaimed_processes_total(&self) -> u64 {
+        self.layout().usage.reclaimed_processes_total.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `bytes` on `dev` for the process owning `slot`, if the tenant
+    /// stays within its cap; call it before asking the driver, and
+    /// [`release`](Self::release) if the driver then fails. Refusals count in
+    /// [`alloc_denied_total`](Self::alloc_denied_total). An index outside the
+    /// ledger is refused with a limit of 0.
+    pub fn try_reserve(&self, slot: &Slot, dev: usize, bytes: u64) -> Result<(), Denied> {
+        let (Some(policy), Some(usage), Some(slot_bytes)) =
+            (self.policy(dev), self.usage(dev), self.slot_record(slot.index()).and_then(|s| s.bytes.get(dev)))
+        else {
+            return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
+        };
+        let limit_bytes = policy.memory_limit_bytes.load(Ordering::Acquire);
+        let admitted = usage.used_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|total| *total <= limit_bytes)
+        });
+        match admitted {
+            Ok(_) => {
+                slot_bytes.fetch_add(bytes, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(used_bytes) => {
+                usage.alloc_denied_total.fetch_add(1, Ordering::Relaxed);
+                Err(Denied { used_bytes, limit_bytes, requested_bytes: bytes })
+            }
+        }
+    }
+
+    /// Returns `bytes` on `dev` from the process owning `slot` to the tenant.
+    /// Never takes more than the slot holds, so a mistaken release cannot
+    /// drain other processes' accounting, and nothing underflows.
+    pub fn release(&self, slot: &Slot, dev: usize, bytes: u64) {
+        let (Some(usage), Some(slot_bytes)) =
+            (self.usage(dev), self.slot_record(slot.index()).and_then(|s| s.bytes.get(dev)))
+        else {
+            return;
+        };
+        let taken = saturating_take(slot_bytes, bytes);
+        saturating_take(&usage.used_bytes, taken);
+    }
+
+    /// Gives every byte a slot record holds back to the tenant; returns the
+    /// non-zero amounts by device.
+    pub(crate) fn drain_slot(&self, record: &SlotRecord) -> Vec<(usize, u64)> {
+        let mut drained = Vec::new();
+        for (dev, cell) in record.bytes.iter().enumerate().take(MAX_DEVICES) {
+            let bytes = cell.swap(0, Ordering::AcqRel);
+            if bytes > 0 {
+                if let Some(usage) = self.usage(dev) {
+                    saturating_take(&usage.used_bytes, bytes);
+                }
+                drained.push((dev, bytes));
+            }
+        }
+        drained
+    }
+}

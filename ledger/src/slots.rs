@@ -1,0 +1,249 @@
+//! Process slots: claiming one, releasing it, and reclaiming the slots of
+//! processes that died.
+//!
+//! Protocol (every actor, every process):
+//! - the owner takes the OFD lock on its slot's byte *before* it moves the
+//!   slot out of `FREE`, and drops it only *after* the slot is `FREE` again;
+//! - so a slot that is not `FREE` but whose lock can be taken belongs to a
+//!   dead process (or to nobody, if it was freed a moment ago: the state is
+//!   re-read under the lock);
+//! - a reclaimer takes that lock itself while it works, so no claimer can
+//!   race it, returns the slot's bytes and frees the slot with its
+//!   generation raised.
+//!
+//! Each step is a CAS on the slot's state word (state and generation), so a
+//! stale view never wins. Liveness never depends on pids, so pid reuse and
+//! PID namespaces cannot fool it.
+
+use crate::layout::{split_state_word, state_word, slot_state, SLOTS_OFFSET, SLOT_BYTES};
+use crate::ofd;
+use crate::process::ProcessIdentity;
+use crate::{Ledger, LedgerError, MAX_SLOTS};
+use std::sync::atomic::Ordering;
+
+/// This process's slot in a ledger. Not `Clone`: one owner, released once.
+#[derive(Debug)]
+pub struct Slot {
+    index: usize,
+    generation: u32,
+}
+
+impl Slot {
+    /// The slot's index in the ledger.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The slot's generation when it was claimed.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+/// A dead process's slot that was reclaimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// The slot's index.
+    pub slot_index: usize,
+    /// The dead process's host pid.
+    pub pid: u32,
+    /// Its pid in its own PID namespace.
+    pub ns_pid: u32,
+    /// Its PID namespace's inode.
+    pub pidns_inode: u64,
+    /// Bytes returned to the tenant, by device index (non-zero only).
+    pub bytes_per_device: Vec<(usize, u64)>,
+}
+
+/// A snapshot of a slot in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotView {
+    /// The slot's index.
+    pub index: usize,
+    /// Its generation.
+    pub generation: u32,
+    /// [`crate::layout::slot_state`] (`CLAIMED`, `ALIVE` or `RECLAIMING`).
+    pub state: u32,
+    /// Host pid of the owner.
+    pub pid: u32,
+    /// Pid of the owner in its own PID namespace.
+    pub ns_pid: u32,
+    /// Inode of the owner's PID namespace.
+    pub pidns_inode: u64,
+    /// The owner's start time, clock ticks after boot.
+    pub start_time_ticks: u64,
+    /// Bytes the owner holds, by device index (non-zero only).
+    pub bytes_per_device: Vec<(usize, u64)>,
+    /// Whether the owner still holds the slot's lock (is alive).
+    pub alive: bool,
+}
+
+impl SlotView {
+    /// Bytes the owner holds on all devices together.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes_per_device.iter().map(|(_, b)| *b).sum()
+    }
+}
+
+/// The byte locked by the owner of slot `index`: the first byte of its record.
+pub fn lock_offset(index: usize) -> u64 {
+    (SLOTS_OFFSET + index * SLOT_BYTES) as u64
+}
+
+fn bit(index: usize) -> (usize, u64) {
+    (index / 64, 1u64 << (index % 64))
+}
+
+impl Ledger {
+    fn owned_bits(&self) -> std::sync::MutexGuard<'_, [u64; MAX_SLOTS / 64]> {
+        self.owned.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Claims a free slot for the calling process and locks it for as long as
+    /// this `Ledger` stays open. If every slot is taken, reclaims dead ones
+    /// once and tries again.
+    pub fn claim_slot(&self) -> Result<Slot, LedgerError> {
+        let me = ProcessIdentity::current();
+        if let Some(slot) = self.claim_free(&me)? {
+            return Ok(slot);
+        }
+        self.reclaim_dead();
+        self.claim_free(&me)?.ok_or(LedgerError::SlotsFull)
+    }
+
+    fn claim_free(&self, me: &ProcessIdentity) -> Result<Option<Slot>, LedgerError> {
+        let mut owned = self.owned_bits();
+        let fd = self.lock_fd();
+        for (index, record) in self.layout().slots.iter().enumerate() {
+            let (word_index, mask) = bit(index);
+            if owned.get(word_index).is_some_and(|w| w & mask != 0) {
+                continue;
+            }
+            let word = record.state_word.load(Ordering::Acquire);
+            let (state, generation) = split_state_word(word);
+            if state != slot_state::FREE {
+                continue;
+            }
+            if !ofd::try_lock(fd, lock_offset(index)).map_err(LedgerError::Lock)? {
+                continue;
+            }
+            let claimed = state_word(slot_state::CLAIMED, generation);
+            if record.state_word.compare_exchange(word, claimed, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                let _ = ofd::unlock(fd, lock_offset(index));
+                continue;
+            }
+            record.pid.store(me.pid, Ordering::Relaxed);
+            record.ns_pid.store(me.ns_pid, Ordering::Relaxed);
+            record.pidns_inode.store(me.pidns_inode, Ordering::Relaxed);
+            record.start_time_ticks.store(me.start_time_ticks, Ordering::Relaxed);
+            // A slot is freed only after its bytes were drained; anything here
+            // is stale, so start from zero.
+            for cell in &record.bytes {
+                cell.store(0, Ordering::Relaxed);
+            }
+            record.state_word.store(state_word(slot_state::ALIVE, generation), Ordering::Release);
+            if let Some(w) = owned.get_mut(word_index) {
+                *w |= mask;
+            }
+            self.layout().usage.slots_claimed_total.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(Slot { index, generation }));
+        }
+        Ok(None)
+    }
+
+    /// Normal exit: gives back every byte the slot holds, frees it and drops
+    /// its lock.
+    pub fn release_slot(&self, slot: Slot) {
+        let mut owned = self.owned_bits();
+        let Some(record) = self.slot_record(slot.index) else { return };
+        self.drain_slot(record);
+        record
+            .state_word
+            .store(state_word(slot_state::FREE, slot.generation.wrapping_add(1)), Ordering::Release);
+        let (word_index, mask) = bit(slot.index);
+        if let Some(w) = owned.get_mut(word_index) {
+            *w &= !mask;
+        }
+        let _ = ofd::unlock(self.lock_fd(), lock_offset(slot.index));
+    }
+
+    /// Finds slots in use whose owner is dead (nobody holds their lock),
+    /// returns their bytes to the tenant and frees them. Skips the slots this
+    /// `Ledger` holds itself.
+    pub fn reclaim_dead(&self) -> Vec<Reclaimed> {
+        let owned = self.owned_bits();
+        let fd = self.lock_fd();
+        let mut reclaimed = Vec::new();
+        for (index, record) in self.layout().slots.iter().enumerate() {
+            let (word_index, mask) = bit(index);
+            if owned.get(word_index).is_some_and(|w| w & mask != 0) {
+                continue;
+            }
+            if split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE {
+                continue;
+            }
+            if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
+                continue;
+            }
+            // We hold the lock: the owner is gone. Re-read under the lock.
+            let word = record.state_word.load(Ordering::Acquire);
+            let (state, generation) = split_state_word(word);
+            let reclaiming = state_word(slot_state::RECLAIMING, generation);
+            if state == slot_state::FREE
+                || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err()
+            {
+                let _ = ofd::unlock(fd, lock_offset(index));
+                continue;
+            }
+            let bytes_per_device = self.drain_slot(record);
+            let dead = Reclaimed {
+                slot_index: index,
+                pid: record.pid.load(Ordering::Relaxed),
+                ns_pid: record.ns_pid.load(Ordering::Relaxed),
+                pidns_inode: record.pidns_inode.load(Ordering::Relaxed),
+                bytes_per_device,
+            };
+            record.state_word.store(state_word(slot_state::FREE, generation.wrapping_add(1)), Ordering::Release);
+            self.layout().usage.reclaimed_processes_total.fetch_add(1, Ordering::Relaxed);
+            let _ = ofd::unlock(fd, lock_offset(index));
+            reclaimed.push(dead);
+        }
+        reclaimed
+    }
+
+    /// The slots in use, with whether their owner is alive (holds the lock,
+    /// or is this `Ledger`).
+    pub fn slots(&self) -> Vec<SlotView> {
+        let owned = *self.owned_bits();
+        let fd = self.lock_fd();
+        let mut views = Vec::new();
+        for (index, record) in self.layout().slots.iter().enumerate() {
+            let (state, generation) = split_state_word(record.state_word.load(Ordering::Acquire));
+            if state == slot_state::FREE {
+                continue;
+            }
+            let (word_index, mask) = bit(index);
+            let mine = owned.get(word_index).is_some_and(|w| w & mask != 0);
+            let alive = mine || matches!(ofd::probe(fd, lock_offset(index)), Ok(ofd::Probe::Held));
+            let bytes_per_device = record
+                .bytes
+                .iter()
+                .enumerate()
+                .map(|(dev, cell)| (dev, cell.load(Ordering::Acquire)))
+                .filter(|(_, bytes)| *bytes > 0)
+                .collect();
+            views.push(SlotView {
+                index,
+                generation,
+                state,
+                pid: record.pid.load(Ordering::Relaxed),
+                ns_pid: record.ns_pid.load(Ordering::Relaxed),
+                pidns_inode: record.pidns_inode.load(Ordering::Relaxed),
+                start_time_ticks: record.start_time_ticks.load(Ordering::Relaxed),
+                bytes_per_device,
+                alive,
+            });
+        }
+        views
+    }
+}

@@ -1,0 +1,424 @@
+//! Unit tests of the ledger: each on its own temporary directory.
+
+use super::*;
+use crate::layout::{FILE_BYTES, LAYOUT_VERSION, MAGIC};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const UUID: [u8; 16] = *b"GPU-0-uuid-bytes";
+const MIB: u64 = 1 << 20;
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("gpuslice-ledger-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn file_bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn create_then_reopen_sees_the_same_file() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0.join("nested"), "team-a").unwrap();
+    assert_eq!(ledger.tenant(), "team-a");
+    assert_eq!(ledger.path(), tenant_path(&dir.0.join("nested"), "team-a"));
+    assert_eq!(std::fs::metadata(ledger.path()).unwrap().len(), FILE_BYTES as u64);
+    let dev = ledger.device_index(&UUID, 80 << 30).unwrap();
+    assert_eq!(dev, 0);
+    assert_eq!(ledger.memory_limit_bytes(dev), UNLIMITED);
+    assert_eq!(ledger.policy_source(dev), PolicySource::Unset);
+    ledger.set_memory_limit_bytes(dev, 4 << 30, PolicySource::Monitor);
+
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert_eq!(other.device_index(&UUID, 80 << 30).unwrap(), 0);
+    assert_eq!(other.device_index(b"GPU-1-uuid-bytes", 40 << 30).unwrap(), 1);
+    assert_eq!(other.memory_limit_bytes(0), 4 << 30);
+    assert_eq!(other.policy_source(0), PolicySource::Monitor);
+    let devices = ledger.devices();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1], DeviceEntry { index: 1, uuid: *b"GPU-1-uuid-bytes", total_memory_bytes: 40 << 30 });
+    // No temporary files are left behind.
+    assert_eq!(std::fs::read_dir(dir.0.join("nested")).unwrap().count(), 1);
+}
+
+#[test]
+fn bad_tenant_names_are_refused() {
+    let dir = TempDir::new();
+    for bad in ["", "a/b", "..", "x y"] {
+        let error = Ledger::open_or_create(&dir.0, bad).err().unwrap();
+        assert!(matches!(error, OpenError::BadTenantName { .. }), "{bad:?}: {error}");
+    }
+}
+
+#[test]
+fn concurrent_first_processes_agree_on_one_file() {
+    let dir = TempDir::new();
+    let dir_path = Arc::new(dir.0.clone());
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let dir_path = Arc::clone(&dir_path);
+            std::thread::spawn(move || {
+                let ledger = Ledger::open_or_create(&dir_path, "race").unwrap();
+                ledger.device_index(&UUID, 1 << 30).unwrap();
+                let _ = ledger.init_memory_limit_bytes(0, 100 * MIB);
+                ledger.memory_limit_bytes(0)
+            })
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), 100 * MIB);
+    }
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1);
+}
+
+fn expect_error_and_untouched(path: &Path, check: impl Fn(&OpenError) -> bool) -> String {
+    let before = file_bytes(path);
+    let error = Ledger::open(path).err().expect("open must refuse the file");
+    assert!(check(&error), "unexpected error: {error:?}");
+    let error_via_create = Ledger::open_or_create(path.parent().unwrap(), "t").err().expect("must refuse");
+    assert!(check(&error_via_create), "unexpected error: {error_via_create:?}");
+    assert_eq!(file_bytes(path), before, "the file was rewritten");
+    let message = error.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    message
+}
+
+fn valid_file(dir: &Path) -> PathBuf {
+    let ledger = Ledger::open_or_create(dir, "t").unwrap();
+    ledger.path().to_path_buf()
+}
+
+#[test]
+fn wrong_magic_is_not_a_ledger() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let mut bytes = file_bytes(&path);
+    bytes[..8].copy_from_slice(b"NOTMINE!");
+    std::fs::write(&path, &bytes).unwrap();
+    let message = expect_error_and_untouched(&path, |e| matches!(e, OpenError::NotALedger { .. }));
+    assert!(message.contains("not a gpuslice ledger"), "{message}");
+}
+
+#[test]
+fn other_layout_version_is_refused() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let mut bytes = file_bytes(&path);
+    bytes[8..12].copy_from_slice(&(LAYOUT_VERSION + 1).to_ne_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let message = expect_error_and_untouched(&path, |e| {
+        matches!(e, OpenError::OtherVersion { found, expected, .. } if *found == LAYOUT_VERSION + 1 && *expected == LAYOUT_VERSION)
+    });
+    assert!(message.contains("version 2") && message.contains("version 1"), "{message}");
+}
+
+#[test]
+fn truncated_file_is_refused() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let bytes = file_bytes(&path);
+    std::fs::write(&path, &bytes[..FILE_BYTES / 2]).unwrap();
+    expect_error_and_untouched(&path, |e| {
+        matches!(e, OpenError::Truncated { len, expected, .. } if *len == (FILE_BYTES / 2) as u64 && *expected == FILE_BYTES as u64)
+    });
+}
+
+#[test]
+fn garbage_is_refused() {
+    let dir = TempDir::new();
+    let path = dir.0.join("t.ledger");
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let garbage: Vec<u8> = (0..FILE_BYTES)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(&path, &garbage).unwrap();
+    expect_error_and_untouched(&path, |e| matches!(e, OpenError::NotALedger { .. }));
+}
+
+#[test]
+fn corrupt_field_is_refused() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let mut bytes = file_bytes(&path);
+    // Slot 3's state word: 7 is no state.
+    let offset = layout::SLOTS_OFFSET + 3 * layout::SLOT_BYTES;
+    bytes[offset..offset + 8].copy_from_slice(&7u64.to_ne_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let message = expect_error_and_untouched(&path, |e| matches!(e, OpenError::Corrupt { field, .. } if field == "slots[3].state_word"));
+    assert!(message.contains("corrupt"), "{message}");
+}
+
+#[test]
+fn zero_length_file_stays_refused_and_untouched() {
+    let dir = TempDir::new();
+    let path = dir.0.join("t.ledger");
+    std::fs::write(&path, b"").unwrap();
+    expect_error_and_untouched(&path, |e| matches!(e, OpenError::Truncated { len: 0, .. }));
+}
+
+#[test]
+fn zero_length_file_being_created_is_waited_for() {
+    let dir = TempDir::new();
+    // A complete ledger made elsewhere stands for what a concurrent creator
+    // will write.
+    let source_dir = TempDir::new();
+    let complete = file_bytes(&valid_file(&source_dir.0));
+    let path = dir.0.join("t.ledger");
+    std::fs::write(&path, b"").unwrap();
+    let writer_path = path.clone();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::write(&writer_path, complete).unwrap();
+    });
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    writer.join().unwrap();
+    assert_eq!(ledger.tenant(), "t");
+    assert_eq!(ledger.memory_limit_bytes(0), UNLIMITED);
+}
+
+#[test]
+fn magic_constant_spells_gpuslice() {
+    assert_eq!(&MAGIC.to_le_bytes(), b"GPUSLICE");
+}
+
+#[test]
+fn reserve_is_exact_at_the_cap_and_frees_make_room() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    ledger.set_memory_limit_bytes(dev, 10 * MIB, PolicySource::Monitor);
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 10 * MIB).unwrap();
+    let denied = ledger.try_reserve(&slot, dev, 1).unwrap_err();
+    assert_eq!(denied, Denied { used_bytes: 10 * MIB, limit_bytes: 10 * MIB, requested_bytes: 1 });
+    assert_eq!(ledger.alloc_denied_total(dev), 1);
+    ledger.release(&slot, dev, 4 * MIB);
+    ledger.try_reserve(&slot, dev, 4 * MIB).unwrap();
+    assert_eq!(ledger.used_bytes(dev), 10 * MIB);
+    // A lowered cap refuses new reservations and keeps the old ones.
+    ledger.set_memory_limit_bytes(dev, 5 * MIB, PolicySource::Monitor);
+    assert!(ledger.try_reserve(&slot, dev, 1).is_err());
+    assert_eq!(ledger.used_bytes(dev), 10 * MIB);
+    ledger.release_slot(slot);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    assert!(ledger.slots().is_empty());
+}
+
+#[test]
+fn release_saturates_and_never_takes_other_processes_bytes() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let other = Ledger::open(ledger.path()).unwrap();
+    let mine = ledger.claim_slot().unwrap();
+    let theirs = other.claim_slot().unwrap();
+    ledger.try_reserve(&mine, dev, 100).unwrap();
+    other.try_reserve(&theirs, dev, 1000).unwrap();
+    ledger.release(&mine, dev, 5000);
+    assert_eq!(ledger.used_bytes(dev), 1000);
+    ledger.release(&mine, dev, 1);
+    assert_eq!(ledger.used_bytes(dev), 1000);
+    other.release(&theirs, dev, u64::MAX);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    other.release(&theirs, dev, 1);
+    assert_eq!(ledger.used_bytes(dev), 0);
+}
+
+#[test]
+fn out_of_range_device_fails_closed() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let slot = ledger.claim_slot().unwrap();
+    assert_eq!(ledger.memory_limit_bytes(MAX_DEVICES), 0);
+    assert!(ledger.try_reserve(&slot, MAX_DEVICES, 1).is_err());
+}
+
+#[test]
+fn init_memory_limit_sets_only_once() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Ok(()));
+    assert_eq!(ledger.policy_source(dev), PolicySource::Environment);
+    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Ok(()));
+    assert_eq!(ledger.init_memory_limit_bytes(dev, 9 * MIB), Err(8 * MIB));
+    assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
+    ledger.set_memory_limit_bytes(dev, 2 * MIB, PolicySource::Monitor);
+    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Err(2 * MIB));
+    assert_eq!(ledger.policy_source(dev), PolicySource::Monitor);
+}
+
+#[test]
+fn concurrent_reserve_never_passes_the_cap_and_ends_at_zero() {
+    let dir = TempDir::new();
+    let cap = 64 * MIB;
+    {
+        let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+        let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+        ledger.set_memory_limit_bytes(dev, cap, PolicySource::Monitor);
+    }
+    let dir_path = Arc::new(dir.0.clone());
+    let max_seen = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..16u64)
+        .map(|seed| {
+            let dir_path = Arc::clone(&dir_path);
+            let max_seen = Arc::clone(&max_seen);
+            std::thread::spawn(move || {
+                // Each thread stands for a process: its own open file and slot.
+                let ledger = Ledger::open_or_create(&dir_path, "t").unwrap();
+                let slot = ledger.claim_slot().unwrap();
+                let mut held: Vec<u64> = Vec::new();
+                let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut denied = 0u64;
+                for _ in 0..20_000 {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    if state % 3 == 0 && !held.is_empty() {
+                        let bytes = held.swap_remove((state as usize / 3) % held.len());
+                        ledger.release(&slot, 0, bytes);
+                    } else {
+                        let bytes = (state >> 8) % (8 * MIB) + 1;
+                        match ledger.try_reserve(&slot, 0, bytes) {
+                            Ok(()) => held.push(bytes),
+                            Err(_) => denied += 1,
+                        }
+                    }
+                    max_seen.fetch_max(ledger.used_bytes(0), Ordering::Relaxed);
+                }
+                for bytes in held {
+                    ledger.release(&slot, 0, bytes);
+                }
+                ledger.release_slot(slot);
+                denied
+            })
+        })
+        .collect();
+    let denied: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let ledger = Ledger::open(&tenant_path(&dir.0, "t")).unwrap();
+    assert!(max_seen.load(Ordering::Relaxed) <= cap, "usage passed the cap: {}", max_seen.load(Ordering::Relaxed));
+    assert!(denied > 0, "the test never reached the cap, so it proved nothing");
+    assert_eq!(ledger.alloc_denied_total(0), denied);
+    assert_eq!(ledger.used_bytes(0), 0);
+    assert!(ledger.slots().is_empty());
+}
+
+#[test]
+fn slots_are_reused_with_a_new_generation() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let first = ledger.claim_slot().unwrap();
+    let (index, generation) = (first.index(), first.generation());
+    let views = ledger.slots();
+    assert_eq!(views.len(), 1);
+    assert!(views[0].alive);
+    assert_eq!(views[0].ns_pid, std::process::id());
+    ledger.release_slot(first);
+    let again = ledger.claim_slot().unwrap();
+    assert_eq!(again.index(), index);
+    assert_eq!(again.generation(), generation + 1);
+}
+
+#[test]
+fn reclaim_skips_live_slots_of_this_and_other_open_files() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let other = Ledger::open(ledger.path()).unwrap();
+    let mine = ledger.claim_slot().unwrap();
+    let theirs = other.claim_slot().unwrap();
+    ledger.try_reserve(&mine, dev, 7).unwrap();
+    other.try_reserve(&theirs, dev, 11).unwrap();
+    assert!(ledger.reclaim_dead().is_empty());
+    assert!(other.reclaim_dead().is_empty());
+    assert_eq!(ledger.used_bytes(dev), 18);
+    // Closing the other file is its owner's death: its lock goes away.
+    drop(other);
+    let reclaimed = ledger.reclaim_dead();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].slot_index, theirs.index());
+    assert_eq!(reclaimed[0].bytes_per_device, vec![(dev, 11)]);
+    assert_eq!(ledger.used_bytes(dev), 7);
+    assert_eq!(ledger.reclaimed_processes_total(), 1);
+    assert_eq!(ledger.slots().len(), 1);
+}
+
+/// Not a test on its own: the child process of
+/// `reclaim_returns_the_bytes_of_a_killed_process`.
+#[test]
+fn child_process_helper() {
+    let Some(dir) = std::env::var_os("GPUSLICE_LEDGER_TEST_CHILD_DIR") else { return };
+    let ledger = Ledger::open_or_create(Path::new(&dir), "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 3 * MIB).unwrap();
+    println!("LEDGER-CHILD-READY slot={}", slot.index());
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+#[test]
+fn reclaim_returns_the_bytes_of_a_killed_process() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
+        .env("GPUSLICE_LEDGER_TEST_CHILD_DIR", &dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child_pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.by_ref().map_while(Result::ok).find(|line| line.contains("LEDGER-CHILD-READY"));
+    assert!(ready.is_some(), "the child never claimed its slot");
+    assert_eq!(ledger.used_bytes(dev), 3 * MIB);
+    let views = ledger.slots();
+    assert_eq!(views.len(), 1);
+    assert!(views[0].alive);
+    assert_eq!(views[0].ns_pid, child_pid);
+    assert!(ledger.reclaim_dead().is_empty(), "a live process was reclaimed");
+
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!ledger.slots()[0].alive);
+    let reclaimed = ledger.reclaim_dead();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].ns_pid, child_pid);
+    assert_eq!(reclaimed[0].bytes_per_device, vec![(dev, 3 * MIB)]);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    assert!(ledger.slots().is_empty());
+    assert!(ledger.reclaim_dead().is_empty(), "reclaimed twice");
+}
+
+#[test]
+fn default_dir_is_writable() {
+    let dir = default_dir();
+    assert!(dir.is_absolute());
+}
