@@ -41,7 +41,7 @@ pub mod units;
 
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
-pub use slots::{Reclaimed, Slot, SlotView};
+pub use slots::{lock_offset as slot_lock_offset, Reclaimed, Slot, SlotView};
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
@@ -133,6 +133,17 @@ pub struct DeviceEntry {
     pub uuid: [u8; 16],
     /// Its physical memory.
     pub total_memory_bytes: u64,
+}
+
+/// Compute time settings of one device (stored in the policy page).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComputePolicy {
+    /// Guaranteed share of device time, ratio × 10 000 (0 = none).
+    pub share_ratio_e4: u32,
+    /// Ceiling on device time, ratio × 10 000 (0 = no ceiling).
+    pub limit_ratio_e4: u32,
+    /// Higher runs first when time is spare.
+    pub priority: i32,
 }
 
 /// An open, mapped ledger file.
