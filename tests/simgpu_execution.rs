@@ -1,0 +1,94 @@
+//! simgpu's execution model seen by real processes: launches are
+//! asynchronous and queued, synchronisation waits for the queue, events time
+//! the work, graphs and the other launch forms run their kernels, and two
+//! processes contending for one device each get about half of it.
+
+use gpuslice_tests::{cu, Sim};
+
+#[test]
+fn launches_return_before_their_work_completes() {
+    let sim = Sim::new();
+    let out = sim.run(sim.c("sim_launch").args(["async", "200000"]));
+    out.assert_success();
+    assert!(out.f64("launch_us") < 50_000.0, "a 200 ms kernel's launch must return at once\n{out}");
+    out.assert_rc("query", cu::NOT_READY);
+    out.assert_rc("event_query", cu::NOT_READY);
+    assert!(out.f64("sync_us") >= 140_000.0, "cuCtxSynchronize must wait for the kernel\n{out}");
+    assert!(out.f64("total_us") >= 195_000.0, "{out}");
+    out.assert_rc("query_after", cu::SUCCESS);
+    out.assert_rc("elapsed", cu::SUCCESS);
+    let elapsed_ms = out.f64("elapsed_ms");
+    assert!((180.0..=600.0).contains(&elapsed_ms), "events must time the 200 ms kernel\n{out}");
+}
+
+#[test]
+fn synchronize_waits_for_all_queued_work() {
+    let sim = Sim::new();
+    let out = sim.run(sim.c("sim_launch").args(["queue", "20", "20000"]));
+    out.assert_success();
+    // 20 kernels of 20 ms: submitting is quick, draining takes ~400 ms.
+    assert!(out.f64("submit_us") < 100_000.0, "{out}");
+    assert!(out.f64("submit_us") + out.f64("sync_us") >= 380_000.0, "{out}");
+}
+
+fn contend(sim: &Sim, processes: usize) -> Vec<f64> {
+    let mut running: Vec<_> =
+        (0..processes).map(|_| sim.spawn(sim.c("sim_launch").args(["contend", "40", "20000"]))).collect();
+    for p in &mut running {
+        p.wait_for("ready");
+    }
+    for p in &mut running {
+        p.send_line("go");
+    }
+    running
+        .into_iter()
+        .map(|p| {
+            let out = p.wait();
+            out.assert_success();
+            out.f64("wall_us")
+        })
+        .collect()
+}
+
+#[test]
+fn two_processes_each_get_about_half_of_the_device() {
+    let sim = Sim::new();
+    let alone_us = contend(&sim, 1)[0];
+    assert!(alone_us >= 780_000.0, "40 kernels of 20 ms take 800 ms: {alone_us} us");
+    let together = contend(&sim, 2);
+    for (i, wall_us) in together.iter().enumerate() {
+        let share_ratio = alone_us / wall_us;
+        assert!(
+            (0.3..=0.7).contains(&share_ratio),
+            "process {i} got {share_ratio:.2} of the device (alone {alone_us} us, contended {wall_us} us; \
+             all: {together:?})"
+        );
+    }
+}
+
+#[test]
+fn graphs_launch_forms_and_proc_address_variants_run_their_kernels() {
+    const KERNEL_US: f64 = 30_000.0;
+    let sim = Sim::new().env("SIMGPU_KERNEL_US", "60000");
+    let out = sim.run(sim.c("sim_features").arg("30000"));
+    out.assert_success();
+    let at_least = |key: &str, us: f64| {
+        assert!(out.f64(key) >= us * 0.9, "{key} must take about {us} us\n{out}");
+    };
+    assert!(out.f64("graph.capture_us") < KERNEL_US, "capturing must not run kernels\n{out}");
+    assert!(out.f64("graph.captured_launch_us") < KERNEL_US, "a graph launch is asynchronous\n{out}");
+    at_least("graph.captured_run_us", 2.0 * KERNEL_US);
+    at_least("graph.built_run_us", 3.0 * KERNEL_US);
+    at_least("launch_ex.run_us", KERNEL_US);
+    at_least("cooperative.run_us", KERNEL_US);
+    at_least("plain.run_us", 60_000.0);
+    out.assert_rc("ptsz.launch", cu::SUCCESS);
+    at_least("ptsz.run_us", KERNEL_US);
+    let resolved: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("proc.") && !l.contains(".matches=")).collect();
+    assert_eq!(resolved.len(), 12, "{out}");
+    for line in resolved {
+        assert!(line.ends_with("=0"), "cuGetProcAddress failed: {line}\n{out}");
+        let key = line.split('=').next().unwrap_or_default();
+        assert_eq!(out.get(&format!("{key}.matches")), "1", "{key} resolved to the wrong variant\n{out}");
+    }
+}
