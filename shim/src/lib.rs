@@ -1,1 +1,287 @@
 //! libgpuslice.so: the per-process CUDA interception shim.
+//!
+//! Loaded with `LD_PRELOAD` into a tenant's processes, it holds the tenant
+//! to its memory cap on every device allocation path and shows the
+//! application the cap as if it were the whole GPU.
+//!
+//! # How a call flows
+//! A driver or NVML call reaches an exported hook (`hooks/`) by direct
+//! binding, through our `dlsym`, or through `cuGetProcAddress`. The hook
+//! takes the per-thread re-entrancy [`guard`], asks [`runtime`] for the
+//! process's state, and hands the safe core ([`accounting`]) a closure that
+//! makes the real call ([`real`]). A panic never crosses the boundary: the
+//! hook catches it and returns `CUDA_ERROR_UNKNOWN`.
+//!
+//! # Initialisation
+//! An explicit state machine, advanced by compare-and-swap:
+//! `Uninit → Initialising → Ready | Disabled | Refused`.
+//! It runs on the first hooked call that needs it (normally `cuInit`), never
+//! at load time, so a process that never uses CUDA pays nothing but the
+//! loader's work. Initialising parses the environment ([`config`]), opens
+//! the tenant's ledger (one `mmap`), initialises the real driver, registers
+//! each device by UUID and claims this process's slot.
+//! - `Ready`: every allocation is accounted.
+//! - `Disabled`: no cap is configured and the ledger cannot be used (for
+//!   example, its directory cannot be created): calls pass straight through,
+//!   and the application sees exactly what it would without the shim.
+//! - `Refused` (fail closed): an invalid environment value, or a ledger file
+//!   that is corrupt, truncated, of another layout version or not a ledger
+//!   (never rewritten), or a cap that cannot be recorded. `cuInit` returns
+//!   `CUDA_ERROR_NOT_PERMITTED` without initialising the driver, every
+//!   accounted call returns it too, and stderr says why once.
+//!
+//! Other threads wait while one initialises (a call let through uncounted
+//! could pass the cap); a call made from inside initialisation on the same
+//! thread passes through by the guard.
+//!
+//! # fork and exit
+//! A `pthread_atfork` child handler closes the child's copy of the ledger
+//! lock descriptor (so the parent's death still frees the parent's slot) and
+//! sends the child back to `Uninit`: a child that uses CUDA registers as its
+//! own process; one that does not is unaffected. A library destructor
+//! releases the slot at normal exit; after `kill -9` the kernel drops the
+//! slot's lock and the tenant's next allocation that needs room reclaims it.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+#[macro_use]
+mod log;
+pub mod accounting;
+pub mod config;
+mod ffi;
+mod guard;
+mod hooks;
+mod overhead;
+pub mod procaddr;
+mod real;
+
+use abi::cuda::*;
+use accounting::{Device, Runtime};
+use config::Config;
+use ledger::{Ledger, OpenError};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::time::Instant;
+
+const UNINIT: u8 = 0;
+const INITIALISING: u8 = 1;
+const READY: u8 = 2;
+const DISABLED: u8 = 3;
+const REFUSED: u8 = 4;
+
+/// The result code of everything the shim refuses when it fails closed.
+pub const REFUSED_RESULT: CUresult = CUDA_ERROR_NOT_PERMITTED;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// The process's runtime once `Ready`. Leaked on purpose: hooks may run
+/// during exit, and a forked child abandons its parent's.
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
+
+/// What a hook may do now.
+pub enum Access {
+    /// Account with this runtime.
+    Ready(&'static Runtime),
+    /// Forward untouched.
+    PassThrough,
+    /// Fail closed with this result.
+    Refused(CUresult),
+}
+
+fn ready_runtime() -> Option<&'static Runtime> {
+    let ptr = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: RUNTIME only ever holds null or a pointer from Box::into_raw
+    // that is never freed.
+    unsafe { ptr.as_ref() }
+}
+
+/// The process's state, initialising it on first use. `Err` carries a
+/// driver error from initialisation (nothing changed; the next call tries
+/// again).
+pub fn runtime() -> Result<Access, CUresult> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => {
+                return Ok(match ready_runtime() {
+                    Some(rt) => Access::Ready(rt),
+                    None => Access::PassThrough,
+                })
+            }
+            DISABLED => return Ok(Access::PassThrough),
+            REFUSED => return Ok(Access::Refused(REFUSED_RESULT)),
+            INITIALISING => std::thread::sleep(std::time::Duration::from_micros(50)),
+            _ => {
+                if STATE.compare_exchange(UNINIT, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    let (next, result) = initialise();
+                    STATE.store(next, Ordering::Release);
+                    result?;
+                }
+            }
+        }
+    }
+}
+
+/// The state without initialising: `None` while nothing decided it yet.
+pub fn runtime_if_started() -> Option<Access> {
+    match STATE.load(Ordering::Acquire) {
+        READY => Some(ready_runtime().map_or(Access::PassThrough, Access::Ready)),
+        DISABLED => Some(Access::PassThrough),
+        REFUSED => Some(Access::Refused(REFUSED_RESULT)),
+        _ => None,
+    }
+}
+
+/// The configuration, or the message that refuses it (printed once).
+pub fn config() -> Option<&'static Config> {
+    config::get_config().as_ref().ok()
+}
+
+fn refuse(message: std::fmt::Arguments<'_>) -> (u8, Result<(), CUresult>) {
+    log::write(config::LogLevel::Error, format_args!("{message}; refusing GPU access (cuInit returns CUDA_ERROR_NOT_PERMITTED)"));
+    (REFUSED, Ok(()))
+}
+
+/// Whether an open error is about the file's contents (always fail closed)
+/// rather than about reaching it.
+fn is_bad_file(e: &OpenError) -> bool {
+    !matches!(e, OpenError::Io { .. })
+}
+
+/// One initialisation attempt: returns the next state and, for a driver
+/// failure, its code (the state is then `Uninit` again).
+fn initialise() -> (u8, Result<(), CUresult>) {
+    let started = Instant::now();
+    let config = match config::get_config() {
+        Ok(config) => config,
+        Err(e) => return refuse(format_args!("{e}")),
+    };
+    log::set_level(config.log_level);
+    let capped = config.memory.any();
+    let ledger = match Ledger::open_or_create(&config.dir, &config.tenant) {
+        Ok(ledger) => ledger,
+        Err(e) if capped || is_bad_file(&e) => return refuse(format_args!("{e}")),
+        Err(e) => {
+            warn!("{e}; no cap is set, so the shim steps aside for this process");
+            return (DISABLED, Ok(()));
+        }
+    };
+    let r = real::init(0);
+    if r != CUDA_SUCCESS {
+        return (UNINIT, Err(r));
+    }
+    let devices = match register_devices(&ledger, config) {
+        Ok(devices) => devices,
+        Err(Failure::Driver(r)) => return (UNINIT, Err(r)),
+        Err(Failure::Ledger(message)) if capped => return refuse(format_args!("{message}")),
+        Err(Failure::Ledger(message)) => {
+            warn!("{message}; no cap is set, so the shim steps aside for this process");
+            return (DISABLED, Ok(()));
+        }
+    };
+    let slot = match ledger.claim_slot() {
+        Ok(slot) => slot,
+        Err(e) if capped => return refuse(format_args!("ledger {}: {e}", ledger.path().display())),
+        Err(e) => {
+            warn!("ledger {}: {e}; no cap is set, so the shim steps aside for this process", ledger.path().display());
+            return (DISABLED, Ok(()));
+        }
+    };
+    let runtime = Box::new(Runtime::new(ledger, slot, devices));
+    RUNTIME.store(Box::into_raw(runtime), Ordering::Release);
+    info!(
+        "tenant {:?}, ledger {}, ready in {} us",
+        config.tenant,
+        config.dir.display(),
+        started.elapsed().as_micros()
+    );
+    (READY, Ok(()))
+}
+
+enum Failure {
+    Driver(CUresult),
+    Ledger(String),
+}
+
+/// Registers every device this process sees in the ledger and applies the
+/// environment's caps to those that have none yet.
+fn register_devices(ledger: &Ledger, config: &Config) -> Result<Vec<Device>, Failure> {
+    let count = real::device_count().map_err(Failure::Driver)?;
+    let mut devices = Vec::new();
+    for ordinal in 0..count {
+        let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;
+        let uuid = real::device_uuid(cu_device).map_err(Failure::Driver)?;
+        let total = real::device_total_mem_bytes(cu_device).map_err(Failure::Driver)?;
+        let ledger_index = ledger
+            .device_index(&uuid, total)
+            .map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
+        if let Some(cap) = config.memory.for_device(ordinal as u32) {
+            apply_cap(ledger, ledger_index, ordinal, cap, config.memory.source);
+        }
+        devices.push(Device { ordinal, cu_device, ledger_index, uuid });
+    }
+    Ok(devices)
+}
+
+/// Puts the environment's cap in the ledger. The first process of a tenant
+/// sets it; a later process with a different value keeps the tenant's cap
+/// (one cap per tenant), unless it is the only live process of the tenant
+/// and the cap came from an environment: then its own value is the newer
+/// intent and replaces it. A monitor's cap always stands.
+fn apply_cap(ledger: &Ledger, dev: usize, ordinal: i32, cap: u64, source: &str) {
+    let Err(existing) = ledger.init_memory_limit_bytes(dev, cap) else { return };
+    let others_alive = ledger.slots().iter().any(|s| s.alive);
+    if ledger.policy_source(dev) == ledger::PolicySource::Environment && !others_alive {
+        ledger.set_memory_limit_bytes(dev, cap, ledger::PolicySource::Environment);
+        info!("device {ordinal}: cap changed from {existing} to {cap} bytes ({source})");
+    } else {
+        warn!(
+            "device {ordinal}: the tenant's cap is {existing} bytes (set by the {}); {source} asks for {cap} and is ignored",
+            match ledger.policy_source(dev) {
+                ledger::PolicySource::Monitor => "monitor",
+                _ => "tenant's running processes",
+            }
+        );
+    }
+}
+
+/// `pthread_atfork` child handler: see the module docs. Only closes a
+/// descriptor and stores atomics (async-signal-safe).
+unsafe extern "C" fn after_fork_in_child() {
+    let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: see ready_runtime; the pointer is leaked, never freed.
+    if let Some(rt) = unsafe { ptr.as_ref() } {
+        ffi::close_fd(rt.ledger.lock_fd());
+    }
+    if matches!(STATE.load(Ordering::Acquire), READY | INITIALISING) {
+        STATE.store(UNINIT, Ordering::Release);
+    }
+}
+
+/// Runs when the library is loaded: registers the fork handler and finds
+/// the real `dlsym` (cheap; nothing CUDA happens here).
+extern "C" fn on_load() {
+    ffi::at_fork_child(after_fork_in_child);
+    let _ = ffi::real_dlsym();
+}
+
+/// Runs at normal exit (or unload): releases this process's slot and every
+/// byte it still holds.
+extern "C" fn on_unload() {
+    let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: see ready_runtime; the pointer is leaked, never freed.
+    let Some(rt) = (unsafe { ptr.as_ref() }) else { return };
+    if rt.owner_pid != std::process::id() {
+        return;
+    }
+    // SAFETY: `Slot` is plain data (an index and a generation) with no Drop;
+    // the runtime is never dropped, and with RUNTIME cleared no hook uses
+    // this slot again, so this copy is the only one that acts on it.
+    let slot = unsafe { core::ptr::read(&rt.slot) };
+    rt.ledger.release_slot(slot);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
+#[used]
+#[link_section = ".fini_array"]
+static ON_UNLOAD: extern "C" fn() = on_unload;

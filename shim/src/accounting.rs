@@ -1,0 +1,636 @@
+//! The safe core: what each allocation, free, context and view call does to
+//! the tenant's ledger. Hooks hand it a closure that makes the driver call;
+//! the core decides around it.
+//!
+//! - Admission is a reservation in the ledger *before* the driver is called,
+//!   rolled back if the driver fails, so no interleaving of threads or
+//!   processes passes the cap. A refusal first reclaims dead processes'
+//!   slots (`Ledger::reclaim_dead`) and tries once more.
+//! - Every allocation is remembered (pointer, VMM handle or array handle →
+//!   device, bytes, context) so that its free releases exactly what was
+//!   charged. A free of something unknown is forwarded and its result
+//!   returned, and the ledger is left alone; so is a second free of the same
+//!   pointer, which gets the driver's error.
+//! - Destroying a context (or the last release or a reset of a primary one)
+//!   frees the memory allocated in it, as the driver does, and the charges
+//!   go with it.
+//! - Each context costs its measured overhead (`Ledger::context_overhead_bytes`).
+//!   The first process of a tenant to create a context on a device measures it
+//!   (NVML's figure for this process right after creation) and records it; later
+//!   contexts reserve it before they are created.
+//!
+//! No lock of this module is held across a driver call, except the
+//! per-device primary-context lock: the driver's retain count and our charge
+//! must change together, and primary retains are rare and never on the
+//! allocation or launch path.
+
+use abi::cuda::*;
+use ledger::{Denied, Ledger, Slot, UNLIMITED};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::real;
+
+/// One device as this process sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Device {
+    /// Ordinal after `CUDA_VISIBLE_DEVICES`.
+    pub ordinal: i32,
+    /// The driver's handle for it.
+    pub cu_device: CUdevice,
+    /// Its index in the tenant's ledger.
+    pub ledger_index: usize,
+    pub uuid: [u8; 16],
+}
+
+/// What one allocation was charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Charge {
+    pub ledger_index: usize,
+    pub bytes: u64,
+    /// The context it lives in (0: not bound to one, such as VMM handles).
+    pub ctx: usize,
+}
+
+/// Which table an allocation is remembered in (their handles may collide).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `CUdeviceptr` from the `cuMemAlloc*` family.
+    Pointer,
+    /// `CUmemGenericAllocationHandle` from `cuMemCreate`.
+    VmmHandle,
+    /// `CUarray` or `CUmipmappedArray`.
+    Array,
+}
+
+/// A hasher for addresses: mixes the bits so that aligned pointers spread.
+#[derive(Default)]
+pub struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        let z = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z ^ (z >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).rotate_left(5);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Map = HashMap<u64, Charge, BuildHasherDefault<AddressHasher>>;
+
+const SHARDS: usize = 64;
+
+/// Allocations by handle, sharded so that threads rarely share a lock.
+pub struct Tracker {
+    shards: Vec<Mutex<Map>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Self { shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect() }
+    }
+
+    fn shard(&self, key: u64) -> Option<&Mutex<Map>> {
+        let index = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+        self.shards.get(index)
+    }
+
+    /// Remembers `key`; returns the charge it replaces (a handle the driver
+    /// reused without our seeing its free).
+    pub fn insert(&self, key: u64, charge: Charge) -> Option<Charge> {
+        self.shard(key).and_then(|s| lock(s).insert(key, charge))
+    }
+
+    pub fn remove(&self, key: u64) -> Option<Charge> {
+        self.shard(key).and_then(|s| lock(s).remove(&key))
+    }
+
+    /// Removes every allocation made in context `ctx`.
+    pub fn remove_context(&self, ctx: usize) -> Vec<Charge> {
+        let mut removed = Vec::new();
+        for shard in &self.shards {
+            lock(shard).retain(|_, charge| {
+                if charge.ctx == ctx {
+                    removed.push(*charge);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        removed
+    }
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ContextRecord {
+    ctx: usize,
+    ledger_index: usize,
+    charged_bytes: u64,
+}
+
+#[derive(Default)]
+struct Primary {
+    retains: u32,
+    ctx: usize,
+    charged_bytes: u64,
+    charged: bool,
+}
+
+/// Everything the shim knows in a process that is accounting.
+pub struct Runtime {
+    pub ledger: Ledger,
+    pub slot: Slot,
+    pub devices: Vec<Device>,
+    /// The process that built this runtime (a forked child must not use it).
+    pub owner_pid: u32,
+    pointers: Tracker,
+    vmm_handles: Tracker,
+    arrays: Tracker,
+    contexts: Mutex<Vec<ContextRecord>>,
+    primaries: Vec<Mutex<Primary>>,
+}
+
+/// Bytes a pitched allocation of `width` bytes per row is assumed to take
+/// before the driver says its pitch: rows rounded up to 512 bytes, the
+/// largest pitch alignment current GPUs use. Corrected after the call.
+pub fn pitch_estimate_bytes(width: u64, height: u64) -> u64 {
+    width.div_ceil(512).saturating_mul(512).saturating_mul(height)
+}
+
+/// What `cuMemGetInfo`/NVML report under a cap: total is the cap (never more
+/// than the device has), free is what the tenant may still reserve, never
+/// more than is physically free. Nothing underflows.
+pub fn capped_view(limit_bytes: u64, used_bytes: u64, free_bytes: u64, total_bytes: u64) -> (u64, u64) {
+    if limit_bytes == UNLIMITED {
+        return (free_bytes, total_bytes);
+    }
+    let total = limit_bytes.min(total_bytes);
+    let free = total.saturating_sub(used_bytes).min(free_bytes);
+    (free, total)
+}
+
+impl Runtime {
+    pub fn new(ledger: Ledger, slot: Slot, devices: Vec<Device>) -> Self {
+        let primaries = devices.iter().map(|_| Mutex::new(Primary::default())).collect();
+        Self {
+            ledger,
+            slot,
+            devices,
+            owner_pid: std::process::id(),
+            pointers: Tracker::new(),
+            vmm_handles: Tracker::new(),
+            arrays: Tracker::new(),
+            contexts: Mutex::new(Vec::new()),
+            primaries,
+        }
+    }
+
+    fn tracker(&self, kind: Kind) -> &Tracker {
+        match kind {
+            Kind::Pointer => &self.pointers,
+            Kind::VmmHandle => &self.vmm_handles,
+            Kind::Array => &self.arrays,
+        }
+    }
+
+    pub fn device_by_handle(&self, cu_device: CUdevice) -> Option<&Device> {
+        self.devices.iter().find(|d| d.cu_device == cu_device)
+    }
+
+    pub fn device_by_ordinal(&self, ordinal: i32) -> Option<&Device> {
+        self.devices.iter().find(|d| d.ordinal == ordinal)
+    }
+
+    pub fn device_by_uuid(&self, uuid: &[u8; 16]) -> Option<&Device> {
+        self.devices.iter().find(|d| &d.uuid == uuid)
+    }
+
+    /// The calling thread's context and its device.
+    fn current(&self) -> Result<(usize, &Device), CUresult> {
+        let ctx = real::current_context()?;
+        if ctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let cu_device = real::current_device()?;
+        let device = self.device_by_handle(cu_device).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+        Ok((ctx as usize, device))
+    }
+
+    /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
+    /// processes and tries once more.
+    pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
+        match self.ledger.try_reserve(&self.slot, dev, bytes) {
+            Ok(()) => Ok(()),
+            Err(denied) => {
+                let reclaimed = self.ledger.reclaim_dead();
+                if reclaimed.is_empty() {
+                    debug!("denied {denied} on ledger device {dev}");
+                    return Err(denied);
+                }
+                for dead in &reclaimed {
+                    info!("reclaimed slot {} of dead process {}: {:?}", dead.slot_index, dead.pid, dead.bytes_per_device);
+                }
+                self.ledger.try_reserve(&self.slot, dev, bytes).inspect_err(|d| debug!("denied {d} on ledger device {dev}"))
+            }
+        }
+    }
+
+    pub fn release(&self, dev: usize, bytes: u64) {
+        self.ledger.release(&self.slot, dev, bytes);
+    }
+
+    fn remember(&self, kind: Kind, key: u64, charge: Charge) {
+        if let Some(stale) = self.tracker(kind).insert(key, charge) {
+            self.release(stale.ledger_index, stale.bytes);
+        }
+    }
+
+    /// An allocation of `bytes` in the current context. `call` makes it and
+    /// returns its handle.
+    pub fn alloc(&self, kind: Kind, bytes: u64, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        let (ctx, device) = match self.current() {
+            Ok(found) => found,
+            Err(r) => return r,
+        };
+        let dev = device.ledger_index;
+        if self.reserve(dev, bytes).is_err() {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        match call() {
+            Ok(key) => {
+                self.remember(kind, key, Charge { ledger_index: dev, bytes, ctx });
+                CUDA_SUCCESS
+            }
+            Err(r) => {
+                self.release(dev, bytes);
+                r
+            }
+        }
+    }
+
+    /// `cuMemAllocPitch`: charges the driver's pitch × height. `call`
+    /// returns (pointer, pitch).
+    pub fn alloc_pitch(&self, width: u64, height: u64, call: impl FnOnce() -> Result<(u64, u64), CUresult>) -> CUresult {
+        let (ctx, device) = match self.current() {
+            Ok(found) => found,
+            Err(r) => return r,
+        };
+        let dev = device.ledger_index;
+        let estimate = pitch_estimate_bytes(width, height);
+        if self.reserve(dev, estimate).is_err() {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let (ptr, pitch) = match call() {
+            Ok(found) => found,
+            Err(r) => {
+                self.release(dev, estimate);
+                return r;
+            }
+        };
+        let actual = pitch.saturating_mul(height);
+        if actual > estimate {
+            if self.reserve(dev, actual - estimate).is_err() {
+                let _ = real::mem_free(ptr);
+                self.release(dev, estimate);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } else {
+            self.release(dev, estimate - actual);
+        }
+        self.remember(Kind::Pointer, ptr, Charge { ledger_index: dev, bytes: actual, ctx });
+        CUDA_SUCCESS
+    }
+
+    /// `cuMemCreate` of `bytes` on device `ordinal`.
+    pub fn alloc_on_device(&self, ordinal: i32, bytes: u64, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        let Some(device) = self.device_by_ordinal(ordinal) else {
+            // Not a device we know: the driver refuses it.
+            return call().err().unwrap_or(CUDA_SUCCESS);
+        };
+        let dev = device.ledger_index;
+        if self.reserve(dev, bytes).is_err() {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        match call() {
+            Ok(key) => {
+                self.remember(Kind::VmmHandle, key, Charge { ledger_index: dev, bytes, ctx: 0 });
+                CUDA_SUCCESS
+            }
+            Err(r) => {
+                self.release(dev, bytes);
+                r
+            }
+        }
+    }
+
+    /// Any free: forwards, and releases what was charged if the driver freed it.
+    pub fn free(&self, kind: Kind, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let charge = self.tracker(kind).remove(key);
+        let r = call();
+        if let Some(charge) = charge {
+            if r == CUDA_SUCCESS {
+                self.release(charge.ledger_index, charge.bytes);
+            } else {
+                self.remember(kind, key, charge);
+            }
+        }
+        r
+    }
+
+    fn release_context_memory(&self, ctx: usize) {
+        for tracker in [&self.pointers, &self.arrays] {
+            for charge in tracker.remove_context(ctx) {
+                self.release(charge.ledger_index, charge.bytes);
+            }
+        }
+    }
+
+    fn has_context_on(&self, dev: usize) -> bool {
+        lock(&self.contexts).iter().any(|c| c.ledger_index == dev)
+            || self
+                .devices
+                .iter()
+                .zip(&self.primaries)
+                .any(|(d, p)| d.ledger_index == dev && lock(p).charged)
+    }
+
+    /// Charges a new context on `device` around `create`. Reserves the
+    /// tenant's known overhead first; if none is known and this is the
+    /// process's first context there, measures it after creation.
+    fn charge_context(&self, device: &Device, first_here: bool, create: impl FnOnce() -> Result<usize, CUresult>) -> Result<(usize, u64), CUresult> {
+        let dev = device.ledger_index;
+        let known = self.ledger.context_overhead_bytes(dev);
+        if self.reserve(dev, known).is_err() {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let ctx = match create() {
+            Ok(ctx) => ctx,
+            Err(r) => {
+                self.release(dev, known);
+                return Err(r);
+            }
+        };
+        if known != 0 || !first_here {
+            return Ok((ctx, known));
+        }
+        let Some(measured) = crate::overhead::measure(device) else { return Ok((ctx, 0)) };
+        info!("context overhead on device {} measured at {measured} bytes", device.ordinal);
+        self.ledger.set_context_overhead_bytes(dev, measured);
+        if self.reserve(dev, measured).is_err() {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        Ok((ctx, measured))
+    }
+
+    /// `cuCtxCreate*`: `create` makes the context and returns it.
+    pub fn create_context(&self, cu_device: CUdevice, create: impl FnOnce() -> Result<CUcontext, CUresult>) -> CUresult {
+        let Some(device) = self.device_by_handle(cu_device) else {
+            return create().err().unwrap_or(CUDA_SUCCESS);
+        };
+        let first_here = !self.has_context_on(device.ledger_index);
+        let mut created: CUcontext = core::ptr::null_mut();
+        let charged = self.charge_context(device, first_here, || {
+            created = create()?;
+            Ok(created as usize)
+        });
+        match charged {
+            Ok((ctx, bytes)) => {
+                lock(&self.contexts).push(ContextRecord { ctx, ledger_index: device.ledger_index, charged_bytes: bytes });
+                CUDA_SUCCESS
+            }
+            Err(r) => {
+                if !created.is_null() {
+                    let _ = real::ctx_destroy(created);
+                }
+                r
+            }
+        }
+    }
+
+    /// `cuCtxDestroy*`.
+    pub fn destroy_context(&self, ctx: CUcontext, destroy: impl FnOnce() -> CUresult) -> CUresult {
+        let key = ctx as usize;
+        let record = {
+            let mut contexts = lock(&self.contexts);
+            contexts.iter().position(|c| c.ctx == key).map(|i| contexts.swap_remove(i))
+        };
+        let r = destroy();
+        if let Some(record) = record {
+            if r == CUDA_SUCCESS {
+                self.release(record.ledger_index, record.charged_bytes);
+                self.release_context_memory(key);
+            } else {
+                lock(&self.contexts).push(record);
+            }
+        }
+        r
+    }
+
+    fn primary(&self, cu_device: CUdevice) -> Option<(&Device, &Mutex<Primary>)> {
+        self.devices.iter().zip(&self.primaries).find(|(d, _)| d.cu_device == cu_device)
+    }
+
+    /// `cuDevicePrimaryCtxRetain`: the retain that brings the primary
+    /// context into being is charged its overhead.
+    pub fn retain_primary(&self, cu_device: CUdevice, retain: impl FnOnce() -> Result<CUcontext, CUresult>) -> CUresult {
+        let Some((device, primary)) = self.primary(cu_device) else {
+            return retain().err().unwrap_or(CUDA_SUCCESS);
+        };
+        let first_here = !self.has_context_on(device.ledger_index);
+        let mut p = lock(primary);
+        if p.charged {
+            return match retain() {
+                Ok(_) => {
+                    p.retains = p.retains.saturating_add(1);
+                    CUDA_SUCCESS
+                }
+                Err(r) => r,
+            };
+        }
+        let mut retained = false;
+        let charged = self.charge_context(device, first_here, || {
+            let ctx = retain()?;
+            retained = true;
+            Ok(ctx as usize)
+        });
+        match charged {
+            Ok((ctx, bytes)) => {
+                *p = Primary { retains: p.retains.saturating_add(1), ctx, charged_bytes: bytes, charged: true };
+                CUDA_SUCCESS
+            }
+            Err(r) => {
+                if retained {
+                    // Created but over the cap: give the retain back.
+                    let _ = real::primary_ctx_release(cu_device);
+                }
+                r
+            }
+        }
+    }
+
+    fn uncharge_primary(&self, dev: usize, p: &mut Primary) {
+        if p.charged {
+            p.charged = false;
+            self.release(dev, p.charged_bytes);
+            self.release_context_memory(p.ctx);
+        }
+    }
+
+    /// `cuDevicePrimaryCtxRelease*`: the last release frees the context.
+    pub fn release_primary(&self, cu_device: CUdevice, release: impl FnOnce() -> CUresult) -> CUresult {
+        let Some((device, primary)) = self.primary(cu_device) else { return release() };
+        let mut p = lock(primary);
+        let r = release();
+        if r == CUDA_SUCCESS {
+            p.retains = p.retains.saturating_sub(1);
+            if p.retains == 0 {
+                self.uncharge_primary(device.ledger_index, &mut p);
+            }
+        }
+        r
+    }
+
+    /// `cuDevicePrimaryCtxReset*`: the context and its memory are gone; the
+    /// next retain charges again.
+    pub fn reset_primary(&self, cu_device: CUdevice, reset: impl FnOnce() -> CUresult) -> CUresult {
+        let Some((device, primary)) = self.primary(cu_device) else { return reset() };
+        let mut p = lock(primary);
+        let r = reset();
+        if r == CUDA_SUCCESS {
+            self.uncharge_primary(device.ledger_index, &mut p);
+        }
+        r
+    }
+
+    /// The cap and usage of ledger device `dev`, for views.
+    pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
+        (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
+    }
+
+    /// `cuMemGetInfo_v2` of the current device, given the driver's figures.
+    pub fn mem_info_view(&self, free_bytes: u64, total_bytes: u64) -> (u64, u64) {
+        let Ok(device) = real::current_device() else { return (free_bytes, total_bytes) };
+        let Some(device) = self.device_by_handle(device) else { return (free_bytes, total_bytes) };
+        let (limit, used) = self.limit_and_used(device.ledger_index);
+        capped_view(limit, used, free_bytes, total_bytes)
+    }
+
+    /// `cuDeviceTotalMem_v2` of `cu_device`, given the driver's figure.
+    pub fn total_mem_view(&self, cu_device: CUdevice, total_bytes: u64) -> u64 {
+        let Some(device) = self.device_by_handle(cu_device) else { return total_bytes };
+        let limit = self.ledger.memory_limit_bytes(device.ledger_index);
+        if limit == UNLIMITED {
+            total_bytes
+        } else {
+            limit.min(total_bytes)
+        }
+    }
+}
+
+/// Bytes per element of a CUDA array format, channels included; `None` for
+/// formats whose size the shim does not know.
+pub fn element_bytes(format: u32, channels: u32) -> Option<u64> {
+    let per_channel: u64 = match format {
+        0x01 | 0x08 => 1,
+        0x02 | 0x09 | 0x10 => 2,
+        0x03 | 0x0a | 0x20 => 4,
+        0xc0 | 0xc6 => return Some(1),
+        0xc1 | 0xc3 | 0xc7 | 0xc9 => return Some(2),
+        0xc2 | 0xc4 | 0xc8 | 0xca => return Some(4),
+        0xc5 | 0xcb => return Some(8),
+        _ => return None,
+    };
+    Some(per_channel * u64::from(channels.max(1)))
+}
+
+/// Bytes charged for an array: width × height × depth elements (0 counts as
+/// 1). Formats the shim does not know are charged 16 bytes an element, the
+/// widest element CUDA arrays have, so an unknown format can only be
+/// over-charged.
+pub fn array_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u32) -> u64 {
+    let element = element_bytes(format, channels).unwrap_or(16);
+    width.max(1).saturating_mul(height.max(1)).saturating_mul(depth.max(1)).saturating_mul(element)
+}
+
+/// Bytes of a mipmapped array: the sum of its levels, each half the last
+/// in every dimension the array has (never below 1).
+pub fn mipmapped_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u32, levels: u32) -> u64 {
+    let mut total: u64 = 0;
+    for level in 0..levels.clamp(1, 64) {
+        let shrink = |d: u64| if d == 0 { 0 } else { (d >> level).max(1) };
+        total = total.saturating_add(array_bytes(shrink(width), shrink(height), shrink(depth), format, channels));
+    }
+    total
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_is_the_cap_and_never_underflows() {
+        let gib = 1u64 << 30;
+        assert_eq!(capped_view(UNLIMITED, 5, 10 * gib, 16 * gib), (10 * gib, 16 * gib));
+        assert_eq!(capped_view(gib, gib / 4, 10 * gib, 16 * gib), (3 * gib / 4, gib));
+        // Usage above the cap (the cap was lowered): free is 0, not 17 TB.
+        assert_eq!(capped_view(gib, 2 * gib, 10 * gib, 16 * gib), (0, gib));
+        // Physically less free than the cap allows.
+        assert_eq!(capped_view(4 * gib, 0, gib, 16 * gib), (gib, 4 * gib));
+        // A cap above the device: the device.
+        assert_eq!(capped_view(32 * gib, 0, 16 * gib, 16 * gib), (16 * gib, 16 * gib));
+    }
+
+    #[test]
+    fn pitch_estimate_rounds_rows_up() {
+        assert_eq!(pitch_estimate_bytes(1, 10), 5120);
+        assert_eq!(pitch_estimate_bytes(512, 3), 1536);
+        assert_eq!(pitch_estimate_bytes(513, 2), 2048);
+        assert_eq!(pitch_estimate_bytes(u64::MAX, 2), u64::MAX);
+    }
+
+    #[test]
+    fn array_sizes() {
+        assert_eq!(array_bytes(100, 0, 0, 0x20, 4), 1600);
+        assert_eq!(array_bytes(10, 10, 10, 0x01, 1), 1000);
+        assert_eq!(array_bytes(10, 10, 0, 0x10, 2), 400);
+        assert_eq!(array_bytes(4, 4, 0, 0x91, 4), 256);
+        // levels 8x8, 4x4, 2x2, 1x1 of 4-byte elements
+        assert_eq!(mipmapped_bytes(8, 8, 0, 0x20, 1, 4), (64 + 16 + 4 + 1) * 4);
+        assert_eq!(mipmapped_bytes(8, 0, 0, 0x01, 1, 10), 8 + 4 + 2 + 1 + 6);
+    }
+
+    #[test]
+    fn tracker_releases_exactly_what_was_charged() {
+        let t = Tracker::new();
+        let c = |bytes, ctx| Charge { ledger_index: 0, bytes, ctx };
+        for i in 0..1000u64 {
+            assert_eq!(t.insert(i << 21, c(i, (i % 3) as usize)), None);
+        }
+        assert_eq!(t.remove(5 << 21), Some(c(5, 2)));
+        assert_eq!(t.remove(5 << 21), None);
+        let in_ctx_1 = t.remove_context(1);
+        assert_eq!(in_ctx_1.len(), 333);
+        assert_eq!(in_ctx_1.iter().map(|c| c.bytes).sum::<u64>(), (0..1000).filter(|i| i % 3 == 1).sum::<u64>());
+        assert_eq!(t.insert(7 << 21, c(1, 0)), None);
+        assert_eq!(t.insert(8 << 21, c(1, 0)), Some(c(8, 2)));
+    }
+}

@@ -1,0 +1,149 @@
+//! Device allocations and their frees. Each hook forwards with the caller's
+//! arguments; the accounting core decides around the call.
+
+use super::{dispatch, ok_then, real_or_return};
+use crate::accounting::{array_bytes, mipmapped_bytes, Kind};
+use abi::cuda::*;
+use core::ffi::c_uint;
+
+/// A `cuMemAlloc`-style hook: `$real(dptr, bytesize, rest…)` writes a pointer.
+macro_rules! alloc_hook {
+    ($(#[$meta:meta])* $name:ident($($arg:ident: $ty:ty),*)) => {
+        $(#[$meta])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dptr: *mut CUdeviceptr, bytesize: usize $(, $arg: $ty)*) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let forward = move || unsafe { real(dptr, bytesize $(, $arg)*) };
+            dispatch(forward, |rt| {
+                rt.alloc(Kind::Pointer, bytesize as u64, || {
+                    // SAFETY: on success the driver wrote the pointer to `dptr`.
+                    ok_then(forward(), || unsafe { *dptr })
+                })
+            })
+        }
+    };
+}
+
+/// A free-style hook: `$real(key, rest…)`.
+macro_rules! free_hook {
+    ($(#[$meta:meta])* $name:ident($key:ident: $key_ty:ty $(, $arg:ident: $ty:ty)*) => $kind:expr) => {
+        $(#[$meta])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($key: $key_ty $(, $arg: $ty)*) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let forward = move || unsafe { real($key $(, $arg)*) };
+            dispatch(forward, |rt| rt.free($kind, $key as u64, forward))
+        }
+    };
+}
+
+alloc_hook!(#[doc(alias = "cuMemAlloc")] cuMemAlloc_v2());
+alloc_hook!(cuMemAllocManaged(flags: c_uint));
+alloc_hook!(cuMemAllocAsync(stream: CUstream));
+alloc_hook!(cuMemAllocAsync_ptsz(stream: CUstream));
+alloc_hook!(cuMemAllocFromPoolAsync(pool: CUmemoryPool, stream: CUstream));
+alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool, stream: CUstream));
+
+free_hook!(#[doc(alias = "cuMemFree")] cuMemFree_v2(dptr: CUdeviceptr) => Kind::Pointer);
+free_hook!(cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
+free_hook!(cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
+free_hook!(cuMemRelease(handle: CUmemGenericAllocationHandle) => Kind::VmmHandle);
+free_hook!(cuArrayDestroy(array: CUarray) => Kind::Array);
+free_hook!(cuMipmappedArrayDestroy(array: CUmipmappedArray) => Kind::Array);
+
+/// Charged the driver's pitch × height.
+#[no_mangle]
+#[doc(alias = "cuMemAllocPitch")]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width_bytes: usize,
+    height: usize,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    let real = real_or_return!(cuMemAllocPitch_v2);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(dptr, pitch, width_bytes, height, element_size_bytes) };
+    dispatch(forward, |rt| {
+        rt.alloc_pitch(width_bytes as u64, height as u64, || {
+            // SAFETY: on success the driver wrote the pointer and the pitch.
+            ok_then(forward(), || unsafe { (*dptr, *pitch as u64) })
+        })
+    })
+}
+
+/// Charged only when the handle is device memory; host-located handles
+/// pass through.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_return!(cuMemCreate);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(handle, size, prop, flags) };
+    // SAFETY: the caller passes a valid property struct or null.
+    let location = unsafe { prop.as_ref() }.map(|p| p.location);
+    match location {
+        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => dispatch(forward, |rt| {
+            rt.alloc_on_device(location.id, size as u64, || {
+                // SAFETY: on success the driver wrote the handle.
+                ok_then(forward(), || unsafe { *handle })
+            })
+        }),
+        _ => forward(),
+    }
+}
+
+#[no_mangle]
+#[doc(alias = "cuArrayCreate")]
+pub unsafe extern "C" fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
+    let real = real_or_return!(cuArrayCreate_v2);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(array, desc) };
+    // SAFETY: the caller passes a valid descriptor or null.
+    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
+    let bytes = array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels);
+    dispatch(forward, |rt| {
+        // SAFETY: on success the driver wrote the handle.
+        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
+    })
+}
+
+#[no_mangle]
+#[doc(alias = "cuArray3DCreate")]
+pub unsafe extern "C" fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
+    let real = real_or_return!(cuArray3DCreate_v2);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(array, desc) };
+    // SAFETY: the caller passes a valid descriptor or null.
+    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
+    let bytes = array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels);
+    dispatch(forward, |rt| {
+        // SAFETY: on success the driver wrote the handle.
+        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
+    })
+}
+
+/// Charged the sum of its levels.
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    array: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    let real = real_or_return!(cuMipmappedArrayCreate);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(array, desc, levels) };
+    // SAFETY: the caller passes a valid descriptor or null.
+    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
+    let bytes = mipmapped_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels);
+    dispatch(forward, |rt| {
+        // SAFETY: on success the driver wrote the handle.
+        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
+    })
+}

@@ -1,0 +1,297 @@
+//! The real driver and NVML entry points, in typed slots resolved once.
+//!
+//! `libcuda.so.1` (or `GPUSLICE_CUDA_LIB`) and `libnvidia-ml.so.1` (or
+//! `GPUSLICE_NVML_LIB`) are opened with `dlopen(RTLD_NOW | RTLD_LOCAL)`, found
+//! the way the loader finds them, so `LD_LIBRARY_PATH` works; if the
+//! application already loaded them this is the same copy. Every function the
+//! shim forwards to is looked up there with the real `dlsym` into a table that
+//! is built on first use and then only read: the hot path never looks
+//! anything up. A slot is `None` when the library lacks that function.
+
+#![allow(non_snake_case)]
+
+use crate::ffi;
+use abi::cuda::*;
+use abi::nvml::*;
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::sync::OnceLock;
+
+macro_rules! function_table {
+    ($(#[$meta:meta])* $table:ident { $($name:ident: fn($($arg:ty),*) -> $ret:ty;)* }) => {
+        $(#[$meta])*
+        pub struct $table {
+            $(pub $name: Option<unsafe extern "C" fn($($arg),*) -> $ret>,)*
+        }
+
+        impl $table {
+            fn resolve(handle: *mut c_void) -> Self {
+                Self {
+                    $($name: {
+                        let found = ffi::lookup(handle, unsafe_cstr(concat!(stringify!($name), "\0")));
+                        if found.is_null() {
+                            None
+                        } else {
+                            // SAFETY: the library exports this name with the C
+                            // signature declared here (cuda.h / nvml.h).
+                            Some(unsafe {
+                                core::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(found)
+                            })
+                        }
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+/// A `&CStr` from a literal that `concat!` ended with a NUL.
+fn unsafe_cstr(text: &'static str) -> &'static core::ffi::CStr {
+    core::ffi::CStr::from_bytes_with_nul(text.as_bytes()).unwrap_or(c"")
+}
+
+function_table! {
+    /// The driver functions the shim forwards to.
+    Cuda {
+        cuInit: fn(c_uint) -> CUresult;
+        cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
+        cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+        cuDeviceGetCount: fn(*mut c_int) -> CUresult;
+        cuDeviceGet: fn(*mut CUdevice, c_int) -> CUresult;
+        cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult;
+        cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult;
+        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
+        cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
+        cuCtxGetDevice: fn(*mut CUdevice) -> CUresult;
+        cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
+        cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
+        cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
+        cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> CUresult;
+        cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+        cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+        cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+        cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+        cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
+        cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult;
+        cuArrayCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
+        cuArray3DCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
+        cuArrayDestroy: fn(CUarray) -> CUresult;
+        cuMipmappedArrayCreate: fn(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult;
+        cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> CUresult;
+        cuMemFree_v2: fn(CUdeviceptr) -> CUresult;
+        cuMemFreeAsync: fn(CUdeviceptr, CUstream) -> CUresult;
+        cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream) -> CUresult;
+        cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult;
+        cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult;
+        cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult;
+        cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult;
+        cuCtxDestroy: fn(CUcontext) -> CUresult;
+        cuCtxDestroy_v2: fn(CUcontext) -> CUresult;
+        cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> CUresult;
+        cuDevicePrimaryCtxRelease: fn(CUdevice) -> CUresult;
+        cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult;
+        cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult;
+        cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult;
+    }
+}
+
+function_table! {
+    /// The NVML functions the shim forwards to or measures with.
+    Nvml {
+        nvmlInit_v2: fn() -> nvmlReturn_t;
+        nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
+        nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+        nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+        nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
+        nvmlDeviceGetMemoryInfo_v2: fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t;
+    }
+}
+
+static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
+static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+
+thread_local! {
+    /// Set while this thread resolves a table, so that a call back into the
+    /// shim from a library constructor gets `None` instead of a deadlock.
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn library_path(variable: &str, default: &str) -> Option<CString> {
+    let path = std::env::var_os(variable)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.into_encoded_bytes())
+        .unwrap_or_else(|| default.as_bytes().to_vec());
+    CString::new(path).ok()
+}
+
+fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, resolve: fn(*mut c_void) -> T) -> Option<&'static T> {
+    if let Some(loaded) = cell.get() {
+        return loaded.as_ref();
+    }
+    if RESOLVING.try_with(Cell::get).unwrap_or(true) {
+        return None;
+    }
+    let _ = RESOLVING.try_with(|r| r.set(true));
+    let loaded = cell.get_or_init(|| {
+        let path = library_path(variable, default)?;
+        let handle = ffi::open_library(&path);
+        if handle.is_null() {
+            return None;
+        }
+        Some(resolve(handle))
+    });
+    let _ = RESOLVING.try_with(|r| r.set(false));
+    loaded.as_ref()
+}
+
+/// The real driver, loaded on first use; `None` when it cannot be loaded.
+pub fn cuda() -> Option<&'static Cuda> {
+    load(&CUDA, "GPUSLICE_CUDA_LIB", "libcuda.so.1", Cuda::resolve)
+}
+
+/// Real NVML, loaded on first use; `None` when it cannot be loaded.
+pub fn nvml() -> Option<&'static Nvml> {
+    load(&NVML, "GPUSLICE_NVML_LIB", "libnvidia-ml.so.1", Nvml::resolve)
+}
+
+// Safe wrappers for the queries the shim makes on its own behalf. Each owns
+// its out-parameters, so the only precondition left is the driver's own.
+
+macro_rules! call {
+    ($table:expr, $name:ident ( $($arg:expr),* )) => {
+        match $table.and_then(|t| t.$name) {
+            // SAFETY: the arguments are valid for this entry point: out
+            // pointers point at locals of the caller, handles came from the
+            // driver.
+            Some(f) => unsafe { f($($arg),*) },
+            None => CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+
+fn out<T: Copy>(result: CUresult, value: T) -> Result<T, CUresult> {
+    if result == CUDA_SUCCESS {
+        Ok(value)
+    } else {
+        Err(result)
+    }
+}
+
+/// `cuInit(flags)` on the real driver.
+pub fn init(flags: c_uint) -> CUresult {
+    call!(cuda(), cuInit(flags))
+}
+
+/// `cuCtxGetCurrent`: the calling thread's context (null when none).
+pub fn current_context() -> Result<CUcontext, CUresult> {
+    let mut ctx: CUcontext = core::ptr::null_mut();
+    let r = call!(cuda(), cuCtxGetCurrent(&mut ctx));
+    out(r, ctx)
+}
+
+/// `cuCtxGetDevice`: the device of the calling thread's context.
+pub fn current_device() -> Result<CUdevice, CUresult> {
+    let mut dev: CUdevice = 0;
+    let r = call!(cuda(), cuCtxGetDevice(&mut dev));
+    out(r, dev)
+}
+
+/// `cuDeviceGetCount`.
+pub fn device_count() -> Result<c_int, CUresult> {
+    let mut count: c_int = 0;
+    let r = call!(cuda(), cuDeviceGetCount(&mut count));
+    out(r, count)
+}
+
+/// `cuDeviceGet`: the handle of device `ordinal`.
+pub fn device_get(ordinal: c_int) -> Result<CUdevice, CUresult> {
+    let mut dev: CUdevice = 0;
+    let r = call!(cuda(), cuDeviceGet(&mut dev, ordinal));
+    out(r, dev)
+}
+
+/// `cuDeviceGetUuid_v2` (or the first version when the driver lacks it).
+pub fn device_uuid(dev: CUdevice) -> Result<[u8; 16], CUresult> {
+    let mut uuid = CUuuid::default();
+    let mut r = call!(cuda(), cuDeviceGetUuid_v2(&mut uuid, dev));
+    if r == CUDA_ERROR_NOT_FOUND {
+        r = call!(cuda(), cuDeviceGetUuid(&mut uuid, dev));
+    }
+    out(r, uuid.bytes.map(|b| b as u8))
+}
+
+/// `cuDeviceTotalMem_v2`: physical memory of `dev` in bytes.
+pub fn device_total_mem_bytes(dev: CUdevice) -> Result<u64, CUresult> {
+    let mut bytes: usize = 0;
+    let r = call!(cuda(), cuDeviceTotalMem_v2(&mut bytes, dev));
+    out(r, bytes as u64)
+}
+
+/// `cuMemFree_v2`, used to undo an allocation the cap cannot hold.
+pub fn mem_free(ptr: CUdeviceptr) -> CUresult {
+    call!(cuda(), cuMemFree_v2(ptr))
+}
+
+/// `cuCtxDestroy_v2`, used to undo a context the cap cannot hold.
+pub fn ctx_destroy(ctx: CUcontext) -> CUresult {
+    call!(cuda(), cuCtxDestroy_v2(ctx))
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`, used to undo a retain the cap cannot hold.
+pub fn primary_ctx_release(dev: CUdevice) -> CUresult {
+    call!(cuda(), cuDevicePrimaryCtxRelease_v2(dev))
+}
+
+macro_rules! nvml_call {
+    ($name:ident ( $($arg:expr),* )) => {
+        match nvml().and_then(|t| t.$name) {
+            // SAFETY: out pointers point at locals of the caller and sizes
+            // match them; device handles came from NVML.
+            Some(f) => unsafe { f($($arg),*) },
+            None => NVML_ERROR_FUNCTION_NOT_FOUND,
+        }
+    };
+}
+
+/// `nvmlInit_v2`; NVML counts initialisations, so calling it once more than
+/// the application does is harmless.
+pub fn nvml_init() -> nvmlReturn_t {
+    nvml_call!(nvmlInit_v2())
+}
+
+/// `nvmlDeviceGetHandleByUUID` for the CUDA UUID `uuid`.
+pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Result<nvmlDevice_t, nvmlReturn_t> {
+    let text = crate::config::format_uuid(uuid);
+    let text = CString::new(text).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
+    let mut dev: nvmlDevice_t = core::ptr::null_mut();
+    let r = nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev));
+    if r == NVML_SUCCESS {
+        Ok(dev)
+    } else {
+        Err(r)
+    }
+}
+
+/// `nvmlDeviceGetUUID` parsed back into 16 bytes.
+pub fn nvml_device_uuid(dev: nvmlDevice_t) -> Option<[u8; 16]> {
+    let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    let r = nvml_call!(nvmlDeviceGetUUID(dev, buf.as_mut_ptr(), buf.len() as c_uint));
+    if r != NVML_SUCCESS {
+        return None;
+    }
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    crate::config::parse_uuid(std::str::from_utf8(&bytes).ok()?)
+}
+
+/// The memory NVML reports for process `pid` on `dev`
+/// (`nvmlDeviceGetComputeRunningProcesses_v3`).
+pub fn nvml_process_used_bytes(dev: nvmlDevice_t, pid: u32) -> Option<u64> {
+    let mut infos = [nvmlProcessInfo_t::default(); 64];
+    let mut count = infos.len() as c_uint;
+    let r = nvml_call!(nvmlDeviceGetComputeRunningProcesses_v3(dev, &mut count, infos.as_mut_ptr()));
+    if r != NVML_SUCCESS {
+        return None;
+    }
+    infos.iter().take(count as usize).find(|i| i.pid == pid).map(|i| i.usedGpuMemory)
+}
