@@ -1,12 +1,21 @@
 //! `gpuslice`: the command-line front of gpuslice.
 //!
 //! Each subcommand lives in its own module: `sim` (run a command on the
-//! simulated GPU), `run` (run a command under the shim).
+//! simulated GPU), `run` (run a command under the shim), `daemon` (the host
+//! monitor), `status` (what the ledgers and NVML say now).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod config;
+mod daemon;
+mod discovery;
+mod host;
 mod libs;
+mod metrics;
+mod nvml;
 mod run;
 mod sim;
+mod snapshot;
+mod status;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +33,10 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run a command under the gpuslice shim.
     Run(run::RunArgs),
+    /// The host daemon: reclaims dead processes, applies the configuration, watches NVML, serves /metrics.
+    Monitor(daemon::MonitorArgs),
+    /// Print the tenants, devices and processes the ledgers and NVML know now.
+    Status(status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +44,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
         Command::Run(args) => run::main(args),
+        Command::Monitor(args) => daemon::main(args),
+        Command::Status(args) => status::main(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,254 @@
+//! `gpuslice monitor`: the host daemon.
+//!
+//! Every round (a quarter of a second) it:
+//! 1. reloads the configuration if SIGHUP arrived or the file changed
+//!    (a bad file keeps the previous configuration);
+//! 2. finds the tenants' ledgers, including new ones ([`ledgers`]);
+//! 3. writes the configured caps into them ([`policy`]);
+//! 4. reclaims the slots of dead processes: alive in the ledger but no longer
+//!    holding their kernel lock, so within one round of a death;
+//! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
+//!    checks it for bypass ([`violations`]) and renders `/metrics` ([`http`]).
+//!
+//! All state that matters lives in the ledger files, so a restarted monitor
+//! rebuilds its view from them and loses nothing.
+
+mod http;
+mod ledgers;
+pub mod log;
+mod policy;
+mod violations;
+
+use crate::config::{self, Config};
+use crate::discovery;
+use crate::metrics::{self, MonitorCounters};
+use crate::nvml::GpuReader;
+use crate::snapshot::{self, Snapshot};
+use clap::Args;
+use ledger::Ledger;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the monitor looks at everything.
+pub const ROUND: Duration = Duration::from_millis(250);
+
+#[derive(Args)]
+pub struct MonitorArgs {
+    /// The ledger directory (default: GPUSLICE_DIR, else /run/gpuslice or the per-user fallback).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// TOML configuration naming tenants and their memory caps; reloaded on SIGHUP and when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address for /metrics and /healthz.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    /// Load NVML from this file instead of libnvidia-ml.so.1 (e.g. simgpu's libsimgpu.so).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Run without NVML: ledgers only.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
+/// What identifies a version of the configuration file on disk.
+fn file_stamp(path: &Path) -> Option<(SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
+}
+
+struct ConfigSource {
+    path: Option<PathBuf>,
+    stamp: Option<(SystemTime, u64, u64)>,
+    text: Option<String>,
+}
+
+impl ConfigSource {
+    /// Reloads if forced or if the file changed; `None` when nothing changed.
+    fn reload(&mut self, forced: bool, counters: &mut MonitorCounters) -> Option<Config> {
+        let path = self.path.as_ref()?;
+        let stamp = file_stamp(path);
+        if !forced && stamp == self.stamp {
+            return None;
+        }
+        self.stamp = stamp;
+        let text = std::fs::read_to_string(path).ok();
+        if !forced && text.is_some() && text == self.text {
+            return None;
+        }
+        match config::load(path) {
+            Ok(config) => {
+                self.text = text;
+                *counters.config_reloads_total.entry("ok").or_default() += 1;
+                log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
+                Some(config)
+            }
+            Err(e) => {
+                self.text = text;
+                *counters.config_reloads_total.entry("error").or_default() += 1;
+                log::error(&format!("configuration refused, keeping the previous one: {e}"));
+                None
+            }
+        }
+    }
+}
+
+pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
+    let dir = discovery::ledger_dir(args.dir.as_deref());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(&dir)
+        .map_err(|e| format!("cannot create the ledger directory {}: {e}", dir.display()))?;
+
+    // A bad configuration refuses to start, with line and column.
+    let mut config_source = ConfigSource { path: args.config.clone(), stamp: None, text: None };
+    let mut config = Config::default();
+    if let Some(path) = &args.config {
+        config_source.stamp = file_stamp(path);
+        config_source.text = std::fs::read_to_string(path).ok();
+        config = config::load(path).map_err(|e| format!("bad configuration: {e}"))?;
+        log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
+    }
+
+    let listener = TcpListener::bind(&args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let local = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+
+    let hangup = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    for (signal, flag) in [
+        (signal_hook::consts::SIGHUP, &hangup),
+        (signal_hook::consts::SIGTERM, &stop),
+        (signal_hook::consts::SIGINT, &stop),
+    ] {
+        signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
+    }
+
+    let mut gpu_reader = if args.no_nvml {
+        log::warn("NVML disabled (--no-nvml): running in ledger-only mode");
+        None
+    } else {
+        match GpuReader::load(args.nvml_lib.as_deref()) {
+            Ok(reader) => Some(reader),
+            Err(e) => {
+                if args.nvml_lib.is_some() {
+                    return Err(format!("cannot load NVML from --nvml-lib: {e}"));
+                }
+                log::warn(&format!(
+                    "NVML is not available ({e}); running in ledger-only mode: caps and reclaim work, \
+                     device metrics and bypass detection do not"
+                ));
+                None
+            }
+        }
+    };
+
+    let pages: http::SharedPages = Arc::new(Mutex::new(http::Pages::default()));
+    http::serve(listener, Arc::clone(&pages));
+    log::info(&format!(
+        "watching {} ; serving http://{local}/metrics and /healthz ; NVML {}",
+        dir.display(),
+        if gpu_reader.is_some() { "on" } else { "off (ledger-only)" }
+    ));
+    println!("listen={local}");
+    let _ = std::io::stdout().flush();
+
+    let mut ledgers = ledgers::LedgerSet::new(dir);
+    let mut policy_state = policy::PolicyState::default();
+    let mut violation_state = violations::ViolationState::default();
+    let mut counters = MonitorCounters::default();
+    let mut nvml_failing = false;
+    let mut first_round = true;
+    let started = Instant::now();
+
+    while !stop.load(Ordering::Relaxed) {
+        let round_start = Instant::now();
+        let forced = hangup.swap(false, Ordering::Relaxed);
+        if forced {
+            log::info("SIGHUP: reloading the configuration");
+        }
+        if let Some(new_config) = config_source.reload(forced, &mut counters) {
+            for gone in config.tenants.keys().filter(|t| !new_config.tenants.contains_key(*t)) {
+                log::info(&format!("tenant {gone} is no longer configured; it keeps the caps last set"));
+            }
+            config = new_config;
+        }
+
+        ledgers.refresh();
+        let gpus = match gpu_reader.as_mut().map(|r| r.read()) {
+            Some(Ok(gpus)) => {
+                if nvml_failing {
+                    log::info("NVML answers again");
+                    nvml_failing = false;
+                }
+                Some(gpus)
+            }
+            Some(Err(e)) => {
+                if !nvml_failing {
+                    log::warn(&format!("NVML stopped answering ({e}); using the ledgers alone until it does"));
+                    nvml_failing = true;
+                }
+                None
+            }
+            None => None,
+        };
+        policy_state.apply(&config, &mut ledgers, gpus.as_deref());
+
+        for ledger in ledgers.ledgers() {
+            reclaim(ledger);
+        }
+
+        let refs: Vec<&Ledger> = ledgers.ledgers().collect();
+        let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref());
+        violation_state.check(&snap, config.on_violation, &mut counters);
+        {
+            let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
+            pages.metrics = metrics::render(&snap, &counters);
+            pages.health = format!(
+                "ok\nmode: {}\nledgers: {}\nuptime_s: {}\n",
+                if snap.nvml { "nvml" } else { "ledger-only" },
+                snap.tenants.len(),
+                started.elapsed().as_secs()
+            );
+        }
+        if first_round {
+            println!("ready=1");
+            let _ = std::io::stdout().flush();
+            first_round = false;
+        }
+        let spent = round_start.elapsed();
+        sleep_unless_signalled(ROUND.saturating_sub(spent), &stop, &hangup);
+    }
+    log::info("stopping");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sleep_unless_signalled(duration: Duration, stop: &AtomicBool, hangup: &AtomicBool) {
+    let end = Instant::now() + duration;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) && !hangup.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10).min(end.saturating_duration_since(Instant::now())));
+    }
+}
+
+fn reclaim(ledger: &Ledger) {
+    for dead in ledger.reclaim_dead() {
+        let bytes: Vec<String> = dead
+            .bytes_per_device
+            .iter()
+            .map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b)))
+            .collect();
+        log::info(&format!(
+            "tenant {}: reclaimed slot {} of dead pid {} (pid {} in its namespace): {}",
+            ledger.tenant(),
+            dead.slot_index,
+            dead.pid,
+            dead.ns_pid,
+            if bytes.is_empty() { "no memory held".into() } else { bytes.join(", ") }
+        ));
+    }
+}

@@ -1,0 +1,236 @@
+//! One consistent view of a host: every tenant's ledger, and (when NVML is
+//! there) what the driver says, joined by device UUID and host pid.
+//!
+//! `gpuslice status`, the monitor's `/metrics` and its violation checks all
+//! read this view, so they never disagree.
+
+use crate::host::PidResolver;
+use crate::nvml::{uuid_string, GpuInfo};
+use ledger::{Ledger, UNLIMITED};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A device as the host sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceView {
+    /// Host index (NVML), or the first ledger index it was seen at without NVML.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Physical memory.
+    pub memory_total_bytes: u64,
+    /// Driver-reported memory in use (NVML only).
+    pub memory_used_bytes: Option<u64>,
+    /// Driver-reported busy share (NVML only).
+    pub utilization_ratio: Option<f64>,
+}
+
+/// A tenant on one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantDeviceView {
+    /// Host index when known (NVML), else the ledger's index.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Reserved in the ledger.
+    pub memory_used_bytes: u64,
+    /// The cap; `None` when there is none.
+    pub memory_limit_bytes: Option<u64>,
+    /// Who set the cap.
+    pub policy_source: &'static str,
+    /// Refused allocations.
+    pub alloc_denied_total: u64,
+    /// Measured context overhead.
+    pub context_overhead_bytes: u64,
+    /// Live processes holding memory on the device.
+    pub processes: u64,
+    /// Memory the driver reports for the tenant's processes (NVML only).
+    pub driver_memory_used_bytes: Option<u64>,
+}
+
+/// A process of a tenant.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessView {
+    /// Host pid (0 when it cannot be found on this host's `/proc`).
+    pub pid: u32,
+    /// Pid inside its own PID namespace.
+    pub ns_pid: u32,
+    /// Ledger slot.
+    pub slot: usize,
+    /// Whether it still holds its slot lock.
+    pub alive: bool,
+    /// Reserved in the ledger, all devices.
+    pub memory_used_bytes: u64,
+    /// Driver-reported memory, all devices (NVML only).
+    pub driver_memory_used_bytes: Option<u64>,
+    /// SM utilization (NVML only, when sampled).
+    pub sm_utilization_ratio: Option<f64>,
+    #[serde(skip)]
+    pub start_time_ticks: u64,
+}
+
+/// One tenant.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantView {
+    /// Its name.
+    pub name: String,
+    /// Devices it has used.
+    pub devices: Vec<TenantDeviceView>,
+    /// Its processes.
+    pub processes: Vec<ProcessView>,
+    /// Dead processes whose memory was reclaimed, ever.
+    pub reclaimed_processes_total: u64,
+}
+
+/// A process using a device that no ledger knows: it bypassed the shim.
+#[derive(Debug, Clone, Serialize)]
+pub struct UntrackedView {
+    /// Host device index.
+    pub device: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Host pid.
+    pub pid: u32,
+    /// Driver-reported memory.
+    pub memory_used_bytes: u64,
+}
+
+/// The whole view.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Whether NVML answered.
+    pub nvml: bool,
+    /// Devices.
+    pub devices: Vec<DeviceView>,
+    /// Tenants, by name.
+    pub tenants: Vec<TenantView>,
+    /// Processes on the GPUs that no ledger knows (NVML only).
+    pub untracked_processes: Vec<UntrackedView>,
+}
+
+/// Builds the view from open ledgers and, if available, NVML's answer.
+pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
+    let mut resolver = PidResolver::new();
+    let host_index_of: HashMap<&str, u32> =
+        gpus.unwrap_or_default().iter().map(|g| (g.uuid.as_str(), g.index)).collect();
+    // Driver-reported memory and SM share by (uuid, pid) and by pid.
+    let mut driver_by_uuid_pid: HashMap<(&str, u32), u64> = HashMap::new();
+    let mut sm_by_pid: HashMap<u32, f64> = HashMap::new();
+    for gpu in gpus.unwrap_or_default() {
+        for p in &gpu.processes {
+            *driver_by_uuid_pid.entry((gpu.uuid.as_str(), p.pid)).or_default() += p.used_bytes;
+            if let Some(sm) = p.sm_ratio {
+                *sm_by_pid.entry(p.pid).or_default() += sm;
+            }
+        }
+    }
+
+    let mut devices: BTreeMap<String, DeviceView> = BTreeMap::new();
+    for gpu in gpus.unwrap_or_default() {
+        devices.insert(
+            gpu.uuid.clone(),
+            DeviceView {
+                index: gpu.index,
+                uuid: gpu.uuid.clone(),
+                memory_total_bytes: gpu.total_bytes,
+                memory_used_bytes: Some(gpu.used_bytes),
+                utilization_ratio: gpu.utilization_ratio,
+            },
+        );
+    }
+
+    let mut tracked_pids: HashSet<u32> = HashSet::new();
+    let mut tenants = Vec::new();
+    for ledger in ledgers {
+        let entries = ledger.devices();
+        let uuid_of: HashMap<usize, String> = entries.iter().map(|d| (d.index, uuid_string(&d.uuid))).collect();
+        for entry in &entries {
+            let uuid = uuid_string(&entry.uuid);
+            devices.entry(uuid.clone()).or_insert(DeviceView {
+                index: entry.index as u32,
+                uuid,
+                memory_total_bytes: entry.total_memory_bytes,
+                memory_used_bytes: None,
+                utilization_ratio: None,
+            });
+        }
+        let slots = ledger.slots();
+        let mut processes = Vec::new();
+        let mut per_device_processes: HashMap<usize, u64> = HashMap::new();
+        let mut driver_per_device: HashMap<usize, u64> = HashMap::new();
+        for slot in &slots {
+            let pid = if slot.alive { resolver.host_pid(slot).unwrap_or(0) } else { 0 };
+            if pid != 0 {
+                tracked_pids.insert(pid);
+            }
+            let mut driver_total = None;
+            if gpus.is_some() && pid != 0 {
+                let mut total = 0;
+                for (index, uuid) in &uuid_of {
+                    if let Some(bytes) = driver_by_uuid_pid.get(&(uuid.as_str(), pid)) {
+                        total += bytes;
+                        *driver_per_device.entry(*index).or_default() += bytes;
+                    }
+                }
+                driver_total = Some(total);
+            }
+            if slot.alive {
+                for (dev, _) in &slot.bytes_per_device {
+                    *per_device_processes.entry(*dev).or_default() += 1;
+                }
+            }
+            processes.push(ProcessView {
+                pid,
+                ns_pid: slot.ns_pid,
+                slot: slot.index,
+                alive: slot.alive,
+                memory_used_bytes: slot.total_bytes(),
+                driver_memory_used_bytes: driver_total,
+                sm_utilization_ratio: sm_by_pid.get(&pid).copied(),
+                start_time_ticks: slot.start_time_ticks,
+            });
+        }
+        let tenant_devices = entries
+            .iter()
+            .map(|entry| {
+                let uuid = uuid_string(&entry.uuid);
+                let limit = ledger.memory_limit_bytes(entry.index);
+                TenantDeviceView {
+                    index: host_index_of.get(uuid.as_str()).copied().unwrap_or(entry.index as u32),
+                    uuid,
+                    memory_used_bytes: ledger.used_bytes(entry.index),
+                    memory_limit_bytes: (limit != UNLIMITED).then_some(limit),
+                    policy_source: ledger.policy_source(entry.index).name(),
+                    alloc_denied_total: ledger.alloc_denied_total(entry.index),
+                    context_overhead_bytes: ledger.context_overhead_bytes(entry.index),
+                    processes: per_device_processes.get(&entry.index).copied().unwrap_or(0),
+                    driver_memory_used_bytes: gpus.map(|_| driver_per_device.get(&entry.index).copied().unwrap_or(0)),
+                }
+            })
+            .collect();
+        tenants.push(TenantView {
+            name: ledger.tenant(),
+            devices: tenant_devices,
+            processes,
+            reclaimed_processes_total: ledger.reclaimed_processes_total(),
+        });
+    }
+    tenants.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut untracked_processes = Vec::new();
+    for gpu in gpus.unwrap_or_default() {
+        for p in &gpu.processes {
+            if !tracked_pids.contains(&p.pid) {
+                untracked_processes.push(UntrackedView {
+                    device: gpu.index,
+                    uuid: gpu.uuid.clone(),
+                    pid: p.pid,
+                    memory_used_bytes: p.used_bytes,
+                });
+            }
+        }
+    }
+    let mut devices: Vec<DeviceView> = devices.into_values().collect();
+    devices.sort_by_key(|d| (d.index, d.uuid.clone()));
+    Snapshot { nvml: gpus.is_some(), devices, tenants, untracked_processes }
+}

@@ -1,0 +1,199 @@
+//! `gpuslice status [--dir DIR] [--json]`: what the ledgers and NVML say now,
+//! as a table for people or JSON for scripts. Reads only; works with or
+//! without a running monitor.
+
+use crate::discovery;
+use crate::nvml::GpuReader;
+use crate::snapshot::{self, Snapshot};
+use clap::Args;
+use ledger::Ledger;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The ledger directory (default: GPUSLICE_DIR, else /run/gpuslice or the per-user fallback).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Load NVML from this file instead of libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Do not ask NVML, only the ledgers.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
+pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+    let dir = discovery::ledger_dir(args.dir.as_deref());
+    let files = match discovery::ledger_files(&dir) {
+        Ok(files) => files,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
+    };
+    let mut ledgers = Vec::new();
+    let mut problems = Vec::new();
+    for file in files {
+        match Ledger::open(&file) {
+            Ok(ledger) => ledgers.push(ledger),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let gpus = if args.no_nvml {
+        None
+    } else {
+        match GpuReader::load(args.nvml_lib.as_deref()).and_then(|mut r| r.read()) {
+            Ok(gpus) => Some(gpus),
+            Err(e) => {
+                if args.nvml_lib.is_some() {
+                    return Err(format!("cannot use NVML: {e}"));
+                }
+                None
+            }
+        }
+    };
+    let refs: Vec<&Ledger> = ledgers.iter().collect();
+    let snapshot = snapshot::collect(&refs, gpus.as_deref());
+    for problem in &problems {
+        eprintln!("gpuslice status: warning: {problem}");
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&snapshot).map_err(|e| format!("cannot write JSON: {e}"))?;
+        println!("{text}");
+    } else {
+        print!("{}", table(&snapshot, &dir));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A size for people: `512.0 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn render_rows(out: &mut String, rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..columns).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let width = widths.get(c).copied().unwrap_or(0);
+            let _ = write!(line, "{cell:<width$}  ");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// The human-readable form: devices, then tenants, then their processes.
+pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ledger directory: {}   NVML: {}",
+        dir.display(),
+        if snapshot.nvml { "yes" } else { "no (ledger-only)" }
+    );
+    let _ = writeln!(out, "\nDEVICES");
+    let mut rows = vec![vec!["INDEX".into(), "UUID".into(), "MEMORY USED".into(), "TOTAL".into(), "UTIL".into()]];
+    for d in &snapshot.devices {
+        rows.push(vec![
+            d.index.to_string(),
+            d.uuid.clone(),
+            d.memory_used_bytes.map_or("-".into(), human_bytes),
+            human_bytes(d.memory_total_bytes),
+            d.utilization_ratio.map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+        ]);
+    }
+    render_rows(&mut out, &rows);
+
+    let _ = writeln!(out, "\nTENANTS");
+    let mut rows = vec![vec![
+        "TENANT".into(),
+        "DEVICE".into(),
+        "MEMORY USED".into(),
+        "CAP".into(),
+        "CAP SET BY".into(),
+        "PROCESSES".into(),
+        "DENIED".into(),
+        "DRIVER SEES".into(),
+    ]];
+    for t in &snapshot.tenants {
+        if t.devices.is_empty() {
+            rows.push(vec![t.name.clone(), "-".into(), "0 B".into(), "-".into(), "-".into(), "0".into(), "0".into(), "-".into()]);
+        }
+        for d in &t.devices {
+            rows.push(vec![
+                t.name.clone(),
+                d.index.to_string(),
+                human_bytes(d.memory_used_bytes),
+                d.memory_limit_bytes.map_or("none".into(), human_bytes),
+                d.policy_source.into(),
+                d.processes.to_string(),
+                d.alloc_denied_total.to_string(),
+                d.driver_memory_used_bytes.map_or("-".into(), human_bytes),
+            ]);
+        }
+    }
+    render_rows(&mut out, &rows);
+
+    let _ = writeln!(out, "\nPROCESSES");
+    let mut rows = vec![vec![
+        "TENANT".into(),
+        "PID".into(),
+        "NS PID".into(),
+        "SLOT".into(),
+        "MEMORY USED".into(),
+        "DRIVER SEES".into(),
+        "STATE".into(),
+    ]];
+    for t in &snapshot.tenants {
+        for p in &t.processes {
+            rows.push(vec![
+                t.name.clone(),
+                if p.pid == 0 { "?".into() } else { p.pid.to_string() },
+                p.ns_pid.to_string(),
+                p.slot.to_string(),
+                human_bytes(p.memory_used_bytes),
+                p.driver_memory_used_bytes.map_or("-".into(), human_bytes),
+                if p.alive { "alive".into() } else { "dead, awaiting reclaim".into() },
+            ]);
+        }
+    }
+    render_rows(&mut out, &rows);
+    if !snapshot.untracked_processes.is_empty() {
+        let _ = writeln!(out, "\nUNTRACKED (using a GPU without the shim)");
+        let mut rows = vec![vec!["DEVICE".into(), "PID".into(), "MEMORY USED".into()]];
+        for u in &snapshot.untracked_processes {
+            rows.push(vec![u.device.to_string(), u.pid.to_string(), human_bytes(u.memory_used_bytes)]);
+        }
+        render_rows(&mut out, &rows);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(512 << 20), "512.0 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+    }
+}
