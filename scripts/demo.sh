@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The quick-start demo: builds gpuslice, then runs examples/cap_demo.c on the
+# simulated GPU (a 16 GiB simgpu), first bare and then under a 1 GiB cap.
+# On a host with an NVIDIA GPU, drop --sim / `gpuslice sim` to use the real one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+cargo build --release --workspace --quiet
+bin=target/release
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+gcc -O2 -I .deps/include examples/cap_demo.c -o "$work/cap_demo" -L "$bin/simgpu-libs" -lcuda 2>/dev/null ||
+    { "$bin/gpuslice" sim -- true; gcc -O2 -I .deps/include examples/cap_demo.c -o "$work/cap_demo" -L "$bin/simgpu-libs" -lcuda; }
+export SIMGPU_STATE="$work/simgpu.state" SIMGPU_MEMORY=16GiB
+echo "== without gpuslice: the whole simulated GPU"
+"$bin/gpuslice" sim -- "$work/cap_demo"
+echo
+echo "== under gpuslice, tenant 'demo' capped at 1 GiB"
+"$bin/gpuslice" run --sim --memory 1GiB --tenant demo --dir "$work/ledger" -- "$work/cap_demo"
