@@ -494,6 +494,14 @@ impl Running {
         }
     }
 
+    /// Whether the child has printed a line `key=...` so far (does not wait).
+    pub fn has_printed(&mut self, key: &str) -> bool {
+        while let Ok(line) = self.lines.try_recv() {
+            self.stdout_seen.push(line);
+        }
+        self.stdout_seen.iter().any(|l| value_of(l, key).is_some())
+    }
+
     /// Writes one line to the child's stdin.
     pub fn send_line(&mut self, line: &str) {
         if let Some(stdin) = self.stdin.as_mut() {

@@ -1,0 +1,151 @@
+/* shim_stress THREADS ITERATIONS MAX_BYTES
+ *
+ * Makes a context, prints ready=1 and waits for a line on stdin (so that
+ * several processes start together), then runs THREADS threads that each
+ * allocate and free random sizes (1..MAX_BYTES) ITERATIONS times, through
+ * cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocAsync and cuMemCreate, holding
+ * up to 8 allocations at a time. Frees everything, then prints
+ * ok=<successful allocations> oom=<CUDA_ERROR_OUT_OF_MEMORY results>
+ * errors=<any other failure> and the first unexpected result. */
+#include "common.h"
+#include <pthread.h>
+
+enum { LIVE_MAX = 8 };
+enum kind { K_ALLOC, K_MANAGED, K_ASYNC, K_VMM, K_KINDS };
+
+struct live {
+    enum kind kind;
+    CUdeviceptr ptr;
+    CUmemGenericAllocationHandle handle;
+};
+
+static CUcontext ctx;
+static int iterations;
+static uint64_t max_bytes;
+static size_t granularity;
+static long total_ok, total_oom, total_errors;
+static pthread_mutex_t totals = PTHREAD_MUTEX_INITIALIZER;
+static char first_error[256];
+
+static uint64_t next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void record_error(const char *what, CUresult rc) {
+    pthread_mutex_lock(&totals);
+    total_errors++;
+    if (!first_error[0]) snprintf(first_error, sizeof first_error, "%s returned %d", what, (int)rc);
+    pthread_mutex_unlock(&totals);
+}
+
+static CUresult release(struct live *l, CUstream s) {
+    switch (l->kind) {
+    case K_ALLOC:
+    case K_MANAGED: return cuMemFree(l->ptr);
+    case K_ASYNC: {
+        CUresult rc = cuMemFreeAsync(l->ptr, s);
+        return rc == CUDA_SUCCESS ? cuStreamSynchronize(s) : rc;
+    }
+    case K_VMM: return cuMemRelease(l->handle);
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static void *worker(void *arg) {
+    uint64_t seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull + (uint64_t)(uintptr_t)arg * 7919 + 1;
+    struct live live[LIVE_MAX];
+    int count = 0;
+    long ok = 0, oom = 0;
+    CUstream s;
+    CUresult rc = cuCtxSetCurrent(ctx);
+    if (rc == CUDA_SUCCESS) rc = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    if (rc != CUDA_SUCCESS) {
+        record_error("thread setup", rc);
+        return NULL;
+    }
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    for (int i = 0; i < iterations; i++) {
+        if (count < LIVE_MAX && (count == 0 || next(&seed) % 2 == 0)) {
+            struct live *l = &live[count];
+            size_t bytes = 1 + next(&seed) % max_bytes;
+            l->kind = (enum kind)(next(&seed) % K_KINDS);
+            switch (l->kind) {
+            case K_ALLOC: rc = cuMemAlloc(&l->ptr, bytes); break;
+            case K_MANAGED: rc = cuMemAllocManaged(&l->ptr, bytes, CU_MEM_ATTACH_GLOBAL); break;
+            case K_ASYNC:
+                rc = cuMemAllocAsync(&l->ptr, bytes, s);
+                if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize(s);
+                break;
+            default:
+                bytes = (bytes + granularity - 1) / granularity * granularity;
+                rc = cuMemCreate(&l->handle, bytes, &prop, 0);
+                break;
+            }
+            if (rc == CUDA_SUCCESS) {
+                ok++;
+                count++;
+            } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+                oom++;
+            } else {
+                record_error("allocation", rc);
+            }
+        } else {
+            int victim = (int)(next(&seed) % (uint64_t)count);
+            rc = release(&live[victim], s);
+            if (rc != CUDA_SUCCESS) record_error("free", rc);
+            live[victim] = live[--count];
+        }
+    }
+    while (count > 0) {
+        rc = release(&live[--count], s);
+        if (rc != CUDA_SUCCESS) record_error("final free", rc);
+    }
+    cuStreamDestroy(s);
+    pthread_mutex_lock(&totals);
+    total_ok += ok;
+    total_oom += oom;
+    pthread_mutex_unlock(&totals);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    test_init_output();
+    if (argc != 4) {
+        fprintf(stderr, "usage: shim_stress THREADS ITERATIONS MAX_BYTES\n");
+        return 64;
+    }
+    int threads = atoi(argv[1]);
+    iterations = atoi(argv[2]);
+    max_bytes = parse_bytes(argv[3]);
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    printf("pid=%d\nready=1\n", (int)getpid());
+    wait_stdin_line();
+    pthread_t ids[256];
+    if (threads > 256) threads = 256;
+    for (int t = 0; t < threads; t++) pthread_create(&ids[t], NULL, worker, (void *)(uintptr_t)t);
+    for (int t = 0; t < threads; t++) pthread_join(ids[t], NULL);
+    CUmemoryPool pool;
+    if (cuDeviceGetDefaultMemPool(&pool, 0) == CUDA_SUCCESS) cuMemPoolTrimTo(pool, 0);
+    printf("ok=%ld\noom=%ld\nerrors=%ld\nfirst_error=%s\n", total_ok, total_oom, total_errors,
+           first_error[0] ? first_error : "none");
+    printf("finished=1\n");
+    /* Hold the context until told to exit, so the test can see the
+     * process's remaining usage (its context) before it exits. */
+    wait_stdin_line();
+    return 0;
+}

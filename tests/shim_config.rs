@@ -1,0 +1,162 @@
+//! Configuration under the shim on simgpu: every accepted form of the cap
+//! (sizes, per-device lists, HAMi-core's variables), fail-closed on invalid
+//! values, and ledger files that are not ours left untouched.
+
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
+
+use gpuslice_tests::{cu, Output, Sim, GIB, MIB};
+use std::path::Path;
+
+const TENANT: &str = "conf";
+
+fn sim() -> Sim {
+    Sim::new().memory("16GiB").context_memory("64MiB").shim().tenant(TENANT)
+}
+
+fn totals(sim: &Sim, envs: &[(&str, &str)], devices: &[u32]) -> Output {
+    let mut cmd = sim.c("memctl");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.arg("init");
+    for d in devices {
+        cmd.arg(format!("totalmem:{d}"));
+    }
+    let out = sim.run(&mut cmd);
+    out.assert_success().assert_rc("init", cu::SUCCESS);
+    out
+}
+
+#[test]
+fn sizes_in_every_accepted_form_set_the_cap() {
+    let cases: &[(&str, &str, u64)] = &[
+        ("GPUSLICE_MEMORY_LIMIT", "8GiB", 8 * GIB),
+        ("GPUSLICE_MEMORY_LIMIT", "8G", 8 * GIB),
+        ("GPUSLICE_MEMORY_LIMIT", "512MiB", 512 * MIB),
+        ("GPUSLICE_MEMORY_LIMIT", "1.5GiB", 1536 * MIB),
+        ("GPUSLICE_MEMORY_LIMIT", "3000m", 3000 * MIB),
+        ("GPUSLICE_MEMORY_LIMIT", "1073741824", GIB),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "3000m", 3000 * MIB),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "2g", 2 * GIB),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "700m", 700 * MIB),
+    ];
+    for &(var, value, bytes) in cases {
+        let sim = sim();
+        let out = totals(&sim, &[(var, value)], &[0]);
+        assert_eq!(out.u64("totalmem.bytes"), bytes, "{var}={value}\n{out}");
+    }
+}
+
+#[test]
+fn per_device_caps_and_precedence() {
+    // GPUSLICE_MEMORY_LIMIT as a list.
+    let sim = sim().devices(2);
+    let out = totals(&sim, &[("GPUSLICE_MEMORY_LIMIT", "0=512MiB,1=1GiB")], &[0, 1]);
+    assert_eq!(out.all("totalmem.bytes"), [(512 * MIB).to_string(), GIB.to_string()], "{out}");
+    // HAMi's per-device variable overrides its all-device one.
+    let sim = self::sim().devices(2);
+    let out = totals(&sim, &[("CUDA_DEVICE_MEMORY_LIMIT", "3000m"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")], &[0, 1]);
+    assert_eq!(out.all("totalmem.bytes"), [(3000 * MIB).to_string(), GIB.to_string()], "{out}");
+    // gpuslice's own name wins over HAMi's.
+    let sim = self::sim();
+    let out = totals(&sim, &[("CUDA_DEVICE_MEMORY_LIMIT", "3000m"), ("GPUSLICE_MEMORY_LIMIT", "1GiB")], &[0]);
+    assert_eq!(out.u64("totalmem.bytes"), GIB, "{out}");
+}
+
+#[test]
+fn invalid_values_fail_closed_and_name_the_variable() {
+    let cases: &[(&str, &str)] = &[
+        ("GPUSLICE_MEMORY_LIMIT", "4GG"),
+        ("GPUSLICE_MEMORY_LIMIT", "lots"),
+        ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,x=2GiB"),
+        ("GPUSLICE_MEMORY_LIMIT", "-1GiB"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "lots"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1q"),
+        ("GPUSLICE_TENANT", "bad/name"),
+        ("GPUSLICE_LOG", "loud"),
+    ];
+    for &(var, value) in cases {
+        let sim = sim();
+        let mut cmd = sim.c("memctl");
+        cmd.env(var, value).args(["init", "ctx", "alloc:a:1M", "info"]);
+        let out = sim.run(&mut cmd);
+        out.assert_success();
+        assert_ne!(out.i64("init"), cu::SUCCESS, "{var}={value:?} must fail cuInit\n{out}");
+        assert_ne!(out.i64("a"), cu::SUCCESS, "{var}={value:?}: no GPU memory without a valid config\n{out}");
+        assert!(out.stderr.contains(var), "stderr must name {var}\n{out}");
+        assert!(out.stderr.contains(value), "stderr must show the value {value:?}\n{out}");
+    }
+}
+
+/// A ledger file for `TENANT` in `sim`'s ledger directory, made by a real
+/// process of the tenant.
+fn real_ledger(sim: &Sim) -> Vec<u8> {
+    let out = sim.run(sim.c("memctl").env("GPUSLICE_MEMORY_LIMIT", "1GiB").args(["init", "ctx", "alloc:a:1M"]));
+    out.assert_success().assert_rc("a", cu::SUCCESS);
+    std::fs::read(ledger::tenant_path(&sim.ledger_dir(), TENANT)).expect("the tenant's ledger")
+}
+
+fn header_offset(field: usize) -> usize {
+    std::mem::offset_of!(ledger::layout::LedgerFile, header) + field
+}
+
+fn assert_refused_and_untouched(sim: &Sim, path: &Path, what: &str) {
+    let before = std::fs::read(path).expect("ledger file");
+    let out = sim.run(sim.c("memctl").env("GPUSLICE_MEMORY_LIMIT", "1GiB").args(["init", "ctx", "alloc:a:1M", "info"]));
+    out.assert_success();
+    assert_ne!(out.i64("a"), cu::SUCCESS, "{what}: the shim must fail closed\n{out}");
+    assert!(!out.stderr.trim().is_empty(), "{what}: the failure must be explained on stderr\n{out}");
+    assert!(out.stderr.contains(&path.display().to_string()), "{what}: stderr must name the file\n{out}");
+    assert!(std::fs::read(path).expect("ledger file") == before, "{what}: the file must not be rewritten\n{out}");
+}
+
+#[test]
+fn foreign_truncated_and_corrupt_ledgers_are_refused_and_never_rewritten() {
+    let path_of = |sim: &Sim| ledger::tenant_path(&sim.ledger_dir(), TENANT);
+
+    let sim = sim();
+    std::fs::write(path_of(&sim), b"this is a text file, not a ledger\n".repeat(200)).unwrap();
+    assert_refused_and_untouched(&sim, &path_of(&sim), "not a ledger");
+
+    let sim = self::sim();
+    std::fs::write(path_of(&sim), b"").unwrap();
+    assert_refused_and_untouched(&sim, &path_of(&sim), "empty file");
+
+    let sim = self::sim();
+    let mut bytes = real_ledger(&sim);
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(path_of(&sim), &bytes).unwrap();
+    assert_refused_and_untouched(&sim, &path_of(&sim), "truncated ledger");
+
+    let sim = self::sim();
+    let mut bytes = real_ledger(&sim);
+    let at = header_offset(std::mem::offset_of!(ledger::layout::Header, layout_version));
+    let version = u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap());
+    bytes[at..at + 4].copy_from_slice(&(version + 1).to_ne_bytes());
+    std::fs::write(path_of(&sim), &bytes).unwrap();
+    assert_refused_and_untouched(&sim, &path_of(&sim), "ledger of another layout version");
+
+    let sim = self::sim();
+    let mut bytes = real_ledger(&sim);
+    let at = header_offset(std::mem::offset_of!(ledger::layout::Header, tenant_name));
+    bytes[at] = b'/';
+    std::fs::write(path_of(&sim), &bytes).unwrap();
+    assert_refused_and_untouched(&sim, &path_of(&sim), "corrupt tenant name");
+}
+
+#[test]
+fn gpuslice_run_applies_its_options() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB");
+    let memctl = gpuslice_tests::compile_c("memctl");
+    let dir = sim.ledger_dir();
+    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--memory", "768MiB", "--tenant", "cli", "--dir"]).arg(&dir).arg("--").arg(memctl).args([
+        "init", "ctx", "info", "alloc:over:free+1", "alloc:all:free", "hold",
+    ]));
+    out.assert_success();
+    assert_eq!(out.u64("info.total"), 768 * MIB, "{out}");
+    assert_eq!(out.u64("info.free"), 704 * MIB, "{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("all", cu::SUCCESS);
+    assert!(ledger::tenant_path(&dir, "cli").is_file(), "the ledger lives in --dir");
+    assert_eq!(ledger_view::memory_limit_bytes(&dir, "cli", 0), 768 * MIB);
+}

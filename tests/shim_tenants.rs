@@ -1,0 +1,232 @@
+//! One cap per tenant across its processes, under the shim on simgpu:
+//! shared at the same time and one after another, independent between
+//! tenants, never overshot by concurrent processes and threads, released on
+//! exit, reclaimed after `kill -9`, and right across `fork` and bad frees.
+
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
+
+use gpuslice_tests::{cu, Sim, MIB};
+use std::time::{Duration, Instant};
+
+const TENANT: &str = "team-a";
+
+/// A 4 GiB simulated device whose contexts cost 64 MiB; the tenant's cap is 512 MiB.
+fn tenant_sim() -> Sim {
+    Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("512MiB").tenant(TENANT)
+}
+
+fn used(sim: &Sim, tenant: &str) -> u64 {
+    ledger_view::used_bytes(&sim.ledger_dir(), tenant, 0)
+}
+
+#[test]
+fn processes_of_a_tenant_share_one_cap_at_the_same_time() {
+    let sim = tenant_sim();
+    let mut a = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:200M", "hold"]));
+    a.wait_for("ready");
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "info", "alloc:over:free+1", "alloc:b:free", "alloc:one:1"]));
+    let a = a.wait();
+    a.assert_success().assert_rc("a", cu::SUCCESS);
+    out.assert_success();
+    assert_eq!(out.u64("info.total"), 512 * MIB, "{out}");
+    assert_eq!(out.u64("info.free"), (512 - 64 - 200 - 64) * MIB, "the other process's share counts\n{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY);
+    out.assert_rc("b", cu::SUCCESS);
+    out.assert_rc("one", cu::OUT_OF_MEMORY);
+}
+
+#[test]
+fn processes_of_a_tenant_share_one_cap_one_after_another() {
+    let sim = tenant_sim();
+    let first = sim.run(sim.c("memctl").args(["init", "ctx", "alloc:a:300M", "alloc:over:300M", "exit:0"]));
+    first.assert_rc("a", cu::SUCCESS).assert_rc("over", cu::OUT_OF_MEMORY);
+    assert_eq!(used(&sim, TENANT), 0, "a normal exit releases everything\n{first}");
+    let second = sim.run(sim.c("memctl").args(["init", "ctx", "info", "alloc:over:free+1", "alloc:b:free"]));
+    second.assert_success();
+    assert_eq!(second.u64("info.free"), 448 * MIB, "{second}");
+    second.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+}
+
+#[test]
+fn tenants_never_affect_each_other() {
+    let sim = tenant_sim();
+    let mut a = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:free", "hold"]));
+    a.wait_for("ready");
+    let mut other = sim.c("memctl");
+    other.env("GPUSLICE_TENANT", "team-b").args(["init", "ctx", "info", "alloc:over:free+1", "alloc:b:free", "hold"]);
+    let mut b = sim.spawn(&mut other);
+    b.wait_for("ready");
+    let (used_a, used_b) = (used(&sim, TENANT), used(&sim, "team-b"));
+    let b = b.wait();
+    a.wait().assert_success().assert_rc("a", cu::SUCCESS);
+    b.assert_success();
+    assert_eq!(b.u64("info.free"), 448 * MIB, "a full tenant must not shrink another\n{b}");
+    b.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+    assert_eq!((used_a, used_b), (512 * MIB, 512 * MIB));
+}
+
+#[test]
+fn concurrent_processes_and_threads_never_pass_the_cap() {
+    const CAP_BYTES: u64 = 256 * MIB;
+    let sim = Sim::new()
+        .memory("4GiB")
+        .context_memory("16MiB")
+        .memory_limit("256MiB")
+        .tenant(TENANT)
+        .timeout(Duration::from_secs(120));
+    let mut procs: Vec<_> =
+        (0..4).map(|_| sim.spawn(sim.c("shim_stress").args(["16", "300", "8M"]))).collect();
+    for p in &mut procs {
+        p.wait_for("ready");
+    }
+    let ledger = ledger_view::open(&sim.ledger_dir(), TENANT);
+    for p in &mut procs {
+        p.send_line("go");
+    }
+    // Sample the tenant's usage while the processes run.
+    let mut max_used = 0;
+    let mut samples = 0u64;
+    let started = Instant::now();
+    let mut finished = 0;
+    while finished < procs.len() && started.elapsed() < Duration::from_secs(110) {
+        for _ in 0..200 {
+            max_used = max_used.max(ledger.used_bytes(0));
+            samples += 1;
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        finished = procs.iter_mut().map(|p| p.has_printed("finished")).filter(|done| *done).count();
+    }
+    let outs: Vec<_> = procs.into_iter().map(|p| p.wait()).collect();
+    let (mut ok, mut oom) = (0, 0);
+    for out in &outs {
+        out.assert_success();
+        assert_eq!(out.u64("errors"), 0, "no allocation or free may fail except with OUT_OF_MEMORY\n{out}");
+        ok += out.u64("ok");
+        oom += out.u64("oom");
+    }
+    assert!(max_used <= CAP_BYTES, "usage reached {max_used} bytes, over the cap of {CAP_BYTES} ({samples} samples)");
+    assert!(oom > 0 && ok > 0, "the load must reach the cap to test it: ok={ok} oom={oom}");
+    assert_eq!(ledger.used_bytes(0), 0, "usage must end at exactly zero");
+    assert!(ledger.slots().is_empty(), "every process slot must be free: {:?}", ledger.slots());
+}
+
+#[test]
+fn an_unknown_pointer_free_is_forwarded_to_the_driver() {
+    let bare = Sim::new();
+    let expected = bare.run(bare.c("memctl").args(["init", "ctx", "freeptr:0xdead0000"]));
+    let sim = tenant_sim();
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "info:before", "freeptr:0xdead0000", "info:after"]));
+    out.assert_success();
+    assert_ne!(expected.i64("freeptr"), cu::SUCCESS, "{expected}");
+    assert_eq!(out.i64("freeptr"), expected.i64("freeptr"), "the driver's own answer\n{out}\n{expected}");
+    assert_eq!(out.u64("after.free"), out.u64("before.free"), "{out}");
+}
+
+#[test]
+fn a_double_free_gets_the_driver_error_and_leaves_the_ledger_right() {
+    let bare = Sim::new();
+    let expected = bare.run(bare.c("memctl").args(["init", "ctx", "alloc:a:100M", "free:a", "free:a"]));
+    let sim = tenant_sim();
+    let mut p = sim.spawn(sim.c("memctl").args([
+        "init", "ctx", "alloc:a:100M", "free:a", "free:a", "info", "alloc:over:free+1", "alloc:b:free", "free:b", "hold",
+    ]));
+    p.wait_for("ready");
+    let held = used(&sim, TENANT);
+    let out = p.wait();
+    out.assert_success();
+    let frees = out.all("free.a");
+    assert_eq!(frees[0], "0", "{out}");
+    assert_eq!(frees[1], expected.all("free.a")[1], "the second free gets the driver's error\n{out}\n{expected}");
+    assert_ne!(frees[1], "0", "{out}");
+    assert_eq!(out.u64("info.free"), 448 * MIB, "{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+    assert_eq!(held, 64 * MIB, "only the context is charged after the frees");
+}
+
+#[test]
+fn a_normal_exit_releases_everything_the_process_held() {
+    let sim = tenant_sim();
+    let out = sim.run(sim.c("memctl").args([
+        "init", "ctx", "pctx", "alloc:a:100M", "managed:m:50M", "vmm:v:20M", "array:r:1024:1024", "async:s:8M", "pid",
+        "exit:0",
+    ]));
+    for key in ["a", "m", "v", "r", "s"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    assert_eq!(used(&sim, TENANT), 0, "{out}");
+    let pid: u32 = out.get("pid").parse().expect("pid");
+    assert!(ledger_view::slot_of(&sim.ledger_dir(), TENANT, pid).is_none(), "the slot must be free\n{out}");
+}
+
+#[test]
+fn after_kill_dash_nine_the_next_allocation_reclaims_the_dead_share() {
+    let sim = tenant_sim();
+    let mut victim = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:400M", "pid", "hold"]));
+    let pid: u32 = victim.wait_for("pid").parse().expect("pid");
+    victim.wait_for("ready");
+    let killed = victim.kill9();
+    assert_eq!(killed.code(), None, "{killed}");
+    // No monitor runs: the dead process's share stays until someone needs it.
+    let dead = ledger_view::slot_of(&sim.ledger_dir(), TENANT, pid).expect("the dead process's slot");
+    assert!(!dead.alive, "{dead:?}");
+    assert_eq!(dead.total_bytes(), 464 * MIB, "{dead:?}");
+
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "alloc:b:380M", "info", "hold"]));
+    out.assert_success();
+    out.assert_rc("ctx", cu::SUCCESS).assert_rc("b", cu::SUCCESS);
+    assert_eq!(out.u64("info.free"), (512 - 64 - 380) * MIB, "{out}");
+    assert!(ledger_view::slot_of(&sim.ledger_dir(), TENANT, pid).is_none(), "the dead slot must be reclaimed");
+    assert_eq!(used(&sim, TENANT), 0, "{out}");
+}
+
+#[test]
+fn a_forked_child_without_cuda_leaves_the_parent_alone() {
+    let sim = tenant_sim();
+    let mut p = sim.spawn(sim.c("shim_fork").arg("nocuda"));
+    let parent_pid: u32 = p.wait_for("parent.pid").parse().expect("pid");
+    p.wait_for("parent.ready");
+    let slots = ledger_view::slots(&sim.ledger_dir(), TENANT);
+    let held = used(&sim, TENANT);
+    let out = p.wait();
+    out.assert_success();
+    assert_eq!(out.i64("child.exit"), 0, "{out}");
+    assert_eq!(out.get("child.done"), "1", "{out}");
+    assert_eq!(out.u64("parent.after.free"), out.u64("parent.before.free"), "{out}");
+    out.assert_rc("parent.alloc", cu::SUCCESS).assert_rc("parent.free", cu::SUCCESS);
+    out.assert_rc("parent.free_held", cu::SUCCESS);
+    assert_eq!(held, 164 * MIB, "the child's exit must not release the parent's share\n{out}");
+    assert_eq!(slots.len(), 1, "{slots:?}");
+    assert_eq!(slots[0].pid, parent_pid, "{slots:?}");
+    assert!(slots[0].alive, "{slots:?}");
+    assert_eq!(used(&sim, TENANT), 0, "{out}");
+}
+
+#[test]
+fn a_forked_child_that_uses_cuda_is_its_own_process() {
+    let sim = tenant_sim();
+    let mut p = sim.spawn(sim.c("shim_fork").arg("cuda"));
+    let parent_pid: u32 = p.wait_for("parent.pid").parse().expect("pid");
+    let child_pid: u32 = p.wait_for("child.pid").parse().expect("pid");
+    p.wait_for("child.ready");
+    let with_child = ledger_view::slots(&sim.ledger_dir(), TENANT);
+    let used_with_child = used(&sim, TENANT);
+    p.send_line("child, exit");
+    p.wait_for("parent.ready");
+    let after_child = ledger_view::slots(&sim.ledger_dir(), TENANT);
+    let used_after_child = used(&sim, TENANT);
+    let out = p.wait();
+    out.assert_success();
+    for key in ["child.init", "child.ctx", "child.alloc", "parent.alloc", "parent.free", "parent.free_held"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    assert_eq!(out.u64("child.info.free"), (512 - 164 - 114) * MIB, "{out}");
+    let bytes_of = |slots: &[ledger::SlotView], pid: u32| slots.iter().find(|s| s.pid == pid).map(|s| s.total_bytes());
+    assert_eq!(bytes_of(&with_child, parent_pid), Some(164 * MIB), "{with_child:?}");
+    assert_eq!(bytes_of(&with_child, child_pid), Some(114 * MIB), "{with_child:?}");
+    assert_eq!(used_with_child, 278 * MIB);
+    assert_eq!(bytes_of(&after_child, child_pid), None, "{after_child:?}");
+    assert_eq!(bytes_of(&after_child, parent_pid), Some(164 * MIB), "{after_child:?}");
+    assert_eq!(used_after_child, 164 * MIB);
+    assert_eq!(out.u64("parent.after.free"), out.u64("parent.before.free"), "{out}");
+}
