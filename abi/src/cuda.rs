@@ -190,3 +190,37 @@ pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 pub const CU_GET_PROC_ADDRESS_SUCCESS: c_int = 0;
 pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
 pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
+
+/// `CUDA_KERNEL_NODE_PARAMS_v1` (`cuGraphAddKernelNode`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v1 {
+    pub func: CUfunction,
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub kernelParams: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, `cuGraphAddKernelNode_v2`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_KERNEL_NODE_PARAMS {
+    pub func: CUfunction,
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub kernelParams: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}

@@ -1,0 +1,192 @@
+//! Configuration from `SIMGPU_*` environment variables, parsed once at
+//! `cuInit`/`nvmlInit`. A bad value is a typed error whose message names the
+//! variable, the value and the accepted format; the caller prints it and fails
+//! initialisation, so a typo never silently means a default.
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub const MAX_DEVICES: u32 = 16;
+
+/// Accepted size format, shown in error messages.
+pub const SIZE_FORMAT: &str = "a size like 16GiB, 512MiB, 1.5GiB, 3000m or a byte count";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub device_count: u32,
+    pub memory_bytes: u64,
+    /// Explicit `SIMGPU_STATE`, or `None` for the default path.
+    pub state_path: Option<PathBuf>,
+    pub context_memory_bytes: u64,
+    pub slice_us: u64,
+    pub kernel_us: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub variable: &'static str,
+    pub value: String,
+    pub expected: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "simgpu: {}={:?} is not valid: expected {}", self.variable, self.value, self.expected)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Parses from any variable lookup (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let device_count = match get("SIMGPU_DEVICES") {
+            None => 1,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_DEVICES).contains(&n) => n,
+                _ => return Err(err("SIMGPU_DEVICES", v, format!("a whole number from 1 to {MAX_DEVICES}"))),
+            },
+        };
+        let memory_bytes = size_var(&get, "SIMGPU_MEMORY", 16 << 30, 1 << 20)?;
+        let context_memory_bytes = size_var(&get, "SIMGPU_CONTEXT_MEMORY", 256 << 20, 0)?;
+        if context_memory_bytes >= memory_bytes {
+            return Err(err(
+                "SIMGPU_CONTEXT_MEMORY",
+                get("SIMGPU_CONTEXT_MEMORY").unwrap_or_default(),
+                format!("{SIZE_FORMAT}, smaller than SIMGPU_MEMORY ({memory_bytes} bytes)"),
+            ));
+        }
+        let slice_us = int_var(&get, "SIMGPU_SLICE_US", 2000, 10, 10_000_000)?;
+        let kernel_us = int_var(&get, "SIMGPU_KERNEL_US", 5, 0, 3_600_000_000)?;
+        let state_path = match get("SIMGPU_STATE") {
+            None => None,
+            Some(v) if v.is_empty() => return Err(err("SIMGPU_STATE", v, "a file path".into())),
+            Some(v) => Some(PathBuf::from(v)),
+        };
+        Ok(Config { device_count, memory_bytes, state_path, context_memory_bytes, slice_us, kernel_us })
+    }
+
+    /// The state file: `SIMGPU_STATE`, or one per device configuration under
+    /// the user's runtime directory, so that processes started with another
+    /// `SIMGPU_DEVICES`/`SIMGPU_MEMORY` get their own simulated machine
+    /// instead of a mismatch error.
+    pub fn state_file(&self) -> PathBuf {
+        if let Some(p) = &self.state_path {
+            return p.clone();
+        }
+        let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d).join("simgpu"),
+            // SAFETY: getuid has no preconditions and cannot fail.
+            _ => PathBuf::from(format!("/tmp/simgpu-{}", unsafe { libc::getuid() })),
+        };
+        dir.join(format!("state-{}x{}", self.device_count, self.memory_bytes))
+    }
+}
+
+fn err(variable: &'static str, value: String, expected: String) -> ConfigError {
+    ConfigError { variable, value, expected }
+}
+
+fn size_var(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: u64, min: u64) -> Result<u64, ConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) => match parse_size(&v) {
+            Some(n) if n >= min && n <= (1u64 << 46) => Ok(n),
+            _ => Err(err(name, v, format!("{SIZE_FORMAT}, from {min} bytes to 64TiB"))),
+        },
+    }
+}
+
+fn int_var(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(err(name, v, format!("a whole number of microseconds from {min} to {max}"))),
+        },
+    }
+}
+
+/// Parses `16GiB`, `512MiB`, `1.5GiB`, `3000m`, `4g`, `1024k`, `8GB` or a plain
+/// byte count. Suffixes are binary (`k`/`KiB`/`KB` = 1024); the result must be
+/// a whole number of bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    if number.is_empty() {
+        return None;
+    }
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    let (whole, frac) = match number.split_once('.') {
+        Some((w, f)) if !f.is_empty() && !f.contains('.') => (w, f),
+        Some(_) => return None,
+        None => (number, ""),
+    };
+    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    let mut bytes = whole.checked_shl(shift)?;
+    if whole != 0 && bytes >> shift != whole {
+        return None;
+    }
+    if !frac.is_empty() {
+        // Exact decimal fraction of the unit: frac / 10^len * 2^shift must be whole.
+        let denom = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
+        let num = frac.parse::<u128>().ok()? << shift;
+        if num % denom != 0 {
+            return None;
+        }
+        bytes = bytes.checked_add(u64::try_from(num / denom).ok()?)?;
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16GiB"), Some(16 << 30));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
+        assert_eq!(parse_size("3000m"), Some(3000 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size(" 2 g "), Some(2 << 30));
+        assert_eq!(parse_size("4GG"), None);
+        assert_eq!(parse_size("GiB"), None);
+        assert_eq!(parse_size("1.1b"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999"), None);
+    }
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((c.device_count, c.memory_bytes, c.context_memory_bytes, c.slice_us, c.kernel_us), (1, 16 << 30, 256 << 20, 2000, 5));
+        let e = cfg(&[("SIMGPU_MEMORY", "4GG")]).unwrap_err();
+        assert_eq!(e.variable, "SIMGPU_MEMORY");
+        assert!(e.to_string().contains("4GG") && e.to_string().contains("16GiB"));
+        assert_eq!(cfg(&[("SIMGPU_DEVICES", "0")]).unwrap_err().variable, "SIMGPU_DEVICES");
+        assert_eq!(cfg(&[("SIMGPU_SLICE_US", "x")]).unwrap_err().variable, "SIMGPU_SLICE_US");
+        assert_eq!(cfg(&[("SIMGPU_MEMORY", "1GiB"), ("SIMGPU_CONTEXT_MEMORY", "1GiB")]).unwrap_err().variable, "SIMGPU_CONTEXT_MEMORY");
+        assert_eq!(cfg(&[("SIMGPU_CONTEXT_MEMORY", "0")]).unwrap().context_memory_bytes, 0);
+    }
+}

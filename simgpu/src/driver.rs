@@ -1,0 +1,378 @@
+//! The process-wide driver: the simulated machine (config + shared state),
+//! this process's record in it, and the registry of every handle issued.
+//!
+//! Handles given to the application are opaque numbers (a kind tag in the high
+//! bits, a counter below), never pointers into simgpu's memory: every call
+//! looks its handles up in the registry, so a stale, foreign or garbage handle
+//! is an error code, never a dereference.
+
+use crate::config::Config;
+use crate::exec::{lock, Event, Executor, Host, Stream};
+use crate::memory::{DeviceHeap, VmmState};
+use crate::state::SharedState;
+use abi::cuda::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub type CuResult<T> = Result<T, CUresult>;
+
+/// The simulated machine as this process sees it; shared by driver and NVML.
+pub struct Machine {
+    pub config: Config,
+    pub state: SharedState,
+}
+
+static MACHINE: OnceLock<Result<Machine, String>> = OnceLock::new();
+
+/// Opens the machine once; on a configuration or state-file error, prints the
+/// message to stderr (once) and returns it.
+pub fn machine() -> Result<&'static Machine, &'static str> {
+    let m = MACHINE.get_or_init(|| {
+        let r = Config::from_env().map_err(|e| e.to_string()).and_then(|config| {
+            let state = SharedState::open(&config).map_err(|e| e.to_string())?;
+            Ok(Machine { config, state })
+        });
+        if let Err(msg) = &r {
+            eprintln!("{msg}");
+        }
+        r
+    });
+    m.as_ref().map_err(|s| s.as_str())
+}
+
+pub const TAG_CTX: u64 = 0x5c;
+pub const TAG_MODULE: u64 = 0x5d;
+pub const TAG_FUNC: u64 = 0x5f;
+pub const TAG_STREAM: u64 = 0x51;
+pub const TAG_EVENT: u64 = 0x5e;
+pub const TAG_POOL: u64 = 0x50;
+pub const TAG_GRAPH: u64 = 0x6a;
+pub const TAG_NODE: u64 = 0x6b;
+pub const TAG_EXEC: u64 = 0x6c;
+pub const TAG_ARRAY: u64 = 0x6d;
+pub const TAG_MIPMAP: u64 = 0x6e;
+pub const TAG_VMM: u64 = 0x6f;
+
+pub struct Context {
+    pub handle: u64,
+    pub device: usize,
+    pub primary: bool,
+    pub flags: u32,
+    pub charged_bytes: u64,
+    pub exec: Arc<Executor>,
+    pub default_stream: Arc<Stream>,
+}
+
+pub struct Module {
+    pub ctx: u64,
+    pub functions: HashMap<String, u64>,
+}
+
+pub struct Function {
+    pub module: u64,
+    pub name: String,
+    /// `sim_*`: runs for its first argument in microseconds.
+    pub sim: bool,
+}
+
+pub struct Pool {
+    pub device: usize,
+    pub default: bool,
+}
+
+pub struct ArrayRec {
+    pub device: usize,
+    pub ctx: u64,
+    pub charged_bytes: u64,
+}
+
+pub struct KernelNode {
+    pub duration_ns: u64,
+}
+
+pub struct Graph {
+    /// Node handles in insertion order (a valid topological order: a node's
+    /// dependencies must exist before it is added).
+    pub nodes: Vec<u64>,
+}
+
+pub struct GraphExec {
+    pub kernels_ns: Vec<u64>,
+}
+
+#[derive(Default)]
+pub struct Objects {
+    pub contexts: HashMap<u64, Arc<Context>>,
+    pub modules: HashMap<u64, Module>,
+    pub functions: HashMap<u64, Arc<Function>>,
+    pub streams: HashMap<u64, Arc<Stream>>,
+    pub events: HashMap<u64, Arc<Event>>,
+    pub pools: HashMap<u64, Pool>,
+    pub arrays: HashMap<u64, ArrayRec>,
+    pub mipmaps: HashMap<u64, ArrayRec>,
+    pub graphs: HashMap<u64, Graph>,
+    pub nodes: HashMap<u64, (u64, KernelNode)>,
+    pub execs: HashMap<u64, Arc<GraphExec>>,
+    pub host_allocs: HashMap<u64, usize>,
+}
+
+pub struct Primary {
+    pub ctx: Option<u64>,
+    pub refs: u32,
+    pub flags: u32,
+}
+
+pub struct DeviceRt {
+    pub heap: OnceLock<Result<DeviceHeap, CUresult>>,
+    pub primary: Mutex<Primary>,
+    pub default_pool: u64,
+}
+
+pub struct Driver {
+    pub machine: &'static Machine,
+    pub own_slot: usize,
+    pub devices: Vec<DeviceRt>,
+    pub objects: RwLock<Objects>,
+    pub vmm: Mutex<VmmState>,
+    next_id: AtomicU64,
+}
+
+static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
+
+/// The initialised driver, or `CUDA_ERROR_NOT_INITIALIZED` before a
+/// successful `cuInit`.
+#[inline]
+pub fn driver() -> CuResult<&'static Driver> {
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(d),
+        _ => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+extern "C" fn release_at_exit() {
+    if let Some(Ok(d)) = DRIVER.get() {
+        d.machine.state.release_proc(d.own_slot);
+    }
+}
+
+pub fn init(flags: u32) -> CuResult<()> {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let r = DRIVER.get_or_init(|| {
+        let machine = machine().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let own_slot = machine.state.claim_proc(crate::sys::host_pid()).ok_or_else(|| {
+            eprintln!("simgpu: state file {} has no free process record (all {} in use)", machine.state.path.display(), crate::state::MAX_PROCS);
+            CUDA_ERROR_OUT_OF_MEMORY
+        })?;
+        let mut objects = Objects::default();
+        let mut devices = Vec::new();
+        for i in 0..machine.state.device_count() as usize {
+            let pool = (TAG_POOL << 40) | (i as u64 + 1);
+            objects.pools.insert(pool, Pool { device: i, default: true });
+            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), default_pool: pool });
+        }
+        // SAFETY: registering a plain extern "C" fn with no captured state.
+        unsafe { libc::atexit(release_at_exit) };
+        Ok(Driver { machine, own_slot, devices, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
+    });
+    r.as_ref().map(|_| ()).map_err(|e| *e)
+}
+
+impl Host for Driver {
+    fn state(&self) -> &SharedState {
+        &self.machine.state
+    }
+    fn own_slot(&self) -> usize {
+        self.own_slot
+    }
+    fn slice_ns(&self) -> u64 {
+        self.machine.config.slice_us * 1000
+    }
+    fn free_async(&self, ptr: u64) {
+        let _ = crate::memory::free_device(self, ptr);
+    }
+}
+
+thread_local! {
+    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+pub fn current_ctx_handle() -> Option<u64> {
+    CTX_STACK.try_with(|s| s.borrow().last().copied()).ok().flatten()
+}
+
+pub fn with_ctx_stack<R>(f: impl FnOnce(&mut Vec<u64>) -> R) -> CuResult<R> {
+    CTX_STACK.try_with(|s| f(&mut s.borrow_mut())).map_err(|_| CUDA_ERROR_UNKNOWN)
+}
+
+impl Driver {
+    pub fn read(&self) -> RwLockReadGuard<'_, Objects> {
+        self.objects.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, Objects> {
+        self.objects.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn new_handle(&self, tag: u64) -> u64 {
+        (tag << 40) | self.next_id.fetch_add(1, Relaxed)
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    pub fn check_device(&self, dev: CUdevice) -> CuResult<usize> {
+        usize::try_from(dev).ok().filter(|&d| d < self.devices.len()).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// The current context, or `CUDA_ERROR_INVALID_CONTEXT`.
+    pub fn current(&self) -> CuResult<Arc<Context>> {
+        let h = current_ctx_handle().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        self.read().contexts.get(&h).cloned().ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    pub fn context(&self, handle: u64) -> CuResult<Arc<Context>> {
+        if handle == 0 {
+            return self.current();
+        }
+        self.read().contexts.get(&handle).cloned().ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// Resolves a stream argument: null, `CU_STREAM_LEGACY` and
+    /// `CU_STREAM_PER_THREAD` mean the current context's default stream.
+    pub fn stream(&self, handle: u64) -> CuResult<(Arc<Context>, Arc<Stream>)> {
+        if handle <= 2 {
+            let ctx = self.current()?;
+            let s = ctx.default_stream.clone();
+            return Ok((ctx, s));
+        }
+        let objs = self.read();
+        let s = objs.streams.get(&handle).cloned().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let ctx = objs.contexts.get(&s.ctx).cloned().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        Ok((ctx, s))
+    }
+
+    /// Creates a context on `device`, charging its memory.
+    pub fn create_context(&'static self, device: usize, primary: bool, flags: u32) -> CuResult<Arc<Context>> {
+        let st = &self.machine.state;
+        let bytes = self.machine.config.context_memory_bytes;
+        if bytes > 0 && !st.charge(device, self.own_slot, bytes) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let handle = self.new_handle(TAG_CTX);
+        let exec = match Executor::start(device, handle, self) {
+            Ok(e) => e,
+            Err(_) => {
+                st.uncharge(device, self.own_slot, bytes);
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+        };
+        let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
+        let ctx = Arc::new(Context { handle, device, primary, flags, charged_bytes: bytes, exec, default_stream });
+        st.proc(self.own_slot).devices[device].contexts.fetch_add(1, AcqRel);
+        self.write().contexts.insert(handle, ctx.clone());
+        Ok(ctx)
+    }
+
+    /// Destroys a context: waits for its work, frees everything it owns and
+    /// gives its memory back.
+    pub fn destroy_context(&self, handle: u64) -> CuResult<()> {
+        let ctx = self.write().contexts.remove(&handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        ctx.exec.shutdown();
+        crate::memory::free_all_of_context(self, &ctx);
+        {
+            let mut o = self.write();
+            let mods: Vec<u64> = o.modules.iter().filter(|(_, m)| m.ctx == handle).map(|(h, _)| *h).collect();
+            for m in mods {
+                if let Some(module) = o.modules.remove(&m) {
+                    for f in module.functions.values() {
+                        o.functions.remove(f);
+                    }
+                }
+            }
+            o.streams.retain(|_, s| s.ctx != handle);
+        }
+        let st = &self.machine.state;
+        st.uncharge(ctx.device, self.own_slot, ctx.charged_bytes);
+        let pd = &st.proc(self.own_slot).devices[ctx.device];
+        let _ = pd.contexts.fetch_update(AcqRel, Relaxed, |c| Some(c.saturating_sub(1)));
+        let _ = with_ctx_stack(|s| s.retain(|&c| c != handle));
+        Ok(())
+    }
+
+    pub fn primary_retain(&'static self, device: usize) -> CuResult<u64> {
+        let mut p = lock(&self.devices[device].primary);
+        if let Some(h) = p.ctx {
+            p.refs += 1;
+            return Ok(h);
+        }
+        let ctx = self.create_context(device, true, p.flags)?;
+        p.ctx = Some(ctx.handle);
+        p.refs = 1;
+        Ok(ctx.handle)
+    }
+
+    pub fn primary_release(&self, device: usize) -> CuResult<()> {
+        let mut p = lock(&self.devices[device].primary);
+        if p.refs == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        p.refs -= 1;
+        if p.refs == 0 {
+            if let Some(h) = p.ctx.take() {
+                drop(p);
+                self.destroy_context(h)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn primary_reset(&self, device: usize) -> CuResult<()> {
+        let mut p = lock(&self.devices[device].primary);
+        p.refs = 0;
+        if let Some(h) = p.ctx.take() {
+            drop(p);
+            self.destroy_context(h)?;
+        }
+        Ok(())
+    }
+}
+
+/// Device UUID bytes: derived from the state file's random identity and the
+/// device index, so it is stable for as long as the simulated machine exists
+/// and identical in every process that shares it.
+pub fn device_uuid(state: &SharedState, index: usize) -> [u8; 16] {
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let [a, b] = state.instance_id();
+    let hi = mix(a ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let lo = mix(b ^ hi);
+    let mut u = [0u8; 16];
+    u[..8].copy_from_slice(&hi.to_be_bytes());
+    u[8..].copy_from_slice(&lo.to_be_bytes());
+    u[6] = (u[6] & 0x0f) | 0x40; // version 4
+    u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
+    u
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints UUIDs.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+pub const DEVICE_NAME: &str = "simgpu H200";
+pub const DRIVER_VERSION: i32 = 13000;
+pub const NVML_DRIVER_VERSION: &str = "580.65.06";
+
+/// PCI bus id of a device, `0000:BB:00.0`.
+pub fn pci_bus_id(index: usize) -> String {
+    format!("0000:{:02x}:00.0", 0x18 + index)
+}

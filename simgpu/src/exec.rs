@@ -1,0 +1,312 @@
+//! Asynchronous execution: per-context work queues, a worker thread per
+//! context, streams and events.
+//!
+//! A launch appends an [`Op`] to its context's queue under a mutex and returns;
+//! the worker is woken only when it sleeps, so a launch costs no system call in
+//! the common case. At [`MAX_PENDING`] queued ops a launch blocks until the
+//! worker makes room, as on a real GPU.
+//!
+//! The worker owns a virtual clock. When the queue head is a kernel it takes
+//! the device from the [`crate::sched`] scheduler, then completes as many
+//! queued kernels as fit in a short horizon (at most the rest of its slice) by
+//! timestamp arithmetic, sleeps once until the last of them is due, and
+//! publishes their completion (stream counters, event times, busy time). A
+//! kernel longer than the slice is preempted at the slice boundary and resumes
+//! on the next turn. Simulated time is spent sleeping, never spinning.
+//!
+//! One queue per context executes ops in submission order; that is one valid
+//! serialisation of what the streams allow, and keeps stream order, event
+//! order and synchronisation exact. Stream priorities are recorded but do not
+//! reorder work.
+
+use crate::sched::Scheduler;
+use crate::sys;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Launches pending per context before a launch blocks.
+pub const MAX_PENDING: usize = 1024;
+/// How far ahead of the real clock the worker completes work in one batch.
+const BATCH_HORIZON_NS: u64 = 500_000;
+const BATCH_MAX_OPS: usize = 4096;
+
+pub struct Stream {
+    pub handle: u64,
+    pub ctx: u64,
+    pub flags: u32,
+    pub priority: i32,
+    /// Ops submitted / completed on this stream (submitted is advanced under
+    /// the queue lock, completed by the worker in order).
+    pub submitted: AtomicU64,
+    pub completed: AtomicU64,
+    /// Graph being captured into, if any (handle).
+    pub capture: Mutex<Option<u64>>,
+}
+
+impl Stream {
+    pub fn new(handle: u64, ctx: u64, flags: u32, priority: i32) -> Stream {
+        Stream { handle, ctx, flags, priority, submitted: AtomicU64::new(0), completed: AtomicU64::new(0), capture: Mutex::new(None) }
+    }
+
+    pub fn capturing(&self) -> Option<u64> {
+        *lock(&self.capture)
+    }
+}
+
+pub struct Event {
+    pub handle: u64,
+    pub flags: u32,
+    /// Bumped by each record; only the latest record's completion counts.
+    pub generation: AtomicU64,
+    pub recorded: AtomicBool,
+    pub complete: AtomicBool,
+    pub time_ns: AtomicU64,
+    /// Executor of the latest record, to wait on.
+    pub exec: Mutex<Option<Arc<Executor>>>,
+}
+
+impl Event {
+    pub fn new(handle: u64, flags: u32) -> Event {
+        Event {
+            handle,
+            flags,
+            generation: AtomicU64::new(0),
+            recorded: AtomicBool::new(false),
+            complete: AtomicBool::new(true),
+            time_ns: AtomicU64::new(0),
+            exec: Mutex::new(None),
+        }
+    }
+}
+
+pub enum Op {
+    Kernel { stream: Arc<Stream>, remaining_ns: u64 },
+    Record { stream: Arc<Stream>, event: Arc<Event>, generation: u64 },
+    Free { stream: Arc<Stream>, ptr: u64 },
+}
+
+impl Op {
+    fn stream(&self) -> &Arc<Stream> {
+        match self {
+            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } => stream,
+        }
+    }
+}
+
+struct Queue {
+    ops: VecDeque<Op>,
+    worker_sleeping: bool,
+    /// Threads waiting on `done` (synchronisers and blocked launchers).
+    waiters: u32,
+    submitted: u64,
+    completed: u64,
+    shutdown: bool,
+}
+
+/// One context's queue and worker.
+pub struct Executor {
+    pub device: usize,
+    pub ctx: u64,
+    queue: Mutex<Queue>,
+    work: Condvar,
+    done: Condvar,
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the worker needs from the rest of the driver.
+pub trait Host: Send + Sync + 'static {
+    fn state(&self) -> &crate::state::SharedState;
+    fn own_slot(&self) -> usize;
+    fn slice_ns(&self) -> u64;
+    /// Performs a stream-ordered free.
+    fn free_async(&self, ptr: u64);
+}
+
+impl Executor {
+    pub fn start(device: usize, ctx: u64, host: &'static dyn Host) -> std::io::Result<Arc<Executor>> {
+        let exec = Arc::new(Executor {
+            device,
+            ctx,
+            queue: Mutex::new(Queue { ops: VecDeque::new(), worker_sleeping: false, waiters: 0, submitted: 0, completed: 0, shutdown: false }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let worker = exec.clone();
+        std::thread::Builder::new().name(format!("simgpu-ctx{device}")).spawn(move || worker.run(host))?;
+        Ok(exec)
+    }
+
+    /// Queues an op; blocks while the queue is full.
+    pub fn submit(&self, op: Op) {
+        let mut q = lock(&self.queue);
+        while q.ops.len() >= MAX_PENDING && !q.shutdown {
+            q.waiters += 1;
+            q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiters -= 1;
+        }
+        op.stream().submitted.fetch_add(1, Release);
+        q.submitted += 1;
+        q.ops.push_back(op);
+        if q.worker_sleeping {
+            q.worker_sleeping = false;
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits until everything submitted so far has completed.
+    pub fn synchronize(&self) {
+        let mut q = lock(&self.queue);
+        let target = q.submitted;
+        while q.completed < target && !q.shutdown {
+            q.waiters += 1;
+            q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiters -= 1;
+        }
+    }
+
+    /// Waits until `cond` holds (checked under the queue lock after each
+    /// completion batch).
+    pub fn wait_until(&self, cond: impl Fn() -> bool) {
+        let mut q = lock(&self.queue);
+        while !cond() && !q.shutdown {
+            q.waiters += 1;
+            q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiters -= 1;
+        }
+    }
+
+    pub fn idle(&self) -> bool {
+        let q = lock(&self.queue);
+        q.completed == q.submitted
+    }
+
+    /// Stops the worker after the queue drains.
+    pub fn shutdown(&self) {
+        self.synchronize();
+        let mut q = lock(&self.queue);
+        q.shutdown = true;
+        self.work.notify_all();
+        self.done.notify_all();
+    }
+
+    fn run(self: Arc<Self>, host: &'static dyn Host) {
+        sys::set_small_timer_slack();
+        let sched = Scheduler { state: host.state(), device: self.device, own_slot: host.own_slot() };
+        let slice_ns = host.slice_ns();
+        let mut vclock_ns = 0u64;
+        let mut held: Option<(u64, u64)> = None; // (ticket, slice start)
+        let mut done: Vec<(Op, u64)> = Vec::new();
+        loop {
+            // Wait for work, giving the device back while idle.
+            let head_is_kernel = {
+                let mut q = lock(&self.queue);
+                while q.ops.is_empty() {
+                    if q.shutdown {
+                        drop(q);
+                        if let Some((t, _)) = held.take() {
+                            sched.release(t);
+                        }
+                        return;
+                    }
+                    if let Some((t, _)) = held.take() {
+                        drop(q);
+                        sched.release(t);
+                        q = lock(&self.queue);
+                        continue;
+                    }
+                    q.worker_sleeping = true;
+                    q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+                matches!(q.ops.front(), Some(Op::Kernel { .. }))
+            };
+            if head_is_kernel && held.is_none() {
+                let t = sched.acquire();
+                let now = sys::now_ns();
+                held = Some((t, now));
+                vclock_ns = vclock_ns.max(now);
+            }
+            let now = sys::now_ns();
+            vclock_ns = vclock_ns.max(now);
+            let horizon = match held {
+                Some((_, start)) => (start + slice_ns).min(now + BATCH_HORIZON_NS).max(now),
+                None => now,
+            };
+            let mut busy_ns = 0u64;
+            {
+                let mut q = lock(&self.queue);
+                while done.len() < BATCH_MAX_OPS {
+                    let Some(front) = q.ops.front_mut() else { break };
+                    match front {
+                        Op::Kernel { remaining_ns, .. } => {
+                            if held.is_none() {
+                                break;
+                            }
+                            let room = horizon.saturating_sub(vclock_ns);
+                            if *remaining_ns > room {
+                                if room > 0 {
+                                    *remaining_ns -= room;
+                                    vclock_ns += room;
+                                    busy_ns += room;
+                                }
+                                break;
+                            }
+                            vclock_ns += *remaining_ns;
+                            busy_ns += *remaining_ns;
+                        }
+                        Op::Record { .. } | Op::Free { .. } => {}
+                    }
+                    if let Some(op) = q.ops.pop_front() {
+                        done.push((op, vclock_ns));
+                    }
+                }
+            }
+            if vclock_ns > sys::now_ns() {
+                sys::sleep_until_ns(vclock_ns);
+            }
+            let completed = done.len() as u64;
+            for (op, at_ns) in done.drain(..) {
+                match &op {
+                    Op::Record { event, generation, .. } => {
+                        if event.generation.load(Acquire) == *generation {
+                            event.time_ns.store(at_ns, Release);
+                            event.complete.store(true, Release);
+                        }
+                    }
+                    Op::Free { ptr, .. } => host.free_async(*ptr),
+                    Op::Kernel { .. } => {}
+                }
+                op.stream().completed.fetch_add(1, Release);
+            }
+            if busy_ns > 0 {
+                let st = host.state();
+                st.device(self.device).busy_ns_total.fetch_add(busy_ns, AcqRel);
+                st.proc(host.own_slot()).devices[self.device].busy_ns_total.fetch_add(busy_ns, AcqRel);
+                let now = sys::now_ns();
+                st.sample_device(self.device, now);
+                crate::nvml::sample_process(st, host.own_slot(), self.device, now);
+            }
+            if completed > 0 {
+                let mut q = lock(&self.queue);
+                q.completed += completed;
+                if q.waiters > 0 {
+                    self.done.notify_all();
+                }
+            }
+            if let Some((t, start)) = held {
+                let now = sys::now_ns();
+                if now >= start + slice_ns {
+                    if sched.others_waiting(t) {
+                        sched.release(t);
+                        held = None;
+                    } else {
+                        held = Some((t, now));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Events: a record completes when its stream reaches it, stamped with the
+//! simulated completion time, so `cuEventElapsedTime` measures simulated
+//! kernel time.
+
+use super::{h, ptr};
+use crate::cu_export;
+use crate::driver::{driver, CuResult, TAG_EVENT};
+use crate::exec::{lock, Event, Op};
+use crate::ffi::out;
+use abi::cuda::*;
+use std::ffi::c_uint;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+
+const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const CU_EVENT_INTERPROCESS: c_uint = 0x4;
+
+fn event(e: CUevent) -> CuResult<Arc<Event>> {
+    driver()?.read().events.get(&h(e)).cloned().ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+cu_export!(cuEventCreate(phevent: *mut CUevent, flags: c_uint) {
+    let d = driver()?;
+    d.current()?;
+    if phevent.is_null() || flags & !0x7 != 0 || (flags & CU_EVENT_INTERPROCESS != 0 && flags & CU_EVENT_DISABLE_TIMING == 0) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let hnd = d.new_handle(TAG_EVENT);
+    d.write().events.insert(hnd, Arc::new(Event::new(hnd, flags)));
+    out(phevent, ptr(hnd))
+});
+
+cu_export!(cuEventRecord(hevent: CUevent, stream: CUstream) {
+    let d = driver()?;
+    let e = event(hevent)?;
+    let (ctx, s) = d.stream(h(stream))?;
+    if s.capturing().is_some() {
+        return Ok(());
+    }
+    let generation = e.generation.fetch_add(1, AcqRel) + 1;
+    e.complete.store(false, Release);
+    e.recorded.store(true, Release);
+    *lock(&e.exec) = Some(ctx.exec.clone());
+    ctx.exec.submit(Op::Record { stream: s, event: e, generation });
+    Ok(())
+}; cuEventRecord_ptsz);
+
+cu_export!(cuEventQuery(hevent: CUevent) {
+    let e = event(hevent)?;
+    if e.complete.load(Acquire) { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
+});
+
+cu_export!(cuEventSynchronize(hevent: CUevent) {
+    let e = event(hevent)?;
+    if e.complete.load(Acquire) {
+        return Ok(());
+    }
+    let exec = lock(&e.exec).clone();
+    if let Some(exec) = exec {
+        exec.wait_until(|| e.complete.load(Acquire));
+    }
+    Ok(())
+});
+
+fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CuResult<()> {
+    if ms.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (a, b) = (event(start)?, event(end)?);
+    if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    if !a.recorded.load(Acquire) || !b.recorded.load(Acquire) {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    if !a.complete.load(Acquire) || !b.complete.load(Acquire) {
+        return Err(CUDA_ERROR_NOT_READY);
+    }
+    let diff_ns = b.time_ns.load(Acquire) as i128 - a.time_ns.load(Acquire) as i128;
+    // SAFETY: checked non-null; valid for writes by cuda.h's contract.
+    unsafe { out(ms, (diff_ns as f64 / 1e6) as f32) }
+}
+
+cu_export!(cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) {
+    elapsed(ms, start, end)
+}; cuEventElapsedTime);
+
+cu_export!(cuEventDestroy_v2(hevent: CUevent) {
+    let d = driver()?;
+    d.write().events.remove(&h(hevent)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(())
+}; cuEventDestroy);

@@ -1,0 +1,27 @@
+//! The CUDA driver API entry points, grouped by area. Each one is a thin
+//! adapter around the safe cores; see [`crate::cu_export`].
+
+pub mod array;
+pub mod context;
+pub mod device;
+pub mod event;
+pub mod graph;
+pub mod init;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod pool;
+pub mod stream;
+pub mod vmm;
+
+/// A handle as the number it is.
+#[inline]
+pub(crate) fn h<T>(p: *mut T) -> u64 {
+    p as u64
+}
+
+/// A number as the opaque handle type the API expects.
+#[inline]
+pub(crate) fn ptr<T>(v: u64) -> *mut T {
+    v as *mut T
+}

@@ -1,0 +1,139 @@
+//! Streams: creation (with priority), destruction, synchronisation, queries,
+//! and graph capture.
+
+use super::{h, ptr};
+use crate::cu_export;
+use crate::driver::{driver, CuResult, Driver, Graph, TAG_GRAPH, TAG_STREAM};
+use crate::exec::{lock, Stream};
+use crate::ffi::out;
+use abi::cuda::*;
+use std::ffi::{c_int, c_uint};
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+
+const CU_STREAM_NON_BLOCKING: c_uint = 1;
+const LEAST_PRIORITY: c_int = 0;
+const GREATEST_PRIORITY: c_int = -5;
+
+fn create(d: &Driver, phstream: *mut CUstream, flags: c_uint, priority: c_int) -> CuResult<()> {
+    let ctx = d.current()?;
+    if phstream.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+    let hnd = d.new_handle(TAG_STREAM);
+    d.write().streams.insert(hnd, Arc::new(Stream::new(hnd, ctx.handle, flags, priority)));
+    // SAFETY: checked non-null; valid for writes by cuda.h's contract.
+    unsafe { out(phstream, ptr(hnd)) }
+}
+
+cu_export!(cuStreamCreate(phstream: *mut CUstream, flags: c_uint) {
+    create(driver()?, phstream, flags, 0)
+});
+
+cu_export!(cuStreamCreateWithPriority(phstream: *mut CUstream, flags: c_uint, priority: c_int) {
+    create(driver()?, phstream, flags, priority)
+});
+
+cu_export!(cuStreamDestroy_v2(stream: CUstream) {
+    let d = driver()?;
+    let s = d.write().streams.remove(&h(stream)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    // Queued work still completes: ops hold the stream.
+    lock(&s.capture).take();
+    Ok(())
+}; cuStreamDestroy);
+
+cu_export!(cuStreamGetPriority(stream: CUstream, priority: *mut c_int) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    out(priority, s.priority)
+}; cuStreamGetPriority_ptsz);
+
+cu_export!(cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    out(flags, s.flags)
+}; cuStreamGetFlags_ptsz);
+
+/// The legacy default stream (null or `CU_STREAM_LEGACY`) waits for the whole
+/// context; any other stream for its own work.
+fn is_legacy(stream: CUstream) -> bool {
+    h(stream) <= 1
+}
+
+cu_export!(cuStreamSynchronize(stream: CUstream) {
+    let (ctx, s) = driver()?.stream(h(stream))?;
+    if s.capturing().is_some() {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    if is_legacy(stream) {
+        ctx.exec.synchronize();
+    } else {
+        let target = s.submitted.load(Acquire);
+        ctx.exec.wait_until(|| s.completed.load(Acquire) >= target);
+    }
+    Ok(())
+}; cuStreamSynchronize_ptsz);
+
+cu_export!(cuStreamQuery(stream: CUstream) {
+    let (ctx, s) = driver()?.stream(h(stream))?;
+    if s.capturing().is_some() {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    let done = if is_legacy(stream) { ctx.exec.idle() } else { s.completed.load(Acquire) >= s.submitted.load(Acquire) };
+    if done { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
+}; cuStreamQuery_ptsz);
+
+cu_export!(cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
+    let d = driver()?;
+    d.stream(h(stream))?;
+    if !d.read().events.contains_key(&h(event)) {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    if flags > 1 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // One queue per context already runs everything in submission order, so
+    // work queued after this call starts after the event's record.
+    Ok(())
+}; cuStreamWaitEvent_ptsz);
+
+fn begin_capture(stream: CUstream, mode: c_uint) -> CuResult<()> {
+    let d = driver()?;
+    if is_legacy(stream) {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    if mode > 2 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (_, s) = d.stream(h(stream))?;
+    let mut cap = lock(&s.capture);
+    if cap.is_some() {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    }
+    let g = d.new_handle(TAG_GRAPH);
+    d.write().graphs.insert(g, Graph { nodes: Vec::new() });
+    *cap = Some(g);
+    Ok(())
+}
+
+cu_export!(cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) {
+    begin_capture(stream, mode)
+}; cuStreamBeginCapture_v2_ptsz);
+
+cu_export!(cuStreamBeginCapture(stream: CUstream) {
+    begin_capture(stream, 0)
+}; cuStreamBeginCapture_ptsz);
+
+cu_export!(cuStreamEndCapture(stream: CUstream, phgraph: *mut CUgraph) {
+    let d = driver()?;
+    if phgraph.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (_, s) = d.stream(h(stream))?;
+    let g = lock(&s.capture).take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    out(phgraph, ptr(g))
+}; cuStreamEndCapture_ptsz);
+
+cu_export!(cuStreamIsCapturing(stream: CUstream, status: *mut c_uint) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    out(status, c_uint::from(s.capturing().is_some()))
+}; cuStreamIsCapturing_ptsz);

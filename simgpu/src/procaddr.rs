@@ -1,0 +1,269 @@
+//! `cuGetProcAddress`: (name, requested CUDA version, flags) -> entry point.
+//!
+//! One list, below, names every exported driver function by its base name
+//! with the CUDA version each variant appeared in (as `cudaTypedefs.h` names
+//! them: `PFN_cuMemAlloc_v3020` is `cuMemAlloc_v2`), and its per-thread
+//! default-stream variants. The table refers to the exported functions
+//! themselves, so a name in it cannot point at a function that does not
+//! exist. The newest variant whose version is <= the requested one wins;
+//! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` selects the `_ptsz`/`_ptds`
+//! list where a function has one.
+
+use crate::exports::{array::*, context::*, device::*, event::*, graph::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
+use crate::ffi::{cstr, guard, out, out_opt};
+use abi::cuda::*;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub version: i32,
+    pub symbol: &'static str,
+    pub addr: usize,
+}
+
+pub struct Entry {
+    pub name: &'static str,
+    pub normal: Vec<Variant>,
+    pub per_thread: Vec<Variant>,
+}
+
+macro_rules! proc_table {
+    ($($base:ident => [$($ver:literal : $sym:ident),+] $(ptsz [$($pver:literal : $psym:ident),+])? ;)*) => {
+        fn build() -> Vec<Entry> {
+            vec![$(Entry {
+                name: stringify!($base),
+                normal: vec![$(Variant { version: $ver, symbol: stringify!($sym), addr: $sym as *const () as usize }),+],
+                per_thread: vec![$($(Variant { version: $pver, symbol: stringify!($psym), addr: $psym as *const () as usize }),+)?],
+            }),*]
+        }
+    };
+}
+
+proc_table! {
+    cuInit => [2000: cuInit];
+    cuDriverGetVersion => [2020: cuDriverGetVersion];
+    cuGetErrorName => [6000: cuGetErrorName];
+    cuGetErrorString => [6000: cuGetErrorString];
+    cuGetExportTable => [3000: cuGetExportTable];
+    cuGetProcAddress => [11030: cuGetProcAddress, 12000: cuGetProcAddress_v2];
+    cuDeviceGet => [2000: cuDeviceGet];
+    cuDeviceGetCount => [2000: cuDeviceGetCount];
+    cuDeviceGetName => [2000: cuDeviceGetName];
+    cuDeviceGetUuid => [9020: cuDeviceGetUuid, 11040: cuDeviceGetUuid_v2];
+    cuDeviceTotalMem => [2000: cuDeviceTotalMem, 3020: cuDeviceTotalMem_v2];
+    cuDeviceGetAttribute => [2000: cuDeviceGetAttribute];
+    cuDeviceGetPCIBusId => [4010: cuDeviceGetPCIBusId];
+    cuDeviceComputeCapability => [2000: cuDeviceComputeCapability];
+    cuDeviceGetDefaultMemPool => [11020: cuDeviceGetDefaultMemPool];
+    cuDeviceGetMemPool => [11020: cuDeviceGetMemPool];
+    cuDevicePrimaryCtxRetain => [7000: cuDevicePrimaryCtxRetain];
+    cuDevicePrimaryCtxRelease => [7000: cuDevicePrimaryCtxRelease, 11000: cuDevicePrimaryCtxRelease_v2];
+    cuDevicePrimaryCtxReset => [7000: cuDevicePrimaryCtxReset, 11000: cuDevicePrimaryCtxReset_v2];
+    cuDevicePrimaryCtxGetState => [7000: cuDevicePrimaryCtxGetState];
+    cuDevicePrimaryCtxSetFlags => [7000: cuDevicePrimaryCtxSetFlags, 11000: cuDevicePrimaryCtxSetFlags_v2];
+    cuCtxCreate => [2000: cuCtxCreate, 3020: cuCtxCreate_v2, 11040: cuCtxCreate_v3, 12050: cuCtxCreate_v4];
+    cuCtxDestroy => [2000: cuCtxDestroy, 4000: cuCtxDestroy_v2];
+    cuCtxSetCurrent => [4000: cuCtxSetCurrent];
+    cuCtxGetCurrent => [4000: cuCtxGetCurrent];
+    cuCtxPushCurrent => [2000: cuCtxPushCurrent, 4000: cuCtxPushCurrent_v2];
+    cuCtxPopCurrent => [2000: cuCtxPopCurrent, 4000: cuCtxPopCurrent_v2];
+    cuCtxSynchronize => [2000: cuCtxSynchronize, 13000: cuCtxSynchronize_v2];
+    cuCtxGetDevice => [2000: cuCtxGetDevice, 13000: cuCtxGetDevice_v2];
+    cuCtxGetFlags => [7000: cuCtxGetFlags];
+    cuCtxGetApiVersion => [3020: cuCtxGetApiVersion];
+    cuCtxGetStreamPriorityRange => [5050: cuCtxGetStreamPriorityRange];
+    cuMemAlloc => [2000: cuMemAlloc, 3020: cuMemAlloc_v2];
+    cuMemFree => [2000: cuMemFree, 3020: cuMemFree_v2];
+    cuMemAllocPitch => [2000: cuMemAllocPitch, 3020: cuMemAllocPitch_v2];
+    cuMemAllocManaged => [6000: cuMemAllocManaged];
+    cuMemAllocHost => [2000: cuMemAllocHost, 3020: cuMemAllocHost_v2];
+    cuMemHostAlloc => [2020: cuMemHostAlloc];
+    cuMemFreeHost => [2000: cuMemFreeHost];
+    cuMemHostGetDevicePointer => [2020: cuMemHostGetDevicePointer, 3020: cuMemHostGetDevicePointer_v2];
+    cuMemGetInfo => [2000: cuMemGetInfo, 3020: cuMemGetInfo_v2];
+    cuMemGetAddressRange => [2000: cuMemGetAddressRange, 3020: cuMemGetAddressRange_v2];
+    cuMemcpy => [4000: cuMemcpy] ptsz [7000: cuMemcpy_ptds];
+    cuMemcpyAsync => [4000: cuMemcpyAsync] ptsz [7000: cuMemcpyAsync_ptsz];
+    cuMemcpyHtoD => [2000: cuMemcpyHtoD, 3020: cuMemcpyHtoD_v2] ptsz [7000: cuMemcpyHtoD_v2_ptds];
+    cuMemcpyDtoH => [2000: cuMemcpyDtoH, 3020: cuMemcpyDtoH_v2] ptsz [7000: cuMemcpyDtoH_v2_ptds];
+    cuMemcpyDtoD => [2000: cuMemcpyDtoD, 3020: cuMemcpyDtoD_v2] ptsz [7000: cuMemcpyDtoD_v2_ptds];
+    cuMemcpyHtoDAsync => [2000: cuMemcpyHtoDAsync, 3020: cuMemcpyHtoDAsync_v2] ptsz [7000: cuMemcpyHtoDAsync_v2_ptsz];
+    cuMemcpyDtoHAsync => [2000: cuMemcpyDtoHAsync, 3020: cuMemcpyDtoHAsync_v2] ptsz [7000: cuMemcpyDtoHAsync_v2_ptsz];
+    cuMemcpyDtoDAsync => [3000: cuMemcpyDtoDAsync, 3020: cuMemcpyDtoDAsync_v2] ptsz [7000: cuMemcpyDtoDAsync_v2_ptsz];
+    cuMemsetD8 => [2000: cuMemsetD8, 3020: cuMemsetD8_v2] ptsz [7000: cuMemsetD8_v2_ptds];
+    cuMemsetD32 => [2000: cuMemsetD32, 3020: cuMemsetD32_v2] ptsz [7000: cuMemsetD32_v2_ptds];
+    cuMemsetD8Async => [3020: cuMemsetD8Async] ptsz [7000: cuMemsetD8Async_ptsz];
+    cuMemsetD32Async => [3020: cuMemsetD32Async] ptsz [7000: cuMemsetD32Async_ptsz];
+    cuMemAllocAsync => [11020: cuMemAllocAsync] ptsz [11020: cuMemAllocAsync_ptsz];
+    cuMemAllocFromPoolAsync => [11020: cuMemAllocFromPoolAsync] ptsz [11020: cuMemAllocFromPoolAsync_ptsz];
+    cuMemFreeAsync => [11020: cuMemFreeAsync] ptsz [11020: cuMemFreeAsync_ptsz];
+    cuMemPoolCreate => [11020: cuMemPoolCreate];
+    cuMemPoolDestroy => [11020: cuMemPoolDestroy];
+    cuMemPoolTrimTo => [11020: cuMemPoolTrimTo];
+    cuMemCreate => [10020: cuMemCreate];
+    cuMemRelease => [10020: cuMemRelease];
+    cuMemAddressReserve => [10020: cuMemAddressReserve];
+    cuMemAddressFree => [10020: cuMemAddressFree];
+    cuMemMap => [10020: cuMemMap];
+    cuMemUnmap => [10020: cuMemUnmap];
+    cuMemSetAccess => [10020: cuMemSetAccess];
+    cuMemGetAllocationGranularity => [10020: cuMemGetAllocationGranularity];
+    cuArrayCreate => [2000: cuArrayCreate, 3020: cuArrayCreate_v2];
+    cuArray3DCreate => [2000: cuArray3DCreate, 3020: cuArray3DCreate_v2];
+    cuArrayDestroy => [2000: cuArrayDestroy];
+    cuMipmappedArrayCreate => [5000: cuMipmappedArrayCreate];
+    cuMipmappedArrayDestroy => [5000: cuMipmappedArrayDestroy];
+    cuModuleLoad => [2000: cuModuleLoad];
+    cuModuleLoadData => [2000: cuModuleLoadData];
+    cuModuleLoadDataEx => [2010: cuModuleLoadDataEx];
+    cuModuleLoadFatBinary => [2000: cuModuleLoadFatBinary];
+    cuModuleGetFunction => [2000: cuModuleGetFunction];
+    cuModuleUnload => [2000: cuModuleUnload];
+    cuLaunchKernel => [4000: cuLaunchKernel] ptsz [7000: cuLaunchKernel_ptsz];
+    cuLaunchKernelEx => [11060: cuLaunchKernelEx] ptsz [11060: cuLaunchKernelEx_ptsz];
+    cuLaunchCooperativeKernel => [9000: cuLaunchCooperativeKernel] ptsz [9000: cuLaunchCooperativeKernel_ptsz];
+    cuStreamCreate => [2000: cuStreamCreate];
+    cuStreamCreateWithPriority => [5050: cuStreamCreateWithPriority];
+    cuStreamDestroy => [2000: cuStreamDestroy, 4000: cuStreamDestroy_v2];
+    cuStreamSynchronize => [2000: cuStreamSynchronize] ptsz [7000: cuStreamSynchronize_ptsz];
+    cuStreamQuery => [2000: cuStreamQuery] ptsz [7000: cuStreamQuery_ptsz];
+    cuStreamGetPriority => [5050: cuStreamGetPriority] ptsz [7000: cuStreamGetPriority_ptsz];
+    cuStreamGetFlags => [5050: cuStreamGetFlags] ptsz [7000: cuStreamGetFlags_ptsz];
+    cuStreamWaitEvent => [3020: cuStreamWaitEvent] ptsz [7000: cuStreamWaitEvent_ptsz];
+    cuStreamBeginCapture => [10000: cuStreamBeginCapture, 10010: cuStreamBeginCapture_v2] ptsz [10000: cuStreamBeginCapture_ptsz, 10010: cuStreamBeginCapture_v2_ptsz];
+    cuStreamEndCapture => [10000: cuStreamEndCapture] ptsz [10000: cuStreamEndCapture_ptsz];
+    cuStreamIsCapturing => [10000: cuStreamIsCapturing] ptsz [10000: cuStreamIsCapturing_ptsz];
+    cuEventCreate => [2000: cuEventCreate];
+    cuEventRecord => [2000: cuEventRecord] ptsz [7000: cuEventRecord_ptsz];
+    cuEventQuery => [2000: cuEventQuery];
+    cuEventSynchronize => [2000: cuEventSynchronize];
+    cuEventElapsedTime => [2000: cuEventElapsedTime, 12080: cuEventElapsedTime_v2];
+    cuEventDestroy => [2000: cuEventDestroy, 4000: cuEventDestroy_v2];
+    cuGraphCreate => [10000: cuGraphCreate];
+    cuGraphAddKernelNode => [10000: cuGraphAddKernelNode, 12000: cuGraphAddKernelNode_v2];
+    cuGraphGetNodes => [10000: cuGraphGetNodes];
+    cuGraphInstantiate => [10000: cuGraphInstantiate, 11000: cuGraphInstantiate_v2, 12000: cuGraphInstantiateWithFlags];
+    cuGraphInstantiateWithFlags => [11040: cuGraphInstantiateWithFlags];
+    cuGraphLaunch => [10000: cuGraphLaunch] ptsz [10000: cuGraphLaunch_ptsz];
+    cuGraphExecDestroy => [10000: cuGraphExecDestroy];
+    cuGraphDestroy => [10000: cuGraphDestroy];
+}
+
+pub fn table() -> &'static [Entry] {
+    static TABLE: OnceLock<Vec<Entry>> = OnceLock::new();
+    TABLE.get_or_init(build)
+}
+
+/// Outcome of a lookup, as `CUdriverProcAddressQueryResult` reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Found(&'static Variant),
+    NotFound,
+    VersionNotSufficient,
+}
+
+pub fn lookup(name: &str, cuda_version: i32, per_thread: bool) -> Lookup {
+    let Some(entry) = table().iter().find(|e| e.name == name) else { return Lookup::NotFound };
+    let newest = |list: &'static [Variant]| list.iter().filter(|v| v.version <= cuda_version).max_by_key(|v| v.version);
+    let pick = if per_thread { newest(&entry.per_thread).or_else(|| newest(&entry.normal)) } else { newest(&entry.normal) };
+    match pick {
+        Some(v) => Lookup::Found(v),
+        None => Lookup::VersionNotSufficient,
+    }
+}
+
+unsafe fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_int) -> CUresult {
+    guard(|| {
+        if pfn.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; valid for writes by cuda.h's contract.
+        unsafe { out(pfn, std::ptr::null_mut())? };
+        // SAFETY: `symbol` is a NUL-terminated name by cuda.h's contract (null is checked).
+        let name = unsafe { cstr(symbol) }?.to_str().map_err(|_| CUDA_ERROR_NOT_FOUND);
+        if flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
+        let result = match name {
+            Ok(n) => lookup(n, cuda_version, per_thread),
+            Err(_) => Lookup::NotFound,
+        };
+        // SAFETY (all three): `status` may be null (checked by out_opt) and is otherwise writable.
+        match result {
+            Lookup::Found(v) => {
+                unsafe { out_opt(status, CU_GET_PROC_ADDRESS_SUCCESS) };
+                unsafe { out(pfn, v.addr as *mut c_void) }
+            }
+            Lookup::NotFound => {
+                unsafe { out_opt(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) };
+                Err(CUDA_ERROR_NOT_FOUND)
+            }
+            Lookup::VersionNotSufficient => {
+                unsafe { out_opt(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) };
+                Err(CUDA_ERROR_NOT_FOUND)
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_int) -> CUresult {
+    // SAFETY: forwarding the caller's arguments under the same contract.
+    unsafe { get_proc_address(symbol, pfn, cuda_version, flags, status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
+    // SAFETY: forwarding the caller's arguments; no status pointer.
+    unsafe { get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str, v: i32, pt: bool) -> Option<&'static str> {
+        match lookup(name, v, pt) {
+            Lookup::Found(v) => Some(v.symbol),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn picks_the_newest_variant_not_newer_than_asked() {
+        assert_eq!(sym("cuMemAlloc", 3020, false), Some("cuMemAlloc_v2"));
+        assert_eq!(sym("cuMemAlloc", 2000, false), Some("cuMemAlloc"));
+        assert_eq!(sym("cuMemAlloc", 13000, false), Some("cuMemAlloc_v2"));
+        assert_eq!(sym("cuCtxCreate", 12050, false), Some("cuCtxCreate_v4"));
+        assert_eq!(sym("cuCtxCreate", 12000, false), Some("cuCtxCreate_v3"));
+        assert_eq!(sym("cuGraphInstantiate", 12000, false), Some("cuGraphInstantiateWithFlags"));
+        assert_eq!(sym("cuGetProcAddress", 12000, false), Some("cuGetProcAddress_v2"));
+        assert_eq!(sym("cuCtxSynchronize", 12090, false), Some("cuCtxSynchronize"));
+        assert_eq!(sym("cuCtxSynchronize", 13000, false), Some("cuCtxSynchronize_v2"));
+        assert_eq!(lookup("cuMemAllocAsync", 11000, false), Lookup::VersionNotSufficient);
+        assert_eq!(lookup("cuNoSuchThing", 13000, false), Lookup::NotFound);
+    }
+
+    #[test]
+    fn per_thread_flag_selects_ptsz_forms() {
+        assert_eq!(sym("cuLaunchKernel", 12000, true), Some("cuLaunchKernel_ptsz"));
+        assert_eq!(sym("cuMemcpyHtoD", 12000, true), Some("cuMemcpyHtoD_v2_ptds"));
+        assert_eq!(sym("cuStreamBeginCapture", 10010, true), Some("cuStreamBeginCapture_v2_ptsz"));
+        // No per-thread form: the normal one.
+        assert_eq!(sym("cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
+        // Per-thread form newer than asked: fall back.
+        assert_eq!(sym("cuLaunchKernel", 4000, true), Some("cuLaunchKernel"));
+    }
+
+    #[test]
+    fn every_name_is_unique_and_versions_ascend() {
+        let t = table();
+        for (i, e) in t.iter().enumerate() {
+            assert!(t[i + 1..].iter().all(|o| o.name != e.name), "{} twice", e.name);
+            assert!(e.normal.windows(2).all(|w| w[0].version < w[1].version), "{}", e.name);
+            assert!(e.normal.iter().chain(&e.per_thread).all(|v| v.symbol.starts_with(e.name) || e.name == "cuGraphInstantiate"));
+        }
+    }
+}

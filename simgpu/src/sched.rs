@@ -1,0 +1,106 @@
+//! The device scheduler: one context runs at a time, round-robin between the
+//! contexts that have pending work, across every process sharing the state
+//! file.
+//!
+//! A ticket lock in the shared mapping gives exactly that order: a context
+//! with work takes a ticket and waits (futex on `serve_seq`, shared, with a
+//! timeout) until it is served; it runs for up to one slice, then, if another
+//! ticket is waiting, passes the device on and takes a new ticket at the back.
+//! Each ticket's holder (process record + generation) is published in a ring,
+//! so a waiter that times out can tell a holder that died (its record is no
+//! longer alive: the OFD lock is gone) and skip it: a dead owner never wedges
+//! the device.
+
+use crate::state::{SharedState, TICKET_RING};
+use crate::sys;
+use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+
+/// How long a waiter sleeps before checking the holder's liveness.
+const LIVENESS_POLL: Duration = Duration::from_millis(20);
+/// A ticket taken but never published is treated as abandoned after this long.
+const UNPUBLISHED_GRACE_NS: u64 = 1_000_000_000;
+
+pub struct Scheduler<'a> {
+    pub state: &'a SharedState,
+    pub device: usize,
+    pub own_slot: usize,
+}
+
+impl Scheduler<'_> {
+    /// Blocks until this caller owns the device; returns its ticket.
+    pub fn acquire(&self) -> u64 {
+        let d = self.state.device(self.device);
+        let generation = self.state.proc(self.own_slot).generation.load(Acquire);
+        'retake: loop {
+            let t = d.next_ticket.fetch_add(1, AcqRel);
+            let h = &d.tickets[(t % TICKET_RING as u64) as usize];
+            h.proc_slot.store(self.own_slot as u32 + 1, Relaxed);
+            h.proc_generation.store(generation, Relaxed);
+            h.ticket.store(t, Release);
+            let mut unpublished_since: Option<(u64, u64)> = None;
+            loop {
+                let seq = d.serve_seq.load(Acquire);
+                let serving = d.now_serving.load(Acquire);
+                if serving == t {
+                    return t;
+                }
+                if serving > t {
+                    // Skipped as abandoned (we stalled for over a second
+                    // between taking and publishing): queue again.
+                    continue 'retake;
+                }
+                d.sleepers.fetch_add(1, AcqRel);
+                if d.serve_seq.load(Acquire) == seq {
+                    sys::futex_wait(&d.serve_seq, seq, LIVENESS_POLL);
+                }
+                d.sleepers.fetch_sub(1, AcqRel);
+                if d.now_serving.load(Acquire) == serving {
+                    self.skip_if_dead(serving, &mut unpublished_since);
+                }
+            }
+        }
+    }
+
+    fn skip_if_dead(&self, serving: u64, unpublished_since: &mut Option<(u64, u64)>) {
+        let d = self.state.device(self.device);
+        let h = &d.tickets[(serving % TICKET_RING as u64) as usize];
+        let dead = if h.ticket.load(Acquire) != serving {
+            let now = sys::now_ns();
+            match *unpublished_since {
+                Some((t, since)) if t == serving => now.saturating_sub(since) > UNPUBLISHED_GRACE_NS,
+                _ => {
+                    *unpublished_since = Some((serving, now));
+                    false
+                }
+            }
+        } else {
+            let slot = h.proc_slot.load(Acquire) as usize;
+            let generation = h.proc_generation.load(Acquire);
+            slot == 0 || {
+                let slot = slot - 1;
+                self.state.proc(slot).generation.load(Acquire) != generation || !self.state.proc_alive(slot, Some(self.own_slot))
+            }
+        };
+        if dead && d.now_serving.compare_exchange(serving, serving + 1, AcqRel, Relaxed).is_ok() {
+            d.serve_seq.fetch_add(1, AcqRel);
+            sys::futex_wake_all(&d.serve_seq);
+        }
+    }
+
+    /// Passes the device on.
+    pub fn release(&self, ticket: u64) {
+        let d = self.state.device(self.device);
+        if d.now_serving.compare_exchange(ticket, ticket + 1, AcqRel, Relaxed).is_ok() {
+            d.serve_seq.fetch_add(1, AcqRel);
+            if d.sleepers.load(Acquire) > 0 {
+                sys::futex_wake_all(&d.serve_seq);
+            }
+        }
+    }
+
+    /// Whether another context is queued behind `ticket`.
+    pub fn others_waiting(&self, ticket: u64) -> bool {
+        self.state.device(self.device).next_ticket.load(Acquire) > ticket + 1
+    }
+}
