@@ -508,13 +508,15 @@ impl Runtime {
         r
     }
 
-    /// `cuDevicePrimaryCtxReset*`: the context and its memory are gone; the
-    /// next retain charges again.
+    /// `cuDevicePrimaryCtxReset*`: the context, its memory and its retains
+    /// are gone; the next retain charges again.
     pub fn reset_primary(&self, cu_device: CUdevice, reset: impl FnOnce() -> CUresult) -> CUresult {
         let Some((device, primary)) = self.primary(cu_device) else { return reset() };
         let mut p = lock(primary);
         let r = reset();
         if r == CUDA_SUCCESS {
+            // The driver drops every retain with the context.
+            p.retains = 0;
             self.uncharge_primary(device.ledger_index, &mut p);
         }
         r

@@ -13,10 +13,19 @@ use crate::real;
 
 /// The memory NVML reports for this process on `device`, if it can tell.
 pub fn measure(device: &Device) -> Option<u64> {
-    if real::nvml_init() != abi::nvml::NVML_SUCCESS {
+    let r = real::nvml_init();
+    if r != abi::nvml::NVML_SUCCESS {
+        info!("context overhead not measured: NVML is not available (nvmlInit_v2 returned {r})");
         return None;
     }
-    let handle = real::nvml_device_by_uuid(&device.uuid).ok()?;
+    let Some(handle) = real::nvml_device_by_uuid(&device.uuid) else {
+        info!("context overhead not measured: NVML does not know device {}", device.ordinal);
+        return None;
+    };
     let pid = ledger::process::ProcessIdentity::current().pid;
-    real::nvml_process_used_bytes(handle, pid).filter(|bytes| *bytes > 0)
+    let measured = real::nvml_process_used_bytes(handle, pid).filter(|bytes| *bytes > 0);
+    if measured.is_none() {
+        info!("context overhead not measured: NVML lists no memory for process {pid}");
+    }
+    measured
 }

@@ -101,6 +101,8 @@ function_table! {
     Nvml {
         nvmlInit_v2: fn() -> nvmlReturn_t;
         nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
+        nvmlDeviceGetCount_v2: fn(*mut c_uint) -> nvmlReturn_t;
+        nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
         nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
         nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
         nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
@@ -260,17 +262,24 @@ pub fn nvml_init() -> nvmlReturn_t {
     nvml_call!(nvmlInit_v2())
 }
 
-/// `nvmlDeviceGetHandleByUUID` for the CUDA UUID `uuid`.
-pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Result<nvmlDevice_t, nvmlReturn_t> {
-    let text = crate::config::format_uuid(uuid);
-    let text = CString::new(text).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
+/// The NVML device with the CUDA UUID `uuid`: `nvmlDeviceGetHandleByUUID`,
+/// or a walk over NVML's devices comparing their UUIDs when NVML does not
+/// take that spelling.
+pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Option<nvmlDevice_t> {
+    let text = CString::new(crate::config::format_uuid(uuid)).ok()?;
     let mut dev: nvmlDevice_t = core::ptr::null_mut();
-    let r = nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev));
-    if r == NVML_SUCCESS {
-        Ok(dev)
-    } else {
-        Err(r)
+    if nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev)) == NVML_SUCCESS {
+        return Some(dev);
     }
+    let mut count: c_uint = 0;
+    if nvml_call!(nvmlDeviceGetCount_v2(&mut count)) != NVML_SUCCESS {
+        return None;
+    }
+    (0..count).find_map(|index| {
+        let mut dev: nvmlDevice_t = core::ptr::null_mut();
+        let found = nvml_call!(nvmlDeviceGetHandleByIndex_v2(index, &mut dev)) == NVML_SUCCESS;
+        (found && nvml_device_uuid(dev).as_ref() == Some(uuid)).then_some(dev)
+    })
 }
 
 /// `nvmlDeviceGetUUID` parsed back into 16 bytes.
