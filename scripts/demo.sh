@@ -9,8 +9,8 @@ cargo build --release --workspace --quiet
 bin=target/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gcc -O2 -I .deps/include examples/cap_demo.c -o "$work/cap_demo" -L "$bin/simgpu-libs" -lcuda 2>/dev/null ||
-    { "$bin/gpuslice" sim -- true; gcc -O2 -I .deps/include examples/cap_demo.c -o "$work/cap_demo" -L "$bin/simgpu-libs" -lcuda; }
+"$bin/gpuslice" sim -- true # lays out $bin/simgpu-libs (libcuda.so -> libsimgpu.so) to link against
+gcc -O2 -I .deps/include examples/cap_demo.c -o "$work/cap_demo" -L "$bin/simgpu-libs" -lcuda
 export SIMGPU_STATE="$work/simgpu.state" SIMGPU_MEMORY=16GiB
 echo "== without gpuslice: the whole simulated GPU"
 "$bin/gpuslice" sim -- "$work/cap_demo"
