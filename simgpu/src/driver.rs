@@ -13,7 +13,7 @@ use crate::state::SharedState;
 use abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub type CuResult<T> = Result<T, CUresult>;
@@ -132,7 +132,7 @@ pub struct DeviceRt {
 
 pub struct Driver {
     pub machine: &'static Machine,
-    pub own_slot: usize,
+    own_slot: AtomicUsize,
     pub devices: Vec<DeviceRt>,
     pub objects: RwLock<Objects>,
     pub vmm: Mutex<VmmState>,
@@ -146,14 +146,35 @@ static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
 #[inline]
 pub fn driver() -> CuResult<&'static Driver> {
     match DRIVER.get() {
-        Some(Ok(d)) => Ok(d),
+        Some(Ok(d)) => {
+            if FORKED.load(Relaxed) {
+                d.reinit_after_fork()?;
+            }
+            Ok(d)
+        }
         _ => Err(CUDA_ERROR_NOT_INITIALIZED),
     }
 }
 
+/// Set in a child process right after fork(); the next driver call there
+/// re-initialises the process's view (see [`Driver::reinit_after_fork`]).
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// The pid whose process record `own_slot` is.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Release);
+}
+
 extern "C" fn release_at_exit() {
     if let Some(Ok(d)) = DRIVER.get() {
-        d.machine.state.release_proc(d.own_slot);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        // A forked child that never used the driver must not release its
+        // parent's record.
+        if OWNER_PID.load(Acquire) == pid {
+            d.machine.state.release_proc(d.own_slot());
+        }
     }
 }
 
@@ -174,9 +195,14 @@ pub fn init(flags: u32) -> CuResult<()> {
             objects.pools.insert(pool, Pool { device: i, default: true });
             devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), default_pool: pool });
         }
-        // SAFETY: registering a plain extern "C" fn with no captured state.
-        unsafe { libc::atexit(release_at_exit) };
-        Ok(Driver { machine, own_slot, devices, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
+        // SAFETY: registering plain extern "C" fns with no captured state.
+        unsafe {
+            libc::atexit(release_at_exit);
+            libc::pthread_atfork(None, None, Some(mark_forked));
+        }
+        Ok(Driver { machine, own_slot: AtomicUsize::new(own_slot), devices, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
     });
     r.as_ref().map(|_| ()).map_err(|e| *e)
 }
@@ -186,7 +212,7 @@ impl Host for Driver {
         &self.machine.state
     }
     fn own_slot(&self) -> usize {
-        self.own_slot
+        self.own_slot.load(Relaxed)
     }
     fn slice_ns(&self) -> u64 {
         self.machine.config.slice_us * 1000
@@ -209,6 +235,49 @@ pub fn with_ctx_stack<R>(f: impl FnOnce(&mut Vec<u64>) -> R) -> CuResult<R> {
 }
 
 impl Driver {
+    pub fn own_slot(&self) -> usize {
+        self.own_slot.load(Relaxed)
+    }
+
+    /// In a forked child: the parent's contexts, streams and allocations do
+    /// not exist here (no worker threads, charges belong to the parent's
+    /// record). Claim a record of our own through our own open file
+    /// description and start from an empty registry; the parent's address
+    /// ranges stay reserved in our copy of the heaps so they are never reused.
+    fn reinit_after_fork(&self) -> CuResult<()> {
+        static REINIT: Mutex<()> = Mutex::new(());
+        let _g = lock(&REINIT);
+        if !FORKED.load(Acquire) {
+            return Ok(());
+        }
+        let st = &self.machine.state;
+        if !st.reopen_after_fork() {
+            return Err(CUDA_ERROR_NOT_INITIALIZED);
+        }
+        let slot = st.claim_proc(crate::sys::host_pid()).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        self.own_slot.store(slot, Release);
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
+        {
+            let mut o = self.write();
+            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).collect();
+            *o = Objects::default();
+            o.pools.extend(pools);
+        }
+        for rt in &self.devices {
+            let mut p = lock(&rt.primary);
+            p.ctx = None;
+            p.refs = 0;
+            if let Some(Ok(h)) = rt.heap.get() {
+                lock(&h.inner).blocks.clear();
+            }
+        }
+        *lock(&self.vmm) = VmmState::default();
+        let _ = with_ctx_stack(|s| s.clear());
+        FORKED.store(false, Release);
+        Ok(())
+    }
+
     pub fn read(&self) -> RwLockReadGuard<'_, Objects> {
         self.objects.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -260,20 +329,20 @@ impl Driver {
     pub fn create_context(&'static self, device: usize, primary: bool, flags: u32) -> CuResult<Arc<Context>> {
         let st = &self.machine.state;
         let bytes = self.machine.config.context_memory_bytes;
-        if bytes > 0 && !st.charge(device, self.own_slot, bytes) {
+        if bytes > 0 && !st.charge(device, self.own_slot(), bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let handle = self.new_handle(TAG_CTX);
         let exec = match Executor::start(device, handle, self) {
             Ok(e) => e,
             Err(_) => {
-                st.uncharge(device, self.own_slot, bytes);
+                st.uncharge(device, self.own_slot(), bytes);
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
         };
         let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
         let ctx = Arc::new(Context { handle, device, primary, flags, charged_bytes: bytes, exec, default_stream });
-        st.proc(self.own_slot).devices[device].contexts.fetch_add(1, AcqRel);
+        st.proc(self.own_slot()).devices[device].contexts.fetch_add(1, AcqRel);
         self.write().contexts.insert(handle, ctx.clone());
         Ok(ctx)
     }
@@ -297,8 +366,8 @@ impl Driver {
             o.streams.retain(|_, s| s.ctx != handle);
         }
         let st = &self.machine.state;
-        st.uncharge(ctx.device, self.own_slot, ctx.charged_bytes);
-        let pd = &st.proc(self.own_slot).devices[ctx.device];
+        st.uncharge(ctx.device, self.own_slot(), ctx.charged_bytes);
+        let pd = &st.proc(self.own_slot()).devices[ctx.device];
         let _ = pd.contexts.fetch_update(AcqRel, Relaxed, |c| Some(c.saturating_sub(1)));
         let _ = with_ctx_stack(|s| s.retain(|&c| c != handle));
         Ok(())

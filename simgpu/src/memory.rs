@@ -81,7 +81,7 @@ pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
     let charged = charge_size(bytes).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let h = heap(d, ctx.device)?;
     let st = &d.machine.state;
-    if !st.charge(ctx.device, d.own_slot, charged) {
+    if !st.charge(ctx.device, d.own_slot(), charged) {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
     let mut inner = lock(&h.inner);
@@ -92,7 +92,7 @@ pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
         }
         None => {
             drop(inner);
-            st.uncharge(ctx.device, d.own_slot, charged);
+            st.uncharge(ctx.device, d.own_slot(), charged);
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
     }
@@ -119,7 +119,7 @@ pub fn free_device(d: &Driver, ptr: u64) -> CuResult<()> {
     if len >= RELEASE_PAGES_BYTES {
         release_pages(ptr, len);
     }
-    d.machine.state.uncharge(device, d.own_slot, len);
+    d.machine.state.uncharge(device, d.own_slot(), len);
     Ok(())
 }
 
@@ -203,7 +203,7 @@ pub fn free_all_of_context(d: &Driver, ctx: &Context) {
     });
     drop(objs);
     if freed > 0 {
-        d.machine.state.uncharge(ctx.device, d.own_slot, freed);
+        d.machine.state.uncharge(ctx.device, d.own_slot(), freed);
     }
 }
 
@@ -261,7 +261,7 @@ pub fn array_bytes(width: usize, height: usize, depth: usize, format: u32, chann
 pub fn create_array(d: &Driver, bytes: u64, mipmapped: bool) -> CuResult<u64> {
     let ctx = d.current()?;
     let charged = charge_size(bytes).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if !d.machine.state.charge(ctx.device, d.own_slot, charged) {
+    if !d.machine.state.charge(ctx.device, d.own_slot(), charged) {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
     let rec = ArrayRec { device: ctx.device, ctx: ctx.handle, charged_bytes: charged };
@@ -281,7 +281,7 @@ pub fn destroy_array(d: &Driver, handle: u64, mipmapped: bool) -> CuResult<()> {
         if mipmapped { objs.mipmaps.remove(&handle) } else { objs.arrays.remove(&handle) }
     }
     .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    d.machine.state.uncharge(rec.device, d.own_slot, rec.charged_bytes);
+    d.machine.state.uncharge(rec.device, d.own_slot(), rec.charged_bytes);
     Ok(())
 }
 
@@ -327,13 +327,13 @@ pub fn vmm_create(d: &Driver, size: u64, device: Option<usize>) -> CuResult<u64>
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     if let Some(dev) = device {
-        if !d.machine.state.charge(dev, d.own_slot, size) {
+        if !d.machine.state.charge(dev, d.own_slot(), size) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
     }
     let uncharge = || {
         if let Some(dev) = device {
-            d.machine.state.uncharge(dev, d.own_slot, size);
+            d.machine.state.uncharge(dev, d.own_slot(), size);
         }
     };
     // SAFETY: the name is a valid C string; memfd_create has no other preconditions.
@@ -358,7 +358,7 @@ fn vmm_destroy_handle(d: &Driver, ph: PhysHandle) {
     // SAFETY: closing the memfd this handle owned; no mapping uses the fd itself.
     unsafe { libc::close(ph.memfd) };
     if let Some(dev) = ph.device {
-        d.machine.state.uncharge(dev, d.own_slot, ph.size);
+        d.machine.state.uncharge(dev, d.own_slot(), ph.size);
     }
 }
 

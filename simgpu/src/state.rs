@@ -24,7 +24,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPU\0\0");
 pub const LAYOUT_VERSION: u32 = 1;
@@ -181,7 +181,8 @@ impl fmt::Display for StateError {
 /// The mapped state file. Lives for the whole process (never unmapped).
 pub struct SharedState {
     layout: &'static Layout,
-    fd: i32,
+    /// Our own open file description of the state file (OFD locks belong to it).
+    fd: AtomicI32,
     pub path: PathBuf,
     /// This process's own record + 1 (0: none). Its own OFD lock is invisible
     /// to F_OFD_GETLK through the same open file description, so liveness
@@ -300,7 +301,7 @@ impl SharedState {
         // Layout), never unmapped, and Layout is valid for any bit pattern its
         // creator or a zero-filled file can hold (all atomics/integers).
         let layout: &'static Layout = unsafe { &*(p as *const Layout) };
-        Ok(SharedState { layout, fd, path, own: AtomicU32::new(0) })
+        Ok(SharedState { layout, fd: AtomicI32::new(fd), path, own: AtomicU32::new(0) })
     }
 
     fn check(&self, config: &Config) -> Result<(), StateError> {
@@ -356,7 +357,7 @@ impl SharedState {
                 if rec.state.compare_exchange(PROC_FREE, PROC_CLAIMED, AcqRel, Relaxed).is_err() {
                     continue;
                 }
-                if !sys::ofd_try_lock(self.fd, Self::lock_offset(slot)) {
+                if !sys::ofd_try_lock(self.fd(), Self::lock_offset(slot)) {
                     rec.state.store(PROC_FREE, Release);
                     continue;
                 }
@@ -391,7 +392,7 @@ impl SharedState {
         if rec.state.load(Acquire) != PROC_ALIVE {
             return false;
         }
-        own == Some(slot) || sys::ofd_is_locked(self.fd, Self::lock_offset(slot))
+        own == Some(slot) || sys::ofd_is_locked(self.fd(), Self::lock_offset(slot))
     }
 
     /// Releases the memory and records of processes that died. Returns how
@@ -403,14 +404,14 @@ impl SharedState {
             if Some(slot) == own || rec.state.load(Acquire) != PROC_ALIVE {
                 continue;
             }
-            if sys::ofd_is_locked(self.fd, Self::lock_offset(slot)) {
+            if sys::ofd_is_locked(self.fd(), Self::lock_offset(slot)) {
                 continue;
             }
             if rec.state.compare_exchange(PROC_ALIVE, PROC_RECLAIMING, AcqRel, Relaxed).is_err() {
                 continue;
             }
             // Re-check under our claim: a live owner would still hold the lock.
-            if sys::ofd_is_locked(self.fd, Self::lock_offset(slot)) {
+            if sys::ofd_is_locked(self.fd(), Self::lock_offset(slot)) {
                 rec.state.store(PROC_ALIVE, Release);
                 continue;
             }
@@ -426,6 +427,28 @@ impl SharedState {
             reclaimed += 1;
         }
         reclaimed
+    }
+
+    fn fd(&self) -> i32 {
+        self.fd.load(Acquire)
+    }
+
+    /// In a child after fork(): the inherited descriptor shares the parent's
+    /// open file description, and with it the parent's liveness lock. Open our
+    /// own, and forget the parent's record.
+    pub fn reopen_after_fork(&self) -> bool {
+        let cp = cpath(&self.path);
+        // SAFETY: `cp` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(cp.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        let old = self.fd.swap(fd, AcqRel);
+        // SAFETY: closing our copy of the inherited descriptor; the parent's
+        // lock stays, since its open file description lives on in the parent.
+        unsafe { libc::close(old) };
+        self.own.store(0, Release);
+        true
     }
 
     /// This process's record, if it claimed one.
@@ -444,7 +467,7 @@ impl SharedState {
             pd.contexts.store(0, Relaxed);
         }
         rec.state.store(PROC_FREE, Release);
-        sys::ofd_unlock(self.fd, Self::lock_offset(slot));
+        sys::ofd_unlock(self.fd(), Self::lock_offset(slot));
     }
 
     /// Charges `bytes` to device `dev` for process record `slot`: succeeds only
@@ -594,7 +617,7 @@ mod tests {
         assert_eq!(b.reclaim_dead(None), 0);
         assert!(b.proc_alive(sa, None));
         // Simulate death: drop the lock, as the kernel does when the process dies.
-        sys::ofd_unlock(a.fd, SharedState::lock_offset(sa));
+        sys::ofd_unlock(a.fd(), SharedState::lock_offset(sa));
         assert!(!b.proc_alive(sa, None));
         assert_eq!(b.reclaim_dead(None), 1);
         assert_eq!(b.memory(1).1, 0);
