@@ -328,6 +328,9 @@ impl Driver {
     /// Creates a context on `device`, charging its memory.
     pub fn create_context(&'static self, device: usize, primary: bool, flags: u32) -> CuResult<Arc<Context>> {
         let st = &self.machine.state;
+        // Context creation is one of the moments a dead process's memory is
+        // given back (besides a failing charge and NVML queries).
+        st.reclaim_dead(None);
         let bytes = self.machine.config.context_memory_bytes;
         if bytes > 0 && !st.charge(device, self.own_slot(), bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);

@@ -179,7 +179,7 @@ pub fn check_device_range(d: &Driver, ptr: u64, len: u64) -> CuResult<()> {
 
 /// Frees everything a context owned (allocations and arrays).
 pub fn free_all_of_context(d: &Driver, ctx: &Context) {
-    if let Some(Ok(h)) = d.devices.get(ctx.device).map(|rt| rt.heap.get()).flatten() {
+    if let Some(Ok(h)) = d.devices.get(ctx.device).and_then(|rt| rt.heap.get()) {
         let owned: Vec<u64> = lock(&h.inner).blocks.iter().filter(|(_, b)| b.ctx == ctx.handle).map(|(off, _)| *off).collect();
         for off in owned {
             let _ = free_device(d, h.base + off);
