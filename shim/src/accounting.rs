@@ -28,6 +28,8 @@ use abi::cuda::*;
 use ledger::{Denied, Ledger, Slot, UNLIMITED};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::real;
@@ -90,6 +92,25 @@ const SHARDS: usize = 64;
 /// Allocations by handle, sharded so that threads rarely share a lock.
 pub struct Tracker {
     shards: Vec<Mutex<Map>>,
+}
+
+/// Bumped whenever a context of this process may have been destroyed.
+static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Clone, Copy)]
+struct LastContext {
+    ctx: usize,
+    cu_device: CUdevice,
+    generation: u64,
+}
+
+thread_local! {
+    static LAST_CONTEXT: Cell<LastContext> =
+        const { Cell::new(LastContext { ctx: 0, cu_device: 0, generation: u64::MAX }) };
+}
+
+fn contexts_changed() {
+    CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -223,15 +244,32 @@ impl Runtime {
         self.devices.iter().find(|d| &d.uuid == uuid)
     }
 
-    /// The calling thread's context and its device.
+    /// The calling thread's context and its device. A context's device never
+    /// changes, so each thread remembers the last (context, device) pair it
+    /// asked about; any context destruction in the process invalidates every
+    /// thread's memory (a handle may be reused by a context on another device).
     fn current(&self) -> Result<(usize, &Device), CUresult> {
         let ctx = real::current_context()?;
         if ctx.is_null() {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
-        let cu_device = real::current_device()?;
+        let ctx = ctx as usize;
+        let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
+        let cached = LAST_CONTEXT
+            .try_with(Cell::get)
+            .ok()
+            .filter(|c| c.ctx == ctx && c.generation == generation)
+            .map(|c| c.cu_device);
+        let cu_device = match cached {
+            Some(cu_device) => cu_device,
+            None => {
+                let cu_device = real::current_device()?;
+                let _ = LAST_CONTEXT.try_with(|c| c.set(LastContext { ctx, cu_device, generation }));
+                cu_device
+            }
+        };
         let device = self.device_by_handle(cu_device).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
-        Ok((ctx as usize, device))
+        Ok((ctx, device))
     }
 
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
@@ -433,6 +471,7 @@ impl Runtime {
             contexts.iter().position(|c| c.ctx == key).map(|i| contexts.swap_remove(i))
         };
         let r = destroy();
+        contexts_changed();
         if let Some(record) = record {
             if r == CUDA_SUCCESS {
                 self.release(record.ledger_index, record.charged_bytes);
@@ -487,6 +526,7 @@ impl Runtime {
     }
 
     fn uncharge_primary(&self, dev: usize, p: &mut Primary) {
+        contexts_changed();
         if p.charged {
             p.charged = false;
             self.release(dev, p.charged_bytes);
