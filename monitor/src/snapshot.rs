@@ -51,7 +51,7 @@ pub struct TenantDeviceView {
 /// A process of a tenant.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessView {
-    /// Host pid (0 when it cannot be found on this host's `/proc`).
+    /// Host pid: verified for a live process; for a dead one, as it recorded it.
     pub pid: u32,
     /// Pid inside its own PID namespace.
     pub ns_pid: u32,
@@ -159,12 +159,15 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
         let mut per_device_processes: HashMap<usize, u64> = HashMap::new();
         let mut driver_per_device: HashMap<usize, u64> = HashMap::new();
         for slot in &slots {
-            let pid = if slot.alive { resolver.host_pid(slot).unwrap_or(0) } else { 0 };
-            if pid != 0 {
+            // A live process is named by its verified host pid; a dead one by
+            // the pid it recorded (which may since have been reused).
+            let resolved = if slot.alive { resolver.host_pid(slot) } else { None };
+            if let Some(pid) = resolved {
                 tracked_pids.insert(pid);
             }
+            let pid = resolved.unwrap_or(slot.pid);
             let mut driver_total = None;
-            if gpus.is_some() && pid != 0 {
+            if let (Some(_), Some(pid)) = (gpus, resolved) {
                 let mut total = 0;
                 for (index, uuid) in &uuid_of {
                     if let Some(bytes) = driver_by_uuid_pid.get(&(uuid.as_str(), pid)) {

@@ -165,7 +165,7 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
         for p in &t.processes {
             rows.push(vec![
                 t.name.clone(),
-                if p.pid == 0 { "?".into() } else { p.pid.to_string() },
+                p.pid.to_string(),
                 p.ns_pid.to_string(),
                 p.slot.to_string(),
                 human_bytes(p.memory_used_bytes),

@@ -153,7 +153,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     log::info(&format!(
         "watching {} ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
-        if gpu_reader.is_some() { "on" } else { "off (ledger-only)" }
+        if gpu_reader.is_some() { "on" } else { "off" }
     ));
     println!("listen={local}");
     let _ = std::io::stdout().flush();

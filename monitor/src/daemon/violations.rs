@@ -105,7 +105,7 @@ impl ViolationState {
                             crate::status::human_bytes(device.context_overhead_bytes)
                         ));
                         if on_violation == OnViolation::Kill {
-                            for p in tenant.processes.iter().filter(|p| p.alive && p.pid != 0) {
+                            for p in tenant.processes.iter().filter(|p| p.alive && p.driver_memory_used_bytes.is_some()) {
                                 if p.driver_memory_used_bytes.unwrap_or(0) > 0 {
                                     kill(p.pid, p.start_time_ticks, &format!("tenant {} over its cap", tenant.name), counters);
                                 }

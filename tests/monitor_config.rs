@@ -1,0 +1,125 @@
+//! The monitor's configuration file: caps applied to running tenants without
+//! a restart (on change and on SIGHUP), tenants it does not name left to
+//! their environment, a bad file refused at start with line and column, and
+//! a bad reload that keeps the previous configuration.
+
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+
+use gpuslice_tests::{cu, Sim, MIB};
+use monitor_support::*;
+use std::time::Duration;
+
+fn sim() -> Sim {
+    Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("2GiB").tenant("team-a")
+}
+
+fn limit_of(sim: &Sim, tenant_name: &str) -> (Option<u64>, String) {
+    let status = status_json(sim);
+    let device = &tenant(&status, tenant_name).unwrap_or_else(|| panic!("{tenant_name} missing: {status:#}"))["devices"][0];
+    (device["memory_limit_bytes"].as_u64(), device["policy_source"].as_str().unwrap_or("").to_string())
+}
+
+#[test]
+fn live_reconfiguration_lowers_and_raises_a_running_tenants_cap() {
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    // The monitor created the tenant's ledger with its cap before any process ran.
+    assert_eq!(limit_of(&sim, "team-a"), (Some(1024 * MIB), "monitor".into()));
+
+    let mut app = sim.spawn(sim.c("memctl").args([
+        "init", "ctx", "info:before", "alloc:a:512M", "hold", "alloc:b:512M", "info:lowered", "wait", "alloc:c:512M", "hold",
+    ]));
+    app.wait_for("ready");
+    assert_eq!(app.wait_for("before.total"), (1024 * MIB).to_string(), "the file's cap wins over the environment's 2GiB");
+    assert_eq!(app.wait_for("a"), cu::SUCCESS.to_string());
+
+    write_atomically(&config, "[tenants.team-a]\nmemory = \"600MiB\"\n");
+    assert!(
+        time_until(Duration::from_secs(5), || limit_of(&sim, "team-a").0 == Some(600 * MIB)).is_some(),
+        "the lowered cap never reached the ledger"
+    );
+    app.send_line("go");
+    assert_eq!(app.wait_for("b"), cu::OUT_OF_MEMORY.to_string(), "a lowered cap stops new allocations");
+    assert_eq!(app.wait_for("lowered.total"), (600 * MIB).to_string(), "the application sees the new cap");
+    assert_eq!(tenant_used_bytes(&sim, "team-a"), Some((512 + 64) * MIB), "existing allocations are kept");
+
+    // Raised again, through SIGHUP after an in-place edit.
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"3GiB\"\n").unwrap();
+    monitor.running.signal("HUP");
+    assert!(time_until(Duration::from_secs(5), || limit_of(&sim, "team-a").0 == Some(3072 * MIB)).is_some());
+    app.send_line("go");
+    assert_eq!(app.wait_for("c"), cu::SUCCESS.to_string());
+    app.wait().assert_success();
+    let reloads = monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]).unwrap();
+    assert!(reloads >= 2.0, "{reloads}");
+}
+
+#[test]
+fn sighup_reloads_an_unchanged_file() {
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    assert_eq!(monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]), Some(0.0));
+    monitor.running.signal("HUP");
+    assert!(time_until(Duration::from_secs(5), || {
+        monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]) == Some(1.0)
+    })
+    .is_some());
+}
+
+#[test]
+fn tenants_the_file_does_not_name_keep_their_environment_cap() {
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
+    let _monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let mut cmd = sim.c("memctl");
+    cmd.env("GPUSLICE_TENANT", "team-b").env("GPUSLICE_MEMORY_LIMIT", "700MiB").args(["init", "ctx", "info", "hold"]);
+    let mut b = sim.spawn(&mut cmd);
+    b.wait_for("ready");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(limit_of(&sim, "team-b"), (Some(700 * MIB), "environment".into()));
+    assert_eq!(b.wait_for("info.total"), (700 * MIB).to_string());
+    b.wait().assert_success();
+}
+
+#[test]
+fn a_bad_configuration_refuses_to_start_with_line_and_column() {
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "on_violation = \"report\"\n[tenants.team-a]\nmemory = \"4GG\"\n").unwrap();
+    let out = sim.run(&mut monitor_command(&sim, &MonitorOptions { config: Some(config.clone()), ..Default::default() }));
+    assert_eq!(out.code(), Some(2), "{out}");
+    let expected = format!("{}:3:10:", config.display());
+    assert!(out.stderr.contains(&expected), "expected {expected} in:\n{out}");
+    assert!(out.stderr.contains("4GG") && out.stderr.contains("8GiB"), "names the value and the accepted format:\n{out}");
+
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\nlimit = 3\n").unwrap();
+    let out = sim.run(&mut monitor_command(&sim, &MonitorOptions { config: Some(config.clone()), ..Default::default() }));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains(&format!("{}:3:1:", config.display())) && out.stderr.contains("limit"), "{out}");
+}
+
+#[test]
+fn a_bad_reload_keeps_the_previous_configuration() {
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    write_atomically(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n[tenants.team-b\n");
+    assert!(time_until(Duration::from_secs(5), || {
+        monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "error")]) == Some(1.0)
+    })
+    .is_some());
+    // Still governed by the old file: a process asking for 2GiB gets 1GiB.
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "info"]));
+    assert_eq!(out.u64("info.total"), 1024 * MIB, "{out}");
+    assert_eq!(limit_of(&sim, "team-a"), (Some(1024 * MIB), "monitor".into()));
+    let log = monitor.stop();
+    let line = log.stderr.lines().find(|l| l.contains("configuration refused")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains(&format!("{}:3:", config.display())), "{line}");
+}
