@@ -17,11 +17,14 @@ use crate::{OpenError, UNLIMITED};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
+
+/// Mode of ledger files: read-write for every process of the tenant.
+pub const LEDGER_MODE: u32 = 0o666;
 
 /// How long `open` waits for a file that is empty or not yet initialised.
 pub const CREATION_WAIT: Duration = Duration::from_millis(500);
@@ -235,10 +238,16 @@ fn build_and_link(tenant: &str, temp: &Path, path: &Path) -> Result<(), OpenErro
         .read(true)
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(LEDGER_MODE)
         .custom_flags(libc::O_CLOEXEC)
         .open(temp)
         .map_err(|e| io_error(temp, "create", e))?;
+    // Every process of a tenant maps the file read-write, whatever its uid,
+    // so the mode is set past the umask. The ledger is bookkeeping, not a
+    // security boundary: a process can always skip the shim, which is what
+    // the monitor's bypass detection is for.
+    std::fs::set_permissions(temp, std::fs::Permissions::from_mode(LEDGER_MODE))
+        .map_err(|e| io_error(temp, "set the mode of", e))?;
     file.set_len(FILE_BYTES as u64).map_err(|e| io_error(temp, "size", e))?;
     {
         let mapping = Mapping::new(&file).map_err(|e| io_error(temp, "map", e))?;

@@ -41,7 +41,10 @@ fn create_then_reopen_sees_the_same_file() {
     let ledger = Ledger::open_or_create(&dir.0.join("nested"), "team-a").unwrap();
     assert_eq!(ledger.tenant(), "team-a");
     assert_eq!(ledger.path(), tenant_path(&dir.0.join("nested"), "team-a"));
-    assert_eq!(std::fs::metadata(ledger.path()).unwrap().len(), FILE_BYTES as u64);
+    let meta = std::fs::metadata(ledger.path()).unwrap();
+    assert_eq!(meta.len(), FILE_BYTES as u64);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666, "every process of the tenant can map it");
     let dev = ledger.device_index(&UUID, 80 << 30).unwrap();
     assert_eq!(dev, 0);
     assert_eq!(ledger.memory_limit_bytes(dev), UNLIMITED);
