@@ -110,7 +110,9 @@ pub fn runtime() -> Result<Access, CUresult> {
             INITIALISING => std::thread::sleep(std::time::Duration::from_micros(50)),
             _ => {
                 if STATE.compare_exchange(UNINIT, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    let (next, result) = initialise();
+                    // A panic must not leave the state at Initialising, where
+                    // every other thread would wait for ever: fail closed.
+                    let (next, result) = std::panic::catch_unwind(initialise).unwrap_or((REFUSED, Ok(())));
                     STATE.store(next, Ordering::Release);
                     result?;
                 }
