@@ -135,3 +135,73 @@ impl ViolationState {
         counters.over_cap = over_now;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{TenantDeviceView, TenantView};
+
+    fn snapshot(driver_bytes: u64) -> Snapshot {
+        Snapshot {
+            nvml: true,
+            devices: vec![],
+            tenants: vec![TenantView {
+                name: "team-a".into(),
+                devices: vec![TenantDeviceView {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    memory_used_bytes: 100,
+                    memory_limit_bytes: Some(100),
+                    policy_source: "monitor",
+                    alloc_denied_total: 0,
+                    context_overhead_bytes: 10,
+                    processes: 1,
+                    driver_memory_used_bytes: Some(driver_bytes),
+                }],
+                processes: vec![],
+                reclaimed_processes_total: 0,
+            }],
+            untracked_processes: vec![],
+        }
+    }
+
+    #[test]
+    fn over_cap_counts_past_the_context_overhead_once_per_episode() {
+        let mut state = ViolationState::default();
+        let mut counters = MonitorCounters::default();
+        // Within cap + one context's overhead: fine.
+        for _ in 0..3 {
+            state.check(&snapshot(110), OnViolation::Report, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), None);
+        // Past it: counted on the second round in a row, once.
+        state.check(&snapshot(150), OnViolation::Report, &mut counters);
+        assert_eq!(counters.violations_total.get("over_cap"), None);
+        assert!(counters.over_cap.is_empty());
+        for _ in 0..3 {
+            state.check(&snapshot(150), OnViolation::Report, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+        assert_eq!(counters.over_cap.len(), 1);
+        assert_eq!(counters.over_cap[0].over_bytes, 50);
+        // Back within: the gauge clears; a new episode counts again.
+        state.check(&snapshot(100), OnViolation::Report, &mut counters);
+        assert!(counters.over_cap.is_empty());
+        state.check(&snapshot(200), OnViolation::Report, &mut counters);
+        state.check(&snapshot(200), OnViolation::Report, &mut counters);
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&2));
+    }
+
+    #[test]
+    fn nothing_is_judged_without_nvml() {
+        let mut state = ViolationState::default();
+        let mut counters = MonitorCounters::default();
+        let mut snap = snapshot(1000);
+        snap.nvml = false;
+        for _ in 0..3 {
+            state.check(&snap, OnViolation::Kill, &mut counters);
+        }
+        assert!(counters.violations_total.is_empty());
+        assert_eq!(counters.violation_kills_total, 0);
+    }
+}
