@@ -66,26 +66,29 @@ fn per_device_caps_and_precedence() {
 
 #[test]
 fn invalid_values_fail_closed_and_name_the_variable() {
-    let cases: &[(&str, &str)] = &[
-        ("GPUSLICE_MEMORY_LIMIT", "4GG"),
-        ("GPUSLICE_MEMORY_LIMIT", "lots"),
-        ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,x=2GiB"),
-        ("GPUSLICE_MEMORY_LIMIT", "-1GiB"),
-        ("CUDA_DEVICE_MEMORY_LIMIT", "lots"),
-        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1q"),
-        ("GPUSLICE_TENANT", "bad/name"),
-        ("GPUSLICE_LOG", "loud"),
+    use ledger::units::{MEMORY_LIMIT_FORMAT, SIZE_FORMAT, TENANT_FORMAT};
+    // (variable, value, what stderr must say is accepted)
+    let cases: &[(&str, &str, &str)] = &[
+        ("GPUSLICE_MEMORY_LIMIT", "4GG", MEMORY_LIMIT_FORMAT),
+        ("GPUSLICE_MEMORY_LIMIT", "lots", MEMORY_LIMIT_FORMAT),
+        ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,x=2GiB", MEMORY_LIMIT_FORMAT),
+        ("GPUSLICE_MEMORY_LIMIT", "-1GiB", MEMORY_LIMIT_FORMAT),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "lots", SIZE_FORMAT),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1q", SIZE_FORMAT),
+        ("GPUSLICE_TENANT", "bad/name", TENANT_FORMAT),
+        ("GPUSLICE_LOG", "loud", "debug"),
     ];
-    for &(var, value) in cases {
+    for &(var, value, accepted) in cases {
         let sim = sim();
         let mut cmd = sim.c("memctl");
-        cmd.env(var, value).args(["init", "ctx", "alloc:a:1M", "info"]);
+        cmd.env(var, value).args(["init", "ctx", "alloc:a:1M", "info", "nvml"]);
         let out = sim.run(&mut cmd);
         out.assert_success();
         assert_ne!(out.i64("init"), cu::SUCCESS, "{var}={value:?} must fail cuInit\n{out}");
         assert_ne!(out.i64("a"), cu::SUCCESS, "{var}={value:?}: no GPU memory without a valid config\n{out}");
         assert!(out.stderr.contains(var), "stderr must name {var}\n{out}");
         assert!(out.stderr.contains(value), "stderr must show the value {value:?}\n{out}");
+        assert!(out.stderr.contains(accepted), "stderr must say what is accepted ({accepted:?})\n{out}");
     }
 }
 

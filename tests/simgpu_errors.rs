@@ -81,3 +81,15 @@ fn bad_handles_and_arguments_get_the_documented_errors() {
     assert_eq!(out.get("error_string.empty"), "0", "{out}");
     assert!(out.u64("vmm.granularity") > 0, "{out}");
 }
+
+#[test]
+fn invalid_simgpu_settings_fail_cu_init_and_say_why() {
+    for (var, value) in [("SIMGPU_MEMORY", "lots"), ("SIMGPU_DEVICES", "two"), ("SIMGPU_CONTEXT_MEMORY", "1Q")] {
+        let sim = Sim::new().env(var, value);
+        let out = sim.run(sim.c("memctl").args(["init", "ctx", "alloc:a:1M"]));
+        out.assert_success();
+        assert_ne!(out.i64("init"), cu::SUCCESS, "{var}={value}\n{out}");
+        assert_ne!(out.i64("a"), cu::SUCCESS, "{var}={value}\n{out}");
+        assert!(out.stderr.contains(var) && out.stderr.contains(value), "stderr must name {var}={value}\n{out}");
+    }
+}

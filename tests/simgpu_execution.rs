@@ -31,6 +31,20 @@ fn synchronize_waits_for_all_queued_work() {
     assert!(out.f64("submit_us") + out.f64("sync_us") >= 380_000.0, "{out}");
 }
 
+#[test]
+fn launches_block_once_about_1024_are_pending() {
+    let sim = Sim::new();
+    // 1500 kernels of 500 us: the first ~1024 queue at once, then each
+    // launch waits for a slot, so submitting takes about 476 x 0.5 ms.
+    let out = sim.run(sim.c("sim_launch").args(["queue", "1500", "500"]));
+    out.assert_success();
+    let submit_us = out.f64("submit_us");
+    let total_us = submit_us + out.f64("sync_us");
+    assert!(total_us >= 1500.0 * 500.0 * 0.97, "{out}");
+    assert!(submit_us >= 150_000.0, "a full queue must block the launch\n{out}");
+    assert!(out.f64("sync_us") >= 300_000.0, "about 1024 launches stay queued at the end\n{out}");
+}
+
 fn contend(sim: &Sim, processes: usize) -> Vec<f64> {
     let mut running: Vec<_> =
         (0..processes).map(|_| sim.spawn(sim.c("sim_launch").args(["contend", "40", "20000"]))).collect();

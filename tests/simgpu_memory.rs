@@ -165,3 +165,35 @@ fn every_allocation_kind_hits_the_capacity() {
     out.assert_rc("pt", cu::OUT_OF_MEMORY);
     assert_eq!(out.u64("end.free"), 192 * MIB, "{out}");
 }
+
+#[test]
+fn each_device_has_its_own_capacity() {
+    let sim = Sim::new().devices(2).memory("1GiB").context_memory("256MiB");
+    let out = sim.run(sim.c("memctl").args(["init", "ctx:1", "alloc:one:free", "info:one", "pctx:0", "info:zero", "alloc:zero:free", "totalmem:1"]));
+    out.assert_success();
+    out.assert_rc("one", cu::SUCCESS).assert_rc("zero", cu::SUCCESS);
+    assert_eq!(out.u64("one.free"), 0, "{out}");
+    assert_eq!(out.u64("zero.free"), GIB - 256 * MIB, "device 0 is untouched by device 1\n{out}");
+    assert_eq!(out.u64("totalmem.bytes"), GIB, "{out}");
+}
+
+#[test]
+fn gpuslice_sim_runs_a_command_on_the_simulated_gpu() {
+    let sim = Sim::new().memory("2GiB").context_memory("256MiB");
+    let memctl = gpuslice_tests::compile_c("memctl");
+    // Not configured by the harness: `gpuslice sim` alone must make the
+    // program's libcuda.so.1 and libnvidia-ml.so.1 resolve to simgpu.
+    let mut cmd = std::process::Command::new(gpuslice_tests::gpuslice_bin());
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env("SIMGPU_STATE", sim.state_file())
+        .env("SIMGPU_MEMORY", "2GiB")
+        .env("SIMGPU_CONTEXT_MEMORY", "256MiB")
+        .args(["sim", "--"])
+        .arg(memctl)
+        .args(["init", "ctx", "info", "nvml"]);
+    let out = sim.spawn(&mut cmd).wait();
+    out.assert_success().assert_rc("init", cu::SUCCESS).assert_rc("nvml", 0);
+    assert_eq!(out.u64("info.total"), 2 * GIB, "SIMGPU_* settings are honoured\n{out}");
+    assert_eq!(out.u64("nvml.used"), 256 * MIB, "{out}");
+}
