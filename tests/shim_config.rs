@@ -163,3 +163,20 @@ fn gpuslice_run_applies_its_options() {
     assert!(ledger::tenant_path(&dir, "cli").is_file(), "the ledger lives in --dir");
     assert_eq!(ledger_view::memory_limit_bytes(&dir, "cli", 0), 768 * MIB);
 }
+
+#[test]
+fn the_shim_logs_to_stderr_only() {
+    let sim = sim().memory_limit("1GiB");
+    let script = ["init", "ctx", "alloc:a:100M", "alloc:over:2G", "free:a", "nvml"];
+    let mut cmd = sim.c("memctl");
+    cmd.env("GPUSLICE_LOG", "debug").args(script);
+    let out = sim.run(&mut cmd);
+    out.assert_success().assert_rc("a", cu::SUCCESS).assert_rc("over", cu::OUT_OF_MEMORY);
+    // Every stdout line is the program's own key=value output.
+    let program_keys = ["init", "ctx", "a", "over", "free.a", "nvmlinit", "nvml", "nvml.total", "nvml.used", "nvml.free", "done"];
+    for line in out.stdout.lines() {
+        let key = line.split('=').next().unwrap_or_default();
+        assert!(program_keys.contains(&key), "a line on stdout that the program did not print: {line:?}\n{out}");
+    }
+    assert!(!out.stderr.trim().is_empty(), "GPUSLICE_LOG=debug must log something to stderr\n{out}");
+}
