@@ -94,7 +94,7 @@ impl Driver {
             check("cuDeviceGet", device_get(&mut device, 0));
             check("cuDevicePrimaryCtxRetain", retain(&mut ctx, device));
             check("cuCtxSetCurrent", set_current(ctx));
-            check("cuModuleLoadData", load_data(&mut module, b"bench image\0".as_ptr().cast()));
+            check("cuModuleLoadData", load_data(&mut module, c"bench image".as_ptr().cast()));
             check("cuModuleGetFunction", get_function(&mut function, module, c"sim_zero".as_ptr()));
         }
         Driver { function, state, ..driver }
