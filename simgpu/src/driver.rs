@@ -133,7 +133,11 @@ pub struct DeviceRt {
 pub struct Driver {
     pub machine: &'static Machine,
     own_slot: AtomicUsize,
+    /// Every physical device, by physical index.
     pub devices: Vec<DeviceRt>,
+    /// Physical index of each ordinal the application sees
+    /// (`CUDA_VISIBLE_DEVICES`, see [`crate::visible`]).
+    pub visible: Vec<usize>,
     pub objects: RwLock<Objects>,
     pub vmm: Mutex<VmmState>,
     next_id: AtomicU64,
@@ -141,8 +145,11 @@ pub struct Driver {
 
 static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
 
-/// The initialised driver, or `CUDA_ERROR_NOT_INITIALIZED` before a
-/// successful `cuInit`.
+/// The initialised driver, or `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+/// A `cuInit` that found no visible device (`CUDA_VISIBLE_DEVICES` empty or
+/// naming none) returned `CUDA_ERROR_NO_DEVICE` but leaves a driver with no
+/// ordinals, so `cuDeviceGetCount` reports 0 and `cuDeviceGet` an invalid
+/// device.
 #[inline]
 pub fn driver() -> CuResult<&'static Driver> {
     match DRIVER.get() {
@@ -202,9 +209,15 @@ pub fn init(flags: u32) -> CuResult<()> {
             libc::atexit(release_at_exit);
             libc::pthread_atfork(None, None, Some(mark_forked));
         }
-        Ok(Driver { machine, own_slot: AtomicUsize::new(own_slot), devices, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
+        let uuids: Vec<String> = (0..devices.len()).map(|i| uuid_string(&device_uuid(&machine.state, i))).collect();
+        let visible = crate::visible::visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &uuids);
+        Ok(Driver { machine, own_slot: AtomicUsize::new(own_slot), devices, visible, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
     });
-    r.as_ref().map(|_| ()).map_err(|e| *e)
+    match r {
+        Ok(d) if d.visible.is_empty() => Err(CUDA_ERROR_NO_DEVICE),
+        Ok(_) => Ok(()),
+        Err(e) => Err(*e),
+    }
 }
 
 impl Host for Driver {
@@ -290,12 +303,20 @@ impl Driver {
         (tag << 40) | self.next_id.fetch_add(1, Relaxed)
     }
 
+    /// Devices the application sees (after `CUDA_VISIBLE_DEVICES`).
     pub fn device_count(&self) -> usize {
-        self.devices.len()
+        self.visible.len()
     }
 
+    /// The physical index of an ordinal the application passed.
     pub fn check_device(&self, dev: CUdevice) -> CuResult<usize> {
-        usize::try_from(dev).ok().filter(|&d| d < self.devices.len()).ok_or(CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(dev).ok().and_then(|o| self.visible.get(o).copied()).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// The ordinal the application knows a physical device by. Every device
+    /// with a context is visible, so the fallback is never used in practice.
+    pub fn ordinal_of(&self, physical: usize) -> CUdevice {
+        self.visible.iter().position(|&p| p == physical).map_or(-1, |o| o as CUdevice)
     }
 
     /// The current context, or `CUDA_ERROR_INVALID_CONTEXT`.

@@ -39,3 +39,4 @@ pub mod procaddr;
 pub mod sched;
 pub mod state;
 pub mod sys;
+pub mod visible;

@@ -95,13 +95,15 @@ cu_export!(cuCtxSynchronize_v2(ctx: CUcontext) {
 });
 
 cu_export!(cuCtxGetDevice(device: *mut CUdevice) {
-    let c = driver()?.current()?;
-    out(device, c.device as CUdevice)
+    let d = driver()?;
+    let c = d.current()?;
+    out(device, d.ordinal_of(c.device))
 });
 
 cu_export!(cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) {
-    let c = driver()?.context(h(ctx))?;
-    out(device, c.device as CUdevice)
+    let d = driver()?;
+    let c = d.context(h(ctx))?;
+    out(device, d.ordinal_of(c.device))
 });
 
 cu_export!(cuCtxGetFlags(flags: *mut c_uint) {

@@ -8,8 +8,8 @@ use std::ffi::{c_char, c_int, c_uint};
 
 cu_export!(cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
     let d = driver()?;
-    let dev = d.check_device(ordinal)?;
-    out(device, dev as CUdevice)
+    d.check_device(ordinal)?;
+    out(device, ordinal)
 });
 
 cu_export!(cuDeviceGetCount(count: *mut c_int) {
