@@ -11,6 +11,10 @@
 //!   charged. A free of something unknown is forwarded and its result
 //!   returned, and the ledger is left alone; so is a second free of the same
 //!   pointer, which gets the driver's error.
+//! - VMM (`cuMemCreate`) memory lives while its handle is referenced (the
+//!   create, plus each `cuMemRetainAllocationHandle`) or mapped
+//!   (`cuMemMap`): `cuMemRelease` of a mapped handle keeps the charge, and the
+//!   handle's last `cuMemUnmap` releases it, as the driver frees it then.
 //! - Destroying a context (or the last release or a reset of a primary one)
 //!   frees the memory allocated in it, as the driver does, and the charges
 //!   go with it.
@@ -26,7 +30,7 @@
 
 use abi::cuda::*;
 use ledger::{Denied, Ledger, Slot, UNLIMITED};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,8 +64,6 @@ pub struct Charge {
 pub enum Kind {
     /// `CUdeviceptr` from the `cuMemAlloc*` family.
     Pointer,
-    /// `CUmemGenericAllocationHandle` from `cuMemCreate`.
-    VmmHandle,
     /// `CUarray` or `CUmipmappedArray`.
     Array,
 }
@@ -175,6 +177,31 @@ struct Primary {
     charged: bool,
 }
 
+/// A `cuMemCreate` handle: its memory lives while the handle is referenced
+/// (the create and each `cuMemRetainAllocationHandle`, until matching
+/// `cuMemRelease`s) or mapped anywhere; the driver frees it when the last
+/// of both goes.
+#[derive(Clone, Copy, Debug)]
+struct VmmHandle {
+    charge: Charge,
+    refs: u32,
+    mappings: u32,
+}
+
+impl VmmHandle {
+    fn dead(&self) -> bool {
+        self.refs == 0 && self.mappings == 0
+    }
+}
+
+/// The VMM handles of this process and where they are mapped.
+#[derive(Default)]
+struct Vmm {
+    handles: HashMap<u64, VmmHandle>,
+    /// Mapped address → (handle, size).
+    mappings: BTreeMap<u64, (u64, u64)>,
+}
+
 /// Everything the shim knows in a process that is accounting.
 pub struct Runtime {
     pub ledger: Ledger,
@@ -183,7 +210,7 @@ pub struct Runtime {
     /// The process that built this runtime (a forked child must not use it).
     pub owner_pid: u32,
     pointers: Tracker,
-    vmm_handles: Tracker,
+    vmm: Mutex<Vmm>,
     arrays: Tracker,
     contexts: Mutex<Vec<ContextRecord>>,
     primaries: Vec<Mutex<Primary>>,
@@ -217,7 +244,7 @@ impl Runtime {
             devices,
             owner_pid: std::process::id(),
             pointers: Tracker::new(),
-            vmm_handles: Tracker::new(),
+            vmm: Mutex::new(Vmm::default()),
             arrays: Tracker::new(),
             contexts: Mutex::new(Vec::new()),
             primaries,
@@ -227,7 +254,6 @@ impl Runtime {
     fn tracker(&self, kind: Kind) -> &Tracker {
         match kind {
             Kind::Pointer => &self.pointers,
-            Kind::VmmHandle => &self.vmm_handles,
             Kind::Array => &self.arrays,
         }
     }
@@ -369,7 +395,11 @@ impl Runtime {
         }
         match call() {
             Ok(key) => {
-                self.remember(Kind::VmmHandle, key, Charge { ledger_index: dev, bytes, ctx: 0 });
+                let handle = VmmHandle { charge: Charge { ledger_index: dev, bytes, ctx: 0 }, refs: 1, mappings: 0 };
+                // A value the driver reused was freed without our seeing it.
+                if let Some(stale) = lock(&self.vmm).handles.insert(key, handle) {
+                    self.release(stale.charge.ledger_index, stale.charge.bytes);
+                }
                 CUDA_SUCCESS
             }
             Err(r) => {
@@ -389,6 +419,92 @@ impl Runtime {
             } else {
                 self.remember(kind, key, charge);
             }
+        }
+        r
+    }
+
+    /// `cuMemRelease`: drops one reference; the charge goes when the handle
+    /// is neither referenced nor mapped, which is when the driver frees it.
+    /// Decided before the call (the driver may hand the value out again the
+    /// moment it frees it) and undone if the driver refuses.
+    pub fn release_vmm(&self, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let before = {
+            let mut vmm = lock(&self.vmm);
+            let before = vmm.handles.get(&key).copied();
+            if let Some(mut handle) = before {
+                handle.refs = handle.refs.saturating_sub(1);
+                if handle.dead() {
+                    vmm.handles.remove(&key);
+                } else {
+                    vmm.handles.insert(key, handle);
+                }
+            }
+            before
+        };
+        let r = call();
+        let Some(before) = before else { return r };
+        if r != CUDA_SUCCESS {
+            lock(&self.vmm).handles.insert(key, before);
+        } else if before.refs <= 1 && before.mappings == 0 {
+            self.release(before.charge.ledger_index, before.charge.bytes);
+        }
+        r
+    }
+
+    /// `cuMemRetainAllocationHandle`: one more reference to a handle.
+    pub fn retain_vmm(&self, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        match call() {
+            Ok(key) => {
+                if let Some(handle) = lock(&self.vmm).handles.get_mut(&key) {
+                    handle.refs = handle.refs.saturating_add(1);
+                }
+                CUDA_SUCCESS
+            }
+            Err(r) => r,
+        }
+    }
+
+    /// `cuMemMap` of `handle` at `va`: a mapped handle's memory stays.
+    pub fn map_vmm(&self, va: u64, size: u64, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let r = call();
+        if r == CUDA_SUCCESS {
+            let mut vmm = lock(&self.vmm);
+            if let Some(handle) = vmm.handles.get_mut(&key) {
+                handle.mappings = handle.mappings.saturating_add(1);
+                vmm.mappings.insert(va, (key, size));
+            }
+        }
+        r
+    }
+
+    /// `cuMemUnmap` of `[va, va + size)`: every mapping that starts there is
+    /// gone; a handle that is neither mapped nor referenced is freed.
+    /// Decided after the call: a mapping keeps its handle's value from being
+    /// reused until the driver unmaps it, and a value reused right after
+    /// replaced our record (releasing its charge) before we look.
+    pub fn unmap_vmm(&self, va: u64, size: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let r = call();
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        let mut freed = Vec::new();
+        {
+            let mut vmm = lock(&self.vmm);
+            let end = va.saturating_add(size.max(1));
+            let starts: Vec<u64> = vmm.mappings.range(va..end).map(|(start, _)| *start).collect();
+            for start in starts {
+                let Some((key, _)) = vmm.mappings.remove(&start) else { continue };
+                let Some(handle) = vmm.handles.get_mut(&key) else { continue };
+                handle.mappings = handle.mappings.saturating_sub(1);
+                if handle.dead() {
+                    if let Some(gone) = vmm.handles.remove(&key) {
+                        freed.push(gone.charge);
+                    }
+                }
+            }
+        }
+        for charge in freed {
+            self.release(charge.ledger_index, charge.bytes);
         }
         r
     }

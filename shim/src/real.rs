@@ -74,6 +74,9 @@ function_table! {
         cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
         cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
         cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult;
+        cuMemRetainAllocationHandle: fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
+        cuMemMap: fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult;
+        cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult;
         cuArrayCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
         cuArray3DCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
         cuArrayDestroy: fn(CUarray) -> CUresult;

@@ -18,6 +18,8 @@
  *   pool:NAME:SIZE            cuMemAllocFromPoolAsync from a pool made on first use
  *   vmm:NAME:SIZE             cuMemCreate, device-located               -> NAME=rc
  *   vmmhost:NAME:SIZE         cuMemCreate, host-located                 -> NAME=rc
+ *   map:NAME                  reserve an address range and cuMemMap the handle NAME -> map.NAME=rc
+ *   unmap:NAME                cuMemUnmap the range map:NAME mapped, free the range  -> unmap.NAME=rc
  *   array:NAME:W:H            cuArrayCreate_v2, 1-byte elements
  *   array3d:NAME:W:H:D        cuArray3DCreate_v2, 1-byte elements
  *   mipmap:NAME:W:H:LEVELS    cuMipmappedArrayCreate, 1-byte elements
@@ -52,6 +54,8 @@ struct object {
     CUmemGenericAllocationHandle handle;
     CUarray array;
     CUmipmappedArray mipmap;
+    uint64_t size;
+    CUdeviceptr va;
 };
 
 static struct object objects[1024];
@@ -222,7 +226,20 @@ int main(int argc, char **argv) {
             struct object *o = new_object(f[1], K_VMM);
             CUmemAllocationProp prop =
                 vmm_prop(op[3] == 'h' ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE);
-            kv_rc(f[1], cuMemCreate(&o->handle, size_arg(f[2]), &prop, 0));
+            o->size = size_arg(f[2]);
+            kv_rc(f[1], cuMemCreate(&o->handle, o->size, &prop, 0));
+        } else if (strcmp(op, "map") == 0 && n == 2) {
+            struct object *o = find_object(f[1]);
+            snprintf(key, sizeof key, "map.%s", f[1]);
+            CUresult rc = cuMemAddressReserve(&o->va, o->size, 0, 0, 0);
+            if (rc == CUDA_SUCCESS) rc = cuMemMap(o->va, o->size, 0, o->handle, 0);
+            kv_rc(key, rc);
+        } else if (strcmp(op, "unmap") == 0 && n == 2) {
+            struct object *o = find_object(f[1]);
+            snprintf(key, sizeof key, "unmap.%s", f[1]);
+            CUresult rc = cuMemUnmap(o->va, o->size);
+            if (rc == CUDA_SUCCESS) rc = cuMemAddressFree(o->va, o->size);
+            kv_rc(key, rc);
         } else if (strcmp(op, "array") == 0 && n == 4) {
             struct object *o = new_object(f[1], K_ARRAY);
             CUDA_ARRAY_DESCRIPTOR d;

@@ -4,7 +4,7 @@
 use super::{dispatch, ok_then, real_or_return};
 use crate::accounting::{array_bytes, mipmapped_bytes, Kind};
 use abi::cuda::*;
-use core::ffi::c_uint;
+use core::ffi::{c_uint, c_void};
 
 /// A `cuMemAlloc`-style hook: `$real(dptr, bytesize, rest…)` writes a pointer.
 macro_rules! alloc_hook {
@@ -49,7 +49,6 @@ alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool, stream: CUstream));
 free_hook!(#[doc(alias = "cuMemFree")] cuMemFree_v2(dptr: CUdeviceptr) => Kind::Pointer);
 free_hook!(cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
 free_hook!(cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
-free_hook!(cuMemRelease(handle: CUmemGenericAllocationHandle) => Kind::VmmHandle);
 free_hook!(cuArrayDestroy(array: CUarray) => Kind::Array);
 free_hook!(cuMipmappedArrayDestroy(array: CUmipmappedArray) => Kind::Array);
 
@@ -146,4 +145,47 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
         // SAFETY: on success the driver wrote the handle.
         rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
     })
+}
+
+/// The charge stays while the handle is mapped: the driver frees it at the
+/// last of release and unmap.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    let real = real_or_return!(cuMemRelease);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(handle) };
+    dispatch(forward, |rt| rt.release_vmm(handle, forward))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> CUresult {
+    let real = real_or_return!(cuMemRetainAllocationHandle);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(handle, addr) };
+    dispatch(forward, |rt| {
+        // SAFETY: on success the driver wrote the handle.
+        rt.retain_vmm(|| ok_then(forward(), || unsafe { *handle }))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_return!(cuMemMap);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(ptr, size, offset, handle, flags) };
+    dispatch(forward, |rt| rt.map_vmm(ptr, size as u64, handle, forward))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let real = real_or_return!(cuMemUnmap);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(ptr, size) };
+    dispatch(forward, |rt| rt.unmap_vmm(ptr, size as u64, forward))
 }

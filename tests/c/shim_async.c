@@ -1,0 +1,106 @@
+/* shim_async: stream-ordered allocation under the shim, one scenario per run.
+ *
+ *   shim_async otherdev   two devices; a stream of device 1 while device 0's
+ *                         context is current: cuMemAllocAsync x4 of 400 MiB
+ *                         -> async0..3=rc, dev0.free/dev1.free (MiB views)
+ *   shim_async freeasync  800 MiB, a 1.5 s kernel, cuMemFreeAsync on its
+ *                         stream, then cuMemAlloc 800 MiB at once
+ *                         -> b=rc, driver.self (NVML bytes of this process),
+ *                         then after the stream syncs: c=rc
+ *   shim_async reuse      cuMemAllocAsync 800 MiB, kernel, cuMemFreeAsync and
+ *                         cuMemAllocAsync 800 MiB on the same stream
+ *                         -> again=rc; other=rc (another stream, must wait)
+ * Each prints done=1 at the end; `hold` as a second argument waits for a
+ * line on stdin before exiting (ready=1 first). */
+#include "common.h"
+#include <nvml.h>
+
+#define MiB (1ull << 20)
+
+static uint64_t nvml_self_bytes(void) {
+    nvmlDevice_t dev;
+    nvmlProcessInfo_t infos[64];
+    unsigned count = 64;
+    if (nvmlInit_v2() != NVML_SUCCESS) return 0;
+    if (nvmlDeviceGetHandleByIndex_v2(0, &dev) != NVML_SUCCESS) return 0;
+    if (nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, infos) != NVML_SUCCESS) return 0;
+    for (unsigned i = 0; i < count; i++)
+        if (infos[i].pid == (unsigned)getpid()) return infos[i].usedGpuMemory;
+    return 0;
+}
+
+static void view(const char *label) {
+    size_t free_bytes = 0, total_bytes = 0;
+    kv_rc(label, cuMemGetInfo(&free_bytes, &total_bytes));
+    printf("%s.free=%zu\n%s.total=%zu\n", label, free_bytes, label, total_bytes);
+}
+
+int main(int argc, char **argv) {
+    test_init_output();
+    if (argc < 2) return 64;
+    const char *mode = argv[1];
+    CHECK(cuInit(0));
+    CUdevice d0;
+    CHECK(cuDeviceGet(&d0, 0));
+    if (strcmp(mode, "otherdev") == 0) {
+        CUdevice d1;
+        CUcontext c0, c1;
+        CUstream s1;
+        CHECK(cuDeviceGet(&d1, 1));
+        CHECK(cuCtxCreate(&c1, NULL, 0, d1));
+        CHECK(cuStreamCreate(&s1, 0));
+        CHECK(cuCtxCreate(&c0, NULL, 0, d0)); /* current: device 0 */
+        char key[32];
+        for (int i = 0; i < 4; i++) {
+            CUdeviceptr p;
+            snprintf(key, sizeof key, "async%d", i);
+            kv_rc(key, cuMemAllocAsync(&p, 400 * MiB, s1));
+        }
+        CHECK(cuCtxSetCurrent(c1));
+        CHECK(cuStreamSynchronize(s1));
+        view("dev1");
+        CHECK(cuCtxSetCurrent(c0));
+        view("dev0");
+        kv_rc("destroy1", cuCtxDestroy(c1));
+        view("dev0_after");
+    } else if (strcmp(mode, "freeasync") == 0 || strcmp(mode, "reuse") == 0) {
+        CUcontext c;
+        CUstream s, other;
+        CHECK(cuCtxCreate(&c, NULL, 0, d0));
+        CHECK(cuStreamCreate(&s, 0));
+        CHECK(cuStreamCreate(&other, 0));
+        CUfunction sleep_kernel = load_kernel("sim_sleep");
+        CUdeviceptr a, b, c2;
+        if (mode[0] == 'f') {
+            CHECK(cuMemAlloc(&a, 800 * MiB));
+        } else {
+            CHECK(cuMemAllocAsync(&a, 800 * MiB, s));
+        }
+        CHECK(launch_us(sleep_kernel, 1500000, s));
+        kv_rc("freeasync", cuMemFreeAsync(a, s));
+        if (mode[0] == 'f') {
+            CUresult rc = kv_rc("b", cuMemAlloc(&b, 800 * MiB));
+            printf("driver.self=%llu\n", (unsigned long long)nvml_self_bytes());
+            view("pending");
+            CHECK(cuStreamSynchronize(s));
+            view("synced");
+            if (rc == CUDA_SUCCESS) CHECK(cuMemFree(b));
+            kv_rc("c", cuMemAlloc(&c2, 800 * MiB));
+        } else {
+            kv_rc("other", cuMemAllocAsync(&b, 800 * MiB, other));
+            kv_rc("again", cuMemAllocAsync(&c2, 800 * MiB, s));
+            view("pending");
+            CHECK(cuStreamSynchronize(s));
+            view("synced");
+        }
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 64;
+    }
+    if (argc > 2 && strcmp(argv[2], "hold") == 0) {
+        printf("ready=1\n");
+        wait_stdin_line();
+    }
+    printf("done=1\n");
+    return 0;
+}

@@ -1,0 +1,95 @@
+//! Accounting that follows the driver's lifetimes, not the call that asked:
+//! VMM memory lives until its last unmap, stream-ordered allocations belong
+//! to the stream's device, and a stream-ordered free returns memory only when
+//! the stream reaches it. Each test runs real processes under the shim on
+//! simgpu and checks what the application saw, what the ledger holds and,
+//! where it matters, what the simulated driver itself reports.
+
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
+
+use gpuslice_tests::{cu, Sim, GIB, MIB};
+
+const TENANT: &str = "acct";
+
+fn capped(limit: &str) -> Sim {
+    Sim::new().memory("4GiB").context_memory("64MiB").memory_limit(limit).tenant(TENANT)
+}
+
+#[test]
+fn vmm_memory_stays_charged_until_its_last_unmap() {
+    let sim = capped("1GiB");
+    let mut p = sim.spawn(sim.c("memctl").args([
+        "init",
+        "ctx",
+        "vmm:v1:600M",
+        "map:v1",
+        "free:v1",
+        "info:released",
+        "vmm:v2:600M",
+        "unmap:v1",
+        "info:unmapped",
+        "vmm:v3:600M",
+        "map:v3",
+        "free:v3",
+        "hold",
+    ]));
+    p.wait_for("ready");
+    let held_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    let out = p.wait();
+    out.assert_success();
+    out.assert_rc("v1", cu::SUCCESS).assert_rc("map.v1", cu::SUCCESS).assert_rc("free.v1", cu::SUCCESS);
+    assert_eq!(out.u64("released.free"), GIB - 664 * MIB, "a released but mapped handle is still memory\n{out}");
+    out.assert_rc("v2", cu::OUT_OF_MEMORY);
+    out.assert_rc("unmap.v1", cu::SUCCESS);
+    assert_eq!(out.u64("unmapped.free"), GIB - 64 * MIB, "the last unmap frees it\n{out}");
+    out.assert_rc("v3", cu::SUCCESS).assert_rc("map.v3", cu::SUCCESS);
+    assert_eq!(held_bytes, 664 * MIB, "the mapped, released v3 is held\n{out}");
+    assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), 0, "exit releases everything");
+}
+
+#[test]
+fn stream_ordered_allocations_are_charged_to_the_streams_device() {
+    let sim = capped("1GiB").devices(2);
+    let mut p = sim.spawn(sim.c("shim_async").args(["otherdev", "hold"]));
+    p.wait_for("ready");
+    let dev1_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 1);
+    let out = p.wait();
+    out.assert_success();
+    out.assert_rc("async0", cu::SUCCESS).assert_rc("async1", cu::SUCCESS);
+    out.assert_rc("async2", cu::OUT_OF_MEMORY).assert_rc("async3", cu::OUT_OF_MEMORY);
+    assert_eq!(out.u64("dev1.free"), GIB - 864 * MIB, "device 1 holds its context and 800 MiB\n{out}");
+    assert_eq!(out.u64("dev0.free"), GIB - 64 * MIB, "device 0 holds only its context\n{out}");
+    out.assert_rc("destroy1", cu::SUCCESS);
+    assert_eq!(out.u64("dev0_after.free"), GIB - 64 * MIB, "{out}");
+    assert_eq!(dev1_bytes, 64 * MIB, "destroying device 1's context released its memory\n{out}");
+}
+
+#[test]
+fn a_stream_ordered_free_returns_memory_when_the_stream_reaches_it() {
+    let sim = capped("1GiB");
+    let out = sim.run(sim.c("shim_async").arg("freeasync"));
+    out.assert_success();
+    out.assert_rc("freeasync", cu::SUCCESS);
+    out.assert_rc("b", cu::OUT_OF_MEMORY);
+    assert!(out.u64("driver.self") <= GIB, "the driver never holds more than the cap for us\n{out}");
+    assert_eq!(out.u64("pending.free"), GIB - 864 * MIB, "{out}");
+    assert_eq!(out.u64("synced.free"), GIB - 64 * MIB, "{out}");
+    out.assert_rc("c", cu::SUCCESS);
+}
+
+#[test]
+fn a_pending_free_is_reused_in_stream_order_and_only_there() {
+    let sim = capped("1GiB");
+    let mut p = sim.spawn(sim.c("shim_async").args(["reuse", "hold"]));
+    p.wait_for("ready");
+    let held_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    let out = p.wait();
+    out.assert_success();
+    out.assert_rc("freeasync", cu::SUCCESS);
+    out.assert_rc("other", cu::OUT_OF_MEMORY);
+    out.assert_rc("again", cu::SUCCESS);
+    assert_eq!(out.u64("pending.free"), GIB - 864 * MIB, "{out}");
+    assert_eq!(out.u64("synced.free"), GIB - 864 * MIB, "the reused bytes stay charged\n{out}");
+    assert_eq!(held_bytes, 864 * MIB, "{out}");
+}
