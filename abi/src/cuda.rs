@@ -224,3 +224,28 @@ pub struct CUDA_KERNEL_NODE_PARAMS {
     pub kern: CUkernel,
     pub ctx: CUcontext,
 }
+
+// Stream contexts, host functions and memory-pool attributes.
+opaque_handle! {
+    CUgreenCtx => CUgreenCtx_st,
+}
+
+/// `CUhostFn` (`cuLaunchHostFunc`).
+pub type CUhostFn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+/// `CUstreamCallback` (`cuStreamAddCallback`).
+pub type CUstreamCallback = Option<unsafe extern "C" fn(stream: CUstream, status: CUresult, user_data: *mut c_void)>;
+
+/// `CUmemPool_attribute`.
+pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_uint = 1;
+pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: c_uint = 2;
+pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_uint = 3;
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_uint = 4;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_uint = 5;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: c_uint = 6;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_uint = 7;
+pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: c_uint = 8;
+pub const CU_MEMPOOL_ATTR_ALLOCATION_TYPE: c_uint = 9;
+pub const CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES: c_uint = 10;
+pub const CU_MEMPOOL_ATTR_LOCATION_ID: c_uint = 11;
+pub const CU_MEMPOOL_ATTR_LOCATION_TYPE: c_uint = 12;
+pub const CU_MEMPOOL_ATTR_MAX_POOL_SIZE: c_uint = 13;

@@ -292,7 +292,10 @@ pub struct PhysHandle {
     pub size: u64,
     pub memfd: i32,
     pub mappings: u32,
-    pub released: bool,
+    /// `cuMemCreate` and each `cuMemRetainAllocationHandle` hold one;
+    /// `cuMemRelease` drops one. The memory goes back when no reference and
+    /// no mapping is left.
+    pub refs: u32,
 }
 
 pub struct Mapping {
@@ -350,7 +353,7 @@ pub fn vmm_create(d: &Driver, size: u64, device: Option<usize>) -> CuResult<u64>
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
     let h = d.new_handle(crate::driver::TAG_VMM);
-    lock(&d.vmm).handles.insert(h, PhysHandle { device, size, memfd: fd, mappings: 0, released: false });
+    lock(&d.vmm).handles.insert(h, PhysHandle { device, size, memfd: fd, mappings: 0, refs: 1 });
     Ok(h)
 }
 
@@ -365,11 +368,11 @@ fn vmm_destroy_handle(d: &Driver, ph: PhysHandle) {
 pub fn vmm_release(d: &Driver, handle: u64) -> CuResult<()> {
     let mut v = lock(&d.vmm);
     let ph = v.handles.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if ph.released {
+    if ph.refs == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    ph.released = true;
-    if ph.mappings == 0 {
+    ph.refs -= 1;
+    if ph.refs == 0 && ph.mappings == 0 {
         if let Some(ph) = v.handles.remove(&handle) {
             drop(v);
             vmm_destroy_handle(d, ph);
@@ -435,7 +438,7 @@ pub fn vmm_map(d: &Driver, ptr: u64, size: u64, offset: u64, handle: u64) -> CuR
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let ph = v.handles.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    if ph.released || offset.checked_add(size).is_none_or(|e| e > ph.size) {
+    if ph.refs == 0 || offset.checked_add(size).is_none_or(|e| e > ph.size) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: the target range lies inside our own reservation and is not
@@ -468,7 +471,7 @@ pub fn vmm_unmap(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {
         };
         if let Some(ph) = v.handles.get_mut(&m.handle) {
             ph.mappings = ph.mappings.saturating_sub(1);
-            if ph.released && ph.mappings == 0 {
+            if ph.refs == 0 && ph.mappings == 0 {
                 to_destroy.push(m.handle);
             }
         }
@@ -479,6 +482,19 @@ pub fn vmm_unmap(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {
         vmm_destroy_handle(d, ph);
     }
     Ok(())
+}
+
+/// `cuMemRetainAllocationHandle`: the handle mapped at any address inside a
+/// mapping, with one more reference taken.
+pub fn vmm_retain(d: &Driver, addr: u64) -> CuResult<u64> {
+    let mut v = lock(&d.vmm);
+    let handle = match v.mappings.range(..=addr).next_back() {
+        Some((&start, m)) if addr < start + m.size => m.handle,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let ph = v.handles.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    ph.refs = ph.refs.checked_add(1).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(handle)
 }
 
 pub fn vmm_check_mapped(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {

@@ -108,6 +108,7 @@ proc_table! {
     cuMemMap => [10020: cuMemMap];
     cuMemUnmap => [10020: cuMemUnmap];
     cuMemSetAccess => [10020: cuMemSetAccess];
+    cuMemRetainAllocationHandle => [11000: cuMemRetainAllocationHandle];
     cuMemGetAllocationGranularity => [10020: cuMemGetAllocationGranularity];
     cuArrayCreate => [2000: cuArrayCreate, 3020: cuArrayCreate_v2];
     cuArray3DCreate => [2000: cuArray3DCreate, 3020: cuArray3DCreate_v2];
@@ -130,6 +131,7 @@ proc_table! {
     cuStreamQuery => [2000: cuStreamQuery] ptsz [7000: cuStreamQuery_ptsz];
     cuStreamGetPriority => [5050: cuStreamGetPriority] ptsz [7000: cuStreamGetPriority_ptsz];
     cuStreamGetFlags => [5050: cuStreamGetFlags] ptsz [7000: cuStreamGetFlags_ptsz];
+    cuStreamGetCtx => [9020: cuStreamGetCtx, 12050: cuStreamGetCtx_v2] ptsz [9020: cuStreamGetCtx_ptsz, 12050: cuStreamGetCtx_v2_ptsz];
     cuStreamWaitEvent => [3020: cuStreamWaitEvent] ptsz [7000: cuStreamWaitEvent_ptsz];
     cuStreamBeginCapture => [10000: cuStreamBeginCapture, 10010: cuStreamBeginCapture_v2] ptsz [10000: cuStreamBeginCapture_ptsz, 10010: cuStreamBeginCapture_v2_ptsz];
     cuStreamEndCapture => [10000: cuStreamEndCapture] ptsz [10000: cuStreamEndCapture_ptsz];

@@ -5,7 +5,7 @@ use super::{h, ptr};
 use crate::cu_export;
 use crate::driver::{driver, CuResult, Driver, Graph, TAG_GRAPH, TAG_STREAM};
 use crate::exec::{lock, Stream};
-use crate::ffi::out;
+use crate::ffi::{out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering::*;
@@ -42,6 +42,21 @@ cu_export!(cuStreamDestroy_v2(stream: CUstream) {
     lock(&s.capture).take();
     Ok(())
 }; cuStreamDestroy);
+
+// The context a stream belongs to; the null and per-thread streams belong to
+// the calling thread's current context.
+cu_export!(cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) {
+    let (ctx, _) = driver()?.stream(h(stream))?;
+    out(pctx, ptr(ctx.handle))
+}; cuStreamGetCtx_ptsz);
+
+// As `cuStreamGetCtx`; simgpu has no green contexts, so `*pGreenCtx` is null.
+cu_export!(cuStreamGetCtx_v2(stream: CUstream, pctx: *mut CUcontext, pgreen: *mut CUgreenCtx) {
+    let (ctx, _) = driver()?.stream(h(stream))?;
+    out(pctx, ptr(ctx.handle))?;
+    out_opt(pgreen, std::ptr::null_mut());
+    Ok(())
+}; cuStreamGetCtx_v2_ptsz);
 
 cu_export!(cuStreamGetPriority(stream: CUstream, priority: *mut c_int) {
     let (_, s) = driver()?.stream(h(stream))?;

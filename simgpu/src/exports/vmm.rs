@@ -23,6 +23,15 @@ cu_export!(cuMemRelease(handle: CUmemGenericAllocationHandle) {
     mem::vmm_release(driver()?, handle)
 });
 
+cu_export!(cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut std::ffi::c_void) {
+    let d = driver()?;
+    if handle.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let hnd = mem::vmm_retain(d, addr as u64)?;
+    out(handle, hnd)
+});
+
 cu_export!(cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: c_ulonglong) {
     let d = driver()?;
     let _ = addr; // a hint only
