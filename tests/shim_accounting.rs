@@ -53,6 +53,7 @@ fn stream_ordered_allocations_are_charged_to_the_streams_device() {
     let sim = capped("1GiB").devices(2);
     let mut p = sim.spawn(sim.c("shim_async").args(["otherdev", "hold"]));
     p.wait_for("ready");
+    let dev0_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
     let dev1_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 1);
     let out = p.wait();
     out.assert_success();
@@ -62,7 +63,8 @@ fn stream_ordered_allocations_are_charged_to_the_streams_device() {
     assert_eq!(out.u64("dev0.free"), GIB - 64 * MIB, "device 0 holds only its context\n{out}");
     out.assert_rc("destroy1", cu::SUCCESS);
     assert_eq!(out.u64("dev0_after.free"), GIB - 64 * MIB, "{out}");
-    assert_eq!(dev1_bytes, 64 * MIB, "destroying device 1's context released its memory\n{out}");
+    assert_eq!(dev1_bytes, 0, "destroying device 1's context released it and its memory\n{out}");
+    assert_eq!(dev0_bytes, 64 * MIB, "device 0 still holds its context\n{out}");
 }
 
 #[test]

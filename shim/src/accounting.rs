@@ -15,6 +15,22 @@
 //!   create, plus each `cuMemRetainAllocationHandle`) or mapped
 //!   (`cuMemMap`): `cuMemRelease` of a mapped handle keeps the charge, and the
 //!   handle's last `cuMemUnmap` releases it, as the driver frees it then.
+//! - Stream-ordered allocations (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`)
+//!   are charged to the context and device of their stream (`cuStreamGetCtx`;
+//!   the null, legacy and per-thread streams mean the calling thread's
+//!   context), where the driver takes the memory. A pool of another device
+//!   is not looked at: the stream's device is charged.
+//! - `cuMemFreeAsync` keeps the charge until the stream reaches the free, as
+//!   the driver keeps the memory until then: an event recorded right after
+//!   the free is polled (oldest per stream first) at each admission, each
+//!   denial and each view (`cuMemGetInfo`, NVML), and the charge goes when
+//!   it completes. So a `cuMemAlloc` right after a pending free is refused
+//!   for the bytes still in flight, while a stream-ordered allocation on the
+//!   *same* stream takes over the pending free's charge first (the driver
+//!   reuses those bytes in stream order) and reserves only the rest. The
+//!   charge may outlive the memory by as long as the process makes no
+//!   shim call: the error is on the safe side. Destroying the context drops
+//!   its pending frees with it.
 //! - Destroying a context (or the last release or a reset of a primary one)
 //!   frees the memory allocated in it, as the driver does, and the charges
 //!   go with it.
@@ -33,7 +49,7 @@ use ledger::{Denied, Ledger, Slot, UNLIMITED};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::real;
@@ -202,6 +218,34 @@ struct Vmm {
     mappings: BTreeMap<u64, (u64, u64)>,
 }
 
+/// A `cuMemFreeAsync` the driver accepted but whose stream has not reached
+/// it yet: the memory is still the application's until `event` completes.
+#[derive(Clone, Copy, Debug)]
+struct PendingFree {
+    id: u64,
+    /// The stream, normalised ([`stream_key`]).
+    stream: u64,
+    /// Recorded right after the free; null when none could be recorded.
+    event: usize,
+    /// What is still charged for it (less what a later allocation on the
+    /// same stream took over).
+    charge: Charge,
+}
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+const STREAM_LEGACY: u64 = 0x1;
+const STREAM_PER_THREAD: u64 = 0x2;
+
+/// One key per stream: the null stream is the legacy default stream, or the
+/// per-thread one for `_ptsz` callers.
+fn stream_key(stream: CUstream, per_thread: bool) -> u64 {
+    match stream as u64 {
+        0 if per_thread => STREAM_PER_THREAD,
+        0 => STREAM_LEGACY,
+        other => other,
+    }
+}
+
 /// Everything the shim knows in a process that is accounting.
 pub struct Runtime {
     pub ledger: Ledger,
@@ -214,6 +258,12 @@ pub struct Runtime {
     arrays: Tracker,
     contexts: Mutex<Vec<ContextRecord>>,
     primaries: Vec<Mutex<Primary>>,
+    pending_frees: Mutex<Vec<PendingFree>>,
+    /// `pending_frees.len()`, read without the lock on every admission.
+    pending_count: AtomicUsize,
+    next_pending_id: AtomicU64,
+    /// Set by the library destructor: from then on nothing is admitted.
+    pub exiting: AtomicBool,
 }
 
 /// Bytes a pitched allocation of `width` bytes per row is assumed to take
@@ -248,6 +298,10 @@ impl Runtime {
             arrays: Tracker::new(),
             contexts: Mutex::new(Vec::new()),
             primaries,
+            pending_frees: Mutex::new(Vec::new()),
+            pending_count: AtomicUsize::new(0),
+            next_pending_id: AtomicU64::new(0),
+            exiting: AtomicBool::new(false),
         }
     }
 
@@ -301,6 +355,7 @@ impl Runtime {
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
     /// processes and tries once more.
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
+        self.poll_pending_frees();
         match self.ledger.try_reserve(&self.slot, dev, bytes) {
             Ok(()) => Ok(()),
             Err(denied) => {
@@ -423,6 +478,177 @@ impl Runtime {
         r
     }
 
+    /// The context a stream belongs to and its device: the stream's own
+    /// (`cuStreamGetCtx`); the null, legacy and per-thread streams, or a
+    /// driver without `cuStreamGetCtx`, mean the calling thread's context.
+    fn stream_context(&self, stream: CUstream, per_thread: bool) -> Result<(usize, &Device), CUresult> {
+        if matches!(stream as u64, 0 | STREAM_LEGACY | STREAM_PER_THREAD) {
+            return self.current();
+        }
+        let ctx = match real::stream_context(stream, per_thread) {
+            Ok(ctx) if !ctx.is_null() => ctx,
+            Ok(_) | Err(CUDA_ERROR_NOT_FOUND) => return self.current(),
+            Err(r) => return Err(r),
+        };
+        let key = ctx as usize;
+        let known = lock(&self.contexts).iter().find(|c| c.ctx == key).map(|c| c.ledger_index).or_else(|| {
+            self.devices.iter().zip(&self.primaries).find_map(|(d, p)| {
+                let p = lock(p);
+                (p.charged && p.ctx == key).then_some(d.ledger_index)
+            })
+        });
+        let device = match known {
+            Some(index) => self.devices.iter().find(|d| d.ledger_index == index),
+            None => self.device_by_handle(real::context_device(ctx)?),
+        };
+        device.map(|d| (key, d)).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// `cuMemAllocAsync` and `cuMemAllocFromPoolAsync` on `stream`: charged
+    /// to the stream's context and device. Bytes that a pending free on the
+    /// same stream will return are taken over first (the driver reuses them
+    /// in stream order), the rest is reserved.
+    pub fn alloc_async(&self, bytes: u64, stream: CUstream, per_thread: bool, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        let (ctx, device) = match self.stream_context(stream, per_thread) {
+            Ok(found) => found,
+            Err(r) => return r,
+        };
+        let dev = device.ledger_index;
+        let key = stream_key(stream, per_thread);
+        let taken = self.take_pending(key, dev, bytes);
+        let taken_bytes: u64 = taken.iter().map(|(_, b)| *b).sum();
+        if self.reserve(dev, bytes - taken_bytes).is_err() {
+            self.give_back_pending(&taken, dev);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        match call() {
+            Ok(ptr) => {
+                self.remember(Kind::Pointer, ptr, Charge { ledger_index: dev, bytes, ctx });
+                CUDA_SUCCESS
+            }
+            Err(r) => {
+                self.release(dev, bytes - taken_bytes);
+                self.give_back_pending(&taken, dev);
+                r
+            }
+        }
+    }
+
+    /// Takes up to `bytes` of pending frees' charges on stream `key`, device
+    /// `dev`, oldest first; returns (pending id, bytes) taken.
+    fn take_pending(&self, key: u64, dev: usize, bytes: u64) -> Vec<(u64, u64)> {
+        let mut taken = Vec::new();
+        if self.pending_count.load(Ordering::Acquire) == 0 {
+            return taken;
+        }
+        let mut wanted = bytes;
+        for pending in lock(&self.pending_frees).iter_mut() {
+            if wanted == 0 {
+                break;
+            }
+            if pending.stream == key && pending.charge.ledger_index == dev && pending.charge.bytes > 0 {
+                let share = pending.charge.bytes.min(wanted);
+                pending.charge.bytes -= share;
+                wanted -= share;
+                taken.push((pending.id, share));
+            }
+        }
+        taken
+    }
+
+    /// Undoes [`take_pending`](Self::take_pending); a free that completed
+    /// meanwhile gets its bytes released now.
+    fn give_back_pending(&self, taken: &[(u64, u64)], dev: usize) {
+        let mut gone = 0u64;
+        {
+            let mut pending = lock(&self.pending_frees);
+            for (id, bytes) in taken {
+                match pending.iter_mut().find(|p| p.id == *id) {
+                    Some(p) => p.charge.bytes = p.charge.bytes.saturating_add(*bytes),
+                    None => gone = gone.saturating_add(*bytes),
+                }
+            }
+        }
+        if gone > 0 {
+            self.release(dev, gone);
+        }
+    }
+
+    /// `cuMemFreeAsync`: the charge stays until the stream reaches the free.
+    /// An event recorded right after it tells when; a stream whose event
+    /// cannot be recorded releases at once.
+    pub fn free_async(&self, ptr: u64, stream: CUstream, per_thread: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+        let charge = self.pointers.remove(ptr);
+        let r = call();
+        let Some(charge) = charge else { return r };
+        if r != CUDA_SUCCESS {
+            self.remember(Kind::Pointer, ptr, charge);
+            return r;
+        }
+        let event_ctx = match self.stream_context(stream, per_thread) {
+            Ok((ctx, _)) => ctx as CUcontext,
+            Err(_) => charge.ctx as CUcontext,
+        };
+        match real::record_event(event_ctx, stream, per_thread) {
+            Ok(event) => {
+                let id = self.next_pending_id.fetch_add(1, Ordering::Relaxed);
+                let mut pending = lock(&self.pending_frees);
+                pending.push(PendingFree { id, stream: stream_key(stream, per_thread), event: event as usize, charge });
+                self.pending_count.store(pending.len(), Ordering::Release);
+            }
+            Err(e) => {
+                debug!("no event after cuMemFreeAsync ({e}); its {} bytes are released now", charge.bytes);
+                self.release(charge.ledger_index, charge.bytes);
+            }
+        }
+        r
+    }
+
+    /// Releases the pending frees whose stream has reached them. Streams run
+    /// in order, so only each stream's oldest unfinished free is asked about.
+    /// No lock is held while the driver answers.
+    pub fn poll_pending_frees(&self) {
+        if self.pending_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let snapshot: Vec<(u64, u64, usize)> = lock(&self.pending_frees).iter().map(|p| (p.id, p.stream, p.event)).collect();
+        let mut waiting: Vec<u64> = Vec::new();
+        let mut done: Vec<u64> = Vec::new();
+        for (id, stream, event) in snapshot {
+            if waiting.contains(&stream) {
+                continue;
+            }
+            if real::event_query(event as CUevent) == CUDA_ERROR_NOT_READY {
+                waiting.push(stream);
+            } else {
+                // Reached, or the event is gone with its context or stream:
+                // either way the driver no longer holds the memory for it.
+                done.push(id);
+            }
+        }
+        if done.is_empty() {
+            return;
+        }
+        let finished: Vec<PendingFree> = {
+            let mut pending = lock(&self.pending_frees);
+            let mut finished = Vec::new();
+            pending.retain(|p| {
+                if done.contains(&p.id) {
+                    finished.push(*p);
+                    false
+                } else {
+                    true
+                }
+            });
+            self.pending_count.store(pending.len(), Ordering::Release);
+            finished
+        };
+        for p in finished {
+            real::event_destroy(p.event as CUevent);
+            self.release(p.charge.ledger_index, p.charge.bytes);
+        }
+    }
+
     /// `cuMemRelease`: drops one reference; the charge goes when the handle
     /// is neither referenced nor mapped, which is when the driver frees it.
     /// Decided before the call (the driver may hand the value out again the
@@ -514,6 +740,25 @@ impl Runtime {
             for charge in tracker.remove_context(ctx) {
                 self.release(charge.ledger_index, charge.bytes);
             }
+        }
+        // Pending frees of memory of that context: gone with it (their
+        // events went with the context too, so they are not destroyed).
+        let gone: Vec<Charge> = {
+            let mut pending = lock(&self.pending_frees);
+            let mut gone = Vec::new();
+            pending.retain(|p| {
+                if p.charge.ctx == ctx {
+                    gone.push(p.charge);
+                    false
+                } else {
+                    true
+                }
+            });
+            self.pending_count.store(pending.len(), Ordering::Release);
+            gone
+        };
+        for charge in gone {
+            self.release(charge.ledger_index, charge.bytes);
         }
     }
 
@@ -680,6 +925,7 @@ impl Runtime {
 
     /// The cap and usage of ledger device `dev`, for views.
     pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
+        self.poll_pending_frees();
         (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
     }
 

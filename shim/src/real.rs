@@ -64,6 +64,15 @@ function_table! {
         cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
         cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
         cuCtxGetDevice: fn(*mut CUdevice) -> CUresult;
+        cuCtxPushCurrent_v2: fn(CUcontext) -> CUresult;
+        cuCtxPopCurrent_v2: fn(*mut CUcontext) -> CUresult;
+        cuStreamGetCtx: fn(CUstream, *mut CUcontext) -> CUresult;
+        cuStreamGetCtx_ptsz: fn(CUstream, *mut CUcontext) -> CUresult;
+        cuEventCreate: fn(*mut CUevent, c_uint) -> CUresult;
+        cuEventRecord: fn(CUevent, CUstream) -> CUresult;
+        cuEventRecord_ptsz: fn(CUevent, CUstream) -> CUresult;
+        cuEventQuery: fn(CUevent) -> CUresult;
+        cuEventDestroy_v2: fn(CUevent) -> CUresult;
         cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
         cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
         cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
@@ -200,6 +209,75 @@ pub fn current_device() -> Result<CUdevice, CUresult> {
     let mut dev: CUdevice = 0;
     let r = call!(cuda(), cuCtxGetDevice(&mut dev));
     out(r, dev)
+}
+
+/// `CU_EVENT_DISABLE_TIMING`.
+const EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+/// `cuStreamGetCtx` (`_ptsz` for a per-thread default-stream caller): the
+/// context `stream` belongs to.
+pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, CUresult> {
+    let mut ctx: CUcontext = core::ptr::null_mut();
+    let r = if per_thread {
+        call!(cuda(), cuStreamGetCtx_ptsz(stream, &mut ctx))
+    } else {
+        call!(cuda(), cuStreamGetCtx(stream, &mut ctx))
+    };
+    out(r, ctx)
+}
+
+/// The device of context `ctx`: pushed, asked, popped (the calling thread's
+/// current context is unchanged afterwards).
+pub fn context_device(ctx: CUcontext) -> Result<CUdevice, CUresult> {
+    let r = call!(cuda(), cuCtxPushCurrent_v2(ctx));
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    let device = current_device();
+    let mut popped: CUcontext = core::ptr::null_mut();
+    let _ = call!(cuda(), cuCtxPopCurrent_v2(&mut popped));
+    device
+}
+
+/// An event recorded on `stream` now, created in context `ctx` (the
+/// stream's), leaving the calling thread's current context as it was.
+pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Result<CUevent, CUresult> {
+    let current = current_context()?;
+    let pushed = current != ctx && !ctx.is_null();
+    if pushed {
+        let r = call!(cuda(), cuCtxPushCurrent_v2(ctx));
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+    }
+    let mut event: CUevent = core::ptr::null_mut();
+    let mut r = call!(cuda(), cuEventCreate(&mut event, EVENT_DISABLE_TIMING));
+    if r == CUDA_SUCCESS {
+        r = if per_thread {
+            call!(cuda(), cuEventRecord_ptsz(event, stream))
+        } else {
+            call!(cuda(), cuEventRecord(event, stream))
+        };
+        if r != CUDA_SUCCESS {
+            let _ = call!(cuda(), cuEventDestroy_v2(event));
+        }
+    }
+    if pushed {
+        let mut popped: CUcontext = core::ptr::null_mut();
+        let _ = call!(cuda(), cuCtxPopCurrent_v2(&mut popped));
+    }
+    out(r, event)
+}
+
+/// `cuEventQuery`: `CUDA_SUCCESS` once the stream passed it,
+/// `CUDA_ERROR_NOT_READY` before.
+pub fn event_query(event: CUevent) -> CUresult {
+    call!(cuda(), cuEventQuery(event))
+}
+
+/// `cuEventDestroy_v2`.
+pub fn event_destroy(event: CUevent) {
+    let _ = call!(cuda(), cuEventDestroy_v2(event));
 }
 
 /// `cuDeviceGetCount`.

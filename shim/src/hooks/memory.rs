@@ -41,14 +41,46 @@ macro_rules! free_hook {
 
 alloc_hook!(#[doc(alias = "cuMemAlloc")] cuMemAlloc_v2());
 alloc_hook!(cuMemAllocManaged(flags: c_uint));
-alloc_hook!(cuMemAllocAsync(stream: CUstream));
-alloc_hook!(cuMemAllocAsync_ptsz(stream: CUstream));
-alloc_hook!(cuMemAllocFromPoolAsync(pool: CUmemoryPool, stream: CUstream));
-alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool, stream: CUstream));
+
+/// A stream-ordered allocation hook: charged to the stream's context.
+macro_rules! async_alloc_hook {
+    ($name:ident($($arg:ident: $ty:ty),*), per_thread = $per_thread:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dptr: *mut CUdeviceptr, bytesize: usize $(, $arg: $ty)*, stream: CUstream) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let forward = move || unsafe { real(dptr, bytesize $(, $arg)*, stream) };
+            dispatch(forward, |rt| {
+                rt.alloc_async(bytesize as u64, stream, $per_thread, || {
+                    // SAFETY: on success the driver wrote the pointer to `dptr`.
+                    ok_then(forward(), || unsafe { *dptr })
+                })
+            })
+        }
+    };
+}
+
+/// A stream-ordered free hook: released when the stream reaches it.
+macro_rules! async_free_hook {
+    ($name:ident, per_thread = $per_thread:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let forward = move || unsafe { real(dptr, stream) };
+            dispatch(forward, |rt| rt.free_async(dptr, stream, $per_thread, forward))
+        }
+    };
+}
+
+async_alloc_hook!(cuMemAllocAsync(), per_thread = false);
+async_alloc_hook!(cuMemAllocAsync_ptsz(), per_thread = true);
+async_alloc_hook!(cuMemAllocFromPoolAsync(pool: CUmemoryPool), per_thread = false);
+async_alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool), per_thread = true);
+async_free_hook!(cuMemFreeAsync, per_thread = false);
+async_free_hook!(cuMemFreeAsync_ptsz, per_thread = true);
 
 free_hook!(#[doc(alias = "cuMemFree")] cuMemFree_v2(dptr: CUdeviceptr) => Kind::Pointer);
-free_hook!(cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
-free_hook!(cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => Kind::Pointer);
 free_hook!(cuArrayDestroy(array: CUarray) => Kind::Array);
 free_hook!(cuMipmappedArrayDestroy(array: CUmipmappedArray) => Kind::Array);
 
