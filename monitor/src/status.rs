@@ -25,6 +25,9 @@ pub struct StatusArgs {
     /// Do not ask NVML, only the ledgers.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Which ledger wins when a tenant has one in both layouts (as the monitor's --layout).
+    #[arg(long, value_enum, default_value = "flat")]
+    pub layout: discovery::Layout,
 }
 
 pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
@@ -34,11 +37,18 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
     };
+    let (files, shadowed) = discovery::one_per_tenant(files, args.layout);
     let mut ledgers = Vec::new();
-    let mut problems = Vec::new();
+    let mut problems: Vec<String> = shadowed
+        .iter()
+        .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), args.layout.name()))
+        .collect();
     for file in files {
-        match Ledger::open(&file) {
-            Ok(ledger) => ledgers.push(ledger),
+        match Ledger::open(&file.path) {
+            Ok(ledger) => match discovery::check_tenant(&file, &ledger.tenant()) {
+                Ok(()) => ledgers.push(ledger),
+                Err(e) => problems.push(e),
+            },
             Err(e) => problems.push(e.to_string()),
         }
     }

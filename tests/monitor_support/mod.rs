@@ -23,11 +23,13 @@ pub struct MonitorOptions {
     /// NVML from simgpu (`--nvml-lib`); `false` leaves NVML out of reach.
     pub nvml: bool,
     pub config: Option<PathBuf>,
+    /// More arguments for `gpuslice monitor`.
+    pub args: Vec<String>,
 }
 
 impl Default for MonitorOptions {
     fn default() -> Self {
-        MonitorOptions { nvml: true, config: None }
+        MonitorOptions { nvml: true, config: None, args: Vec::new() }
     }
 }
 
@@ -52,6 +54,7 @@ pub fn monitor_command(sim: &Sim, options: &MonitorOptions) -> Command {
     if let Some(config) = &options.config {
         cmd.arg("--config").arg(config);
     }
+    cmd.args(&options.args);
     cmd
 }
 

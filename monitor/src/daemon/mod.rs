@@ -54,6 +54,12 @@ pub struct MonitorArgs {
     /// Run without NVML: ledgers only.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Where new ledgers of configured tenants go, and which one wins when a
+    /// tenant has both: `flat` (<dir>/<tenant>.ledger) or `tenant-dirs`
+    /// (<dir>/tenants/<tenant>/<tenant>.ledger, one directory per tenant to
+    /// mount into its pods). Both layouts are always watched.
+    #[arg(long, value_enum, default_value = "flat")]
+    pub layout: discovery::Layout,
 }
 
 /// What identifies a version of the configuration file on disk.
@@ -151,14 +157,15 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let pages: http::SharedPages = Arc::new(Mutex::new(http::Pages::default()));
     http::serve(listener, Arc::clone(&pages));
     log::info(&format!(
-        "watching {} ; serving http://{local}/metrics and /healthz ; NVML {}",
+        "watching {} ({} layout) ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
+        args.layout.name(),
         if gpu_reader.is_some() { "on" } else { "off" }
     ));
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
-    let mut ledgers = ledgers::LedgerSet::new(dir);
+    let mut ledgers = ledgers::LedgerSet::new(dir, args.layout)?;
     let mut policy_state = policy::PolicyState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut counters = MonitorCounters::default();
