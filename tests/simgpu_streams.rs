@@ -32,3 +32,44 @@ fn a_retained_allocation_handle_keeps_its_memory_until_released_again() {
     out.assert_rc("release_again_rc", cu::INVALID_VALUE);
     out.assert_rc("retain_unmapped_rc", cu::INVALID_VALUE);
 }
+
+#[test]
+fn host_functions_and_callbacks_run_in_stream_order_off_the_calling_thread() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB");
+    let out = sim.run(sim.c("sim_streams").arg("hostfn"));
+    out.assert_success();
+    assert!(out.f64("submit_us") < 50_000.0, "queuing a host function must not wait for the stream\n{out}");
+    assert_eq!(out.i64("called_early"), 0, "{out}");
+    out.assert_rc("query", cu::NOT_READY);
+    let host_at = out.f64("host_at_us");
+    assert!(host_at >= 95_000.0, "the host function runs after the 100 ms kernel before it\n{out}");
+    // The 50 ms kernel starts only once the host function (sleeping 100 ms)
+    // has returned, and the callback follows it.
+    assert!(out.f64("callback_at_us") >= host_at + 140_000.0, "{out}");
+    assert!(out.f64("sync_us") >= out.f64("callback_at_us"), "synchronising waits for the callback\n{out}");
+    out.assert_rc("callback_status", cu::SUCCESS);
+    assert_eq!(out.i64("callback_stream_ok"), 1, "{out}");
+    assert_eq!(out.i64("other_thread"), 1, "{out}");
+    assert_eq!(out.i64("ptsz_called"), 1, "{out}");
+    out.assert_rc("null_fn_rc", cu::INVALID_VALUE);
+}
+
+fn check_wait(same_context: bool) {
+    let sim = Sim::new().devices(2).memory("2GiB").context_memory("64MiB");
+    let out = sim.run(sim.c("sim_streams").args(["wait", if same_context { "1" } else { "0" }]));
+    out.assert_success();
+    out.assert_rc("query_b", cu::NOT_READY);
+    assert!(out.f64("waited_at_us") >= 190_000.0, "work after the wait starts after the 200 ms kernel\n{out}");
+    assert!(out.f64("sync_b_us") >= 190_000.0, "synchronising the waiting stream waits for the event\n{out}");
+    out.assert_rc("never_recorded_rc", cu::SUCCESS);
+}
+
+#[test]
+fn a_stream_waits_for_an_event_of_another_context() {
+    check_wait(false);
+}
+
+#[test]
+fn a_stream_waits_for_an_event_of_another_stream_of_its_context() {
+    check_wait(true);
+}

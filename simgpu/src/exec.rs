@@ -17,11 +17,19 @@
 //! One queue per context executes ops in submission order; that is one valid
 //! serialisation of what the streams allow, and keeps stream order, event
 //! order and synchronisation exact. Stream priorities are recorded but do not
-//! reorder work.
+//! reorder work. A wait on an event recorded in this context is therefore
+//! already satisfied by order; a wait on another context's event is an
+//! [`Op::Wait`] that holds this queue until that record completes.
+//!
+//! Host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) run on the
+//! worker when their stream reaches them, after the work before them has
+//! completed in real time and before anything after them starts; the device
+//! is given back while they run, as it is during a cross-context wait.
 
 use crate::sched::Scheduler;
 use crate::sys;
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -62,6 +70,9 @@ pub struct Event {
     pub recorded: AtomicBool,
     pub complete: AtomicBool,
     pub time_ns: AtomicU64,
+    /// Newest generation whose record has completed (records of one event
+    /// on several contexts may complete out of order).
+    pub done_generation: AtomicU64,
     /// Executor of the latest record, to wait on.
     pub exec: Mutex<Option<Arc<Executor>>>,
 }
@@ -75,7 +86,35 @@ impl Event {
             recorded: AtomicBool::new(false),
             complete: AtomicBool::new(true),
             time_ns: AtomicU64::new(0),
+            done_generation: AtomicU64::new(0),
             exec: Mutex::new(None),
+        }
+    }
+}
+
+/// An application function to call in stream order, with the pointer it
+/// gave for it.
+pub enum HostCall {
+    /// `cuLaunchHostFunc`: `fn(userData)`.
+    Func { func: unsafe extern "C" fn(*mut c_void), user_data: *mut c_void },
+    /// `cuStreamAddCallback`: `callback(hStream, CUDA_SUCCESS, userData)`,
+    /// with the stream handle as the application passed it.
+    Callback { func: unsafe extern "C" fn(abi::cuda::CUstream, abi::cuda::CUresult, *mut c_void), stream: u64, user_data: *mut c_void },
+}
+
+// SAFETY: the pointers are the application's own; CUDA's contract is that
+// they are passed back, unexamined, on a driver thread, which is what the
+// worker is. simgpu never dereferences them.
+unsafe impl Send for HostCall {}
+
+impl HostCall {
+    fn call(&self) {
+        match *self {
+            // SAFETY: calling the application's function with its own
+            // argument, as cuLaunchHostFunc/cuStreamAddCallback promise.
+            HostCall::Func { func, user_data } => unsafe { func(user_data) },
+            // SAFETY: as above, with the stream handle the application passed.
+            HostCall::Callback { func, stream, user_data } => unsafe { func(stream as abi::cuda::CUstream, abi::cuda::CUDA_SUCCESS, user_data) },
         }
     }
 }
@@ -84,13 +123,24 @@ pub enum Op {
     Kernel { stream: Arc<Stream>, remaining_ns: u64 },
     Record { stream: Arc<Stream>, event: Arc<Event>, generation: u64 },
     Free { stream: Arc<Stream>, ptr: u64 },
+    Host { stream: Arc<Stream>, call: HostCall },
+    /// Waits until `event`'s record number `generation`, queued on
+    /// `recorder`, has completed. `None`: the record is earlier in this
+    /// queue, so reaching the op is enough; the op still counts on its
+    /// stream, so synchronising the stream waits for the record.
+    Wait { stream: Arc<Stream>, event: Arc<Event>, generation: u64, recorder: Option<Arc<Executor>> },
 }
 
 impl Op {
     fn stream(&self) -> &Arc<Stream> {
         match self {
-            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } => stream,
+            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } | Op::Host { stream, .. } | Op::Wait { stream, .. } => stream,
         }
+    }
+
+    /// Ops that must run alone, in real time, with nothing after them started.
+    fn is_barrier(&self) -> bool {
+        matches!(self, Op::Host { .. } | Op::Wait { recorder: Some(_), .. })
     }
 }
 
@@ -236,10 +286,17 @@ impl Executor {
                 None => now,
             };
             let mut busy_ns = 0u64;
+            let mut barrier: Option<Op> = None;
             {
                 let mut q = lock(&self.queue);
                 while done.len() < BATCH_MAX_OPS {
                     let Some(front) = q.ops.front_mut() else { break };
+                    if front.is_barrier() {
+                        if done.is_empty() {
+                            barrier = q.ops.pop_front();
+                        }
+                        break;
+                    }
                     match front {
                         Op::Kernel { remaining_ns, .. } => {
                             if held.is_none() {
@@ -257,7 +314,7 @@ impl Executor {
                             vclock_ns += *remaining_ns;
                             busy_ns += *remaining_ns;
                         }
-                        Op::Record { .. } | Op::Free { .. } => {}
+                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } => {}
                     }
                     if let Some(op) = q.ops.pop_front() {
                         done.push((op, vclock_ns));
@@ -267,6 +324,22 @@ impl Executor {
             if vclock_ns > sys::now_ns() {
                 sys::sleep_until_ns(vclock_ns);
             }
+            if let Some(op) = barrier {
+                // The device is not ours while the application's function
+                // runs or another context's work is awaited.
+                if let Some((t, _)) = held.take() {
+                    sched.release(t);
+                }
+                match &op {
+                    Op::Host { call, .. } => call.call(),
+                    Op::Wait { event, generation, recorder: Some(recorder), .. } => {
+                        recorder.wait_until(|| event.done_generation.load(Acquire) >= *generation)
+                    }
+                    _ => {}
+                }
+                done.push((op, sys::now_ns()));
+                vclock_ns = vclock_ns.max(sys::now_ns());
+            }
             let completed = done.len() as u64;
             for (op, at_ns) in done.drain(..) {
                 match &op {
@@ -275,9 +348,10 @@ impl Executor {
                             event.time_ns.store(at_ns, Release);
                             event.complete.store(true, Release);
                         }
+                        event.done_generation.fetch_max(*generation, AcqRel);
                     }
                     Op::Free { ptr, .. } => host.free_async(*ptr),
-                    Op::Kernel { .. } => {}
+                    Op::Kernel { .. } | Op::Host { .. } | Op::Wait { .. } => {}
                 }
                 op.stream().completed.fetch_add(1, Release);
             }

@@ -133,6 +133,8 @@ proc_table! {
     cuStreamGetFlags => [5050: cuStreamGetFlags] ptsz [7000: cuStreamGetFlags_ptsz];
     cuStreamGetCtx => [9020: cuStreamGetCtx, 12050: cuStreamGetCtx_v2] ptsz [9020: cuStreamGetCtx_ptsz, 12050: cuStreamGetCtx_v2_ptsz];
     cuStreamWaitEvent => [3020: cuStreamWaitEvent] ptsz [7000: cuStreamWaitEvent_ptsz];
+    cuStreamAddCallback => [5000: cuStreamAddCallback] ptsz [7000: cuStreamAddCallback_ptsz];
+    cuLaunchHostFunc => [10000: cuLaunchHostFunc] ptsz [10000: cuLaunchHostFunc_ptsz];
     cuStreamBeginCapture => [10000: cuStreamBeginCapture, 10010: cuStreamBeginCapture_v2] ptsz [10000: cuStreamBeginCapture_ptsz, 10010: cuStreamBeginCapture_v2_ptsz];
     cuStreamEndCapture => [10000: cuStreamEndCapture] ptsz [10000: cuStreamEndCapture_ptsz];
     cuStreamIsCapturing => [10000: cuStreamIsCapturing] ptsz [10000: cuStreamIsCapturing_ptsz];

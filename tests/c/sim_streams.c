@@ -13,6 +13,24 @@
  *       free.released_once (original reference released, range still mapped
  *       and retained), free.unmapped (retained reference still held),
  *       free.released_twice; retain_unmapped_rc for an address never mapped.
+ *
+ *   sim_streams hostfn
+ *       On one stream: a 100 ms kernel, a host function that notes the time
+ *       and sleeps 100 ms, a 50 ms kernel, a stream callback. Prints
+ *       submit_us, called_early (host function ran before the submitting
+ *       calls returned), query (cuStreamQuery right after), host_at_us and
+ *       callback_at_us (from the first launch), callback_status,
+ *       callback_stream_ok, other_thread (the function ran on a thread other
+ *       than the caller's), sync_us; then ptsz_called=1 when the per-thread
+ *       form from cuGetProcAddress ran its function on the null stream, and
+ *       null_fn_rc.
+ *
+ *   sim_streams wait SAME   (SAME=1: one context; 0: two devices)
+ *       Stream A: a 200 ms kernel, then event E. Stream B (other context
+ *       unless SAME): cuStreamWaitEvent(B, E), a host function noting the
+ *       time. Prints query_b (right after), waited_at_us (host function time
+ *       from the launch), sync_b_us (cuStreamSynchronize(B) from the launch),
+ *       never_recorded_rc (a wait on an event never recorded, then a sync).
  */
 #include "common.h"
 #include <pthread.h>
@@ -103,11 +121,99 @@ static int run_retain(void) {
     return 0;
 }
 
+static double t_origin;
+
+struct note {
+    volatile double at_us;
+    volatile int called;
+    volatile int status;
+    volatile int stream_ok;
+    pthread_t thread;
+    CUstream expected_stream;
+    int sleep_us;
+};
+
+static void CUDA_CB note_fn(void *p) {
+    struct note *n = p;
+    n->at_us = now_us() - t_origin;
+    n->thread = pthread_self();
+    n->called = 1;
+    if (n->sleep_us > 0) usleep(n->sleep_us);
+}
+
+static void CUDA_CB note_callback(CUstream stream, CUresult status, void *p) {
+    struct note *n = p;
+    n->at_us = now_us() - t_origin;
+    n->status = status;
+    n->stream_ok = stream == n->expected_stream;
+    n->called = 1;
+}
+
+static int run_hostfn(void) {
+    CUcontext ctx = make_ctx(0);
+    (void)ctx;
+    CUfunction f = load_kernel("sim_sleep");
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    struct note host = {0}, cb = {0};
+    host.sleep_us = 100000;
+    cb.expected_stream = s;
+    cb.status = -1;
+    t_origin = now_us();
+    CHECK(launch_us(f, 100000, s));
+    CHECK(cuLaunchHostFunc(s, note_fn, &host));
+    CHECK(launch_us(f, 50000, s));
+    CHECK(cuStreamAddCallback(s, note_callback, &cb, 0));
+    printf("submit_us=%.1f\n", now_us() - t_origin);
+    printf("called_early=%d\n", host.called || cb.called);
+    kv_rc("query", cuStreamQuery(s));
+    CHECK(cuStreamSynchronize(s));
+    printf("sync_us=%.1f\n", now_us() - t_origin);
+    printf("host_at_us=%.1f\ncallback_at_us=%.1f\n", host.at_us, cb.at_us);
+    printf("callback_status=%d\ncallback_stream_ok=%d\n", cb.status, cb.stream_ok);
+    printf("other_thread=%d\n", host.called && !pthread_equal(host.thread, pthread_self()));
+    void *fn = NULL;
+    CHECK(cuGetProcAddress("cuLaunchHostFunc", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
+    struct note pt = {0};
+    CHECK(((CUresult(*)(CUstream, CUhostFn, void *))fn)(NULL, note_fn, &pt));
+    CHECK(cuCtxSynchronize());
+    printf("ptsz_called=%d\n", pt.called);
+    kv_rc("null_fn_rc", cuLaunchHostFunc(s, NULL, NULL));
+    return 0;
+}
+
+static int run_wait(int same) {
+    CUcontext a = make_ctx(0), b = same ? a : make_ctx(1);
+    CUstream sa, sb;
+    CUevent e, never;
+    CHECK(cuCtxSetCurrent(a));
+    CUfunction f = load_kernel("sim_sleep");
+    CHECK(cuStreamCreate(&sa, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventCreate(&never, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuCtxSetCurrent(b));
+    CHECK(cuStreamCreate(&sb, CU_STREAM_NON_BLOCKING));
+    struct note waited = {0};
+    t_origin = now_us();
+    CHECK(launch_us(f, 200000, sa));
+    CHECK(cuEventRecord(e, sa));
+    CHECK(cuStreamWaitEvent(sb, e, 0));
+    CHECK(cuLaunchHostFunc(sb, note_fn, &waited));
+    kv_rc("query_b", cuStreamQuery(sb));
+    CHECK(cuStreamSynchronize(sb));
+    printf("sync_b_us=%.1f\nwaited_at_us=%.1f\n", now_us() - t_origin, waited.at_us);
+    CHECK(cuStreamWaitEvent(sb, never, 0));
+    kv_rc("never_recorded_rc", cuStreamSynchronize(sb));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     test_init_output();
     CHECK(cuInit(0));
     if (argc == 2 && strcmp(argv[1], "getctx") == 0) return run_getctx();
     if (argc == 2 && strcmp(argv[1], "retain") == 0) return run_retain();
-    fprintf(stderr, "usage: sim_streams getctx|retain\n");
+    if (argc == 2 && strcmp(argv[1], "hostfn") == 0) return run_hostfn();
+    if (argc == 3 && strcmp(argv[1], "wait") == 0) return run_wait(atoi(argv[2]));
+    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME\n");
     return 64;
 }

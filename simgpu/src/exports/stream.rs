@@ -1,13 +1,14 @@
 //! Streams: creation (with priority), destruction, synchronisation, queries,
-//! and graph capture.
+//! their context, waits on events, host functions and callbacks, and graph
+//! capture.
 
 use super::{h, ptr};
 use crate::cu_export;
 use crate::driver::{driver, CuResult, Driver, Graph, TAG_GRAPH, TAG_STREAM};
-use crate::exec::{lock, Stream};
+use crate::exec::{lock, HostCall, Op, Stream};
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
@@ -97,19 +98,71 @@ cu_export!(cuStreamQuery(stream: CUstream) {
     if done { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
 }; cuStreamQuery_ptsz);
 
-cu_export!(cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
+const CU_EVENT_WAIT_EXTERNAL: c_uint = 1;
+
+/// Work queued on `stream` after this starts after the event's latest record
+/// (at the time of the call) has completed. A record that has completed, or an
+/// event never recorded, needs nothing; a record in this context is satisfied
+/// by queue order, one in another context is waited for by the worker.
+fn wait_event(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult<()> {
     let d = driver()?;
-    d.stream(h(stream))?;
-    if !d.read().events.contains_key(&h(event)) {
-        return Err(CUDA_ERROR_INVALID_HANDLE);
-    }
-    if flags > 1 {
+    let (ctx, s) = d.stream(h(stream))?;
+    let e = d.read().events.get(&h(event)).cloned().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // One queue per context already runs everything in submission order, so
-    // work queued after this call starts after the event's record.
+    if s.capturing().is_some() {
+        return Ok(());
+    }
+    let generation = e.generation.load(Acquire);
+    if generation == 0 || e.done_generation.load(Acquire) >= generation {
+        return Ok(());
+    }
+    let Some(recorder) = lock(&e.exec).clone() else { return Ok(()) };
+    let recorder = (!Arc::ptr_eq(&recorder, &ctx.exec)).then_some(recorder);
+    ctx.exec.submit(Op::Wait { stream: s, event: e, generation, recorder });
     Ok(())
+}
+
+cu_export!(cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
+    wait_event(stream, event, flags)
 }; cuStreamWaitEvent_ptsz);
+
+fn host_call(stream: CUstream, call: HostCall) -> CuResult<()> {
+    let (ctx, s) = driver()?.stream(h(stream))?;
+    if s.capturing().is_some() {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    ctx.exec.submit(Op::Host { stream: s, call });
+    Ok(())
+}
+
+cu_export!(cuLaunchHostFunc(stream: CUstream, func: CUhostFn, user_data: *mut c_void) {
+    let func = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    host_call(stream, HostCall::Func { func, user_data })
+}; cuLaunchHostFunc_ptsz);
+
+const CU_HOST_TASK_SPINWAIT: c_uint = 1;
+
+// The sync mode says how the driver's thread waits for host tasks; simgpu's
+// worker sleeps either way. Exported for programs built against a newer
+// cuda.h; cuGetProcAddress, answering as a 13.0 driver, resolves the
+// three-argument form.
+cu_export!(cuLaunchHostFunc_v2(stream: CUstream, func: CUhostFn, user_data: *mut c_void, sync_mode: c_uint) {
+    if sync_mode > CU_HOST_TASK_SPINWAIT {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let func = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    host_call(stream, HostCall::Func { func, user_data })
+}; cuLaunchHostFunc_v2_ptsz);
+
+cu_export!(cuStreamAddCallback(stream: CUstream, callback: CUstreamCallback, user_data: *mut c_void, flags: c_uint) {
+    let func = callback.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    host_call(stream, HostCall::Callback { func, stream: h(stream), user_data })
+}; cuStreamAddCallback_ptsz);
 
 fn begin_capture(stream: CUstream, mode: c_uint) -> CuResult<()> {
     let d = driver()?;
