@@ -95,3 +95,17 @@ fn a_pending_free_is_reused_in_stream_order_and_only_there() {
     assert_eq!(out.u64("synced.free"), GIB - 864 * MIB, "the reused bytes stay charged\n{out}");
     assert_eq!(held_bytes, 864 * MIB, "{out}");
 }
+
+#[test]
+fn exiting_while_threads_allocate_loses_no_bytes() {
+    let sim = capped("1GiB");
+    for round in 0..6 {
+        let out = sim.run(sim.c("shim_exit").args(["6", &(5 + round * 3).to_string()]));
+        assert_eq!(out.code(), Some(0), "{out}");
+        // What a monitor (or the tenant's next process) does: reclaim the dead
+        // and any stray bytes. Afterwards nothing of the exited process is left.
+        let ledger = ledger_view::open(&sim.ledger_dir(), TENANT);
+        ledger.reclaim_dead();
+        assert_eq!(ledger.used_bytes(0), 0, "round {round}: bytes were lost in the ledger\n{out}");
+    }
+}

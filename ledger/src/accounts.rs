@@ -6,7 +6,7 @@
 //! own slot then records the bytes, so that reclaim can return them if the
 //! process dies.
 
-use crate::layout::{device_state, PolicyRecord, SlotRecord, UsageRecord};
+use crate::layout::{device_state, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
 use crate::{ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES, UNLIMITED};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -203,11 +203,41 @@ impl Ledger {
     /// [`alloc_denied_total`](Self::alloc_denied_total). An index outside the
     /// ledger is refused with a limit of 0.
     pub fn try_reserve(&self, slot: &Slot, dev: usize, bytes: u64) -> Result<(), Denied> {
+        self.try_reserve_counting(slot, dev, bytes, true)
+    }
+
+    /// [`try_reserve`](Self::try_reserve) without counting a refusal: for a
+    /// caller that will try again (after reclaiming dead processes) and
+    /// counts the final refusal once with [`count_denied`](Self::count_denied).
+    pub fn try_reserve_uncounted(&self, slot: &Slot, dev: usize, bytes: u64) -> Result<(), Denied> {
+        self.try_reserve_counting(slot, dev, bytes, false)
+    }
+
+    /// Counts one refused allocation on `dev`.
+    pub fn count_denied(&self, dev: usize) {
+        if let Some(usage) = self.usage(dev) {
+            usage.alloc_denied_total.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `slot` is still the caller's: alive, of the generation it
+    /// claimed. A released slot (its owner exiting while another thread is
+    /// still inside an allocation) admits nothing and releases nothing.
+    fn owns(&self, slot: &Slot) -> bool {
+        self.slot_record(slot.index()).is_some_and(|r| {
+            r.state_word.load(Ordering::Acquire) == state_word(slot_state::ALIVE, slot.generation())
+        })
+    }
+
+    fn try_reserve_counting(&self, slot: &Slot, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
         let (Some(policy), Some(usage), Some(slot_bytes)) =
             (self.policy(dev), self.usage(dev), self.slot_record(slot.index()).and_then(|s| s.bytes.get(dev)))
         else {
             return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
         };
+        if !self.owns(slot) {
+            return Err(Denied { used_bytes: usage.used_bytes.load(Ordering::Acquire), limit_bytes: 0, requested_bytes: bytes });
+        }
         let limit_bytes = policy.memory_limit_bytes.load(Ordering::Acquire);
         let admitted = usage.used_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
             used.checked_add(bytes).filter(|total| *total <= limit_bytes)
@@ -218,7 +248,9 @@ impl Ledger {
                 Ok(())
             }
             Err(used_bytes) => {
-                usage.alloc_denied_total.fetch_add(1, Ordering::Relaxed);
+                if count {
+                    usage.alloc_denied_total.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(Denied { used_bytes, limit_bytes, requested_bytes: bytes })
             }
         }
@@ -233,6 +265,9 @@ impl Ledger {
         else {
             return;
         };
+        if !self.owns(slot) {
+            return;
+        }
         let taken = saturating_take(slot_bytes, bytes);
         saturating_take(&usage.used_bytes, taken);
     }

@@ -18,6 +18,14 @@
 //!   without releasing them: their slot is still alive in the file, but the
 //!   kernel dropped their lock.
 //!
+//! # Released slots
+//! A slot admits and releases only for the generation that claimed it, so a
+//! thread still allocating while its process releases the slot at exit
+//! cannot move bytes through it afterwards. A reservation that passed that
+//! check just before the release lands in the free slot; the next claim of
+//! the slot, or any [`Ledger::reclaim_dead`], returns it to the tenant. No
+//! byte is ever forgotten.
+//!
 //! # Known limitation
 //! A reservation is two atomic steps: the tenant's counter, then the
 //! process's slot. A process killed between the two (a window of a few

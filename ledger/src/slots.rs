@@ -38,6 +38,12 @@ impl Slot {
     pub fn generation(&self) -> u32 {
         self.generation
     }
+
+    /// A second handle to the same slot, for tests of stale handles.
+    #[cfg(test)]
+    pub(crate) fn duplicate(&self) -> Slot {
+        Slot { index: self.index, generation: self.generation }
+    }
 }
 
 /// A dead process's slot that was reclaimed.
@@ -136,11 +142,10 @@ impl Ledger {
             record.ns_pid.store(me.ns_pid, Ordering::Relaxed);
             record.pidns_inode.store(me.pidns_inode, Ordering::Relaxed);
             record.start_time_ticks.store(me.start_time_ticks, Ordering::Relaxed);
-            // A slot is freed only after its bytes were drained; anything here
-            // is stale, so start from zero.
-            for cell in &record.bytes {
-                cell.store(0, Ordering::Relaxed);
-            }
+            // A slot is freed after its bytes were drained, but a reservation
+            // of its last owner that raced the release may have landed since:
+            // give it back to the tenant rather than forget it.
+            self.drain_slot(record);
             record.state_word.store(state_word(slot_state::ALIVE, generation), Ordering::Release);
             if let Some(w) = owned.get_mut(word_index) {
                 *w |= mask;
@@ -180,6 +185,16 @@ impl Ledger {
                 continue;
             }
             if split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE {
+                if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0)
+                    && matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true))
+                {
+                    // Bytes of a late reservation after its owner released
+                    // the slot; nobody can claim the slot while we hold its lock.
+                    if split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE {
+                        self.drain_slot(record);
+                    }
+                    let _ = ofd::unlock(fd, lock_offset(index));
+                }
                 continue;
             }
             if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {

@@ -425,3 +425,37 @@ fn default_dir_is_writable() {
     let dir = default_dir();
     assert!(dir.is_absolute());
 }
+
+#[test]
+fn a_released_slot_admits_nothing_and_stray_bytes_are_never_lost() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    ledger.set_memory_limit_bytes(dev, 100 * MIB, PolicySource::Monitor);
+    let slot = ledger.claim_slot().unwrap();
+    let late = slot.duplicate();
+    ledger.try_reserve(&slot, dev, 10 * MIB).unwrap();
+    ledger.release_slot(slot);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    // A thread still inside an allocation when the slot was released.
+    assert!(ledger.try_reserve(&late, dev, 5 * MIB).is_err(), "a freed slot admits nothing");
+    assert_eq!(ledger.used_bytes(dev), 0);
+    // One that passed the check just before the release: its bytes landed in
+    // the free slot. Whoever claims or reclaims the slot next returns them.
+    let record = &ledger.layout().slots[late.index()];
+    record.bytes[dev].fetch_add(7 * MIB, Ordering::AcqRel);
+    ledger.layout().usage.devices[dev].used_bytes.fetch_add(7 * MIB, Ordering::AcqRel);
+    assert_eq!(ledger.reclaim_dead().len(), 0, "a free slot is no dead process");
+    assert_eq!(ledger.used_bytes(dev), 0, "reclaim returns stray bytes of free slots");
+    record.bytes[dev].fetch_add(3 * MIB, Ordering::AcqRel);
+    ledger.layout().usage.devices[dev].used_bytes.fetch_add(3 * MIB, Ordering::AcqRel);
+    let again = ledger.claim_slot().unwrap();
+    assert_eq!(again.index(), late.index());
+    assert_eq!(ledger.used_bytes(dev), 0, "a claim returns what the free slot held");
+    // A release through the stale copy never takes the new owner's bytes.
+    ledger.try_reserve(&again, dev, 4 * MIB).unwrap();
+    ledger.release(&late, dev, 4 * MIB);
+    assert_eq!(ledger.used_bytes(dev), 4 * MIB);
+    ledger.release_slot(again);
+    assert_eq!(ledger.used_bytes(dev), 0);
+}

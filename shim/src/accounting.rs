@@ -355,21 +355,22 @@ impl Runtime {
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
     /// processes and tries once more.
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
-        self.poll_pending_frees();
-        match self.ledger.try_reserve(&self.slot, dev, bytes) {
-            Ok(()) => Ok(()),
-            Err(denied) => {
-                let reclaimed = self.ledger.reclaim_dead();
-                if reclaimed.is_empty() {
-                    debug!("denied {denied} on ledger device {dev}");
-                    return Err(denied);
-                }
-                for dead in &reclaimed {
-                    info!("reclaimed slot {} of dead process {}: {:?}", dead.slot_index, dead.pid, dead.bytes_per_device);
-                }
-                self.ledger.try_reserve(&self.slot, dev, bytes).inspect_err(|d| debug!("denied {d} on ledger device {dev}"))
-            }
+        if self.exiting.load(Ordering::Acquire) {
+            return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
         }
+        self.poll_pending_frees();
+        let Err(denied) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
+        let reclaimed = self.ledger.reclaim_dead();
+        for dead in &reclaimed {
+            info!("reclaimed slot {} of dead process {}: {:?}", dead.slot_index, dead.pid, dead.bytes_per_device);
+        }
+        let result = if reclaimed.is_empty() { Err(denied) } else { self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) };
+        if let Err(denied) = &result {
+            // One refused allocation, counted once however often it was tried.
+            self.ledger.count_denied(dev);
+            debug!("denied {denied} on ledger device {dev}");
+        }
+        result
     }
 
     pub fn release(&self, dev: usize, bytes: u64) {

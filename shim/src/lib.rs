@@ -41,6 +41,9 @@
 //! own process; one that does not is unaffected. A library destructor
 //! releases the slot at normal exit; after `kill -9` the kernel drops the
 //! slot's lock and the tenant's next allocation that needs room reclaims it.
+//! After the destructor ran, threads still working are refused every
+//! allocation (`CUDA_ERROR_OUT_OF_MEMORY`) rather than let through uncounted;
+//! their frees are forwarded.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -265,17 +268,22 @@ extern "C" fn on_load() {
 }
 
 /// Runs at normal exit (or unload): releases this process's slot and every
-/// byte it still holds.
+/// byte it still holds. Other threads may still be inside a hook: the
+/// runtime stays (it is never freed), but from here on it admits nothing
+/// (allocations get `CUDA_ERROR_OUT_OF_MEMORY`), frees are forwarded, and
+/// the ledger ignores reservations and releases against the released slot
+/// (a reservation that raced the release lands in the free slot, and the
+/// next claim or reclaim of that slot returns it to the tenant).
 extern "C" fn on_unload() {
-    let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: see ready_runtime; the pointer is leaked, never freed.
-    let Some(rt) = (unsafe { ptr.as_ref() }) else { return };
-    if rt.owner_pid != std::process::id() {
+    let Some(rt) = (unsafe { RUNTIME.load(Ordering::Acquire).as_ref() }) else { return };
+    if rt.owner_pid != std::process::id() || rt.exiting.swap(true, Ordering::AcqRel) {
         return;
     }
     // SAFETY: `Slot` is plain data (an index and a generation) with no Drop;
-    // the runtime is never dropped, and with RUNTIME cleared no hook uses
-    // this slot again, so this copy is the only one that acts on it.
+    // the runtime is never dropped, and the ledger refuses every later use
+    // of the released slot's generation, so this copy is the only one that
+    // changes it.
     let slot = unsafe { core::ptr::read(&rt.slot) };
     rt.ledger.release_slot(slot);
 }
