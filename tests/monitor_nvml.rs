@@ -64,7 +64,9 @@ fn driver_memory_is_attributed_to_tenants() {
 #[test]
 fn a_process_without_the_shim_shows_as_untracked() {
     let sim = sim();
-    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "violation_grace = \"500ms\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let mut tracked = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "hold"]));
     let mut bypass_cmd = sim.c("memctl");
     bypass_cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "alloc:x:700M", "hold"]);
@@ -100,7 +102,7 @@ fn a_process_without_the_shim_shows_as_untracked() {
 fn on_violation_kill_kills_the_bypassing_process() {
     let sim = sim();
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(&config, "on_violation = \"kill\"\n").unwrap();
+    std::fs::write(&config, "on_violation = \"kill\"\nviolation_grace = \"0s\"\n").unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let mut tracked = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "hold"]));
     let mut bypass_cmd = sim.c("memctl");

@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! on_violation = "report"          # or "kill"; default "report"
+//! violation_grace = "5s"           # how long a finding must last before it counts
 //!
 //! [tenants.team-a]
 //! memory = "8GiB"                  # every device
@@ -20,6 +21,16 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
+
+/// How long a violation must last before it is counted and acted on, when
+/// the file does not say: long enough for the transient states of a
+/// well-behaved tenant (memory freed with `cuMemFreeAsync` that its stream
+/// has not reached yet, a context being set up) to pass.
+pub const DEFAULT_VIOLATION_GRACE: Duration = Duration::from_secs(5);
+
+/// The accepted form of `violation_grace`.
+pub const DURATION_FORMAT: &str = "a duration like \"5s\", \"500ms\", \"1.5s\" or \"2m\"";
 
 /// What the monitor does when it finds a violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -69,12 +80,42 @@ impl TenantConfig {
 }
 
 /// A whole, validated configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// What to do about violations.
     pub on_violation: OnViolation,
+    /// How long a violation must last before it counts.
+    pub violation_grace: Duration,
     /// Tenants by name.
     pub tenants: BTreeMap<String, TenantConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { on_violation: OnViolation::default(), violation_grace: DEFAULT_VIOLATION_GRACE, tenants: BTreeMap::new() }
+    }
+}
+
+impl Config {
+    /// The cap the file sets for `tenant` on a device, if it names one.
+    pub fn memory_for(&self, tenant: &str, uuid: &str, host_index: Option<u32>) -> Option<u64> {
+        self.tenants.get(tenant)?.memory_for(uuid, host_index)
+    }
+}
+
+/// Parses a duration: a non-negative number and a unit (`ms`, `s`, `m`).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds <= 86_400.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 /// Why a configuration was refused.
@@ -104,6 +145,8 @@ impl fmt::Display for ConfigError {
 struct RawConfig {
     #[serde(default)]
     on_violation: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    violation_grace: Option<toml::Spanned<String>>,
     #[serde(default)]
     tenants: BTreeMap<String, toml::Spanned<RawTenant>>,
 }
@@ -145,6 +188,11 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             }
         },
     };
+    let violation_grace = match &raw.violation_grace {
+        None => DEFAULT_VIOLATION_GRACE,
+        Some(value) => parse_duration(value.get_ref())
+            .ok_or_else(|| at(value.span(), format!("violation_grace = {:?}: expected {DURATION_FORMAT}", value.get_ref())))?,
+    };
     let mut tenants = BTreeMap::new();
     for (name, tenant) in raw.tenants {
         if units::validate_tenant_name(&name).is_err() {
@@ -184,7 +232,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         }
         tenants.insert(name, config);
     }
-    Ok(Config { on_violation, tenants })
+    Ok(Config { on_violation, violation_grace, tenants })
 }
 
 fn parse_device_key(key: &str) -> Option<DeviceKey> {
@@ -230,6 +278,9 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         )
         .unwrap();
         assert_eq!(config.on_violation, OnViolation::Kill);
+        assert_eq!(config.violation_grace, DEFAULT_VIOLATION_GRACE);
+        assert_eq!(config.memory_for("team-a", "GPU-x", Some(0)), Some(8 * GIB));
+        assert_eq!(config.memory_for("nobody", "GPU-x", Some(0)), None);
         assert_eq!(config.tenants["team-a"].memory_for("GPU-x", Some(0)), Some(8 * GIB));
         let b = &config.tenants["team.b"];
         assert_eq!(b.memory_for("GPU-other", Some(0)), Some(2 * GIB));
@@ -237,6 +288,22 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         assert_eq!(b.memory_for("GPU-00112233-4455-6677-8899-aabbccddeeff", Some(1)), Some(3000 << 20));
         assert!(b.uses_host_indices());
         assert_eq!(config.tenants["uncapped"].memory_for("GPU-x", Some(0)), None);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
+        for bad in ["", "5", "s", "-1s", "5h", "1e3s", "5 s s", "99999999m"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert_eq!(parse("violation_grace = \"250ms\"\n").unwrap().violation_grace, Duration::from_millis(250));
+        let e = error("\nviolation_grace = \"soon\"\n");
+        assert_eq!(e.position, Some((2, 19)), "{e}");
+        assert!(e.message.contains("\"5s\""), "{e}");
     }
 
     #[test]

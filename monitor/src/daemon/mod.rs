@@ -212,7 +212,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref());
-        violation_state.check(&snap, config.on_violation, &mut counters);
+        violation_state.check(&snap, &config, Instant::now(), &mut counters);
         {
             let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.metrics = metrics::render(&snap, &counters);

@@ -5,27 +5,71 @@
 //!   its host pid (it did not load the shim);
 //! - a tenant *over its cap*: the driver reports more memory for its
 //!   processes than its cap plus one context's overhead (the shim charges
-//!   contexts too, so anything past that escaped the shim).
+//!   contexts too, so anything past that escaped the shim). The cap is the
+//!   configuration's for the tenants it names (a tenant can rewrite the cap
+//!   in its own ledger, not the monitor's file), else the ledger's.
 //!
-//! A finding must hold for two rounds in a row before it counts, so that a
-//! process caught between creating its context and claiming its slot is
-//! not reported. Each episode is logged and counted once; with
-//! `on_violation = "kill"` the offending processes get `SIGKILL`.
+//! A finding counts only once it has lasted `violation_grace` (and at least
+//! two rounds): a well-behaved tenant passes through states that look like
+//! violations for a moment, such as memory freed with `cuMemFreeAsync` that
+//! its stream has not reached yet (the shim returns it to the ledger at the
+//! call, the driver frees it later), or a process caught between creating
+//! its context and claiming its slot. Each episode is then logged and
+//! counted once; with `on_violation = "kill"` the offending processes get
+//! `SIGKILL`.
+//!
+//! A cap lowered below what a tenant already holds is not a violation: the
+//! tenant keeps its existing allocations (the shim only refuses new ones),
+//! so the monitor allows what it held when it saw the cap drop, shrinking
+//! that allowance as the tenant frees memory, down to the cap.
 
 use super::log;
-use crate::config::OnViolation;
+use crate::config::{Config, OnViolation};
 use crate::host;
 use crate::metrics::{MonitorCounters, OverCap};
 use crate::snapshot::Snapshot;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One finding followed across rounds.
+#[derive(Debug, Clone, Copy)]
+struct Episode {
+    first_seen: Instant,
+    rounds: u32,
+    /// Whether it was counted (and acted on).
+    counted: bool,
+}
+
+impl Episode {
+    /// Advances the episode `previous` (if any) by one round at `now`;
+    /// returns it and whether it must be counted now.
+    fn advance(previous: Option<Episode>, now: Instant, grace: Duration) -> (Episode, bool) {
+        let mut episode = previous.unwrap_or(Episode { first_seen: now, rounds: 0, counted: false });
+        episode.rounds += 1;
+        let due = !episode.counted && episode.rounds >= 2 && now.duration_since(episode.first_seen) >= grace;
+        if due {
+            episode.counted = true;
+        }
+        (episode, due)
+    }
+}
+
+/// What a tenant may hold on a device without being over its cap.
+#[derive(Debug, Clone, Copy)]
+struct Allowance {
+    cap_bytes: u64,
+    allowed_bytes: u64,
+}
 
 /// What the previous rounds saw.
 #[derive(Default)]
 pub struct ViolationState {
-    /// Untracked (pid, start time) seen last round, and whether reported.
-    untracked: HashMap<(u32, u64), bool>,
-    /// Over-cap (tenant, uuid) seen last round, and whether reported.
-    over_cap: HashMap<(String, String), bool>,
+    /// Untracked processes by (pid, start time).
+    untracked: HashMap<(u32, u64), Episode>,
+    /// Over-cap findings by (tenant, uuid).
+    over_cap: HashMap<(String, String), Episode>,
+    /// Allowances by (tenant, uuid).
+    allowances: HashMap<(String, String), Allowance>,
 }
 
 fn kill(pid: u32, start_time_ticks: u64, why: &str, counters: &mut MonitorCounters) {
@@ -43,78 +87,80 @@ fn kill(pid: u32, start_time_ticks: u64, why: &str, counters: &mut MonitorCounte
 }
 
 impl ViolationState {
-    pub fn check(&mut self, snapshot: &Snapshot, on_violation: OnViolation, counters: &mut MonitorCounters) {
+    /// Judges one round's snapshot taken at `now`.
+    pub fn check(&mut self, snapshot: &Snapshot, config: &Config, now: Instant, counters: &mut MonitorCounters) {
         if !snapshot.nvml {
             counters.over_cap.clear();
             return;
         }
+        let (grace, on_violation) = (config.violation_grace, config.on_violation);
         // Untracked processes.
         let mut seen = HashMap::new();
         for u in &snapshot.untracked_processes {
             let Some(start) = host::start_time_of(u.pid) else { continue };
             let key = (u.pid, start);
-            let reported = match self.untracked.get(&key) {
-                None => false,
-                Some(true) => true,
-                Some(false) => {
-                    *counters.violations_total.entry("untracked_process").or_default() += 1;
-                    log::warn(&format!(
-                        "pid {} uses {} on device {} ({}) but no tenant ledger knows it: it bypassed the shim",
-                        u.pid,
-                        crate::status::human_bytes(u.memory_used_bytes),
-                        u.device,
-                        u.uuid
-                    ));
-                    if on_violation == OnViolation::Kill {
-                        kill(u.pid, start, "untracked GPU process", counters);
-                    }
-                    true
+            let (episode, due) = Episode::advance(self.untracked.get(&key).copied(), now, grace);
+            if due {
+                *counters.violations_total.entry("untracked_process").or_default() += 1;
+                log::warn(&format!(
+                    "pid {} uses {} on device {} ({}) but no tenant ledger knows it: it bypassed the shim",
+                    u.pid,
+                    crate::status::human_bytes(u.memory_used_bytes),
+                    u.device,
+                    u.uuid
+                ));
+                if on_violation == OnViolation::Kill {
+                    kill(u.pid, start, "untracked GPU process", counters);
                 }
-            };
-            seen.insert(key, reported);
+            }
+            seen.insert(key, episode);
         }
         self.untracked = seen;
 
         // Tenants over their cap.
         let mut seen = HashMap::new();
+        let mut allowances = HashMap::new();
         let mut over_now = Vec::new();
         for tenant in &snapshot.tenants {
             for device in &tenant.devices {
-                let (Some(limit), Some(driver)) = (device.memory_limit_bytes, device.driver_memory_used_bytes) else {
-                    continue;
+                let cap = config.memory_for(&tenant.name, &device.uuid, Some(device.index)).or(device.memory_limit_bytes);
+                let (Some(cap_bytes), Some(driver)) = (cap, device.driver_memory_used_bytes) else { continue };
+                let key = (tenant.name.clone(), device.uuid.clone());
+                // Past the cap, allow what the ledger says the tenant holds,
+                // but never more than it was allowed last round: so only a
+                // cap that drops grants anything, and it shrinks as the
+                // tenant frees. A new or raised cap allows just the cap.
+                let allowed_bytes = match self.allowances.get(&key) {
+                    Some(a) if cap_bytes <= a.cap_bytes => cap_bytes.max(device.memory_used_bytes.min(a.allowed_bytes)),
+                    _ => cap_bytes,
                 };
-                let tolerance = limit.saturating_add(device.context_overhead_bytes);
+                allowances.insert(key.clone(), Allowance { cap_bytes, allowed_bytes });
+                let tolerance = allowed_bytes.saturating_add(device.context_overhead_bytes);
                 if driver <= tolerance {
                     continue;
                 }
-                let over_bytes = driver - limit;
-                let key = (tenant.name.clone(), device.uuid.clone());
-                let reported = match self.over_cap.get(&key) {
-                    None => false,
-                    Some(true) => true,
-                    Some(false) => {
-                        *counters.violations_total.entry("over_cap").or_default() += 1;
-                        log::warn(&format!(
-                            "tenant {} uses {} on device {} ({}) by the driver's count, over its cap of {} by more than \
-                             its context overhead ({}): memory escaped the shim",
-                            tenant.name,
-                            crate::status::human_bytes(driver),
-                            device.index,
-                            device.uuid,
-                            crate::status::human_bytes(limit),
-                            crate::status::human_bytes(device.context_overhead_bytes)
-                        ));
-                        if on_violation == OnViolation::Kill {
-                            for p in tenant.processes.iter().filter(|p| p.alive && p.driver_memory_used_bytes.is_some()) {
-                                if p.driver_memory_used_bytes.unwrap_or(0) > 0 {
-                                    kill(p.pid, p.start_time_ticks, &format!("tenant {} over its cap", tenant.name), counters);
-                                }
-                            }
+                let over_bytes = driver - allowed_bytes;
+                let (episode, due) = Episode::advance(self.over_cap.get(&key).copied(), now, grace);
+                if due {
+                    *counters.violations_total.entry("over_cap").or_default() += 1;
+                    log::warn(&format!(
+                        "tenant {} uses {} on device {} ({}) by the driver's count, over its cap of {} by more than \
+                         its context overhead ({}) for {:.1} s: memory escaped the shim",
+                        tenant.name,
+                        crate::status::human_bytes(driver),
+                        device.index,
+                        device.uuid,
+                        crate::status::human_bytes(allowed_bytes),
+                        crate::status::human_bytes(device.context_overhead_bytes),
+                        now.duration_since(episode.first_seen).as_secs_f64()
+                    ));
+                    if on_violation == OnViolation::Kill {
+                        for p in tenant.processes.iter().filter(|p| p.alive && p.driver_memory_used_bytes.unwrap_or(0) > 0) {
+                            kill(p.pid, p.start_time_ticks, &format!("tenant {} over its cap", tenant.name), counters);
                         }
-                        true
                     }
-                };
-                if reported {
+                }
+                if episode.counted {
                     over_now.push(OverCap {
                         tenant: tenant.name.clone(),
                         device: device.index,
@@ -122,16 +168,16 @@ impl ViolationState {
                         over_bytes,
                     });
                 }
-                seen.insert(key, reported);
+                seen.insert(key, episode);
             }
         }
-        let ended: HashSet<_> = self.over_cap.keys().filter(|k| !seen.contains_key(*k)).cloned().collect();
-        for (tenant, uuid) in ended {
-            if self.over_cap.get(&(tenant.clone(), uuid.clone())) == Some(&true) {
+        for ((tenant, uuid), episode) in &self.over_cap {
+            if episode.counted && !seen.contains_key(&(tenant.clone(), uuid.clone())) {
                 log::info(&format!("tenant {tenant} is back within its cap on device {uuid}"));
             }
         }
         self.over_cap = seen;
+        self.allowances = allowances;
         counters.over_cap = over_now;
     }
 }
@@ -141,7 +187,9 @@ mod tests {
     use super::*;
     use crate::snapshot::{TenantDeviceView, TenantView};
 
-    fn snapshot(driver_bytes: u64) -> Snapshot {
+    const MS: Duration = Duration::from_millis(1);
+
+    fn snapshot(driver_bytes: u64, limit_bytes: u64, used_bytes: u64) -> Snapshot {
         Snapshot {
             nvml: true,
             devices: vec![],
@@ -150,8 +198,8 @@ mod tests {
                 devices: vec![TenantDeviceView {
                     index: 0,
                     uuid: "GPU-0".into(),
-                    memory_used_bytes: 100,
-                    memory_limit_bytes: Some(100),
+                    memory_used_bytes: used_bytes,
+                    memory_limit_bytes: Some(limit_bytes),
                     policy_source: "monitor",
                     alloc_denied_total: 0,
                     context_overhead_bytes: 10,
@@ -165,41 +213,101 @@ mod tests {
         }
     }
 
+    fn config(grace: Duration) -> Config {
+        Config { violation_grace: grace, ..Config::default() }
+    }
+
     #[test]
     fn over_cap_counts_past_the_context_overhead_once_per_episode() {
-        let mut state = ViolationState::default();
-        let mut counters = MonitorCounters::default();
+        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         // Within cap + one context's overhead: fine.
-        for _ in 0..3 {
-            state.check(&snapshot(110), OnViolation::Report, &mut counters);
+        for i in 0..3 {
+            state.check(&snapshot(110, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None);
         // Past it: counted on the second round in a row, once.
-        state.check(&snapshot(150), OnViolation::Report, &mut counters);
+        state.check(&snapshot(150, 100, 100), &config, t0 + 1000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), None);
         assert!(counters.over_cap.is_empty());
-        for _ in 0..3 {
-            state.check(&snapshot(150), OnViolation::Report, &mut counters);
+        for i in 0..3 {
+            state.check(&snapshot(150, 100, 100), &config, t0 + (1250 + i * 250) * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap.len(), 1);
         assert_eq!(counters.over_cap[0].over_bytes, 50);
         // Back within: the gauge clears; a new episode counts again.
-        state.check(&snapshot(100), OnViolation::Report, &mut counters);
+        state.check(&snapshot(100, 100, 100), &config, t0 + 2000 * MS, &mut counters);
         assert!(counters.over_cap.is_empty());
-        state.check(&snapshot(200), OnViolation::Report, &mut counters);
-        state.check(&snapshot(200), OnViolation::Report, &mut counters);
+        state.check(&snapshot(200, 100, 100), &config, t0 + 2250 * MS, &mut counters);
+        state.check(&snapshot(200, 100, 100), &config, t0 + 2500 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&2));
     }
 
     #[test]
-    fn nothing_is_judged_without_nvml() {
-        let mut state = ViolationState::default();
+    fn a_finding_shorter_than_the_grace_is_not_counted_a_longer_one_is() {
+        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(5000 * MS), Instant::now());
+        // Over for 3 s (e.g. a cuMemFreeAsync the stream has not reached), then back.
+        for i in 0..=12 {
+            state.check(&snapshot(300, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
+        }
+        state.check(&snapshot(100, 100, 100), &config, t0 + 3250 * MS, &mut counters);
+        assert_eq!(counters.violations_total.get("over_cap"), None);
+        assert!(counters.over_cap.is_empty());
+        // Over again, for good: counted once 5 s have passed since it began, not before.
+        let t1 = t0 + 4000 * MS;
+        for i in 0..20 {
+            state.check(&snapshot(300, 100, 100), &config, t1 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), None, "4.75 s < 5 s");
+        state.check(&snapshot(300, 100, 100), &config, t1 + 5000 * MS, &mut counters);
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+        assert_eq!(counters.over_cap.len(), 1);
+    }
+
+    #[test]
+    fn a_cap_lowered_below_what_a_tenant_holds_is_no_violation() {
+        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        state.check(&snapshot(500, 1000, 500), &config, t0, &mut counters);
+        // Cap lowered to 100 while 500 are held: allowed, for as long as they are held.
+        for i in 1..5 {
+            state.check(&snapshot(500, 100, 500), &config, t0 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), None);
+        // It frees down to 300: the allowance shrinks with it...
+        state.check(&snapshot(300, 100, 300), &config, t0 + 1500 * MS, &mut counters);
+        // ...so memory past 300 that the ledger does not know is a violation.
+        state.check(&snapshot(450, 100, 300), &config, t0 + 1750 * MS, &mut counters);
+        state.check(&snapshot(450, 100, 300), &config, t0 + 2000 * MS, &mut counters);
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+        assert_eq!(counters.over_cap[0].over_bytes, 150);
+        // A ledger raising its own usage figure does not raise the allowance.
         let mut counters = MonitorCounters::default();
-        let mut snap = snapshot(1000);
+        let mut state = ViolationState::default();
+        for i in 0..3 {
+            state.check(&snapshot(900, 100, 900), &config, t0 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+    }
+
+    #[test]
+    fn the_configured_cap_wins_over_the_ledgers() {
+        let (mut state, mut counters, t0) = (ViolationState::default(), MonitorCounters::default(), Instant::now());
+        let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100\"\n").unwrap();
+        // The tenant raised the cap in its own ledger to 1000; the file says 100.
+        for i in 0..3 {
+            state.check(&snapshot(500, 1000, 90), &config, t0 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+    }
+
+    #[test]
+    fn nothing_is_judged_without_nvml() {
+        let (mut state, mut counters, t0) = (ViolationState::default(), MonitorCounters::default(), Instant::now());
+        let config = Config { on_violation: OnViolation::Kill, ..config(Duration::ZERO) };
+        let mut snap = snapshot(1000, 100, 100);
         snap.nvml = false;
-        for _ in 0..3 {
-            state.check(&snap, OnViolation::Kill, &mut counters);
+        for i in 0..3 {
+            state.check(&snap, &config, t0 + i * 250 * MS, &mut counters);
         }
         assert!(counters.violations_total.is_empty());
         assert_eq!(counters.violation_kills_total, 0);
