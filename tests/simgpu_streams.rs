@@ -73,3 +73,21 @@ fn a_stream_waits_for_an_event_of_another_context() {
 fn a_stream_waits_for_an_event_of_another_stream_of_its_context() {
     check_wait(true);
 }
+
+#[test]
+fn asynchronous_copies_and_fills_run_when_their_stream_reaches_them() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB");
+    let out = sim.run(sim.c("sim_streams").arg("copies"));
+    out.assert_success();
+    // Queued behind a 150 ms kernel: nothing has happened yet.
+    assert_eq!(out.get("pinned_early"), "00", "the fill and copy must wait for the kernel\n{out}");
+    out.assert_rc("query", cu::NOT_READY);
+    out.assert_rc("event_query", cu::NOT_READY);
+    assert_eq!(out.get("pinned_late"), "ab", "{out}");
+    assert!(out.f64("event_us") >= 140_000.0, "{out}");
+    // A pageable source is staged at the call.
+    assert_eq!(out.get("staged"), "11", "{out}");
+    // A pageable destination: the call returns with the data, after the kernel.
+    assert!(out.f64("pageable_us") >= 90_000.0, "{out}");
+    assert_eq!(out.get("pageable"), "04", "{out}");
+}

@@ -233,6 +233,9 @@ impl Host for Driver {
     fn free_async(&self, ptr: u64) {
         let _ = crate::memory::free_device(self, ptr);
     }
+    fn transfer(&self, transfer: &crate::exec::Transfer) {
+        crate::memory::run_transfer(self, transfer);
+    }
 }
 
 thread_local! {

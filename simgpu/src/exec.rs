@@ -119,11 +119,27 @@ impl HostCall {
     }
 }
 
+/// A stream-ordered copy or fill, performed by the worker when its stream
+/// reaches it. The device side is checked again then: memory freed in the
+/// meantime is left alone (a real GPU would fault).
+pub enum Transfer {
+    /// `memmove(dst, src, n)`; each side is checked as device or pinned host
+    /// memory unless its `_host` flag says it is the application's pageable
+    /// memory (whose caller waits for the copy).
+    Copy { dst: u64, src: u64, n: usize, dst_host: bool, src_host: bool },
+    /// Pageable host data, staged at the call so the caller may reuse its
+    /// buffer at once, as the driver does.
+    Write { dst: u64, data: Box<[u8]> },
+    Fill8 { dst: u64, value: u8, n: usize },
+    Fill32 { dst: u64, value: u32, n: usize },
+}
+
 pub enum Op {
     Kernel { stream: Arc<Stream>, remaining_ns: u64 },
     Record { stream: Arc<Stream>, event: Arc<Event>, generation: u64 },
     Free { stream: Arc<Stream>, ptr: u64 },
     Host { stream: Arc<Stream>, call: HostCall },
+    Transfer { stream: Arc<Stream>, transfer: Transfer },
     /// Waits until `event`'s record number `generation`, queued on
     /// `recorder`, has completed. `None`: the record is earlier in this
     /// queue, so reaching the op is enough; the op still counts on its
@@ -134,7 +150,7 @@ pub enum Op {
 impl Op {
     fn stream(&self) -> &Arc<Stream> {
         match self {
-            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } | Op::Host { stream, .. } | Op::Wait { stream, .. } => stream,
+            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } | Op::Host { stream, .. } | Op::Wait { stream, .. } | Op::Transfer { stream, .. } => stream,
         }
     }
 
@@ -174,6 +190,8 @@ pub trait Host: Send + Sync + 'static {
     fn slice_ns(&self) -> u64;
     /// Performs a stream-ordered free.
     fn free_async(&self, ptr: u64);
+    /// Performs a stream-ordered copy or fill.
+    fn transfer(&self, transfer: &Transfer);
 }
 
 impl Executor {
@@ -314,7 +332,7 @@ impl Executor {
                             vclock_ns += *remaining_ns;
                             busy_ns += *remaining_ns;
                         }
-                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } => {}
+                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } | Op::Transfer { .. } => {}
                     }
                     if let Some(op) = q.ops.pop_front() {
                         done.push((op, vclock_ns));
@@ -351,6 +369,7 @@ impl Executor {
                         event.done_generation.fetch_max(*generation, AcqRel);
                     }
                     Op::Free { ptr, .. } => host.free_async(*ptr),
+                    Op::Transfer { transfer, .. } => host.transfer(transfer),
                     Op::Kernel { .. } | Op::Host { .. } | Op::Wait { .. } => {}
                 }
                 op.stream().completed.fetch_add(1, Release);

@@ -18,7 +18,7 @@
 
 use crate::alloc::{charge_size, RangeAllocator, GRANULE_BYTES};
 use crate::driver::{ArrayRec, Context, CuResult, Driver, TAG_ARRAY, TAG_MIPMAP};
-use crate::exec::lock;
+use crate::exec::{lock, Transfer};
 use abi::cuda::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -175,6 +175,40 @@ pub fn check_device_range(d: &Driver, ptr: u64, len: u64) -> CuResult<()> {
         return if end <= base + size as u64 { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) };
     }
     Err(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Performs a stream-ordered copy or fill (on the worker), if the device
+/// memory it touches is still there.
+pub fn run_transfer(d: &Driver, t: &Transfer) {
+    let ok = |p: u64, n: usize| n == 0 || check_device_range(d, p, n as u64).is_ok();
+    match *t {
+        Transfer::Copy { dst, src, n, dst_host, src_host } => {
+            if (dst_host || ok(dst, n)) && (src_host || ok(src, n)) && n > 0 {
+                // SAFETY: device and pinned sides checked just now; a host
+                // side is the application's n-byte buffer, whose caller is
+                // waiting for this copy (cuda.h's contract).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+            }
+        }
+        Transfer::Write { dst, ref data } => {
+            if ok(dst, data.len()) && !data.is_empty() {
+                // SAFETY: destination checked just now; the source is our own buffer.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
+            }
+        }
+        Transfer::Fill8 { dst, value, n } => {
+            if ok(dst, n) && n > 0 {
+                // SAFETY: range checked just now.
+                unsafe { std::ptr::write_bytes(dst as *mut u8, value, n) };
+            }
+        }
+        Transfer::Fill32 { dst, value, n } => {
+            if n > 0 && dst % 4 == 0 && n.checked_mul(4).is_some_and(|b| ok(dst, b)) {
+                // SAFETY: range checked just now and 4-byte aligned.
+                unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, n) }.fill(value);
+            }
+        }
+    }
 }
 
 /// Frees everything a context owned (allocations and arrays).

@@ -31,6 +31,18 @@
  *       time. Prints query_b (right after), waited_at_us (host function time
  *       from the launch), sync_b_us (cuStreamSynchronize(B) from the launch),
  *       never_recorded_rc (a wait on an event never recorded, then a sync).
+ *
+ *   sim_streams copies
+ *       Stream-ordered copies and fills behind kernels. Pinned: a 150 ms
+ *       kernel, cuMemsetD8Async(0xab), cuMemcpyDtoHAsync into pinned memory,
+ *       an event; prints pinned_early (first byte right after queuing, in
+ *       hex), query, event_query, pinned_late (after cuEventSynchronize),
+ *       event_us. Staged: a 100 ms kernel, cuMemcpyHtoDAsync from a pageable
+ *       buffer of 0x11 that is overwritten with 0x22 at once; prints staged
+ *       (what the device holds after a synchronous read back). Pageable
+ *       destination: a 100 ms kernel, cuMemsetD32Async(0x01020304),
+ *       cuMemcpyDtoHAsync into pageable memory; prints pageable_us (the call's
+ *       duration) and pageable (first byte at return).
  */
 #include "common.h"
 #include <pthread.h>
@@ -207,13 +219,57 @@ static int run_wait(int same) {
     return 0;
 }
 
+static int run_copies(void) {
+    CUcontext ctx = make_ctx(0);
+    (void)ctx;
+    CUfunction f = load_kernel("sim_sleep");
+    CUstream s;
+    CUevent e;
+    CUdeviceptr dbuf;
+    unsigned char *pinned, pageable[4096];
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&e, CU_EVENT_DEFAULT));
+    CHECK(cuMemAlloc(&dbuf, 4096));
+    CHECK(cuMemsetD8(dbuf, 0, 4096));
+    CHECK(cuMemAllocHost((void **)&pinned, 4096));
+    memset(pinned, 0, 4096);
+
+    double t0 = now_us();
+    CHECK(launch_us(f, 150000, s));
+    CHECK(cuMemsetD8Async(dbuf, 0xab, 4096, s));
+    CHECK(cuMemcpyDtoHAsync(pinned, dbuf, 4096, s));
+    CHECK(cuEventRecord(e, s));
+    printf("pinned_early=%02x\n", pinned[4095]);
+    kv_rc("query", cuStreamQuery(s));
+    kv_rc("event_query", cuEventQuery(e));
+    CHECK(cuEventSynchronize(e));
+    printf("event_us=%.1f\npinned_late=%02x\n", now_us() - t0, pinned[4095]);
+
+    memset(pageable, 0x11, sizeof pageable);
+    CHECK(launch_us(f, 100000, s));
+    CHECK(cuMemcpyHtoDAsync(dbuf, pageable, sizeof pageable, s));
+    memset(pageable, 0x22, sizeof pageable);
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemcpyDtoH(pageable, dbuf, sizeof pageable));
+    printf("staged=%02x\n", pageable[100]);
+
+    memset(pageable, 0, sizeof pageable);
+    CHECK(launch_us(f, 100000, s));
+    CHECK(cuMemsetD32Async(dbuf, 0x01020304, 1024, s));
+    double t1 = now_us();
+    CHECK(cuMemcpyDtoHAsync(pageable, dbuf, sizeof pageable, s));
+    printf("pageable_us=%.1f\npageable=%02x\n", now_us() - t1, pageable[0]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     test_init_output();
     CHECK(cuInit(0));
     if (argc == 2 && strcmp(argv[1], "getctx") == 0) return run_getctx();
     if (argc == 2 && strcmp(argv[1], "retain") == 0) return run_retain();
     if (argc == 2 && strcmp(argv[1], "hostfn") == 0) return run_hostfn();
+    if (argc == 2 && strcmp(argv[1], "copies") == 0) return run_copies();
     if (argc == 3 && strcmp(argv[1], "wait") == 0) return run_wait(atoi(argv[2]));
-    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME\n");
+    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|copies\n");
     return 64;
 }

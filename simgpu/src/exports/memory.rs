@@ -1,16 +1,26 @@
 //! Allocation, frees, queries, copies and fills.
 //!
 //! Synchronous copies first wait for the context's queued work (the legacy
-//! default stream orders them after it); asynchronous copies are performed at
-//! once, since simulated kernels do not touch memory and so the order of a
-//! copy relative to queued kernels cannot be observed in the data.
+//! default stream orders them after it) and copy at the call.
+//!
+//! Asynchronous copies and fills are queued on their stream and performed by
+//! the worker when the stream reaches them, so a copy behind a long kernel
+//! completes after it (stream queries, events and synchronisation show it).
+//! Host memory is treated as the driver treats it: pinned memory
+//! (`cuMemAllocHost`/`cuMemHostAlloc`) is read or written when the copy runs;
+//! a pageable source is staged at the call (up to [`STAGE_MAX_BYTES`], beyond
+//! that the call waits for its stream and copies); a pageable destination
+//! makes the call wait until the copy has run. A stream being captured copies
+//! at the call, as before capture existed here.
 
 use crate::cu_export;
 use crate::driver::{driver, CuResult, Driver};
 use crate::ffi::{out, out_opt};
+use crate::exec::{Op, Transfer};
 use crate::memory::{self as mem, check_device_range};
 use abi::cuda::*;
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering::Acquire;
 
 cu_export!(cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
     let d = driver()?;
@@ -220,28 +230,93 @@ cu_export!(cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
     unified(dst, src, n)
 }; cuMemcpy_ptds);
 
+/// Largest pageable source an asynchronous copy stages instead of waiting.
+pub const STAGE_MAX_BYTES: usize = 64 << 20;
+
+/// Whether `[p, p+n)` is memory the worker may touch later (device or pinned).
+fn device_visible(d: &Driver, p: u64, n: usize) -> bool {
+    check_device_range(d, p, n as u64).is_ok()
+}
+
+/// Queues `transfer` on `stream`; with `wait`, returns once it has run.
+fn enqueue(d: &Driver, stream: CUstream, transfer: Transfer, wait: bool) -> CuResult<()> {
+    let (ctx, s) = d.stream(stream as u64)?;
+    if s.capturing().is_some() {
+        mem::run_transfer(d, &transfer);
+        return Ok(());
+    }
+    ctx.exec.submit(Op::Transfer { stream: s.clone(), transfer });
+    if wait {
+        let target = s.submitted.load(Acquire);
+        ctx.exec.wait_until(|| s.completed.load(Acquire) >= target);
+    }
+    Ok(())
+}
+
+/// A stream-ordered copy whose sides were checked by the caller: `*_device`
+/// says whether each side is device or pinned memory.
+fn copy_async(d: &Driver, stream: CUstream, dst: u64, src: u64, n: usize, dst_device: bool, src_device: bool) -> CuResult<()> {
+    if !src_device && n <= STAGE_MAX_BYTES {
+        // SAFETY: a pageable source is the caller's n-byte buffer (cuda.h's contract).
+        let data: Box<[u8]> = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.into();
+        let write = Transfer::Write { dst, data };
+        return match dst_device {
+            true => enqueue(d, stream, write, false),
+            // Pageable to pageable: fully synchronous.
+            false => enqueue(d, stream, Transfer::Copy { dst, src, n, dst_host: true, src_host: true }, true),
+        };
+    }
+    let copy = Transfer::Copy { dst, src, n, dst_host: !dst_device, src_host: !src_device };
+    enqueue(d, stream, copy, !(dst_device && src_device))
+}
+
 cu_export!(cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    htod(d, dst, src, n)
+    if n == 0 {
+        return Ok(());
+    }
+    if src.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_device_range(d, dst, n as u64)?;
+    copy_async(d, stream, dst, src as u64, n, true, device_visible(d, src as u64, n))
 }; cuMemcpyHtoDAsync_v2_ptsz);
 
 cu_export!(cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    dtoh(d, dst, src, n)
+    if n == 0 {
+        return Ok(());
+    }
+    if dst.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_device_range(d, src, n as u64)?;
+    copy_async(d, stream, dst as u64, src, n, device_visible(d, dst as u64, n), true)
 }; cuMemcpyDtoHAsync_v2_ptsz);
 
 cu_export!(cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    dtod(d, dst, src, n)
+    if n == 0 {
+        return Ok(());
+    }
+    check_device_range(d, dst, n as u64)?;
+    check_device_range(d, src, n as u64)?;
+    copy_async(d, stream, dst, src, n, true, true)
 }; cuMemcpyDtoDAsync_v2_ptsz);
 
 cu_export!(cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    unified(dst, src, n)
+    if n == 0 {
+        return Ok(());
+    }
+    if dst == 0 || src == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    copy_async(d, stream, dst, src, n, device_visible(d, dst, n), device_visible(d, src, n))
 }; cuMemcpyAsync_ptsz);
 
 fn memset8(d: &Driver, dst: CUdeviceptr, value: u8, n: usize) -> CuResult<()> {
@@ -284,13 +359,24 @@ cu_export!(cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) {
 cu_export!(cuMemsetD8Async(dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    memset8(d, dst, value, n)
+    if n == 0 {
+        return Ok(());
+    }
+    check_device_range(d, dst, n as u64)?;
+    enqueue(d, stream, Transfer::Fill8 { dst, value, n }, false)
 }; cuMemsetD8Async_ptsz);
 
 cu_export!(cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) {
     let d = driver()?;
     d.stream(stream as u64)?;
-    memset32(d, dst, value, n)
+    if dst % 4 != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    check_device_range(d, dst, (n as u64).checked_mul(4).ok_or(CUDA_ERROR_INVALID_VALUE)?)?;
+    enqueue(d, stream, Transfer::Fill32 { dst, value, n }, false)
 }; cuMemsetD32Async_ptsz);
 
 /// The original 32-bit-pointer entry points (`CUdeviceptr_v1`, `unsigned
