@@ -109,3 +109,35 @@ fn exiting_while_threads_allocate_loses_no_bytes() {
         assert_eq!(ledger.used_bytes(0), 0, "round {round}: bytes were lost in the ledger\n{out}");
     }
 }
+
+/// `unshare --pid --fork --mount-proc PROGRAM ARGS…`: PROGRAM runs as pid 1
+/// of a new PID namespace with its own `/proc`, as in a container.
+fn in_own_pid_namespace(sim: &Sim, program: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = sim.command("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc"]).arg(program).args(args);
+    cmd
+}
+
+#[test]
+fn a_context_in_its_own_pid_namespace_is_charged_its_own_overhead() {
+    let sim = capped("1GiB");
+    let memctl = gpuslice_tests::compile_c("memctl");
+    // Another container on the same GPU, also pid 1 in its namespace, holding 2 GiB.
+    let mut holder_cmd = in_own_pid_namespace(&sim, &memctl, &["init", "ctx", "alloc:big:2G", "hold"]);
+    holder_cmd.env_remove("LD_PRELOAD");
+    let mut holder = sim.spawn(&mut holder_cmd);
+    holder.wait_for("ready");
+    let mut p = sim.spawn(&mut in_own_pid_namespace(&sim, &memctl, &["init", "ctx", "info", "pid", "hold"]));
+    p.wait_for("ready");
+    let held_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    let out = p.wait();
+    holder.close_stdin();
+    let holder_out = holder.wait();
+    holder_out.assert_success();
+    out.assert_success();
+    assert_eq!(out.u64("pid"), 1, "the tenant runs as pid 1 of its namespace\n{out}");
+    out.assert_rc("ctx", cu::SUCCESS);
+    assert_eq!(out.u64("info.free"), GIB - 64 * MIB, "its context costs the context's 64 MiB\n{out}");
+    assert_eq!(held_bytes, 64 * MIB, "{out}");
+    assert_eq!(ledger_view::open(&sim.ledger_dir(), TENANT).context_overhead_bytes(0), 64 * MIB);
+}

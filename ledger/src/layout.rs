@@ -222,7 +222,9 @@ pub struct UsagePage {
 pub struct SlotRecord {
     /// Low 32 bits: [`slot_state`]; high 32 bits: generation.
     pub state_word: AtomicU64,
-    /// The owner's pid as the host (the ledger directory's `/proc`) sees it.
+    /// The owner's pid as the `/proc` the owner sees names it (first `NSpid`
+    /// field): the host pid only when that `/proc` belongs to the host's PID
+    /// namespace.
     pub pid: AtomicU32,
     /// The owner's pid in its own PID namespace.
     pub ns_pid: AtomicU32,

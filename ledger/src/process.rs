@@ -1,5 +1,5 @@
-//! Who the calling process is, in the words a slot records: host pid, pid in
-//! its own namespace, PID-namespace inode and start time. Read once, when a
+//! Who the calling process is, in the words a slot records: pid as its
+//! `/proc` names it, pid in its own namespace, PID-namespace inode and start time. Read once, when a
 //! process claims its slot.
 
 use std::os::unix::fs::MetadataExt;
@@ -8,7 +8,9 @@ use std::os::unix::fs::MetadataExt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessIdentity {
     /// Pid as the `/proc` this process sees names it: the first `NSpid`
-    /// field of `/proc/self/status`, or `getpid()` when there is none.
+    /// field of `/proc/self/status`, or `getpid()` when there is none. In a
+    /// container with its own PID namespace and `/proc` this is the
+    /// namespace pid, not the host's (which NVML reports).
     pub pid: u32,
     /// `getpid()`: the pid in the process's own PID namespace.
     pub ns_pid: u32,

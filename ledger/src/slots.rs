@@ -51,7 +51,9 @@ impl Slot {
 pub struct Reclaimed {
     /// The slot's index.
     pub slot_index: usize,
-    /// The dead process's host pid.
+    /// The dead process's pid as the `/proc` it saw named it: the host pid
+    /// when it shared the host's `/proc` (or its `NSpid` showed the outer
+    /// pid), its namespace pid inside a container with its own `/proc`.
     pub pid: u32,
     /// Its pid in its own PID namespace.
     pub ns_pid: u32,
@@ -70,7 +72,9 @@ pub struct SlotView {
     pub generation: u32,
     /// [`crate::layout::slot_state`] (`CLAIMED`, `ALIVE` or `RECLAIMING`).
     pub state: u32,
-    /// Host pid of the owner.
+    /// Pid of the owner as the `/proc` it sees names it (see
+    /// [`ProcessIdentity::pid`]): the host pid only when that `/proc` is the
+    /// host's; compare `pidns_inode` before matching it against host pids.
     pub pid: u32,
     /// Pid of the owner in its own PID namespace.
     pub ns_pid: u32,

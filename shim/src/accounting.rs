@@ -36,8 +36,9 @@
 //!   go with it.
 //! - Each context costs its measured overhead (`Ledger::context_overhead_bytes`).
 //!   The first process of a tenant to create a context on a device measures it
-//!   (NVML's figure for this process right after creation) and records it; later
-//!   contexts reserve it before they are created.
+//!   (see `overhead`: NVML's figure for this process, or the device's growth
+//!   across the creation when NVML's pids are not this process's) and records
+//!   it; later contexts reserve it before they are created.
 //!
 //! No lock of this module is held across a driver call, except the
 //! per-device primary-context lock: the driver's retain count and our charge
@@ -777,27 +778,31 @@ impl Runtime {
     /// process's first context there, measures it after creation.
     fn charge_context(&self, device: &Device, first_here: bool, create: impl FnOnce() -> Result<usize, CUresult>) -> Result<(usize, u64), CUresult> {
         let dev = device.ledger_index;
-        let known = self.ledger.context_overhead_bytes(dev);
-        if self.reserve(dev, known).is_err() {
+        let known_bytes = self.ledger.context_overhead_bytes(dev);
+        if self.reserve(dev, known_bytes).is_err() {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
+        let probe = if known_bytes == 0 && first_here { crate::overhead::prepare(device) } else { None };
         let ctx = match create() {
             Ok(ctx) => ctx,
             Err(r) => {
-                self.release(dev, known);
+                self.release(dev, known_bytes);
                 return Err(r);
             }
         };
-        if known != 0 || !first_here {
-            return Ok((ctx, known));
+        let Some(probe) = probe else { return Ok((ctx, known_bytes)) };
+        let Some(measured_bytes) = crate::overhead::measure(device, probe) else { return Ok((ctx, 0)) };
+        info!("context overhead on device {} measured at {measured_bytes} bytes", device.ordinal);
+        // Another process of the tenant may have recorded it meanwhile: theirs stands.
+        let recorded_bytes = self.ledger.context_overhead_bytes(dev);
+        let bytes = if recorded_bytes != 0 { recorded_bytes } else { measured_bytes };
+        if recorded_bytes == 0 {
+            self.ledger.set_context_overhead_bytes(dev, measured_bytes);
         }
-        let Some(measured) = crate::overhead::measure(device) else { return Ok((ctx, 0)) };
-        info!("context overhead on device {} measured at {measured} bytes", device.ordinal);
-        self.ledger.set_context_overhead_bytes(dev, measured);
-        if self.reserve(dev, measured).is_err() {
+        if self.reserve(dev, bytes).is_err() {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        Ok((ctx, measured))
+        Ok((ctx, bytes))
     }
 
     /// `cuCtxCreate*`: `create` makes the context and returns it.

@@ -1,18 +1,52 @@
 //! Measuring what one context costs on a device.
 //!
-//! Right after the process's first context on a device is created, NVML's
-//! per-process figure (`nvmlDeviceGetComputeRunningProcesses_v3`) for this
-//! process is exactly the context's memory: nothing else has been allocated
-//! there yet. NVML is loaded lazily, only for this. Without NVML, or when it
-//! does not list this process (a PID namespace it cannot see into), the
-//! overhead stays unmeasured and contexts are not charged; the monitor's
-//! bypass check still sees them.
+//! Two ways, chosen by whether NVML's process ids mean this process:
+//! - NVML lists processes by the pid of the initial PID namespace. When this
+//!   process is in that namespace (`/proc/self/ns/pid` is
+//!   `PROC_PID_INIT_INO`), or its `/proc` shows the pids of more than one
+//!   namespace level (`NSpid:` with several fields, the first one the outer
+//!   pid), the pid it knows itself by is NVML's, and right after its first
+//!   context on a device NVML's figure for it is exactly that context.
+//! - Otherwise (a container with its own PID namespace and `/proc`), its pid
+//!   means nothing to NVML, or another process. Then the overhead is the
+//!   growth of the device's used memory (NVML's device memory info) across
+//!   the context's creation, bounded to a quarter of the device so that
+//!   another process's allocation at that moment cannot pass for it.
+//!
+//! NVML is loaded lazily, only for this. Without NVML the overhead stays
+//! unmeasured and contexts are not charged; the monitor's bypass check still
+//! sees them. A tenant's recorded overhead is always preferred to a new
+//! measurement (see `accounting`).
 
 use crate::accounting::Device;
 use crate::real;
+use abi::nvml::nvmlDevice_t;
+use std::os::unix::fs::MetadataExt;
 
-/// The memory NVML reports for this process on `device`, if it can tell.
-pub fn measure(device: &Device) -> Option<u64> {
+/// `PROC_PID_INIT_INO`: the inode of the initial PID namespace.
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// What was known before the context was created.
+pub struct Probe {
+    handle: nvmlDevice_t,
+    /// NVML's used bytes of the device before, when pids cannot be matched.
+    used_before_bytes: Option<u64>,
+    total_bytes: u64,
+}
+
+/// Whether NVML's pids name this process as it names itself.
+fn pid_is_nvmls() -> bool {
+    let initial = std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == PROC_PID_INIT_INO);
+    initial || nspid_levels(&std::fs::read_to_string("/proc/self/status").unwrap_or_default()) > 1
+}
+
+/// The number of pids on the `NSpid:` line of a `/proc/PID/status` text.
+pub fn nspid_levels(status: &str) -> usize {
+    status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(0, |l| l.split_whitespace().count())
+}
+
+/// Call before creating the process's first context on `device`.
+pub fn prepare(device: &Device) -> Option<Probe> {
     let r = real::nvml_init();
     if r != abi::nvml::NVML_SUCCESS {
         info!("context overhead not measured: NVML is not available (nvmlInit_v2 returned {r})");
@@ -22,10 +56,46 @@ pub fn measure(device: &Device) -> Option<u64> {
         info!("context overhead not measured: NVML does not know device {}", device.ordinal);
         return None;
     };
-    let pid = ledger::process::ProcessIdentity::current().pid;
-    let measured = real::nvml_process_used_bytes(handle, pid).filter(|bytes| *bytes > 0);
-    if measured.is_none() {
-        info!("context overhead not measured: NVML lists no memory for process {pid}");
+    if pid_is_nvmls() {
+        return Some(Probe { handle, used_before_bytes: None, total_bytes: 0 });
     }
-    measured
+    let (total_bytes, used_bytes) = real::nvml_device_memory_bytes(handle)?;
+    Some(Probe { handle, used_before_bytes: Some(used_bytes), total_bytes })
+}
+
+/// Call right after the context was created: its overhead, if it can tell.
+pub fn measure(device: &Device, probe: Probe) -> Option<u64> {
+    let measured = match probe.used_before_bytes {
+        None => {
+            let pid = ledger::process::ProcessIdentity::current().pid;
+            let found = real::nvml_process_used_bytes(probe.handle, pid);
+            if found.is_none() {
+                info!("context overhead not measured: NVML lists no memory for process {pid}");
+            }
+            found
+        }
+        Some(before) => {
+            let (_, after) = real::nvml_device_memory_bytes(probe.handle)?;
+            let grown = after.saturating_sub(before);
+            if grown > probe.total_bytes / 4 {
+                info!("context overhead not measured on device {}: the device grew by {grown} bytes meanwhile", device.ordinal);
+                None
+            } else {
+                Some(grown)
+            }
+        }
+    };
+    measured.filter(|bytes| *bytes > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nspid_levels_counts_namespaces() {
+        assert_eq!(nspid_levels("Name:\tx\nNSpid:\t4242\t7\n"), 2);
+        assert_eq!(nspid_levels("NSpid:\t7\n"), 1);
+        assert_eq!(nspid_levels("Name:\tx\n"), 0);
+    }
 }

@@ -375,13 +375,28 @@ pub fn nvml_device_uuid(dev: nvmlDevice_t) -> Option<[u8; 16]> {
 }
 
 /// The memory NVML reports for process `pid` on `dev`
-/// (`nvmlDeviceGetComputeRunningProcesses_v3`).
+/// (`nvmlDeviceGetComputeRunningProcesses_v3`), asking again with room for
+/// every process when the first buffer is too small.
 pub fn nvml_process_used_bytes(dev: nvmlDevice_t, pid: u32) -> Option<u64> {
-    let mut infos = [nvmlProcessInfo_t::default(); 64];
-    let mut count = infos.len() as c_uint;
-    let r = nvml_call!(nvmlDeviceGetComputeRunningProcesses_v3(dev, &mut count, infos.as_mut_ptr()));
-    if r != NVML_SUCCESS {
-        return None;
+    let mut infos = vec![nvmlProcessInfo_t::default(); 64];
+    for _ in 0..4 {
+        let mut count = infos.len() as c_uint;
+        let r = nvml_call!(nvmlDeviceGetComputeRunningProcesses_v3(dev, &mut count, infos.as_mut_ptr()));
+        if r == NVML_ERROR_INSUFFICIENT_SIZE {
+            infos.resize((count as usize).max(infos.len() * 2).saturating_add(16), nvmlProcessInfo_t::default());
+            continue;
+        }
+        if r != NVML_SUCCESS {
+            return None;
+        }
+        return infos.iter().take(count as usize).find(|i| i.pid == pid).map(|i| i.usedGpuMemory);
     }
-    infos.iter().take(count as usize).find(|i| i.pid == pid).map(|i| i.usedGpuMemory)
+    None
+}
+
+/// NVML's (total, used) bytes of device `dev` (the real figures).
+pub fn nvml_device_memory_bytes(dev: nvmlDevice_t) -> Option<(u64, u64)> {
+    let mut memory = nvmlMemory_t::default();
+    let r = nvml_call!(nvmlDeviceGetMemoryInfo(dev, &mut memory));
+    (r == NVML_SUCCESS).then_some((memory.total, memory.used))
 }
