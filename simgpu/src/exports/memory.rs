@@ -142,101 +142,94 @@ impl IntoResult for CUresult {
     }
 }
 
-unsafe fn copy(dst: u64, src: u64, n: usize) {
-    if n > 0 {
-        // SAFETY: callers validated the device side against live allocations;
-        // the host side is the application's buffer under cuda.h's contract.
-        // `copy` (memmove) tolerates overlapping device ranges.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
-    }
+/// What a copy's argument must be.
+#[derive(Clone, Copy)]
+enum Side {
+    /// A device pointer: inside a live allocation, mapping or pinned buffer.
+    Device,
+    /// A host pointer, or any pointer under unified addressing (`cuMemcpy`).
+    Host,
 }
-
-fn wait_legacy(d: &Driver) -> CuResult<()> {
-    d.current()?.exec.synchronize();
-    Ok(())
-}
-
-fn htod(d: &Driver, dst: CUdeviceptr, src: *const c_void, n: usize) -> CuResult<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    if src.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    check_device_range(d, dst, n as u64)?;
-    // SAFETY: dst range checked; src is the caller's n-byte buffer.
-    unsafe { copy(dst, src as u64, n) };
-    Ok(())
-}
-
-fn dtoh(d: &Driver, dst: *mut c_void, src: CUdeviceptr, n: usize) -> CuResult<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    if dst.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    check_device_range(d, src, n as u64)?;
-    // SAFETY: src range checked; dst is the caller's n-byte buffer.
-    unsafe { copy(dst as u64, src, n) };
-    Ok(())
-}
-
-fn dtod(d: &Driver, dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    check_device_range(d, dst, n as u64)?;
-    check_device_range(d, src, n as u64)?;
-    // SAFETY: both ranges checked against live allocations.
-    unsafe { copy(dst, src, n) };
-    Ok(())
-}
-
-fn unified(dst: u64, src: u64, n: usize) -> CuResult<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    if dst == 0 || src == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: unified addressing: both are addresses in this process (device
-    // pointers are host addresses here), valid by the caller's contract.
-    unsafe { copy(dst, src, n) };
-    Ok(())
-}
-
-cu_export!(cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    htod(d, dst, src, n)
-}; cuMemcpyHtoD_v2_ptds);
-
-cu_export!(cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    dtoh(d, dst, src, n)
-}; cuMemcpyDtoH_v2_ptds);
-
-cu_export!(cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    dtod(d, dst, src, n)
-}; cuMemcpyDtoD_v2_ptds);
-
-cu_export!(cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    unified(dst, src, n)
-}; cuMemcpy_ptds);
-
-/// Largest pageable source an asynchronous copy stages instead of waiting.
-pub const STAGE_MAX_BYTES: usize = 64 << 20;
 
 /// Whether `[p, p+n)` is memory the worker may touch later (device or pinned).
 fn device_visible(d: &Driver, p: u64, n: usize) -> bool {
     check_device_range(d, p, n as u64).is_ok()
 }
+
+/// Checks one side of a copy; returns whether it is device-visible memory.
+fn check_side(d: &Driver, p: u64, n: usize, side: Side) -> CuResult<bool> {
+    match side {
+        Side::Device => check_device_range(d, p, n as u64).map(|()| true),
+        Side::Host if p == 0 => Err(CUDA_ERROR_INVALID_VALUE),
+        Side::Host => Ok(device_visible(d, p, n)),
+    }
+}
+
+/// Where a copy or fill is ordered: after the whole context (the synchronous
+/// forms, on the legacy default stream), or on a stream.
+#[derive(Clone, Copy)]
+enum Order {
+    Sync,
+    Stream(CUstream),
+}
+
+impl Order {
+    /// Resolves the stream (reporting a bad one first) or, for the
+    /// synchronous forms, waits for the context's queued work.
+    fn begin(self, d: &Driver) -> CuResult<()> {
+        match self {
+            Order::Sync => d.current()?.exec.synchronize(),
+            Order::Stream(s) => drop(d.stream(s as u64)?),
+        }
+        Ok(())
+    }
+}
+
+/// Every copy: check the arguments as the driver does, then copy at once
+/// (synchronous forms) or in stream order.
+fn copy(order: Order, dst: u64, dst_side: Side, src: u64, src_side: Side, n: usize) -> CuResult<()> {
+    let d = driver()?;
+    order.begin(d)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let src_device = check_side(d, src, n, src_side)?;
+    let dst_device = check_side(d, dst, n, dst_side)?;
+    match order {
+        Order::Sync => {
+            mem::run_transfer(d, &Transfer::Copy { dst, src, n, dst_host: !dst_device, src_host: !src_device });
+            Ok(())
+        }
+        Order::Stream(stream) => copy_async(d, stream, dst, src, n, dst_device, src_device),
+    }
+}
+
+/// Every fill: `n` elements of `value`'s width at `dst`.
+fn fill(order: Order, dst: u64, value: u32, width: u64, n: usize) -> CuResult<()> {
+    let d = driver()?;
+    order.begin(d)?;
+    if dst % width != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    check_device_range(d, dst, (n as u64).checked_mul(width).ok_or(CUDA_ERROR_INVALID_VALUE)?)?;
+    let transfer = match width {
+        1 => Transfer::Fill8 { dst, value: value as u8, n },
+        _ => Transfer::Fill32 { dst, value, n },
+    };
+    match order {
+        Order::Sync => {
+            mem::run_transfer(d, &transfer);
+            Ok(())
+        }
+        Order::Stream(stream) => enqueue(d, stream, transfer, false),
+    }
+}
+
+/// Largest pageable source an asynchronous copy stages instead of waiting.
+pub const STAGE_MAX_BYTES: usize = 64 << 20;
 
 /// Queues `transfer` on `stream`; with `wait`, returns once it has run.
 fn enqueue(d: &Driver, stream: CUstream, transfer: Transfer, wait: bool) -> CuResult<()> {
@@ -256,127 +249,63 @@ fn enqueue(d: &Driver, stream: CUstream, transfer: Transfer, wait: bool) -> CuRe
 /// A stream-ordered copy whose sides were checked by the caller: `*_device`
 /// says whether each side is device or pinned memory.
 fn copy_async(d: &Driver, stream: CUstream, dst: u64, src: u64, n: usize, dst_device: bool, src_device: bool) -> CuResult<()> {
-    if !src_device && n <= STAGE_MAX_BYTES {
+    if !src_device && dst_device && n <= STAGE_MAX_BYTES {
         // SAFETY: a pageable source is the caller's n-byte buffer (cuda.h's contract).
         let data: Box<[u8]> = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.into();
-        let write = Transfer::Write { dst, data };
-        return match dst_device {
-            true => enqueue(d, stream, write, false),
-            // Pageable to pageable: fully synchronous.
-            false => enqueue(d, stream, Transfer::Copy { dst, src, n, dst_host: true, src_host: true }, true),
-        };
+        return enqueue(d, stream, Transfer::Write { dst, data }, false);
     }
+    // Pageable memory on the other side (or a source too large to stage):
+    // the call returns once the copy has run.
     let copy = Transfer::Copy { dst, src, n, dst_host: !dst_device, src_host: !src_device };
     enqueue(d, stream, copy, !(dst_device && src_device))
 }
 
+cu_export!(cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) {
+    copy(Order::Sync, dst, Side::Device, src as u64, Side::Host, n)
+}; cuMemcpyHtoD_v2_ptds);
+
+cu_export!(cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) {
+    copy(Order::Sync, dst as u64, Side::Host, src, Side::Device, n)
+}; cuMemcpyDtoH_v2_ptds);
+
+cu_export!(cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+    copy(Order::Sync, dst, Side::Device, src, Side::Device, n)
+}; cuMemcpyDtoD_v2_ptds);
+
+cu_export!(cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+    copy(Order::Sync, dst, Side::Host, src, Side::Host, n)
+}; cuMemcpy_ptds);
+
 cu_export!(cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if n == 0 {
-        return Ok(());
-    }
-    if src.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    check_device_range(d, dst, n as u64)?;
-    copy_async(d, stream, dst, src as u64, n, true, device_visible(d, src as u64, n))
+    copy(Order::Stream(stream), dst, Side::Device, src as u64, Side::Host, n)
 }; cuMemcpyHtoDAsync_v2_ptsz);
 
 cu_export!(cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if n == 0 {
-        return Ok(());
-    }
-    if dst.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    check_device_range(d, src, n as u64)?;
-    copy_async(d, stream, dst as u64, src, n, device_visible(d, dst as u64, n), true)
+    copy(Order::Stream(stream), dst as u64, Side::Host, src, Side::Device, n)
 }; cuMemcpyDtoHAsync_v2_ptsz);
 
 cu_export!(cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if n == 0 {
-        return Ok(());
-    }
-    check_device_range(d, dst, n as u64)?;
-    check_device_range(d, src, n as u64)?;
-    copy_async(d, stream, dst, src, n, true, true)
+    copy(Order::Stream(stream), dst, Side::Device, src, Side::Device, n)
 }; cuMemcpyDtoDAsync_v2_ptsz);
 
 cu_export!(cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if n == 0 {
-        return Ok(());
-    }
-    if dst == 0 || src == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    copy_async(d, stream, dst, src, n, device_visible(d, dst, n), device_visible(d, src, n))
+    copy(Order::Stream(stream), dst, Side::Host, src, Side::Host, n)
 }; cuMemcpyAsync_ptsz);
 
-fn memset8(d: &Driver, dst: CUdeviceptr, value: u8, n: usize) -> CuResult<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    check_device_range(d, dst, n as u64)?;
-    // SAFETY: range checked against a live allocation.
-    unsafe { std::ptr::write_bytes(dst as *mut u8, value, n) };
-    Ok(())
-}
-
-fn memset32(d: &Driver, dst: CUdeviceptr, value: u32, n: usize) -> CuResult<()> {
-    if dst % 4 != 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if n == 0 {
-        return Ok(());
-    }
-    let bytes = (n as u64).checked_mul(4).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    check_device_range(d, dst, bytes)?;
-    // SAFETY: range checked and 4-byte aligned.
-    let words = unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, n) };
-    words.fill(value);
-    Ok(())
-}
-
 cu_export!(cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    memset8(d, dst, value, n)
+    fill(Order::Sync, dst, value.into(), 1, n)
 }; cuMemsetD8_v2_ptds);
 
 cu_export!(cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) {
-    let d = driver()?;
-    wait_legacy(d)?;
-    memset32(d, dst, value, n)
+    fill(Order::Sync, dst, value, 4, n)
 }; cuMemsetD32_v2_ptds);
 
 cu_export!(cuMemsetD8Async(dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if n == 0 {
-        return Ok(());
-    }
-    check_device_range(d, dst, n as u64)?;
-    enqueue(d, stream, Transfer::Fill8 { dst, value, n }, false)
+    fill(Order::Stream(stream), dst, value.into(), 1, n)
 }; cuMemsetD8Async_ptsz);
 
 cu_export!(cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) {
-    let d = driver()?;
-    d.stream(stream as u64)?;
-    if dst % 4 != 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if n == 0 {
-        return Ok(());
-    }
-    check_device_range(d, dst, (n as u64).checked_mul(4).ok_or(CUDA_ERROR_INVALID_VALUE)?)?;
-    enqueue(d, stream, Transfer::Fill32 { dst, value, n }, false)
+    fill(Order::Stream(stream), dst, value, 4, n)
 }; cuMemsetD32Async_ptsz);
 
 /// The original 32-bit-pointer entry points (`CUdeviceptr_v1`, `unsigned
