@@ -67,6 +67,22 @@ pub struct ProcessView {
     pub sm_utilization_ratio: Option<f64>,
     #[serde(skip)]
     pub start_time_ticks: u64,
+    /// Per device where the driver lists it (NVML only, live processes).
+    #[serde(skip)]
+    pub devices: Vec<ProcessDeviceView>,
+}
+
+/// A live process on one device: what its ledger slot holds there and what
+/// the driver reports for it. The difference is what the shim did not
+/// charge, such as a context whose overhead it could not measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessDeviceView {
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Reserved in its slot.
+    pub ledger_bytes: u64,
+    /// Driver-reported.
+    pub driver_bytes: u64,
 }
 
 /// One tenant.
@@ -167,12 +183,16 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
             }
             let pid = resolved.unwrap_or(slot.pid);
             let mut driver_total = None;
+            let mut process_devices = Vec::new();
             if let (Some(_), Some(pid)) = (gpus, resolved) {
                 let mut total = 0;
                 for (index, uuid) in &uuid_of {
                     if let Some(bytes) = driver_by_uuid_pid.get(&(uuid.as_str(), pid)) {
                         total += bytes;
                         *driver_per_device.entry(*index).or_default() += bytes;
+                        let ledger_bytes =
+                            slot.bytes_per_device.iter().find(|(dev, _)| dev == index).map_or(0, |(_, b)| *b);
+                        process_devices.push(ProcessDeviceView { uuid: uuid.clone(), ledger_bytes, driver_bytes: *bytes });
                     }
                 }
                 driver_total = Some(total);
@@ -191,6 +211,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
                 driver_memory_used_bytes: driver_total,
                 sm_utilization_ratio: sm_by_pid.get(&pid).copied(),
                 start_time_ticks: slot.start_time_ticks,
+                devices: process_devices,
             });
         }
         let tenant_devices = entries

@@ -8,7 +8,8 @@
 //! 4. reclaims the slots of dead processes: alive in the ledger but no longer
 //!    holding their kernel lock, so within one round of a death;
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
-//!    checks it for bypass ([`violations`]) and renders `/metrics` ([`http`]).
+//!    checks it for bypass ([`violations`]), publishes context overheads the
+//!    shims could not measure ([`overhead`]) and renders `/metrics` ([`http`]).
 //!
 //! All state that matters lives in the ledger files, so a restarted monitor
 //! rebuilds its view from them and loses nothing.
@@ -16,6 +17,7 @@
 mod http;
 mod ledgers;
 pub mod log;
+mod overhead;
 mod policy;
 mod violations;
 
@@ -168,6 +170,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut ledgers = ledgers::LedgerSet::new(dir, args.layout)?;
     let mut policy_state = policy::PolicyState::default();
     let mut violation_state = violations::ViolationState::default();
+    let mut overhead_state = overhead::OverheadState::default();
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
@@ -213,6 +216,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref());
         violation_state.check(&snap, &config, Instant::now(), &mut counters);
+        overhead_state.publish(&snap, &ledgers);
         {
             let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.metrics = metrics::render(&snap, &counters);
