@@ -62,4 +62,8 @@ fn every_interception_route_enforces_the_cap() {
         out.assert_rc(&format!("{route}.fit"), cu::SUCCESS);
         out.assert_rc(&format!("{route}.free"), cu::SUCCESS);
     }
+    for variant in ["ctxv3", "ctxv4"] {
+        out.assert_rc(variant, cu::SUCCESS);
+        assert_eq!(out.u64(&format!("{variant}.charged")), 64 * MIB, "{variant} through cuGetProcAddress is charged\n{out}");
+    }
 }

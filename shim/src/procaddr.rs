@@ -127,4 +127,40 @@ mod tests {
             assert!(listed, "{name} is hooked but no family lists it");
         }
     }
+
+    /// `(base name, version, per-thread)` of every `PFN_<name>_v<NNNN>[_ptsz|_ptds]`
+    /// typedef in `cudaTypedefs.h`.
+    fn header_variants() -> Vec<(String, i32, bool)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/include/cudaTypedefs.h");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/setup.sh to install NVIDIA's headers", path.display()));
+        let mut found = Vec::new();
+        for piece in text.split("PFN_").skip(1) {
+            let word: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let (word, per_thread) = match word.strip_suffix("_ptsz").or_else(|| word.strip_suffix("_ptds")) {
+                Some(stem) => (stem.to_string(), true),
+                None => (word, false),
+            };
+            let Some((base, version)) = word.rsplit_once("_v") else { continue };
+            let Ok(version) = version.parse::<i32>() else { continue };
+            if !found.contains(&(base.to_string(), version, per_thread)) {
+                found.push((base.to_string(), version, per_thread));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_version_table_matches_cuda_typedefs_h() {
+        let header = header_variants();
+        assert!(header.len() > 500, "cudaTypedefs.h names only {} variants", header.len());
+        for (base, variants) in FAMILIES {
+            let mut ours: Vec<(i32, bool)> = variants.iter().map(|v| (v.since, v.per_thread)).collect();
+            let mut theirs: Vec<(i32, bool)> =
+                header.iter().filter(|(b, _, _)| b == base).map(|(_, v, p)| (*v, *p)).collect();
+            ours.sort();
+            theirs.sort();
+            assert_eq!(ours, theirs, "{base}: the shim's variants (version, per-thread) differ from cudaTypedefs.h");
+        }
+    }
 }

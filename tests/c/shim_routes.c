@@ -116,6 +116,31 @@ int main(void) {
         gpa1("cuMemFree", &release, 11000, 0);
     }
     route("procaddr_v1", (info_fn)info, (alloc_fn)alloc, (free_fn)release);
+
+    /* 8. Contexts created through the variants cuGetProcAddress picks by
+     * version: _v3 at 11040, _v4 at 12050; each costs a context.
+     * -> ctxv3=rc ctxv3.charged=B, ctxv4=rc ctxv4.charged=B */
+    {
+        typedef CUresult (*create_v3_fn)(CUcontext *, CUexecAffinityParam *, int, unsigned, CUdevice);
+        typedef CUresult (*create_v4_fn)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice);
+        create_v3_fn v3 = (create_v3_fn)resolve("cuCtxCreate", 11040, 0);
+        create_v4_fn v4 = (create_v4_fn)resolve("cuCtxCreate", 12050, 0);
+        for (int which = 3; which <= 4; which++) {
+            size_t before = 0, after = 0, total = 0;
+            CUcontext made = NULL;
+            CHECK(cuMemGetInfo(&before, &total));
+            CUresult rc = CUDA_ERROR_NOT_FOUND;
+            if (which == 3 && v3) rc = v3(&made, NULL, 0, 0, 0);
+            if (which == 4 && v4) rc = v4(&made, NULL, 0, 0);
+            char key[32];
+            snprintf(key, sizeof key, "ctxv%d", which);
+            kv_rc(key, rc);
+            CHECK(cuMemGetInfo(&after, &total));
+            printf("%s.charged=%zu\n", key, before - after);
+            if (rc == CUDA_SUCCESS) CHECK(cuCtxDestroy(made));
+            CHECK(cuCtxSetCurrent(ctx));
+        }
+    }
     printf("done=1\n");
     return 0;
 }

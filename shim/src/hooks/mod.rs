@@ -1,11 +1,13 @@
 //! The exported hooks, grouped by CUDA area, and the one list of them.
 //!
 //! [`hook_list!`] below is the only place that names the hooked symbols. It
-//! generates [`HOOKED`] and [`lookup`], which answer both `dlsym` (a handle
-//! lookup of a hooked name returns our hook) and `cuGetProcAddress` (when the
-//! driver resolved a variant we hook, the caller gets our hook); the symbols
-//! themselves are the `#[no_mangle]` functions the list points at, so a name
-//! in the list that is not exported does not compile.
+//! generates [`HOOKED`], [`lookup`] (`dlsym`: a handle lookup of a hooked
+//! name returns our hook) and [`hooks_of_real`] (`cuGetProcAddress`: the
+//! address the driver resolved is compared with the real table's, so the
+//! caller gets our hook for exactly the variant the driver chose). The
+//! symbols are the `#[no_mangle]` functions the list points at and the real
+//! slots are fields of `real::Cuda` of the same names, so a name in the list
+//! that is not exported or not in the real table does not compile.
 
 #![allow(non_snake_case)]
 
@@ -23,10 +25,10 @@ pub mod nvml;
 pub mod procaddr;
 
 macro_rules! hook_list {
-    ($($module:ident :: $name:ident),* $(,)?) => {
-        /// Every symbol the shim hooks.
-        #[allow(dead_code)]
-        pub const HOOKED: &[&str] = &[$(stringify!($name)),*];
+    (cuda { $($module:ident :: $name:ident),* $(,)? } nvml { $($nmodule:ident :: $nname:ident),* $(,)? }) => {
+        /// Every symbol the shim hooks (checked against the version table).
+        #[cfg(test)]
+        pub const HOOKED: &[&str] = &[$(stringify!($name),)* $(stringify!($nname)),*];
 
         /// Our hook for `name`, if we hook it.
         pub fn lookup(name: &[u8]) -> Option<*mut c_void> {
@@ -35,50 +37,70 @@ macro_rules! hook_list {
                     return Some($module::$name as *mut c_void);
                 }
             )*
+            $(
+                if name == stringify!($nname).as_bytes() {
+                    return Some($nmodule::$nname as *mut c_void);
+                }
+            )*
             None
+        }
+
+        /// The driver functions we hook whose real address is `real`, with
+        /// our hook for each (several when the driver exports one function
+        /// under more than one name).
+        pub fn hooks_of_real(real: *mut c_void) -> impl Iterator<Item = (&'static str, *mut c_void)> {
+            let table = crate::real::cuda();
+            [$((stringify!($name), table.and_then(|t| t.$name).map(|f| f as *mut c_void), $module::$name as *mut c_void)),*]
+                .into_iter()
+                .filter(move |(_, found, _)| *found == Some(real))
+                .map(|(name, _, hook)| (name, hook))
         }
     };
 }
 
 hook_list! {
-    context::cuInit,
-    procaddr::cuGetProcAddress,
-    procaddr::cuGetProcAddress_v2,
-    memory::cuMemAlloc_v2,
-    memory::cuMemAllocPitch_v2,
-    memory::cuMemAllocManaged,
-    memory::cuMemAllocAsync,
-    memory::cuMemAllocAsync_ptsz,
-    memory::cuMemAllocFromPoolAsync,
-    memory::cuMemAllocFromPoolAsync_ptsz,
-    memory::cuMemCreate,
-    memory::cuArrayCreate_v2,
-    memory::cuArray3DCreate_v2,
-    memory::cuMipmappedArrayCreate,
-    memory::cuMemFree_v2,
-    memory::cuMemFreeAsync,
-    memory::cuMemFreeAsync_ptsz,
-    memory::cuMemRelease,
-    memory::cuMemRetainAllocationHandle,
-    memory::cuMemMap,
-    memory::cuMemUnmap,
-    memory::cuArrayDestroy,
-    memory::cuMipmappedArrayDestroy,
-    context::cuCtxCreate,
-    context::cuCtxCreate_v2,
-    context::cuCtxCreate_v3,
-    context::cuCtxCreate_v4,
-    context::cuCtxDestroy,
-    context::cuCtxDestroy_v2,
-    context::cuDevicePrimaryCtxRetain,
-    context::cuDevicePrimaryCtxRelease,
-    context::cuDevicePrimaryCtxRelease_v2,
-    context::cuDevicePrimaryCtxReset,
-    context::cuDevicePrimaryCtxReset_v2,
-    info::cuMemGetInfo_v2,
-    info::cuDeviceTotalMem_v2,
-    nvml::nvmlDeviceGetMemoryInfo,
-    nvml::nvmlDeviceGetMemoryInfo_v2,
+    cuda {
+        context::cuInit,
+        procaddr::cuGetProcAddress,
+        procaddr::cuGetProcAddress_v2,
+        memory::cuMemAlloc_v2,
+        memory::cuMemAllocPitch_v2,
+        memory::cuMemAllocManaged,
+        memory::cuMemAllocAsync,
+        memory::cuMemAllocAsync_ptsz,
+        memory::cuMemAllocFromPoolAsync,
+        memory::cuMemAllocFromPoolAsync_ptsz,
+        memory::cuMemCreate,
+        memory::cuArrayCreate_v2,
+        memory::cuArray3DCreate_v2,
+        memory::cuMipmappedArrayCreate,
+        memory::cuMemFree_v2,
+        memory::cuMemFreeAsync,
+        memory::cuMemFreeAsync_ptsz,
+        memory::cuMemRelease,
+        memory::cuMemRetainAllocationHandle,
+        memory::cuMemMap,
+        memory::cuMemUnmap,
+        memory::cuArrayDestroy,
+        memory::cuMipmappedArrayDestroy,
+        context::cuCtxCreate,
+        context::cuCtxCreate_v2,
+        context::cuCtxCreate_v3,
+        context::cuCtxCreate_v4,
+        context::cuCtxDestroy,
+        context::cuCtxDestroy_v2,
+        context::cuDevicePrimaryCtxRetain,
+        context::cuDevicePrimaryCtxRelease,
+        context::cuDevicePrimaryCtxRelease_v2,
+        context::cuDevicePrimaryCtxReset,
+        context::cuDevicePrimaryCtxReset_v2,
+        info::cuMemGetInfo_v2,
+        info::cuDeviceTotalMem_v2,
+    }
+    nvml {
+        nvml::nvmlDeviceGetMemoryInfo,
+        nvml::nvmlDeviceGetMemoryInfo_v2,
+    }
 }
 
 /// The real driver function `$name`, or return `CUDA_ERROR_NOT_FOUND` from

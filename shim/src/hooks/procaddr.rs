@@ -10,22 +10,37 @@ use crate::ffi;
 use abi::cuda::*;
 use core::ffi::{c_char, c_int, c_void, CStr};
 
-/// Replaces the driver's answer in `*pfn` with our hook for the variant the
-/// driver picks, when we hook it.
+/// Replaces the driver's answer in `*pfn` with our hook for the function
+/// the driver resolved, when we hook it. The variant is identified by the
+/// address the driver returned, never re-derived from the version, so an
+/// older driver's older variant gets the matching hook. When one address
+/// has several of our names (a driver exporting aliases), the one the
+/// version table picks wins.
 ///
 /// # Safety
 /// `symbol` is null or NUL-terminated; `pfn` is null or valid for writes.
 unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-    if symbol.is_null() || pfn.is_null() {
+    if pfn.is_null() {
         return;
     }
-    // SAFETY: checked non-null; the caller passes a NUL-terminated name.
-    let Ok(name) = unsafe { CStr::from_ptr(symbol) }.to_str() else { return };
     // SAFETY: checked non-null; the driver just wrote it.
-    if unsafe { *pfn }.is_null() {
+    let found = unsafe { *pfn };
+    if found.is_null() {
         return;
     }
-    if let Some(hook) = crate::procaddr::choose(name, version, flags).and_then(|v| super::lookup(v.as_bytes())) {
+    let expected = if symbol.is_null() {
+        None
+    } else {
+        // SAFETY: checked non-null; the caller passes a NUL-terminated name.
+        unsafe { CStr::from_ptr(symbol) }.to_str().ok().and_then(|name| crate::procaddr::choose(name, version, flags))
+    };
+    let mut chosen = None;
+    for (name, hook) in super::hooks_of_real(found) {
+        if chosen.is_none() || Some(name) == expected {
+            chosen = Some(hook);
+        }
+    }
+    if let Some(hook) = chosen {
         // SAFETY: `pfn` is valid for writes (the driver just wrote it).
         unsafe { *pfn = hook };
     }
@@ -43,8 +58,15 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     let r = match (table.and_then(|t| t.cuGetProcAddress_v2), table.and_then(|t| t.cuGetProcAddress)) {
         // SAFETY: forwarding the caller's arguments unchanged.
         (Some(real), _) => unsafe { real(symbol, pfn, cuda_version, flags, symbol_status) },
-        // SAFETY: as above; the older entry point has no status argument.
-        (None, Some(real)) => unsafe { real(symbol, pfn, cuda_version, flags) },
+        (None, Some(real)) => {
+            // SAFETY: as above; the older entry point has no status argument.
+            let r = unsafe { real(symbol, pfn, cuda_version, flags) };
+            // SAFETY: the caller passes null or a valid int to write the status to.
+            if let Some(status) = unsafe { symbol_status.as_mut() } {
+                *status = if r == CUDA_SUCCESS { CU_GET_PROC_ADDRESS_SUCCESS } else { CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND };
+            }
+            r
+        }
         (None, None) => return CUDA_ERROR_NOT_FOUND,
     };
     if r == CUDA_SUCCESS {
