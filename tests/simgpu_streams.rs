@@ -91,3 +91,24 @@ fn asynchronous_copies_and_fills_run_when_their_stream_reaches_them() {
     assert!(out.f64("pageable_us") >= 90_000.0, "{out}");
     assert_eq!(out.get("pageable"), "04", "{out}");
 }
+
+#[test]
+fn memory_pools_report_what_is_allocated_from_them() {
+    // Two devices, only the second visible: the pool's location is ordinal 0.
+    let sim = Sim::new().devices(2).memory("2GiB").context_memory("64MiB").env("CUDA_VISIBLE_DEVICES", "1");
+    let out = sim.run(sim.c("sim_streams").arg("pools"));
+    out.assert_success();
+    assert_eq!(out.u64("threshold"), 1024, "{out}");
+    let step = |n: u32| [out.u64(&format!("used.{n}")), out.u64(&format!("reserved.{n}")), out.u64(&format!("high.{n}")), out.u64(&format!("dropped.{n}"))];
+    // [used, reserved, high-water mark, device bytes taken], in MiB: the pool
+    // caches nothing, so reserved is used and the device sees exactly that.
+    assert_eq!(step(1), [30, 30, 30, 30], "three 10 MiB allocations\n{out}");
+    assert_eq!(step(2), [20, 20, 30, 20], "one freed in stream order\n{out}");
+    assert_eq!(step(3), [20, 20, 20, 20], "the high mark reset to the current figure\n{out}");
+    assert_eq!(step(4), [0, 0, 20, 0], "everything freed (cuMemFree and cuMemFreeAsync), then trimmed\n{out}");
+    assert_eq!(out.u64("created_used"), 4, "{out}");
+    assert_eq!(out.i64("location_id"), 0, "{out}");
+    assert_eq!(out.i64("location_type"), 1, "{out}");
+    out.assert_rc("set_high_rc", cu::INVALID_VALUE);
+    out.assert_rc("set_type_rc", cu::INVALID_VALUE);
+}

@@ -77,9 +77,32 @@ pub struct Function {
     pub sim: bool,
 }
 
+/// A memory pool. It caches nothing: memory freed to it goes straight back
+/// to the device, so the device's used bytes stay exact; its counters say
+/// what is allocated from it now and at most.
 pub struct Pool {
     pub device: usize,
     pub default: bool,
+    pub handle_types: u32,
+    pub used_bytes: AtomicU64,
+    pub used_high_bytes: AtomicU64,
+    pub release_threshold_bytes: AtomicU64,
+    /// `CU_MEMPOOL_ATTR_REUSE_*` flags, by attribute - 1.
+    pub reuse: [AtomicU32; 3],
+}
+
+impl Pool {
+    pub fn new(device: usize, default: bool, handle_types: u32) -> Pool {
+        Pool {
+            device,
+            default,
+            handle_types,
+            used_bytes: AtomicU64::new(0),
+            used_high_bytes: AtomicU64::new(0),
+            release_threshold_bytes: AtomicU64::new(0),
+            reuse: [AtomicU32::new(1), AtomicU32::new(1), AtomicU32::new(1)],
+        }
+    }
 }
 
 pub struct ArrayRec {
@@ -199,7 +222,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         let mut devices = Vec::new();
         for i in 0..machine.state.device_count() as usize {
             let pool = (TAG_POOL << 40) | (i as u64 + 1);
-            objects.pools.insert(pool, Pool { device: i, default: true });
+            objects.pools.insert(pool, Pool::new(i, true, 0));
             devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), default_pool: pool });
         }
         // SAFETY: getpid has no preconditions.
@@ -276,7 +299,7 @@ impl Driver {
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
         {
             let mut o = self.write();
-            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).collect();
+            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).map(|(h, p)| (h, Pool::new(p.device, true, 0))).collect();
             *o = Objects::default();
             o.pools.extend(pools);
         }

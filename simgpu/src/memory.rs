@@ -21,6 +21,7 @@ use crate::driver::{ArrayRec, Context, CuResult, Driver, TAG_ARRAY, TAG_MIPMAP};
 use crate::exec::{lock, Transfer};
 use abi::cuda::*;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering::AcqRel;
 use std::sync::Mutex;
 
 /// `cuMemCreate`/`cuMemAddressReserve` granularity (minimum and recommended).
@@ -32,6 +33,8 @@ pub const PITCH_ALIGN_BYTES: u64 = 512;
 
 pub struct Block {
     pub ctx: u64,
+    /// The pool it came from (stream-ordered allocations), or 0.
+    pub pool: u64,
 }
 
 pub struct DeviceHeap {
@@ -78,6 +81,11 @@ fn heap(d: &Driver, device: usize) -> CuResult<&DeviceHeap> {
 
 /// Allocates device memory for `ctx`: charge first, then address space.
 pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
+    alloc_device_from(d, ctx, bytes, 0)
+}
+
+/// As [`alloc_device`], counted in `pool` (a handle, or 0 for none).
+pub fn alloc_device_from(d: &Driver, ctx: &Context, bytes: u64, pool: u64) -> CuResult<u64> {
     let charged = charge_size(bytes).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let h = heap(d, ctx.device)?;
     let st = &d.machine.state;
@@ -87,7 +95,14 @@ pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
     let mut inner = lock(&h.inner);
     match inner.ranges.alloc(charged) {
         Some(off) => {
-            inner.blocks.insert(off, Block { ctx: ctx.handle });
+            inner.blocks.insert(off, Block { ctx: ctx.handle, pool });
+            drop(inner);
+            if pool != 0 {
+                if let Some(p) = d.read().pools.get(&pool) {
+                    let used = p.used_bytes.fetch_add(charged, AcqRel) + charged;
+                    p.used_high_bytes.fetch_max(used, AcqRel);
+                }
+            }
             Ok(h.base + off)
         }
         None => {
@@ -109,13 +124,16 @@ fn heap_of(d: &Driver, addr: u64) -> Option<(usize, &DeviceHeap)> {
 pub fn free_device(d: &Driver, ptr: u64) -> CuResult<()> {
     let (device, h) = heap_of(d, ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let off = ptr - h.base;
-    let len = {
+    let (len, pool) = {
         let mut inner = lock(&h.inner);
-        if inner.blocks.remove(&off).is_none() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        inner.ranges.free(off).ok_or(CUDA_ERROR_INVALID_VALUE)?
+        let block = inner.blocks.remove(&off).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        (inner.ranges.free(off).ok_or(CUDA_ERROR_INVALID_VALUE)?, block.pool)
     };
+    if pool != 0 {
+        if let Some(p) = d.read().pools.get(&pool) {
+            crate::state::sub_saturating(&p.used_bytes, len);
+        }
+    }
     if len >= RELEASE_PAGES_BYTES {
         release_pages(ptr, len);
     }

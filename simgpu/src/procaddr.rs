@@ -101,6 +101,8 @@ proc_table! {
     cuMemPoolCreate => [11020: cuMemPoolCreate];
     cuMemPoolDestroy => [11020: cuMemPoolDestroy];
     cuMemPoolTrimTo => [11020: cuMemPoolTrimTo];
+    cuMemPoolSetAttribute => [11020: cuMemPoolSetAttribute];
+    cuMemPoolGetAttribute => [11020: cuMemPoolGetAttribute];
     cuMemCreate => [10020: cuMemCreate];
     cuMemRelease => [10020: cuMemRelease];
     cuMemAddressReserve => [10020: cuMemAddressReserve];

@@ -43,6 +43,14 @@
  *       destination: a 100 ms kernel, cuMemsetD32Async(0x01020304),
  *       cuMemcpyDtoHAsync into pageable memory; prints pageable_us (the call's
  *       duration) and pageable (first byte at return).
+ *
+ *   sim_streams pools
+ *       Memory pool attributes on ordinal 0's default pool and a created
+ *       pool, around stream-ordered allocations of 10 MiB (MiB figures):
+ *       threshold (after setting it to 1 GiB), used.N/reserved.N/high.N at
+ *       each step, dropped.N (device free bytes below the start),
+ *       location_id, location_type, created_used, set_high_rc (setting a
+ *       high mark to non-zero), set_type_rc (setting a read-only attribute).
  */
 #include "common.h"
 #include <pthread.h>
@@ -262,6 +270,65 @@ static int run_copies(void) {
     return 0;
 }
 
+static uint64_t pool_u64(CUmemoryPool pool, CUmemPool_attribute attr) {
+    cuuint64_t v = 0;
+    CHECK(cuMemPoolGetAttribute(pool, attr, &v));
+    return v >> 20;
+}
+
+static void pool_step(CUmemoryPool pool, int step, size_t start_free) {
+    printf("used.%d=%" PRIu64 "\nreserved.%d=%" PRIu64 "\nhigh.%d=%" PRIu64 "\ndropped.%d=%zu\n", step,
+           pool_u64(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), step,
+           pool_u64(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), step, pool_u64(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+           step, (start_free - free_bytes()) >> 20);
+}
+
+static int run_pools(void) {
+    CUcontext ctx = make_ctx(0);
+    (void)ctx;
+    CUdevice dev;
+    CUmemoryPool pool, created;
+    CUstream s;
+    CUdeviceptr p[3], q;
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDeviceGetDefaultMemPool(&pool, dev));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    size_t start = free_bytes();
+    cuuint64_t threshold = 1ull << 30;
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    printf("threshold=%" PRIu64 "\n", pool_u64(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD));
+    for (int i = 0; i < 3; i++) CHECK(cuMemAllocAsync(&p[i], 10u << 20, s));
+    pool_step(pool, 1, start);
+    CHECK(cuMemFreeAsync(p[0], s));
+    CHECK(cuStreamSynchronize(s));
+    pool_step(pool, 2, start);
+    cuuint64_t zero = 0, five = 5;
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+    pool_step(pool, 3, start);
+    kv_rc("set_high_rc", cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five));
+    int type = 0;
+    kv_rc("set_type_rc", cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_ALLOCATION_TYPE, &type));
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CHECK(cuMemPoolCreate(&created, &props));
+    CHECK(cuMemAllocFromPoolAsync(&q, 4u << 20, created, s));
+    printf("created_used=%" PRIu64 "\n", pool_u64(created, CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
+    int id = -1, loc = -1;
+    CHECK(cuMemPoolGetAttribute(created, CU_MEMPOOL_ATTR_LOCATION_ID, &id));
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, &loc));
+    printf("location_id=%d\nlocation_type=%d\n", id, loc);
+    CHECK(cuMemFree(p[1]));
+    CHECK(cuMemFreeAsync(p[2], s));
+    CHECK(cuMemFreeAsync(q, s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    pool_step(pool, 4, start);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     test_init_output();
     CHECK(cuInit(0));
@@ -269,7 +336,8 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "retain") == 0) return run_retain();
     if (argc == 2 && strcmp(argv[1], "hostfn") == 0) return run_hostfn();
     if (argc == 2 && strcmp(argv[1], "copies") == 0) return run_copies();
+    if (argc == 2 && strcmp(argv[1], "pools") == 0) return run_pools();
     if (argc == 3 && strcmp(argv[1], "wait") == 0) return run_wait(atoi(argv[2]));
-    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|copies\n");
+    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|copies|pools\n");
     return 64;
 }

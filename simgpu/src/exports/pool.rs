@@ -4,15 +4,21 @@
 //! the bytes straight back to the device. That is what a real pool does with
 //! its default release threshold of 0 at each synchronisation, and it keeps
 //! the device's used bytes exact; `cuMemPoolTrimTo` therefore has nothing to
-//! trim.
+//! trim. A release threshold can be set and read back, but memory is still
+//! returned at once, so a pool's reserved bytes always equal its used bytes.
+//! `cuMemPoolGetAttribute` reports what is allocated from the pool now and at
+//! most (`USED_MEM_*`, `RESERVED_MEM_*`); setting a high-water mark to 0
+//! resets it to the current figure.
 
 use super::{h, ptr};
 use crate::cu_export;
-use crate::driver::{driver, Pool, TAG_POOL};
+use crate::driver::{driver, CuResult, Pool, TAG_POOL};
 use crate::exec::Op;
 use crate::ffi::{input, out};
 use crate::memory as mem;
 use abi::cuda::*;
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering::*;
 
 cu_export!(cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
     let d = driver()?;
@@ -37,7 +43,7 @@ cu_export!(cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps
     }
     let device = d.check_device(p.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
     let hnd = d.new_handle(TAG_POOL);
-    d.write().pools.insert(hnd, Pool { device, default: false });
+    d.write().pools.insert(hnd, Pool::new(device, false, p.handleTypes));
     out(pool, ptr(hnd))
 });
 
@@ -66,7 +72,7 @@ cu_export!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUst
     if dptr.is_null() || bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let p = mem::alloc_device(d, &ctx, bytesize as u64)?;
+    let p = mem::alloc_device_from(d, &ctx, bytesize as u64, d.devices[ctx.device].default_pool)?;
     out(dptr, p)
 }; cuMemAllocAsync_ptsz);
 
@@ -80,7 +86,7 @@ cu_export!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool
     if pool_device != ctx.device {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let p = mem::alloc_device(d, &ctx, bytesize as u64)?;
+    let p = mem::alloc_device_from(d, &ctx, bytesize as u64, h(pool))?;
     out(dptr, p)
 }; cuMemAllocFromPoolAsync_ptsz);
 
@@ -93,3 +99,52 @@ cu_export!(cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
     ctx.exec.submit(Op::Free { stream: s, ptr: dptr });
     Ok(())
 }; cuMemFreeAsync_ptsz);
+
+/// Reads or writes one `CUmemPool_attribute` through the caller's pointer.
+unsafe fn pool_attribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void, set: bool) -> CuResult<()> {
+    let d = driver()?;
+    if value.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let objs = d.read();
+    let p = objs.pools.get(&h(pool)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let v64 = value as *mut u64;
+    let v32 = value as *mut c_uint;
+    // SAFETY (all accesses below): `value` is non-null and points to the
+    // attribute's value type (int, enum or cuuint64_t) by cuda.h's contract.
+    match attr {
+        CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES | CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC | CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+            let flag = &p.reuse[(attr - 1) as usize];
+            match set {
+                true => flag.store(u32::from(unsafe { v32.read_unaligned() } != 0), Relaxed),
+                false => unsafe { v32.write_unaligned(flag.load(Relaxed)) },
+            }
+        }
+        CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => match set {
+            true => p.release_threshold_bytes.store(unsafe { v64.read_unaligned() }, Relaxed),
+            false => unsafe { v64.write_unaligned(p.release_threshold_bytes.load(Relaxed)) },
+        },
+        CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH => match set {
+            // Only 0 may be set: it resets the mark to the current figure.
+            true if unsafe { v64.read_unaligned() } != 0 => return Err(CUDA_ERROR_INVALID_VALUE),
+            true => p.used_high_bytes.store(p.used_bytes.load(Acquire), Release),
+            false => unsafe { v64.write_unaligned(p.used_high_bytes.load(Acquire)) },
+        },
+        _ if set => return Err(CUDA_ERROR_INVALID_VALUE),
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT | CU_MEMPOOL_ATTR_USED_MEM_CURRENT => unsafe { v64.write_unaligned(p.used_bytes.load(Acquire)) },
+        CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_ALLOCATION_TYPE_PINNED) },
+        CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES => unsafe { v32.write_unaligned(p.handle_types) },
+        CU_MEMPOOL_ATTR_LOCATION_ID => unsafe { v32.write_unaligned(d.ordinal_of(p.device) as c_uint) },
+        CU_MEMPOOL_ATTR_LOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_LOCATION_TYPE_DEVICE) },
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    Ok(())
+}
+
+cu_export!(cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) {
+    pool_attribute(pool, attr, value, true)
+});
+
+cu_export!(cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) {
+    pool_attribute(pool, attr, value, false)
+});
