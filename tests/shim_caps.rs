@@ -156,20 +156,20 @@ fn every_allocation_path_is_charged_and_released() {
     released("m");
     assert_eq!(charged("p"), out.u64("p.pitch") * 1000, "cuMemAllocPitch_v2 charges pitch x height\n{out}");
     released("p");
-    assert!(charged("a") >= 100 * MIB, "cuMemAllocAsync\n{out}");
+    assert_eq!(charged("a"), 100 * MIB, "cuMemAllocAsync\n{out}");
     released("a");
-    assert!(charged("o") >= 100 * MIB, "cuMemAllocFromPoolAsync\n{out}");
+    assert_eq!(charged("o"), 100 * MIB, "cuMemAllocFromPoolAsync\n{out}");
     released("o");
     assert_eq!(charged("v"), 100 * MIB, "cuMemCreate on the device\n{out}");
     released("v");
     if out.i64("h") == cu::SUCCESS {
         assert_eq!(charged("h"), 0, "a host-located cuMemCreate is not device memory\n{out}");
     }
-    assert!(charged("r") >= 16 * MIB, "cuArrayCreate_v2\n{out}");
+    assert_eq!(charged("r"), 4096 * 4096, "cuArrayCreate_v2: width x height 1-byte elements\n{out}");
     released("r");
-    assert!(charged("d") >= 4 * MIB, "cuArray3DCreate_v2\n{out}");
+    assert_eq!(charged("d"), 256 * 256 * 64, "cuArray3DCreate_v2\n{out}");
     released("d");
-    assert!(charged("x") >= MIB, "cuMipmappedArrayCreate\n{out}");
+    assert_eq!(charged("x"), 1024 * 1024 + 512 * 512 + 256 * 256 + 128 * 128, "cuMipmappedArrayCreate: the sum of its levels\n{out}");
     released("x");
     assert_eq!(charged("c"), 0, "pinned host memory is not device memory\n{out}");
 }

@@ -180,3 +180,33 @@ fn the_shim_logs_to_stderr_only() {
     }
     assert!(!out.stderr.trim().is_empty(), "GPUSLICE_LOG=debug must log something to stderr\n{out}");
 }
+
+#[test]
+fn each_device_has_its_own_cap() {
+    let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").memory_limit("0=512MiB,1=1GiB").tenant("perdev");
+    let out = sim.run(sim.c("memctl").args([
+        "init", "ctx:0", "info:d0", "alloc:a:free", "alloc:over:1", "ctx:1", "info:d1", "alloc:b:free", "alloc:over1:1",
+    ]));
+    out.assert_success();
+    assert_eq!(out.u64("d0.total"), 512 * MIB, "{out}");
+    assert_eq!(out.u64("d0.free"), 448 * MIB, "{out}");
+    assert_eq!(out.u64("d1.total"), GIB, "device 1's own cap\n{out}");
+    assert_eq!(out.u64("d1.free"), GIB - 64 * MIB, "device 0's usage is not device 1's\n{out}");
+    out.assert_rc("a", cu::SUCCESS).assert_rc("over", cu::OUT_OF_MEMORY);
+    out.assert_rc("b", cu::SUCCESS).assert_rc("over1", cu::OUT_OF_MEMORY);
+}
+
+#[test]
+fn device_indices_are_the_ordinals_after_cuda_visible_devices() {
+    // Physical device 1 is the process's device 0: the cap for index 0 applies
+    // to it, in gpuslice's and HAMi's variables alike.
+    for (variable, value) in [("GPUSLICE_MEMORY_LIMIT", "0=512MiB,1=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "512m")] {
+        let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").shim().tenant("visible").env(variable, value).env("CUDA_VISIBLE_DEVICES", "1");
+        let out = sim.run(sim.c("memctl").args(["init", "ctx:0", "info", "alloc:a:100M"]));
+        out.assert_success();
+        assert_eq!(out.u64("info.total"), 512 * MIB, "{variable}={value}\n{out}");
+        let devices = ledger_view::open(&sim.ledger_dir(), "visible").devices();
+        assert_eq!(devices.len(), 1, "only the visible device is registered\n{out}");
+        assert_eq!(ledger_view::open(&sim.ledger_dir(), "visible").memory_limit_bytes(0), 512 * MIB, "{out}");
+    }
+}
