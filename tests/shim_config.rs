@@ -210,3 +210,13 @@ fn device_indices_are_the_ordinals_after_cuda_visible_devices() {
         assert_eq!(ledger_view::open(&sim.ledger_dir(), "visible").memory_limit_bytes(0), 512 * MIB, "{out}");
     }
 }
+
+#[test]
+fn a_refused_nvml_memory_query_leaves_the_callers_record_untouched() {
+    let sim = Sim::new().memory("4GiB").shim().tenant("nvmlbad").env("GPUSLICE_MEMORY_LIMIT", "4GG");
+    let out = sim.run(sim.c("memctl").args(["nvml", "nvml2"]));
+    assert_eq!(out.i64("nvml"), 4, "NVML_ERROR_NO_PERMISSION\n{out}");
+    assert_eq!(out.u64("nvml.total"), 0, "an error writes nothing\n{out}");
+    assert_eq!(out.i64("nvml2"), 4, "{out}");
+    assert_eq!(out.u64("nvml2.total"), 0, "{out}");
+}

@@ -419,14 +419,14 @@ impl Runtime {
         if self.reserve(dev, estimate).is_err() {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        let (ptr, pitch) = match call() {
+        let (ptr, pitch_bytes) = match call() {
             Ok(found) => found,
             Err(r) => {
                 self.release(dev, estimate);
                 return r;
             }
         };
-        let actual = pitch.saturating_mul(height);
+        let actual = pitch_bytes.saturating_mul(height);
         if actual > estimate {
             if self.reserve(dev, actual - estimate).is_err() {
                 let _ = real::mem_free(ptr);
@@ -939,18 +939,18 @@ impl Runtime {
     pub fn mem_info_view(&self, free_bytes: u64, total_bytes: u64) -> (u64, u64) {
         let Ok(device) = real::current_device() else { return (free_bytes, total_bytes) };
         let Some(device) = self.device_by_handle(device) else { return (free_bytes, total_bytes) };
-        let (limit, used) = self.limit_and_used(device.ledger_index);
-        capped_view(limit, used, free_bytes, total_bytes)
+        let (limit_bytes, used_bytes) = self.limit_and_used(device.ledger_index);
+        capped_view(limit_bytes, used_bytes, free_bytes, total_bytes)
     }
 
     /// `cuDeviceTotalMem_v2` of `cu_device`, given the driver's figure.
     pub fn total_mem_view(&self, cu_device: CUdevice, total_bytes: u64) -> u64 {
         let Some(device) = self.device_by_handle(cu_device) else { return total_bytes };
-        let limit = self.ledger.memory_limit_bytes(device.ledger_index);
-        if limit == UNLIMITED {
+        let limit_bytes = self.ledger.memory_limit_bytes(device.ledger_index);
+        if limit_bytes == UNLIMITED {
             total_bytes
         } else {
-            limit.min(total_bytes)
+            limit_bytes.min(total_bytes)
         }
     }
 }

@@ -64,41 +64,86 @@ fn apply(device: nvmlDevice_t, total: u64, free: u64) -> Result<Option<(u64, u64
     }
 }
 
+/// The two layouts of NVML's memory record, seen through the fields the
+/// view changes.
+trait MemoryRecord: Copy {
+    fn total_free(&self) -> (u64, u64);
+    fn set_view(&mut self, total: u64, free: u64, used: u64);
+}
+
+impl MemoryRecord for nvmlMemory_t {
+    fn total_free(&self) -> (u64, u64) {
+        (self.total, self.free)
+    }
+    fn set_view(&mut self, total: u64, free: u64, used: u64) {
+        *self = nvmlMemory_t { total, free, used };
+    }
+}
+
+impl MemoryRecord for nvmlMemory_v2_t {
+    fn total_free(&self) -> (u64, u64) {
+        (self.total, self.free)
+    }
+    fn set_view(&mut self, total: u64, free: u64, used: u64) {
+        self.total = total;
+        self.free = free;
+        self.used = used;
+        self.reserved = 0;
+    }
+}
+
+/// Asks NVML into a private copy, applies the view, and writes the caller's
+/// record only when the answer is a success: an error leaves it untouched.
+///
+/// # Safety
+/// `memory` is null or valid for reads and writes of a `T`.
+unsafe fn memory_info<T: MemoryRecord>(
+    device: nvmlDevice_t,
+    memory: *mut T,
+    real: unsafe extern "C" fn(nvmlDevice_t, *mut T) -> nvmlReturn_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's record is valid (or null, which NVML refuses);
+    // the copy carries its version word for the `_v2` call.
+    let Some(mut copy) = (unsafe { memory.as_ref() }).copied() else {
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { real(device, memory) };
+    };
+    // SAFETY: `copy` is a valid record of the right type.
+    let r = unsafe { real(device, &mut copy) };
+    if r != NVML_SUCCESS {
+        return r;
+    }
+    let r = match Guard::enter() {
+        None => r,
+        Some(_guard) => boundary_nvml(|| {
+            let (total, free) = copy.total_free();
+            match apply(device, total, free) {
+                Err(e) => e,
+                Ok(None) => r,
+                Ok(Some((total, free, used))) => {
+                    copy.set_view(total, free, used);
+                    r
+                }
+            }
+        }),
+    };
+    if r == NVML_SUCCESS {
+        // SAFETY: checked non-null above; valid for writes.
+        unsafe { *memory = copy };
+    }
+    r
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t {
     let real = nvml_real_or_return!(nvmlDeviceGetMemoryInfo);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(device, memory) };
-    let Some(_guard) = Guard::enter() else { return r };
-    // SAFETY: on success NVML wrote a valid struct there.
-    let Some(m) = (if r == NVML_SUCCESS { unsafe { memory.as_mut() } } else { None }) else { return r };
-    boundary_nvml(|| match apply(device, m.total, m.free) {
-        Err(e) => e,
-        Ok(None) => r,
-        Ok(Some((total, free, used))) => {
-            *m = nvmlMemory_t { total, free, used };
-            r
-        }
-    })
+    // SAFETY: the caller passes a valid record or null.
+    unsafe { memory_info(device, memory, real) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
     let real = nvml_real_or_return!(nvmlDeviceGetMemoryInfo_v2);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(device, memory) };
-    let Some(_guard) = Guard::enter() else { return r };
-    // SAFETY: on success NVML wrote a valid struct there.
-    let Some(m) = (if r == NVML_SUCCESS { unsafe { memory.as_mut() } } else { None }) else { return r };
-    boundary_nvml(|| match apply(device, m.total, m.free) {
-        Err(e) => e,
-        Ok(None) => r,
-        Ok(Some((total, free, used))) => {
-            m.total = total;
-            m.free = free;
-            m.used = used;
-            m.reserved = 0;
-            r
-        }
-    })
+    // SAFETY: the caller passes a valid record or null.
+    unsafe { memory_info(device, memory, real) }
 }
