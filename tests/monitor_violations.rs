@@ -114,3 +114,31 @@ fn a_tenant_briefly_over_its_cap_is_left_alone_a_lasting_one_is_killed() {
     let log = monitor.stop();
     assert!(log.stderr.contains("tenant team-a uses") && log.stderr.contains("killed pid"), "{log}");
 }
+
+#[test]
+fn usage_that_no_process_holds_is_reported_not_corrected() {
+    let sim = sim();
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let mut app = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "hold"]));
+    app.wait_for("ready");
+    let labels = [("tenant", "team-a"), ("device", "0")];
+    let balanced = time_until(Duration::from_secs(5), || {
+        monitor.metrics().value("gpuslice_tenant_unattributed_bytes", &labels) == Some(0.0)
+    });
+    assert!(balanced.is_some(), "a tenant in balance shows 0");
+    // As if a process had died between the two steps of a reservation.
+    let path = ledger::tenant_path(&sim.ledger_dir(), "team-a");
+    let ledger = ledger::Ledger::open(&path).unwrap();
+    ledger.layout().usage.devices[0].used_bytes.fetch_add(10 * MIB, std::sync::atomic::Ordering::SeqCst);
+    let mut metrics = monitor.metrics();
+    let seen = time_until(Duration::from_secs(5), || {
+        metrics = monitor.metrics();
+        metrics.value("gpuslice_tenant_unattributed_bytes", &labels) == Some((10 * MIB) as f64)
+    });
+    assert!(seen.is_some(), "{metrics:#?}");
+    assert_eq!(ledger.used_bytes(0), (100 + 64 + 10) * MIB, "reported, not corrected");
+    app.wait().assert_success();
+    assert_eq!(ledger.used_bytes(0), 10 * MIB, "the leak outlives the process");
+    let log = monitor.stop();
+    assert_eq!(log.stderr.matches("that no process holds").count(), 1, "logged once:\n{}", log.stderr);
+}

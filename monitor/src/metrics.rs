@@ -19,6 +19,9 @@ pub struct MonitorCounters {
     pub config_reloads_total: std::collections::BTreeMap<&'static str, u64>,
     /// Tenants over their cap by more than their context overhead, now.
     pub over_cap: Vec<OverCap>,
+    /// Bytes a tenant's usage counts that no process slot holds, by
+    /// (tenant, uuid), where that has lasted a round (leak audit).
+    pub unattributed_bytes: std::collections::HashMap<(String, String), u64>,
 }
 
 /// A tenant whose driver-reported memory passes its cap by more than its
@@ -130,6 +133,25 @@ pub fn render(snapshot: &Snapshot, counters: &MonitorCounters) -> String {
         &mut out,
         &|d| Some(d.alloc_denied_total as f64),
     );
+    let unattributed = |d: &crate::snapshot::TenantDeviceView, tenant: &str| {
+        counters.unattributed_bytes.get(&(tenant.to_string(), d.uuid.clone())).copied().unwrap_or(0)
+    };
+    {
+        let name = "gpuslice_tenant_unattributed_bytes";
+        let mut family = Family::header(
+            &mut out,
+            name,
+            "gauge",
+            "Memory the tenant's usage counts that no process holds (a process killed while reserving).",
+        );
+        for tenant in &snapshot.tenants {
+            for device in &tenant.devices {
+                let index = device.index.to_string();
+                let labels = [("tenant", tenant.name.as_str()), ("device", index.as_str()), ("uuid", device.uuid.as_str())];
+                family.sample(name, &labels, unattributed(device, &tenant.name) as f64);
+            }
+        }
+    }
     tenant_device(
         "gpuslice_tenant_driver_memory_used_bytes",
         "Device memory the driver (NVML) reports for the tenant's processes.",
@@ -262,13 +284,18 @@ mod tests {
                     context_overhead_bytes: 0,
                     processes: 1,
                     driver_memory_used_bytes: None,
+                    slots_bytes: 0,
                 }],
                 processes: vec![],
                 reclaimed_processes_total: 4,
+                slots_signature: 0,
             }],
             untracked_processes: vec![],
         };
-        let text = render(&snapshot, &MonitorCounters::default());
+        let mut counters = MonitorCounters::default();
+        counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 7);
+        let text = render(&snapshot, &counters);
+        assert!(text.contains("gpuslice_tenant_unattributed_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} 7\n"), "{text}");
         assert!(text.contains("gpuslice_tenant_memory_used_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} 5\n"), "{text}");
         assert!(text.contains("gpuslice_tenant_memory_limit_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} +Inf\n"));
         assert!(text.contains("gpuslice_tenant_alloc_denied_total{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} 2\n"));

@@ -9,11 +9,13 @@
 //!    holding their kernel lock, so within one round of a death;
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
 //!    checks it for bypass ([`violations`]), publishes context overheads the
-//!    shims could not measure ([`overhead`]) and renders `/metrics` ([`http`]).
+//!    shims could not measure ([`overhead`]), audits usage that no process
+//!    holds ([`audit`]) and renders `/metrics` ([`http`]).
 //!
 //! All state that matters lives in the ledger files, so a restarted monitor
 //! rebuilds its view from them and loses nothing.
 
+mod audit;
 mod http;
 mod ledgers;
 pub mod log;
@@ -171,6 +173,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut policy_state = policy::PolicyState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
+    let mut audit_state = audit::AuditState::default();
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
@@ -217,6 +220,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref());
         violation_state.check(&snap, &config, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
+        counters.unattributed_bytes = audit_state.check(&snap);
         {
             let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.metrics = metrics::render(&snap, &counters);

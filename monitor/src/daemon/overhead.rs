@@ -128,9 +128,11 @@ mod tests {
                     context_overhead_bytes: overhead_bytes,
                     processes: 1,
                     driver_memory_used_bytes: Some(0),
+                    slots_bytes: 0,
                 }],
                 processes,
                 reclaimed_processes_total: 0,
+                slots_signature: 0,
             }],
             untracked_processes: vec![],
         }

@@ -205,9 +205,11 @@ mod tests {
                     context_overhead_bytes: 10,
                     processes: 1,
                     driver_memory_used_bytes: Some(driver_bytes),
+                    slots_bytes: 0,
                 }],
                 processes: vec![],
                 reclaimed_processes_total: 0,
+                slots_signature: 0,
             }],
             untracked_processes: vec![],
         }
