@@ -38,6 +38,27 @@ impl Layout {
     }
 }
 
+/// Where `monitor` and `status` find the host's ledgers and NVML.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// The ledger directory (default: GPUSLICE_DIR, else /run/gpuslice or the per-user fallback).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Which ledger wins when a tenant has one in both layouts, and (monitor)
+    /// where new ledgers of configured tenants go: `flat`
+    /// (<dir>/<tenant>.ledger) or `tenant-dirs`
+    /// (<dir>/tenants/<tenant>/<tenant>.ledger, one directory per tenant to
+    /// mount into its pods). Both layouts are always read.
+    #[arg(long, value_enum, default_value = "flat")]
+    pub layout: Layout,
+    /// Load NVML from this file instead of libnvidia-ml.so.1 (e.g. simgpu's libsimgpu.so).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Do not use NVML: ledgers only.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
 /// A ledger file found in the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {

@@ -281,3 +281,41 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
     devices.sort_by_key(|d| (d.index, d.uuid.clone()));
     Snapshot { nvml: gpus.is_some(), devices, tenants, untracked_processes }
 }
+
+/// Small views for the unit tests of the modules that judge snapshots.
+#[cfg(test)]
+pub mod fixtures {
+    use super::*;
+
+    /// Tenant `team-a` on device 0 (`GPU-0`) with these figures, nothing else set.
+    pub fn tenant_device(used_bytes: u64, limit_bytes: Option<u64>, driver_bytes: Option<u64>) -> TenantDeviceView {
+        TenantDeviceView {
+            index: 0,
+            uuid: "GPU-0".into(),
+            memory_used_bytes: used_bytes,
+            memory_limit_bytes: limit_bytes,
+            policy_source: "unset",
+            alloc_denied_total: 0,
+            context_overhead_bytes: 0,
+            processes: 1,
+            driver_memory_used_bytes: driver_bytes,
+            slots_bytes: 0,
+        }
+    }
+
+    /// A snapshot of one tenant, `team-a`, on one device.
+    pub fn one_tenant(nvml: bool, device: TenantDeviceView, processes: Vec<ProcessView>) -> Snapshot {
+        Snapshot {
+            nvml,
+            devices: vec![],
+            tenants: vec![TenantView {
+                name: "team-a".into(),
+                devices: vec![device],
+                processes,
+                reclaimed_processes_total: 0,
+                slots_signature: 0,
+            }],
+            untracked_processes: vec![],
+        }
+    }
+}

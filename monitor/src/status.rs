@@ -8,40 +8,29 @@ use crate::snapshot::{self, Snapshot};
 use clap::Args;
 use ledger::Ledger;
 use std::fmt::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The ledger directory (default: GPUSLICE_DIR, else /run/gpuslice or the per-user fallback).
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: discovery::HostArgs,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Load NVML from this file instead of libnvidia-ml.so.1.
-    #[arg(long, value_name = "PATH")]
-    pub nvml_lib: Option<PathBuf>,
-    /// Do not ask NVML, only the ledgers.
-    #[arg(long)]
-    pub no_nvml: bool,
-    /// Which ledger wins when a tenant has one in both layouts (as the monitor's --layout).
-    #[arg(long, value_enum, default_value = "flat")]
-    pub layout: discovery::Layout,
 }
 
 pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
-    let dir = discovery::ledger_dir(args.dir.as_deref());
+    let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let files = match discovery::ledger_files(&dir) {
         Ok(files) => files,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
     };
-    let (files, shadowed) = discovery::one_per_tenant(files, args.layout);
+    let (files, shadowed) = discovery::one_per_tenant(files, args.host.layout);
     let mut ledgers = Vec::new();
     let mut problems: Vec<String> = shadowed
         .iter()
-        .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), args.layout.name()))
+        .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), args.host.layout.name()))
         .collect();
     for file in files {
         match Ledger::open(&file.path) {
@@ -52,13 +41,13 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
             Err(e) => problems.push(e.to_string()),
         }
     }
-    let gpus = if args.no_nvml {
+    let gpus = if args.host.no_nvml {
         None
     } else {
-        match GpuReader::load(args.nvml_lib.as_deref()).and_then(|mut r| r.read()) {
+        match GpuReader::load(args.host.nvml_lib.as_deref()).and_then(|mut r| r.read()) {
             Ok(gpus) => Some(gpus),
             Err(e) => {
-                if args.nvml_lib.is_some() {
+                if args.host.nvml_lib.is_some() {
                     return Err(format!("cannot use NVML: {e}"));
                 }
                 None

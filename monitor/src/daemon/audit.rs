@@ -71,32 +71,13 @@ impl AuditState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{TenantDeviceView, TenantView};
+    use crate::snapshot::fixtures;
 
     fn snapshot(used_bytes: u64, slots_bytes: u64, slots_signature: u64) -> Snapshot {
-        Snapshot {
-            nvml: false,
-            devices: vec![],
-            tenants: vec![TenantView {
-                name: "team-a".into(),
-                devices: vec![TenantDeviceView {
-                    index: 0,
-                    uuid: "GPU-0".into(),
-                    memory_used_bytes: used_bytes,
-                    memory_limit_bytes: None,
-                    policy_source: "unset",
-                    alloc_denied_total: 0,
-                    context_overhead_bytes: 0,
-                    processes: 1,
-                    driver_memory_used_bytes: None,
-                    slots_bytes,
-                }],
-                processes: vec![],
-                reclaimed_processes_total: 0,
-                slots_signature,
-            }],
-            untracked_processes: vec![],
-        }
+        let device = crate::snapshot::TenantDeviceView { slots_bytes, ..fixtures::tenant_device(used_bytes, None, None) };
+        let mut snapshot = fixtures::one_tenant(false, device, vec![]);
+        snapshot.tenants[0].slots_signature = slots_signature;
+        snapshot
     }
 
     #[test]

@@ -43,27 +43,14 @@ pub const ROUND: Duration = Duration::from_millis(250);
 
 #[derive(Args)]
 pub struct MonitorArgs {
-    /// The ledger directory (default: GPUSLICE_DIR, else /run/gpuslice or the per-user fallback).
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: discovery::HostArgs,
     /// TOML configuration naming tenants and their memory caps; reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address for /metrics and /healthz.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
     pub listen: String,
-    /// Load NVML from this file instead of libnvidia-ml.so.1 (e.g. simgpu's libsimgpu.so).
-    #[arg(long, value_name = "PATH")]
-    pub nvml_lib: Option<PathBuf>,
-    /// Run without NVML: ledgers only.
-    #[arg(long)]
-    pub no_nvml: bool,
-    /// Where new ledgers of configured tenants go, and which one wins when a
-    /// tenant has both: `flat` (<dir>/<tenant>.ledger) or `tenant-dirs`
-    /// (<dir>/tenants/<tenant>/<tenant>.ledger, one directory per tenant to
-    /// mount into its pods). Both layouts are always watched.
-    #[arg(long, value_enum, default_value = "flat")]
-    pub layout: discovery::Layout,
 }
 
 /// What identifies a version of the configuration file on disk.
@@ -110,7 +97,7 @@ impl ConfigSource {
 }
 
 pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
-    let dir = discovery::ledger_dir(args.dir.as_deref());
+    let dir = discovery::ledger_dir(args.host.dir.as_deref());
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(&dir)
@@ -139,14 +126,14 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
     }
 
-    let mut gpu_reader = if args.no_nvml {
+    let mut gpu_reader = if args.host.no_nvml {
         log::warn("NVML disabled (--no-nvml): running in ledger-only mode");
         None
     } else {
-        match GpuReader::load(args.nvml_lib.as_deref()) {
+        match GpuReader::load(args.host.nvml_lib.as_deref()) {
             Ok(reader) => Some(reader),
             Err(e) => {
-                if args.nvml_lib.is_some() {
+                if args.host.nvml_lib.is_some() {
                     return Err(format!("cannot load NVML from --nvml-lib: {e}"));
                 }
                 log::warn(&format!(
@@ -163,13 +150,13 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     log::info(&format!(
         "watching {} ({} layout) ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
-        args.layout.name(),
+        args.host.layout.name(),
         if gpu_reader.is_some() { "on" } else { "off" }
     ));
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
-    let mut ledgers = ledgers::LedgerSet::new(dir, args.layout)?;
+    let mut ledgers = ledgers::LedgerSet::new(dir, args.host.layout)?;
     let mut policy_state = policy::PolicyState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();

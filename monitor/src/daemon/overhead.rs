@@ -90,7 +90,7 @@ impl OverheadState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{DeviceView, ProcessDeviceView, ProcessView, TenantDeviceView, TenantView};
+    use crate::snapshot::{fixtures, DeviceView, ProcessDeviceView, ProcessView, TenantDeviceView};
 
     fn process(pid: u32, ledger_bytes: u64, driver_bytes: u64) -> ProcessView {
         ProcessView {
@@ -107,35 +107,16 @@ mod tests {
     }
 
     fn snapshot(overhead_bytes: u64, processes: Vec<ProcessView>) -> Snapshot {
-        Snapshot {
-            nvml: true,
-            devices: vec![DeviceView {
-                index: 0,
-                uuid: "GPU-0".into(),
-                memory_total_bytes: 1000,
-                memory_used_bytes: Some(0),
-                utilization_ratio: None,
-            }],
-            tenants: vec![TenantView {
-                name: "team-a".into(),
-                devices: vec![TenantDeviceView {
-                    index: 0,
-                    uuid: "GPU-0".into(),
-                    memory_used_bytes: 0,
-                    memory_limit_bytes: None,
-                    policy_source: "unset",
-                    alloc_denied_total: 0,
-                    context_overhead_bytes: overhead_bytes,
-                    processes: 1,
-                    driver_memory_used_bytes: Some(0),
-                    slots_bytes: 0,
-                }],
-                processes,
-                reclaimed_processes_total: 0,
-                slots_signature: 0,
-            }],
-            untracked_processes: vec![],
-        }
+        let device = TenantDeviceView { context_overhead_bytes: overhead_bytes, ..fixtures::tenant_device(0, None, Some(0)) };
+        let mut snapshot = fixtures::one_tenant(true, device, processes);
+        snapshot.devices = vec![DeviceView {
+            index: 0,
+            uuid: "GPU-0".into(),
+            memory_total_bytes: 1000,
+            memory_used_bytes: Some(0),
+            utilization_ratio: None,
+        }];
+        snapshot
     }
 
     fn key() -> (String, String) {

@@ -185,34 +185,13 @@ impl ViolationState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{TenantDeviceView, TenantView};
+    use crate::snapshot::{fixtures, TenantDeviceView};
 
     const MS: Duration = Duration::from_millis(1);
 
     fn snapshot(driver_bytes: u64, limit_bytes: u64, used_bytes: u64) -> Snapshot {
-        Snapshot {
-            nvml: true,
-            devices: vec![],
-            tenants: vec![TenantView {
-                name: "team-a".into(),
-                devices: vec![TenantDeviceView {
-                    index: 0,
-                    uuid: "GPU-0".into(),
-                    memory_used_bytes: used_bytes,
-                    memory_limit_bytes: Some(limit_bytes),
-                    policy_source: "monitor",
-                    alloc_denied_total: 0,
-                    context_overhead_bytes: 10,
-                    processes: 1,
-                    driver_memory_used_bytes: Some(driver_bytes),
-                    slots_bytes: 0,
-                }],
-                processes: vec![],
-                reclaimed_processes_total: 0,
-                slots_signature: 0,
-            }],
-            untracked_processes: vec![],
-        }
+        let device = fixtures::tenant_device(used_bytes, Some(limit_bytes), Some(driver_bytes));
+        fixtures::one_tenant(true, TenantDeviceView { context_overhead_bytes: 10, ..device }, vec![])
     }
 
     fn config(grace: Duration) -> Config {
