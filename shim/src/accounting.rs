@@ -264,7 +264,12 @@ pub struct Runtime {
     pending_count: AtomicUsize,
     next_pending_id: AtomicU64,
     /// Set by the library destructor: from then on nothing is admitted.
-    pub exiting: AtomicBool,
+    exiting: AtomicBool,
+    /// Threads inside a ledger reservation or release now; the destructor
+    /// waits for them so that exit never cuts one between its two ledger
+    /// steps (tenant counter and slot), which would leave bytes counted for
+    /// the tenant that no slot holds.
+    in_ledger: AtomicUsize,
 }
 
 /// Bytes a pitched allocation of `width` bytes per row is assumed to take
@@ -303,6 +308,7 @@ impl Runtime {
             pending_count: AtomicUsize::new(0),
             next_pending_id: AtomicU64::new(0),
             exiting: AtomicBool::new(false),
+            in_ledger: AtomicUsize::new(0),
         }
     }
 
@@ -356,9 +362,31 @@ impl Runtime {
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
     /// processes and tries once more.
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
-        if self.exiting.load(Ordering::Acquire) {
-            return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
+        self.in_ledger.fetch_add(1, Ordering::SeqCst);
+        let result = if self.exiting.load(Ordering::SeqCst) {
+            Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes })
+        } else {
+            self.reserve_in_ledger(dev, bytes)
+        };
+        self.in_ledger.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    /// Exit: refuses every later reservation and waits (up to `limit`) for
+    /// the reservations and releases in progress, so that none is cut
+    /// between its ledger steps.
+    pub fn stop_admitting(&self, limit: std::time::Duration) -> bool {
+        if self.exiting.swap(true, Ordering::SeqCst) {
+            return false;
         }
+        let deadline = std::time::Instant::now() + limit;
+        while self.in_ledger.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    fn reserve_in_ledger(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
         self.poll_pending_frees();
         let Err(denied) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
         let reclaimed = self.ledger.reclaim_dead();
@@ -375,7 +403,10 @@ impl Runtime {
     }
 
     pub fn release(&self, dev: usize, bytes: u64) {
+        self.in_ledger.fetch_add(1, Ordering::SeqCst);
+        // After the destructor released the slot the ledger ignores this.
         self.ledger.release(&self.slot, dev, bytes);
+        self.in_ledger.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn remember(&self, kind: Kind, key: u64, charge: Charge) {

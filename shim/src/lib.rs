@@ -269,7 +269,10 @@ extern "C" fn on_load() {
 
 /// Runs at normal exit (or unload): releases this process's slot and every
 /// byte it still holds. Other threads may still be inside a hook: the
-/// runtime stays (it is never freed), but from here on it admits nothing
+/// reservations already under way are waited for (at most 100 ms; exit
+/// would otherwise kill a thread between the ledger's two steps and leave
+/// its bytes counted for ever), the runtime stays (it is never freed), but
+/// from here on it admits nothing
 /// (allocations get `CUDA_ERROR_OUT_OF_MEMORY`), frees are forwarded, and
 /// the ledger ignores reservations and releases against the released slot
 /// (a reservation that raced the release lands in the free slot, and the
@@ -277,7 +280,7 @@ extern "C" fn on_load() {
 extern "C" fn on_unload() {
     // SAFETY: see ready_runtime; the pointer is leaked, never freed.
     let Some(rt) = (unsafe { RUNTIME.load(Ordering::Acquire).as_ref() }) else { return };
-    if rt.owner_pid != std::process::id() || rt.exiting.swap(true, Ordering::AcqRel) {
+    if rt.owner_pid != std::process::id() || !rt.stop_admitting(std::time::Duration::from_millis(100)) {
         return;
     }
     // SAFETY: `Slot` is plain data (an index and a generation) with no Drop;
