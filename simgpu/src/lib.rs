@@ -21,7 +21,12 @@
 //!
 //! Configuration: `SIMGPU_DEVICES`, `SIMGPU_MEMORY`, `SIMGPU_STATE`,
 //! `SIMGPU_CONTEXT_MEMORY`, `SIMGPU_SLICE_US`, `SIMGPU_KERNEL_US` (see
-//! [`config`]). A bad value makes `cuInit` return `CUDA_ERROR_INVALID_VALUE`
+//! [`config`]). The driver API honours `CUDA_VISIBLE_DEVICES` as the real
+//! driver does; NVML ignores it ([`visible`]).
+//!
+//! Streams: launches, event records, stream-ordered frees, copies and fills,
+//! host functions and cross-context event waits are ops on their context's
+//! queue, run in order by that context's worker ([`exec`]). A bad value makes `cuInit` return `CUDA_ERROR_INVALID_VALUE`
 //! and `nvmlInit` `NVML_ERROR_UNKNOWN`, with a message on stderr naming the
 //! variable, the value and the accepted format.
 #![deny(unsafe_op_in_unsafe_fn)]

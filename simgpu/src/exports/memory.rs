@@ -208,7 +208,7 @@ fn copy(order: Order, dst: u64, dst_side: Side, src: u64, src_side: Side, n: usi
 fn fill(order: Order, dst: u64, value: u32, width: u64, n: usize) -> CuResult<()> {
     let d = driver()?;
     order.begin(d)?;
-    if dst % width != 0 {
+    if !dst.is_multiple_of(width) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     if n == 0 {
