@@ -52,26 +52,23 @@ pub fn simgpu_lib_dir() -> Result<PathBuf, String> {
 
 /// Puts `dir` first on the child's `LD_LIBRARY_PATH`.
 pub fn prepend_library_path(cmd: &mut Command, dir: &Path) {
-    let mut value = OsString::from(dir);
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        if !old.is_empty() {
-            value.push(":");
-            value.push(old);
-        }
-    }
-    cmd.env("LD_LIBRARY_PATH", value);
+    prepend_to_list(cmd, "LD_LIBRARY_PATH", dir);
 }
 
 /// Adds `lib` to the front of the child's `LD_PRELOAD`.
 pub fn prepend_preload(cmd: &mut Command, lib: &Path) {
-    let mut value = OsString::from(lib);
-    if let Some(old) = std::env::var_os("LD_PRELOAD") {
-        if !old.is_empty() {
-            value.push(":");
-            value.push(old);
-        }
+    prepend_to_list(cmd, "LD_PRELOAD", lib);
+}
+
+/// Sets the child's `var`, a colon-separated list, to `first` followed by
+/// this process's value of it.
+fn prepend_to_list(cmd: &mut Command, var: &str, first: &Path) {
+    let mut value = OsString::from(first);
+    if let Some(old) = std::env::var_os(var).filter(|old| !old.is_empty()) {
+        value.push(":");
+        value.push(old);
     }
-    cmd.env("LD_PRELOAD", value);
+    cmd.env(var, value);
 }
 
 /// Replaces this process with `cmd`; returns only on failure.
