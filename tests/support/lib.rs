@@ -22,6 +22,8 @@
 //! `GPUSLICE_TEST_TIMEOUT_S` (deadline per child, default 60 s),
 //! `GPUSLICE_TEST_KEEP=1` (keep every test directory, not only failed ones).
 
+pub mod driver;
+
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
