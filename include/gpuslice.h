@@ -32,7 +32,10 @@
 
 /* "GPUSLICE" read as a little-endian uint64_t. */
 #define GPUSLICE_MAGIC UINT64_C(0x4543494C53555047)
-#define GPUSLICE_LAYOUT_VERSION 1u
+#define GPUSLICE_LAYOUT_VERSION 2u
+/* struct gpuslice_slot.in_flight_word increments */
+#define GPUSLICE_IN_FLIGHT_BEGIN UINT64_C(1)
+#define GPUSLICE_IN_FLIGHT_FINISH UINT64_C(0xFFFFFFFF)
 /* "INIT" read as a little-endian uint32_t; 0 = still being created. */
 #define GPUSLICE_INITIALISED UINT32_C(0x54494E49)
 
@@ -125,7 +128,12 @@ struct gpuslice_slot {
     uint32_t ns_pid;      /* in the process's own PID namespace */
     uint64_t pidns_inode; /* of /proc/self/ns/pid */
     uint64_t start_time_ticks;
-    uint64_t reserved[4];
+    /* Low 32 bits: reservations/releases between their two steps (usage,
+       then slot; or slot, then usage); high 32 bits: how many finished.
+       A writer adds GPUSLICE_IN_FLIGHT_BEGIN before its first step and
+       GPUSLICE_IN_FLIGHT_FINISH after its second. */
+    uint64_t in_flight_word;
+    uint64_t reserved[3];
     uint64_t bytes[GPUSLICE_MAX_DEVICES];
 };
 

@@ -6,7 +6,7 @@
 //! own slot then records the bytes, so that reclaim can return them if the
 //! process dies.
 
-use crate::layout::{device_state, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
+use crate::layout::{device_state, in_flight, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
 use crate::{ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES, UNLIMITED};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,6 +19,24 @@ const DEVICE_ENTRY_WAIT: Duration = Duration::from_secs(1);
 pub(crate) fn saturating_take(counter: &AtomicU64, bytes: u64) -> u64 {
     match counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(bytes))) {
         Ok(before) | Err(before) => before.min(bytes),
+    }
+}
+
+/// Marks a change of usage and slot bytes in flight on a slot for as long
+/// as it lives ([`in_flight`]): created before the first step, dropped after
+/// the second.
+pub(crate) struct InFlight<'a>(&'a SlotRecord);
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn begin(record: &'a SlotRecord) -> Self {
+        record.in_flight_word.fetch_add(in_flight::BEGIN, Ordering::SeqCst);
+        InFlight(record)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight_word.fetch_add(in_flight::FINISH, Ordering::SeqCst);
     }
 }
 
@@ -230,11 +248,16 @@ impl Ledger {
     }
 
     fn try_reserve_counting(&self, slot: &Slot, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
-        let (Some(policy), Some(usage), Some(slot_bytes)) =
-            (self.policy(dev), self.usage(dev), self.slot_record(slot.index()).and_then(|s| s.bytes.get(dev)))
+        let (Some(policy), Some(usage), Some(record)) = (self.policy(dev), self.usage(dev), self.slot_record(slot.index()))
         else {
             return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
         };
+        let Some(slot_bytes) = record.bytes.get(dev) else {
+            return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
+        };
+        // In flight from before the admitting CAS to after the slot's add (or
+        // the refusal): see `audit_usage`.
+        let _in_flight = InFlight::begin(record);
         if !self.owns(slot) {
             return Err(Denied { used_bytes: usage.used_bytes.load(Ordering::Acquire), limit_bytes: 0, requested_bytes: bytes });
         }
@@ -260,11 +283,9 @@ impl Ledger {
     /// Never takes more than the slot holds, so a mistaken release cannot
     /// drain other processes' accounting, and nothing underflows.
     pub fn release(&self, slot: &Slot, dev: usize, bytes: u64) {
-        let (Some(usage), Some(slot_bytes)) =
-            (self.usage(dev), self.slot_record(slot.index()).and_then(|s| s.bytes.get(dev)))
-        else {
-            return;
-        };
+        let (Some(usage), Some(record)) = (self.usage(dev), self.slot_record(slot.index())) else { return };
+        let Some(slot_bytes) = record.bytes.get(dev) else { return };
+        let _in_flight = InFlight::begin(record);
         if !self.owns(slot) {
             return;
         }
@@ -273,8 +294,10 @@ impl Ledger {
     }
 
     /// Gives every byte a slot record holds back to the tenant; returns the
-    /// non-zero amounts by device.
+    /// non-zero amounts by device. The caller holds the slot's lock; the
+    /// drain is marked in flight on the drained slot itself.
     pub(crate) fn drain_slot(&self, record: &SlotRecord) -> Vec<(usize, u64)> {
+        let _in_flight = InFlight::begin(record);
         let mut drained = Vec::new();
         for (dev, cell) in record.bytes.iter().enumerate().take(MAX_DEVICES) {
             let bytes = cell.swap(0, Ordering::AcqRel);

@@ -26,7 +26,7 @@ pub const UNLIMITED: u64 = u64::MAX;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUSLICE");
 /// The layout described by this module. Any change of size, offset or
 /// meaning bumps it; a process never maps a file of another version.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// The value of [`Header::initialised`] once the creator has written
 /// everything else ("INIT" in ASCII). Zero means "still being created";
 /// anything else is corruption.
@@ -70,6 +70,41 @@ pub mod slot_state {
     pub const ALIVE: u32 = 2;
     /// The owner died; a reclaimer holds the lock and is returning its bytes.
     pub const RECLAIMING: u32 = 3;
+}
+
+/// The [`SlotRecord::in_flight_word`] protocol.
+///
+/// Every change of a tenant's `used_bytes` goes with a change of one slot's
+/// `bytes`, in two atomic steps: a reservation adds to `used_bytes` (the CAS
+/// that admits it) and then to the slot; a release or a drain takes from the
+/// slot and then from `used_bytes`. Between the two steps the tenant counts
+/// bytes that no slot holds. Around both steps the writer adds [`BEGIN`] to
+/// the word of the slot whose bytes it changes (before the first step) and
+/// [`FINISH`] after the second (or after a refused CAS), each with
+/// sequentially consistent ordering. So:
+/// - a count of zero on a slot means no change is between its steps there;
+/// - an unchanged word means no change began or finished there meanwhile
+///   (the finished count moves with every one).
+///
+/// A writer killed between the steps leaves the count set on a slot whose
+/// lock the kernel dropped: those bytes are a leak, and only there may a
+/// set count be ignored. See `Ledger::audit_usage`.
+pub mod in_flight {
+    /// Added before the first step: one more in flight.
+    pub const BEGIN: u64 = 1;
+    /// Added after the second step: one fewer in flight, one more finished.
+    pub const FINISH: u64 = (1 << 32) - 1;
+
+    /// Changes in flight in a word.
+    pub const fn count(word: u64) -> u32 {
+        word as u32
+    }
+
+    /// The word with nothing in flight and its finished count moved on, for
+    /// whoever takes a slot over from a dead writer (under the slot's lock).
+    pub const fn settled(word: u64) -> u64 {
+        ((word >> 32).wrapping_add(1)) << 32
+    }
 }
 
 /// Where a device's memory cap came from ([`PolicyRecord::policy_source`]).
@@ -232,8 +267,14 @@ pub struct SlotRecord {
     pub pidns_inode: AtomicU64,
     /// The owner's start time, clock ticks after boot (`/proc/PID/stat` field 22).
     pub start_time_ticks: AtomicU64,
+    /// Reservations and releases in flight on this slot: low 32 bits count
+    /// those begun and not finished, high 32 bits count those finished (see
+    /// [`in_flight`]). Written by the owner around each change of the
+    /// tenant's usage and this slot's bytes, and by a claimer or reclaimer
+    /// (holding the slot's lock) around draining it.
+    pub in_flight_word: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 3],
     /// Bytes this process has reserved, by device index.
     pub bytes: [AtomicU64; MAX_DEVICES],
 }
@@ -327,6 +368,7 @@ const _: () = {
     assert!(offset_of!(SlotRecord, ns_pid) == 12);
     assert!(offset_of!(SlotRecord, pidns_inode) == 16);
     assert!(offset_of!(SlotRecord, start_time_ticks) == 24);
+    assert!(offset_of!(SlotRecord, in_flight_word) == 32);
     assert!(offset_of!(SlotRecord, bytes) == 64);
 
     assert!(offset_of!(LedgerFile, header) == 0);

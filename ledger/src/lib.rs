@@ -26,19 +26,24 @@
 //! the slot, or any [`Ledger::reclaim_dead`], returns it to the tenant. No
 //! byte is ever forgotten.
 //!
-//! # Known limitation
+//! - [`Ledger::audit_usage`] and [`Ledger::correct_unattributed`] find and
+//!   return bytes the tenant's usage counts that no slot holds.
+//!
+//! # A writer killed between two steps
 //! A reservation is two atomic steps: the tenant's counter, then the
-//! process's slot. A process killed between the two (a window of a few
-//! instructions) leaves those bytes counted for the tenant but not in its
-//! slot, so reclaim cannot return them: the tenant's usage stays that much
-//! too high until the ledger file is recreated (all processes of the tenant
-//! gone and the file removed). The error is always in the safe direction: a
-//! tenant can get less than its cap, never more. The opposite order (slot
-//! first) would make the same crash undercount the tenant, which could let
-//! it pass its cap.
+//! process's slot (a release: the slot, then the counter). A process killed
+//! between the two (a window of a few instructions) leaves those bytes
+//! counted for the tenant but not in its slot, so reclaim cannot return
+//! them. The error is in the safe direction: the tenant gets less than its
+//! cap, never more (the opposite order would let the same crash undercount
+//! the tenant past its cap). Every change is marked in flight on its slot
+//! ([`layout::in_flight`]), so a corrector (the monitor) can tell such a
+//! leak from a change that is merely slow, or stopped, between its steps,
+//! and return it ([`audit`](crate::audit) says why that is safe).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod accounts;
+pub mod audit;
 mod error;
 pub mod layout;
 mod ofd;
@@ -47,6 +52,7 @@ pub mod process;
 mod slots;
 pub mod units;
 
+pub use audit::UsageAudit;
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
 pub use slots::{lock_offset as slot_lock_offset, Reclaimed, Slot, SlotView};

@@ -15,7 +15,7 @@
 //! stale view never wins. Liveness never depends on pids, so pid reuse and
 //! PID namespaces cannot fool it.
 
-use crate::layout::{split_state_word, state_word, slot_state, SLOTS_OFFSET, SLOT_BYTES};
+use crate::layout::{in_flight, split_state_word, state_word, slot_state, SLOTS_OFFSET, SLOT_BYTES};
 use crate::ofd;
 use crate::process::ProcessIdentity;
 use crate::{Ledger, LedgerError, MAX_SLOTS};
@@ -109,6 +109,12 @@ impl Ledger {
         self.owned.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Whether this `Ledger` holds slot `index`'s lock.
+    pub(crate) fn owns_lock(&self, index: usize) -> bool {
+        let (word_index, mask) = bit(index);
+        self.owned_bits().get(word_index).is_some_and(|w| w & mask != 0)
+    }
+
     /// Claims a free slot for the calling process and locks it for as long as
     /// this `Ledger` stays open. If every slot is taken, reclaims dead ones
     /// once and tries again.
@@ -146,6 +152,11 @@ impl Ledger {
             record.ns_pid.store(me.ns_pid, Ordering::Relaxed);
             record.pidns_inode.store(me.pidns_inode, Ordering::Relaxed);
             record.start_time_ticks.store(me.start_time_ticks, Ordering::Relaxed);
+            // A writer that died between the two steps of a change left its
+            // mark; we hold the lock of a free slot, so nobody else writes
+            // here now (a releasing owner is done before it unlocks).
+            let word = record.in_flight_word.load(Ordering::Acquire);
+            record.in_flight_word.store(in_flight::settled(word), Ordering::SeqCst);
             // A slot is freed after its bytes were drained, but a reservation
             // of its last owner that raced the release may have landed since:
             // give it back to the tenant rather than forget it.
@@ -215,6 +226,10 @@ impl Ledger {
                 continue;
             }
             let bytes_per_device = self.drain_slot(record);
+            // The dead owner's marks go with it: what it left between two
+            // steps is a leak for the audit, no longer in flight.
+            let word = record.in_flight_word.load(Ordering::Acquire);
+            record.in_flight_word.store(in_flight::settled(word), Ordering::SeqCst);
             let dead = Reclaimed {
                 slot_index: index,
                 pid: record.pid.load(Ordering::Relaxed),

@@ -1,7 +1,7 @@
 //! Unit tests of the ledger: each on its own temporary directory.
 
 use super::*;
-use crate::layout::{FILE_BYTES, LAYOUT_VERSION, MAGIC};
+use crate::layout::{self, FILE_BYTES, LAYOUT_VERSION, MAGIC};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -131,7 +131,10 @@ fn other_layout_version_is_refused() {
     let message = expect_error_and_untouched(&path, |e| {
         matches!(e, OpenError::OtherVersion { found, expected, .. } if *found == LAYOUT_VERSION + 1 && *expected == LAYOUT_VERSION)
     });
-    assert!(message.contains("version 2") && message.contains("version 1"), "{message}");
+    assert!(
+        message.contains(&format!("version {}", LAYOUT_VERSION + 1)) && message.contains(&format!("version {LAYOUT_VERSION}")),
+        "{message}"
+    );
 }
 
 #[test]
@@ -457,5 +460,123 @@ fn a_released_slot_admits_nothing_and_stray_bytes_are_never_lost() {
     ledger.release(&late, dev, 4 * MIB);
     assert_eq!(ledger.used_bytes(dev), 4 * MIB);
     ledger.release_slot(again);
+    assert_eq!(ledger.used_bytes(dev), 0);
+}
+
+/// A reservation cut between its two steps: marked in flight on `slot`, the
+/// tenant's counter raised, the slot's bytes not.
+fn half_done_reservation(ledger: &Ledger, slot: &Slot, dev: usize, bytes: u64) {
+    let record = &ledger.layout().slots[slot.index()];
+    record.in_flight_word.fetch_add(layout::in_flight::BEGIN, Ordering::SeqCst);
+    ledger.layout().usage.devices[dev].used_bytes.fetch_add(bytes, Ordering::SeqCst);
+}
+
+#[test]
+fn a_reservation_cut_by_death_is_corrected_but_not_while_its_owner_lives() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    owner.try_reserve(&slot, dev, 7 * MIB).unwrap();
+    assert_eq!(ledger.audit_usage(dev), Some(UsageAudit { used_bytes: 7 * MIB, slots_bytes: 7 * MIB }));
+    assert!(!ledger.correct_unattributed(dev, &ledger.audit_usage(dev).unwrap()), "nothing to correct");
+
+    half_done_reservation(&owner, &slot, dev, 10 * MIB);
+    // Its owner lives (stopped, say): the change may still finish.
+    for _ in 0..3 {
+        assert_eq!(ledger.audit_usage(dev), None, "a live owner's change in flight is not a leak");
+    }
+    assert_eq!(ledger.used_bytes(dev), 17 * MIB);
+    // The owner dies between the steps: the kernel drops its lock.
+    drop(owner);
+    let audit = ledger.audit_usage(dev).expect("a dead writer's mark does not hold the audit up");
+    assert_eq!(audit, UsageAudit { used_bytes: 17 * MIB, slots_bytes: 7 * MIB });
+    assert_eq!(audit.unattributed_bytes(), 10 * MIB);
+    assert!(ledger.correct_unattributed(dev, &audit));
+    assert_eq!(ledger.used_bytes(dev), 7 * MIB);
+    assert!(!ledger.correct_unattributed(dev, &audit), "corrected once");
+    // Reclaim returns what the slot held; the tenant ends at exactly zero.
+    assert_eq!(ledger.reclaim_dead().len(), 1);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    assert_eq!(in_flight_count(&ledger, slot.index()), 0, "reclaim settles the dead owner's mark");
+    assert_eq!(ledger.audit_usage(dev), Some(UsageAudit { used_bytes: 0, slots_bytes: 0 }));
+}
+
+fn in_flight_count(ledger: &Ledger, index: usize) -> u32 {
+    layout::in_flight::count(ledger.layout().slots[index].in_flight_word.load(Ordering::SeqCst))
+}
+
+#[test]
+fn a_correction_from_a_reading_that_usage_has_left_fails() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let dead = Ledger::open(ledger.path()).unwrap();
+    let dead_slot = dead.claim_slot().unwrap();
+    half_done_reservation(&dead, &dead_slot, dev, 5 * MIB);
+    drop(dead);
+    let audit = ledger.audit_usage(dev).unwrap();
+    assert_eq!(audit.unattributed_bytes(), 5 * MIB);
+    // A reservation lands after the reading.
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, MIB).unwrap();
+    assert!(!ledger.correct_unattributed(dev, &audit), "usage moved: judge again");
+    assert_eq!(ledger.used_bytes(dev), 6 * MIB);
+    let again = ledger.audit_usage(dev).unwrap();
+    assert_eq!(again, UsageAudit { used_bytes: 6 * MIB, slots_bytes: MIB });
+    assert!(ledger.correct_unattributed(dev, &again));
+    ledger.release_slot(slot);
+    assert_eq!(ledger.used_bytes(dev), 0);
+    assert_eq!(in_flight_count(&ledger, dead_slot.index()), 1, "the dead writer's mark stays until its slot is reclaimed");
+    assert_eq!(ledger.reclaim_dead().len(), 1);
+    assert_eq!(in_flight_count(&ledger, dead_slot.index()), 0, "reclaim settled the mark");
+    assert_eq!(ledger.used_bytes(dev), 0);
+}
+
+#[test]
+fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
+    let dir = TempDir::new();
+    let ledger = Arc::new(Ledger::open_or_create(&dir.0, "t").unwrap());
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    ledger.set_memory_limit_bytes(dev, 64 * MIB, PolicySource::Monitor);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let path = ledger.path().to_path_buf();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                // Each worker is its own "process": its own open file.
+                let own = Ledger::open(&path).unwrap();
+                let slot = own.claim_slot().unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let bytes = (n % 7 + 1 + i) * 4096;
+                    if own.try_reserve(&slot, dev, bytes).is_ok() {
+                        own.release(&slot, dev, bytes);
+                    }
+                    n += 1;
+                }
+                own.release_slot(slot);
+                n
+            })
+        })
+        .collect();
+    let (mut readings, mut corrections) = (0u64, 0u64);
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < deadline {
+        if let Some(audit) = ledger.audit_usage(dev) {
+            readings += 1;
+            assert_eq!(audit.used_bytes, audit.slots_bytes, "an inconsistent reading was returned");
+            if ledger.correct_unattributed(dev, &audit) {
+                corrections += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let changes: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    eprintln!("{changes} reservations, {readings} consistent readings, {corrections} corrections");
+    assert_eq!(corrections, 0);
+    assert!(changes > 1000, "the workers hardly ran: {changes}");
     assert_eq!(ledger.used_bytes(dev), 0);
 }

@@ -60,6 +60,7 @@ fn rust_values() -> Vec<(&'static str, u64)> {
         off!("slot.ns_pid", SlotRecord, ns_pid),
         off!("slot.pidns_inode", SlotRecord, pidns_inode),
         off!("slot.start_time_ticks", SlotRecord, start_time_ticks),
+        off!("slot.in_flight_word", SlotRecord, in_flight_word),
         off!("slot.bytes", SlotRecord, bytes),
         ("sizeof_ledger", FILE_BYTES as u64),
         ("policy_offset", POLICY_OFFSET as u64),
@@ -71,6 +72,8 @@ fn rust_values() -> Vec<(&'static str, u64)> {
         ("UNLIMITED", UNLIMITED),
         ("MAGIC", MAGIC),
         ("LAYOUT_VERSION", LAYOUT_VERSION as u64),
+        ("IN_FLIGHT_BEGIN", layout::in_flight::BEGIN),
+        ("IN_FLIGHT_FINISH", layout::in_flight::FINISH),
         ("INITIALISED", INITIALISED as u64),
         ("DEVICE_READY", layout::device_state::READY as u64),
         ("SLOT_ALIVE", layout::slot_state::ALIVE as u64),
@@ -134,6 +137,7 @@ int main(int argc, char **argv) {
     OFF("slot.ns_pid", gpuslice_slot, ns_pid);
     OFF("slot.pidns_inode", gpuslice_slot, pidns_inode);
     OFF("slot.start_time_ticks", gpuslice_slot, start_time_ticks);
+    OFF("slot.in_flight_word", gpuslice_slot, in_flight_word);
     OFF("slot.bytes", gpuslice_slot, bytes);
     P("sizeof_ledger", GPUSLICE_FILE_BYTES);
     P("policy_offset", GPUSLICE_POLICY_OFFSET);
@@ -145,6 +149,8 @@ int main(int argc, char **argv) {
     P("UNLIMITED", GPUSLICE_UNLIMITED);
     P("MAGIC", GPUSLICE_MAGIC);
     P("LAYOUT_VERSION", GPUSLICE_LAYOUT_VERSION);
+    P("IN_FLIGHT_BEGIN", GPUSLICE_IN_FLIGHT_BEGIN);
+    P("IN_FLIGHT_FINISH", GPUSLICE_IN_FLIGHT_FINISH);
     P("INITIALISED", GPUSLICE_INITIALISED);
     P("DEVICE_READY", GPUSLICE_DEVICE_READY);
     P("SLOT_ALIVE", GPUSLICE_SLOT_ALIVE);

@@ -284,11 +284,9 @@ mod tests {
                     context_overhead_bytes: 0,
                     processes: 1,
                     driver_memory_used_bytes: None,
-                    slots_bytes: 0,
                 }],
                 processes: vec![],
                 reclaimed_processes_total: 4,
-                slots_signature: 0,
             }],
             untracked_processes: vec![],
         };

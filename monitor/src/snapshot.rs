@@ -46,10 +46,6 @@ pub struct TenantDeviceView {
     pub processes: u64,
     /// Memory the driver reports for the tenant's processes (NVML only).
     pub driver_memory_used_bytes: Option<u64>,
-    /// What the tenant's process slots hold on the device, dead ones awaiting
-    /// reclaim included: `memory_used_bytes` should equal it.
-    #[serde(skip)]
-    pub slots_bytes: u64,
 }
 
 /// A process of a tenant.
@@ -100,9 +96,6 @@ pub struct TenantView {
     pub processes: Vec<ProcessView>,
     /// Dead processes whose memory was reclaimed, ever.
     pub reclaimed_processes_total: u64,
-    /// Changes whenever a slot is claimed, freed, or its bytes change.
-    #[serde(skip)]
-    pub slots_signature: u64,
 }
 
 /// A process using a device that no ledger knows: it bypassed the shim.
@@ -178,20 +171,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
             });
         }
         let slots = ledger.slots();
-        let slots_signature = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            for slot in &slots {
-                (slot.index, slot.generation, slot.state, &slot.bytes_per_device).hash(&mut hasher);
-            }
-            hasher.finish()
-        };
-        let mut slots_bytes: HashMap<usize, u64> = HashMap::new();
-        for slot in &slots {
-            for (dev, bytes) in &slot.bytes_per_device {
-                *slots_bytes.entry(*dev).or_default() += bytes;
-            }
-        }
         let mut processes = Vec::new();
         let mut per_device_processes: HashMap<usize, u64> = HashMap::new();
         let mut driver_per_device: HashMap<usize, u64> = HashMap::new();
@@ -250,7 +229,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
                     context_overhead_bytes: ledger.context_overhead_bytes(entry.index),
                     processes: per_device_processes.get(&entry.index).copied().unwrap_or(0),
                     driver_memory_used_bytes: gpus.map(|_| driver_per_device.get(&entry.index).copied().unwrap_or(0)),
-                    slots_bytes: slots_bytes.get(&entry.index).copied().unwrap_or(0),
                 }
             })
             .collect();
@@ -259,7 +237,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
             devices: tenant_devices,
             processes,
             reclaimed_processes_total: ledger.reclaimed_processes_total(),
-            slots_signature,
         });
     }
     tenants.sort_by(|a, b| a.name.cmp(&b.name));
@@ -299,7 +276,6 @@ pub mod fixtures {
             context_overhead_bytes: 0,
             processes: 1,
             driver_memory_used_bytes: driver_bytes,
-            slots_bytes: 0,
         }
     }
 
@@ -313,7 +289,6 @@ pub mod fixtures {
                 devices: vec![device],
                 processes,
                 reclaimed_processes_total: 0,
-                slots_signature: 0,
             }],
             untracked_processes: vec![],
         }

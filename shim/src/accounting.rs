@@ -372,15 +372,23 @@ impl Runtime {
         result
     }
 
-    /// Exit: refuses every later reservation and waits (up to `limit`) for
-    /// the reservations and releases in progress, so that none is cut
-    /// between its ledger steps.
+    /// Exit: refuses every later reservation and release and waits (up to
+    /// `limit`) for those in progress, so that none is cut between its
+    /// ledger steps. `true` when none is left (the first caller only): the
+    /// slot may then be released. `false` when one is still running: the
+    /// slot must be left alone, to be reclaimed once the process is gone.
+    /// (Every thread adds itself to `in_ledger` before it reads `exiting`,
+    /// and we set `exiting` before we read `in_ledger`, all sequentially
+    /// consistent: a thread either sees `exiting` or is seen here.)
     pub fn stop_admitting(&self, limit: std::time::Duration) -> bool {
         if self.exiting.swap(true, Ordering::SeqCst) {
             return false;
         }
         let deadline = std::time::Instant::now() + limit;
-        while self.in_ledger.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < deadline {
+        while self.in_ledger.load(Ordering::SeqCst) != 0 {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
             std::thread::yield_now();
         }
         true
@@ -404,8 +412,12 @@ impl Runtime {
 
     pub fn release(&self, dev: usize, bytes: u64) {
         self.in_ledger.fetch_add(1, Ordering::SeqCst);
-        // After the destructor released the slot the ledger ignores this.
-        self.ledger.release(&self.slot, dev, bytes);
+        // Once the destructor has begun, the slot is drained (or left to
+        // reclaim) as a whole: no change may touch it after the destructor
+        // stopped waiting, or exit could cut it between its two steps.
+        if !self.exiting.load(Ordering::SeqCst) {
+            self.ledger.release(&self.slot, dev, bytes);
+        }
         self.in_ledger.fetch_sub(1, Ordering::SeqCst);
     }
 

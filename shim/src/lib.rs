@@ -269,14 +269,15 @@ extern "C" fn on_load() {
 
 /// Runs at normal exit (or unload): releases this process's slot and every
 /// byte it still holds. Other threads may still be inside a hook: the
-/// reservations already under way are waited for (at most 100 ms; exit
-/// would otherwise kill a thread between the ledger's two steps and leave
-/// its bytes counted for ever), the runtime stays (it is never freed), but
-/// from here on it admits nothing
-/// (allocations get `CUDA_ERROR_OUT_OF_MEMORY`), frees are forwarded, and
-/// the ledger ignores reservations and releases against the released slot
-/// (a reservation that raced the release lands in the free slot, and the
-/// next claim or reclaim of that slot returns it to the tenant).
+/// runtime stays (it is never freed), but from here on it admits nothing
+/// (allocations get `CUDA_ERROR_OUT_OF_MEMORY`) and releases nothing in the
+/// ledger (frees are forwarded; the slot is drained as a whole). The
+/// reservations and releases already under way are waited for, at most
+/// 100 ms; if one is still running then, the slot is left as it is: exit
+/// may cut that thread between the ledger's two steps, and a slot still
+/// alive is reclaimed (its bytes returned, its in-flight mark settled, the
+/// cut change's bytes found by the monitor's audit) once the process is
+/// gone, while a released slot would hide the cut.
 extern "C" fn on_unload() {
     // SAFETY: see ready_runtime; the pointer is leaked, never freed.
     let Some(rt) = (unsafe { RUNTIME.load(Ordering::Acquire).as_ref() }) else { return };

@@ -207,7 +207,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref());
         violation_state.check(&snap, &config, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
-        counters.unattributed_bytes = audit_state.check(&snap);
+        counters.unattributed_bytes = audit_state.check(refs.iter().copied());
         {
             let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.metrics = metrics::render(&snap, &counters);
