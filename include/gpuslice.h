@@ -32,7 +32,7 @@
 
 /* "GPUSLICE" read as a little-endian uint64_t. */
 #define GPUSLICE_MAGIC UINT64_C(0x4543494C53555047)
-#define GPUSLICE_LAYOUT_VERSION 2u
+#define GPUSLICE_LAYOUT_VERSION 3u
 /* struct gpuslice_slot.in_flight_word increments */
 #define GPUSLICE_IN_FLIGHT_BEGIN UINT64_C(1)
 #define GPUSLICE_IN_FLIGHT_FINISH UINT64_C(0xFFFFFFFF)
@@ -92,7 +92,11 @@ struct gpuslice_policy {
     uint32_t compute_share_ratio_e4; /* ratio x 10000, 0 = none */
     uint32_t compute_limit_ratio_e4; /* ratio x 10000, 0 = no ceiling */
     int32_t priority;
-    uint64_t reserved[5];
+    /* Writers of memory_limit_bytes + policy_source claim it with a CAS from
+       the even value they decided on to an odd one, store both, then make it
+       even again: the pair changes as one decision. */
+    uint64_t policy_epoch;
+    uint64_t reserved[4];
 };
 
 /* Page 1. */

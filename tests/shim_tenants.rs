@@ -231,3 +231,48 @@ fn a_forked_child_that_uses_cuda_is_its_own_process() {
     assert_eq!(used_after_child, 164 * MIB);
     assert_eq!(out.u64("parent.after.free"), out.u64("parent.before.free"), "{out}");
 }
+
+/// Processes of one tenant that start together with different caps agree
+/// on one: the tenant's cap is decided once per device, atomically, and
+/// none of them replaces it while the others are starting.
+#[test]
+fn processes_starting_together_with_different_caps_all_see_one_cap() {
+    const PROCESSES: u64 = 12;
+    for round in 0..3 {
+        let sim = Sim::new().memory("4GiB").context_memory("64MiB").devices(2).shim().tenant(TENANT);
+        let mut running: Vec<_> = (1..=PROCESSES)
+            .map(|i| {
+                let mut cmd = sim.c("memctl");
+                cmd.env("GPUSLICE_MEMORY_LIMIT", format!("{}MiB", 64 * i))
+                    .env("GPUSLICE_LOG", "info")
+                    .args(["ready", "wait", "init", "hold", "totalmem:0", "totalmem:1"]);
+                sim.spawn(&mut cmd)
+            })
+            .collect();
+        // All loaded: let them initialise at once.
+        for p in &mut running {
+            p.wait_for("ready");
+        }
+        for p in &mut running {
+            p.send_line("go");
+        }
+        for p in &mut running {
+            p.wait_for("init");
+        }
+        let outputs: Vec<_> = running.into_iter().map(|p| p.wait()).collect();
+        let seen: Vec<Vec<u64>> = outputs
+            .iter()
+            .map(|out| out.assert_success().all("totalmem.bytes").iter().map(|v| v.parse().unwrap()).collect())
+            .collect();
+        let replaced: Vec<&str> =
+            outputs.iter().flat_map(|out| out.stderr.lines()).filter(|line| line.contains("cap changed")).collect();
+        assert!(replaced.is_empty(), "round {round}: a process replaced the cap of others starting with it: {replaced:?}");
+        let first = seen[0][0];
+        assert!((1..=PROCESSES).any(|i| first == 64 * i * MIB), "round {round}: {first} is nobody's cap");
+        for (i, caps) in seen.iter().enumerate() {
+            assert_eq!(caps, &vec![first, first], "round {round}: process {i} sees other caps than process 0: {seen:?}");
+        }
+        let ledger = ledger_view::open(&sim.ledger_dir(), TENANT);
+        assert_eq!((ledger.memory_limit_bytes(0), ledger.memory_limit_bytes(1)), (first, first), "round {round}");
+    }
+}

@@ -7,7 +7,7 @@
 //! process dies.
 
 use crate::layout::{device_state, in_flight, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
-use crate::{ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES, UNLIMITED};
+use crate::{ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,69 @@ const DEVICE_ENTRY_WAIT: Duration = Duration::from_secs(1);
 pub(crate) fn saturating_take(counter: &AtomicU64, bytes: u64) -> u64 {
     match counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(bytes))) {
         Ok(before) | Err(before) => before.min(bytes),
+    }
+}
+
+/// How long a writer of a policy record waits for another writer before it
+/// takes the record over (the other died between its claim and its stores).
+const POLICY_WRITER_WAIT: Duration = Duration::from_millis(200);
+
+/// What [`Ledger::apply_environment_cap`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapDecision {
+    /// No cap was set: this one is now.
+    Set,
+    /// The same cap was already in force.
+    Same,
+    /// An environment's cap was replaced (the caller is the only live process).
+    Replaced { previous_bytes: u64 },
+    /// Another cap stays in force.
+    Kept { existing_bytes: u64, source: PolicySource },
+}
+
+/// Writes a policy record's cap and source as one decision: `decide` sees
+/// the pair in force and returns the pair to write, or `None` to leave it.
+/// The decision holds because the write claims `policy_epoch` with a CAS
+/// from the even value read before the pair: any writer in between moved
+/// the epoch, and the decision is taken again on what it wrote. Returns
+/// whether it wrote.
+fn write_policy(policy: &PolicyRecord, mut decide: impl FnMut(u64, PolicySource) -> Option<(u64, PolicySource)>) -> bool {
+    let mut odd_since: Option<(u64, Instant)> = None;
+    loop {
+        let epoch = policy.policy_epoch.load(Ordering::SeqCst);
+        if epoch % 2 == 1 {
+            // Another writer is between its claim and its last store.
+            let since = match odd_since {
+                Some((seen, since)) if seen == epoch => since,
+                _ => {
+                    odd_since = Some((epoch, Instant::now()));
+                    continue;
+                }
+            };
+            if since.elapsed() < POLICY_WRITER_WAIT {
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            // It died there: take over with a new odd epoch below.
+        }
+        let limit = policy.memory_limit_bytes.load(Ordering::SeqCst);
+        let source = PolicySource::from_u32(policy.policy_source.load(Ordering::SeqCst));
+        let Some((new_limit, new_source)) = decide(limit, source) else {
+            // Decided on a pair no writer was changing (the epoch was even)
+            // or a dead writer's leftovers; either way nothing to write.
+            if policy.policy_epoch.load(Ordering::SeqCst) == epoch {
+                return false;
+            }
+            continue;
+        };
+        let claim = if epoch % 2 == 1 { epoch.wrapping_add(2) } else { epoch.wrapping_add(1) };
+        if policy.policy_epoch.compare_exchange(epoch, claim, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            continue;
+        }
+        policy.memory_limit_bytes.store(new_limit, Ordering::SeqCst);
+        policy.policy_source.store(new_source.as_u32(), Ordering::SeqCst);
+        let _ = policy.policy_epoch.compare_exchange(claim, claim.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst);
+        return true;
     }
 }
 
@@ -110,7 +173,7 @@ impl Ledger {
         devices
     }
 
-    /// The tenant's memory cap on device `dev`; [`UNLIMITED`] when none is
+    /// The tenant's memory cap on device `dev`; [`UNLIMITED`](crate::UNLIMITED) when none is
     /// set. An index outside the ledger reads as 0: fail closed.
     pub fn memory_limit_bytes(&self, dev: usize) -> u64 {
         self.policy(dev).map_or(0, |p| p.memory_limit_bytes.load(Ordering::Acquire))
@@ -120,38 +183,37 @@ impl Ledger {
     /// current usage refuses new reservations and leaves existing ones alone.
     pub fn set_memory_limit_bytes(&self, dev: usize, limit_bytes: u64, source: PolicySource) {
         if let Some(policy) = self.policy(dev) {
-            policy.memory_limit_bytes.store(limit_bytes, Ordering::Release);
-            policy.policy_source.store(source.as_u32(), Ordering::Release);
+            write_policy(policy, |_, _| Some((limit_bytes, source)));
         }
     }
 
-    /// Sets the cap from a process's environment, only if nobody set one yet.
-    /// `Err(existing)` when a different cap is already in force (set by the
-    /// monitor or by an earlier process with other settings); the existing
-    /// cap stays.
-    pub fn init_memory_limit_bytes(&self, dev: usize, limit_bytes: u64) -> Result<(), u64> {
-        let Some(policy) = self.policy(dev) else { return Err(0) };
-        if PolicySource::from_u32(policy.policy_source.load(Ordering::Acquire)) == PolicySource::Unset {
-            match policy.memory_limit_bytes.compare_exchange(UNLIMITED, limit_bytes, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    let _ = policy.policy_source.compare_exchange(
-                        PolicySource::Unset.as_u32(),
-                        PolicySource::Environment.as_u32(),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                    return Ok(());
-                }
-                Err(current) if current == limit_bytes => return Ok(()),
-                Err(current) => return Err(current),
-            }
-        }
-        let current = policy.memory_limit_bytes.load(Ordering::Acquire);
-        if current == limit_bytes {
-            Ok(())
-        } else {
-            Err(current)
-        }
+    /// Applies a process's environment cap to device `dev`, decided in one
+    /// step against the cap in force: nobody set one yet → it is set; the
+    /// same cap → nothing to do; a cap from an environment and
+    /// `may_replace()` (the caller is the tenant's only live process) → it
+    /// replaces it; otherwise (the monitor's cap, or other processes live)
+    /// the existing cap stays. A writer that changed the cap between the
+    /// reading and the write makes the decision be taken again on its cap
+    /// (so `may_replace` may be called more than once).
+    pub fn apply_environment_cap(&self, dev: usize, limit_bytes: u64, mut may_replace: impl FnMut() -> bool) -> CapDecision {
+        let Some(policy) = self.policy(dev) else {
+            return CapDecision::Kept { existing_bytes: 0, source: PolicySource::Unset };
+        };
+        let mut decision = CapDecision::Same;
+        write_policy(policy, |existing_bytes, source| {
+            decision = if source == PolicySource::Unset {
+                CapDecision::Set
+            } else if existing_bytes == limit_bytes {
+                CapDecision::Same
+            } else if source == PolicySource::Environment && may_replace() {
+                CapDecision::Replaced { previous_bytes: existing_bytes }
+            } else {
+                CapDecision::Kept { existing_bytes, source }
+            };
+            matches!(decision, CapDecision::Set | CapDecision::Replaced { .. })
+                .then_some((limit_bytes, PolicySource::Environment))
+        });
+        decision
     }
 
     /// Who set the cap on device `dev`.

@@ -26,7 +26,7 @@ pub const UNLIMITED: u64 = u64::MAX;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUSLICE");
 /// The layout described by this module. Any change of size, offset or
 /// meaning bumps it; a process never maps a file of another version.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// The value of [`Header::initialised`] once the creator has written
 /// everything else ("INIT" in ASCII). Zero means "still being created";
 /// anything else is corruption.
@@ -200,8 +200,14 @@ pub struct PolicyRecord {
     pub compute_limit_ratio_e4: AtomicU32,
     /// Scheduling priority: higher runs first when time is spare.
     pub priority: AtomicI32,
+    /// Orders the writers of `memory_limit_bytes` and `policy_source`, so
+    /// that the pair is decided and written as one: odd while a writer is
+    /// between its claim (a CAS from the even value it decided on) and its
+    /// last store, even otherwise. A writer that finds it odd for long took
+    /// over from a dead one. Readers of the cap alone need not look at it.
+    pub policy_epoch: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 5],
+    pub reserved: [AtomicU64; 4],
 }
 
 /// The policy page: one record per device index of the device table.
@@ -348,6 +354,7 @@ const _: () = {
     assert!(offset_of!(PolicyRecord, compute_share_ratio_e4) == 12);
     assert!(offset_of!(PolicyRecord, compute_limit_ratio_e4) == 16);
     assert!(offset_of!(PolicyRecord, priority) == 20);
+    assert!(offset_of!(PolicyRecord, policy_epoch) == 24);
     assert!(size_of::<PolicyPage>() == PAGE_BYTES);
 
     assert!(size_of::<UsageRecord>() == 64);

@@ -52,6 +52,7 @@ pub mod process;
 mod slots;
 pub mod units;
 
+pub use accounts::CapDecision;
 pub use audit::UsageAudit;
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};

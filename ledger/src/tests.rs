@@ -82,7 +82,7 @@ fn concurrent_first_processes_agree_on_one_file() {
             std::thread::spawn(move || {
                 let ledger = Ledger::open_or_create(&dir_path, "race").unwrap();
                 ledger.device_index(&UUID, 1 << 30).unwrap();
-                let _ = ledger.init_memory_limit_bytes(0, 100 * MIB);
+                let _ = ledger.apply_environment_cap(0, 100 * MIB, || false);
                 ledger.memory_limit_bytes(0)
             })
         })
@@ -264,18 +264,75 @@ fn out_of_range_device_fails_closed() {
 }
 
 #[test]
-fn init_memory_limit_sets_only_once() {
+fn an_environment_cap_is_set_once_and_replaced_only_when_allowed() {
     let dir = TempDir::new();
     let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
     let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
-    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Ok(()));
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
     assert_eq!(ledger.policy_source(dev), PolicySource::Environment);
-    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Ok(()));
-    assert_eq!(ledger.init_memory_limit_bytes(dev, 9 * MIB), Err(8 * MIB));
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || true), CapDecision::Same);
+    assert_eq!(
+        ledger.apply_environment_cap(dev, 9 * MIB, || false),
+        CapDecision::Kept { existing_bytes: 8 * MIB, source: PolicySource::Environment }
+    );
     assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
+    assert_eq!(ledger.apply_environment_cap(dev, 9 * MIB, || true), CapDecision::Replaced { previous_bytes: 8 * MIB });
+    assert_eq!(ledger.memory_limit_bytes(dev), 9 * MIB);
     ledger.set_memory_limit_bytes(dev, 2 * MIB, PolicySource::Monitor);
-    assert_eq!(ledger.init_memory_limit_bytes(dev, 8 * MIB), Err(2 * MIB));
+    assert_eq!(
+        ledger.apply_environment_cap(dev, 8 * MIB, || true),
+        CapDecision::Kept { existing_bytes: 2 * MIB, source: PolicySource::Monitor }
+    );
     assert_eq!(ledger.policy_source(dev), PolicySource::Monitor);
+    assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
+}
+
+#[test]
+fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decision() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    let monitor = Ledger::open(ledger.path()).unwrap();
+    // The process has read an environment's cap and finds itself alone; at
+    // that moment the monitor sets its cap. The process must decide again.
+    let mut asked = 0;
+    let decision = ledger.apply_environment_cap(dev, 9 * MIB, || {
+        asked += 1;
+        if asked == 1 {
+            monitor.set_memory_limit_bytes(dev, 3 * MIB, PolicySource::Monitor);
+        }
+        true
+    });
+    assert_eq!(decision, CapDecision::Kept { existing_bytes: 3 * MIB, source: PolicySource::Monitor });
+    assert_eq!((ledger.memory_limit_bytes(dev), ledger.policy_source(dev)), (3 * MIB, PolicySource::Monitor));
+    // Two processes deciding together: exactly one decision wins.
+    let other = Ledger::open(ledger.path()).unwrap();
+    ledger.set_memory_limit_bytes(dev, 8 * MIB, PolicySource::Environment);
+    let decision = ledger.apply_environment_cap(dev, 9 * MIB, || {
+        let _ = other.apply_environment_cap(dev, 10 * MIB, || true);
+        true
+    });
+    assert_eq!(
+        decision,
+        CapDecision::Replaced { previous_bytes: 10 * MIB },
+        "the decision taken on a cap that changed under it was taken again, on the new cap"
+    );
+    assert_eq!(ledger.memory_limit_bytes(dev), 9 * MIB);
+}
+
+#[test]
+fn a_policy_writer_that_died_mid_write_is_taken_over() {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    // Claimed the record (odd epoch) and died before its stores.
+    ledger.layout().policy.devices[dev].policy_epoch.store(1, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
+    assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
 }
 
 #[test]

@@ -42,6 +42,7 @@ fn rust_values() -> Vec<(&'static str, u64)> {
         off!("policy.compute_share_ratio_e4", PolicyRecord, compute_share_ratio_e4),
         off!("policy.compute_limit_ratio_e4", PolicyRecord, compute_limit_ratio_e4),
         off!("policy.priority", PolicyRecord, priority),
+        off!("policy.policy_epoch", PolicyRecord, policy_epoch),
         ("sizeof_policy_page", size_of::<PolicyPage>() as u64),
         ("sizeof_usage", size_of::<UsageRecord>() as u64),
         off!("usage.used_bytes", UsageRecord, used_bytes),
@@ -119,6 +120,7 @@ int main(int argc, char **argv) {
     OFF("policy.compute_share_ratio_e4", gpuslice_policy, compute_share_ratio_e4);
     OFF("policy.compute_limit_ratio_e4", gpuslice_policy, compute_limit_ratio_e4);
     OFF("policy.priority", gpuslice_policy, priority);
+    OFF("policy.policy_epoch", gpuslice_policy, policy_epoch);
     P("sizeof_policy_page", sizeof(struct gpuslice_policy_page));
     P("sizeof_usage", sizeof(struct gpuslice_usage));
     OFF("usage.used_bytes", gpuslice_usage, used_bytes);

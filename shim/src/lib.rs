@@ -18,8 +18,9 @@
 //! It runs on the first hooked call that needs it (normally `cuInit`), never
 //! at load time, so a process that never uses CUDA pays nothing but the
 //! loader's work. Initialising parses the environment ([`config`]), opens
-//! the tenant's ledger (one `mmap`), initialises the real driver, registers
-//! each device by UUID and claims this process's slot.
+//! the tenant's ledger (one `mmap`), initialises the real driver, claims
+//! this process's slot, and registers each device by UUID, deciding the
+//! tenant's cap there.
 //! - `Ready`: every allocation is accounted.
 //! - `Disabled`: no cap is configured and the ledger cannot be used (for
 //!   example, its directory cannot be created): calls pass straight through,
@@ -172,21 +173,28 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     if r != CUDA_SUCCESS {
         return (UNINIT, Err(r));
     }
-    let devices = match register_devices(&ledger, config) {
-        Ok(devices) => devices,
-        Err(Failure::Driver(r)) => return (UNINIT, Err(r)),
-        Err(Failure::Ledger(message)) if capped => return refuse(format_args!("{message}")),
-        Err(Failure::Ledger(message)) => {
-            warn!("{message}; no cap is set, so the shim steps aside for this process");
-            return (DISABLED, Ok(()));
-        }
-    };
+    // The slot first: processes of the tenant starting at the same time see
+    // each other live when they decide the tenant's cap (`apply_cap`).
     let slot = match ledger.claim_slot() {
         Ok(slot) => slot,
         Err(e) if capped => return refuse(format_args!("ledger {}: {e}", ledger.path().display())),
         Err(e) => {
             warn!("ledger {}: {e}; no cap is set, so the shim steps aside for this process", ledger.path().display());
             return (DISABLED, Ok(()));
+        }
+    };
+    let devices = match register_devices(&ledger, &slot, config) {
+        Ok(devices) => devices,
+        Err(failure) => {
+            ledger.release_slot(slot);
+            return match failure {
+                Failure::Driver(r) => (UNINIT, Err(r)),
+                Failure::Ledger(message) if capped => refuse(format_args!("{message}")),
+                Failure::Ledger(message) => {
+                    warn!("{message}; no cap is set, so the shim steps aside for this process");
+                    (DISABLED, Ok(()))
+                }
+            };
         }
     };
     let runtime = Box::new(Runtime::new(ledger, slot, devices));
@@ -206,8 +214,8 @@ enum Failure {
 }
 
 /// Registers every device this process sees in the ledger and applies the
-/// environment's caps to those that have none yet.
-fn register_devices(ledger: &Ledger, config: &Config) -> Result<Vec<Device>, Failure> {
+/// environment's caps to them.
+fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Result<Vec<Device>, Failure> {
     let count = real::device_count().map_err(Failure::Driver)?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
@@ -218,32 +226,35 @@ fn register_devices(ledger: &Ledger, config: &Config) -> Result<Vec<Device>, Fai
             .device_index(&uuid, total)
             .map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
         if let Some(cap) = config.memory.for_device(ordinal as u32) {
-            apply_cap(ledger, ledger_index, ordinal, cap, config.memory.source);
+            apply_cap(ledger, slot, ledger_index, ordinal, cap, config.memory.source);
         }
         devices.push(Device { ordinal, cu_device, ledger_index, uuid });
     }
     Ok(devices)
 }
 
-/// Puts the environment's cap in the ledger. The first process of a tenant
-/// sets it; a later process with a different value keeps the tenant's cap
-/// (one cap per tenant), unless it is the only live process of the tenant
-/// and the cap came from an environment: then its own value is the newer
-/// intent and replaces it. A monitor's cap always stands.
-fn apply_cap(ledger: &Ledger, dev: usize, ordinal: i32, cap: u64, source: &str) {
-    let Err(existing) = ledger.init_memory_limit_bytes(dev, cap) else { return };
-    let others_alive = ledger.slots().iter().any(|s| s.alive);
-    if ledger.policy_source(dev) == ledger::PolicySource::Environment && !others_alive {
-        ledger.set_memory_limit_bytes(dev, cap, ledger::PolicySource::Environment);
-        info!("device {ordinal}: cap changed from {existing} to {cap} bytes ({source})");
-    } else {
-        warn!(
-            "device {ordinal}: the tenant's cap is {existing} bytes (set by the {}); {source} asks for {cap} and is ignored",
-            match ledger.policy_source(dev) {
+/// Puts the environment's cap in the ledger, as one decision against the
+/// cap in force (`Ledger::apply_environment_cap`). The first process of a
+/// tenant sets it; a later process with a different value keeps the
+/// tenant's cap (one cap per tenant), unless it is the only live process of
+/// the tenant and the cap came from an environment: then its own value is
+/// the newer intent and replaces it. A monitor's cap always stands. Every
+/// process claims its slot before it decides, so processes starting
+/// together see each other and the first decision stands for all of them.
+fn apply_cap(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, cap: u64, source: &str) {
+    let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
+    match ledger.apply_environment_cap(dev, cap, alone) {
+        ledger::CapDecision::Set | ledger::CapDecision::Same => {}
+        ledger::CapDecision::Replaced { previous_bytes } => {
+            info!("device {ordinal}: cap changed from {previous_bytes} to {cap} bytes ({source})");
+        }
+        ledger::CapDecision::Kept { existing_bytes, source: set_by } => warn!(
+            "device {ordinal}: the tenant's cap is {existing_bytes} bytes (set by the {}); {source} asks for {cap} and is ignored",
+            match set_by {
                 ledger::PolicySource::Monitor => "monitor",
                 _ => "tenant's running processes",
             }
-        );
+        ),
     }
 }
 
