@@ -67,6 +67,32 @@ fn stream_ordered_allocations_are_charged_to_the_streams_device() {
     assert_eq!(dev0_bytes, 64 * MIB, "device 0 still holds its context\n{out}");
 }
 
+/// `cuMemAllocFromPoolAsync` takes its memory from the pool's device, so
+/// that device is charged, whatever device the stream is on; a driver that
+/// refuses the pairing (simgpu does) gets the last word, and nothing stays
+/// charged.
+#[test]
+fn a_pool_of_another_device_is_charged_to_the_pools_device() {
+    let sim = capped("0=128MiB,1=1GiB").devices(2);
+    let out = sim.run(sim.c("memctl").args(["init", "ctx:0", "alloc:a:free", "pool:p:100M:1", "pool:q:1M:0", "ready"]));
+    out.assert_success().assert_rc("a", cu::SUCCESS).assert_rc("poolcreate", cu::SUCCESS);
+    // Device 0 is full; the pool's device 1 has room: the driver decides.
+    out.assert_rc("p", cu::INVALID_VALUE);
+    out.assert_rc("q", cu::OUT_OF_MEMORY);
+    let dir = sim.ledger_dir();
+    assert_eq!(ledger_view::used_bytes(&dir, TENANT, 0), 0, "{out}");
+    assert_eq!(ledger_view::used_bytes(&dir, TENANT, 1), 0, "{out}");
+}
+
+#[test]
+fn a_pool_of_another_device_is_refused_when_that_device_is_full() {
+    let sim = capped("0=1GiB,1=64MiB").devices(2);
+    let out = sim.run(sim.c("memctl").args(["init", "ctx:0", "pool:p:100M:1", "pool:q:100M:0"]));
+    out.assert_success();
+    out.assert_rc("p", cu::OUT_OF_MEMORY);
+    out.assert_rc("q", cu::SUCCESS);
+}
+
 #[test]
 fn a_stream_ordered_free_returns_memory_when_the_stream_reaches_it() {
     let sim = capped("1GiB");

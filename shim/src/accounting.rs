@@ -18,8 +18,9 @@
 //! - Stream-ordered allocations (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`)
 //!   are charged to the context and device of their stream (`cuStreamGetCtx`;
 //!   the null, legacy and per-thread streams mean the calling thread's
-//!   context), where the driver takes the memory. A pool of another device
-//!   is not looked at: the stream's device is charged.
+//!   context); `cuMemAllocFromPoolAsync` charges the pool's device
+//!   (`CU_MEMPOOL_ATTR_LOCATION_ID`), where the driver takes the memory,
+//!   even when the stream is on another device.
 //! - `cuMemFreeAsync` keeps the charge until the stream reaches the free, as
 //!   the driver keeps the memory until then: an event recorded right after
 //!   the free is polled (oldest per stream first) at each admission, each
@@ -553,10 +554,30 @@ impl Runtime {
     /// to the stream's context and device. Bytes that a pending free on the
     /// same stream will return are taken over first (the driver reuses them
     /// in stream order), the rest is reserved.
-    pub fn alloc_async(&self, bytes: u64, stream: CUstream, per_thread: bool, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
-        let (ctx, device) = match self.stream_context(stream, per_thread) {
+    ///
+    /// `pool` (`cuMemAllocFromPoolAsync`): the memory comes from the pool's
+    /// device (`CU_MEMPOOL_ATTR_LOCATION_*`), which is charged even when the
+    /// stream is on another device; a driver that refuses the pairing gets
+    /// the last word (the reservation is rolled back with its error).
+    pub fn alloc_async(
+        &self,
+        bytes: u64,
+        stream: CUstream,
+        per_thread: bool,
+        pool: Option<CUmemoryPool>,
+        call: impl FnOnce() -> Result<u64, CUresult>,
+    ) -> CUresult {
+        let (ctx, stream_device) = match self.stream_context(stream, per_thread) {
             Ok(found) => found,
             Err(r) => return r,
+        };
+        let device = match pool.and_then(real::pool_device) {
+            Some(cu_device) => match self.device_by_handle(cu_device) {
+                Some(device) => device,
+                // A device this process does not see: the driver refuses it.
+                None => return call().err().unwrap_or(CUDA_SUCCESS),
+            },
+            None => stream_device,
         };
         let dev = device.ledger_index;
         let key = stream_key(stream, per_thread);

@@ -81,6 +81,7 @@ function_table! {
         cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
         cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
         cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+        cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
         cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
         cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult;
         cuMemRetainAllocationHandle: fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
@@ -224,6 +225,19 @@ pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, C
         call!(cuda(), cuStreamGetCtx(stream, &mut ctx))
     };
     out(r, ctx)
+}
+
+/// The device a memory pool takes its memory from; `None` when the pool is
+/// not located on a device or the driver cannot say.
+pub fn pool_device(pool: CUmemoryPool) -> Option<CUdevice> {
+    let mut location_type: c_int = 0;
+    let mut location_id: c_int = 0;
+    let r = call!(cuda(), cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, (&mut location_type as *mut c_int).cast()));
+    if r != CUDA_SUCCESS || location_type as c_uint != CU_MEM_LOCATION_TYPE_DEVICE {
+        return None;
+    }
+    let r = call!(cuda(), cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_LOCATION_ID, (&mut location_id as *mut c_int).cast()));
+    (r == CUDA_SUCCESS).then_some(location_id)
 }
 
 /// The device of context `ctx`: pushed, asked, popped (the calling thread's

@@ -62,6 +62,7 @@ static struct object objects[1024];
 static int object_count;
 static CUcontext created_ctx;
 static CUmemoryPool own_pool;
+static CUmemoryPool device_pools[16];
 static int nvml_ready;
 
 static struct object *new_object(const char *name, enum kind kind) {
@@ -205,6 +206,24 @@ int main(int argc, char **argv) {
         } else if (strcmp(op, "async") == 0 && n == 3) {
             struct object *o = new_object(f[1], K_ASYNC);
             CUresult rc = cuMemAllocAsync(&o->ptr, size_arg(f[2]), NULL);
+            if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize(NULL);
+            kv_rc(f[1], rc);
+        } else if (strcmp(op, "pool") == 0 && n == 4) {
+            /* pool:NAME:SIZE:DEV - from a pool located on device DEV, on the
+               current context's null stream. */
+            struct object *o = new_object(f[1], K_POOL);
+            int dev = atoi(f[3]) & 15;
+            CUresult rc = CUDA_SUCCESS;
+            if (!device_pools[dev]) {
+                CUmemPoolProps props;
+                memset(&props, 0, sizeof props);
+                props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+                props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                props.location.id = dev;
+                rc = cuMemPoolCreate(&device_pools[dev], &props);
+                kv_rc("poolcreate", rc);
+            }
+            if (rc == CUDA_SUCCESS) rc = cuMemAllocFromPoolAsync(&o->ptr, size_arg(f[2]), device_pools[dev], NULL);
             if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize(NULL);
             kv_rc(f[1], rc);
         } else if (strcmp(op, "pool") == 0 && n == 3) {

@@ -42,16 +42,17 @@ macro_rules! free_hook {
 alloc_hook!(#[doc(alias = "cuMemAlloc")] cuMemAlloc_v2());
 alloc_hook!(cuMemAllocManaged(flags: c_uint));
 
-/// A stream-ordered allocation hook: charged to the stream's context.
+/// A stream-ordered allocation hook: charged to the stream's context, on
+/// the pool's device when it names a pool.
 macro_rules! async_alloc_hook {
-    ($name:ident($($arg:ident: $ty:ty),*), per_thread = $per_thread:expr) => {
+    ($name:ident($($arg:ident: $ty:ty),*), pool = $pool:expr, per_thread = $per_thread:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dptr: *mut CUdeviceptr, bytesize: usize $(, $arg: $ty)*, stream: CUstream) -> CUresult {
             let real = real_or_return!($name);
             // SAFETY: forwarding the caller's arguments unchanged.
             let forward = move || unsafe { real(dptr, bytesize $(, $arg)*, stream) };
             dispatch(forward, |rt| {
-                rt.alloc_async(bytesize as u64, stream, $per_thread, || {
+                rt.alloc_async(bytesize as u64, stream, $per_thread, $pool, || {
                     // SAFETY: on success the driver wrote the pointer to `dptr`.
                     ok_then(forward(), || unsafe { *dptr })
                 })
@@ -73,10 +74,10 @@ macro_rules! async_free_hook {
     };
 }
 
-async_alloc_hook!(cuMemAllocAsync(), per_thread = false);
-async_alloc_hook!(cuMemAllocAsync_ptsz(), per_thread = true);
-async_alloc_hook!(cuMemAllocFromPoolAsync(pool: CUmemoryPool), per_thread = false);
-async_alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool), per_thread = true);
+async_alloc_hook!(cuMemAllocAsync(), pool = None, per_thread = false);
+async_alloc_hook!(cuMemAllocAsync_ptsz(), pool = None, per_thread = true);
+async_alloc_hook!(cuMemAllocFromPoolAsync(pool: CUmemoryPool), pool = Some(pool), per_thread = false);
+async_alloc_hook!(cuMemAllocFromPoolAsync_ptsz(pool: CUmemoryPool), pool = Some(pool), per_thread = true);
 async_free_hook!(cuMemFreeAsync, per_thread = false);
 async_free_hook!(cuMemFreeAsync_ptsz, per_thread = true);
 
