@@ -6,6 +6,8 @@
 //!   rolled back if the driver fails, so no interleaving of threads or
 //!   processes passes the cap. A refusal first reclaims dead processes'
 //!   slots (`Ledger::reclaim_dead`) and tries once more.
+//! - `cuMemAlloc*`, stream-ordered and array allocations are charged in
+//!   the driver's 512-byte granularity, as the device holds them.
 //! - Every allocation is remembered (pointer, VMM handle or array handle →
 //!   device, bytes, context) so that its free releases exactly what was
 //!   charged. A free of something unknown is forwarded and its result
@@ -25,10 +27,10 @@
 //!   the driver keeps the memory until then: an event recorded right after
 //!   the free is polled (oldest per stream first) at each admission, each
 //!   denial and each view (`cuMemGetInfo`, NVML), and the charge goes when
-//!   it completes. So a `cuMemAlloc` right after a pending free is refused
-//!   for the bytes still in flight, while a stream-ordered allocation on the
-//!   *same* stream takes over the pending free's charge first (the driver
-//!   reuses those bytes in stream order) and reserves only the rest. The
+//!   it completes. So any allocation right after a pending free, on the same
+//!   stream too, is refused for the bytes still in flight (a driver that
+//!   reuses them in stream order would not need them, but one that takes
+//!   new memory at the call holds both until the stream gets there). The
 //!   charge may outlive the memory by as long as the process makes no
 //!   shim call: the error is on the safe side. Destroying the context drops
 //!   its pending frees with it.
@@ -273,6 +275,18 @@ pub struct Runtime {
     in_ledger: AtomicUsize,
 }
 
+/// The granularity in which the driver hands out `cuMemAlloc*`, stream-
+/// ordered and array memory: 512 bytes (pitched rows use the same, see
+/// [`pitch_estimate_bytes`]). A smaller charge would let the device hold
+/// more than the cap (up to 511 bytes an allocation).
+pub const ALLOCATION_GRANULARITY_BYTES: u64 = 512;
+
+/// What an allocation of `bytes` takes on the device: rounded up to
+/// [`ALLOCATION_GRANULARITY_BYTES`].
+pub fn allocation_bytes(bytes: u64) -> u64 {
+    bytes.div_ceil(ALLOCATION_GRANULARITY_BYTES).saturating_mul(ALLOCATION_GRANULARITY_BYTES)
+}
+
 /// Bytes a pitched allocation of `width` bytes per row is assumed to take
 /// before the driver says its pitch: rows rounded up to 512 bytes, the
 /// largest pitch alignment current GPUs use. Corrected after the call.
@@ -436,6 +450,7 @@ impl Runtime {
             Err(r) => return r,
         };
         let dev = device.ledger_index;
+        let bytes = allocation_bytes(bytes);
         if self.reserve(dev, bytes).is_err() {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -551,9 +566,10 @@ impl Runtime {
     }
 
     /// `cuMemAllocAsync` and `cuMemAllocFromPoolAsync` on `stream`: charged
-    /// to the stream's context and device. Bytes that a pending free on the
-    /// same stream will return are taken over first (the driver reuses them
-    /// in stream order), the rest is reserved.
+    /// to the stream's context and device. A pending free on the same stream
+    /// is not counted as room: a driver may reuse its bytes in stream order,
+    /// but one that takes new memory at the call (simgpu, or a pool that
+    /// must grow) holds both until the stream reaches the free.
     ///
     /// `pool` (`cuMemAllocFromPoolAsync`): the memory comes from the pool's
     /// device (`CU_MEMPOOL_ATTR_LOCATION_*`), which is charged even when the
@@ -580,11 +596,8 @@ impl Runtime {
             None => stream_device,
         };
         let dev = device.ledger_index;
-        let key = stream_key(stream, per_thread);
-        let taken = self.take_pending(key, dev, bytes);
-        let taken_bytes: u64 = taken.iter().map(|(_, b)| *b).sum();
-        if self.reserve(dev, bytes - taken_bytes).is_err() {
-            self.give_back_pending(&taken, dev);
+        let bytes = allocation_bytes(bytes);
+        if self.reserve(dev, bytes).is_err() {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         match call() {
@@ -593,50 +606,9 @@ impl Runtime {
                 CUDA_SUCCESS
             }
             Err(r) => {
-                self.release(dev, bytes - taken_bytes);
-                self.give_back_pending(&taken, dev);
+                self.release(dev, bytes);
                 r
             }
-        }
-    }
-
-    /// Takes up to `bytes` of pending frees' charges on stream `key`, device
-    /// `dev`, oldest first; returns (pending id, bytes) taken.
-    fn take_pending(&self, key: u64, dev: usize, bytes: u64) -> Vec<(u64, u64)> {
-        let mut taken = Vec::new();
-        if self.pending_count.load(Ordering::Acquire) == 0 {
-            return taken;
-        }
-        let mut wanted = bytes;
-        for pending in lock(&self.pending_frees).iter_mut() {
-            if wanted == 0 {
-                break;
-            }
-            if pending.stream == key && pending.charge.ledger_index == dev && pending.charge.bytes > 0 {
-                let share = pending.charge.bytes.min(wanted);
-                pending.charge.bytes -= share;
-                wanted -= share;
-                taken.push((pending.id, share));
-            }
-        }
-        taken
-    }
-
-    /// Undoes [`take_pending`](Self::take_pending); a free that completed
-    /// meanwhile gets its bytes released now.
-    fn give_back_pending(&self, taken: &[(u64, u64)], dev: usize) {
-        let mut gone = 0u64;
-        {
-            let mut pending = lock(&self.pending_frees);
-            for (id, bytes) in taken {
-                match pending.iter_mut().find(|p| p.id == *id) {
-                    Some(p) => p.charge.bytes = p.charge.bytes.saturating_add(*bytes),
-                    None => gone = gone.saturating_add(*bytes),
-                }
-            }
-        }
-        if gone > 0 {
-            self.release(dev, gone);
         }
     }
 

@@ -9,7 +9,8 @@
  *                         then after the stream syncs: c=rc
  *   shim_async reuse      cuMemAllocAsync 800 MiB, kernel, cuMemFreeAsync and
  *                         cuMemAllocAsync 800 MiB on the same stream
- *                         -> again=rc; other=rc (another stream, must wait)
+ *                         -> again=rc, other=rc (another stream): both wait
+ *                         for the free; after=rc once the stream reached it
  * Each prints done=1 at the end; `hold` as a second argument waits for a
  * line on stdin before exiting (ready=1 first). */
 #include "common.h"
@@ -88,10 +89,15 @@ int main(int argc, char **argv) {
             kv_rc("c", cuMemAlloc(&c2, 800 * MiB));
         } else {
             kv_rc("other", cuMemAllocAsync(&b, 800 * MiB, other));
-            kv_rc("again", cuMemAllocAsync(&c2, 800 * MiB, s));
+            CUresult again = kv_rc("again", cuMemAllocAsync(&c2, 800 * MiB, s));
+            printf("driver.self=%llu\n", (unsigned long long)nvml_self_bytes());
             view("pending");
             CHECK(cuStreamSynchronize(s));
             view("synced");
+            if (again == CUDA_SUCCESS) CHECK(cuMemFreeAsync(c2, s));
+            CHECK(cuStreamSynchronize(s));
+            kv_rc("after", cuMemAllocAsync(&c2, 800 * MiB, s));
+            CHECK(cuStreamSynchronize(s));
         }
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
