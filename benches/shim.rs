@@ -12,25 +12,38 @@
 //! - `alloc_free/{bare,shim}`: a 1 MiB `cuMemAlloc_v2`/`cuMemFree_v2` pair
 //!   under a cap. Target: the shim adds ≤ 300 ns.
 //! - `alloc_free_threads/{bare,shim}/T`: the same pair from T threads at
-//!   once, reported as CPU time per pair (wall time × the cores the threads
-//!   can use ÷ pairs), so oversubscribing a small machine does not show as
-//!   cost. Target: the shim's added cost at 64 threads stays within 2× of
-//!   its cost at 1 thread.
+//!   once, reported as the process's CPU time (user + system, from
+//!   `getrusage`) per pair, so that oversubscribing a small machine — time
+//!   threads spend waiting for a core — does not show as cost, while
+//!   contention (cache-line transfers, lock hand-offs, futex wake-ups) does.
+//!   Target: the shim's added cost at 64 threads stays within 2× of its
+//!   cost at 1 thread.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gpuslice_tests::driver::{load_library, Driver};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PAIR_BYTES: usize = 1 << 20;
 const THREAD_COUNTS: [usize; 4] = [1, 4, 16, 64];
 
+/// CPU time this process has used so far, all threads, user and system.
+fn process_cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value, which getrusage overwrites.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid out-pointer.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage failed");
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
 /// `pairs` alloc/free pairs spread over `threads` threads; returns the CPU
-/// time they took as defined in the module docs.
+/// time they took, scaled to exactly `pairs`.
 fn alloc_free_threads(driver: &Driver, threads: usize, pairs: u64) -> Duration {
     let per_thread = pairs.div_ceil(threads as u64).max(1);
-    let start = Instant::now();
+    let start = process_cpu_time();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
@@ -41,9 +54,8 @@ fn alloc_free_threads(driver: &Driver, threads: usize, pairs: u64) -> Duration {
             });
         }
     });
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(threads);
     let done = (per_thread * threads as u64) as f64;
-    Duration::from_secs_f64(start.elapsed().as_secs_f64() * cores as f64 * pairs as f64 / done)
+    Duration::from_secs_f64((process_cpu_time() - start).as_secs_f64() * pairs as f64 / done)
 }
 
 fn shim_vs_bare(c: &mut Criterion) {
