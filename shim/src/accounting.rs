@@ -111,6 +111,68 @@ type Map = HashMap<u64, Charge, BuildHasherDefault<AddressHasher>>;
 
 const SHARDS: usize = 64;
 
+/// How many threads are inside a ledger change, counted in cache-line
+/// padded shards so that threads of a busy process do not all bounce one
+/// line: a thread counts itself in the shard its thread-local index picks.
+/// The destructor's exit handshake needs only "is any thread inside": the
+/// sum over shards. Every increment and the `exiting` flag are sequentially
+/// consistent, so a thread either sees `exiting` or is seen by [`any`].
+///
+/// [`any`]: InLedger::any
+struct InLedger {
+    shards: [PaddedCount; IN_LEDGER_SHARDS],
+    /// Never used in practice: where a thread would count itself if its
+    /// shard index were out of range.
+    spare: AtomicUsize,
+}
+
+const IN_LEDGER_SHARDS: usize = 16;
+
+#[repr(align(128))]
+struct PaddedCount(AtomicUsize);
+
+thread_local! {
+    static IN_LEDGER_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+static NEXT_IN_LEDGER_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+/// Leaves the ledger on drop.
+struct Entered<'a>(&'a AtomicUsize);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl InLedger {
+    fn new() -> Self {
+        Self { shards: std::array::from_fn(|_| PaddedCount(AtomicUsize::new(0))), spare: AtomicUsize::new(0) }
+    }
+
+    /// Counts the calling thread in until the guard drops. A thread whose
+    /// thread-locals are gone (exit) uses shard 0.
+    fn enter(&self) -> Entered<'_> {
+        let index = IN_LEDGER_SHARD
+            .try_with(|shard| {
+                if shard.get() == usize::MAX {
+                    shard.set(NEXT_IN_LEDGER_SHARD.fetch_add(1, Ordering::Relaxed) % IN_LEDGER_SHARDS);
+                }
+                shard.get()
+            })
+            .unwrap_or(0);
+        let count = self.shards.get(index % IN_LEDGER_SHARDS).map_or(&self.spare, |shard| &shard.0);
+        count.fetch_add(1, Ordering::SeqCst);
+        Entered(count)
+    }
+
+    /// Whether any thread is inside a ledger change.
+    fn any(&self) -> bool {
+        self.shards.iter().map(|shard| &shard.0).chain([&self.spare]).any(|count| count.load(Ordering::SeqCst) != 0)
+    }
+}
+
 /// Allocations by handle, sharded so that threads rarely share a lock.
 pub struct Tracker {
     shards: Vec<Mutex<Map>>,
@@ -272,7 +334,7 @@ pub struct Runtime {
     /// waits for them so that exit never cuts one between its two ledger
     /// steps (tenant counter and slot), which would leave bytes counted for
     /// the tenant that no slot holds.
-    in_ledger: AtomicUsize,
+    in_ledger: InLedger,
 }
 
 /// The granularity in which the driver hands out `cuMemAlloc*`, stream-
@@ -323,7 +385,7 @@ impl Runtime {
             pending_count: AtomicUsize::new(0),
             next_pending_id: AtomicU64::new(0),
             exiting: AtomicBool::new(false),
-            in_ledger: AtomicUsize::new(0),
+            in_ledger: InLedger::new(),
         }
     }
 
@@ -377,14 +439,12 @@ impl Runtime {
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
     /// processes and tries once more.
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
-        self.in_ledger.fetch_add(1, Ordering::SeqCst);
-        let result = if self.exiting.load(Ordering::SeqCst) {
+        let _entered = self.in_ledger.enter();
+        if self.exiting.load(Ordering::SeqCst) {
             Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes })
         } else {
             self.reserve_in_ledger(dev, bytes)
-        };
-        self.in_ledger.fetch_sub(1, Ordering::SeqCst);
-        result
+        }
     }
 
     /// Exit: refuses every later reservation and release and waits (up to
@@ -400,7 +460,7 @@ impl Runtime {
             return false;
         }
         let deadline = std::time::Instant::now() + limit;
-        while self.in_ledger.load(Ordering::SeqCst) != 0 {
+        while self.in_ledger.any() {
             if std::time::Instant::now() >= deadline {
                 return false;
             }
@@ -426,14 +486,13 @@ impl Runtime {
     }
 
     pub fn release(&self, dev: usize, bytes: u64) {
-        self.in_ledger.fetch_add(1, Ordering::SeqCst);
+        let _entered = self.in_ledger.enter();
         // Once the destructor has begun, the slot is drained (or left to
         // reclaim) as a whole: no change may touch it after the destructor
         // stopped waiting, or exit could cut it between its two steps.
         if !self.exiting.load(Ordering::SeqCst) {
             self.ledger.release(&self.slot, dev, bytes);
         }
-        self.in_ledger.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn remember(&self, kind: Kind, key: u64, charge: Charge) {
