@@ -173,3 +173,86 @@ fn a_context_in_its_own_pid_namespace_is_charged_its_own_overhead() {
     assert_eq!(held_bytes, 64 * MIB, "{out}");
     assert_eq!(ledger_view::open(&sim.ledger_dir(), TENANT).context_overhead_bytes(0), 64 * MIB);
 }
+
+/// Bytes the slot of `pid` holds on all devices (0 when it holds none).
+fn slot_bytes(sim: &Sim, pid: u32) -> u64 {
+    ledger_view::slot_of(&sim.ledger_dir(), TENANT, pid).map_or(0, |s| s.total_bytes())
+}
+
+/// Destroying a context releases its overhead and its memory at once; a
+/// later `cuMemFree_v2` of a pointer that lived there is the driver's to
+/// answer, and it moves nothing in the ledger.
+#[test]
+fn a_free_after_its_context_was_destroyed_gets_the_driver_error_and_releases_nothing() {
+    let bare = Sim::new().memory("4GiB").context_memory("64MiB");
+    let expected = bare.run(bare.c("memctl").args(["init", "ctx", "alloc:a:100M", "destroyctx", "free:a"]));
+    expected.assert_success().assert_rc("destroyctx", cu::SUCCESS);
+    assert_ne!(expected.i64("free.a"), cu::SUCCESS, "{expected}");
+
+    let sim = capped("512MiB");
+    let mut p = sim.spawn(sim.c("memctl").args([
+        "init", "ctx", "alloc:a:100M", "pid", "mark:held", "wait", "destroyctx", "free:a", "mark:destroyed", "wait", "ctx",
+        "info:after", "alloc:over:free+1", "alloc:b:free", "hold",
+    ]));
+    let pid: u32 = p.wait_for("pid").parse().expect("pid");
+    p.wait_for("held");
+    let held = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    p.send_line("go");
+    p.wait_for("destroyed");
+    let destroyed = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    p.send_line("go");
+    p.wait_for("b");
+    let full = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    let out = p.wait();
+    out.assert_success().assert_rc("destroyctx", cu::SUCCESS);
+    assert_eq!(out.i64("free.a"), expected.i64("free.a"), "the driver's own answer\n{out}\n{expected}");
+    assert_eq!(held, (164 * MIB, 164 * MIB), "context and allocation\n{out}");
+    assert_eq!(destroyed, (0, 0), "the destroy released both; the late free released nothing more\n{out}");
+    assert_eq!(out.u64("after.free"), 448 * MIB, "{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+    assert_eq!(full, (512 * MIB, 512 * MIB), "{out}");
+    assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), 0, "exit releases everything\n{out}");
+}
+
+/// `cuDevicePrimaryCtxReset_v2` destroys the primary context with every
+/// allocation made in it: their charges and the context's overhead are
+/// released exactly once (another context's share in the same slot is
+/// untouched, so a second release would show), a later free of one of them
+/// is the driver's to answer, and the next retain charges the overhead again.
+#[test]
+fn a_primary_context_reset_releases_its_memory_once_and_a_new_retain_charges_again() {
+    let bare = Sim::new().memory("4GiB").context_memory("64MiB");
+    let expected = bare.run(bare.c("memctl").args(["init", "pctx", "alloc:a:100M", "reset", "free:a"]));
+    expected.assert_success().assert_rc("reset", cu::SUCCESS);
+
+    let sim = capped("512MiB");
+    let mut p = sim.spawn(sim.c("memctl").args([
+        "init", "ctx", "alloc:k:30M", "pctx", "alloc:a:100M", "managed:m:50M", "array:r:1024:1024", "pid", "mark:held",
+        "wait", "reset", "procs:driver", "free:a", "reset", "mark:reset2", "wait", "pctx", "info:after",
+        "alloc:over:free+1", "alloc:b:free", "hold",
+    ]));
+    let pid: u32 = p.wait_for("pid").parse().expect("pid");
+    p.wait_for("held");
+    let held = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    p.send_line("go");
+    p.wait_for("reset2");
+    let after_reset = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    p.send_line("go");
+    p.wait_for("b");
+    let full = (ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), slot_bytes(&sim, pid));
+    let out = p.wait();
+    out.assert_success();
+    for key in ["ctx", "k", "pctx", "a", "m", "r"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    // Two contexts (64 MiB each), 30 + 100 + 50 + 1 MiB of allocations.
+    assert_eq!(held, (309 * MIB, 309 * MIB), "{out}");
+    assert_eq!(out.all("reset"), ["0", "0"], "{out}");
+    assert_eq!(out.u64("driver.self"), 94 * MIB, "the driver holds only the other context and its 30 MiB\n{out}");
+    assert_eq!(out.i64("free.a"), expected.i64("free.a"), "the driver's own answer\n{out}\n{expected}");
+    assert_eq!(after_reset, (94 * MIB, 94 * MIB), "released exactly once, the other context's share untouched\n{out}");
+    assert_eq!(out.u64("after.free"), (512 - 94 - 64) * MIB, "the new retain is charged its overhead\n{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+    assert_eq!(full, (512 * MIB, 512 * MIB), "{out}");
+    assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), 0, "exit releases everything\n{out}");
+}

@@ -6,6 +6,7 @@
  *   ctx[:DEV]                 cuCtxCreate on device DEV (default 0)     -> ctx=rc
  *   pctx[:DEV]                retain the primary context, make current  -> pctx=rc
  *   destroyctx                cuCtxDestroy of the context made by ctx   -> destroyctx=rc
+ *   reset[:DEV]               cuDevicePrimaryCtxReset_v2 on device DEV  -> reset=rc
  *   info[:LABEL]              cuMemGetInfo_v2     -> LABEL=rc LABEL.free=B LABEL.total=B
  *   totalmem[:DEV]            cuDeviceTotalMem_v2 -> totalmem=rc totalmem.bytes=B
  *   alloc:NAME:SIZE           cuMemAlloc_v2                             -> NAME=rc
@@ -34,6 +35,7 @@
  *                             -> LABEL=rc LABEL.count=N LABEL.self=B LABEL.pid.<pid>=B
  *   pid                       -> pid=<getpid()>
  *   ready                     -> ready=1
+ *   mark:LABEL                -> LABEL=1 (a checkpoint a test can wait for)
  *   hold                      -> ready=1, then wait for a line on stdin (or EOF)
  *   wait                      wait for a line on stdin (or EOF)
  *   sleep:MS                  sleep
@@ -180,6 +182,11 @@ int main(int argc, char **argv) {
             kv_rc(op, rc);
         } else if (strcmp(op, "destroyctx") == 0) {
             kv_rc("destroyctx", cuCtxDestroy(created_ctx));
+        } else if (strcmp(op, "reset") == 0) {
+            CUdevice dev;
+            CUresult rc = cuDeviceGet(&dev, n > 1 ? atoi(f[1]) : 0);
+            if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxReset(dev);
+            kv_rc("reset", rc);
         } else if (strcmp(op, "info") == 0) {
             const char *label = n > 1 ? f[1] : "info";
             size_t free_bytes = 0, total_bytes = 0;
@@ -335,6 +342,8 @@ int main(int argc, char **argv) {
             printf("pid=%d\n", (int)getpid());
         } else if (strcmp(op, "ready") == 0) {
             printf("ready=1\n");
+        } else if (strcmp(op, "mark") == 0 && n == 2) {
+            printf("%s=1\n", f[1]);
         } else if (strcmp(op, "hold") == 0) {
             printf("ready=1\n");
             wait_stdin_line();
