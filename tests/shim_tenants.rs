@@ -296,3 +296,89 @@ fn processes_starting_together_with_different_caps_all_see_one_cap() {
         assert_eq!((ledger.memory_limit_bytes(0), ledger.memory_limit_bytes(1)), (first, first), "round {round}");
     }
 }
+
+/// Two tenants, three processes each, all started at once through
+/// `gpuslice run --sim`, each process making a context and two allocations
+/// that together ask for more than its tenant's cap. The arithmetic leaves
+/// one outcome per tenant (any refusal needs four allocations already in,
+/// and a fifth never fits): exactly four allocations succeed in each, so
+/// each ledger holds exactly its contexts and four allocations, sampled
+/// usage never passes a cap, each process sees its own tenant's cap, and
+/// both ledgers end at zero with every slot free.
+#[test]
+fn two_tenants_with_several_processes_each_started_together_stay_apart() {
+    // (tenant, cap, allocation size): 3 x 16 MiB contexts + 6 allocations each.
+    let tenants = [("alpha", 512 * MIB, "100M", 100 * MIB), ("beta", 1024 * MIB, "200M", 200 * MIB)];
+    let sim = Sim::new().memory("4GiB").context_memory("16MiB");
+    let memctl = gpuslice_tests::compile_c("memctl");
+    let dir = sim.ledger_dir();
+    let mut procs = Vec::new();
+    for (tenant, cap, size, _) in tenants {
+        for _ in 0..3 {
+            let mut cmd = sim.gpuslice();
+            cmd.args(["run", "--sim", "--memory", &cap.to_string(), "--tenant", tenant, "--dir"]).arg(&dir).arg("--");
+            cmd.arg(&memctl).args([
+                "mark:loaded".to_string(),
+                "wait".into(),
+                "init".into(),
+                "ctx".into(),
+                format!("alloc:a:{size}"),
+                format!("alloc:b:{size}"),
+                "info".into(),
+                "hold".into(),
+            ]);
+            procs.push((tenant, sim.spawn(&mut cmd)));
+        }
+    }
+    for (_, p) in &mut procs {
+        p.wait_for("loaded");
+    }
+    for (_, p) in &mut procs {
+        p.send_line("go");
+    }
+    // Sample both ledgers while the processes allocate.
+    let mut max_used = [0u64; 2];
+    let started = Instant::now();
+    while !procs.iter_mut().all(|(_, p)| p.has_printed("ready")) && started.elapsed() < Duration::from_secs(60) {
+        for (i, (tenant, ..)) in tenants.iter().enumerate() {
+            if let Ok(ledger) = ledger::Ledger::open(&ledger::tenant_path(&dir, tenant)) {
+                max_used[i] = max_used[i].max(ledger.used_bytes(0));
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for (_, p) in &mut procs {
+        p.wait_for("ready");
+    }
+    let held: Vec<(u64, u64)> = tenants
+        .iter()
+        .map(|(tenant, ..)| {
+            let ledger = ledger_view::open(&dir, tenant);
+            (ledger.used_bytes(0), ledger.slots().iter().map(|s| s.total_bytes()).sum())
+        })
+        .collect();
+    let outs: Vec<(&str, _)> = procs.into_iter().map(|(tenant, p)| (tenant, p.wait())).collect();
+    for (i, (tenant, cap, _, size_bytes)) in tenants.iter().enumerate() {
+        let mine: Vec<_> = outs.iter().filter(|(t, _)| t == tenant).map(|(_, out)| out).collect();
+        let mut admitted = 0;
+        for out in &mine {
+            out.assert_success().assert_rc("init", cu::SUCCESS).assert_rc("ctx", cu::SUCCESS);
+            assert_eq!(out.u64("info.total"), *cap, "{tenant}: each process sees its own tenant's cap\n{out}");
+            for key in ["a", "b"] {
+                match out.i64(key) {
+                    cu::SUCCESS => admitted += 1,
+                    cu::OUT_OF_MEMORY => {}
+                    other => panic!("{tenant}: allocation {key} returned {other}\n{out}"),
+                }
+            }
+        }
+        assert_eq!(admitted, 4, "{tenant}: exactly four allocations fit under its cap: {mine:?}");
+        let expected = 3 * 16 * MIB + 4 * size_bytes;
+        assert_eq!(held[i], (expected, expected), "{tenant}: usage and its slots' bytes, exactly");
+        assert!(max_used[i] <= *cap, "{tenant}: usage reached {} bytes, over its cap of {cap}", max_used[i]);
+        let ledger = ledger_view::open(&dir, tenant);
+        assert_eq!(ledger.used_bytes(0), 0, "{tenant}: usage must end at exactly zero");
+        assert!(ledger.slots().is_empty(), "{tenant}: every slot must be free: {:?}", ledger.slots());
+        assert_eq!(ledger.memory_limit_bytes(0), *cap, "{tenant}");
+    }
+}
