@@ -256,3 +256,31 @@ fn a_primary_context_reset_releases_its_memory_once_and_a_new_retain_charges_aga
     assert_eq!(full, (512 * MIB, 512 * MIB), "{out}");
     assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), 0, "exit releases everything\n{out}");
 }
+
+/// A completed `cuMemFreeAsync` is released by the synchronisation that
+/// waited for it, in every form: process A frees behind a 300 ms kernel,
+/// synchronises and then makes no driver call at all; process B of the same
+/// tenant, waiting on a pipe until A has synchronised, is admitted for
+/// memory that fits only once A's free is returned.
+#[test]
+fn a_synchronisation_returns_completed_stream_ordered_frees_to_the_tenant() {
+    for how in ["stream", "ptsz", "ctx", "ctx2", "event"] {
+        let sim = capped("512MiB");
+        let mut b = sim.spawn(sim.c("memctl").args(["init", "ctx", "mark:waiting", "wait", "alloc:b:300M", "hold"]));
+        b.wait_for("waiting");
+        let mut a = sim.spawn(sim.c("shim_async").args(["syncfree", how]));
+        a.wait_for("synced");
+        let after_sync = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+        b.send_line("go");
+        b.wait_for("b");
+        let after_b = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+        let a = a.wait();
+        let b = b.wait();
+        a.assert_success().assert_rc("freeasync", cu::SUCCESS).assert_rc("synced", cu::SUCCESS);
+        b.assert_success().assert_rc("ctx", cu::SUCCESS);
+        assert_eq!(after_sync, 128 * MIB, "{how}: only the two contexts are charged once A synchronised\n{a}");
+        b.assert_rc("b", cu::SUCCESS);
+        assert_eq!(after_b, 428 * MIB, "{how}\n{b}");
+        assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0), 0, "{how}");
+    }
+}

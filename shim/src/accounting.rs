@@ -26,14 +26,16 @@
 //! - `cuMemFreeAsync` keeps the charge until the stream reaches the free, as
 //!   the driver keeps the memory until then: an event recorded right after
 //!   the free is polled (oldest per stream first) at each admission, each
-//!   denial and each view (`cuMemGetInfo`, NVML), and the charge goes when
-//!   it completes. So any allocation right after a pending free, on the same
-//!   stream too, is refused for the bytes still in flight (a driver that
-//!   reuses them in stream order would not need them, but one that takes
-//!   new memory at the call holds both until the stream gets there). The
-//!   charge may outlive the memory by as long as the process makes no
-//!   shim call: the error is on the safe side. Destroying the context drops
-//!   its pending frees with it.
+//!   denial, each view (`cuMemGetInfo`, NVML) and after each stream,
+//!   context or event synchronisation while frees are pending (see
+//!   `hooks::sync`), and the charge goes when it completes. So any
+//!   allocation right after a pending free, on the same stream too, is
+//!   refused for the bytes still in flight (a driver that reuses them in
+//!   stream order would not need them, but one that takes new memory at the
+//!   call holds both until the stream gets there). A free completed
+//!   without a synchronisation (the stream simply got there) stays charged
+//!   until this process's next such call: the error is on the safe side.
+//!   Destroying the context drops its pending frees with it.
 //! - Destroying a context (or the last release or a reset of a primary one)
 //!   frees the memory allocated in it, as the driver does, and the charges
 //!   go with it.
@@ -298,6 +300,18 @@ struct PendingFree {
     charge: Charge,
 }
 
+/// How many `cuMemFreeAsync`s of this process wait for their stream
+/// (`Runtime::pending_frees.len()`). A static, not a field, so that the
+/// synchronisation hooks decide with one load, without looking the runtime
+/// up, that there is nothing to do.
+static PENDING_FREES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any `cuMemFreeAsync` of this process waits for its stream.
+#[inline]
+pub fn has_pending_frees() -> bool {
+    PENDING_FREES.load(Ordering::Acquire) != 0
+}
+
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
 const STREAM_LEGACY: u64 = 0x1;
 const STREAM_PER_THREAD: u64 = 0x2;
@@ -325,8 +339,6 @@ pub struct Runtime {
     contexts: Mutex<Vec<ContextRecord>>,
     primaries: Vec<Mutex<Primary>>,
     pending_frees: Mutex<Vec<PendingFree>>,
-    /// `pending_frees.len()`, read without the lock on every admission.
-    pending_count: AtomicUsize,
     next_pending_id: AtomicU64,
     /// Set by the library destructor: from then on nothing is admitted.
     exiting: AtomicBool,
@@ -371,6 +383,9 @@ pub fn capped_view(limit_bytes: u64, used_bytes: u64, free_bytes: u64, total_byt
 impl Runtime {
     pub fn new(ledger: Ledger, slot: Slot, devices: Vec<Device>) -> Self {
         let primaries = devices.iter().map(|_| Mutex::new(Primary::default())).collect();
+        // A forked child's copy counts its parent's pending frees, which
+        // are not its own.
+        PENDING_FREES.store(0, Ordering::Release);
         Self {
             ledger,
             slot,
@@ -382,7 +397,6 @@ impl Runtime {
             contexts: Mutex::new(Vec::new()),
             primaries,
             pending_frees: Mutex::new(Vec::new()),
-            pending_count: AtomicUsize::new(0),
             next_pending_id: AtomicU64::new(0),
             exiting: AtomicBool::new(false),
             in_ledger: InLedger::new(),
@@ -691,7 +705,7 @@ impl Runtime {
                 let id = self.next_pending_id.fetch_add(1, Ordering::Relaxed);
                 let mut pending = lock(&self.pending_frees);
                 pending.push(PendingFree { id, stream: stream_key(stream, per_thread), event: event as usize, charge });
-                self.pending_count.store(pending.len(), Ordering::Release);
+                PENDING_FREES.store(pending.len(), Ordering::Release);
             }
             Err(e) => {
                 debug!("no event after cuMemFreeAsync ({e}); its {} bytes are released now", charge.bytes);
@@ -705,7 +719,7 @@ impl Runtime {
     /// in order, so only each stream's oldest unfinished free is asked about.
     /// No lock is held while the driver answers.
     pub fn poll_pending_frees(&self) {
-        if self.pending_count.load(Ordering::Acquire) == 0 {
+        if !has_pending_frees() {
             return;
         }
         let snapshot: Vec<(u64, u64, usize)> = lock(&self.pending_frees).iter().map(|p| (p.id, p.stream, p.event)).collect();
@@ -737,7 +751,7 @@ impl Runtime {
                     true
                 }
             });
-            self.pending_count.store(pending.len(), Ordering::Release);
+            PENDING_FREES.store(pending.len(), Ordering::Release);
             finished
         };
         for p in finished {
@@ -851,7 +865,7 @@ impl Runtime {
                     true
                 }
             });
-            self.pending_count.store(pending.len(), Ordering::Release);
+            PENDING_FREES.store(pending.len(), Ordering::Release);
             gone
         };
         for charge in gone {

@@ -60,6 +60,9 @@ pub static FAMILIES: &[(&str, &[Variant])] = &[
     ("cuDevicePrimaryCtxRetain", &[v("cuDevicePrimaryCtxRetain", 7000)]),
     ("cuDevicePrimaryCtxRelease", &[v("cuDevicePrimaryCtxRelease", 7000), v("cuDevicePrimaryCtxRelease_v2", 11000)]),
     ("cuDevicePrimaryCtxReset", &[v("cuDevicePrimaryCtxReset", 7000), v("cuDevicePrimaryCtxReset_v2", 11000)]),
+    ("cuStreamSynchronize", &[v("cuStreamSynchronize", 2000), ptsz("cuStreamSynchronize_ptsz", 7000)]),
+    ("cuCtxSynchronize", &[v("cuCtxSynchronize", 2000), v("cuCtxSynchronize_v2", 13000)]),
+    ("cuEventSynchronize", &[v("cuEventSynchronize", 2000)]),
 ];
 
 /// The symbol the driver resolves `name` to at `version` with `flags`;

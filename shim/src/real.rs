@@ -106,6 +106,11 @@ function_table! {
         cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult;
         cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult;
         cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult;
+        cuStreamSynchronize: fn(CUstream) -> CUresult;
+        cuStreamSynchronize_ptsz: fn(CUstream) -> CUresult;
+        cuCtxSynchronize: fn() -> CUresult;
+        cuCtxSynchronize_v2: fn(CUcontext) -> CUresult;
+        cuEventSynchronize: fn(CUevent) -> CUresult;
     }
 }
 

@@ -11,6 +11,15 @@
  *                         cuMemAllocAsync 800 MiB on the same stream
  *                         -> again=rc, other=rc (another stream): both wait
  *                         for the free; after=rc once the stream reached it
+ *   shim_async syncfree HOW
+ *                         cuMemAlloc 300 MiB, a 300 ms kernel, cuMemFreeAsync
+ *                         on its stream, then one synchronisation: HOW is
+ *                         stream (cuStreamSynchronize), ptsz (the per-thread
+ *                         form, resolved by cuGetProcAddress), ctx
+ *                         (cuCtxSynchronize), ctx2 (cuCtxSynchronize_v2) or
+ *                         event (cuEventSynchronize of an event recorded after
+ *                         the free) -> synced=rc, then ready=1 and no further
+ *                         driver call until a line arrives on stdin
  * Each prints done=1 at the end; `hold` as a second argument waits for a
  * line on stdin before exiting (ready=1 first). */
 #include "common.h"
@@ -99,6 +108,40 @@ int main(int argc, char **argv) {
             kv_rc("after", cuMemAllocAsync(&c2, 800 * MiB, s));
             CHECK(cuStreamSynchronize(s));
         }
+    } else if (strcmp(mode, "syncfree") == 0 && argc > 2) {
+        const char *how = argv[2];
+        CUcontext c;
+        CUstream s;
+        CUevent e;
+        CUdeviceptr a;
+        CHECK(cuCtxCreate(&c, NULL, 0, d0));
+        CHECK(cuStreamCreate(&s, 0));
+        CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+        CUresult (*sync_ptsz)(CUstream) = NULL;
+        if (strcmp(how, "ptsz") == 0)
+            CHECK(cuGetProcAddress("cuStreamSynchronize", (void **)&sync_ptsz, 12000,
+                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
+        CUfunction sleep_kernel = load_kernel("sim_sleep");
+        CHECK(cuMemAlloc(&a, 300 * MiB));
+        CHECK(launch_us(sleep_kernel, 300000, s));
+        kv_rc("freeasync", cuMemFreeAsync(a, s));
+        CUresult rc;
+        if (strcmp(how, "stream") == 0) rc = cuStreamSynchronize(s);
+        else if (strcmp(how, "ptsz") == 0) rc = sync_ptsz(s);
+        else if (strcmp(how, "ctx") == 0) rc = cuCtxSynchronize();
+        else if (strcmp(how, "ctx2") == 0) rc = cuCtxSynchronize_v2(c);
+        else if (strcmp(how, "event") == 0) {
+            CHECK(cuEventRecord(e, s));
+            rc = cuEventSynchronize(e);
+        } else {
+            fprintf(stderr, "unknown synchronisation %s\n", how);
+            return 64;
+        }
+        kv_rc("synced", rc);
+        printf("ready=1\n");
+        wait_stdin_line();
+        printf("done=1\n");
+        return 0;
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 64;

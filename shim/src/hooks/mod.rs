@@ -23,6 +23,7 @@ pub mod launch;
 pub mod memory;
 pub mod nvml;
 pub mod procaddr;
+pub mod sync;
 
 macro_rules! hook_list {
     (cuda { $($module:ident :: $name:ident),* $(,)? } nvml { $($nmodule:ident :: $nname:ident),* $(,)? }) => {
@@ -96,6 +97,11 @@ hook_list! {
         context::cuDevicePrimaryCtxReset_v2,
         info::cuMemGetInfo_v2,
         info::cuDeviceTotalMem_v2,
+        sync::cuStreamSynchronize,
+        sync::cuStreamSynchronize_ptsz,
+        sync::cuCtxSynchronize,
+        sync::cuCtxSynchronize_v2,
+        sync::cuEventSynchronize,
     }
     nvml {
         nvml::nvmlDeviceGetMemoryInfo,

@@ -1,0 +1,52 @@
+//! Synchronisation (`cuStreamSynchronize`, `cuCtxSynchronize`,
+//! `cuEventSynchronize`): forwarded untouched, then, only if this process
+//! has `cuMemFreeAsync`s waiting for their stream, those the wait completed
+//! are released at once. An application that frees stream-ordered memory
+//! and synchronises has given it back, and another process of the tenant
+//! may take it from then on, not only after this process's next allocation.
+//! With nothing pending a hook costs one load after the driver's call.
+
+use super::real_or_return;
+use crate::guard::{boundary, Guard};
+use crate::Access;
+use abi::cuda::*;
+
+/// After a synchronisation that returned: releases the pending frees it
+/// completed, if there are any.
+#[inline]
+fn after_synchronize() {
+    if crate::accounting::has_pending_frees() {
+        poll_pending_frees();
+    }
+}
+
+#[cold]
+fn poll_pending_frees() {
+    let Some(_guard) = Guard::enter() else { return };
+    boundary(|| {
+        if let Some(Access::Ready(rt)) = crate::runtime_if_started() {
+            rt.poll_pending_frees();
+        }
+        CUDA_SUCCESS
+    });
+}
+
+macro_rules! sync_hook {
+    ($(#[$meta:meta])* $name:ident($($arg:ident: $ty:ty),*)) => {
+        $(#[$meta])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { real($($arg),*) };
+            after_synchronize();
+            r
+        }
+    };
+}
+
+sync_hook!(cuStreamSynchronize(stream: CUstream));
+sync_hook!(cuStreamSynchronize_ptsz(stream: CUstream));
+sync_hook!(cuCtxSynchronize());
+sync_hook!(#[doc(alias = "cuCtxSynchronize")] cuCtxSynchronize_v2(ctx: CUcontext));
+sync_hook!(cuEventSynchronize(event: CUevent));
