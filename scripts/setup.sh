@@ -4,6 +4,8 @@
 #       from NVIDIA's nvidia-cuda-runtime and nvidia-nvml-dev wheels;
 #   .deps/venv  a Python virtualenv with NVIDIA's own clients, cuda-bindings
 #       and nvidia-ml-py, which the end-to-end tests drive against simgpu.
+# Versions are pinned: the tests hold the shim's cuGetProcAddress table to
+# this cudaTypedefs.h, and a newer header may add variants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.deps
@@ -18,13 +20,13 @@ if [ ! -x "$deps/venv/bin/python" ]; then
     "$python" -m venv "$deps/venv"
 fi
 if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml' 2>/dev/null; then
-    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings>=13,<14' 'nvidia-ml-py>=12'
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71'
 fi
 
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --platform manylinux2014_x86_64 \
-        -d "$deps/wheels" 'nvidia-cuda-runtime>=13,<14' 'nvidia-nvml-dev>=13,<14'
+        -d "$deps/wheels" 'nvidia-cuda-runtime==13.5.37' 'nvidia-nvml-dev==13.5.37'
     "$deps/venv/bin/python" - "$deps" <<'PY'
 import sys, zipfile, glob, os
 deps = sys.argv[1]

@@ -4,7 +4,7 @@
 //! One source of truth for result codes, handle types and struct layouts, so
 //! that the shim and the simulated GPU can never disagree. Every value here is
 //! transcribed from the headers of the `nvidia-cuda-runtime` and
-//! `nvidia-nvml-dev` wheels (13.5); `scripts/fetch-headers.sh` fetches them and
+//! `nvidia-nvml-dev` wheels (13.5); `scripts/setup.sh` fetches them and
 //! the end-to-end tests compile C programs against them, which checks the
 //! layouts from the other side.
 #![no_std]
