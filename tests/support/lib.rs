@@ -77,13 +77,29 @@ pub fn target_dir() -> PathBuf {
 
 fn built_artefact(file_name: &str, crate_name: &str) -> PathBuf {
     let path = target_dir().join(file_name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first (`cargo build -p {crate_name}`, or `cargo build --workspace`; \
-         for benchmarks `cargo build --release -p {crate_name}`), or set GPUSLICE_TARGET_DIR",
-        path.display()
+    let build_hint = format!(
+        "build it first (`cargo build -p {crate_name}`, or `cargo build --workspace`; \
+         for benchmarks `cargo build --release -p {crate_name}`), or set GPUSLICE_TARGET_DIR"
     );
+    assert!(path.is_file(), "{} is missing: {build_hint}", path.display());
+    // `cargo test` rebuilds the test binaries but not the libraries they
+    // load as real processes would: refuse to test a stale one. Cargo's
+    // dep-info file beside the artefact lists the sources it was built from.
+    if let Some(stale) = newer_source(&path) {
+        panic!("{} is older than {}: {build_hint}", path.display(), stale.display());
+    }
     path
+}
+
+/// A source that cargo's dep-info (`<artefact stem>.d`) lists for
+/// `artefact` and that changed after it was built, if any.
+fn newer_source(artefact: &Path) -> Option<PathBuf> {
+    let built = std::fs::metadata(artefact).and_then(|m| m.modified()).ok()?;
+    let dep_info = std::fs::read_to_string(artefact.with_extension("d")).ok()?;
+    let (_, sources) = dep_info.lines().next()?.split_once(": ")?;
+    sources.split_whitespace().map(PathBuf::from).find(|source| {
+        std::fs::metadata(source).and_then(|m| m.modified()).is_ok_and(|changed| changed > built)
+    })
 }
 
 /// `libsimgpu.so`, the simulated GPU.
