@@ -24,6 +24,7 @@ fn tenant_device(sim: &Sim) -> serde_json::Value {
 /// only the CUDA driver mounted. (Not with its own `/proc`: there simgpu,
 /// unlike a real driver, cannot learn the host pid it should report.)
 fn namespaced(sim: &Sim, args: &[&str]) -> gpuslice_tests::Running {
+    gpuslice_tests::require_pid_namespaces();
     let cuda_only = sim.dir().join("cuda-only");
     if !cuda_only.exists() {
         std::fs::create_dir_all(&cuda_only).unwrap();

@@ -52,6 +52,7 @@ fn kill9_is_reclaimed_within_a_second() {
 
 #[test]
 fn kill9_in_another_pid_namespace_is_reclaimed() {
+    gpuslice_tests::require_pid_namespaces();
     let sim = tenant_sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let memctl = compile_c("memctl");

@@ -738,3 +738,21 @@ pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Fails the calling test with a clear message unless this machine lets us
+/// start processes in their own PID namespace (`unshare --pid --fork`, as
+/// root or with CAP_SYS_ADMIN), which the tests of reclaim across PID
+/// namespaces need.
+pub fn require_pid_namespaces() {
+    let probe = Command::new("unshare").args(["--pid", "--fork", "true"]).output();
+    match probe {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "this test needs a new PID namespace, and `unshare --pid --fork true` failed ({}): {}\
+             run the tests as root or with CAP_SYS_ADMIN",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!("this test needs `unshare` (util-linux) to make a PID namespace: {e}"),
+    }
+}
