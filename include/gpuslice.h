@@ -32,7 +32,7 @@
 
 /* "GPUSLICE" read as a little-endian uint64_t. */
 #define GPUSLICE_MAGIC UINT64_C(0x4543494C53555047)
-#define GPUSLICE_LAYOUT_VERSION 3u
+#define GPUSLICE_LAYOUT_VERSION 4u
 /* struct gpuslice_slot.in_flight_word increments */
 #define GPUSLICE_IN_FLIGHT_BEGIN UINT64_C(1)
 #define GPUSLICE_IN_FLIGHT_FINISH UINT64_C(0xFFFFFFFF)
@@ -128,17 +128,19 @@ struct gpuslice_usage_page {
 /* One process of the tenant. */
 struct gpuslice_slot {
     uint64_t state_word;
-    uint32_t pid;         /* as the ledger directory's /proc sees it */
-    uint32_t ns_pid;      /* in the process's own PID namespace */
-    uint64_t pidns_inode; /* of /proc/self/ns/pid */
-    uint64_t start_time_ticks;
     /* Low 32 bits: reservations/releases between their two steps (usage,
        then slot; or slot, then usage); high 32 bits: how many finished.
        A writer adds GPUSLICE_IN_FLIGHT_BEGIN before its first step and
        GPUSLICE_IN_FLIGHT_FINISH after its second. */
     uint64_t in_flight_word;
-    uint64_t reserved[3];
+    /* By device index. state_word, in_flight_word and bytes[0..5] share the
+       record's first cache line: the owner's threads touch them together. */
     uint64_t bytes[GPUSLICE_MAX_DEVICES];
+    uint32_t pid;         /* as the ledger directory's /proc sees it */
+    uint32_t ns_pid;      /* in the process's own PID namespace */
+    uint64_t pidns_inode; /* of /proc/self/ns/pid */
+    uint64_t start_time_ticks;
+    uint64_t reserved[3];
 };
 
 /* A whole ledger file. */
@@ -175,7 +177,10 @@ _Static_assert(offsetof(struct gpuslice_usage, compute_refill_ns) == 48, "gpusli
 _Static_assert(sizeof(struct gpuslice_usage_page) == GPUSLICE_PAGE_BYTES, "gpuslice_usage_page size");
 _Static_assert(offsetof(struct gpuslice_usage_page, reclaimed_processes_total) == 1024, "gpuslice_usage_page.reclaimed_processes_total");
 _Static_assert(sizeof(struct gpuslice_slot) == 192, "gpuslice_slot size");
-_Static_assert(offsetof(struct gpuslice_slot, bytes) == 64, "gpuslice_slot.bytes");
+_Static_assert(offsetof(struct gpuslice_slot, in_flight_word) == 8, "gpuslice_slot.in_flight_word");
+_Static_assert(offsetof(struct gpuslice_slot, bytes) == 16, "gpuslice_slot.bytes");
+_Static_assert(offsetof(struct gpuslice_slot, pid) == 144, "gpuslice_slot.pid");
+_Static_assert(offsetof(struct gpuslice_slot, start_time_ticks) == 160, "gpuslice_slot.start_time_ticks");
 _Static_assert(offsetof(struct gpuslice_ledger, policy) == GPUSLICE_PAGE_BYTES, "policy page offset");
 _Static_assert(offsetof(struct gpuslice_ledger, usage) == 2 * GPUSLICE_PAGE_BYTES, "usage page offset");
 _Static_assert(offsetof(struct gpuslice_ledger, slots) == 3 * GPUSLICE_PAGE_BYTES, "slots offset");

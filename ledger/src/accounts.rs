@@ -15,6 +15,30 @@ use std::time::{Duration, Instant};
 /// device entry.
 const DEVICE_ENTRY_WAIT: Duration = Duration::from_secs(1);
 
+/// Takes `bytes` from a tenant's `used_bytes` with one `fetch_sub`, for a
+/// release or drain that has already taken them from a slot; returns what it
+/// took. The counter always holds them: `used` is every slot's bytes plus
+/// every change between its steps plus leaks (see `audit`), and these bytes
+/// are such a change, so no interleaving of the tenant's writers makes it
+/// wrap, and the hot path is one read-modify-write where a CAS loop would
+/// retry under contention. Only a file damaged by a foreign writer can hold
+/// less: then the excess is added back. Until it is (and for good, if
+/// another release ran on the wrapped value meanwhile), the counter reads
+/// as a huge value, which refuses every reservation under a finite cap and
+/// never admits one; the monitor's audit returns it to the slots' sum.
+///
+/// A slot's own bytes are taken with [`saturating_take`] instead: a caller
+/// may release more than the slot holds by mistake, and that must not
+/// drain anything, however threads interleave.
+pub(crate) fn take_at_most(counter: &AtomicU64, bytes: u64) -> u64 {
+    let before = counter.fetch_sub(bytes, Ordering::AcqRel);
+    if before >= bytes {
+        return bytes;
+    }
+    counter.fetch_add(bytes - before, Ordering::AcqRel);
+    before
+}
+
 /// Subtracts from a counter, stopping at zero; returns what was subtracted.
 pub(crate) fn saturating_take(counter: &AtomicU64, bytes: u64) -> u64 {
     match counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(bytes))) {
@@ -352,7 +376,7 @@ impl Ledger {
             return;
         }
         let taken = saturating_take(slot_bytes, bytes);
-        saturating_take(&usage.used_bytes, taken);
+        take_at_most(&usage.used_bytes, taken);
     }
 
     /// Gives every byte a slot record holds back to the tenant; returns the
