@@ -128,7 +128,7 @@ struct InLedger {
     spare: AtomicUsize,
 }
 
-const IN_LEDGER_SHARDS: usize = 16;
+const IN_LEDGER_SHARDS: usize = 64;
 
 #[repr(align(128))]
 struct PaddedCount(AtomicUsize);
@@ -177,8 +177,14 @@ impl InLedger {
 
 /// Allocations by handle, sharded so that threads rarely share a lock.
 pub struct Tracker {
-    shards: Vec<Mutex<Map>>,
+    shards: Box<[Shard]>,
 }
+
+/// One shard of a [`Tracker`], on cache lines of its own: a lock and its
+/// map take about 56 bytes, so unpadded neighbours would share lines and
+/// threads working on different shards would still take each other's lines.
+#[repr(align(128))]
+struct Shard(Mutex<Map>);
 
 /// Bumped whenever a context of this process may have been destroyed.
 static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -205,12 +211,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Tracker {
     pub fn new() -> Self {
-        Self { shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect() }
+        Self { shards: (0..SHARDS).map(|_| Shard(Mutex::new(Map::default()))).collect() }
     }
 
     fn shard(&self, key: u64) -> Option<&Mutex<Map>> {
         let index = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
-        self.shards.get(index)
+        self.shards.get(index).map(|shard| &shard.0)
     }
 
     /// Remembers `key`; returns the charge it replaces (a handle the driver
@@ -226,7 +232,7 @@ impl Tracker {
     /// Removes every allocation made in context `ctx`.
     pub fn remove_context(&self, ctx: usize) -> Vec<Charge> {
         let mut removed = Vec::new();
-        for shard in &self.shards {
+        for Shard(shard) in self.shards.iter() {
             lock(shard).retain(|_, charge| {
                 if charge.ctx == ctx {
                     removed.push(*charge);
