@@ -385,7 +385,7 @@ const _: () = {
     assert!(offset_of!(SlotRecord, start_time_ticks) == 160);
     // The owner's hot words for device 0 share the record's first line.
     assert!(offset_of!(SlotRecord, bytes) + 8 <= 64);
-    assert!(SLOTS_OFFSET % 64 == 0 && size_of::<SlotRecord>() % 64 == 0);
+    assert!(SLOTS_OFFSET.is_multiple_of(64) && size_of::<SlotRecord>().is_multiple_of(64));
 
     assert!(offset_of!(LedgerFile, header) == 0);
     assert!(POLICY_OFFSET == PAGE_BYTES);
