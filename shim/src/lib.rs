@@ -260,22 +260,29 @@ fn apply_cap(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, cap
 
 /// `pthread_atfork` child handler: see the module docs. Only closes a
 /// descriptor and stores atomics (async-signal-safe).
+/// A panic never unwinds out of it (that would abort the child); catching
+/// allocates nothing unless one happens.
 unsafe extern "C" fn after_fork_in_child() {
-    let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: see ready_runtime; the pointer is leaked, never freed.
-    if let Some(rt) = unsafe { ptr.as_ref() } {
-        ffi::close_fd(rt.ledger.lock_fd());
-    }
-    if matches!(STATE.load(Ordering::Acquire), READY | INITIALISING) {
-        STATE.store(UNINIT, Ordering::Release);
-    }
+    let _ = std::panic::catch_unwind(|| {
+        let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: see ready_runtime; the pointer is leaked, never freed.
+        if let Some(rt) = unsafe { ptr.as_ref() } {
+            ffi::close_fd(rt.ledger.lock_fd());
+        }
+        if matches!(STATE.load(Ordering::Acquire), READY | INITIALISING) {
+            STATE.store(UNINIT, Ordering::Release);
+        }
+    });
 }
 
 /// Runs when the library is loaded: registers the fork handler and finds
 /// the real `dlsym` (cheap; nothing CUDA happens here).
 extern "C" fn on_load() {
-    ffi::at_fork_child(after_fork_in_child);
-    let _ = ffi::real_dlsym();
+    // No panic may unwind into the loader.
+    let _ = std::panic::catch_unwind(|| {
+        ffi::at_fork_child(after_fork_in_child);
+        let _ = ffi::real_dlsym();
+    });
 }
 
 /// Runs at normal exit (or unload): releases this process's slot and every
@@ -290,6 +297,12 @@ extern "C" fn on_load() {
 /// cut change's bytes found by the monitor's audit) once the process is
 /// gone, while a released slot would hide the cut.
 extern "C" fn on_unload() {
+    // No panic may unwind into exit (a ledger bug must not abort the
+    // process): the slot is then left to reclaim.
+    let _ = std::panic::catch_unwind(release_at_exit);
+}
+
+fn release_at_exit() {
     // SAFETY: see ready_runtime; the pointer is leaked, never freed.
     let Some(rt) = (unsafe { RUNTIME.load(Ordering::Acquire).as_ref() }) else { return };
     if rt.owner_pid != std::process::id() || !rt.stop_admitting(std::time::Duration::from_millis(100)) {

@@ -106,12 +106,17 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *
     if found.is_null() || symbol.is_null() || handle == ffi::RTLD_NEXT {
         return found;
     }
-    // SAFETY: checked non-null; dlsym's caller passes a NUL-terminated name.
-    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    if !(name.starts_with(b"cu") || name.starts_with(b"nvml")) {
-        return found;
-    }
-    super::lookup(name).unwrap_or(found)
+    // A panic must not unwind into the caller (that aborts the process): it
+    // gets the real answer instead.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: checked non-null; dlsym's caller passes a NUL-terminated name.
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        if !(name.starts_with(b"cu") || name.starts_with(b"nvml")) {
+            return found;
+        }
+        super::lookup(name).unwrap_or(found)
+    }))
+    .unwrap_or(found)
 }
 
 /// The exported `dlsym`. glibc's `dlsym` finds `RTLD_NEXT`'s "next" from its
