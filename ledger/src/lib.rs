@@ -74,6 +74,12 @@ pub fn default_dir() -> PathBuf {
     if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         candidates.push(Path::new(&runtime).join("gpuslice"));
     }
+    first_usable_dir(candidates)
+}
+
+/// The first of `candidates` that can be created and written, else
+/// `/tmp/gpuslice-<uid>` (not created here).
+fn first_usable_dir(candidates: impl IntoIterator<Item = PathBuf>) -> PathBuf {
     for dir in candidates {
         if open::create_dir(&dir).is_ok() && writable(&dir) {
             return dir;

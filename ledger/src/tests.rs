@@ -480,10 +480,26 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     assert!(ledger.reclaim_dead().is_empty(), "reclaimed twice");
 }
 
+/// The fallback order of `default_dir`, on candidates inside a temporary
+/// directory (the real `/run/gpuslice` is never touched): a candidate that
+/// cannot be created (its parent is a file, which stops root too) is
+/// skipped, the next is created and a ledger file can be made in it; with
+/// none usable the answer is the per-user directory under `/tmp`.
 #[test]
-fn default_dir_is_writable() {
-    let dir = default_dir();
-    assert!(dir.is_absolute());
+fn the_default_dir_is_the_first_candidate_that_can_be_created_and_written() {
+    let dir = TempDir::new();
+    let blocker = dir.0.join("not-a-dir");
+    std::fs::write(&blocker, b"").unwrap();
+    let unusable = blocker.join("gpuslice");
+    let runtime = dir.0.join("xdg").join("gpuslice");
+    let picked = first_usable_dir([unusable.clone(), runtime.clone()]);
+    assert_eq!(picked, runtime);
+    assert!(runtime.is_dir());
+    let ledger = Ledger::open_or_create(&picked, "t").unwrap();
+    assert!(ledger.path().starts_with(&runtime));
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(first_usable_dir([unusable]), PathBuf::from(format!("/tmp/gpuslice-{uid}")));
 }
 
 #[test]
