@@ -21,42 +21,8 @@
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpuslice_tests::driver::{load_library, Driver};
-use std::time::Duration;
-
-const PAIR_BYTES: usize = 1 << 20;
-const THREAD_COUNTS: [usize; 4] = [1, 4, 16, 64];
-
-/// CPU time this process has used so far, all threads, user and system.
-fn process_cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value, which getrusage overwrites.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid out-pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    assert_eq!(rc, 0, "getrusage failed");
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
-}
-
-/// `pairs` alloc/free pairs spread over `threads` threads; returns the CPU
-/// time they took, scaled to exactly `pairs`.
-fn alloc_free_threads(driver: &Driver, threads: usize, pairs: u64) -> Duration {
-    let per_thread = pairs.div_ceil(threads as u64).max(1);
-    let start = process_cpu_time();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                driver.make_current();
-                for _ in 0..per_thread {
-                    driver.alloc_free(PAIR_BYTES);
-                }
-            });
-        }
-    });
-    let done = (per_thread * threads as u64) as f64;
-    Duration::from_secs_f64((process_cpu_time() - start).as_secs_f64() * pairs as f64 / done)
-}
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpuslice_tests::driver::{compare_sides, load_library, Driver};
 
 fn shim_vs_bare(c: &mut Criterion) {
     let simgpu = gpuslice_tests::simgpu_lib();
@@ -75,35 +41,7 @@ fn shim_vs_bare(c: &mut Criterion) {
     let simgpu_lib = load_library(&simgpu);
     let shim_lib = load_library(&shim);
     let sides = [("bare", Driver::resolve(&simgpu_lib, &simgpu)), ("shim", Driver::resolve(&shim_lib, &shim))];
-
-    let mut group = c.benchmark_group("launch");
-    for (name, driver) in sides {
-        group.bench_function(name, |b| {
-            driver.make_current();
-            b.iter_custom(|iters| driver.launch_zero_length(iters))
-        });
-    }
-    group.finish();
-
-    let mut group = c.benchmark_group("alloc_free");
-    for (name, driver) in sides {
-        group.bench_function(name, |b| {
-            driver.make_current();
-            b.iter(|| driver.alloc_free(PAIR_BYTES))
-        });
-    }
-    group.finish();
-
-    let mut group = c.benchmark_group("alloc_free_threads");
-    group.sample_size(20);
-    for threads in THREAD_COUNTS {
-        for (name, driver) in sides {
-            group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
-                b.iter_custom(|iters| alloc_free_threads(&driver, threads, iters))
-            });
-        }
-    }
-    group.finish();
+    compare_sides(c, "", sides);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

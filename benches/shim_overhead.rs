@@ -12,14 +12,10 @@
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim_overhead`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpuslice_tests::driver::{load_library, Driver};
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpuslice_tests::driver::{compare_sides, load_library, Driver};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
-
-const PAIR_BYTES: usize = 1 << 20;
-const THREAD_COUNTS: [usize; 4] = [1, 4, 16, 64];
 
 fn build_null_driver(dir: &Path) -> PathBuf {
     let root = gpuslice_tests::repo_root();
@@ -36,36 +32,6 @@ fn build_null_driver(dir: &Path) -> PathBuf {
     out
 }
 
-/// CPU time this process has used so far, all threads, user and system.
-fn process_cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value, which getrusage overwrites.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid out-pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    assert_eq!(rc, 0, "getrusage failed");
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
-}
-
-/// `pairs` alloc/free pairs spread over `threads` threads; returns the CPU
-/// time they took, scaled to exactly `pairs`.
-fn alloc_free_threads(driver: &Driver, threads: usize, pairs: u64) -> Duration {
-    let per_thread = pairs.div_ceil(threads as u64).max(1);
-    let start = process_cpu_time();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                driver.make_current();
-                for _ in 0..per_thread {
-                    driver.alloc_free(PAIR_BYTES);
-                }
-            });
-        }
-    });
-    let done = (per_thread * threads as u64) as f64;
-    Duration::from_secs_f64((process_cpu_time() - start).as_secs_f64() * pairs as f64 / done)
-}
-
 fn shim_over_null_driver(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("gpuslice-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
@@ -80,35 +46,7 @@ fn shim_over_null_driver(c: &mut Criterion) {
     let null_lib = load_library(&null);
     let shim_lib = load_library(&shim);
     let sides = [("bare", Driver::resolve(&null_lib, &null)), ("shim", Driver::resolve(&shim_lib, &shim))];
-
-    let mut group = c.benchmark_group("null_launch");
-    for (name, driver) in sides {
-        group.bench_function(name, |b| {
-            driver.make_current();
-            b.iter_custom(|iters| driver.launch_zero_length(iters))
-        });
-    }
-    group.finish();
-
-    let mut group = c.benchmark_group("null_alloc_free");
-    for (name, driver) in sides {
-        group.bench_function(name, |b| {
-            driver.make_current();
-            b.iter(|| driver.alloc_free(PAIR_BYTES))
-        });
-    }
-    group.finish();
-
-    let mut group = c.benchmark_group("null_alloc_free_threads");
-    group.sample_size(20);
-    for threads in THREAD_COUNTS {
-        for (name, driver) in sides {
-            group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
-                b.iter_custom(|iters| alloc_free_threads(&driver, threads, iters))
-            });
-        }
-    }
-    group.finish();
+    compare_sides(c, "null_", sides);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

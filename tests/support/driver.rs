@@ -178,3 +178,75 @@ pub fn load_library(path: &Path) -> Library {
     // the shim do their work on the first driver call.
     unsafe { Library::new(path) }.unwrap_or_else(|e| panic!("cannot load {}: {e}", path.display()))
 }
+
+/// The pair size of the alloc/free benchmarks.
+pub const PAIR_BYTES: usize = 1 << 20;
+/// Thread counts of the many-thread alloc/free benchmark.
+pub const THREAD_COUNTS: [usize; 4] = [1, 4, 16, 64];
+
+/// CPU time this process has used so far, all threads, user and system.
+fn process_cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value, which getrusage overwrites.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid out-pointer.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage failed");
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// `pairs` alloc/free pairs spread over `threads` threads; returns the
+/// process's CPU time they took, scaled to exactly `pairs`. CPU time counts
+/// contention (cache-line transfers, lock hand-offs, futex wake-ups) but
+/// not time spent waiting for a core, which a small machine would otherwise
+/// show as cost.
+pub fn alloc_free_threads(driver: &Driver, threads: usize, pairs: u64) -> Duration {
+    let per_thread = pairs.div_ceil(threads as u64).max(1);
+    let start = process_cpu_time();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                driver.make_current();
+                for _ in 0..per_thread {
+                    driver.alloc_free(PAIR_BYTES);
+                }
+            });
+        }
+    });
+    let done = (per_thread * threads as u64) as f64;
+    Duration::from_secs_f64((process_cpu_time() - start).as_secs_f64() * pairs as f64 / done)
+}
+
+/// The three comparisons every shim benchmark makes between its sides
+/// (`bare`, `shim`): a zero-length launch, an alloc/free pair, and the pair
+/// from 1 to 64 threads. Group names start with `prefix`.
+pub fn compare_sides(c: &mut criterion::Criterion, prefix: &str, sides: [(&str, Driver); 2]) {
+    let mut group = c.benchmark_group(format!("{prefix}launch"));
+    for (name, driver) in sides {
+        group.bench_function(name, |b| {
+            driver.make_current();
+            b.iter_custom(|iters| driver.launch_zero_length(iters))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group(format!("{prefix}alloc_free"));
+    for (name, driver) in sides {
+        group.bench_function(name, |b| {
+            driver.make_current();
+            b.iter(|| driver.alloc_free(PAIR_BYTES))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group(format!("{prefix}alloc_free_threads"));
+    group.sample_size(20);
+    for threads in THREAD_COUNTS {
+        for (name, driver) in sides {
+            group.bench_with_input(criterion::BenchmarkId::new(name, threads), &threads, |b, &threads| {
+                b.iter_custom(|iters| alloc_free_threads(&driver, threads, iters))
+            });
+        }
+    }
+    group.finish();
+}
