@@ -47,7 +47,7 @@ fn kill9_is_reclaimed_within_a_second() {
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_reclaimed_processes_total", &[("tenant", TENANT)]), Some(1.0));
     let log = monitor.stop();
-    assert!(log.stderr.contains(&format!("reclaimed slot")) && log.stderr.contains(&format!("dead pid {pid}")), "{log}");
+    assert!(log.stderr.contains("reclaimed slot") && log.stderr.contains(&format!("dead pid {pid}")), "{log}");
 }
 
 #[test]

@@ -53,7 +53,7 @@ impl RangeAllocator {
 
     /// Allocates `len` bytes (a multiple of the granule); returns the offset.
     pub fn alloc(&mut self, len: u64) -> Option<u64> {
-        if len == 0 || len % GRANULE_BYTES != 0 {
+        if len == 0 || !len.is_multiple_of(GRANULE_BYTES) {
             return None;
         }
         let &(block_len, offset) = self.free_by_size.range((len, 0)..).next()?;

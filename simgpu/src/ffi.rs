@@ -80,11 +80,14 @@ pub unsafe fn write_cstr(buf: *mut c_char, len: i32, text: &str) -> CuResult<()>
 /// The body returns `CuResult<()>` and runs inside [`guard`]. Aliases are
 /// extra exported names with the same signature (`_ptsz`/`_ptds` forms and
 /// older names whose ABI is identical).
-#[macro_export]
+///
+/// The body runs in an `unsafe` block under the contract written there, so
+/// the macro stays private to this crate: every body is in this crate and is
+/// read against that contract.
 macro_rules! cu_export {
     ($name:ident $params:tt $body:block $(; $($alias:ident),+)?) => {
-        $crate::cu_export!(@fn $name $params $body);
-        $($( $crate::cu_export!(@alias $alias $name $params); )+)?
+        $crate::ffi::cu_export!(@fn $name $params $body);
+        $($( $crate::ffi::cu_export!(@alias $alias $name $params); )+)?
     };
     (@fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
         #[no_mangle]
@@ -107,3 +110,4 @@ macro_rules! cu_export {
         }
     };
 }
+pub(crate) use cu_export;

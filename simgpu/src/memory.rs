@@ -378,7 +378,7 @@ pub fn check_prop(d: &Driver, prop: &CUmemAllocationProp) -> CuResult<Option<usi
 }
 
 pub fn vmm_create(d: &Driver, size: u64, device: Option<usize>) -> CuResult<u64> {
-    if size == 0 || size % VMM_GRANULARITY_BYTES != 0 {
+    if size == 0 || !size.is_multiple_of(VMM_GRANULARITY_BYTES) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     if let Some(dev) = device {
@@ -434,7 +434,7 @@ pub fn vmm_release(d: &Driver, handle: u64) -> CuResult<()> {
 }
 
 pub fn vmm_reserve(d: &Driver, size: u64, alignment: u64) -> CuResult<u64> {
-    if size == 0 || size % VMM_GRANULARITY_BYTES != 0 || (alignment != 0 && !alignment.is_power_of_two()) {
+    if size == 0 || !size.is_multiple_of(VMM_GRANULARITY_BYTES) || (alignment != 0 && !alignment.is_power_of_two()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let align = alignment.max(VMM_GRANULARITY_BYTES);
@@ -477,7 +477,7 @@ pub fn vmm_free_reservation(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {
 
 pub fn vmm_map(d: &Driver, ptr: u64, size: u64, offset: u64, handle: u64) -> CuResult<()> {
     let mut v = lock(&d.vmm);
-    if size == 0 || size % VMM_GRANULARITY_BYTES != 0 || offset % VMM_GRANULARITY_BYTES != 0 || ptr % VMM_GRANULARITY_BYTES != 0 {
+    if size == 0 || !size.is_multiple_of(VMM_GRANULARITY_BYTES) || !offset.is_multiple_of(VMM_GRANULARITY_BYTES) || !ptr.is_multiple_of(VMM_GRANULARITY_BYTES) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let end = ptr.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;

@@ -384,8 +384,8 @@ fn process_samples(st: &SharedState, i: usize, last_seen_us: u64) -> Vec<nvmlPro
                 newest = newest.max(at);
             }
         }
-        if n > 0 {
-            out.push(nvmlProcessUtilizationSample_t { pid: r.host_pid.load(Relaxed), timeStamp: newest, smUtil: (sum / n) as c_uint, memUtil: 0, encUtil: 0, decUtil: 0 });
+        if let Some(mean) = sum.checked_div(n) {
+            out.push(nvmlProcessUtilizationSample_t { pid: r.host_pid.load(Relaxed), timeStamp: newest, smUtil: mean as c_uint, memUtil: 0, encUtil: 0, decUtil: 0 });
         }
     }
     out

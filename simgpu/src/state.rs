@@ -149,7 +149,7 @@ const _: () = assert!(std::mem::offset_of!(Layout, devices) == 64);
 const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16);
 const _: () = assert!(std::mem::size_of::<ProcDevice>() == 48 + PROC_SAMPLES * 16);
 const _: () = assert!(std::mem::size_of::<ProcRecord>() == 64 + MAX_DEVICES * std::mem::size_of::<ProcDevice>());
-const _: () = assert!(FILE_BYTES % 64 == 0);
+const _: () = assert!(FILE_BYTES.is_multiple_of(64));
 
 #[derive(Debug)]
 pub enum StateError {
@@ -530,7 +530,7 @@ impl SharedState {
                 continue;
             }
             let score = (now - at).abs_diff(1_000_000_000);
-            if best.map_or(true, |(bat, _)| (now - bat).abs_diff(1_000_000_000) > score) {
+            if best.is_none_or(|(bat, _)| (now - bat).abs_diff(1_000_000_000) > score) {
                 best = Some((at, busy));
             }
         }

@@ -288,7 +288,7 @@ pub fn kill9(pid: u32) {
 /// Whether a process with this pid exists (and is not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").map_or(false, |(_, rest)| !rest.starts_with('Z')),
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
 }

@@ -28,19 +28,25 @@ use std::collections::HashMap;
 /// (tenant, uuid, host pid, start time).
 type ProcessKey = (String, String, u32, u64);
 
+/// (driver bytes, ledger bytes) of one process on one device in one round.
+type Figures = (u64, u64);
+
+/// The overhead found for each (tenant, uuid).
+type Found = HashMap<(String, String), u64>;
+
 /// The figures of the previous round, to tell stable ones.
 #[derive(Default)]
 pub struct OverheadState {
     /// (driver bytes, ledger bytes) by process and device.
-    last: HashMap<ProcessKey, (u64, u64)>,
+    last: HashMap<ProcessKey, Figures>,
 }
 
 /// The overhead to publish for each (tenant, uuid) that has none, from this
 /// round's figures and the last round's.
-fn measure(snapshot: &Snapshot, last: &HashMap<ProcessKey, (u64, u64)>) -> (HashMap<(String, String), u64>, HashMap<ProcessKey, (u64, u64)>) {
+fn measure(snapshot: &Snapshot, last: &HashMap<ProcessKey, Figures>) -> (Found, HashMap<ProcessKey, Figures>) {
     let total_of: HashMap<&str, u64> = snapshot.devices.iter().map(|d| (d.uuid.as_str(), d.memory_total_bytes)).collect();
     let mut now = HashMap::new();
-    let mut found: HashMap<(String, String), u64> = HashMap::new();
+    let mut found: Found = HashMap::new();
     for tenant in &snapshot.tenants {
         for device in tenant.devices.iter().filter(|d| d.context_overhead_bytes == 0) {
             for p in tenant.processes.iter().filter(|p| p.alive) {

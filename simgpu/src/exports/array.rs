@@ -2,7 +2,7 @@
 //! memory (simulated kernels never read them).
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::driver;
 use crate::ffi::{input, out};
 use crate::memory::{self as mem, array_bytes};

@@ -2,7 +2,7 @@
 //! per-thread current-context stack, synchronisation.
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, with_ctx_stack, CuResult, Driver};
 use crate::exec::lock;
 use crate::ffi::{out, out_opt};

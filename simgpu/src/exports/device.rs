@@ -1,6 +1,6 @@
 //! Device queries.
 
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{device_uuid, driver, pci_bus_id, CuResult, DEVICE_NAME};
 use crate::ffi::{out, write_cstr};
 use abi::cuda::*;

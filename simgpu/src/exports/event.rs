@@ -3,7 +3,7 @@
 //! kernel time.
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, TAG_EVENT};
 use crate::exec::{lock, Event, Op};
 use crate::ffi::out;

@@ -4,7 +4,7 @@
 
 use super::launch::{kernel_duration_ns, Dims};
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, TAG_EXEC, TAG_GRAPH, TAG_NODE};
 use crate::exec::Op;
 use crate::ffi::{input, out, out_opt};

@@ -1,6 +1,6 @@
 //! Initialisation, versions, error strings, export table.
 
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{self, DRIVER_VERSION};
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;

@@ -4,7 +4,7 @@
 //! is capturing).
 
 use super::h;
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver, Function, KernelNode, TAG_NODE};
 use crate::exec::Op;
 use crate::ffi::input;

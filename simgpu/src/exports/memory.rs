@@ -13,7 +13,7 @@
 //! makes the call wait until the copy has run. A stream being captured copies
 //! at the call, as before capture existed here.
 
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver};
 use crate::ffi::{out, out_opt};
 use crate::exec::{Op, Transfer};

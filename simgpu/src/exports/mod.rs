@@ -1,5 +1,5 @@
 //! The CUDA driver API entry points, grouped by area. Each one is a thin
-//! adapter around the safe cores; see [`crate::cu_export`].
+//! adapter around the safe cores; see `cu_export!` in [`crate::ffi`].
 
 pub mod array;
 pub mod context;

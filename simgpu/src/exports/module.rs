@@ -2,7 +2,7 @@
 //! name asked for, which decides how long its kernels run (`sim_*`).
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Function, Module, TAG_FUNC, TAG_MODULE};
 use crate::ffi::{cstr, out};
 use abi::cuda::*;

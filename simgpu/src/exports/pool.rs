@@ -11,7 +11,7 @@
 //! resets it to the current figure.
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Pool, TAG_POOL};
 use crate::exec::Op;
 use crate::ffi::{input, out};

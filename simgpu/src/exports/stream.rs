@@ -3,7 +3,7 @@
 //! capture.
 
 use super::{h, ptr};
-use crate::cu_export;
+use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver, Graph, TAG_GRAPH, TAG_STREAM};
 use crate::exec::{lock, HostCall, Op, Stream};
 use crate::ffi::{out, out_opt};
