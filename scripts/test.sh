@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --workspace
-# The shim denies unwrap/expect/indexing (a panic in a preloaded library
-# takes the user's job down); clippy is what enforces that.
+# Every crate, its tests and benchmarks are kept clippy-clean (warnings are
+# errors); the shim also denies unwrap/expect/indexing (a panic in a
+# preloaded library takes the user's job down), and clippy enforces that.
 if cargo clippy --version >/dev/null 2>&1; then
-    cargo clippy --quiet -p gpuslice-shim
+    cargo clippy --quiet --workspace --all-targets -- -D warnings
 else
     echo "test: clippy is not installed; the shim's unwrap/expect/indexing lints were not checked" >&2
 fi
