@@ -37,6 +37,16 @@ static inline CUresult kv_rc(const char *key, CUresult rc) {
         }                                                                                  \
     } while (0)
 
+/* Properties of a VMM allocation (cuMemCreate) located on `type`, id 0. */
+static inline CUmemAllocationProp vmm_prop_at(CUmemLocationType type) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = type;
+    prop.location.id = 0;
+    return prop;
+}
+
 static inline double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

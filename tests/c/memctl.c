@@ -113,14 +113,6 @@ static uint64_t size_arg(const char *text) {
     return parse_bytes(text);
 }
 
-static CUmemAllocationProp vmm_prop(CUmemLocationType type) {
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = type;
-    prop.location.id = type == CU_MEM_LOCATION_TYPE_DEVICE ? 0 : 0;
-    return prop;
-}
 
 static void need_nvml(void) {
     if (!nvml_ready) {
@@ -251,7 +243,7 @@ int main(int argc, char **argv) {
         } else if ((strcmp(op, "vmm") == 0 || strcmp(op, "vmmhost") == 0) && n == 3) {
             struct object *o = new_object(f[1], K_VMM);
             CUmemAllocationProp prop =
-                vmm_prop(op[3] == 'h' ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE);
+                vmm_prop_at(op[3] == 'h' ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE);
             o->size = size_arg(f[2]);
             kv_rc(f[1], cuMemCreate(&o->handle, o->size, &prop, 0));
         } else if (strcmp(op, "map") == 0 && n == 2) {
@@ -298,7 +290,7 @@ int main(int argc, char **argv) {
             kv_rc("trim", rc);
         } else if (strcmp(op, "gran") == 0) {
             size_t min = 0, rec = 0;
-            CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE);
+            CUmemAllocationProp prop = vmm_prop_at(CU_MEM_LOCATION_TYPE_DEVICE);
             CUresult rc = cuMemGetAllocationGranularity(&min, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
             if (rc == CUDA_SUCCESS)
                 rc = cuMemGetAllocationGranularity(&rec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);

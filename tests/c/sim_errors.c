@@ -61,11 +61,7 @@ int main(void) {
     kv_rc("mem.get_info_null", cuMemGetInfo(NULL, NULL));
 
     /* Virtual memory management: sizes must be multiples of the granularity. */
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = vmm_prop_at(CU_MEM_LOCATION_TYPE_DEVICE);
     size_t gran = 0;
     CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     printf("vmm.granularity=%zu\n", gran);

@@ -114,11 +114,7 @@ static int run_getctx(void) {
 static int run_retain(void) {
     CUcontext ctx = make_ctx(0);
     (void)ctx;
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = vmm_prop_at(CU_MEM_LOCATION_TYPE_DEVICE);
     size_t size = 64u << 20;
     CUmemGenericAllocationHandle h, again = 0;
     CUdeviceptr va;
