@@ -14,4 +14,11 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
     echo "test: clippy is not installed; the shim's unwrap/expect/indexing lints were not checked" >&2
 fi
-cargo test --workspace "$@"
+# cargo prints one result line per test binary, the last often a crate's
+# empty doc-test run; close with the totals of all of them.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { passed += $4; failed += $6 } END { printf "%d passed, %d failed\n", passed, failed }' "$log"
+exit "$status"
