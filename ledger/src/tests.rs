@@ -31,6 +31,15 @@ impl Drop for TempDir {
     }
 }
 
+/// A fresh ledger of tenant "t" in its own directory, with one 1 GiB
+/// device registered; the directory lives as long as the returned guard.
+fn one_device_ledger() -> (TempDir, Ledger, usize) {
+    let dir = TempDir::new();
+    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
+    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    (dir, ledger, dev)
+}
+
 fn file_bytes(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
@@ -213,9 +222,7 @@ fn magic_constant_spells_gpuslice() {
 
 #[test]
 fn reserve_is_exact_at_the_cap_and_frees_make_room() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     ledger.set_memory_limit_bytes(dev, 10 * MIB, PolicySource::Monitor);
     let slot = ledger.claim_slot().unwrap();
     ledger.try_reserve(&slot, dev, 10 * MIB).unwrap();
@@ -236,9 +243,7 @@ fn reserve_is_exact_at_the_cap_and_frees_make_room() {
 
 #[test]
 fn release_saturates_and_never_takes_other_processes_bytes() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     let other = Ledger::open(ledger.path()).unwrap();
     let mine = ledger.claim_slot().unwrap();
     let theirs = other.claim_slot().unwrap();
@@ -265,9 +270,7 @@ fn out_of_range_device_fails_closed() {
 
 #[test]
 fn an_environment_cap_is_set_once_and_replaced_only_when_allowed() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
     assert_eq!(ledger.policy_source(dev), PolicySource::Environment);
     assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || true), CapDecision::Same);
@@ -289,9 +292,7 @@ fn an_environment_cap_is_set_once_and_replaced_only_when_allowed() {
 
 #[test]
 fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decision() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
     let monitor = Ledger::open(ledger.path()).unwrap();
     // The process has read an environment's cap and finds itself alone; at
@@ -323,9 +324,7 @@ fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decisio
 
 #[test]
 fn a_policy_writer_that_died_mid_write_is_taken_over() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     // Claimed the record (odd epoch) and died before its stores.
     ledger.layout().policy.devices[dev].policy_epoch.store(1, Ordering::SeqCst);
     let started = std::time::Instant::now();
@@ -408,9 +407,7 @@ fn slots_are_reused_with_a_new_generation() {
 
 #[test]
 fn reclaim_skips_live_slots_of_this_and_other_open_files() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     let other = Ledger::open(ledger.path()).unwrap();
     let mine = ledger.claim_slot().unwrap();
     let theirs = other.claim_slot().unwrap();
@@ -447,9 +444,7 @@ fn child_process_helper() {
 
 #[test]
 fn reclaim_returns_the_bytes_of_a_killed_process() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (dir, ledger, dev) = one_device_ledger();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
         .env("GPUSLICE_LEDGER_TEST_CHILD_DIR", &dir.0)
@@ -504,9 +499,7 @@ fn the_default_dir_is_the_first_candidate_that_can_be_created_and_written() {
 
 #[test]
 fn a_released_slot_admits_nothing_and_stray_bytes_are_never_lost() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     ledger.set_memory_limit_bytes(dev, 100 * MIB, PolicySource::Monitor);
     let slot = ledger.claim_slot().unwrap();
     let late = slot.duplicate();
@@ -546,9 +539,7 @@ fn half_done_reservation(ledger: &Ledger, slot: &Slot, dev: usize, bytes: u64) {
 
 #[test]
 fn a_reservation_cut_by_death_is_corrected_but_not_while_its_owner_lives() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     let owner = Ledger::open(ledger.path()).unwrap();
     let slot = owner.claim_slot().unwrap();
     owner.try_reserve(&slot, dev, 7 * MIB).unwrap();
@@ -582,9 +573,7 @@ fn in_flight_count(ledger: &Ledger, index: usize) -> u32 {
 
 #[test]
 fn a_correction_from_a_reading_that_usage_has_left_fails() {
-    let dir = TempDir::new();
-    let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
-    let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
+    let (_dir, ledger, dev) = one_device_ledger();
     let dead = Ledger::open(ledger.path()).unwrap();
     let dead_slot = dead.claim_slot().unwrap();
     half_done_reservation(&dead, &dead_slot, dev, 5 * MIB);
