@@ -111,6 +111,8 @@ pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST: c_uint = 2;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_uint = 3;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: c_uint = 4;
+pub const CU_MEM_LOCATION_TYPE_INVISIBLE: c_uint = 5;
+pub const CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: c_uint = 6;
 
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
 

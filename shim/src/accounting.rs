@@ -23,6 +23,9 @@
 //!   context); `cuMemAllocFromPoolAsync` charges the pool's device
 //!   (`CU_MEMPOOL_ATTR_LOCATION_ID`), where the driver takes the memory,
 //!   even when the stream is on another device.
+//! - Memory whose location the caller names (`cuMemCreate`, a pool) and
+//!   that cannot be tied to a device this process knows is refused, never
+//!   passed uncharged (see `placement`); host memory is not charged.
 //! - `cuMemFreeAsync` keeps the charge until the stream reaches the free, as
 //!   the driver keeps the memory until then: an event recorded right after
 //!   the free is polled (oldest per stream first) at each admission, each
@@ -58,6 +61,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::placement::{self, Placement};
 use crate::real;
 
 /// One device as this process sees it.
@@ -578,11 +582,42 @@ impl Runtime {
         CUDA_SUCCESS
     }
 
-    /// `cuMemCreate` of `bytes` on device `ordinal`.
-    pub fn alloc_on_device(&self, ordinal: i32, bytes: u64, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
-        let Some(device) = self.device_by_ordinal(ordinal) else {
-            // Not a device we know: the driver refuses it.
-            return call().err().unwrap_or(CUDA_SUCCESS);
+    /// The known device that memory at `placement` is charged to, `None`
+    /// for host memory (not charged), or the refusal, with one warning
+    /// line, when the shim cannot tie it to a device it knows (see
+    /// [`placement`]).
+    fn placed_device(&self, placement: Placement, call_name: &str) -> Result<Option<&Device>, CUresult> {
+        let unattributable = |location_type| {
+            warn!(
+                "{call_name} at {} ({location_type}) refused: gpuslice cannot tie that location to one device, so its memory could not be charged to a cap",
+                placement::type_name(location_type)
+            );
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        };
+        match placement {
+            Placement::Host => Ok(None),
+            Placement::Device(ordinal) => match self.device_by_ordinal(ordinal) {
+                Some(device) => Ok(Some(device)),
+                None => {
+                    warn!("{call_name} on device {ordinal} refused: this process does not see that device, so its memory could not be charged to a cap");
+                    Err(CUDA_ERROR_INVALID_DEVICE)
+                }
+            },
+            // Callers charge an unplaced managed pool where its work runs;
+            // one that reaches here has no device either.
+            Placement::Unplaced => unattributable(CU_MEM_LOCATION_TYPE_INVALID),
+            Placement::Unattributable(location_type) => unattributable(location_type),
+        }
+    }
+
+    /// `cuMemCreate` of `bytes` at `location`: charged to the device it
+    /// names, passed through for host memory, refused where no known device
+    /// can be charged. `call` returns the handle.
+    pub fn alloc_on_device(&self, location: CUmemLocation, bytes: u64, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        let device = match self.placed_device(placement::of_allocation(location), "cuMemCreate") {
+            Ok(Some(device)) => device,
+            Ok(None) => return call().err().unwrap_or(CUDA_SUCCESS),
+            Err(r) => return r,
         };
         let dev = device.ledger_index;
         if self.reserve(dev, bytes).is_err() {
@@ -653,7 +688,10 @@ impl Runtime {
     /// `pool` (`cuMemAllocFromPoolAsync`): the memory comes from the pool's
     /// device (`CU_MEMPOOL_ATTR_LOCATION_*`), which is charged even when the
     /// stream is on another device; a driver that refuses the pairing gets
-    /// the last word (the reservation is rolled back with its error).
+    /// the last word (the reservation is rolled back with its error). A
+    /// host pool is not charged; a managed pool without a location is
+    /// charged to the stream's device; a pool on a device this process does
+    /// not see, or whose location the driver cannot tell, is refused.
     pub fn alloc_async(
         &self,
         bytes: u64,
@@ -666,13 +704,25 @@ impl Runtime {
             Ok(found) => found,
             Err(r) => return r,
         };
-        let device = match pool.and_then(real::pool_device) {
-            Some(cu_device) => match self.device_by_handle(cu_device) {
-                Some(device) => device,
-                // A device this process does not see: the driver refuses it.
-                None => return call().err().unwrap_or(CUDA_SUCCESS),
-            },
+        let device = match pool {
             None => stream_device,
+            Some(pool) => {
+                let location = match real::pool_location(pool) {
+                    Ok(location) => location,
+                    Err(r) => {
+                        warn!("cuMemAllocFromPoolAsync refused: the driver cannot say where the pool's memory lives ({r}), so it could not be charged to a cap");
+                        return r;
+                    }
+                };
+                match placement::of_pool(location) {
+                    Placement::Unplaced => stream_device,
+                    placed => match self.placed_device(placed, "cuMemAllocFromPoolAsync") {
+                        Ok(Some(device)) => device,
+                        Ok(None) => return call().err().unwrap_or(CUDA_SUCCESS),
+                        Err(r) => return r,
+                    },
+                }
+            }
         };
         let dev = device.ledger_index;
         let bytes = allocation_bytes(bytes);

@@ -56,6 +56,7 @@ mod ffi;
 mod guard;
 mod hooks;
 mod overhead;
+pub mod placement;
 pub mod procaddr;
 mod real;
 

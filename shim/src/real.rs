@@ -232,17 +232,20 @@ pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, C
     out(r, ctx)
 }
 
-/// The device a memory pool takes its memory from; `None` when the pool is
-/// not located on a device or the driver cannot say.
-pub fn pool_device(pool: CUmemoryPool) -> Option<CUdevice> {
+/// Where a memory pool takes its memory from (`CU_MEMPOOL_ATTR_LOCATION_*`),
+/// or the driver's error when it cannot say.
+pub fn pool_location(pool: CUmemoryPool) -> Result<CUmemLocation, CUresult> {
     let mut location_type: c_int = 0;
     let mut location_id: c_int = 0;
     let r = call!(cuda(), cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_LOCATION_TYPE, (&mut location_type as *mut c_int).cast()));
-    if r != CUDA_SUCCESS || location_type as c_uint != CU_MEM_LOCATION_TYPE_DEVICE {
-        return None;
+    if r != CUDA_SUCCESS {
+        return Err(r);
     }
     let r = call!(cuda(), cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_LOCATION_ID, (&mut location_id as *mut c_int).cast()));
-    (r == CUDA_SUCCESS).then_some(location_id)
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    Ok(CUmemLocation { type_: location_type as c_uint, id: location_id })
 }
 
 /// The device of context `ctx`: pushed, asked, popped (the calling thread's

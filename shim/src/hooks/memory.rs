@@ -106,8 +106,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     })
 }
 
-/// Charged only when the handle is device memory; host-located handles
-/// pass through.
+/// Charged to the device the handle's location names; host-located handles
+/// pass through (see `placement`).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut CUmemGenericAllocationHandle,
@@ -119,16 +119,17 @@ pub unsafe extern "C" fn cuMemCreate(
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(handle, size, prop, flags) };
     // SAFETY: the caller passes a valid property struct or null.
-    let location = unsafe { prop.as_ref() }.map(|p| p.location);
-    match location {
-        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => dispatch(forward, |rt| {
-            rt.alloc_on_device(location.id, size as u64, || {
-                // SAFETY: on success the driver wrote the handle.
-                ok_then(forward(), || unsafe { *handle })
-            })
-        }),
-        _ => forward(),
-    }
+    let Some(location) = (unsafe { prop.as_ref() }).map(|p| p.location) else {
+        // No properties, no location: nothing could be charged, and this is
+        // the driver's own answer to a null `prop`.
+        return CUDA_ERROR_INVALID_VALUE;
+    };
+    dispatch(forward, |rt| {
+        rt.alloc_on_device(location, size as u64, || {
+            // SAFETY: on success the driver wrote the handle.
+            ok_then(forward(), || unsafe { *handle })
+        })
+    })
 }
 
 #[no_mangle]
