@@ -174,6 +174,27 @@ fn unique() -> u64 {
 /// of its sources and flags. Safe to call from parallel tests: each build
 /// goes to a private file that is renamed into place.
 pub fn compile_c(name: &str) -> PathBuf {
+    build_c(name, false)
+}
+
+/// Compiles `tests/c/<name>.c` into a CUDA driver of the tests' own, a
+/// shared library named `libcuda.so.1` in a directory of its own, and
+/// returns that directory: [`Sim::driver`] puts it first on
+/// `LD_LIBRARY_PATH`, so programs and the shim load it as the driver.
+pub fn compile_c_driver(name: &str) -> PathBuf {
+    let built = build_c(name, true);
+    let dir = built.with_extension("driver");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let link = dir.join("libcuda.so.1");
+    if std::fs::read_link(&link).ok().as_deref() != Some(built.as_path()) {
+        let tmp = dir.join(format!(".libcuda.so.1.{}.{}", std::process::id(), unique()));
+        std::os::unix::fs::symlink(&built, &tmp).unwrap_or_else(|e| panic!("cannot link {}: {e}", tmp.display()));
+        std::fs::rename(&tmp, &link).unwrap_or_else(|e| panic!("cannot link {}: {e}", link.display()));
+    }
+    dir
+}
+
+fn build_c(name: &str, shared_driver: bool) -> PathBuf {
     static BUILDS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
     let include = repo_root().join(".deps/include");
     for header in ["cuda.h", "nvml.h"] {
@@ -201,12 +222,16 @@ pub fn compile_c(name: &str) -> PathBuf {
         "-I".into(),
         c_dir.clone().into(),
         source_path.clone().into(),
-        "-L".into(),
-        lib_dir.into(),
-        "-lcuda".into(),
     ];
-    if uses_nvml {
-        args.push("-lnvidia-ml".into());
+    if shared_driver {
+        // A real libcuda binds its own names to itself (an LD_PRELOADed
+        // library does not interpose on what its cuGetProcAddress hands out).
+        args.extend(["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-Wl,-Bsymbolic".into()]);
+    } else {
+        args.extend(["-L".into(), lib_dir.into(), "-lcuda".into()]);
+        if uses_nvml {
+            args.push("-lnvidia-ml".into());
+        }
     }
     args.push("-lpthread".into());
 
@@ -217,7 +242,7 @@ pub fn compile_c(name: &str) -> PathBuf {
     let key = std::hash::Hasher::finish(&hasher);
     let cache = target_dir().join("e2e-c");
     std::fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("cannot create {}: {e}", cache.display()));
-    let out = cache.join(format!("{name}-{key:016x}"));
+    let out = cache.join(format!("{name}-{key:016x}{}", if shared_driver { ".so" } else { "" }));
 
     let lock = {
         let mut map = BUILDS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
@@ -270,6 +295,8 @@ pub struct Sim {
     dir: PathBuf,
     envs: Vec<(OsString, Option<OsString>)>,
     shim: bool,
+    /// A directory whose `libcuda.so.1` replaces simgpu's as the driver.
+    driver: Option<PathBuf>,
     timeout: Duration,
 }
 
@@ -288,7 +315,7 @@ impl Sim {
         let dir = std::env::temp_dir().join(format!("gpuslice-e2e-{test}-{}-{}", std::process::id(), unique()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("ledger")).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        let mut sim = Sim { dir, envs: Vec::new(), shim: false, timeout: child_timeout() };
+        let mut sim = Sim { dir, envs: Vec::new(), shim: false, driver: None, timeout: child_timeout() };
         let state = sim.state_file();
         sim.envs.push(("SIMGPU_STATE".into(), Some(state.into())));
         sim
@@ -355,6 +382,13 @@ impl Sim {
         self.env("GPUSLICE_TENANT", name)
     }
 
+    /// Makes `tests/c/<name>.c` the CUDA driver of every child (see
+    /// [`compile_c_driver`]) in place of simgpu's; NVML stays simgpu's.
+    pub fn driver(mut self, name: &str) -> Sim {
+        self.driver = Some(compile_c_driver(name));
+        self
+    }
+
     /// Deadline for each child of this test.
     pub fn timeout(mut self, timeout: Duration) -> Sim {
         self.timeout = timeout;
@@ -370,7 +404,12 @@ impl Sim {
                 cmd.env_remove(&key);
             }
         }
-        let mut library_path = OsString::from(sim_lib_dir());
+        let mut library_path = OsString::new();
+        if let Some(driver) = &self.driver {
+            library_path.push(driver);
+            library_path.push(":");
+        }
+        library_path.push(sim_lib_dir());
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
             library_path.push(":");
             library_path.push(old);

@@ -1,0 +1,167 @@
+/* accepting_driver: a CUDA driver that says yes where simgpu says no.
+ *
+ * A real driver may accept calls that simgpu refuses: memory at a location
+ * the shim cannot tie to a device it knows, a pool on a device outside the
+ * process's view. The shim must refuse those itself, never rely on the
+ * driver refusing. This driver accepts them all, so a test over it sees
+ * what the shim alone decides.
+ *
+ * It also exports several names at one address, as libcuda does for
+ * variants that share an implementation (cuCtxDestroy and cuCtxDestroy_v2,
+ * cuDevicePrimaryCtxRelease and _v2, cuDevicePrimaryCtxReset and _v2), and
+ * its cuGetProcAddress answers those addresses, so the shim's version table
+ * is what tells the shim which of its hooks to hand out.
+ *
+ * One device of 80 GiB, one primary context, no memory behind any address.
+ * A pool created with maxSize == 1 cannot tell its location (its attribute
+ * queries return CUDA_ERROR_NOT_SUPPORTED). Built as libcuda.so.1 by the
+ * tests (tests/support: compile_c_driver).
+ */
+#include <cuda.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cuda.h maps these API names to their newest variants; the older names
+ * are exported too. */
+#undef cuDeviceGetUuid
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+
+#define TOTAL_BYTES (80ull << 30)
+
+static atomic_ullong next_address = 1ull << 40;
+static atomic_ullong next_handle = 1;
+static int context_storage, event_storage;
+static CUcontext const the_context = (CUcontext)&context_storage;
+static _Thread_local CUcontext current;
+
+struct pool {
+    CUmemLocation location;
+    int answers;
+};
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *version) { *version = 13000; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) {
+    (void)device;
+    memcpy(uuid->bytes, "accepting-dev-00", 16);
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice device) { return cuDeviceGetUuid_v2(uuid, device); }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) { (void)device; *bytes = TOTAL_BYTES; return CUDA_SUCCESS; }
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) { (void)device; *ctx = the_context; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) { (void)device; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease(CUdevice device) __attribute__((alias("cuDevicePrimaryCtxRelease_v2")));
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) { (void)device; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxReset(CUdevice device) __attribute__((alias("cuDevicePrimaryCtxReset_v2")));
+CUresult cuCtxDestroy_v2(CUcontext ctx) { (void)ctx; return CUDA_SUCCESS; }
+CUresult cuCtxDestroy(CUcontext ctx) __attribute__((alias("cuCtxDestroy_v2")));
+CUresult cuCtxSetCurrent(CUcontext ctx) { current = ctx; return CUDA_SUCCESS; }
+CUresult cuCtxGetCurrent(CUcontext *ctx) { *ctx = current; return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) { current = ctx; return CUDA_SUCCESS; }
+CUresult cuCtxPopCurrent_v2(CUcontext *ctx) { if (ctx) *ctx = current; return CUDA_SUCCESS; }
+CUresult cuCtxGetDevice(CUdevice *device) {
+    if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) { return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx) { (void)stream; *ctx = current; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream stream) { (void)stream; return CUDA_SUCCESS; }
+
+/* Work is done at once: every event has completed. */
+CUresult cuEventCreate(CUevent *event, unsigned int flags) { (void)flags; *event = (CUevent)&event_storage; return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent event, CUstream stream) { (void)event; (void)stream; return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent event) { (void)event; return CUDA_SUCCESS; }
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = TOTAL_BYTES;
+    *total_bytes = TOTAL_BYTES;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+    *ptr = atomic_fetch_add(&next_address, (bytes + 511) & ~511ull);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr ptr) { (void)ptr; return CUDA_SUCCESS; }
+
+/* Any location at all. */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags) {
+    (void)size; (void)prop; (void)flags;
+    *handle = atomic_fetch_add(&next_handle, 1);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { (void)handle; return CUDA_SUCCESS; }
+
+/* Any location at all; maxSize == 1 makes a pool that cannot tell it. */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    p->location = props->location;
+    p->answers = props->maxSize != 1;
+    *pool = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolDestroy(CUmemoryPool pool) { free(pool); return CUDA_SUCCESS; }
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    const struct pool *p = (const struct pool *)pool;
+    if (!p->answers) return CUDA_ERROR_NOT_SUPPORTED;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_LOCATION_TYPE: *(int *)value = (int)p->location.type; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_LOCATION_ID: *(int *)value = p->location.id; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, CUstream stream) { (void)stream; return cuMemAlloc_v2(ptr, bytes); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
+    (void)pool; (void)stream;
+    return cuMemAlloc_v2(ptr, bytes);
+}
+CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) { (void)ptr; (void)stream; return CUDA_SUCCESS; }
+
+/* cuGetProcAddress: by API name, whatever the version, so an aliased
+ * family answers its one address. */
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status);
+struct entry { const char *name; void *fn; };
+static const struct entry table[] = {
+    {"cuInit", (void *)cuInit},
+    {"cuGetProcAddress", (void *)cuGetProcAddress_v2},
+    {"cuDeviceGet", (void *)cuDeviceGet},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount},
+    {"cuCtxDestroy", (void *)cuCtxDestroy_v2},
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
+    {"cuMemAlloc", (void *)cuMemAlloc_v2},
+    {"cuMemFree", (void *)cuMemFree_v2},
+    {"cuMemCreate", (void *)cuMemCreate},
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+    (void)version; (void)flags;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i].name, symbol) == 0) {
+            *pfn = table[i].fn;
+            if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    }
+    *pfn = NULL;
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
