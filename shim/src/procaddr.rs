@@ -153,6 +153,69 @@ mod tests {
         found
     }
 
+    /// The symbol `cuda.h`'s `#define` maps the API name `base` to (what a
+    /// program compiled against it calls, so the newest variant), and
+    /// whether that define has a per-thread (`__CUDA_API_PTSZ`) form; `None`
+    /// without a define.
+    fn header_define(cuda_h: &str, base: &str) -> Option<(String, bool)> {
+        for line in cuda_h.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() != Some("#define") || words.next() != Some(base) {
+                continue;
+            }
+            let target: String = words.collect();
+            if let Some(inner) = target.strip_prefix("__CUDA_API_PTSZ(").and_then(|t| t.strip_suffix(')')) {
+                return Some((inner.to_string(), true));
+            }
+            return Some((target, false));
+        }
+        None
+    }
+
+    /// The version number of a variant's name: 1 for `base`, N for `base_vN`.
+    fn name_version(base: &str, symbol: &str) -> Option<u32> {
+        let rest = symbol.strip_prefix(base)?;
+        if rest.is_empty() {
+            return Some(1);
+        }
+        rest.strip_prefix("_v")?.parse().ok()
+    }
+
+    #[test]
+    fn the_symbol_names_match_cuda_h() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/include/cuda.h");
+        let cuda_h = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/setup.sh to install NVIDIA's headers", path.display()));
+        for (base, variants) in FAMILIES {
+            let define = header_define(&cuda_h, base);
+            let mut plain: Vec<&Variant> = variants.iter().filter(|v| !v.per_thread).collect();
+            plain.sort_by_key(|v| v.since);
+            // Older names only: later variants carry higher `_vN` numbers.
+            let numbers: Vec<Option<u32>> = plain.iter().map(|v| name_version(base, v.symbol)).collect();
+            assert!(numbers.iter().all(Option::is_some), "{base}: {plain:?} are not all named {base} or {base}_vN");
+            assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{base}: names {plain:?} do not rise with their versions");
+            let newest = plain.last().map(|v| v.symbol).unwrap_or_default();
+            // Every name is declared as itself, except the one the define
+            // maps the API name to (declared under the API name).
+            for variant in &plain {
+                if define.as_ref().is_some_and(|(target, _)| target == variant.symbol) {
+                    continue;
+                }
+                let declared = format!("CUDAAPI {}(", variant.symbol);
+                assert!(cuda_h.contains(&declared), "{base}: {} is not declared in cuda.h", variant.symbol);
+            }
+            if let Some((target, _)) = &define {
+                assert_eq!(newest, target, "{base}: cuda.h maps the API name to {target}, the table's newest is {newest}");
+            }
+            let per_thread: Vec<&str> = variants.iter().filter(|v| v.per_thread).map(|v| v.symbol).collect();
+            let expected: Vec<String> = match &define {
+                Some((target, true)) => vec![format!("{target}_ptsz")],
+                _ => Vec::new(),
+            };
+            assert_eq!(per_thread, expected, "{base}: per-thread variants differ from cuda.h's");
+        }
+    }
+
     #[test]
     fn the_version_table_matches_cuda_typedefs_h() {
         let header = header_variants();
