@@ -12,7 +12,8 @@
  * its cuGetProcAddress answers those addresses, so the shim's version table
  * is what tells the shim which of its hooks to hand out.
  *
- * One device of 80 GiB, one primary context, no memory behind any address.
+ * Two devices of 80 GiB, one primary context each, no memory behind any
+ * address.
  * A pool created with maxSize == 1 cannot tell its location (its attribute
  * queries return CUDA_ERROR_NOT_SUPPORTED). Built as libcuda.so.1 by the
  * tests (tests/support: compile_c_driver).
@@ -30,12 +31,15 @@
 #undef cuDevicePrimaryCtxReset
 
 #define TOTAL_BYTES (80ull << 30)
+#define DEVICES 2
 
 static atomic_ullong next_address = 1ull << 40;
 static atomic_ullong next_handle = 1;
-static int context_storage, event_storage;
-static CUcontext const the_context = (CUcontext)&context_storage;
+static int context_storage[DEVICES], event_storage;
 static _Thread_local CUcontext current;
+
+/* A context is the address of its device's storage. */
+static CUdevice device_of(CUcontext ctx) { return (CUdevice)((int *)ctx - context_storage); }
 
 struct pool {
     CUmemLocation location;
@@ -44,21 +48,25 @@ struct pool {
 
 CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *version) { *version = 13000; return CUDA_SUCCESS; }
-CUresult cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { *count = DEVICES; return CUDA_SUCCESS; }
 CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    if (ordinal < 0 || ordinal >= DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) {
-    (void)device;
-    memcpy(uuid->bytes, "accepting-dev-00", 16);
+    memcpy(uuid->bytes, "accepting-dev-0", 15);
+    uuid->bytes[15] = (char)('0' + device);
     return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice device) { return cuDeviceGetUuid_v2(uuid, device); }
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) { (void)device; *bytes = TOTAL_BYTES; return CUDA_SUCCESS; }
 
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) { (void)device; *ctx = the_context; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
+    if (device < 0 || device >= DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (CUcontext)&context_storage[device];
+    return CUDA_SUCCESS;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) { (void)device; return CUDA_SUCCESS; }
 CUresult cuDevicePrimaryCtxRelease(CUdevice device) __attribute__((alias("cuDevicePrimaryCtxRelease_v2")));
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) { (void)device; return CUDA_SUCCESS; }
@@ -71,7 +79,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) { current = ctx; return CUDA_SUCCESS
 CUresult cuCtxPopCurrent_v2(CUcontext *ctx) { if (ctx) *ctx = current; return CUDA_SUCCESS; }
 CUresult cuCtxGetDevice(CUdevice *device) {
     if (!current) return CUDA_ERROR_INVALID_CONTEXT;
-    *device = 0;
+    *device = device_of(current);
     return CUDA_SUCCESS;
 }
 CUresult cuCtxSynchronize(void) { return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }

@@ -5,7 +5,8 @@
  *                         -> async0..3=rc, dev0.free/dev1.free (MiB views)
  *   shim_async freeasync  800 MiB, a 1.5 s kernel, cuMemFreeAsync on its
  *                         stream, then cuMemAlloc 800 MiB at once
- *                         -> b=rc, driver.self (NVML bytes of this process),
+ *                         -> b=rc, driver.self (NVML bytes of this process,
+ *                         or driver.self.error),
  *                         then after the stream syncs: c=rc
  *   shim_async reuse      cuMemAllocAsync 800 MiB, kernel, cuMemFreeAsync and
  *                         cuMemAllocAsync 800 MiB on the same stream
@@ -27,16 +28,26 @@
 
 #define MiB (1ull << 20)
 
-static uint64_t nvml_self_bytes(void) {
+/* Prints driver.self=<NVML's used bytes of this process on device 0>, or
+ * driver.self.error=<what failed> (and no driver.self) when NVML cannot
+ * tell, so a test never mistakes a failure for zero. */
+static void print_nvml_self_bytes(void) {
     nvmlDevice_t dev;
     nvmlProcessInfo_t infos[64];
     unsigned count = 64;
-    if (nvmlInit_v2() != NVML_SUCCESS) return 0;
-    if (nvmlDeviceGetHandleByIndex_v2(0, &dev) != NVML_SUCCESS) return 0;
-    if (nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, infos) != NVML_SUCCESS) return 0;
-    for (unsigned i = 0; i < count; i++)
-        if (infos[i].pid == (unsigned)getpid()) return infos[i].usedGpuMemory;
-    return 0;
+    nvmlReturn_t rc = nvmlInit_v2();
+    if (rc != NVML_SUCCESS) { printf("driver.self.error=nvmlInit_v2:%d\n", (int)rc); return; }
+    rc = nvmlDeviceGetHandleByIndex_v2(0, &dev);
+    if (rc != NVML_SUCCESS) { printf("driver.self.error=nvmlDeviceGetHandleByIndex_v2:%d\n", (int)rc); return; }
+    rc = nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, infos);
+    if (rc != NVML_SUCCESS) { printf("driver.self.error=nvmlDeviceGetComputeRunningProcesses_v3:%d\n", (int)rc); return; }
+    for (unsigned i = 0; i < count; i++) {
+        if (infos[i].pid == (unsigned)getpid()) {
+            printf("driver.self=%llu\n", (unsigned long long)infos[i].usedGpuMemory);
+            return;
+        }
+    }
+    printf("driver.self.error=pid %d not listed\n", (int)getpid());
 }
 
 static void view(const char *label) {
@@ -90,7 +101,7 @@ int main(int argc, char **argv) {
         kv_rc("freeasync", cuMemFreeAsync(a, s));
         if (mode[0] == 'f') {
             CUresult rc = kv_rc("b", cuMemAlloc(&b, 800 * MiB));
-            printf("driver.self=%llu\n", (unsigned long long)nvml_self_bytes());
+            print_nvml_self_bytes();
             view("pending");
             CHECK(cuStreamSynchronize(s));
             view("synced");
@@ -99,7 +110,7 @@ int main(int argc, char **argv) {
         } else {
             kv_rc("other", cuMemAllocAsync(&b, 800 * MiB, other));
             CUresult again = kv_rc("again", cuMemAllocAsync(&c2, 800 * MiB, s));
-            printf("driver.self=%llu\n", (unsigned long long)nvml_self_bytes());
+            print_nvml_self_bytes();
             view("pending");
             CHECK(cuStreamSynchronize(s));
             view("synced");

@@ -4,6 +4,7 @@
  *
  * Usage: shim_placement OP...; each OP prints key=value lines:
  *   init                          cuInit, retain device 0's primary context, make it current
+ *   ctx:N                         retain device N's primary context, make it current
  *   vmm:NAME:TYPE:ID:SIZE         cuMemCreate at location (TYPE, ID)      -> NAME=rc
  *   nullprop:NAME                 cuMemCreate without properties           -> NAME=rc
  *   pool:NAME:TYPE:ID:SIZE        cuMemPoolCreate at (TYPE, ID), then cuMemAllocFromPoolAsync
@@ -45,6 +46,12 @@ int main(int argc, char **argv) {
             CUcontext ctx;
             CHECK(cuInit(0));
             CHECK(cuDeviceGet(&dev, 0));
+            CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+            CHECK(cuCtxSetCurrent(ctx));
+        } else if (strcmp(op, "ctx") == 0 && n == 2) {
+            CUdevice dev;
+            CUcontext ctx;
+            CHECK(cuDeviceGet(&dev, atoi(f[1])));
             CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
             CHECK(cuCtxSetCurrent(ctx));
         } else if (strcmp(op, "vmm") == 0 && n == 5) {
