@@ -55,7 +55,13 @@ fn every_interception_route_enforces_the_cap() {
     let out = sim.run(&mut sim.c("shim_routes"));
     out.assert_success();
     let routes = out.all("route");
-    assert!(routes.len() >= 6, "{out}");
+    let expected = ["direct", "dlsym", "procaddr", "procaddr_3020", "procaddr_ptsz", "procaddr_self", "procaddr_v1"];
+    assert_eq!(routes, expected, "{out}");
+    // The per-thread route hands out the shim's hooks of the _ptsz variants.
+    for (function, symbol) in [("alloc", "cuMemAllocAsync_ptsz"), ("free", "cuMemFreeAsync_ptsz")] {
+        assert_eq!(out.get(&format!("procaddr_ptsz.{function}.lib")), "libgpuslice.so", "{out}");
+        assert_eq!(out.get(&format!("procaddr_ptsz.{function}.symbol")), symbol, "{out}");
+    }
     for route in routes {
         assert_eq!(out.u64(&format!("{route}.total")), 512 * MIB, "{route}: the view shows the cap\n{out}");
         out.assert_rc(&format!("{route}.over"), cu::OUT_OF_MEMORY);

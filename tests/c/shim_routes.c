@@ -1,7 +1,10 @@
 /* shim_routes: reaches cuMemGetInfo/cuMemAlloc/cuMemFree through every
  * route a program can take to the driver, and for each prints
  *   route=NAME  NAME.total=B (cuMemGetInfo's total)
- *   NAME.over=rc (allocating free+1 bytes)  NAME.fit=rc (1 MiB)  NAME.free=rc */
+ *   NAME.over=rc (allocating free+1 bytes)  NAME.fit=rc (1 MiB)  NAME.free=rc
+ * and, for the functions the per-thread route resolved, which library and
+ * symbol they are: procaddr_ptsz.alloc.lib=FILE procaddr_ptsz.alloc.symbol=NAME
+ * (the same for .free). */
 #define _GNU_SOURCE
 #include "common.h"
 #include <dlfcn.h>
@@ -40,6 +43,18 @@ static void *resolve(const char *symbol, int version, cuuint64_t flags) {
     CUdriverProcAddressQueryResult status;
     if (gpa2(symbol, &pfn, version, flags, &status) != CUDA_SUCCESS) return NULL;
     return pfn;
+}
+
+/* Prints KEY.lib (the file name of the library holding `fn`) and
+ * KEY.symbol (its exported name), as the dynamic loader tells them. */
+static void describe(const char *key, void *fn) {
+    Dl_info found;
+    if (!fn || !dladdr(fn, &found) || !found.dli_fname || !found.dli_sname) {
+        printf("%s.lib=unknown\n%s.symbol=unknown\n", key, key);
+        return;
+    }
+    const char *file = strrchr(found.dli_fname, '/');
+    printf("%s.lib=%s\n%s.symbol=%s\n", key, file ? file + 1 : found.dli_fname, key, found.dli_sname);
 }
 
 /* The per-thread-default-stream forms of the stream-ordered allocator. */
@@ -93,6 +108,8 @@ int main(void) {
     /* 5. Per-thread default stream forms. */
     ptsz_alloc = (alloc_async_fn)resolve("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     ptsz_free = (free_async_fn)resolve("cuMemFreeAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    describe("procaddr_ptsz.alloc", (void *)ptsz_alloc);
+    describe("procaddr_ptsz.free", (void *)ptsz_free);
     route("procaddr_ptsz", (info_fn)resolve("cuMemGetInfo", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
           ptsz_alloc ? ptsz_alloc_sync : NULL, ptsz_free ? ptsz_free_sync : NULL);
 
