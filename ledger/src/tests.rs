@@ -427,11 +427,18 @@ fn reclaim_skips_live_slots_of_this_and_other_open_files() {
     assert_eq!(ledger.slots().len(), 1);
 }
 
+/// The ledger directory `child_process_helper` opens.
+const CHILD_DIR_VAR: &str = "GPUSLICE_LEDGER_TEST_CHILD_DIR";
+
 /// Not a test on its own: the child process of
-/// `reclaim_returns_the_bytes_of_a_killed_process`.
+/// `reclaim_returns_the_bytes_of_a_killed_process`, which runs it by name
+/// with `--ignored`. Run any other way, it fails rather than pass having
+/// checked nothing.
 #[test]
+#[ignore = "the child process of reclaim_returns_the_bytes_of_a_killed_process, which runs it"]
 fn child_process_helper() {
-    let Some(dir) = std::env::var_os("GPUSLICE_LEDGER_TEST_CHILD_DIR") else { return };
+    let dir = std::env::var_os(CHILD_DIR_VAR)
+        .unwrap_or_else(|| panic!("{CHILD_DIR_VAR} is unset: run reclaim_returns_the_bytes_of_a_killed_process instead"));
     let ledger = Ledger::open_or_create(Path::new(&dir), "t").unwrap();
     let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
     let slot = ledger.claim_slot().unwrap();
@@ -446,8 +453,8 @@ fn child_process_helper() {
 fn reclaim_returns_the_bytes_of_a_killed_process() {
     let (dir, ledger, dev) = one_device_ledger();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
-        .env("GPUSLICE_LEDGER_TEST_CHILD_DIR", &dir.0)
+        .args(["--ignored", "--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_VAR, &dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -455,7 +462,10 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     let child_pid = child.id();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = lines.by_ref().map_while(Result::ok).find(|line| line.contains("LEDGER-CHILD-READY"));
-    assert!(ready.is_some(), "the child never claimed its slot");
+    if ready.is_none() {
+        let status = child.wait().unwrap();
+        panic!("the child never claimed its slot (did tests::child_process_helper run?); it exited with {status}");
+    }
     assert_eq!(ledger.used_bytes(dev), 3 * MIB);
     let views = ledger.slots();
     assert_eq!(views.len(), 1);
