@@ -7,8 +7,11 @@
 //! process slots. Policy and usage sit on separate 4 KiB pages so that a
 //! hardened deployment can map the policy page read-only into tenants.
 //!
-//! Every type here implements [`SharedLayout`]; `include/gpuslice.h` declares
-//! the same layout for C and `tests/c_layout.rs` checks the two agree.
+//! Every type here implements [`SharedLayout`]. `include/gpuslice.h` declares
+//! the same layout for C and is generated from this module (with the C names
+//! and comments of `tests/c_header/mod.rs`); `tests/c_layout.rs` fails when
+//! it differs. After changing the layout, regenerate it with
+//! `GPUSLICE_BLESS=1 cargo test -p gpuslice-ledger --test c_layout`.
 
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8};
