@@ -45,6 +45,7 @@ pub mod cu {
     pub const INVALID_DEVICE: i64 = 101;
     pub const INVALID_CONTEXT: i64 = 201;
     pub const INVALID_HANDLE: i64 = 400;
+    pub const NOT_PERMITTED: i64 = 800;
     pub const NOT_FOUND: i64 = 500;
     pub const NOT_READY: i64 = 600;
     pub const NOT_SUPPORTED: i64 = 801;
@@ -680,6 +681,27 @@ pub struct Output {
 }
 
 impl Output {
+    /// The lines the shim wrote to stderr (`gpuslice[<pid>]: <level>: …`).
+    pub fn shim_log_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.starts_with("gpuslice[")).collect()
+    }
+
+    /// Asserts what the README promises of a process the shim refuses: GPU
+    /// access fails with `CUDA_ERROR_NOT_PERMITTED` from `cuInit` (printed
+    /// as `init`) and from the allocation printed as `alloc_key`, and the
+    /// shim explains it in exactly one error line, which contains each of
+    /// `explains`.
+    pub fn assert_fails_closed(&self, alloc_key: &str, explains: &[&str]) -> &Self {
+        self.assert_rc("init", cu::NOT_PERMITTED).assert_rc(alloc_key, cu::NOT_PERMITTED);
+        let lines = self.shim_log_lines();
+        assert_eq!(lines.len(), 1, "one line on stderr explains the refusal\n{self}");
+        assert!(lines[0].contains(": error: "), "the refusal is logged as an error\n{self}");
+        for text in explains {
+            assert!(lines[0].contains(text), "the refusal must say {text:?}\n{self}");
+        }
+        self
+    }
+
     /// The last value printed for `key` (a line `key=value`), if any.
     pub fn find(&self, key: &str) -> Option<&str> {
         self.stdout.lines().rev().find_map(|l| value_of(l, key))
