@@ -288,7 +288,23 @@ fn processes_starting_together_with_different_caps_all_see_one_cap() {
             outputs.iter().flat_map(|out| out.stderr.lines()).filter(|line| line.contains("cap changed")).collect();
         assert!(replaced.is_empty(), "round {round}: a process replaced the cap of others starting with it: {replaced:?}");
         let first = seen[0][0];
-        assert!((1..=PROCESSES).any(|i| first == 64 * i * MIB), "round {round}: {first} is nobody's cap");
+        // The first decision stands: the cap is one process's own, and every
+        // other process was told, for each device, that the tenant's cap is
+        // that one and its own request is ignored.
+        let requested = |i: usize| 64 * (i as u64 + 1) * MIB;
+        let decider = (0..outputs.len()).find(|&i| requested(i) == first);
+        assert!(decider.is_some(), "round {round}: {first} is nobody's cap");
+        for (i, out) in outputs.iter().enumerate() {
+            for device in 0..2 {
+                let kept = format!(
+                    "device {device}: the tenant's cap is {first} bytes (set by the tenant's running processes); \
+                     GPUSLICE_MEMORY_LIMIT asks for {} and is ignored",
+                    requested(i)
+                );
+                let told = out.stderr.contains(&kept);
+                assert_eq!(told, Some(i) != decider, "round {round}, process {i}, device {device}: {kept:?}\n{out}");
+            }
+        }
         for (i, caps) in seen.iter().enumerate() {
             assert_eq!(caps, &vec![first, first], "round {round}: process {i} sees other caps than process 0: {seen:?}");
         }
