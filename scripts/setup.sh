@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need into .deps/ (idempotent):
+# Installs what the tests need (idempotent): gcc and unshare when missing,
+# and into .deps/:
 #   .deps/include/{cuda.h,cudaTypedefs.h,nvml.h}  the authoritative headers,
 #       from NVIDIA's nvidia-cuda-runtime and nvidia-nvml-dev wheels;
 #   .deps/venv  a Python virtualenv with NVIDIA's own clients, cuda-bindings
@@ -10,6 +11,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.deps
 mkdir -p "$deps/include" "$deps/wheels"
+
+# The end-to-end tests build C programs (gcc) and start processes in their
+# own PID namespaces (unshare, from util-linux).
+missing=()
+command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then

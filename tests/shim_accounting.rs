@@ -161,6 +161,7 @@ fn exiting_while_threads_allocate_loses_no_bytes() {
 /// `unshare --pid --fork --mount-proc PROGRAM ARGS…`: PROGRAM runs as pid 1
 /// of a new PID namespace with its own `/proc`, as in a container.
 fn in_own_pid_namespace(sim: &Sim, program: &std::path::Path, args: &[&str]) -> std::process::Command {
+    gpuslice_tests::require_pid_namespaces();
     let mut cmd = sim.command("unshare");
     cmd.args(["--pid", "--fork", "--mount-proc"]).arg(program).args(args);
     cmd

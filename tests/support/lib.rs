@@ -259,7 +259,9 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
         .arg("-o")
         .arg(&tmp)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc (needed to build the C test programs): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run gcc, which builds the C test programs ({e}): `bash scripts/setup.sh` installs it")
+        });
     if !result.status.success() {
         let _ = std::fs::remove_file(&tmp);
         panic!(
@@ -814,6 +816,8 @@ pub fn require_pid_namespaces() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(e) => panic!("this test needs `unshare` (util-linux) to make a PID namespace: {e}"),
+        Err(e) => panic!(
+            "this test needs `unshare` (util-linux) to make a PID namespace ({e}): `bash scripts/setup.sh` installs it"
+        ),
     }
 }
