@@ -7,6 +7,13 @@
 //! otherwise it looks for the process by (namespace inode, pid in namespace,
 //! start time) among all host processes. So attribution holds across PID
 //! namespaces and pid reuse cannot fool it.
+//!
+//! All of that is what the tenant wrote, so it only *finds* a candidate.
+//! What ties a process to a slot is the kernel's word: the process holds
+//! the slot's OFD lock on that very ledger file ([`LockCheck`]). A tenant
+//! can write any pid into its ledger, but it cannot make another tenant's
+//! process open its file and lock its slot, so it can never have that
+//! process counted as its own, or killed as its own.
 
 use ledger::process::{first_nspid, start_time_ticks};
 use ledger::SlotView;
@@ -81,6 +88,119 @@ impl PidResolver {
     }
 }
 
+/// A slot's lock: which file (device and inode, as `fstat` reports them)
+/// and which byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotLock {
+    pub dev: u64,
+    pub ino: u64,
+    pub offset: u64,
+}
+
+impl SlotLock {
+    /// The lock of slot `index` of `ledger`, or `None` if the file cannot
+    /// be inspected.
+    pub fn of(ledger: &ledger::Ledger, index: usize) -> Option<SlotLock> {
+        // SAFETY: fstat on the ledger's own open descriptor, into a zeroed
+        // struct the kernel fills in.
+        let mut stat: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above; `stat` is valid for writes.
+        if unsafe { libc::fstat(ledger.lock_fd(), &mut stat) } != 0 {
+            return None;
+        }
+        Some(SlotLock { dev: stat.st_dev, ino: stat.st_ino, offset: ledger::slot_lock_offset(index) })
+    }
+}
+
+/// What the kernel says about a process and a slot's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockCheck {
+    /// One of the process's open files is the ledger and holds the lock.
+    Holds,
+    /// The process does not hold it (or does not exist).
+    DoesNot,
+    /// Its open files cannot be read (no permission): nothing is known.
+    Unknown,
+}
+
+/// Whether one `lock:` line of a `/proc/<pid>/fdinfo/<fd>` names an OFD
+/// write lock covering `lock`:
+/// `lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128 128`
+/// (major:minor in hex, then the inode, then the first and last byte or EOF).
+pub fn lock_line_covers(line: &str, lock: &SlotLock) -> bool {
+    let Some(rest) = line.strip_prefix("lock:") else { return false };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // [id:, OFDLCK, ADVISORY, WRITE, pid, maj:min:ino, start, end]
+    let [_, kind, _, access, _, file, start, end] = fields[..] else { return false };
+    if kind != "OFDLCK" || access != "WRITE" {
+        return false;
+    }
+    let mut parts = file.split(':');
+    let (Some(major), Some(minor), Some(ino), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(major), Ok(minor), Ok(ino)) = (u32::from_str_radix(major, 16), u32::from_str_radix(minor, 16), ino.parse::<u64>())
+    else {
+        return false;
+    };
+    let same_file = ino == lock.ino && libc::makedev(major, minor) == lock.dev;
+    let Ok(start) = start.parse::<u64>() else { return false };
+    let covers_end = end == "EOF" || end.parse::<u64>().is_ok_and(|end| end >= lock.offset);
+    same_file && start <= lock.offset && covers_end
+}
+
+/// Whether host process `pid` holds `lock`, by its open files under
+/// `proc_root` (`/proc`).
+pub fn check_lock(proc_root: &Path, pid: u32, lock: &SlotLock) -> LockCheck {
+    let dir = proc_root.join(pid.to_string());
+    let entries = match std::fs::read_dir(dir.join("fd")) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return LockCheck::Unknown,
+        Err(_) => return LockCheck::DoesNot,
+    };
+    for entry in entries.flatten() {
+        // The link is followed to the open file itself, renamed or not.
+        let Ok(meta) = std::fs::metadata(entry.path()) else { continue };
+        if meta.dev() != lock.dev || meta.ino() != lock.ino {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(dir.join("fdinfo").join(entry.file_name())) else { continue };
+        if info.lines().any(|line| lock_line_covers(line, lock)) {
+            return LockCheck::Holds;
+        }
+    }
+    LockCheck::DoesNot
+}
+
+/// Remembers which (process, slot lock) pairs the kernel confirmed, so
+/// each is looked up once: a process keeps its slot's lock until it exits
+/// or releases the slot, and either frees the slot (a new claim is a new
+/// generation, checked anew).
+#[derive(Default)]
+pub struct LockCache {
+    confirmed: std::collections::HashSet<(u32, u64, SlotLock, u32)>,
+}
+
+impl LockCache {
+    /// Whether host pid `pid` (started at `start_time_ticks`) holds the lock
+    /// of a slot of generation `generation`.
+    pub fn check(&mut self, pid: u32, start_time_ticks: u64, lock: &SlotLock, generation: u32) -> LockCheck {
+        let key = (pid, start_time_ticks, *lock, generation);
+        if self.confirmed.contains(&key) {
+            return LockCheck::Holds;
+        }
+        let found = check_lock(Path::new("/proc"), pid, lock);
+        if found == LockCheck::Holds {
+            // Bounded: forget everything now and then rather than track exits.
+            if self.confirmed.len() >= 65_536 {
+                self.confirmed.clear();
+            }
+            self.confirmed.insert(key);
+        }
+        found
+    }
+}
+
 /// Whether `pid` still names the process that started at `start_time_ticks`.
 pub fn same_process(pid: u32, start_time_ticks: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -111,6 +231,43 @@ mod tests {
             bytes_per_device: vec![],
             alive: true,
         }
+    }
+
+    #[test]
+    fn lock_lines_must_name_the_file_the_byte_and_a_write_ofd_lock() {
+        let dev = libc::makedev(0xfe, 0);
+        let lock = SlotLock { dev, ino: 10010993, offset: 128 };
+        assert!(lock_line_covers("lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128 128", &lock));
+        assert!(lock_line_covers("lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 0 EOF", &lock));
+        for other in [
+            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 129 200", // another byte
+            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010994 128 128", // another file
+            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:01:10010993 128 128", // another device
+            "lock:\t1: POSIX  ADVISORY  WRITE 77 fe:00:10010993 128 128",  // not an OFD lock
+            "lock:\t1: OFDLCK ADVISORY  READ -1 fe:00:10010993 128 128",   // a read lock
+            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128",      // cut short
+            "pos:\t0",
+        ] {
+            assert!(!lock_line_covers(other, &lock), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_kernel_says_which_process_holds_a_slot_lock() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-host-test-{}", std::process::id()));
+        let ledger = ledger::Ledger::open_or_create(&dir, "locks").unwrap();
+        let slot = ledger.claim_slot().unwrap();
+        let mine = SlotLock::of(&ledger, slot.index()).unwrap();
+        let other = SlotLock::of(&ledger, slot.index() + 1).unwrap();
+        let proc_root = Path::new("/proc");
+        assert_eq!(check_lock(proc_root, std::process::id(), &mine), LockCheck::Holds);
+        assert_eq!(check_lock(proc_root, std::process::id(), &other), LockCheck::DoesNot);
+        // Another process (our parent) holds nothing of it.
+        let parent = std::os::unix::process::parent_id();
+        assert_eq!(check_lock(proc_root, parent, &mine), LockCheck::DoesNot);
+        ledger.release_slot(slot);
+        assert_eq!(check_lock(proc_root, std::process::id(), &mine), LockCheck::DoesNot);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! `gpuslice status`, the monitor's `/metrics` and its violation checks all
 //! read this view, so they never disagree.
 
-use crate::host::PidResolver;
+use crate::host::{LockCache, LockCheck, PidResolver, SlotLock};
 use crate::nvml::{uuid_string, GpuInfo};
 use ledger::{Ledger, UNLIMITED};
 use serde::Serialize;
@@ -59,6 +59,11 @@ pub struct ProcessView {
     pub slot: usize,
     /// Whether it still holds its slot lock.
     pub alive: bool,
+    /// Whether the kernel confirms that this host pid holds the slot's lock
+    /// (see `host`), and no other ledger's slot names it too. Only such a
+    /// process is ever acted on; a live slot whose named process does not
+    /// hold its lock is a false claim and attributes nothing.
+    pub confirmed: bool,
     /// Reserved in the ledger, all devices.
     pub memory_used_bytes: u64,
     /// Driver-reported memory, all devices (NVML only).
@@ -125,7 +130,8 @@ pub struct Snapshot {
 }
 
 /// Builds the view from open ledgers and, if available, NVML's answer.
-pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
+/// `locks` remembers the lock checks of earlier rounds.
+pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCache) -> Snapshot {
     let mut resolver = PidResolver::new();
     let host_index_of: HashMap<&str, u32> =
         gpus.unwrap_or_default().iter().map(|g| (g.uuid.as_str(), g.index)).collect();
@@ -156,6 +162,8 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
     }
 
     let mut tracked_pids: HashSet<u32> = HashSet::new();
+    // Confirmed slots per host pid: a process two ledgers claim is no one's.
+    let mut confirmed_claims: HashMap<u32, u32> = HashMap::new();
     let mut tenants = Vec::new();
     for ledger in ledgers {
         let entries = ledger.devices();
@@ -175,11 +183,21 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
         let mut per_device_processes: HashMap<usize, u64> = HashMap::new();
         let mut driver_per_device: HashMap<usize, u64> = HashMap::new();
         for slot in &slots {
-            // A live process is named by its verified host pid; a dead one by
-            // the pid it recorded (which may since have been reused).
-            let resolved = if slot.alive { resolver.host_pid(slot) } else { None };
+            // A live process is named by its host pid once the kernel says it
+            // holds the slot's lock (or cannot say); a dead one by the pid it
+            // recorded (which may since have been reused).
+            let found = if slot.alive { resolver.host_pid(slot) } else { None };
+            let check = match (found, SlotLock::of(ledger, slot.index)) {
+                (Some(pid), Some(lock)) => locks.check(pid, slot.start_time_ticks, &lock, slot.generation),
+                (Some(_), None) => LockCheck::Unknown,
+                (None, _) => LockCheck::DoesNot,
+            };
+            let resolved = found.filter(|_| check != LockCheck::DoesNot);
             if let Some(pid) = resolved {
                 tracked_pids.insert(pid);
+                if check == LockCheck::Holds {
+                    *confirmed_claims.entry(pid).or_default() += 1;
+                }
             }
             let pid = resolved.unwrap_or(slot.pid);
             let mut driver_total = None;
@@ -207,6 +225,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
                 ns_pid: slot.ns_pid,
                 slot: slot.index,
                 alive: slot.alive,
+                confirmed: check == LockCheck::Holds,
                 memory_used_bytes: slot.total_bytes(),
                 driver_memory_used_bytes: driver_total,
                 sm_utilization_ratio: sm_by_pid.get(&pid).copied(),
@@ -238,6 +257,11 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>) -> Snapshot {
             processes,
             reclaimed_processes_total: ledger.reclaimed_processes_total(),
         });
+    }
+    for tenant in &mut tenants {
+        for p in &mut tenant.processes {
+            p.confirmed &= confirmed_claims.get(&p.pid) == Some(&1);
+        }
     }
     tenants.sort_by(|a, b| a.name.cmp(&b.name));
 

@@ -55,7 +55,7 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         }
     };
     let refs: Vec<&Ledger> = ledgers.iter().collect();
-    let snapshot = snapshot::collect(&refs, gpus.as_deref());
+    let snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut crate::host::LockCache::default());
     for problem in &problems {
         eprintln!("gpuslice status: warning: {problem}");
     }

@@ -18,6 +18,18 @@
 //!
 //! Each tenant's figure comes from its own processes only and goes into its
 //! own ledger only, so no tenant can change what another is charged.
+//!
+//! The ledger's figure is the tenant's to write, so the bypass check never
+//! takes it as it is: the overhead it tolerates past a cap is at most what
+//! the monitor measured itself for that tenant and device, or
+//! [`MAX_CONTEXT_OVERHEAD_BYTES`] where it has measured nothing
+//! ([`OverheadState::tolerated_bytes`]).
+
+/// The most context overhead the bypass check believes a ledger that the
+/// monitor could not check: above any single context on current data-centre
+/// GPUs (a few hundred MiB), and a bound on what a tenant lying about its
+/// overhead can hold past its cap unflagged.
+pub const MAX_CONTEXT_OVERHEAD_BYTES: u64 = 1 << 30;
 
 use super::ledgers::LedgerSet;
 use super::log;
@@ -39,6 +51,9 @@ type Found = HashMap<(String, String), u64>;
 pub struct OverheadState {
     /// (driver bytes, ledger bytes) by process and device.
     last: HashMap<ProcessKey, Figures>,
+    /// What the monitor measured itself, by (tenant, uuid): the smallest
+    /// figure seen.
+    measured: Found,
 }
 
 /// The overhead to publish for each (tenant, uuid) that has none, from this
@@ -69,6 +84,13 @@ fn measure(snapshot: &Snapshot, last: &HashMap<ProcessKey, Figures>) -> (Found, 
 }
 
 impl OverheadState {
+    /// The context overhead the bypass check tolerates for `tenant` on
+    /// device `uuid` when its ledger claims `claimed_bytes`.
+    pub fn tolerated_bytes(&self, tenant: &str, uuid: &str, claimed_bytes: u64) -> u64 {
+        let bound = self.measured.get(&(tenant.to_string(), uuid.to_string())).copied();
+        claimed_bytes.min(bound.unwrap_or(MAX_CONTEXT_OVERHEAD_BYTES))
+    }
+
     /// Measures, and publishes into the ledgers that have no figure yet.
     pub fn publish(&mut self, snapshot: &Snapshot, ledgers: &LedgerSet) {
         if !snapshot.nvml {
@@ -77,6 +99,10 @@ impl OverheadState {
         }
         let (found, now) = measure(snapshot, &self.last);
         self.last = now;
+        for (key, bytes) in &found {
+            let entry = self.measured.entry(key.clone()).or_insert(*bytes);
+            *entry = (*entry).min(*bytes);
+        }
         for ((tenant, uuid), bytes) in found {
             let Some(ledger) = ledgers.ledgers().find(|l| l.tenant() == tenant) else { continue };
             let Some(entry) = ledger.devices().into_iter().find(|e| uuid_string(&e.uuid) == uuid) else { continue };
@@ -104,6 +130,7 @@ mod tests {
             ns_pid: 1,
             slot: pid as usize,
             alive: true,
+            confirmed: true,
             memory_used_bytes: ledger_bytes,
             driver_memory_used_bytes: Some(driver_bytes),
             sm_utilization_ratio: None,
@@ -127,6 +154,18 @@ mod tests {
 
     fn key() -> (String, String) {
         ("team-a".into(), "GPU-0".into())
+    }
+
+    #[test]
+    fn the_tolerated_overhead_is_the_ledgers_bounded_by_what_the_monitor_measured() {
+        let mut state = OverheadState::default();
+        let huge = 1u64 << 60;
+        assert_eq!(state.tolerated_bytes("team-a", "GPU-0", huge), MAX_CONTEXT_OVERHEAD_BYTES);
+        assert_eq!(state.tolerated_bytes("team-a", "GPU-0", 64), 64);
+        state.measured.insert(key(), 80);
+        assert_eq!(state.tolerated_bytes("team-a", "GPU-0", huge), 80);
+        assert_eq!(state.tolerated_bytes("team-a", "GPU-0", 64), 64);
+        assert_eq!(state.tolerated_bytes("team-b", "GPU-0", huge), MAX_CONTEXT_OVERHEAD_BYTES);
     }
 
     #[test]

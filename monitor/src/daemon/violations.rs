@@ -7,7 +7,14 @@
 //!   processes than its cap plus one context's overhead (the shim charges
 //!   contexts too, so anything past that escaped the shim). The cap is the
 //!   configuration's for the tenants it names (a tenant can rewrite the cap
-//!   in its own ledger, not the monitor's file), else the ledger's.
+//!   in its own ledger, not the monitor's file), else the ledger's. The
+//!   overhead is the ledger's figure bounded by what the monitor measured
+//!   itself (see `overhead`), so a tenant cannot widen the tolerance by
+//!   writing a large figure.
+//!
+//! Only processes the kernel ties to the tenant count as its own (they hold
+//! a slot's lock in its ledger, see `host`), and only those are killed: a
+//! slot that names another process attributes nothing and kills nothing.
 //!
 //! A finding counts only once it has lasted `violation_grace` (and at least
 //! two rounds): a well-behaved tenant passes through states that look like
@@ -28,6 +35,7 @@ use crate::config::{Config, OnViolation};
 use crate::host;
 use crate::metrics::{MonitorCounters, OverCap};
 use crate::snapshot::Snapshot;
+use super::overhead::OverheadState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -88,7 +96,14 @@ fn kill(pid: u32, start_time_ticks: u64, why: &str, counters: &mut MonitorCounte
 
 impl ViolationState {
     /// Judges one round's snapshot taken at `now`.
-    pub fn check(&mut self, snapshot: &Snapshot, config: &Config, now: Instant, counters: &mut MonitorCounters) {
+    pub fn check(
+        &mut self,
+        snapshot: &Snapshot,
+        config: &Config,
+        overheads: &OverheadState,
+        now: Instant,
+        counters: &mut MonitorCounters,
+    ) {
         if !snapshot.nvml {
             counters.over_cap.clear();
             return;
@@ -135,7 +150,8 @@ impl ViolationState {
                     _ => cap_bytes,
                 };
                 allowances.insert(key.clone(), Allowance { cap_bytes, allowed_bytes });
-                let tolerance = allowed_bytes.saturating_add(device.context_overhead_bytes);
+                let overhead_bytes = overheads.tolerated_bytes(&tenant.name, &device.uuid, device.context_overhead_bytes);
+                let tolerance = allowed_bytes.saturating_add(overhead_bytes);
                 if driver <= tolerance {
                     continue;
                 }
@@ -151,11 +167,12 @@ impl ViolationState {
                         device.index,
                         device.uuid,
                         crate::status::human_bytes(allowed_bytes),
-                        crate::status::human_bytes(device.context_overhead_bytes),
+                        crate::status::human_bytes(overhead_bytes),
                         now.duration_since(episode.first_seen).as_secs_f64()
                     ));
                     if on_violation == OnViolation::Kill {
-                        for p in tenant.processes.iter().filter(|p| p.alive && p.driver_memory_used_bytes.unwrap_or(0) > 0) {
+                        let own = |p: &&crate::snapshot::ProcessView| p.alive && p.confirmed;
+                        for p in tenant.processes.iter().filter(own).filter(|p| p.driver_memory_used_bytes.unwrap_or(0) > 0) {
                             kill(p.pid, p.start_time_ticks, &format!("tenant {} over its cap", tenant.name), counters);
                         }
                     }
@@ -203,24 +220,24 @@ mod tests {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         // Within cap + one context's overhead: fine.
         for i in 0..3 {
-            state.check(&snapshot(110, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(110, 100, 100), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None);
         // Past it: counted on the second round in a row, once.
-        state.check(&snapshot(150, 100, 100), &config, t0 + 1000 * MS, &mut counters);
+        state.check(&snapshot(150, 100, 100), &config, &OverheadState::default(), t0 + 1000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), None);
         assert!(counters.over_cap.is_empty());
         for i in 0..3 {
-            state.check(&snapshot(150, 100, 100), &config, t0 + (1250 + i * 250) * MS, &mut counters);
+            state.check(&snapshot(150, 100, 100), &config, &OverheadState::default(), t0 + (1250 + i * 250) * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap.len(), 1);
         assert_eq!(counters.over_cap[0].over_bytes, 50);
         // Back within: the gauge clears; a new episode counts again.
-        state.check(&snapshot(100, 100, 100), &config, t0 + 2000 * MS, &mut counters);
+        state.check(&snapshot(100, 100, 100), &config, &OverheadState::default(), t0 + 2000 * MS, &mut counters);
         assert!(counters.over_cap.is_empty());
-        state.check(&snapshot(200, 100, 100), &config, t0 + 2250 * MS, &mut counters);
-        state.check(&snapshot(200, 100, 100), &config, t0 + 2500 * MS, &mut counters);
+        state.check(&snapshot(200, 100, 100), &config, &OverheadState::default(), t0 + 2250 * MS, &mut counters);
+        state.check(&snapshot(200, 100, 100), &config, &OverheadState::default(), t0 + 2500 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&2));
     }
 
@@ -229,18 +246,18 @@ mod tests {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(5000 * MS), Instant::now());
         // Over for 3 s (e.g. a cuMemFreeAsync the stream has not reached), then back.
         for i in 0..=12 {
-            state.check(&snapshot(300, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
-        state.check(&snapshot(100, 100, 100), &config, t0 + 3250 * MS, &mut counters);
+        state.check(&snapshot(100, 100, 100), &config, &OverheadState::default(), t0 + 3250 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), None);
         assert!(counters.over_cap.is_empty());
         // Over again, for good: counted once 5 s have passed since it began, not before.
         let t1 = t0 + 4000 * MS;
         for i in 0..20 {
-            state.check(&snapshot(300, 100, 100), &config, t1 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t1 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None, "4.75 s < 5 s");
-        state.check(&snapshot(300, 100, 100), &config, t1 + 5000 * MS, &mut counters);
+        state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t1 + 5000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap.len(), 1);
     }
@@ -248,24 +265,24 @@ mod tests {
     #[test]
     fn a_cap_lowered_below_what_a_tenant_holds_is_no_violation() {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
-        state.check(&snapshot(500, 1000, 500), &config, t0, &mut counters);
+        state.check(&snapshot(500, 1000, 500), &config, &OverheadState::default(), t0, &mut counters);
         // Cap lowered to 100 while 500 are held: allowed, for as long as they are held.
         for i in 1..5 {
-            state.check(&snapshot(500, 100, 500), &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(500, 100, 500), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None);
         // It frees down to 300: the allowance shrinks with it...
-        state.check(&snapshot(300, 100, 300), &config, t0 + 1500 * MS, &mut counters);
+        state.check(&snapshot(300, 100, 300), &config, &OverheadState::default(), t0 + 1500 * MS, &mut counters);
         // ...so memory past 300 that the ledger does not know is a violation.
-        state.check(&snapshot(450, 100, 300), &config, t0 + 1750 * MS, &mut counters);
-        state.check(&snapshot(450, 100, 300), &config, t0 + 2000 * MS, &mut counters);
+        state.check(&snapshot(450, 100, 300), &config, &OverheadState::default(), t0 + 1750 * MS, &mut counters);
+        state.check(&snapshot(450, 100, 300), &config, &OverheadState::default(), t0 + 2000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap[0].over_bytes, 150);
         // A ledger raising its own usage figure does not raise the allowance.
         let mut counters = MonitorCounters::default();
         let mut state = ViolationState::default();
         for i in 0..3 {
-            state.check(&snapshot(900, 100, 900), &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(900, 100, 900), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
     }
@@ -276,7 +293,7 @@ mod tests {
         let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100\"\n").unwrap();
         // The tenant raised the cap in its own ledger to 1000; the file says 100.
         for i in 0..3 {
-            state.check(&snapshot(500, 1000, 90), &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snapshot(500, 1000, 90), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
     }
@@ -288,7 +305,7 @@ mod tests {
         let mut snap = snapshot(1000, 100, 100);
         snap.nvml = false;
         for i in 0..3 {
-            state.check(&snap, &config, t0 + i * 250 * MS, &mut counters);
+            state.check(&snap, &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert!(counters.violations_total.is_empty());
         assert_eq!(counters.violation_kills_total, 0);
