@@ -156,8 +156,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
+    let mut policy_state = policy::PolicyState::new(&dir)?;
     let mut ledgers = ledgers::LedgerSet::new(dir, args.host.layout)?;
-    let mut policy_state = policy::PolicyState::default();
     let mut lock_cache = crate::host::LockCache::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
@@ -206,7 +206,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
-        violation_state.check(&snap, &config, &overhead_state, Instant::now(), &mut counters);
+        violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
         {

@@ -1,24 +1,59 @@
-//! Applies the configuration to the tenants' ledgers, every round.
+//! Applies the monitor's policy to the tenants' ledgers, every round.
 //!
-//! For each tenant the file names, its ledger is opened (created if needed),
-//! every host device NVML knows is entered in its device table, and each cap
-//! the file sets is written to the policy page with source `Monitor`. The
-//! shim reads the cap on every allocation, so a change applies at once: a
-//! lowered cap refuses new allocations and leaves existing ones alone.
-//! Tenants the file does not name keep what their environment set; a cap the
-//! file stops naming stays as it was last set (never silently uncapped).
+//! The policy page of a ledger is the tenant's to write, so it is never the
+//! authority; it is where honest shims read the cap on every allocation.
+//! The authority lives with the monitor:
+//! - for the tenants the configuration names, the configuration: each cap
+//!   it sets is written to the policy page with source `Monitor`;
+//! - for the others, the first cap the monitor sees in the tenant's ledger
+//!   (set from its first process's environment) is *pinned*: kept in the
+//!   monitor's own state file (`<dir>/.monitor/pinned.toml`, which no
+//!   tenant can write) for as long as the tenant has live processes, and
+//!   written back over any other value the tenant puts in its page. A
+//!   tenant can lower its cap (that only refuses it memory); it cannot
+//!   raise it. When its last process is gone the pin goes, so the next run
+//!   starts from its own environment again.
+//!
+//! Every round rewrites what differs, so a change (or a tenant's rewrite)
+//! applies within a round: a lowered cap refuses new allocations and leaves
+//! existing ones alone. The bypass check judges the driver's figures
+//! against [`PolicyState::cap_for`], never against the page. A cap the file
+//! stops naming stays as it was last set (never silently uncapped).
 
 use super::ledgers::LedgerSet;
 use super::log;
 use crate::config::Config;
 use crate::nvml::{uuid_bytes, uuid_string, GpuInfo};
 use ledger::{PolicySource, UNLIMITED};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// Pinned caps by tenant, then device UUID.
+type Pinned = BTreeMap<String, BTreeMap<String, u64>>;
 
 /// Remembers which warnings were given, so each is given once.
 #[derive(Default)]
 pub struct PolicyState {
     warned: HashSet<String>,
+    /// Caps pinned for tenants the configuration does not name.
+    pinned: Pinned,
+    /// Where the pins are kept across restarts; `None` keeps them in memory.
+    pinned_path: Option<PathBuf>,
+}
+
+/// `<dir>/.monitor`: the monitor's own directory, 0700, which discovery
+/// skips (a dot-name) and no tenant can write.
+pub fn state_dir(dir: &Path) -> PathBuf {
+    dir.join(".monitor")
+}
+
+fn load_pinned(path: &Path) -> Result<Pinned, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pinned::new()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 fn show(bytes: u64) -> String {
@@ -30,6 +65,104 @@ fn show(bytes: u64) -> String {
 }
 
 impl PolicyState {
+    /// The state for ledger directory `dir`, with the pins a previous run
+    /// kept in `<dir>/.monitor/pinned.toml`.
+    pub fn new(dir: &Path) -> Result<PolicyState, String> {
+        let state = state_dir(dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state)
+            .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+            .map_err(|e| format!("cannot create the monitor's state directory {}: {e}", state.display()))?;
+        let meta = std::fs::symlink_metadata(&state).map_err(|e| format!("{}: {e}", state.display()))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{} must be a directory owned by uid {me} with mode 0700 (it holds the monitor's pinned caps); \
+                 found uid {}, mode {:o}",
+                state.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+        let path = state.join("pinned.toml");
+        let pinned = load_pinned(&path)?;
+        Ok(PolicyState { warned: HashSet::new(), pinned, pinned_path: Some(path) })
+    }
+
+    /// The cap the monitor holds `tenant` to on device `uuid`: the
+    /// configuration's, else the pinned one; `None` when there is none.
+    pub fn cap_for(&self, config: &Config, tenant: &str, uuid: &str, host_index: Option<u32>) -> Option<u64> {
+        if config.tenants.contains_key(tenant) {
+            return config.memory_for(tenant, uuid, host_index);
+        }
+        self.pinned.get(tenant).and_then(|caps| caps.get(uuid)).copied()
+    }
+
+    /// A state holding `bytes` pinned for `tenant` on `uuid`.
+    #[cfg(test)]
+    pub fn with_pin(mut self, tenant: &str, uuid: &str, bytes: u64) -> PolicyState {
+        self.pinned.entry(tenant.into()).or_default().insert(uuid.into(), bytes);
+        self
+    }
+
+    fn save_pinned(&mut self) {
+        let Some(path) = &self.pinned_path else { return };
+        let text = match toml::to_string(&self.pinned) {
+            Ok(text) => text,
+            Err(e) => return log::error(&format!("cannot record the pinned caps: {e}")),
+        };
+        let tmp = path.with_extension("toml.tmp");
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)) {
+            log::error(&format!("cannot record the pinned caps in {}: {e}", path.display()));
+        }
+    }
+
+    /// Pins the first cap each unnamed tenant shows, holds its page to it,
+    /// and lets the pins of tenants with no live process go.
+    fn pin(&mut self, config: &Config, ledgers: &LedgerSet) {
+        let mut changed = false;
+        let mut present = HashSet::new();
+        for ledger in ledgers.ledgers() {
+            let tenant = ledger.tenant();
+            if config.tenants.contains_key(&tenant) {
+                continue;
+            }
+            present.insert(tenant.clone());
+            if !ledger.slots().iter().any(|s| s.alive) {
+                changed |= self.pinned.remove(&tenant).is_some();
+                continue;
+            }
+            for entry in ledger.devices() {
+                let uuid = uuid_string(&entry.uuid);
+                let page = ledger.memory_limit_bytes(entry.index);
+                let pinned = self.pinned.get(&tenant).and_then(|caps| caps.get(&uuid)).copied();
+                match pinned {
+                    None if page != UNLIMITED => {
+                        self.pinned.entry(tenant.clone()).or_default().insert(uuid.clone(), page);
+                        changed = true;
+                        log::info(&format!("tenant {tenant} device {uuid}: memory cap {} pinned while it runs", show(page)));
+                    }
+                    Some(cap) if page > cap => {
+                        ledger.set_memory_limit_bytes(entry.index, cap, PolicySource::Monitor);
+                        log::warn(&format!(
+                            "tenant {tenant} device {uuid}: its ledger asked for a cap of {}; the pinned cap of {} stays",
+                            show(page),
+                            show(cap)
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let before = self.pinned.len();
+        self.pinned.retain(|tenant, _| present.contains(tenant));
+        if changed || self.pinned.len() != before {
+            self.save_pinned();
+        }
+    }
+
     fn warn_once(&mut self, message: String) {
         if self.warned.insert(message.clone()) {
             log::warn(&message);
@@ -37,6 +170,7 @@ impl PolicyState {
     }
 
     pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>) {
+        self.pin(config, ledgers);
         for (tenant, tenant_config) in &config.tenants {
             if tenant_config.memory_bytes.is_empty() {
                 continue;

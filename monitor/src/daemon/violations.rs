@@ -6,8 +6,9 @@
 //! - a tenant *over its cap*: the driver reports more memory for its
 //!   processes than its cap plus one context's overhead (the shim charges
 //!   contexts too, so anything past that escaped the shim). The cap is the
-//!   configuration's for the tenants it names (a tenant can rewrite the cap
-//!   in its own ledger, not the monitor's file), else the ledger's. The
+//!   monitor's (`policy`): the configuration's for the tenants it names,
+//!   else the one pinned when the tenant was first seen, never what the
+//!   tenant's ledger says now (a tenant can rewrite that). The
 //!   overhead is the ledger's figure bounded by what the monitor measured
 //!   itself (see `overhead`), so a tenant cannot widen the tolerance by
 //!   writing a large figure.
@@ -36,6 +37,7 @@ use crate::host;
 use crate::metrics::{MonitorCounters, OverCap};
 use crate::snapshot::Snapshot;
 use super::overhead::OverheadState;
+use super::policy::PolicyState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -100,6 +102,7 @@ impl ViolationState {
         &mut self,
         snapshot: &Snapshot,
         config: &Config,
+        policy: &PolicyState,
         overheads: &OverheadState,
         now: Instant,
         counters: &mut MonitorCounters,
@@ -138,7 +141,7 @@ impl ViolationState {
         let mut over_now = Vec::new();
         for tenant in &snapshot.tenants {
             for device in &tenant.devices {
-                let cap = config.memory_for(&tenant.name, &device.uuid, Some(device.index)).or(device.memory_limit_bytes);
+                let cap = policy.cap_for(config, &tenant.name, &device.uuid, Some(device.index));
                 let (Some(cap_bytes), Some(driver)) = (cap, device.driver_memory_used_bytes) else { continue };
                 let key = (tenant.name.clone(), device.uuid.clone());
                 // Past the cap, allow what the ledger says the tenant holds,
@@ -211,6 +214,20 @@ mod tests {
         fixtures::one_tenant(true, TenantDeviceView { context_overhead_bytes: 10, ..device }, vec![])
     }
 
+    /// One round, with the snapshot's cap as the one the monitor pinned and
+    /// nothing measured of the overhead.
+    fn judge(state: &mut ViolationState, snap: &Snapshot, config: &Config, now: Instant, counters: &mut MonitorCounters) {
+        let mut policy = PolicyState::default();
+        for tenant in &snap.tenants {
+            for d in &tenant.devices {
+                if let Some(cap) = d.memory_limit_bytes {
+                    policy = policy.with_pin(&tenant.name, &d.uuid, cap);
+                }
+            }
+        }
+        state.check(snap, config, &policy, &OverheadState::default(), now, counters);
+    }
+
     fn config(grace: Duration) -> Config {
         Config { violation_grace: grace, ..Config::default() }
     }
@@ -220,24 +237,24 @@ mod tests {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         // Within cap + one context's overhead: fine.
         for i in 0..3 {
-            state.check(&snapshot(110, 100, 100), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(110, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None);
         // Past it: counted on the second round in a row, once.
-        state.check(&snapshot(150, 100, 100), &config, &OverheadState::default(), t0 + 1000 * MS, &mut counters);
+        judge(&mut state, &snapshot(150, 100, 100), &config, t0 + 1000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), None);
         assert!(counters.over_cap.is_empty());
         for i in 0..3 {
-            state.check(&snapshot(150, 100, 100), &config, &OverheadState::default(), t0 + (1250 + i * 250) * MS, &mut counters);
+            judge(&mut state, &snapshot(150, 100, 100), &config, t0 + (1250 + i * 250) * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap.len(), 1);
         assert_eq!(counters.over_cap[0].over_bytes, 50);
         // Back within: the gauge clears; a new episode counts again.
-        state.check(&snapshot(100, 100, 100), &config, &OverheadState::default(), t0 + 2000 * MS, &mut counters);
+        judge(&mut state, &snapshot(100, 100, 100), &config, t0 + 2000 * MS, &mut counters);
         assert!(counters.over_cap.is_empty());
-        state.check(&snapshot(200, 100, 100), &config, &OverheadState::default(), t0 + 2250 * MS, &mut counters);
-        state.check(&snapshot(200, 100, 100), &config, &OverheadState::default(), t0 + 2500 * MS, &mut counters);
+        judge(&mut state, &snapshot(200, 100, 100), &config, t0 + 2250 * MS, &mut counters);
+        judge(&mut state, &snapshot(200, 100, 100), &config, t0 + 2500 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&2));
     }
 
@@ -246,18 +263,18 @@ mod tests {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(5000 * MS), Instant::now());
         // Over for 3 s (e.g. a cuMemFreeAsync the stream has not reached), then back.
         for i in 0..=12 {
-            state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(300, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
         }
-        state.check(&snapshot(100, 100, 100), &config, &OverheadState::default(), t0 + 3250 * MS, &mut counters);
+        judge(&mut state, &snapshot(100, 100, 100), &config, t0 + 3250 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), None);
         assert!(counters.over_cap.is_empty());
         // Over again, for good: counted once 5 s have passed since it began, not before.
         let t1 = t0 + 4000 * MS;
         for i in 0..20 {
-            state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t1 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(300, 100, 100), &config, t1 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None, "4.75 s < 5 s");
-        state.check(&snapshot(300, 100, 100), &config, &OverheadState::default(), t1 + 5000 * MS, &mut counters);
+        judge(&mut state, &snapshot(300, 100, 100), &config, t1 + 5000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap.len(), 1);
     }
@@ -265,24 +282,24 @@ mod tests {
     #[test]
     fn a_cap_lowered_below_what_a_tenant_holds_is_no_violation() {
         let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
-        state.check(&snapshot(500, 1000, 500), &config, &OverheadState::default(), t0, &mut counters);
+        judge(&mut state, &snapshot(500, 1000, 500), &config, t0, &mut counters);
         // Cap lowered to 100 while 500 are held: allowed, for as long as they are held.
         for i in 1..5 {
-            state.check(&snapshot(500, 100, 500), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(500, 100, 500), &config, t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), None);
         // It frees down to 300: the allowance shrinks with it...
-        state.check(&snapshot(300, 100, 300), &config, &OverheadState::default(), t0 + 1500 * MS, &mut counters);
+        judge(&mut state, &snapshot(300, 100, 300), &config, t0 + 1500 * MS, &mut counters);
         // ...so memory past 300 that the ledger does not know is a violation.
-        state.check(&snapshot(450, 100, 300), &config, &OverheadState::default(), t0 + 1750 * MS, &mut counters);
-        state.check(&snapshot(450, 100, 300), &config, &OverheadState::default(), t0 + 2000 * MS, &mut counters);
+        judge(&mut state, &snapshot(450, 100, 300), &config, t0 + 1750 * MS, &mut counters);
+        judge(&mut state, &snapshot(450, 100, 300), &config, t0 + 2000 * MS, &mut counters);
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
         assert_eq!(counters.over_cap[0].over_bytes, 150);
         // A ledger raising its own usage figure does not raise the allowance.
         let mut counters = MonitorCounters::default();
         let mut state = ViolationState::default();
         for i in 0..3 {
-            state.check(&snapshot(900, 100, 900), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(900, 100, 900), &config, t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
     }
@@ -293,7 +310,31 @@ mod tests {
         let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100\"\n").unwrap();
         // The tenant raised the cap in its own ledger to 1000; the file says 100.
         for i in 0..3 {
-            state.check(&snapshot(500, 1000, 90), &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snapshot(500, 1000, 90), &config, t0 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+    }
+
+    #[test]
+    fn the_pinned_cap_wins_over_the_ledgers() {
+        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let policy = PolicyState::default().with_pin("team-a", "GPU-0", 100);
+        // The tenant raised the cap in its own ledger to 1000; the monitor pinned 100.
+        for i in 0..3 {
+            state.check(&snapshot(500, 1000, 90), &config, &policy, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+        }
+        assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
+    }
+
+    #[test]
+    fn a_ledgers_claimed_context_overhead_widens_the_tolerance_only_up_to_the_bound() {
+        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let gib = 1u64 << 30;
+        let policy = PolicyState::default().with_pin("team-a", "GPU-0", gib);
+        let mut snap = snapshot(gib + super::super::overhead::MAX_CONTEXT_OVERHEAD_BYTES + 1, gib, gib);
+        snap.tenants[0].devices[0].context_overhead_bytes = 1 << 60;
+        for i in 0..3 {
+            state.check(&snap, &config, &policy, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
         }
         assert_eq!(counters.violations_total.get("over_cap"), Some(&1));
     }
@@ -305,7 +346,7 @@ mod tests {
         let mut snap = snapshot(1000, 100, 100);
         snap.nvml = false;
         for i in 0..3 {
-            state.check(&snap, &config, &OverheadState::default(), t0 + i * 250 * MS, &mut counters);
+            judge(&mut state, &snap, &config, t0 + i * 250 * MS, &mut counters);
         }
         assert!(counters.violations_total.is_empty());
         assert_eq!(counters.violation_kills_total, 0);
