@@ -85,10 +85,11 @@ fn ledger_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_cap_for_a_device_the_process_cannot_see_fails_closed() {
-    // Two devices; the process sees only physical device 1, as its ordinal 0.
+    // Two devices; the process sees only physical device 1, as its ordinal
+    // 0, which these caps would leave uncapped.
     let cases: &[(&str, &str, &str)] = &[
         ("GPUSLICE_MEMORY_LIMIT", "1=1GiB", "device 1 is not a device this process sees"),
-        ("GPUSLICE_MEMORY_LIMIT", "0=2GiB,1=1GiB", "device 1 is not a device this process sees"),
+        ("GPUSLICE_MEMORY_LIMIT", "1=1GiB,2=1GiB", "its device 0 would have no cap"),
         ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g", "device 1 is not a device this process sees"),
         // No ledger holds a device 99, whatever the host.
         ("GPUSLICE_MEMORY_LIMIT", "99=1GiB", "0 to 15"),
@@ -103,16 +104,27 @@ fn a_cap_for_a_device_the_process_cannot_see_fails_closed() {
     }
 }
 
+/// One list for workers that each see one of the devices (launchers set
+/// `CUDA_VISIBLE_DEVICES` per worker): every device a worker sees has its
+/// cap, so the entries for the others are no typo.
+#[test]
+fn a_list_that_caps_every_device_the_process_sees_may_name_more() {
+    let sim = sim().devices(2).env("CUDA_VISIBLE_DEVICES", "1");
+    let out = sim.run(sim.c("memctl").env("CUDA_DEVICE_MEMORY_LIMIT_0", "512m").env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g").args(["init", "ctx", "info"]));
+    out.assert_success().assert_rc("init", cu::SUCCESS);
+    assert_eq!(out.u64("info.total"), 512 * MIB, "{out}");
+}
+
 /// What the environment cannot show (no `CUDA_VISIBLE_DEVICES`), the
 /// driver's device count does, at registration.
 #[test]
 #[ignore = "needs register_devices (shim/src/lib.rs) to call MemoryCaps::check_ordinals with the device count"]
 fn a_cap_for_a_device_beyond_the_drivers_count_fails_closed() {
-    for (var, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,3=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
+    for (var, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "2=1GiB,3=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
         let sim = sim().devices(1);
         let holder = holder(&sim);
         let out = attack(&sim, &[(var, value)]);
-        out.assert_fails_closed("a", &[var, value, "is not a device this process sees (it sees 1 device, index 0"]);
+        out.assert_fails_closed("a", &[var, value, "is not a device this process sees (it sees 1 device, index 0", "device 0 would have no cap"]);
         holder.assert_nothing_lost(&sim, &out);
     }
 }

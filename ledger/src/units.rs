@@ -225,14 +225,19 @@ impl MemoryLimit {
         }
     }
 
-    /// The first listed device at or beyond `visible` (how many devices the
-    /// process sees, or an upper bound on it): a cap the process would
-    /// never apply.
-    pub fn unseen_device(&self, visible: u32) -> Option<u32> {
-        match self {
-            MemoryLimit::AllDevices(_) => None,
-            MemoryLimit::PerDevice(list) => list.iter().map(|(i, _)| *i).find(|i| *i >= visible),
-        }
+    /// For a process that sees `visible` devices (or at most that many): a
+    /// listed device it does not see, paired with a device it sees that the
+    /// list leaves without a cap. Such a list missed its device (`1=1GiB`
+    /// where the process's only device is 0): the typo would mean "no cap".
+    /// A list that caps every device the process sees and names more (one
+    /// list shared by processes that each see some of the host's devices)
+    /// misses nothing.
+    pub fn missed_device(&self, visible: u32) -> Option<(u32, u32)> {
+        let MemoryLimit::PerDevice(list) = self else { return None };
+        let unseen = list.iter().map(|(i, _)| *i).find(|i| *i >= visible)?;
+        // Listed indices are below MAX_DEVICES, so `visible` is too here.
+        let uncapped = (0..visible).find(|ordinal| self.for_device(*ordinal).is_none())?;
+        Some((unseen, uncapped))
     }
 }
 
@@ -408,12 +413,17 @@ mod tests {
     }
 
     #[test]
-    fn unseen_devices_are_found() {
-        let list = parse_memory_limit("0=1G,1=2G").unwrap();
-        assert_eq!(list.unseen_device(2), None);
-        assert_eq!(list.unseen_device(1), Some(1));
-        assert_eq!(list.unseen_device(0), Some(0));
-        assert_eq!(parse_memory_limit("1G").unwrap().unseen_device(0), None);
+    fn a_list_that_missed_its_device_is_found() {
+        let list = parse_memory_limit("1=2G").unwrap();
+        assert_eq!(list.missed_device(1), Some((1, 0)), "device 0 uncapped, device 1 unseen");
+        assert_eq!(list.missed_device(2), None, "device 1 is seen: capping only it is what the list says");
+        let list = parse_memory_limit("0=1G,2=2G").unwrap();
+        assert_eq!(list.missed_device(2), Some((2, 1)));
+        assert_eq!(list.missed_device(3), None);
+        // Every device seen has a cap: the other entries are for other processes.
+        assert_eq!(parse_memory_limit("0=1G,1=2G").unwrap().missed_device(1), None);
+        assert_eq!(parse_memory_limit("0=1G").unwrap().missed_device(0), None);
+        assert_eq!(parse_memory_limit("1G").unwrap().missed_device(0), None);
     }
 
     #[test]

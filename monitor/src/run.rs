@@ -4,8 +4,9 @@
 //! Every option is checked here as the shim would check the variable it
 //! sets, so a mistake is a clear error before the command starts rather than
 //! a command whose GPU is refused: sizes and names follow
-//! [`ledger::units`], a per-device cap must name a device the command can
-//! see under the `CUDA_VISIBLE_DEVICES` it inherits, and a relative `--dir`
+//! [`ledger::units`], a per-device list must not miss the devices the
+//! command sees under the `CUDA_VISIBLE_DEVICES` it inherits (see
+//! [`MemoryLimit::missed_device`](ledger::units::MemoryLimit::missed_device)), and a relative `--dir`
 //! is made absolute (the shim refuses a relative `GPUSLICE_DIR`, which would
 //! give the tenant a ledger per working directory).
 
@@ -42,10 +43,11 @@ fn check_memory(memory: &str, visible: Option<&str>) -> Result<(), String> {
     let limit = units::parse_memory_limit(memory).map_err(|e| format!("--memory {memory:?}: {e}"))?;
     if let Some(visible) = visible {
         let bound = units::visible_devices_at_most(visible);
-        if let Some(index) = limit.unseen_device(bound) {
+        if let Some((index, uncapped)) = limit.missed_device(bound) {
             return Err(format!(
                 "--memory {memory:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
-                 shows it at most {bound}, numbered from 0), so its cap would cap nothing"
+                 shows it at most {bound}, numbered from 0), and its device {uncapped} would have no cap; \
+                 indices are the ordinals after CUDA_VISIBLE_DEVICES"
             ));
         }
     }
@@ -85,8 +87,10 @@ mod tests {
         assert_eq!(check_memory("1GiB", None), Ok(()));
         assert_eq!(check_memory("0=1GiB", Some("1")), Ok(()));
         assert_eq!(check_memory("1GiB", Some("")), Ok(()));
+        assert_eq!(check_memory("0=1GiB,1=2GiB", Some("1")), Ok(()), "every device it sees has a cap");
         let e = check_memory("1=1GiB", Some("1")).unwrap_err();
         assert!(e.contains("device 1 is not a device the command will see") && e.contains("CUDA_VISIBLE_DEVICES=\"1\""), "{e}");
+        assert!(e.contains("device 0 would have no cap"), "{e}");
         let e = check_memory("1GB", None).unwrap_err();
         assert!(e.starts_with("--memory \"1GB\"") && e.contains("ambiguous") && e.contains("write 1GiB"), "{e}");
         assert!(check_memory("99=1GiB", None).unwrap_err().contains("0 to 15"));

@@ -15,11 +15,16 @@
 //! included) is an error: the shim fails closed, it never reads a typo as
 //! "no cap". Values follow [`ledger::units`]: ASCII only, no leading zeros,
 //! no `GB`. Beyond the grammar, a tenant's tricks are refused too:
-//! - a cap for a device the process does not see (`1=1GiB` with
+//! - a per-device cap that missed its device: one for a device the process
+//!   does not see while a device it sees has no cap (`1=1GiB` with
 //!   `CUDA_VISIBLE_DEVICES=1`, `CUDA_DEVICE_MEMORY_LIMIT_7` on a one-GPU
-//!   process) would cap nothing: refused here when `CUDA_VISIBLE_DEVICES`
-//!   already shows it, and by [`MemoryCaps::check_ordinals`] once the driver
-//!   has counted the devices;
+//!   process), since the typo would mean "no cap": refused here when
+//!   `CUDA_VISIBLE_DEVICES` already shows it, and by
+//!   [`MemoryCaps::check_ordinals`] once the driver has counted the devices.
+//!   A list that caps every device the process sees may name more: one list
+//!   is often shared by processes that each see part of the host's (or the
+//!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
+//!   do;
 //! - a variable this module reads that appears twice in the environment (a
 //!   crafted `envp`), since which copy counts depends on who reads it;
 //! - a relative `GPUSLICE_DIR` (each working directory would get a ledger of
@@ -92,10 +97,10 @@ impl MemoryCaps {
         self.all_devices_bytes.is_some() || !self.per_device.is_empty()
     }
 
-    /// Refuses a cap for a device the process does not see, now that the
-    /// driver says it sees `device_count` devices: such a cap would cap
-    /// nothing, and a typo must never mean "no cap". Call it at
-    /// registration, before any cap is applied.
+    /// Refuses a per-device cap that missed its device, now that the driver
+    /// says the process sees `device_count` devices: a cap for a device it
+    /// does not see while one it sees has no cap (see the module docs). Call
+    /// it at registration, before any cap is applied.
     pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
         let seen = match device_count {
             0 => "it sees no device".to_string(),
@@ -106,18 +111,18 @@ impl MemoryCaps {
     }
 
     fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
-        match self.per_device.iter().find(|c| c.ordinal >= visible) {
-            None => Ok(()),
-            Some(cap) => Err(ConfigError {
-                variable: cap.variable.clone(),
-                value: Some(cap.value.clone()),
-                expected: format!(
-                    "device {} is not a device this process sees ({seen}; indices are the ordinals after \
-                     {VISIBLE}), so its cap would cap nothing",
-                    cap.ordinal
-                ),
-            }),
-        }
+        let Some(cap) = self.per_device.iter().find(|c| c.ordinal >= visible) else { return Ok(()) };
+        // Listed ordinals are below MAX_DEVICES, so `visible` is too here.
+        let Some(uncapped) = (0..visible).find(|ordinal| self.for_device(*ordinal).is_none()) else { return Ok(()) };
+        Err(ConfigError {
+            variable: cap.variable.clone(),
+            value: Some(cap.value.clone()),
+            expected: format!(
+                "device {} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
+                 and its device {uncapped} would have no cap",
+                cap.ordinal
+            ),
+        })
     }
 }
 
@@ -489,29 +494,41 @@ mod tests {
     #[test]
     fn a_cap_for_a_device_the_process_cannot_see_is_refused() {
         // CUDA_VISIBLE_DEVICES=1 shows one device, ordinal 0.
-        for (name, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,1=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
+        for (name, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "1=1GiB,2=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
             let e = refused(&[(name, value), ("CUDA_VISIBLE_DEVICES", "1")]);
             assert_eq!((e.variable.as_str(), e.value.as_deref()), (name, Some(value)));
             let text = e.to_string();
             assert!(text.contains("device 1 is not a device this process sees") && text.contains("CUDA_VISIBLE_DEVICES=\"1\""), "{text}");
+            assert!(text.contains("device 0 would have no cap"), "{text}");
         }
-        assert!(refused(&[("GPUSLICE_MEMORY_LIMIT", "0=1GiB"), ("CUDA_VISIBLE_DEVICES", "")]).to_string().contains("at most 0"));
         let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "0=1GiB"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
         assert_eq!(c.memory.for_device(0), Some(1 << 30));
         let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "1GiB"), ("CUDA_VISIBLE_DEVICES", "")]).unwrap();
         assert_eq!(c.memory.check_ordinals(0), Ok(()), "a cap for every device names none in particular");
+        // One list for processes that each see part of the devices: every
+        // device this one sees has its cap.
+        for vars in [
+            vec![("GPUSLICE_MEMORY_LIMIT", "0=1GiB,1=2GiB"), ("CUDA_VISIBLE_DEVICES", "1")],
+            vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g"), ("CUDA_VISIBLE_DEVICES", "1")],
+            vec![("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "2g"), ("CUDA_VISIBLE_DEVICES", "1")],
+        ] {
+            let c = parse_vars(&vars).unwrap();
+            assert_eq!(c.memory.for_device(0), Some(1 << 30), "{vars:?}");
+            assert_eq!(c.memory.check_ordinals(1), Ok(()), "{vars:?}");
+        }
 
         // Once the driver has counted the devices.
         let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "0=1GiB,3=2GiB")]).unwrap();
         assert_eq!(c.memory.check_ordinals(4), Ok(()));
+        assert_eq!(c.memory.check_ordinals(1), Ok(()));
         let e = c.memory.check_ordinals(2).unwrap_err();
         assert_eq!(e.variable, "GPUSLICE_MEMORY_LIMIT");
-        assert!(e.to_string().contains("device 3") && e.to_string().contains("indices 0 to 1"), "{e}");
-        let c = parse_vars(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_2", "1g")]).unwrap();
+        assert!(e.to_string().contains("device 3") && e.to_string().contains("indices 0 to 1") && e.to_string().contains("device 1 would"), "{e}");
+        let c = parse_vars(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "1g")]).unwrap();
         let e = c.memory.check_ordinals(1).unwrap_err();
         assert_eq!((e.variable.as_str(), e.value.as_deref()), ("CUDA_DEVICE_MEMORY_LIMIT_2", Some("1g")));
         assert!(e.to_string().contains("it sees 1 device, index 0"), "{e}");
-        assert!(c.memory.check_ordinals(0).unwrap_err().to_string().contains("no device"));
+        assert_eq!(c.memory.check_ordinals(0), Ok(()), "no device to leave uncapped");
     }
 
     #[test]
