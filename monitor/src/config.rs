@@ -14,9 +14,25 @@
 //!
 //! The file is the authority for the tenants it names; other tenants keep
 //! the caps their processes set from their environment. Every error carries
-//! the line and column it was found at.
+//! the line and column it was found at: a device key is checked where it is
+//! written, a size where its value is.
+//!
+//! A device key is `all` (or `*`), a host index written plainly (`0` to
+//! `MAX_DEVICES - 1`, no sign or leading zeros) or a UUID in the form
+//! `nvidia-smi -L` prints (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, any
+//! case). Anything else is refused, since a key that matches no device would
+//! apply nothing, silently; two keys naming one device are refused too. An
+//! index no ledger can hold (`99`) is an error here. An index or UUID that is
+//! well formed but names no device of this host cannot be known while
+//! parsing (the same file often serves hosts with different GPUs, and a GPU
+//! can fall off the bus), so the file is accepted and
+//! [`TenantConfig::unmatched_devices`] names each such cap, for the monitor
+//! to warn about once per reload: refusing the file would leave every other
+//! cap in it unenforced on the hosts where it does not fit.
 
+use crate::nvml::GpuInfo;
 use ledger::units;
+use serde::de::{self, MapAccess};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,7 +93,46 @@ impl TenantConfig {
     pub fn uses_host_indices(&self) -> bool {
         self.memory_bytes.keys().any(|k| matches!(k, DeviceKey::HostIndex(_)))
     }
+
+    /// One message for each cap of `tenant` that names a device (by index
+    /// or UUID) that none of `gpus`, the devices NVML shows on this host,
+    /// is: such a cap applies to nothing. The file cannot know this when it
+    /// is parsed; the monitor says it once per reload.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "daemon::policy is to warn with it once per reload; remove this when it does")
+    )]
+    pub fn unmatched_devices(&self, tenant: &str, gpus: &[GpuInfo]) -> Vec<String> {
+        let shown = match gpus.len() {
+            0 => "NVML shows no device".to_string(),
+            1 => "NVML shows 1 device".to_string(),
+            n => format!("NVML shows {n} devices"),
+        };
+        let mut messages = Vec::new();
+        for (key, bytes) in &self.memory_bytes {
+            let missing = match key {
+                DeviceKey::All => None,
+                DeviceKey::HostIndex(index) => {
+                    (!gpus.iter().any(|g| g.index == *index)).then(|| format!("this host has no device {index} ({shown})"))
+                }
+                DeviceKey::Uuid(uuid) => (!gpus.iter().any(|g| g.uuid.eq_ignore_ascii_case(uuid)))
+                    .then(|| format!("no device of this host has UUID {uuid} ({shown})")),
+            };
+            if let Some(missing) = missing {
+                let device = match key {
+                    DeviceKey::All => "all".to_string(),
+                    DeviceKey::HostIndex(index) => index.to_string(),
+                    DeviceKey::Uuid(uuid) => uuid.clone(),
+                };
+                messages.push(format!(
+                    "tenant {tenant}: the memory cap of {bytes} bytes for device {device} applies to nothing: {missing}"
+                ));
+            }
+        }
+        messages
+    }
 }
+
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,11 +160,11 @@ impl Config {
 
 /// Parses a duration: a non-negative number and a unit (`ms`, `s`, `m`).
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
+    let text = text.trim_ascii();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (number, unit) = text.split_at(split);
     let value: f64 = number.parse().ok()?;
-    let seconds = match unit.trim() {
+    let seconds = match unit.trim_ascii() {
         "ms" => value / 1000.0,
         "s" => value,
         "m" | "min" => value * 60.0,
@@ -155,14 +210,54 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawTenant {
     #[serde(default)]
-    memory: Option<toml::Spanned<toml::Value>>,
+    memory: Option<toml::Spanned<RawMemory>>,
 }
 
-/// 1-based line and column of a byte offset in `text`.
+/// What a tenant's `memory` may be, with the place of every key and value
+/// of a table kept so that an error points at the entry itself.
+enum RawMemory {
+    AllDevices(String),
+    PerDevice(Vec<(toml::Spanned<String>, toml::Spanned<toml::Value>)>),
+}
+
+/// The accepted forms of `memory`, for messages.
+const MEMORY_FORMAT: &str = "a size like \"8GiB\" or a table like { 0 = \"8GiB\", \"GPU-…\" = \"4GiB\" }";
+
+impl<'de> Deserialize<'de> for RawMemory {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = RawMemory;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(MEMORY_FORMAT)
+            }
+            fn visit_str<E: de::Error>(self, size: &str) -> Result<RawMemory, E> {
+                Ok(RawMemory::AllDevices(size.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMemory, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<toml::Spanned<String>>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(RawMemory::PerDevice(entries))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset in `text`; an
+/// offset past the end or inside a character counts from the character
+/// boundary before it.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = text.get(..end).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
     let line = before.matches('\n').count() + 1;
-    let column = before.rfind('\n').map_or(before.chars().count(), |nl| before[nl + 1..].chars().count()) + 1;
+    let column = before.get(line_start..).unwrap_or_default().chars().count() + 1;
     (line, column)
 }
 
@@ -173,10 +268,14 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         position: Some(line_column(text, span.start)),
         message,
     };
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-        path: None,
-        position: e.span().map(|span| line_column(text, span.start)),
-        message: e.message().trim().to_string(),
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        // The TOML parser says nothing more than the place for some errors
+        // (`a =` with no value).
+        let message = match e.message().trim() {
+            "" => "invalid TOML: something is missing here (a value, a quote or a bracket)".to_string(),
+            message => message.to_string(),
+        };
+        ConfigError { path: None, position: e.span().map(|span| line_column(text, span.start)), message }
     })?;
     let on_violation = match &raw.on_violation {
         None => OnViolation::Report,
@@ -195,39 +294,35 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let mut tenants = BTreeMap::new();
     for (name, tenant) in raw.tenants {
-        if units::validate_tenant_name(&name).is_err() {
-            return Err(at(tenant.span(), format!("tenant name {name:?} is invalid: expected {}", units::TENANT_FORMAT)));
+        if let Err(e) = units::validate_tenant_name(&name) {
+            return Err(at(tenant.span(), format!("tenant name {name:?} is invalid: {e}")));
         }
         let mut config = TenantConfig::default();
-        if let Some(memory) = tenant.get_ref().memory.as_ref() {
-            let expected = format!(
-                "tenant {name}: memory must be a size like \"8GiB\" or a table like {{ 0 = \"8GiB\", \"GPU-…\" = \"4GiB\" }}"
-            );
-            match memory.get_ref() {
-                toml::Value::String(size) => {
-                    let bytes = units::parse_size(size)
-                        .map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
-                    config.memory_bytes.insert(DeviceKey::All, bytes);
-                }
-                toml::Value::Table(map) => {
-                    for (key, size) in map {
-                        let device = parse_device_key(key).ok_or_else(|| {
-                            at(
-                                memory.span(),
-                                format!(
-                                    "tenant {name}: device {key:?} is not a device index (0, 1, …), a UUID (GPU-…) or \"all\""
-                                ),
-                            )
-                        })?;
-                        let size = size.as_str().ok_or_else(|| at(memory.span(), expected.clone()))?;
-                        let bytes = units::parse_size(size)
-                            .map_err(|e| at(memory.span(), format!("tenant {name}: memory for device {key}: {size:?}: {e}")))?;
-                        if config.memory_bytes.insert(device, bytes).is_some() {
-                            return Err(at(memory.span(), format!("tenant {name}: device {key} is given twice")));
-                        }
+        match tenant.get_ref().memory.as_ref().map(|memory| (memory, memory.get_ref())) {
+            None => {}
+            Some((memory, RawMemory::AllDevices(size))) => {
+                let bytes =
+                    units::parse_size(size).map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
+                config.memory_bytes.insert(DeviceKey::All, bytes);
+            }
+            Some((_, RawMemory::PerDevice(entries))) => {
+                // The first spelling of each device, to name both on a duplicate.
+                let mut spelled: BTreeMap<DeviceKey, &str> = BTreeMap::new();
+                for (key, size) in entries {
+                    let device = parse_device_key(key.get_ref()).map_err(|e| at(key.span(), format!("tenant {name}: {e}")))?;
+                    let text = size.get_ref().as_str().ok_or_else(|| {
+                        at(size.span(), format!("tenant {name}: memory for device {}: expected {}", key.get_ref(), units::SIZE_FORMAT))
+                    })?;
+                    let bytes = units::parse_size(text)
+                        .map_err(|e| at(size.span(), format!("tenant {name}: memory for device {}: {text:?}: {e}", key.get_ref())))?;
+                    if let Some(first) = spelled.insert(device.clone(), key.get_ref()) {
+                        return Err(at(
+                            key.span(),
+                            format!("tenant {name}: device {:?} is given twice (also as {first:?})", key.get_ref()),
+                        ));
                     }
+                    config.memory_bytes.insert(device, bytes);
                 }
-                _ => return Err(at(memory.span(), expected)),
             }
         }
         tenants.insert(name, config);
@@ -235,17 +330,30 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     Ok(Config { on_violation, violation_grace, tenants })
 }
 
-fn parse_device_key(key: &str) -> Option<DeviceKey> {
-    let key = key.trim();
+/// The accepted form of a device UUID key.
+pub const UUID_FORMAT: &str = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx with hex digits, as nvidia-smi -L prints it";
+
+/// A device key of a `memory` table (see the module docs), or why it is not one.
+fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
     if key.eq_ignore_ascii_case("all") || key == "*" {
-        return Some(DeviceKey::All);
+        return Ok(DeviceKey::All);
     }
-    if let Ok(index) = key.parse::<u32>() {
-        return Some(DeviceKey::HostIndex(index));
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
+        return units::parse_device_index(key).map(DeviceKey::HostIndex).map_err(|e| e.to_string());
     }
-    let lower = key.to_ascii_lowercase();
-    let hex: String = lower.strip_prefix("gpu-")?.chars().filter(|c| *c != '-').collect();
-    (hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(DeviceKey::Uuid(lower))
+    if key.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case("gpu-")) {
+        let groups: Vec<&str> = key.get(4..).unwrap_or_default().split('-').collect();
+        let canonical = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+            && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
+        return if canonical {
+            Ok(DeviceKey::Uuid(key.to_ascii_lowercase()))
+        } else {
+            Err(format!("device {key:?} is not a UUID: expected {UUID_FORMAT}"))
+        };
+    }
+    Err(format!(
+        "device {key:?} is not a device index (0, 1, …), a UUID ({UUID_FORMAT}) or \"all\""
+    ))
 }
 
 /// Reads and parses a configuration file.
@@ -335,12 +443,165 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         let e = error("[tenants.a\n");
         assert_eq!(e.position.map(|p| p.0), Some(1), "{e}");
 
+        let e = error("[tenants.a]\nmemory =");
+        assert_eq!(e.position, Some((2, 9)), "{e}");
+        assert!(e.message.contains("missing"), "{e}");
+
         let e = error("\n\n[tenants.a]\nmemory = { gpu7 = \"1G\" }\n");
         assert_eq!(e.position.map(|p| p.0), Some(4), "{e}");
 
         let e = error("[tenants.\"a/b\"]\nmemory = \"1G\"\n");
         assert!(e.message.contains("invalid"), "{e}");
         assert_eq!(e.position.map(|p| p.0), Some(1), "{e}");
+    }
+
+    #[test]
+    fn device_keys_are_refused_where_they_are_written() {
+        let cases: &[(&str, (usize, usize), &str)] = &[
+            // No ledger holds a device 99: an error at the key.
+            ("[tenants.a]\nmemory = { 0 = \"1G\", 99 = \"1G\" }\n", (2, 22), "\"99\""),
+            ("[tenants.a]\nmemory = { 00 = \"1G\" }\n", (2, 12), "leading zeros"),
+            ("[tenants.a]\nmemory = { \"+1\" = \"1G\" }\n", (2, 12), "not a device index"),
+            ("[tenants.a]\nmemory = { \" 1\" = \"1G\" }\n", (2, 12), "not a device index"),
+            // Malformed UUIDs: no dashes, a short group, a letter that is not hex.
+            ("[tenants.a]\nmemory = { \"GPU-00112233445566778899aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a UUID"),
+            ("[tenants.a]\nmemory = { \"GPU-0011223-4455-6677-8899-aabbccddeeff0\" = \"1G\" }\n", (2, 12), "not a UUID"),
+            ("[tenants.a]\nmemory = { \"GPU-0011223g-4455-6677-8899-aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a UUID"),
+            ("[tenants.a]\nmemory = { \"MIG-00112233-4455-6677-8899-aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a device index"),
+            // One device under two spellings.
+            ("[tenants.a]\nmemory = { all = \"1G\", \"*\" = \"2G\" }\n", (2, 24), "given twice"),
+            (
+                "[tenants.a]\nmemory = { \"GPU-00112233-4455-6677-8899-AABBCCDDEEFF\" = \"1G\", \"gpu-00112233-4455-6677-8899-aabbccddeeff\" = \"2G\" }\n",
+                (2, 63),
+                "given twice",
+            ),
+        ];
+        for (text, position, says) in cases {
+            let e = error(text);
+            assert_eq!(e.position, Some(*position), "{text}\n{e}");
+            assert!(e.message.contains(says) && e.message.contains("tenant a"), "{text}\n{e}");
+        }
+        let e = error("[tenants.a]\nmemory = { \"GPU-0011\" = \"1G\" }\n");
+        assert!(e.message.contains(UUID_FORMAT), "{e}");
+        let e = error("[tenants.a]\nmemory = { 99 = \"1G\" }\n");
+        assert!(e.message.contains("0 to 15"), "{e}");
+    }
+
+    #[test]
+    fn sizes_are_refused_where_they_are_written() {
+        let e = error("[tenants.a]\nmemory = { 0 = \"1G\", 1 = \"010G\" }\n");
+        assert_eq!(e.position, Some((2, 26)), "{e}");
+        assert!(e.message.contains("leading zero"), "{e}");
+        let e = error("[tenants.a]\nmemory = \"1GiB\u{a0}\"\n");
+        assert_eq!(e.position, Some((2, 10)), "{e}");
+        assert!(e.message.contains("U+00A0"), "{e}");
+        let e = error("[tenants.a]\nmemory = \"1GB\"\n");
+        assert!(e.message.contains("ambiguous") && e.message.contains("1GiB"), "{e}");
+        let e = error("[tenants.a]\nmemory = { 0 = 5 }\n");
+        assert_eq!(e.position, Some((2, 16)), "{e}");
+        let e = error("[tenants.\".hidden\"]\nmemory = \"1G\"\n");
+        assert!(e.message.contains(units::TENANT_FORMAT) && e.message.contains("starts with '.'"), "{e}");
+        assert_eq!(parse_duration("5s\u{a0}"), None);
+    }
+
+    fn gpu(index: u32, uuid: &str) -> GpuInfo {
+        GpuInfo { index, uuid: uuid.into(), total_bytes: 0, used_bytes: 0, utilization_ratio: None, processes: vec![] }
+    }
+
+    #[test]
+    fn caps_for_devices_this_host_does_not_have_are_named() {
+        let config = parse(
+            "[tenants.b]\nmemory = { all = \"1G\", 0 = \"2G\", 1 = \"2G\", \"GPU-00112233-4455-6677-8899-AABBCCDDEEFF\" = \"3G\" }\n",
+        )
+        .unwrap();
+        let b = &config.tenants["b"];
+        let one = [gpu(0, "GPU-aaaaaaaa-4455-6677-8899-aabbccddeeff")];
+        let messages = b.unmatched_devices("b", &one);
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(messages[0].contains("tenant b") && messages[0].contains("device 1 ") && messages[0].contains("NVML shows 1 device"), "{messages:?}");
+        assert!(messages[1].contains("gpu-00112233-4455-6677-8899-aabbccddeeff"), "{messages:?}");
+        let both = [gpu(0, "GPU-aaaaaaaa-4455-6677-8899-aabbccddeeff"), gpu(1, "GPU-00112233-4455-6677-8899-aabbccddeeff")];
+        assert_eq!(b.unmatched_devices("b", &both), Vec::<String>::new());
+        assert_eq!(b.unmatched_devices("b", &[]).len(), 3);
+    }
+
+    #[test]
+    fn line_and_column_never_split_a_character() {
+        assert_eq!(line_column("ü\nab", 1), (1, 1));
+        assert_eq!(line_column("ü\nab", 3), (2, 1));
+        assert_eq!(line_column("ü\nab", 99), (2, 3));
+        assert_eq!(line_column("", 5), (1, 1));
+    }
+
+    mod random {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Lines that look like a configuration, broken in every way.
+        fn toml_ish_line() -> impl Strategy<Value = String> {
+            let name = prop_oneof![Just("team-a".to_string()), Just("\".x\"".to_string()), "[a-z.\"/ü]{0,6}"];
+            let size = prop_oneof![
+                Just("\"8GiB\"".to_string()),
+                Just("\"010G\"".to_string()),
+                Just("3".to_string()),
+                "\"[0-9. a-zA-Z\u{a0}]{0,8}\"",
+            ];
+            let key = prop_oneof![
+                Just("0".to_string()),
+                Just("99".to_string()),
+                Just("all".to_string()),
+                Just("\"GPU-00112233-4455-6677-8899-aabbccddeeff\"".to_string()),
+                "\"[GPUgpu0-9a-f-]{0,44}\"",
+                "[0-9]{1,3}",
+            ];
+            prop_oneof![
+                name.prop_map(|n| format!("[tenants.{n}]")),
+                size.clone().prop_map(|s| format!("memory = {s}")),
+                prop::collection::vec((key, size), 0..4).prop_map(|entries| {
+                    let inner: Vec<String> = entries.into_iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    format!("memory = {{ {} }}", inner.join(", "))
+                }),
+                "(on_violation|violation_grace|memroy|limit) = \"[a-z0-9.]{0,6}\"",
+                "[\\[\\]{}=\",. a-z0-9\u{a0}ü#\t]{0,20}",
+                any::<String>(),
+            ]
+        }
+
+        fn check(text: &str) -> Result<(), TestCaseError> {
+            match parse(text) {
+                Ok(config) => {
+                    for (name, tenant) in &config.tenants {
+                        prop_assert!(units::validate_tenant_name(name).is_ok(), "{name:?}");
+                        prop_assert!(tenant.memory_bytes.values().all(|b| *b > 0));
+                    }
+                }
+                Err(e) => {
+                    let lines = text.split('\n').count();
+                    let Some((line, column)) = e.position else {
+                        return Err(TestCaseError::fail(format!("no line and column: {e}\n{text:?}")));
+                    };
+                    prop_assert!(line >= 1 && line <= lines && column >= 1, "{e} in {lines} lines\n{text:?}");
+                    prop_assert!(!e.message.is_empty());
+                    let place = format!("line {line}, column {column}: ");
+                    prop_assert!(e.to_string().starts_with(&place), "{e}");
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn toml_ish_files_never_panic_and_every_error_has_a_place(lines in prop::collection::vec(toml_ish_line(), 0..8)) {
+                check(&lines.join("\n"))?;
+            }
+
+            #[test]
+            fn any_text_never_panics_and_every_error_has_a_place(text in any::<String>()) {
+                check(&text)?;
+            }
+        }
     }
 
     #[test]

@@ -1,8 +1,18 @@
 //! `gpuslice run [--memory SIZE|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
 //! run a command under the shim.
+//!
+//! Every option is checked here as the shim would check the variable it
+//! sets, so a mistake is a clear error before the command starts rather than
+//! a command whose GPU is refused: sizes and names follow
+//! [`ledger::units`], a per-device list must not miss the devices the
+//! command sees under the `CUDA_VISIBLE_DEVICES` it inherits (see
+//! [`MemoryLimit::missed_device`](ledger::units::MemoryLimit::missed_device)), and a relative `--dir`
+//! is made absolute (the shim refuses a relative `GPUSLICE_DIR`, which would
+//! give the tenant a ledger per working directory).
 
 use crate::libs;
 use clap::Args;
+use ledger::units;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -12,10 +22,10 @@ pub struct RunArgs {
     /// or a per-device list (`0=8GiB,1=4GiB`). Sets GPUSLICE_MEMORY_LIMIT.
     #[arg(long, value_name = "SIZE|LIST")]
     pub memory: Option<String>,
-    /// Tenant name (`[A-Za-z0-9._-]{1,63}`). Sets GPUSLICE_TENANT.
+    /// Tenant name (`[A-Za-z0-9._-]{1,63}`, not starting with `.`). Sets GPUSLICE_TENANT.
     #[arg(long, value_name = "NAME")]
     pub tenant: Option<String>,
-    /// Ledger directory. Sets GPUSLICE_DIR.
+    /// Ledger directory, made absolute. Sets GPUSLICE_DIR.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Run on the simulated GPU (simgpu), as `gpuslice sim` does.
@@ -26,25 +36,63 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// Checks `--memory` as the shim will: the grammar, then that a per-device
+/// cap names a device the command can see under `visible` (its inherited
+/// `CUDA_VISIBLE_DEVICES`).
+fn check_memory(memory: &str, visible: Option<&str>) -> Result<(), String> {
+    let limit = units::parse_memory_limit(memory).map_err(|e| format!("--memory {memory:?}: {e}"))?;
+    if let Some(visible) = visible {
+        let bound = units::visible_devices_at_most(visible);
+        if let Some((index, uncapped)) = limit.missed_device(bound) {
+            return Err(format!(
+                "--memory {memory:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
+                 shows it at most {bound}, numbered from 0), and its device {uncapped} would have no cap; \
+                 indices are the ordinals after CUDA_VISIBLE_DEVICES"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
     if let Some(memory) = &args.memory {
-        ledger::units::parse_memory_limit(memory)
-            .map_err(|e| format!("--memory {memory:?}: {e}"))?;
+        let visible = std::env::var_os("CUDA_VISIBLE_DEVICES").map(|v| v.to_string_lossy().into_owned());
+        check_memory(memory, visible.as_deref())?;
         cmd.env("GPUSLICE_MEMORY_LIMIT", memory);
     }
     if let Some(tenant) = &args.tenant {
-        ledger::units::validate_tenant_name(tenant).map_err(|e| format!("--tenant {tenant:?}: {e}"))?;
+        units::validate_tenant_name(tenant).map_err(|e| format!("--tenant {tenant:?}: {e}"))?;
         cmd.env("GPUSLICE_TENANT", tenant);
     }
     if let Some(dir) = &args.dir {
-        cmd.env("GPUSLICE_DIR", dir);
+        let absolute = std::path::absolute(dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+        cmd.env("GPUSLICE_DIR", absolute);
     }
     if args.sim {
         libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
     }
     libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
     Err(libs::exec(cmd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_checked_as_the_shim_checks_it() {
+        assert_eq!(check_memory("1GiB", None), Ok(()));
+        assert_eq!(check_memory("0=1GiB", Some("1")), Ok(()));
+        assert_eq!(check_memory("1GiB", Some("")), Ok(()));
+        assert_eq!(check_memory("0=1GiB,1=2GiB", Some("1")), Ok(()), "every device it sees has a cap");
+        let e = check_memory("1=1GiB", Some("1")).unwrap_err();
+        assert!(e.contains("device 1 is not a device the command will see") && e.contains("CUDA_VISIBLE_DEVICES=\"1\""), "{e}");
+        assert!(e.contains("device 0 would have no cap"), "{e}");
+        let e = check_memory("1GB", None).unwrap_err();
+        assert!(e.starts_with("--memory \"1GB\"") && e.contains("ambiguous") && e.contains("write 1GiB"), "{e}");
+        assert!(check_memory("99=1GiB", None).unwrap_err().contains("0 to 15"));
+    }
 }

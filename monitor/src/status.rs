@@ -1,6 +1,9 @@
 //! `gpuslice status [--dir DIR] [--json]`: what the ledgers and NVML say now,
 //! as a table for people or JSON for scripts. Reads only; works with or
-//! without a running monitor.
+//! without a running monitor. A ledger directory named with `--dir` or
+//! `GPUSLICE_DIR` that does not exist is an error (a typo must not look
+//! like a host where nothing runs); the default one missing only means no
+//! tenant has run here yet.
 
 use crate::discovery;
 use crate::nvml::GpuReader;
@@ -21,9 +24,20 @@ pub struct StatusArgs {
 
 pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
+    let named = if args.host.dir.is_some() {
+        Some("--dir")
+    } else {
+        std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR")
+    };
     let files = match discovery::ledger_files(&dir) {
         Ok(files) => files,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match named {
+            Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
+            None => {
+                eprintln!("gpuslice status: no ledger directory at {} yet: no tenant has run on this host", dir.display());
+                Vec::new()
+            }
+        },
         Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
     };
     let (files, shadowed) = discovery::one_per_tenant(files, args.host.layout);

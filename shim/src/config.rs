@@ -5,20 +5,49 @@
 //! | `GPUSLICE_MEMORY_LIMIT` | cap for every device (`8GiB`) or per device (`0=8GiB,1=4GiB`) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT` | HAMi-core's cap for every device (`3000m`, bytes) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi-core's cap for device `i`, overriding the one above |
-//! | `GPUSLICE_TENANT` | tenant name; unset, the process's cgroup names it, else `default` |
-//! | `GPUSLICE_DIR` | ledger directory (default: `ledger::default_dir()`) |
+//! | `GPUSLICE_TENANT` | tenant name; unset, the process's cgroup names it (see below) |
+//! | `GPUSLICE_DIR` | ledger directory, an absolute path (default: `ledger::default_dir()`) |
 //! | `GPUSLICE_LOG` | `error`, `warn` (default), `info` or `debug`, to stderr |
 //!
 //! When `GPUSLICE_MEMORY_LIMIT` is set the HAMi-core variables are ignored.
 //! Device indices are the ordinals the process sees, after
 //! `CUDA_VISIBLE_DEVICES`. A value that does not parse (an empty one
 //! included) is an error: the shim fails closed, it never reads a typo as
-//! "no cap".
+//! "no cap". Values follow [`ledger::units`]: ASCII only, no leading zeros,
+//! no `GB`. Beyond the grammar, a tenant's tricks are refused too:
+//! - a per-device cap that missed its device: one for a device the process
+//!   does not see while a device it sees has no cap (`1=1GiB` with
+//!   `CUDA_VISIBLE_DEVICES=1`, `CUDA_DEVICE_MEMORY_LIMIT_7` on a one-GPU
+//!   process), since the typo would mean "no cap": refused here when
+//!   `CUDA_VISIBLE_DEVICES` already shows it, and by
+//!   [`MemoryCaps::check_ordinals`] once the driver has counted the devices.
+//!   A list that caps every device the process sees may name more: one list
+//!   is often shared by processes that each see part of the host's (or the
+//!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
+//!   do;
+//! - a variable this module reads that appears twice in the environment (a
+//!   crafted `envp`), since which copy counts depends on who reads it;
+//! - a relative `GPUSLICE_DIR` (each working directory would get a ledger of
+//!   its own, and the tenant a cap per directory).
+//!
+//! # The tenant without `GPUSLICE_TENANT`
+//! The process's container names it: the last component of the most
+//! specific path in `/proc/self/cgroup`, the unified (v2) hierarchy's first,
+//! then the v1 memory controller's (on hybrid hosts v2's path is often `/`
+//! while the memory controller names the container), then any other
+//! controller's. When every path is `/` (a private cgroup namespace, or no
+//! container at all) nothing tells this container apart from its
+//! neighbours: with a cap set, the shim fails closed and asks for
+//! `GPUSLICE_TENANT` rather than let every such container share one cap
+//! under `default`; without a cap the process is accounted as `default`.
+//! No other identity is guessed: namespace inode numbers are reused once a
+//! container is gone and change when it restarts, and the hostname or a pod
+//! name in the environment is no more authoritative than `GPUSLICE_TENANT`.
 
 use ledger::units::{self, MemoryLimit, MEMORY_LIMIT_FORMAT, TENANT_FORMAT};
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// How much the shim says on stderr.
@@ -33,13 +62,26 @@ pub enum LogLevel {
 
 pub const LOG_FORMAT: &str = "one of error, warn, info, debug";
 
+const OURS: &str = "GPUSLICE_MEMORY_LIMIT";
+const HAMI: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+const VISIBLE: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The cap of one device, with the variable that set it (for messages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceCap {
+    pub ordinal: u32,
+    pub bytes: u64,
+    pub variable: String,
+    pub value: String,
+}
+
 /// The memory caps the environment asks for, by device ordinal.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryCaps {
     /// Cap of every device not listed in `per_device`.
     pub all_devices_bytes: Option<u64>,
-    /// Caps of single devices.
-    pub per_device: Vec<(u32, u64)>,
+    /// Caps of single devices, by ordinal.
+    pub per_device: Vec<DeviceCap>,
     /// The variable the caps came from, for messages.
     pub source: &'static str,
 }
@@ -47,16 +89,40 @@ pub struct MemoryCaps {
 impl MemoryCaps {
     /// The cap of device `ordinal`, if the environment sets one.
     pub fn for_device(&self, ordinal: u32) -> Option<u64> {
-        self.per_device
-            .iter()
-            .find(|(i, _)| *i == ordinal)
-            .map(|(_, b)| *b)
-            .or(self.all_devices_bytes)
+        self.per_device.iter().find(|c| c.ordinal == ordinal).map(|c| c.bytes).or(self.all_devices_bytes)
     }
 
     /// Whether any device has a cap.
     pub fn any(&self) -> bool {
         self.all_devices_bytes.is_some() || !self.per_device.is_empty()
+    }
+
+    /// Refuses a per-device cap that missed its device, now that the driver
+    /// says the process sees `device_count` devices: a cap for a device it
+    /// does not see while one it sees has no cap (see the module docs). Call
+    /// it at registration, before any cap is applied.
+    pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
+        let seen = match device_count {
+            0 => "it sees no device".to_string(),
+            1 => "it sees 1 device, index 0".to_string(),
+            n => format!("it sees {n} devices, indices 0 to {}", n - 1),
+        };
+        self.check_below(device_count, &seen)
+    }
+
+    fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
+        let Some(cap) = self.per_device.iter().find(|c| c.ordinal >= visible) else { return Ok(()) };
+        // Listed ordinals are below MAX_DEVICES, so `visible` is too here.
+        let Some(uncapped) = (0..visible).find(|ordinal| self.for_device(*ordinal).is_none()) else { return Ok(()) };
+        Err(ConfigError {
+            variable: cap.variable.clone(),
+            value: Some(cap.value.clone()),
+            expected: format!(
+                "device {} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
+                 and its device {uncapped} would have no cap",
+                cap.ordinal
+            ),
+        })
     }
 }
 
@@ -69,96 +135,163 @@ pub struct Config {
     pub log_level: LogLevel,
 }
 
-/// A variable whose value the shim refuses.
+/// A variable whose value (or absence) the shim refuses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     pub variable: String,
-    pub value: String,
+    /// The value as written; `None` when the variable is unset.
+    pub value: Option<String>,
+    /// What was wrong and what is accepted.
     pub expected: String,
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={:?} is invalid: {}", self.variable, self.value, self.expected)
+        match &self.value {
+            Some(value) => write!(f, "{}={:?} is invalid: {}", self.variable, value, self.expected),
+            None => write!(f, "{} is unset: {}", self.variable, self.expected),
+        }
     }
 }
 
 fn invalid(variable: &str, value: &str, expected: impl fmt::Display) -> ConfigError {
-    ConfigError { variable: variable.to_string(), value: value.to_string(), expected: expected.to_string() }
+    ConfigError { variable: variable.to_string(), value: Some(value.to_string()), expected: expected.to_string() }
 }
 
-/// The environment as name/value pairs; a value that is not UTF-8 is kept
-/// lossily so that it is refused with a readable message.
+/// The environment as name/value pairs, in order, duplicates kept; a value
+/// that is not UTF-8 is kept lossily (its bytes become U+FFFD) so that it
+/// is refused with a readable message.
 pub type Vars = Vec<(String, String)>;
 
-fn get<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
-    vars.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+/// The one value of `name`; a name set twice is refused.
+fn get<'a>(vars: &'a Vars, name: &str) -> Result<Option<&'a str>, ConfigError> {
+    let mut values = vars.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let first = values.next();
+    match values.next() {
+        None => Ok(first),
+        Some(second) => Err(ConfigError {
+            variable: name.to_string(),
+            value: first.map(str::to_string),
+            expected: format!(
+                "{name} is set twice in the environment (also to {second:?}), and which one counts depends on who \
+                 reads it; set it once"
+            ),
+        }),
+    }
 }
 
+/// How a per-device index is written after `CUDA_DEVICE_MEMORY_LIMIT_`.
+const HAMI_INDEX_FORMAT: &str = "the suffix of CUDA_DEVICE_MEMORY_LIMIT_<i> must be a device index";
+
 fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
-    const OURS: &str = "GPUSLICE_MEMORY_LIMIT";
-    const HAMI: &str = "CUDA_DEVICE_MEMORY_LIMIT";
-    if let Some(value) = get(vars, OURS) {
+    if let Some(value) = get(vars, OURS)? {
         let limit = units::parse_memory_limit(value).map_err(|e| match e {
             units::ParseError::NotASize => invalid(OURS, value, format!("expected {MEMORY_LIMIT_FORMAT}")),
             other => invalid(OURS, value, other),
         })?;
         return Ok(match limit {
             MemoryLimit::AllDevices(bytes) => MemoryCaps { all_devices_bytes: Some(bytes), per_device: Vec::new(), source: OURS },
-            MemoryLimit::PerDevice(list) => MemoryCaps { all_devices_bytes: None, per_device: list, source: OURS },
+            MemoryLimit::PerDevice(list) => MemoryCaps {
+                all_devices_bytes: None,
+                per_device: list
+                    .into_iter()
+                    .map(|(ordinal, bytes)| DeviceCap { ordinal, bytes, variable: OURS.into(), value: value.into() })
+                    .collect(),
+                source: OURS,
+            },
         });
     }
     let mut caps = MemoryCaps { source: HAMI, ..MemoryCaps::default() };
-    if let Some(value) = get(vars, HAMI) {
+    if let Some(value) = get(vars, HAMI)? {
         caps.all_devices_bytes = Some(units::parse_size(value).map_err(|e| invalid(HAMI, value, e))?);
     }
     for (name, value) in vars {
         let Some(index) = name.strip_prefix(HAMI).and_then(|rest| rest.strip_prefix('_')) else { continue };
-        let ordinal: u32 = index
-            .parse()
-            .map_err(|_| invalid(name, value, format!("the suffix of {HAMI}_<i> must be a device index")))?;
+        // HAMi-core reads CUDA_DEVICE_MEMORY_LIMIT_0, never _00: one spelling
+        // per device, so two variables cannot name the same one.
+        let ordinal = units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_INDEX_FORMAT}: {e}")))?;
+        get(vars, name)?;
         let bytes = units::parse_size(value).map_err(|e| invalid(name, value, e))?;
-        caps.per_device.retain(|(i, _)| *i != ordinal);
-        caps.per_device.push((ordinal, bytes));
+        caps.per_device.push(DeviceCap { ordinal, bytes, variable: name.clone(), value: value.clone() });
     }
-    caps.per_device.sort_unstable();
+    caps.per_device.sort_unstable_by_key(|c| c.ordinal);
     Ok(caps)
 }
 
-/// Derives a tenant name from `/proc/self/cgroup`: the last component of
-/// the unified (v2) path, or of the memory controller's path on v1, with
-/// characters outside the tenant alphabet replaced and at most the last 63
-/// kept (container ids are unique at their end as well as their start).
-pub fn tenant_from_cgroup(text: &str) -> Option<String> {
-    let lines: Vec<(&str, &str)> = text
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let _id = parts.next()?;
-            Some((parts.next()?, parts.next()?))
-        })
-        .collect();
-    let path = lines
-        .iter()
-        .find(|(controllers, _)| controllers.is_empty())
-        .or_else(|| lines.iter().find(|(c, _)| c.split(',').any(|c| c == "memory")))
-        .or_else(|| lines.first())
-        .map(|(_, path)| *path)?;
+/// The last component of `path` when it tells a cgroup apart: not the root
+/// (`/`), nor `.` or `..` (the way out of a cgroup namespace).
+fn distinguishing_name(path: &str) -> Option<&str> {
     let last = path.trim_end_matches('/').rsplit('/').next()?;
-    let cleaned: String =
+    (!matches!(last, "" | "." | "..")).then_some(last)
+}
+
+/// Derives a tenant name from `/proc/self/cgroup`: the last component of
+/// the most specific path (see the module docs), with characters outside
+/// the tenant alphabet replaced, at most the last 63 kept (container ids
+/// are unique at their end as well as their start) and a leading dot
+/// replaced. `None` when no path tells the process apart.
+pub fn tenant_from_cgroup(text: &str) -> Option<String> {
+    let (mut unified, mut memory, mut others) = (None, None, Vec::new());
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if controllers.is_empty() {
+            unified = unified.or(Some(path));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            memory = memory.or(Some(path));
+        } else {
+            others.push(path);
+        }
+    }
+    let last = unified.into_iter().chain(memory).chain(others).find_map(distinguishing_name)?;
+    let cleaned: Vec<char> =
         last.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
-    let skip = cleaned.chars().count().saturating_sub(63);
-    let name: String = cleaned.chars().skip(skip).collect();
+    let skip = cleaned.len().saturating_sub(63);
+    let mut name: String = cleaned.into_iter().skip(skip).collect();
+    if name.starts_with('.') {
+        name.replace_range(..1, "_");
+    }
     units::validate_tenant_name(&name).ok()?;
     Some(name)
+}
+
+fn parse_dir(vars: &Vars) -> Result<PathBuf, ConfigError> {
+    const DIR: &str = "GPUSLICE_DIR";
+    let dir = match get(vars, DIR)? {
+        Some("") => return Err(invalid(DIR, "", "a directory path; unset it for the default")),
+        Some(value) if value.contains(char::REPLACEMENT_CHARACTER) => {
+            return Err(invalid(DIR, value, "an absolute directory path in UTF-8"))
+        }
+        Some(value) if !Path::new(value).is_absolute() => {
+            return Err(invalid(
+                DIR,
+                value,
+                "an absolute directory path (a relative one names another ledger in every working directory, \
+                 so a tenant's processes would not share one cap); unset it for the default",
+            ))
+        }
+        Some(value) => PathBuf::from(value),
+        None => ledger::default_dir(),
+    };
+    if !dir.is_absolute() {
+        return Err(ConfigError {
+            variable: DIR.into(),
+            value: None,
+            expected: format!(
+                "the default ledger directory {:?} is relative (XDG_RUNTIME_DIR is); set {DIR} to an absolute path",
+                dir.display().to_string()
+            ),
+        });
+    }
+    Ok(dir)
 }
 
 /// Parses the environment. `cgroup` is the text of `/proc/self/cgroup`,
 /// read only when `GPUSLICE_TENANT` is unset.
 pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Config, ConfigError> {
-    let log_level = match get(vars, "GPUSLICE_LOG") {
+    let log_level = match get(vars, "GPUSLICE_LOG")? {
         None => LogLevel::Warn,
-        Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+        Some(value) => match value.trim_ascii().to_ascii_lowercase().as_str() {
             "error" => LogLevel::Error,
             "warn" | "warning" => LogLevel::Warn,
             "info" => LogLevel::Info,
@@ -167,18 +300,35 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         },
     };
     let memory = parse_caps(vars)?;
-    let tenant = match get(vars, "GPUSLICE_TENANT") {
+    // The driver shows at most one device per CUDA_VISIBLE_DEVICES entry,
+    // and reads the first copy of the variable, as getenv does.
+    if let Some(visible) = vars.iter().find(|(k, _)| k == VISIBLE).map(|(_, v)| v) {
+        let bound = units::visible_devices_at_most(visible);
+        memory.check_below(bound, &format!("{VISIBLE}={visible:?} shows it at most {bound}"))?;
+    }
+    let tenant = match get(vars, "GPUSLICE_TENANT")? {
         Some(value) => {
-            units::validate_tenant_name(value).map_err(|_| invalid("GPUSLICE_TENANT", value, TENANT_FORMAT))?;
+            units::validate_tenant_name(value).map_err(|e| invalid("GPUSLICE_TENANT", value, e))?;
             value.to_string()
         }
-        None => cgroup().as_deref().and_then(tenant_from_cgroup).unwrap_or_else(|| "default".to_string()),
+        None => match cgroup().as_deref().and_then(tenant_from_cgroup) {
+            Some(name) => name,
+            None if memory.any() => {
+                return Err(ConfigError {
+                    variable: "GPUSLICE_TENANT".into(),
+                    value: None,
+                    expected: format!(
+                        "{} sets a cap, and /proc/self/cgroup does not tell this container apart from others (every \
+                         path is /), so the cap would be shared with every such container as tenant \"default\"; set \
+                         GPUSLICE_TENANT to name the tenant ({TENANT_FORMAT})",
+                        memory.source
+                    ),
+                })
+            }
+            None => "default".to_string(),
+        },
     };
-    let dir = match get(vars, "GPUSLICE_DIR") {
-        Some("") => return Err(invalid("GPUSLICE_DIR", "", "a directory path; unset it for the default")),
-        Some(value) => PathBuf::from(value),
-        None => ledger::default_dir(),
-    };
+    let dir = parse_dir(vars)?;
     Ok(Config { memory, tenant, dir, log_level })
 }
 
@@ -186,7 +336,7 @@ fn environment() -> Vars {
     std::env::vars_os()
         .filter(|(k, _)| {
             let k = k.as_encoded_bytes();
-            k.starts_with(b"GPUSLICE_") || k.starts_with(b"CUDA_DEVICE_MEMORY_LIMIT")
+            k.starts_with(b"GPUSLICE_") || k.starts_with(HAMI.as_bytes()) || k == VISIBLE.as_bytes()
         })
         .map(|(k, v): (OsString, OsString)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect()
@@ -227,7 +377,7 @@ pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -235,8 +385,15 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    /// The cgroup of a process in a container of its own.
+    const CONTAINER: &str = "0::/system.slice/docker-0123abcd.scope\n";
+
     fn parse_vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        parse(&vars(pairs), || None)
+        parse(&vars(pairs), || Some(CONTAINER.to_string()))
+    }
+
+    fn refused(pairs: &[(&str, &str)]) -> ConfigError {
+        parse_vars(pairs).expect_err("must be refused")
     }
 
     #[test]
@@ -270,7 +427,7 @@ mod tests {
 
     #[test]
     fn no_variables_means_no_cap() {
-        let c = parse_vars(&[]).unwrap();
+        let c = parse(&vars(&[]), || None).unwrap();
         assert!(!c.memory.any());
         assert_eq!(c.tenant, "default");
         assert_eq!(c.log_level, LogLevel::Warn);
@@ -283,35 +440,178 @@ mod tests {
             ("GPUSLICE_MEMORY_LIMIT", ""),
             ("GPUSLICE_MEMORY_LIMIT", "0"),
             ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,x=2GiB"),
+            ("GPUSLICE_MEMORY_LIMIT", "010G"),
+            ("GPUSLICE_MEMORY_LIMIT", "1GB"),
+            ("GPUSLICE_MEMORY_LIMIT", "1GiB\u{a0}"),
+            ("GPUSLICE_MEMORY_LIMIT", "99=1GiB"),
+            ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,00=2GiB"),
             ("CUDA_DEVICE_MEMORY_LIMIT", "lots"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "010g"),
             ("CUDA_DEVICE_MEMORY_LIMIT_a", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_00", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_99", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_", "1g"),
             ("GPUSLICE_TENANT", "bad/name"),
+            ("GPUSLICE_TENANT", ".hidden"),
             ("GPUSLICE_TENANT", ""),
             ("GPUSLICE_LOG", "loud"),
+            ("GPUSLICE_LOG", "warn\u{a0}"),
             ("GPUSLICE_DIR", ""),
+            ("GPUSLICE_DIR", "ledgers"),
+            ("GPUSLICE_DIR", "./ledgers"),
+            ("GPUSLICE_DIR", "/run/\u{fffd}"),
         ] {
-            let e = parse_vars(&[(name, value)]).unwrap_err();
+            let e = refused(&[(name, value)]);
             assert_eq!(e.variable, name);
             let text = e.to_string();
             assert!(text.contains(name) && text.contains(&format!("{value:?}")), "{text}");
         }
-        let e = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "4GG")]).unwrap_err();
+        let e = refused(&[("GPUSLICE_MEMORY_LIMIT", "4GG")]);
         assert!(e.to_string().contains("0=8GiB,1=4GiB"), "{e}");
+        let e = refused(&[("GPUSLICE_MEMORY_LIMIT", "1GB")]);
+        assert!(e.to_string().contains("ambiguous") && e.to_string().contains("1GiB"), "{e}");
+        let e = refused(&[("GPUSLICE_TENANT", ".hidden")]);
+        assert!(e.to_string().contains(TENANT_FORMAT), "{e}");
+        let e = refused(&[("GPUSLICE_DIR", "ledgers")]);
+        assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn a_variable_set_twice_is_refused() {
+        for name in ["GPUSLICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "GPUSLICE_TENANT", "GPUSLICE_DIR", "GPUSLICE_LOG"] {
+            let value = match name {
+                "GPUSLICE_TENANT" => "a",
+                "GPUSLICE_DIR" => "/tmp",
+                "GPUSLICE_LOG" => "warn",
+                _ => "1g",
+            };
+            let e = refused(&[(name, value), (name, value)]);
+            assert_eq!(e.variable, name);
+            assert!(e.to_string().contains("set twice"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_cap_for_a_device_the_process_cannot_see_is_refused() {
+        // CUDA_VISIBLE_DEVICES=1 shows one device, ordinal 0.
+        for (name, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "1=1GiB,2=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
+            let e = refused(&[(name, value), ("CUDA_VISIBLE_DEVICES", "1")]);
+            assert_eq!((e.variable.as_str(), e.value.as_deref()), (name, Some(value)));
+            let text = e.to_string();
+            assert!(text.contains("device 1 is not a device this process sees") && text.contains("CUDA_VISIBLE_DEVICES=\"1\""), "{text}");
+            assert!(text.contains("device 0 would have no cap"), "{text}");
+        }
+        let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "0=1GiB"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
+        assert_eq!(c.memory.for_device(0), Some(1 << 30));
+        let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "1GiB"), ("CUDA_VISIBLE_DEVICES", "")]).unwrap();
+        assert_eq!(c.memory.check_ordinals(0), Ok(()), "a cap for every device names none in particular");
+        // One list for processes that each see part of the devices: every
+        // device this one sees has its cap.
+        for vars in [
+            vec![("GPUSLICE_MEMORY_LIMIT", "0=1GiB,1=2GiB"), ("CUDA_VISIBLE_DEVICES", "1")],
+            vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g"), ("CUDA_VISIBLE_DEVICES", "1")],
+            vec![("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "2g"), ("CUDA_VISIBLE_DEVICES", "1")],
+        ] {
+            let c = parse_vars(&vars).unwrap();
+            assert_eq!(c.memory.for_device(0), Some(1 << 30), "{vars:?}");
+            assert_eq!(c.memory.check_ordinals(1), Ok(()), "{vars:?}");
+        }
+
+        // Once the driver has counted the devices.
+        let c = parse_vars(&[("GPUSLICE_MEMORY_LIMIT", "0=1GiB,3=2GiB")]).unwrap();
+        assert_eq!(c.memory.check_ordinals(4), Ok(()));
+        assert_eq!(c.memory.check_ordinals(1), Ok(()));
+        let e = c.memory.check_ordinals(2).unwrap_err();
+        assert_eq!(e.variable, "GPUSLICE_MEMORY_LIMIT");
+        assert!(e.to_string().contains("device 3") && e.to_string().contains("indices 0 to 1") && e.to_string().contains("device 1 would"), "{e}");
+        let c = parse_vars(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "1g")]).unwrap();
+        let e = c.memory.check_ordinals(1).unwrap_err();
+        assert_eq!((e.variable.as_str(), e.value.as_deref()), ("CUDA_DEVICE_MEMORY_LIMIT_2", Some("1g")));
+        assert!(e.to_string().contains("it sees 1 device, index 0"), "{e}");
+        assert_eq!(c.memory.check_ordinals(0), Ok(()), "no device to leave uncapped");
+    }
+
+    #[test]
+    fn an_absolute_dir_is_taken_as_written() {
+        let c = parse_vars(&[("GPUSLICE_DIR", "/run/team-a")]).unwrap();
+        assert_eq!(c.dir, PathBuf::from("/run/team-a"));
     }
 
     #[test]
     fn tenant_comes_from_the_cgroup_when_unset() {
-        let v2 = "0::/system.slice/docker-0123abcd.scope\n";
-        assert_eq!(tenant_from_cgroup(v2).as_deref(), Some("docker-0123abcd.scope"));
+        assert_eq!(tenant_from_cgroup(CONTAINER).as_deref(), Some("docker-0123abcd.scope"));
         let long = format!("0::/kubepods/cri-containerd-{}.scope", "a".repeat(64));
         let name = tenant_from_cgroup(&long).unwrap();
         assert_eq!(name.len(), 63);
         assert!(name.ends_with("a.scope"));
         let v1 = "12:cpu,cpuacct:/x\n4:memory:/docker/abc\n";
         assert_eq!(tenant_from_cgroup(v1).as_deref(), Some("abc"));
-        assert_eq!(tenant_from_cgroup("0::/\n"), None);
-        let c = parse(&vars(&[]), || Some(v2.to_string())).unwrap();
+        let c = parse(&vars(&[]), || Some(CONTAINER.to_string())).unwrap();
         assert_eq!(c.tenant, "docker-0123abcd.scope");
+    }
+
+    #[test]
+    fn the_most_specific_cgroup_path_names_the_tenant() {
+        // A hybrid host: v2's path is the root, the memory controller names
+        // the container.
+        let hybrid = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/63aff46715a06a1a0e46b7b7b7c2806d\n1:cpu:/\n0::/\n";
+        assert_eq!(tenant_from_cgroup(hybrid).as_deref(), Some("63aff46715a06a1a0e46b7b7b7c2806d"));
+        // v2 wins when it names something.
+        let both = "4:memory:/docker/abc\n0::/system.slice/docker-def.scope\n";
+        assert_eq!(tenant_from_cgroup(both).as_deref(), Some("docker-def.scope"));
+        // A memory controller shared with others (cpu,memory) still counts as memory.
+        let joint = "3:cpu:/\n2:cpuacct,memory:/kubepods/besteffort/pod1234/cafe\n0::/\n";
+        assert_eq!(tenant_from_cgroup(joint).as_deref(), Some("cafe"));
+        // Any other controller, when neither v2 nor memory names one.
+        let pids_only = "5:pids:/docker/feed\n4:memory:/\n0::/\n";
+        assert_eq!(tenant_from_cgroup(pids_only).as_deref(), Some("feed"));
+        // A trailing slash does not hide the last component.
+        assert_eq!(tenant_from_cgroup("0::/lxc/box/\n").as_deref(), Some("box"));
+    }
+
+    #[test]
+    fn a_cgroup_that_tells_nothing_apart_names_no_tenant() {
+        for text in [
+            "0::/\n",
+            "9:name=systemd:/\n4:memory:/\n0::/\n",
+            // Outside a cgroup namespace's root.
+            "0::/..\n",
+            "0::/../..\n",
+            "",
+            "garbage\n",
+            "0:/\n",
+        ] {
+            assert_eq!(tenant_from_cgroup(text), None, "{text:?}");
+        }
+        // Seen from inside a cgroup namespace, a sibling's path still names it.
+        assert_eq!(tenant_from_cgroup("0::/../sibling\n").as_deref(), Some("sibling"));
+    }
+
+    #[test]
+    fn cgroup_names_are_cleaned_into_tenant_names() {
+        assert_eq!(tenant_from_cgroup("0::/a/.hidden\n").as_deref(), Some("_hidden"));
+        assert_eq!(tenant_from_cgroup("0::/a/we ird:ü\n").as_deref(), Some("we_ird__"));
+        // Cut to the last 63 characters, the name would start with the dot.
+        let long = format!("0::/x/{}.{}", "b".repeat(5), "c".repeat(62));
+        assert_eq!(tenant_from_cgroup(&long), Some(format!("_{}", "c".repeat(62))));
+    }
+
+    #[test]
+    fn a_cap_without_a_tenant_that_the_cgroup_can_name_is_refused() {
+        let all_root = "9:name=systemd:/\n4:memory:/\n0::/\n";
+        for cap in [("GPUSLICE_MEMORY_LIMIT", "1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")] {
+            for cgroup in [Some(all_root.to_string()), None] {
+                let e = parse(&vars(&[cap]), || cgroup.clone()).unwrap_err();
+                assert_eq!((e.variable.as_str(), e.value.as_deref()), ("GPUSLICE_TENANT", None));
+                let text = e.to_string();
+                assert!(text.contains("GPUSLICE_TENANT is unset") && text.contains("/proc/self/cgroup") && text.contains(TENANT_FORMAT), "{text}");
+            }
+        }
+        // Naming the tenant is enough; no cap, no sharing to fear.
+        let c = parse(&vars(&[("GPUSLICE_MEMORY_LIMIT", "1GiB"), ("GPUSLICE_TENANT", "a")]), || Some(all_root.into())).unwrap();
+        assert_eq!(c.tenant, "a");
+        let c = parse(&vars(&[]), || Some(all_root.into())).unwrap();
+        assert_eq!(c.tenant, "default");
     }
 
     #[test]
