@@ -118,7 +118,6 @@ fn a_list_that_caps_every_device_the_process_sees_may_name_more() {
 /// What the environment cannot show (no `CUDA_VISIBLE_DEVICES`), the
 /// driver's device count does, at registration.
 #[test]
-#[ignore = "needs register_devices (shim/src/lib.rs) to call MemoryCaps::check_ordinals with the device count"]
 fn a_cap_for_a_device_beyond_the_drivers_count_fails_closed() {
     for (var, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "2=1GiB,3=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
         let sim = sim().devices(1);
@@ -238,7 +237,6 @@ fn a_monitor_configuration_naming_no_possible_device_is_refused_at_its_line_and_
 /// may serve other hosts, so it is accepted, its other caps enforced, and
 /// the cap that applies to nothing named once per (re)load.
 #[test]
-#[ignore = "needs daemon::policy to warn with TenantConfig::unmatched_devices once per reload"]
 fn a_monitor_cap_for_a_device_this_host_lacks_is_named_once_per_reload() {
     let sim = sim();
     let config = sim.dir().join("monitor.toml");

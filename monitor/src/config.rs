@@ -98,10 +98,6 @@ impl TenantConfig {
     /// or UUID) that none of `gpus`, the devices NVML shows on this host,
     /// is: such a cap applies to nothing. The file cannot know this when it
     /// is parsed; the monitor says it once per reload.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "daemon::policy is to warn with it once per reload; remove this when it does")
-    )]
     pub fn unmatched_devices(&self, tenant: &str, gpus: &[GpuInfo]) -> Vec<String> {
         let shown = match gpus.len() {
             0 => "NVML shows no device".to_string(),

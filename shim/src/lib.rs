@@ -218,6 +218,7 @@ enum Failure {
 /// environment's caps to them.
 fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Result<Vec<Device>, Failure> {
     let count = real::device_count().map_err(Failure::Driver)?;
+    config.memory.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
         let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;

@@ -178,6 +178,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
                 log::info(&format!("tenant {gone} is no longer configured; it keeps the caps last set"));
             }
             config = new_config;
+            policy_state.configuration_changed();
         }
 
         ledgers.refresh();

@@ -163,6 +163,12 @@ impl PolicyState {
         }
     }
 
+    /// Forgets which warnings were given: a new configuration is warned
+    /// about afresh (the pins stay).
+    pub fn configuration_changed(&mut self) {
+        self.warned.clear();
+    }
+
     fn warn_once(&mut self, message: String) {
         if self.warned.insert(message.clone()) {
             log::warn(&message);
@@ -182,6 +188,9 @@ impl PolicyState {
                         self.warn_once(format!("tenant {tenant}: cannot enter device {}: {e}", gpu.uuid));
                     }
                 }
+            }
+            for message in gpus.map(|gpus| tenant_config.unmatched_devices(tenant, gpus)).unwrap_or_default() {
+                self.warn_once(message);
             }
             if gpus.is_none() && tenant_config.uses_host_indices() {
                 self.warn_once(format!(
