@@ -23,9 +23,10 @@
 //! - [`views`]: what `cuMemGetInfo`, `cuDeviceTotalMem` and NVML report
 //!   under a cap.
 //!
-//! Compute time slicing belongs beside them as `throttle`: a launch asks
-//! [`devices`] which device it is on and spends that device's budget in the
-//! ledger, without touching the memory concerns.
+//! Compute time slicing belongs beside them as `throttle`: a launch needs
+//! only which device it is on ([`devices`]) and that device's budget in the
+//! ledger, none of the memory concerns. (The launch path takes no lock, and
+//! `devices`' stream lookup does today: the throttle needs a lock-free one.)
 //!
 //! # How a call flows
 //! An allocation finds its device ([`devices`]: the current context's, the
