@@ -7,17 +7,19 @@
 //! # How a call flows
 //! A driver or NVML call reaches an exported hook (`hooks/`) by direct
 //! binding, through our `dlsym`, or through `cuGetProcAddress`. The hook
-//! takes the per-thread re-entrancy [`guard`], asks [`runtime`] for the
-//! process's state, and hands the safe core ([`accounting`]) a closure that
-//! makes the real call ([`real`]). A panic never crosses the boundary: the
-//! hook catches it and returns `CUDA_ERROR_UNKNOWN`.
+//! takes the per-thread re-entrancy guard (`guard`), asks [`runtime`] for
+//! the process's state, and hands the safe core ([`accounting`], one file
+//! per concern) a closure that makes the real call (`real`). The hooks, their
+//! real slots and the `cuGetProcAddress` version table ([`procaddr`]) come
+//! from one list in `hooks`. A panic never crosses the boundary: the hook
+//! catches it and returns `CUDA_ERROR_UNKNOWN`.
 //!
 //! # Initialisation
 //! An explicit state machine, advanced by compare-and-swap:
 //! `Uninit → Initialising → Ready | Disabled | Refused`.
 //! It runs on the first hooked call that needs it (normally `cuInit`), never
 //! at load time, so a process that never uses CUDA pays nothing but the
-//! loader's work. Initialising parses the environment ([`config`]), opens
+//! loader's work. Initialising parses the environment ([`config`](mod@config)), opens
 //! the tenant's ledger (one `mmap`), initialises the real driver, claims
 //! this process's slot, and registers each device by UUID, deciding the
 //! tenant's cap there.

@@ -16,7 +16,7 @@
 //! NVML is loaded lazily, only for this. Without NVML the overhead stays
 //! unmeasured and contexts are not charged; the monitor's bypass check still
 //! sees them. A tenant's recorded overhead is always preferred to a new
-//! measurement (see `accounting`).
+//! measurement (see `accounting::contexts`).
 
 use crate::accounting::Device;
 use crate::real;

@@ -5,15 +5,23 @@
 //! variant, available from that CUDA version on. `cuGetProcAddress` returns
 //! the newest variant whose version is at most the requested one; with
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` it returns the `_ptsz`
-//! variant where one exists. Variants the shim does not hook (the 32-bit
-//! `cuMemAlloc` of CUDA 2.0, say) are listed too, so that asking for them
-//! passes the driver's answer through untouched.
+//! variant where one exists.
+//!
+//! The hooked variants come from the hook list
+//! (`hooks::hooked_functions!`), where each entry names its family and
+//! version. Variants of those families the shim does not hook (the 32-bit
+//! `cuMemAlloc` of CUDA 2.0, say) are listed here, in [`UNHOOKED_VARIANTS`], so
+//! that asking for them passes the driver's answer through untouched. Unit
+//! tests hold every family, both lists together, to `cudaTypedefs.h` and
+//! `cuda.h`.
 
 use abi::cuda::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
 
 /// One symbol of a family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Variant {
+    /// The API name (`cuMemAlloc` for `cuMemAlloc_v2`).
+    pub family: &'static str,
     pub symbol: &'static str,
     /// The CUDA version it appeared in (`1000 × major + 10 × minor`).
     pub since: i32,
@@ -21,63 +29,61 @@ pub struct Variant {
     pub per_thread: bool,
 }
 
-const fn v(symbol: &'static str, since: i32) -> Variant {
-    Variant { symbol, since, per_thread: false }
+/// `per_thread` in a hook list entry.
+macro_rules! per_thread {
+    () => {
+        false
+    };
+    (per_thread) => {
+        true
+    };
 }
 
-const fn ptsz(symbol: &'static str, since: i32) -> Variant {
-    Variant { symbol, since, per_thread: true }
-}
-
-/// Base name → its variants.
-pub static FAMILIES: &[(&str, &[Variant])] = &[
-    ("cuInit", &[v("cuInit", 2000)]),
-    ("cuGetProcAddress", &[v("cuGetProcAddress", 11030), v("cuGetProcAddress_v2", 12000)]),
-    ("cuMemAlloc", &[v("cuMemAlloc", 2000), v("cuMemAlloc_v2", 3020)]),
-    ("cuMemAllocPitch", &[v("cuMemAllocPitch", 2000), v("cuMemAllocPitch_v2", 3020)]),
-    ("cuMemAllocManaged", &[v("cuMemAllocManaged", 6000)]),
-    ("cuMemAllocAsync", &[v("cuMemAllocAsync", 11020), ptsz("cuMemAllocAsync_ptsz", 11020)]),
-    ("cuMemAllocFromPoolAsync", &[v("cuMemAllocFromPoolAsync", 11020), ptsz("cuMemAllocFromPoolAsync_ptsz", 11020)]),
-    ("cuMemCreate", &[v("cuMemCreate", 10020)]),
-    ("cuMemRelease", &[v("cuMemRelease", 10020)]),
-    ("cuMemRetainAllocationHandle", &[v("cuMemRetainAllocationHandle", 11000)]),
-    ("cuMemMap", &[v("cuMemMap", 10020)]),
-    ("cuMemUnmap", &[v("cuMemUnmap", 10020)]),
-    ("cuArrayCreate", &[v("cuArrayCreate", 2000), v("cuArrayCreate_v2", 3020)]),
-    ("cuArray3DCreate", &[v("cuArray3DCreate", 2000), v("cuArray3DCreate_v2", 3020)]),
-    ("cuArrayDestroy", &[v("cuArrayDestroy", 2000)]),
-    ("cuMipmappedArrayCreate", &[v("cuMipmappedArrayCreate", 5000)]),
-    ("cuMipmappedArrayDestroy", &[v("cuMipmappedArrayDestroy", 5000)]),
-    ("cuMemFree", &[v("cuMemFree", 2000), v("cuMemFree_v2", 3020)]),
-    ("cuMemFreeAsync", &[v("cuMemFreeAsync", 11020), ptsz("cuMemFreeAsync_ptsz", 11020)]),
-    ("cuMemGetInfo", &[v("cuMemGetInfo", 2000), v("cuMemGetInfo_v2", 3020)]),
-    ("cuDeviceTotalMem", &[v("cuDeviceTotalMem", 2000), v("cuDeviceTotalMem_v2", 3020)]),
+/// Builds [`HOOKED_VARIANTS`] from the hook list.
+macro_rules! version_table {
     (
-        "cuCtxCreate",
-        &[v("cuCtxCreate", 2000), v("cuCtxCreate_v2", 3020), v("cuCtxCreate_v3", 11040), v("cuCtxCreate_v4", 12050)],
-    ),
-    ("cuCtxDestroy", &[v("cuCtxDestroy", 2000), v("cuCtxDestroy_v2", 4000)]),
-    ("cuDevicePrimaryCtxRetain", &[v("cuDevicePrimaryCtxRetain", 7000)]),
-    ("cuDevicePrimaryCtxRelease", &[v("cuDevicePrimaryCtxRelease", 7000), v("cuDevicePrimaryCtxRelease_v2", 11000)]),
-    ("cuDevicePrimaryCtxReset", &[v("cuDevicePrimaryCtxReset", 7000), v("cuDevicePrimaryCtxReset_v2", 11000)]),
-    ("cuStreamSynchronize", &[v("cuStreamSynchronize", 2000), ptsz("cuStreamSynchronize_ptsz", 7000)]),
-    ("cuCtxSynchronize", &[v("cuCtxSynchronize", 2000), v("cuCtxSynchronize_v2", 13000)]),
-    ("cuEventSynchronize", &[v("cuEventSynchronize", 2000)]),
+        own {}
+        cuda { $($module:ident::$name:ident($($arg:ty),*) -> $ret:ty => $family:ident since $since:literal $($per_thread:ident)?;)* }
+        nvml { $($nvml:tt)* }
+    ) => {
+        /// The variants the shim hooks.
+        pub static HOOKED_VARIANTS: &[Variant] = &[
+            $(Variant { family: stringify!($family), symbol: stringify!($name), since: $since, per_thread: per_thread!($($per_thread)?) },)*
+        ];
+    };
+}
+
+crate::hooks::hooked_functions!(version_table {});
+
+const fn v(family: &'static str, symbol: &'static str, since: i32) -> Variant {
+    Variant { family, symbol, since, per_thread: false }
+}
+
+/// The variants of hooked families that the shim does not hook.
+pub static UNHOOKED_VARIANTS: &[Variant] = &[
+    v("cuMemAlloc", "cuMemAlloc", 2000),
+    v("cuMemAllocPitch", "cuMemAllocPitch", 2000),
+    v("cuArrayCreate", "cuArrayCreate", 2000),
+    v("cuArray3DCreate", "cuArray3DCreate", 2000),
+    v("cuMemFree", "cuMemFree", 2000),
+    v("cuMemGetInfo", "cuMemGetInfo", 2000),
+    v("cuDeviceTotalMem", "cuDeviceTotalMem", 2000),
 ];
+
+/// Every variant the table knows, hooked or not.
+pub fn variants() -> impl Iterator<Item = &'static Variant> {
+    HOOKED_VARIANTS.iter().chain(UNHOOKED_VARIANTS)
+}
 
 /// The symbol the driver resolves `name` to at `version` with `flags`;
 /// `None` for a family the table does not list or a version before its first
 /// variant.
 pub fn choose(name: &str, version: i32, flags: u64) -> Option<&'static str> {
-    let (_, variants) = FAMILIES.iter().find(|(base, _)| *base == name)?;
+    let family = || variants().filter(move |v| v.family == name);
     let want_per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
-    let has_per_thread = variants.iter().any(|v| v.per_thread);
+    let has_per_thread = family().any(|v| v.per_thread);
     let per_thread = want_per_thread && has_per_thread;
-    variants
-        .iter()
-        .filter(|v| v.since <= version && v.per_thread == per_thread)
-        .max_by_key(|v| v.since)
-        .map(|v| v.symbol)
+    family().filter(|v| v.since <= version && v.per_thread == per_thread).max_by_key(|v| v.since).map(|v| v.symbol)
 }
 
 #[cfg(test)]
@@ -126,9 +132,35 @@ mod tests {
             if name.starts_with("nvml") {
                 continue;
             }
-            let listed = FAMILIES.iter().any(|(_, vs)| vs.iter().any(|v| v.symbol == *name));
+            let listed = variants().any(|v| v.symbol == *name);
             assert!(listed, "{name} is hooked but no family lists it");
         }
+        // And the driver's rule picks each hooked variant for its family at
+        // its own version.
+        for variant in HOOKED_VARIANTS {
+            let flags = if variant.per_thread { PTSZ } else { 0 };
+            assert_eq!(choose(variant.family, variant.since, flags), Some(variant.symbol), "{variant:?}");
+        }
+    }
+
+    #[test]
+    fn each_symbol_is_listed_once() {
+        let all: Vec<&str> = variants().map(|v| v.symbol).collect();
+        for symbol in &all {
+            assert_eq!(all.iter().filter(|s| *s == symbol).count(), 1, "{symbol} is listed more than once");
+        }
+    }
+
+    /// The table by family, in the order the families first appear.
+    fn families() -> Vec<(&'static str, Vec<Variant>)> {
+        let mut grouped: Vec<(&'static str, Vec<Variant>)> = Vec::new();
+        for variant in variants() {
+            match grouped.iter_mut().find(|(family, _)| *family == variant.family) {
+                Some((_, members)) => members.push(*variant),
+                None => grouped.push((variant.family, vec![*variant])),
+            }
+        }
+        grouped
     }
 
     /// `(base name, version, per-thread)` of every `PFN_<name>_v<NNNN>[_ptsz|_ptds]`
@@ -186,7 +218,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/include/cuda.h");
         let cuda_h = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}; run scripts/setup.sh to install NVIDIA's headers", path.display()));
-        for (base, variants) in FAMILIES {
+        for (base, variants) in &families() {
             let define = header_define(&cuda_h, base);
             let mut plain: Vec<&Variant> = variants.iter().filter(|v| !v.per_thread).collect();
             plain.sort_by_key(|v| v.since);
@@ -220,7 +252,7 @@ mod tests {
     fn the_version_table_matches_cuda_typedefs_h() {
         let header = header_variants();
         assert!(header.len() > 500, "cudaTypedefs.h names only {} variants", header.len());
-        for (base, variants) in FAMILIES {
+        for (base, variants) in &families() {
             let mut ours: Vec<(i32, bool)> = variants.iter().map(|v| (v.since, v.per_thread)).collect();
             let mut theirs: Vec<(i32, bool)> =
                 header.iter().filter(|(b, _, _)| b == base).map(|(_, v, p)| (*v, *p)).collect();

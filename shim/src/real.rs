@@ -7,6 +7,11 @@
 //! shim forwards to is looked up there with the real `dlsym` into a table that
 //! is built on first use and then only read: the hot path never looks
 //! anything up. A slot is `None` when the library lacks that function.
+//!
+//! The slots of the hooked functions come from the hook list
+//! (`hooks::hooked_functions!`), so a hook and its slot cannot drift apart;
+//! the functions listed here are those the shim calls on its own behalf
+//! without hooking them (`cuCtxGetCurrent`, `nvmlInit_v2`, …).
 
 #![allow(non_snake_case)]
 
@@ -51,80 +56,61 @@ fn unsafe_cstr(text: &'static str) -> &'static core::ffi::CStr {
     core::ffi::CStr::from_bytes_with_nul(text.as_bytes()).unwrap_or(c"")
 }
 
-function_table! {
-    /// The driver functions the shim forwards to.
-    Cuda {
-        cuInit: fn(c_uint) -> CUresult;
-        cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
-        cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
-        cuDeviceGetCount: fn(*mut c_int) -> CUresult;
-        cuDeviceGet: fn(*mut CUdevice, c_int) -> CUresult;
-        cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult;
-        cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult;
-        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
-        cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
-        cuCtxGetDevice: fn(*mut CUdevice) -> CUresult;
-        cuCtxPushCurrent_v2: fn(CUcontext) -> CUresult;
-        cuCtxPopCurrent_v2: fn(*mut CUcontext) -> CUresult;
-        cuStreamGetCtx: fn(CUstream, *mut CUcontext) -> CUresult;
-        cuStreamGetCtx_ptsz: fn(CUstream, *mut CUcontext) -> CUresult;
-        cuEventCreate: fn(*mut CUevent, c_uint) -> CUresult;
-        cuEventRecord: fn(CUevent, CUstream) -> CUresult;
-        cuEventRecord_ptsz: fn(CUevent, CUstream) -> CUresult;
-        cuEventQuery: fn(CUevent) -> CUresult;
-        cuEventDestroy_v2: fn(CUevent) -> CUresult;
-        cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
-        cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
-        cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
-        cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> CUresult;
-        cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-        cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-        cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-        cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-        cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
-        cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
-        cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult;
-        cuMemRetainAllocationHandle: fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
-        cuMemMap: fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult;
-        cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult;
-        cuArrayCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
-        cuArray3DCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
-        cuArrayDestroy: fn(CUarray) -> CUresult;
-        cuMipmappedArrayCreate: fn(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult;
-        cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> CUresult;
-        cuMemFree_v2: fn(CUdeviceptr) -> CUresult;
-        cuMemFreeAsync: fn(CUdeviceptr, CUstream) -> CUresult;
-        cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream) -> CUresult;
-        cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult;
-        cuCtxDestroy: fn(CUcontext) -> CUresult;
-        cuCtxDestroy_v2: fn(CUcontext) -> CUresult;
-        cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> CUresult;
-        cuDevicePrimaryCtxRelease: fn(CUdevice) -> CUresult;
-        cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult;
-        cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult;
-        cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult;
-        cuStreamSynchronize: fn(CUstream) -> CUresult;
-        cuStreamSynchronize_ptsz: fn(CUstream) -> CUresult;
-        cuCtxSynchronize: fn() -> CUresult;
-        cuCtxSynchronize_v2: fn(CUcontext) -> CUresult;
-        cuEventSynchronize: fn(CUevent) -> CUresult;
-    }
+/// Builds the real tables from the hook list (`hooks::hooked_functions!`)
+/// and the functions the shim calls on its own behalf, given in `own`.
+macro_rules! real_tables {
+    (
+        own {
+            cuda { $($cuda_own:tt)* }
+            nvml { $($nvml_own:tt)* }
+        }
+        cuda { $($module:ident::$name:ident($($arg:ty),*) -> $ret:ty => $family:ident since $since:literal $($per_thread:ident)?;)* }
+        nvml { $($nmodule:ident::$nname:ident($($narg:ty),*) -> $nret:ty;)* }
+    ) => {
+        function_table! {
+            /// The driver functions the shim hooks and forwards to, and
+            /// those it calls on its own behalf.
+            Cuda { $($name: fn($($arg),*) -> $ret;)* $($cuda_own)* }
+        }
+
+        function_table! {
+            /// The NVML functions the shim hooks and forwards to, and those
+            /// it measures with.
+            Nvml { $($nname: fn($($narg),*) -> $nret;)* $($nvml_own)* }
+        }
+    };
 }
 
-function_table! {
-    /// The NVML functions the shim forwards to or measures with.
-    Nvml {
-        nvmlInit_v2: fn() -> nvmlReturn_t;
-        nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
-        nvmlDeviceGetCount_v2: fn(*mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
-        nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
-        nvmlDeviceGetMemoryInfo_v2: fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t;
+crate::hooks::hooked_functions! {
+    real_tables {
+        // The functions the shim calls itself and does not hook; the hooked
+        // ones come from the list.
+        cuda {
+            cuDeviceGetCount: fn(*mut c_int) -> CUresult;
+            cuDeviceGet: fn(*mut CUdevice, c_int) -> CUresult;
+            cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult;
+            cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult;
+            cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
+            cuCtxGetDevice: fn(*mut CUdevice) -> CUresult;
+            cuCtxPushCurrent_v2: fn(CUcontext) -> CUresult;
+            cuCtxPopCurrent_v2: fn(*mut CUcontext) -> CUresult;
+            cuStreamGetCtx: fn(CUstream, *mut CUcontext) -> CUresult;
+            cuStreamGetCtx_ptsz: fn(CUstream, *mut CUcontext) -> CUresult;
+            cuEventCreate: fn(*mut CUevent, c_uint) -> CUresult;
+            cuEventRecord: fn(CUevent, CUstream) -> CUresult;
+            cuEventRecord_ptsz: fn(CUevent, CUstream) -> CUresult;
+            cuEventQuery: fn(CUevent) -> CUresult;
+            cuEventDestroy_v2: fn(CUevent) -> CUresult;
+            cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
+        }
+        nvml {
+            nvmlInit_v2: fn() -> nvmlReturn_t;
+            nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
+            nvmlDeviceGetCount_v2: fn(*mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
+            nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+        }
     }
 }
 

@@ -1,13 +1,42 @@
 //! The exported hooks, grouped by CUDA area, and the one list of them.
 //!
-//! [`hook_list!`] below is the only place that names the hooked symbols. It
-//! generates [`HOOKED`], [`lookup`] (`dlsym`: a handle lookup of a hooked
-//! name returns our hook) and [`hooks_of_real`] (`cuGetProcAddress`: the
-//! address the driver resolved is compared with the real table's, so the
-//! caller gets our hook for exactly the variant the driver chose). The
-//! symbols are the `#[no_mangle]` functions the list points at and the real
-//! slots are fields of `real::Cuda` of the same names, so a name in the list
-//! that is not exported or not in the real table does not compile.
+//! # The list
+//! [`hooked_functions!`] below is the only place that names the hooked
+//! symbols. Each entry gives the hook (`module::symbol`, a `#[no_mangle]`
+//! function of that module), its C signature, and for a driver function its
+//! `cuGetProcAddress` family, the CUDA version it appeared in
+//! (`1000 × major + 10 × minor`, as `cudaTypedefs.h` spells it in
+//! `PFN_<family>_v<version>`) and `per_thread` for a per-thread
+//! default-stream (`_ptsz`) form. Everything that must agree with the list
+//! is generated from it:
+//! - the real function's slot, `real::cuda().<symbol>` (or
+//!   `real::nvml()`), of the listed signature (`real`);
+//! - the variant in the `cuGetProcAddress` version table
+//!   (`crate::procaddr`);
+//! - [`lookup`] (`dlsym`: a handle lookup of a hooked name returns our
+//!   hook), [`hooks_of_real`] (`cuGetProcAddress`: the address the driver
+//!   resolved is compared with the real table's, so the caller gets our
+//!   hook for exactly the variant the driver chose) and, for tests,
+//!   [`HOOKED`];
+//! - a compile-time check that the hook has exactly the listed signature.
+//!
+//! A name that is not exported from the module, a hook whose signature
+//! differs from its entry, or a slot listed twice does not compile; unit
+//! tests hold each family and version to `cudaTypedefs.h` and `cuda.h`.
+//!
+//! # Adding a hook
+//! 1. Write the hook in the module of its CUDA area: a `#[no_mangle] pub
+//!    unsafe extern "C" fn` with the driver's name and signature that takes
+//!    the real function with [`real_or_return!`] and decides through
+//!    [`dispatch`] and the core (`crate::accounting`).
+//! 2. Add its entry to [`hooked_functions!`]. When it is a new family, also
+//!    list the family's variants the shim does not hook in
+//!    `procaddr::UNHOOKED_VARIANTS`, so that the version table still matches
+//!    `cudaTypedefs.h` and asking for them passes the driver's answer
+//!    through.
+//!
+//! Functions the shim only calls on its own behalf are listed in `real`,
+//! not here.
 
 #![allow(non_snake_case)]
 
@@ -15,7 +44,8 @@ use crate::accounting::Runtime;
 use crate::guard::{boundary, Guard};
 use crate::Access;
 use abi::cuda::*;
-use core::ffi::c_void;
+use abi::nvml::*;
+use core::ffi::{c_char, c_int, c_uint, c_void};
 
 pub mod context;
 pub mod info;
@@ -25,8 +55,122 @@ pub mod nvml;
 pub mod procaddr;
 pub mod sync;
 
+/// The one list of hooked functions (see the module docs): hands it to
+/// `$make!`, after `own { … }`, the caller's own tokens. Each driver entry
+/// reads `module::symbol(C argument types) -> CUresult => family since
+/// version [per_thread];`, each NVML entry `module::symbol(C argument
+/// types) -> nvmlReturn_t;`. The types are resolved where `$make!` expands,
+/// so its module imports the CUDA and NVML types.
+macro_rules! hooked_functions {
+    ($make:ident { $($own:tt)* }) => {
+        $make! {
+            own { $($own)* }
+            cuda {
+                context::cuInit(c_uint) -> CUresult
+                    => cuInit since 2000;
+                procaddr::cuGetProcAddress(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult
+                    => cuGetProcAddress since 11030;
+                procaddr::cuGetProcAddress_v2(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult
+                    => cuGetProcAddress since 12000;
+                memory::cuMemAlloc_v2(*mut CUdeviceptr, usize) -> CUresult
+                    => cuMemAlloc since 3020;
+                memory::cuMemAllocPitch_v2(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult
+                    => cuMemAllocPitch since 3020;
+                memory::cuMemAllocManaged(*mut CUdeviceptr, usize, c_uint) -> CUresult
+                    => cuMemAllocManaged since 6000;
+                memory::cuMemAllocAsync(*mut CUdeviceptr, usize, CUstream) -> CUresult
+                    => cuMemAllocAsync since 11020;
+                memory::cuMemAllocAsync_ptsz(*mut CUdeviceptr, usize, CUstream) -> CUresult
+                    => cuMemAllocAsync since 11020 per_thread;
+                memory::cuMemAllocFromPoolAsync(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult
+                    => cuMemAllocFromPoolAsync since 11020;
+                memory::cuMemAllocFromPoolAsync_ptsz(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult
+                    => cuMemAllocFromPoolAsync since 11020 per_thread;
+                memory::cuMemCreate(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult
+                    => cuMemCreate since 10020;
+                memory::cuArrayCreate_v2(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
+                    => cuArrayCreate since 3020;
+                memory::cuArray3DCreate_v2(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
+                    => cuArray3DCreate since 3020;
+                memory::cuMipmappedArrayCreate(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult
+                    => cuMipmappedArrayCreate since 5000;
+                memory::cuMemFree_v2(CUdeviceptr) -> CUresult
+                    => cuMemFree since 3020;
+                memory::cuMemFreeAsync(CUdeviceptr, CUstream) -> CUresult
+                    => cuMemFreeAsync since 11020;
+                memory::cuMemFreeAsync_ptsz(CUdeviceptr, CUstream) -> CUresult
+                    => cuMemFreeAsync since 11020 per_thread;
+                memory::cuMemRelease(CUmemGenericAllocationHandle) -> CUresult
+                    => cuMemRelease since 10020;
+                memory::cuMemRetainAllocationHandle(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult
+                    => cuMemRetainAllocationHandle since 11000;
+                memory::cuMemMap(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult
+                    => cuMemMap since 10020;
+                memory::cuMemUnmap(CUdeviceptr, usize) -> CUresult
+                    => cuMemUnmap since 10020;
+                memory::cuArrayDestroy(CUarray) -> CUresult
+                    => cuArrayDestroy since 2000;
+                memory::cuMipmappedArrayDestroy(CUmipmappedArray) -> CUresult
+                    => cuMipmappedArrayDestroy since 5000;
+                context::cuCtxCreate(*mut CUcontext, c_uint, CUdevice) -> CUresult
+                    => cuCtxCreate since 2000;
+                context::cuCtxCreate_v2(*mut CUcontext, c_uint, CUdevice) -> CUresult
+                    => cuCtxCreate since 3020;
+                context::cuCtxCreate_v3(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult
+                    => cuCtxCreate since 11040;
+                context::cuCtxCreate_v4(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult
+                    => cuCtxCreate since 12050;
+                context::cuCtxDestroy(CUcontext) -> CUresult
+                    => cuCtxDestroy since 2000;
+                context::cuCtxDestroy_v2(CUcontext) -> CUresult
+                    => cuCtxDestroy since 4000;
+                context::cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice) -> CUresult
+                    => cuDevicePrimaryCtxRetain since 7000;
+                context::cuDevicePrimaryCtxRelease(CUdevice) -> CUresult
+                    => cuDevicePrimaryCtxRelease since 7000;
+                context::cuDevicePrimaryCtxRelease_v2(CUdevice) -> CUresult
+                    => cuDevicePrimaryCtxRelease since 11000;
+                context::cuDevicePrimaryCtxReset(CUdevice) -> CUresult
+                    => cuDevicePrimaryCtxReset since 7000;
+                context::cuDevicePrimaryCtxReset_v2(CUdevice) -> CUresult
+                    => cuDevicePrimaryCtxReset since 11000;
+                info::cuMemGetInfo_v2(*mut usize, *mut usize) -> CUresult
+                    => cuMemGetInfo since 3020;
+                info::cuDeviceTotalMem_v2(*mut usize, CUdevice) -> CUresult
+                    => cuDeviceTotalMem since 3020;
+                sync::cuStreamSynchronize(CUstream) -> CUresult
+                    => cuStreamSynchronize since 2000;
+                sync::cuStreamSynchronize_ptsz(CUstream) -> CUresult
+                    => cuStreamSynchronize since 7000 per_thread;
+                sync::cuCtxSynchronize() -> CUresult
+                    => cuCtxSynchronize since 2000;
+                sync::cuCtxSynchronize_v2(CUcontext) -> CUresult
+                    => cuCtxSynchronize since 13000;
+                sync::cuEventSynchronize(CUevent) -> CUresult
+                    => cuEventSynchronize since 2000;
+            }
+            nvml {
+                nvml::nvmlDeviceGetMemoryInfo(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t;
+            }
+        }
+    };
+}
+pub(crate) use hooked_functions;
+
+/// Generates the hooks' side of the list: the signature checks, [`HOOKED`],
+/// [`lookup`] and [`hooks_of_real`].
 macro_rules! hook_list {
-    (cuda { $($module:ident :: $name:ident),* $(,)? } nvml { $($nmodule:ident :: $nname:ident),* $(,)? }) => {
+    (
+        own {}
+        cuda { $($module:ident::$name:ident($($arg:ty),*) -> $ret:ty => $family:ident since $since:literal $($per_thread:ident)?;)* }
+        nvml { $($nmodule:ident::$nname:ident($($narg:ty),*) -> $nret:ty;)* }
+    ) => {
+        // Each hook has exactly the C signature of its entry, which is its
+        // real slot's: a hook that drifted from it does not compile.
+        $(const _: unsafe extern "C" fn($($arg),*) -> $ret = $module::$name;)*
+        $(const _: unsafe extern "C" fn($($narg),*) -> $nret = $nmodule::$nname;)*
+
         /// Every symbol the shim hooks (checked against the version table).
         #[cfg(test)]
         pub const HOOKED: &[&str] = &[$(stringify!($name),)* $(stringify!($nname)),*];
@@ -59,55 +203,7 @@ macro_rules! hook_list {
     };
 }
 
-hook_list! {
-    cuda {
-        context::cuInit,
-        procaddr::cuGetProcAddress,
-        procaddr::cuGetProcAddress_v2,
-        memory::cuMemAlloc_v2,
-        memory::cuMemAllocPitch_v2,
-        memory::cuMemAllocManaged,
-        memory::cuMemAllocAsync,
-        memory::cuMemAllocAsync_ptsz,
-        memory::cuMemAllocFromPoolAsync,
-        memory::cuMemAllocFromPoolAsync_ptsz,
-        memory::cuMemCreate,
-        memory::cuArrayCreate_v2,
-        memory::cuArray3DCreate_v2,
-        memory::cuMipmappedArrayCreate,
-        memory::cuMemFree_v2,
-        memory::cuMemFreeAsync,
-        memory::cuMemFreeAsync_ptsz,
-        memory::cuMemRelease,
-        memory::cuMemRetainAllocationHandle,
-        memory::cuMemMap,
-        memory::cuMemUnmap,
-        memory::cuArrayDestroy,
-        memory::cuMipmappedArrayDestroy,
-        context::cuCtxCreate,
-        context::cuCtxCreate_v2,
-        context::cuCtxCreate_v3,
-        context::cuCtxCreate_v4,
-        context::cuCtxDestroy,
-        context::cuCtxDestroy_v2,
-        context::cuDevicePrimaryCtxRetain,
-        context::cuDevicePrimaryCtxRelease,
-        context::cuDevicePrimaryCtxRelease_v2,
-        context::cuDevicePrimaryCtxReset,
-        context::cuDevicePrimaryCtxReset_v2,
-        info::cuMemGetInfo_v2,
-        info::cuDeviceTotalMem_v2,
-        sync::cuStreamSynchronize,
-        sync::cuStreamSynchronize_ptsz,
-        sync::cuCtxSynchronize,
-        sync::cuCtxSynchronize_v2,
-        sync::cuEventSynchronize,
-    }
-    nvml {
-        nvml::nvmlDeviceGetMemoryInfo,
-        nvml::nvmlDeviceGetMemoryInfo_v2,
-    }
-}
+hooked_functions!(hook_list {});
 
 /// The real driver function `$name`, or return `CUDA_ERROR_NOT_FOUND` from
 /// the hook (the library lacks it).

@@ -1,0 +1,76 @@
+//! Virtualised views of device memory, so that frameworks size themselves
+//! to the cap.
+//!
+//! Under a cap, `cuMemGetInfo_v2` reports total = cap and free = min(cap −
+//! used, physically free); `cuDeviceTotalMem_v2` reports the cap; NVML's
+//! memory info reports total = cap and used = the tenant's usage (see
+//! `hooks::nvml`). No value ever underflows, and none is larger than the
+//! device. Without a cap, the driver's figures pass through. Pending
+//! stream-ordered frees that completed are released before a view is
+//! taken, so that it shows them gone.
+//!
+//! Owns no state: it reads the cap and the usage from the ledger.
+
+use abi::cuda::*;
+use ledger::UNLIMITED;
+
+use super::Runtime;
+use crate::real;
+
+/// What `cuMemGetInfo`/NVML report under a cap: total is the cap (never more
+/// than the device has), free is what the tenant may still reserve, never
+/// more than is physically free. Nothing underflows.
+pub fn capped_view(limit_bytes: u64, used_bytes: u64, free_bytes: u64, total_bytes: u64) -> (u64, u64) {
+    if limit_bytes == UNLIMITED {
+        return (free_bytes, total_bytes);
+    }
+    let total = limit_bytes.min(total_bytes);
+    let free = total.saturating_sub(used_bytes).min(free_bytes);
+    (free, total)
+}
+
+impl Runtime {
+    /// The cap and usage of ledger device `dev`, for views.
+    pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
+        self.poll_pending_frees();
+        (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
+    }
+
+    /// `cuMemGetInfo_v2` of the current device, given the driver's figures.
+    pub fn mem_info_view(&self, free_bytes: u64, total_bytes: u64) -> (u64, u64) {
+        let Ok(device) = real::current_device() else { return (free_bytes, total_bytes) };
+        let Some(device) = self.device_by_handle(device) else { return (free_bytes, total_bytes) };
+        let (limit_bytes, used_bytes) = self.limit_and_used(device.ledger_index);
+        capped_view(limit_bytes, used_bytes, free_bytes, total_bytes)
+    }
+
+    /// `cuDeviceTotalMem_v2` of `cu_device`, given the driver's figure.
+    pub fn total_mem_view(&self, cu_device: CUdevice, total_bytes: u64) -> u64 {
+        let Some(device) = self.device_by_handle(cu_device) else { return total_bytes };
+        let limit_bytes = self.ledger.memory_limit_bytes(device.ledger_index);
+        if limit_bytes == UNLIMITED {
+            total_bytes
+        } else {
+            limit_bytes.min(total_bytes)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_is_the_cap_and_never_underflows() {
+        let gib = 1u64 << 30;
+        assert_eq!(capped_view(UNLIMITED, 5, 10 * gib, 16 * gib), (10 * gib, 16 * gib));
+        assert_eq!(capped_view(gib, gib / 4, 10 * gib, 16 * gib), (3 * gib / 4, gib));
+        // Usage above the cap (the cap was lowered): free is 0, not 17 TB.
+        assert_eq!(capped_view(gib, 2 * gib, 10 * gib, 16 * gib), (0, gib));
+        // Physically less free than the cap allows.
+        assert_eq!(capped_view(4 * gib, 0, gib, 16 * gib), (gib, 4 * gib));
+        // A cap above the device: the device.
+        assert_eq!(capped_view(32 * gib, 0, 16 * gib, 16 * gib), (16 * gib, 16 * gib));
+    }
+}
