@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running monitor.
 pub struct Monitor {
@@ -281,21 +281,6 @@ pub fn tenant<'a>(status: &'a serde_json::Value, name: &str) -> Option<&'a serde
 pub fn tenant_used_bytes(sim: &Sim, name: &str) -> Option<u64> {
     let status = status_json(sim);
     tenant(&status, name)?["devices"].as_array()?.iter().find(|d| d["index"] == 0)?["memory_used_bytes"].as_u64()
-}
-
-/// Polls `condition` every 20 ms until it holds or `limit` passes; returns
-/// the time it took, or `None`.
-pub fn time_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    loop {
-        if condition() {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Writes a file atomically (a new inode), as editors and ConfigMaps do.
