@@ -15,19 +15,103 @@ use std::time::Instant;
 /// query right after it lets it complete in between.
 const LONG_KERNEL_US: u64 = 1_000_000;
 
+/// Through cuda-bindings, each launch followed at once by `cuStreamQuery`
+/// with nothing queued in between (an event record there could be what is
+/// still pending): a plain launch of a 1 s kernel; a stream capture of an
+/// hour-long kernel, which must leave the stream idle (if it does not, the
+/// script stops at once rather than wait an hour); and a captured 1 s
+/// kernel launched as a graph.
+const LAUNCH_ORDER_PY: &str = r#"
+import ctypes
+import os
+import sys
+from cuda.bindings import driver as cu
+
+
+def rc(key, result):
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    print(f"{key}={int(err)}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+kernel_us = int(sys.argv[1])
+rc("init", cu.cuInit(0))
+dev = rc("device", cu.cuDeviceGet(0))
+rc("set_current", cu.cuCtxSetCurrent(rc("retain", cu.cuDevicePrimaryCtxRetain(dev))))
+func = rc("function", cu.cuModuleGetFunction(rc("module", cu.cuModuleLoadData(b"any image")), b"sim_sleep"))
+stream = rc("stream", cu.cuStreamCreate(1))
+capture_mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+
+
+def launch(key, us):
+    arg = ctypes.c_uint64(us)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+    rc(key, cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
+
+
+def query(key):
+    status = int(cu.cuStreamQuery(stream)[0])
+    print(f"{key}={status}")
+    return status
+
+
+launch("plain.launch", kernel_us)
+query("plain.query")
+rc("plain.sync", cu.cuStreamSynchronize(stream))
+query("plain.query_after")
+
+rc("hour.begin", cu.cuStreamBeginCapture(stream, capture_mode))
+launch("hour.launch", 3_600_000_000)
+graph = rc("hour.end", cu.cuStreamEndCapture(stream))
+if query("hour.query") != 0:
+    os._exit(1)
+rc("hour.destroy", cu.cuGraphDestroy(graph))
+
+rc("graph.begin", cu.cuStreamBeginCapture(stream, capture_mode))
+launch("graph.capture_launch", kernel_us)
+graph = rc("graph.end", cu.cuStreamEndCapture(stream))
+graph_exec = rc("graph.instantiate", cu.cuGraphInstantiate(graph, 0))
+rc("graph.launch", cu.cuGraphLaunch(graph_exec, stream))
+query("graph.query")
+rc("graph.sync", cu.cuStreamSynchronize(stream))
+query("graph.query_after")
+"#;
+
 #[test]
-fn launches_return_before_their_work_completes() {
+fn launches_return_before_their_kernels_complete_and_capturing_queues_nothing() {
+    let sim = Sim::new();
+    let mut cmd = sim.command(gpuslice_tests::python());
+    let out = sim.run(cmd.args(["-c", LAUNCH_ORDER_PY, &LONG_KERNEL_US.to_string()]));
+    for key in ["plain.launch", "hour.begin", "hour.launch", "hour.end"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    // A launch returns with its kernel pending; synchronising waits for it.
+    out.assert_rc("plain.query", cu::NOT_READY);
+    out.assert_rc("plain.query_after", cu::SUCCESS);
+    // Had capturing queued the kernel, the stream would be busy for an hour
+    // (had it run it, the script would not have finished).
+    out.assert_rc("hour.query", cu::SUCCESS);
+    for key in ["graph.capture_launch", "graph.instantiate", "graph.launch", "graph.sync"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    out.assert_rc("graph.query", cu::NOT_READY);
+    out.assert_rc("graph.query_after", cu::SUCCESS);
+    out.assert_success();
+}
+
+#[test]
+fn events_time_the_kernel_they_surround_and_synchronize_waits_for_it() {
     let sim = Sim::new();
     let started = Instant::now();
     let out = sim.run(sim.c("sim_launch").args(["async", &LONG_KERNEL_US.to_string()]));
     let lived_us = started.elapsed().as_micros() as f64;
     let kernel_us = LONG_KERNEL_US as f64;
     out.assert_success();
-    // The launch returned, and the end event was recorded, while the kernel
-    // was still pending...
+    // Right after the launch, the stream and the end event recorded behind
+    // the kernel are pending...
     out.assert_rc("query", cu::NOT_READY);
     out.assert_rc("event_query", cu::NOT_READY);
-    // ...and cuCtxSynchronize returned only once it had completed.
+    // ...and cuCtxSynchronize returned only once they had completed.
     out.assert_rc("query_after", cu::SUCCESS);
     assert!(out.f64("total_us") >= kernel_us * 0.975, "the kernel ran for its time\n{out}");
     out.assert_rc("elapsed", cu::SUCCESS);
@@ -100,63 +184,6 @@ fn two_processes_each_get_about_half_of_the_device() {
              (alone {alone_us} us; both: {together:?})"
         );
     }
-}
-
-/// Through cuda-bindings: a stream capture of an hour-long kernel, which
-/// must leave the stream idle, then a captured 1 s kernel launched as a
-/// graph, which must still be pending when the launch returns.
-const GRAPH_ORDER_PY: &str = r#"
-import ctypes
-import sys
-from cuda.bindings import driver as cu
-
-
-def rc(key, result):
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    print(f"{key}={int(err)}")
-    return rest[0] if len(rest) == 1 else rest
-
-
-rc("init", cu.cuInit(0))
-dev = rc("device", cu.cuDeviceGet(0))
-rc("set_current", cu.cuCtxSetCurrent(rc("retain", cu.cuDevicePrimaryCtxRetain(dev))))
-func = rc("function", cu.cuModuleGetFunction(rc("module", cu.cuModuleLoadData(b"any image")), b"sim_sleep"))
-stream = rc("stream", cu.cuStreamCreate(1))
-
-
-def capture(key, kernel_us):
-    arg = ctypes.c_uint64(kernel_us)
-    params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
-    rc(f"{key}.begin", cu.cuStreamBeginCapture(stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
-    rc(f"{key}.launch", cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
-    return rc(f"{key}.end", cu.cuStreamEndCapture(stream))
-
-
-graph = capture("hour", 3_600_000_000)
-print(f"hour.query={int(cu.cuStreamQuery(stream)[0])}")
-rc("hour.destroy", cu.cuGraphDestroy(graph))
-graph = capture("second", int(sys.argv[1]))
-graph_exec = rc("second.instantiate", cu.cuGraphInstantiate(graph, 0))
-rc("second.graph_launch", cu.cuGraphLaunch(graph_exec, stream))
-print(f"second.query={int(cu.cuStreamQuery(stream)[0])}")
-rc("second.sync", cu.cuStreamSynchronize(stream))
-print(f"second.query_after={int(cu.cuStreamQuery(stream)[0])}")
-"#;
-
-#[test]
-fn capturing_runs_nothing_and_a_graph_launch_returns_before_its_kernels_complete() {
-    let sim = Sim::new();
-    let mut cmd = sim.command(gpuslice_tests::python());
-    let out = sim.run(cmd.args(["-c", GRAPH_ORDER_PY, &LONG_KERNEL_US.to_string()]));
-    out.assert_success();
-    for key in ["hour.begin", "hour.launch", "hour.end", "second.end", "second.instantiate", "second.graph_launch", "second.sync"] {
-        out.assert_rc(key, cu::SUCCESS);
-    }
-    // Had capturing queued the kernel, the stream would be busy for an hour
-    // (had it run it, the script would not have finished).
-    out.assert_rc("hour.query", cu::SUCCESS);
-    out.assert_rc("second.query", cu::NOT_READY);
-    out.assert_rc("second.query_after", cu::SUCCESS);
 }
 
 #[test]
