@@ -6,9 +6,8 @@
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{cu, Sim, MIB};
+use gpuslice_tests::{cu, poll, Sim, MIB};
 use monitor_support::*;
-use std::time::Duration;
 
 fn sim() -> Sim {
     Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("2GiB").tenant("team-a")
@@ -37,10 +36,7 @@ fn live_reconfiguration_lowers_and_raises_a_running_tenants_cap() {
     assert_eq!(app.wait_for("a"), cu::SUCCESS.to_string());
 
     write_atomically(&config, "[tenants.team-a]\nmemory = \"600MiB\"\n");
-    assert!(
-        time_until(Duration::from_secs(5), || limit_of(&sim, "team-a").0 == Some(600 * MIB)).is_some(),
-        "the lowered cap never reached the ledger"
-    );
+    poll::until("the lowered cap to reach the ledger", || limit_of(&sim, "team-a").0 == Some(600 * MIB));
     app.send_line("go");
     assert_eq!(app.wait_for("b"), cu::OUT_OF_MEMORY.to_string(), "a lowered cap stops new allocations");
     assert_eq!(app.wait_for("lowered.total"), (600 * MIB).to_string(), "the application sees the new cap");
@@ -49,7 +45,7 @@ fn live_reconfiguration_lowers_and_raises_a_running_tenants_cap() {
     // Raised again, through SIGHUP after an in-place edit.
     std::fs::write(&config, "[tenants.team-a]\nmemory = \"3GiB\"\n").unwrap();
     monitor.running.signal("HUP");
-    assert!(time_until(Duration::from_secs(5), || limit_of(&sim, "team-a").0 == Some(3072 * MIB)).is_some());
+    poll::until("the raised cap to reach the ledger", || limit_of(&sim, "team-a").0 == Some(3072 * MIB));
     app.send_line("go");
     assert_eq!(app.wait_for("c"), cu::SUCCESS.to_string());
     app.wait().assert_success();
@@ -65,10 +61,9 @@ fn sighup_reloads_an_unchanged_file() {
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     assert_eq!(monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]), Some(0.0));
     monitor.running.signal("HUP");
-    assert!(time_until(Duration::from_secs(5), || {
-        monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]) == Some(1.0)
-    })
-    .is_some());
+    monitor.metrics_until("SIGHUP to reload the configuration", |metrics| {
+        metrics.value("gpuslice_config_reloads_total", &[("result", "ok")]) == Some(1.0)
+    });
 }
 
 #[test]
@@ -76,12 +71,17 @@ fn tenants_the_file_does_not_name_keep_their_environment_cap() {
     let sim = sim();
     let config = sim.dir().join("monitor.toml");
     std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
-    let _monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let mut cmd = sim.c("memctl");
     cmd.env("GPUSLICE_TENANT", "team-b").env("GPUSLICE_MEMORY_LIMIT", "700MiB").args(["init", "ctx", "info", "hold"]);
     let mut b = sim.spawn(&mut cmd);
     b.wait_for("ready");
-    std::thread::sleep(Duration::from_millis(600));
+    // The monitor has found team-b's ledger, and applied its configuration
+    // over a few more rounds.
+    monitor.metrics_until("the monitor to watch team-b's ledger", |metrics| {
+        metrics.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "team-b")]).is_some()
+    });
+    monitor.wait_rounds(2);
     assert_eq!(limit_of(&sim, "team-b"), (Some(700 * MIB), "environment".into()));
     assert_eq!(b.wait_for("info.total"), (700 * MIB).to_string());
     b.wait().assert_success();
@@ -111,10 +111,9 @@ fn a_bad_reload_keeps_the_previous_configuration() {
     std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n").unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
     write_atomically(&config, "[tenants.team-a]\nmemory = \"1GiB\"\n[tenants.team-b\n");
-    assert!(time_until(Duration::from_secs(5), || {
-        monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "error")]) == Some(1.0)
-    })
-    .is_some());
+    monitor.metrics_until("the bad file to be refused", |metrics| {
+        metrics.value("gpuslice_config_reloads_total", &[("result", "error")]) == Some(1.0)
+    });
     // Still governed by the old file: a process asking for 2GiB gets 1GiB.
     let out = sim.run(sim.c("memctl").args(["init", "ctx", "info"]));
     assert_eq!(out.u64("info.total"), 1024 * MIB, "{out}");

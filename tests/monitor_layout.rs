@@ -7,11 +7,10 @@
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{cu, Sim, MIB};
+use gpuslice_tests::{cu, poll, Sim, MIB};
 use monitor_support::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 fn sim() -> Sim {
     Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("2GiB").tenant("team-a")
@@ -56,18 +55,14 @@ fn tenant_directories_and_flat_ledgers_are_watched_together() {
     assert_eq!(a_status["processes"][0]["pid"].as_u64(), Some(a.pid() as u64), "{status:#}");
     assert_eq!(a_status["devices"][0]["memory_used_bytes"].as_u64(), Some((256 + 64) * MIB));
     assert!(tenant(&status, "team-b").is_some(), "{status:#}");
-    let mut metrics = monitor.metrics();
-    let seen = time_until(Duration::from_secs(5), || {
-        metrics = monitor.metrics();
+    let metrics = monitor.metrics_until("the monitor to watch the flat ledger", |metrics| {
         metrics.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "team-b")]) == Some(((128 + 64) * MIB) as f64)
     });
-    assert!(seen.is_some(), "the flat ledger was never watched: {metrics:#?}");
     assert_eq!(metrics.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "team-a")]), Some((512 * MIB) as f64));
 
     // Reclaim works in a tenant's directory.
-    a.kill9();
-    let reclaimed = time_until(Duration::from_secs(5), || tenant_used_bytes(&sim, "team-a") == Some(0));
-    assert!(reclaimed.is_some(), "the killed process's memory was never returned");
+    let _ = a.kill9();
+    poll::until("the killed process's memory to be returned", || tenant_used_bytes(&sim, "team-a") == Some(0));
     b.wait().assert_success();
     let log = monitor.stop();
     assert!(log.stderr.contains("tenant-dirs layout"), "{log}");
@@ -92,13 +87,10 @@ fn a_ledger_under_another_tenants_name_is_not_watched() {
     let mut honest = sim.spawn(&mut honest_cmd);
     honest.wait_for("ready");
 
-    let mut metrics = monitor.metrics();
-    let seen = time_until(Duration::from_secs(5), || {
-        metrics = monitor.metrics();
+    let metrics = monitor.metrics_until("the honest process watched and the impostor untracked", |metrics| {
         metrics.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "team-a")]) == Some(((100 + 64) * MIB) as f64)
             && !metrics.find("gpuslice_untracked_process_memory_bytes", &[]).is_empty()
     });
-    assert!(seen.is_some(), "{metrics:#?}");
     assert!(metrics.find("gpuslice_tenant_memory_used_bytes", &[("tenant", "team-b")]).is_empty(), "{metrics:#?}");
     // Its GPU memory is nobody's: it shows as untracked, i.e. a bypass.
     let untracked = metrics.find("gpuslice_untracked_process_memory_bytes", &[]);
@@ -127,7 +119,8 @@ fn a_symlink_in_place_of_a_ledger_is_not_followed() {
         &sim,
         MonitorOptions { config: Some(config), args: vec!["--layout".into(), "tenant-dirs".into()], ..Default::default() },
     );
-    std::thread::sleep(Duration::from_millis(600));
+    // The first round met the link before `ready`; two more pass it by too.
+    monitor.wait_rounds(2);
     let status = status_json(&sim);
     let b = tenant(&status, "team-b").unwrap_or_else(|| panic!("{status:#}"));
     assert_ne!(b["devices"][0]["memory_limit_bytes"].as_u64(), Some(100 * MIB), "team-a's cap went through the link: {status:#}");

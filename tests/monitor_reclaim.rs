@@ -1,13 +1,13 @@
-//! The monitor reclaims a killed process's memory within a second of its
-//! death, by the kernel-held slot lock: in the same PID namespace and in
-//! another one, with no other process of the tenant asking for room.
+//! The monitor reclaims a killed process's memory, by the kernel-held slot
+//! lock: in the same PID namespace and in another one, with no other process
+//! of the tenant asking for room; and never a live process's. (How soon after
+//! the death is a figure `benches/latency.rs` reports, not a test's business.)
 
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{compile_c, Sim, MIB};
+use gpuslice_tests::{compile_c, poll, Sim, MIB};
 use monitor_support::*;
-use std::time::Duration;
 
 const TENANT: &str = "team-a";
 
@@ -25,7 +25,7 @@ fn only_process(sim: &Sim) -> (u64, u64, u64) {
 }
 
 #[test]
-fn kill9_is_reclaimed_within_a_second() {
+fn a_killed_process_is_reclaimed() {
     let sim = tenant_sim();
     let monitor = Monitor::start(&sim, MonitorOptions::default());
     let mut tenant_process = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:256M", "hold"]));
@@ -36,11 +36,8 @@ fn kill9_is_reclaimed_within_a_second() {
     assert_eq!(held, (256 + 64) * MIB, "the allocation and the context are charged");
     assert_eq!(tenant_used_bytes(&sim, TENANT), Some((256 + 64) * MIB));
 
-    tenant_process.kill9();
-    let took = time_until(Duration::from_secs(5), || tenant_used_bytes(&sim, TENANT) == Some(0));
-    let took = took.expect("the memory of the killed process was never returned");
-    eprintln!("memory returned {took:?} after the kill");
-    assert!(took < Duration::from_secs(1), "reclaim took {took:?}, more than a second");
+    let _ = tenant_process.kill9();
+    poll::until("the killed process's memory to be returned", || tenant_used_bytes(&sim, TENANT) == Some(0));
     let status = status_json(&sim);
     assert_eq!(tenant(&status, TENANT).unwrap()["processes"].as_array().unwrap().len(), 0, "{status:#}");
     assert_eq!(tenant(&status, TENANT).unwrap()["reclaimed_processes_total"], 1);
@@ -51,7 +48,7 @@ fn kill9_is_reclaimed_within_a_second() {
 }
 
 #[test]
-fn kill9_in_another_pid_namespace_is_reclaimed() {
+fn a_killed_process_in_another_pid_namespace_is_reclaimed() {
     gpuslice_tests::require_pid_namespaces();
     let sim = tenant_sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
@@ -70,11 +67,9 @@ fn kill9_in_another_pid_namespace_is_reclaimed() {
     assert_eq!(held, (128 + 64) * MIB);
 
     kill9(host_pid as u32);
-    let took = time_until(Duration::from_secs(5), || tenant_used_bytes(&sim, TENANT) == Some(0));
-    let took = took.expect("the memory of the killed namespaced process was never returned");
-    eprintln!("memory returned {took:?} after the kill (other PID namespace)");
-    assert!(took < Duration::from_secs(1), "reclaim took {took:?}, more than a second");
-    let _ = namespaced.wait();
+    poll::until("the killed namespaced process's memory to be returned", || tenant_used_bytes(&sim, TENANT) == Some(0));
+    let unshare = namespaced.wait();
+    assert!(!unshare.success(), "unshare reports its child's death: {unshare}");
 }
 
 #[test]
@@ -83,8 +78,8 @@ fn a_live_process_is_never_reclaimed() {
     let monitor = Monitor::start(&sim, MonitorOptions::default());
     let mut tenant_process = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "hold"]));
     tenant_process.wait_for("ready");
-    // Several monitor rounds pass; the live process keeps what it holds.
-    std::thread::sleep(Duration::from_millis(1200));
+    // Several monitor rounds look at it; the live process keeps what it holds.
+    monitor.wait_rounds(4);
     assert_eq!(tenant_used_bytes(&sim, TENANT), Some((100 + 64) * MIB));
     assert_eq!(monitor.metrics().value("gpuslice_reclaimed_processes_total", &[("tenant", TENANT)]), Some(0.0));
     tenant_process.wait().assert_success();

@@ -54,8 +54,8 @@ fn status_json_lists_tenants_devices_and_processes() {
     for name in ["team-a", "team-b"] {
         assert_eq!(tenant(&again, name).unwrap()["devices"], tenant(&status, name).unwrap()["devices"], "{name}");
     }
-    a.wait();
-    b.wait();
+    a.wait().assert_success();
+    b.wait().assert_success();
 }
 
 #[test]
@@ -64,12 +64,9 @@ fn metrics_page_is_valid_prometheus_text() {
     let monitor = Monitor::start(&sim, MonitorOptions::default());
     let mut app = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "alloc:no:1G", "hold"]));
     app.wait_for("ready");
-    let mut metrics = monitor.metrics();
-    assert!(time_until(std::time::Duration::from_secs(5), || {
-        metrics = monitor.metrics();
+    let metrics = monitor.metrics_until("the refused allocation to be counted", |metrics| {
         metrics.value("gpuslice_tenant_alloc_denied_total", &[("tenant", "team-a")]) == Some(1.0)
-    })
-    .is_some());
+    });
     for (name, kind) in [
         ("gpuslice_tenant_memory_used_bytes", "gauge"),
         ("gpuslice_tenant_memory_limit_bytes", "gauge"),
@@ -79,6 +76,7 @@ fn metrics_page_is_valid_prometheus_text() {
         ("gpuslice_device_memory_used_bytes", "gauge"),
         ("gpuslice_device_utilization_ratio", "gauge"),
         ("gpuslice_untracked_process_memory_bytes", "gauge"),
+        ("gpuslice_monitor_rounds_total", "counter"),
     ] {
         assert_eq!(metrics.types.get(name).map(String::as_str), Some(kind), "{name}");
     }
@@ -92,5 +90,5 @@ fn metrics_page_is_valid_prometheus_text() {
     assert_eq!(status, 200);
     assert!(body.starts_with("ok\n") && body.contains("mode: nvml"), "{body}");
     assert_eq!(monitor.get("/nope").0, 404);
-    app.wait();
+    app.wait().assert_success();
 }

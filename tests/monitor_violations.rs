@@ -6,7 +6,7 @@
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{cu, Sim, MIB};
+use gpuslice_tests::{cu, poll, Sim, MIB};
 use monitor_support::*;
 use std::time::{Duration, Instant};
 
@@ -27,32 +27,33 @@ fn a_bypass_shorter_than_the_grace_is_left_alone_a_lasting_one_is_killed() {
     let sim = sim();
     let monitor = kill_monitor(&sim);
 
-    // Lives about a second on the GPU without the shim: seen, not killed.
+    // On the GPU without the shim only until the monitor has seen it (well
+    // within the grace): seen, not killed.
     let mut brief_cmd = sim.c("memctl");
-    brief_cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "alloc:x:100M", "ready", "sleep:1000"]);
+    brief_cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "alloc:x:100M", "hold"]);
     let mut brief = sim.spawn(&mut brief_cmd);
     brief.wait_for("ready");
     let pid = brief.pid().to_string();
-    let seen = time_until(Duration::from_secs(5), || {
-        monitor.metrics().find("gpuslice_untracked_process_memory_bytes", &[("pid", &pid)]).len() == 1
+    monitor.metrics_until("the monitor to see the process without the shim", |metrics| {
+        metrics.find("gpuslice_untracked_process_memory_bytes", &[("pid", &pid)]).len() == 1
     });
-    assert!(seen.is_some(), "the monitor never saw the process");
     brief.wait().assert_success();
+    monitor.wait_rounds(2);
     let metrics = monitor.metrics();
+    assert!(metrics.find("gpuslice_untracked_process_memory_bytes", &[("pid", &pid)]).is_empty(), "{metrics:#?}");
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(0.0));
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(0.0));
 
-    // Stays: killed, and not before the grace has passed.
+    // Stays: killed, and not before the grace has passed (counted from
+    // before the process existed, so a slow machine only makes it longer).
     let started = Instant::now();
     let mut lasting_cmd = sim.c("memctl");
     lasting_cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "alloc:x:100M", "hold"]);
     let lasting = sim.spawn(&mut lasting_cmd);
     let pid = lasting.pid();
-    let died = time_until(GRACE + Duration::from_secs(10), || !pid_alive(pid));
-    assert!(died.is_some(), "the lasting bypass was never killed");
+    poll::until("the lasting bypass to be killed", || !pid_alive(pid));
     let lived = started.elapsed();
     assert!(lived >= GRACE, "killed after {lived:?}, before the grace of {GRACE:?}");
-    eprintln!("lasting bypass killed {lived:?} after it started (grace {GRACE:?})");
     assert_eq!(lasting.wait().code(), None, "it died of a signal");
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(1.0));
@@ -73,40 +74,39 @@ fn a_tenant_briefly_over_its_cap_is_left_alone_a_lasting_one_is_killed() {
     let sim = sim();
     let monitor = kill_monitor(&sim);
     let mut app = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:a:600M", "ready", "wait", "alloc:b:600M", "sleep:1000", "free:b", "info:back", "wait",
+        "init", "ctx", "alloc:a:600M", "ready", "wait", "alloc:b:600M", "wait", "free:b", "info:back", "wait",
         "alloc:c:600M", "hold",
     ]));
     app.wait_for("ready");
     assert_eq!(app.wait_for("a"), cu::SUCCESS.to_string());
+    let over_bytes = ((600 + 600 + 64) * MIB) as f64;
+    let driver_bytes = |metrics: &Metrics| metrics.value("gpuslice_tenant_driver_memory_used_bytes", &[("tenant", "team-a")]);
 
     // Over its 1 GiB cap (by the driver's count 600M + 600M + 64M context)
-    // for about a second: left alone.
+    // only until the monitor has seen it (well within the grace): left alone.
     forget_usage(&sim, "team-a");
     app.send_line("go");
     assert_eq!(app.wait_for("b"), cu::SUCCESS.to_string(), "the shim admitted it: the ledger said 0 in use");
-    let over_seen = time_until(Duration::from_secs(5), || {
-        monitor
-            .metrics()
-            .value("gpuslice_tenant_driver_memory_used_bytes", &[("tenant", "team-a")])
-            .is_some_and(|v| v as u64 == (600 + 600 + 64) * MIB)
-    });
-    assert!(over_seen.is_some(), "the monitor never saw the tenant over its cap");
+    monitor.metrics_until("the monitor to see the tenant over its cap", |metrics| driver_bytes(metrics) == Some(over_bytes));
+    app.send_line("go");
     app.wait_for("back");
-    std::thread::sleep(Duration::from_millis(500));
+    monitor.metrics_until("the monitor to see the tenant back within its cap", |metrics| {
+        driver_bytes(metrics) == Some(((600 + 64) * MIB) as f64)
+    });
+    // That page is of a round after the whole episode: a kill would be done.
     assert!(pid_alive(app.pid()), "killed for a moment over its cap");
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(0.0));
 
-    // Over for good: killed once the grace has passed.
+    // Over for good: killed, and not before the grace has passed (counted
+    // from before the allocation that passes the cap).
+    let over_from = Instant::now();
     app.send_line("go");
     assert_eq!(app.wait_for("c"), cu::SUCCESS.to_string());
-    let over_from = Instant::now();
     let pid = app.pid();
-    let died = time_until(GRACE + Duration::from_secs(10), || !pid_alive(pid));
-    assert!(died.is_some(), "the tenant stayed over its cap and was never killed");
+    poll::until("the tenant that stayed over its cap to be killed", || !pid_alive(pid));
     let lasted = over_from.elapsed();
-    eprintln!("over-cap tenant killed {lasted:?} after it passed its cap (grace {GRACE:?})");
-    assert!(lasted >= GRACE / 2, "killed {lasted:?} after passing its cap, well before the grace of {GRACE:?}");
+    assert!(lasted >= GRACE, "killed {lasted:?} after passing its cap, before the grace of {GRACE:?}");
     assert_eq!(app.wait().code(), None, "it died of a signal");
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(1.0));
@@ -142,22 +142,20 @@ fn a_leak_is_returned_but_a_stopped_process_in_flight_is_left_alone() {
     signal(app.pid(), libc::SIGSTOP);
     record.in_flight_word.fetch_add(in_flight::BEGIN, SeqCst);
     used.fetch_add(10 * MIB, SeqCst);
-    std::thread::sleep(Duration::from_secs(2)); // 8 rounds
+    monitor.wait_rounds(8);
     assert_eq!(ledger.used_bytes(0), held + 10 * MIB, "a reservation in flight of a live process was taken away");
     // It resumes and finishes the reservation.
     record.bytes[0].fetch_add(10 * MIB, SeqCst);
     record.in_flight_word.fetch_add(in_flight::FINISH, SeqCst);
     signal(app.pid(), libc::SIGCONT);
-    std::thread::sleep(Duration::from_secs(1));
+    monitor.wait_rounds(4);
     assert_eq!(ledger.used_bytes(0), held + 10 * MIB, "a balanced tenant was corrected");
 
     // A process killed between the steps: counted, held by no slot, nothing
     // in flight. The monitor returns it.
     used.fetch_add(7 * MIB, SeqCst);
-    let returned = time_until(Duration::from_secs(5), || ledger.used_bytes(0) == held + 10 * MIB);
-    assert!(returned.is_some(), "the leak was never returned: used {}", ledger.used_bytes(0));
-    eprintln!("leak returned {returned:?} after it appeared");
-    std::thread::sleep(Duration::from_millis(750));
+    poll::fetch_until("the leak to be returned", || ledger.used_bytes(0), |used| *used == held + 10 * MIB);
+    monitor.wait_rounds(3);
     assert_eq!(ledger.used_bytes(0), held + 10 * MIB, "returned once");
     assert_eq!(monitor.metrics().value("gpuslice_tenant_unattributed_bytes", &[("tenant", "team-a"), ("device", "0")]), Some(0.0));
     app.wait().assert_success();

@@ -22,6 +22,10 @@ pub struct MonitorCounters {
     /// Bytes a tenant's usage counts that no process slot holds, by
     /// (tenant, uuid), where that has lasted a round (leak audit).
     pub unattributed_bytes: std::collections::HashMap<(String, String), u64>,
+    /// Rounds completed, counting the one whose page this is: a scrape that
+    /// shows a higher figure than an earlier one reflects a look at the
+    /// ledgers and NVML taken after that earlier scrape.
+    pub rounds_total: u64,
 }
 
 /// A tenant whose driver-reported memory passes its cap by more than its
@@ -241,6 +245,11 @@ pub fn render(snapshot: &Snapshot, counters: &MonitorCounters) -> String {
         }
     }
     {
+        let name = "gpuslice_monitor_rounds_total";
+        let mut family = Family::header(&mut out, name, "counter", "Monitor rounds completed, this page's included.");
+        family.sample(name, &[], counters.rounds_total as f64);
+    }
+    {
         let name = "gpuslice_nvml_available";
         let mut family = Family::header(&mut out, name, "gauge", "1 when NVML answers, 0 in ledger-only mode.");
         family.sample(name, &[], if snapshot.nvml { 1.0 } else { 0.0 });
@@ -292,6 +301,7 @@ mod tests {
         };
         let mut counters = MonitorCounters::default();
         counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 7);
+        counters.rounds_total = 12;
         let text = render(&snapshot, &counters);
         assert!(text.contains("gpuslice_tenant_unattributed_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} 7\n"), "{text}");
         assert!(text.contains("gpuslice_tenant_memory_used_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-1\"} 5\n"), "{text}");
@@ -300,6 +310,7 @@ mod tests {
         assert!(text.contains("gpuslice_reclaimed_processes_total{tenant=\"team-a\"} 4\n"));
         assert!(text.contains("# TYPE gpuslice_tenant_alloc_denied_total counter\n"));
         assert!(text.contains("gpuslice_nvml_available 0\n"));
+        assert!(text.contains("# TYPE gpuslice_monitor_rounds_total counter\ngpuslice_monitor_rounds_total 12\n"), "{text}");
         assert!(!text.contains("gpuslice_tenant_driver_memory_used_bytes{"));
     }
 }

@@ -4,13 +4,13 @@
 
 #![allow(dead_code)]
 
-use gpuslice_tests::{simgpu_lib, Running, Sim};
+use gpuslice_tests::{poll, simgpu_lib, Running, Sim};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running monitor.
 pub struct Monitor {
@@ -74,6 +74,33 @@ impl Monitor {
         let (status, body) = self.get("/metrics");
         assert_eq!(status, 200, "{body}");
         Metrics::parse(&body)
+    }
+
+    /// Fetches `/metrics` until `done` accepts it; fails the test with
+    /// `what` and the last page if that never happens.
+    #[track_caller]
+    pub fn metrics_until(&self, what: &str, done: impl FnMut(&Metrics) -> bool) -> Metrics {
+        poll::fetch_until(what, || self.metrics(), done)
+    }
+
+    /// Rounds the monitor has completed (`gpuslice_monitor_rounds_total`).
+    pub fn rounds(&self) -> u64 {
+        let metrics = self.metrics();
+        metrics.value("gpuslice_monitor_rounds_total", &[]).unwrap_or_else(|| panic!("no round count:\n{metrics:#?}")) as u64
+    }
+
+    /// Waits until `n` whole rounds have run since the call: each of them
+    /// started after it and has done all its work. What the monitor would
+    /// do about the state at the call, it has done by the return; a test
+    /// checks that something did *not* happen after this, never after a
+    /// sleep that a starved monitor may not have used.
+    #[track_caller]
+    pub fn wait_rounds(&self, n: u64) {
+        // The page showed `now`, so round `now + 1` may already have begun
+        // before the call; rounds `now + 2` on began after it.
+        let now = self.rounds();
+        let target = now + 1 + n;
+        poll::until(&format!("{n} monitor round(s) after round {now}"), || self.rounds() >= target);
     }
 
     /// Stops it with SIGTERM and returns what it printed (stderr has the log).
@@ -254,21 +281,6 @@ pub fn tenant<'a>(status: &'a serde_json::Value, name: &str) -> Option<&'a serde
 pub fn tenant_used_bytes(sim: &Sim, name: &str) -> Option<u64> {
     let status = status_json(sim);
     tenant(&status, name)?["devices"].as_array()?.iter().find(|d| d["index"] == 0)?["memory_used_bytes"].as_u64()
-}
-
-/// Polls `condition` every 20 ms until it holds or `limit` passes; returns
-/// the time it took, or `None`.
-pub fn time_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    loop {
-        if condition() {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Writes a file atomically (a new inode), as editors and ConfigMaps do.

@@ -23,6 +23,7 @@
 //! `GPUSLICE_TEST_KEEP=1` (keep every test directory, not only failed ones).
 
 pub mod driver;
+pub mod poll;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

@@ -10,7 +10,9 @@
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
 //!    checks it for bypass ([`violations`]), publishes context overheads the
 //!    shims could not measure ([`overhead`]), audits usage that no process
-//!    holds ([`audit`]) and renders `/metrics` ([`http`]).
+//!    holds ([`audit`]) and renders `/metrics` ([`http`]), which counts the
+//!    round in `gpuslice_monitor_rounds_total` (so that whoever reads the
+//!    page can tell when a round has run after something they did).
 //!
 //! All state that matters lives in the ledger files, so a restarted monitor
 //! rebuilds its view from them and loses nothing.
@@ -210,6 +212,10 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
+        // Counted before the page is rendered, so that the page announces the
+        // round whose results it shows: everything this round did (caps
+        // written, slots reclaimed, processes killed) is done by then.
+        counters.rounds_total += 1;
         {
             let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.metrics = metrics::render(&snap, &counters);
