@@ -1,0 +1,136 @@
+//! A hostile tenant against the monitor: whatever it writes in its own
+//! ledger, it cannot have another tenant's process counted as its own or
+//! killed, cannot widen the tolerance of the bypass check, and cannot raise
+//! a cap the monitor holds it to. Each test runs the real monitor in kill
+//! mode over real processes under the shim on simgpu, and writes into the
+//! attacker's ledger as the attacker could.
+
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
+
+use gpuslice_tests::{cu, Running, Sim, GIB, MIB};
+use monitor_support::{pid_alive, Monitor, MonitorOptions};
+use std::sync::atomic::Ordering;
+
+fn kill_mode(sim: &Sim, extra: &str) -> Monitor {
+    let config = sim.dir().join("gpuslice.toml");
+    std::fs::write(&config, format!("on_violation = \"kill\"\nviolation_grace = \"0ms\"\n{extra}")).unwrap();
+    Monitor::start(sim, MonitorOptions { config: Some(config), ..Default::default() })
+}
+
+/// A process of `tenant` under the shim with cap `limit`: it makes a
+/// context, runs `ops`, prints `ready=1` and holds what it has until told
+/// to go on. Returned once it has printed `started=1` (before `ops`).
+fn holder(sim: &Sim, tenant: &str, limit: &str, ops: &[&str]) -> Running {
+    let mut cmd = sim.c("memctl");
+    cmd.env("GPUSLICE_TENANT", tenant)
+        .env("GPUSLICE_MEMORY_LIMIT", limit)
+        .args(["init", "ctx", "mark:started"])
+        .args(ops)
+        .arg("hold");
+    let mut p = sim.spawn(&mut cmd);
+    p.wait_for("started");
+    p
+}
+
+fn start_time_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    ledger::process::start_time_ticks(&stat).unwrap()
+}
+
+fn driver_bytes(monitor: &Monitor, tenant: &str) -> Option<f64> {
+    monitor.metrics().value("gpuslice_tenant_driver_memory_used_bytes", &[("tenant", tenant)])
+}
+
+/// The attacker claims a slot in its own ledger (holding its lock, as any
+/// of its processes can) and writes the victim's identity into it, with
+/// the namespace inode that used to match any namespace.
+#[test]
+fn a_slot_naming_another_tenants_process_attributes_nothing_and_kills_nothing() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim();
+    let monitor = kill_mode(&sim, "");
+    let mut victim = holder(&sim, "victim", "2GiB", &["alloc:a:600M"]);
+    victim.wait_for("ready");
+    let attacker = holder(&sim, "attacker", "128MiB", &[]);
+    let ledger = ledger_view::open(&sim.ledger_dir(), "attacker");
+    let slot = ledger.claim_slot().unwrap();
+    let record = &ledger.layout().slots[slot.index()];
+    let victim_pid = victim.pid();
+    record.pid.store(victim_pid, Ordering::SeqCst);
+    record.ns_pid.store(victim_pid, Ordering::SeqCst);
+    record.pidns_inode.store(0, Ordering::SeqCst);
+    record.start_time_ticks.store(start_time_ticks(victim_pid), Ordering::SeqCst);
+
+    // The victim's memory is its own tenant's, and the attacker's stays its own.
+    monitor.metrics_until("the victim's memory, counted for the victim", |m| {
+        m.value("gpuslice_tenant_driver_memory_used_bytes", &[("tenant", "victim")]) == Some((664 * MIB) as f64)
+    });
+    monitor.wait_rounds(8);
+    assert!(pid_alive(victim_pid), "the victim was killed");
+    assert_eq!(driver_bytes(&monitor, "attacker"), Some((64 * MIB) as f64), "only the attacker's own context");
+    let metrics = monitor.metrics();
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(0.0));
+    ledger.release_slot(slot);
+    victim.wait().assert_success();
+    attacker.wait().assert_success();
+}
+
+/// A tenant raises its cap in its own ledger (the monitor names it in its
+/// configuration) and writes an enormous context overhead, then takes 3 GiB
+/// while the raised cap lasts. The monitor still judges it by the
+/// configured cap, tolerating at most 1 GiB of claimed overhead, and kills
+/// it.
+#[test]
+fn a_claimed_context_overhead_does_not_hide_memory_past_the_cap() {
+    let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
+    let monitor = kill_mode(&sim, "[tenants.greedy]\nmemory = \"1GiB\"\n");
+    // The monitor writes its cap back every round: the tenant races it, and
+    // tries again when the monitor was first.
+    for attempt in 0..5 {
+        let mut greedy = holder(&sim, "greedy", "1GiB", &["wait", "alloc:big:3G", "mark:took"]);
+        let pid = greedy.pid();
+        let ledger = ledger_view::open(&sim.ledger_dir(), "greedy");
+        ledger.set_context_overhead_bytes(0, 1 << 60);
+        ledger.set_memory_limit_bytes(0, ledger::UNLIMITED, ledger::PolicySource::Monitor);
+        greedy.send_line("go");
+        let took = greedy.wait_for("big");
+        if took != cu::SUCCESS.to_string() {
+            eprintln!("attempt {attempt}: the monitor restored the cap first ({took})");
+            greedy.wait().assert_success();
+            // The next process's context would be charged the lie.
+            ledger.set_context_overhead_bytes(0, 64 * MIB);
+            continue;
+        }
+        gpuslice_tests::poll::until("the greedy tenant is killed", || !pid_alive(pid));
+        let out = greedy.wait();
+        assert!(!out.success(), "{out}");
+        let metrics = monitor.metrics();
+        assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+        return;
+    }
+    panic!("the tenant never got its raised cap in before the monitor restored it");
+}
+
+/// A tenant the configuration does not name writes an unlimited cap into
+/// its ledger: the monitor pinned the cap its first process set, writes it
+/// back, and its next allocation past it is refused.
+#[test]
+fn a_tenant_cannot_raise_the_cap_it_started_with() {
+    let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
+    let monitor = kill_mode(&sim, "");
+    let mut tenant = holder(&sim, "raiser", "1GiB", &["ready", "wait", "alloc:big:2G", "mark:tried"]);
+    tenant.wait_for("ready");
+    monitor.metrics_until("the pinned cap", |m| {
+        m.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "raiser")]) == Some(GIB as f64)
+    });
+    let ledger = ledger_view::open(&sim.ledger_dir(), "raiser");
+    ledger.set_memory_limit_bytes(0, ledger::UNLIMITED, ledger::PolicySource::Monitor);
+    monitor.wait_rounds(2);
+    assert_eq!(ledger.memory_limit_bytes(0), GIB, "the monitor wrote the pinned cap back");
+    tenant.send_line("go");
+    tenant.wait_for("tried");
+    let out = tenant.wait();
+    out.assert_success().assert_rc("big", cu::OUT_OF_MEMORY);
+}
