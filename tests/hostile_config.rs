@@ -244,13 +244,10 @@ fn a_monitor_cap_for_a_device_this_host_lacks_is_named_once_per_reload() {
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let status = status_json(&sim);
     assert_eq!(tenant(&status, "team-a").expect("team-a")["devices"][0]["memory_limit_bytes"].as_u64(), Some(GIB));
-    std::thread::sleep(Duration::from_millis(600));
+    monitor.wait_rounds(2);
     monitor.running.signal("HUP");
-    assert!(time_until(Duration::from_secs(5), || {
-        monitor.metrics().value("gpuslice_config_reloads_total", &[("result", "ok")]) == Some(1.0)
-    })
-    .is_some());
-    std::thread::sleep(Duration::from_millis(600));
+    monitor.metrics_until("the reload", |m| m.value("gpuslice_config_reloads_total", &[("result", "ok")]) == Some(1.0));
+    monitor.wait_rounds(2);
     let log = monitor.stop();
     let warnings: Vec<&str> = log.stderr.lines().filter(|l| l.contains("applies to nothing")).collect();
     assert_eq!(warnings.len(), 2, "once at start, once after the reload\n{log}");
