@@ -61,18 +61,30 @@ fn command(program: &Path, dir: &Path, shim: bool) -> Command {
     cmd
 }
 
-fn median_run(program: &Path, dir: &Path, shim: bool) -> Duration {
-    let mut times: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let start = Instant::now();
-            let status = command(program, dir, shim).status().expect("cannot start the startup program");
-            let elapsed = start.elapsed();
-            assert!(status.success(), "the startup program failed (shim: {shim})");
-            elapsed
-        })
-        .collect();
-    times.sort();
-    times[RUNS / 2]
+fn timed_run(program: &Path, dir: &Path, shim: bool) -> Duration {
+    let start = Instant::now();
+    let status = command(program, dir, shim).status().expect("cannot start the startup program");
+    let elapsed = start.elapsed();
+    assert!(status.success(), "the startup program failed (shim: {shim})");
+    elapsed
+}
+
+/// The median start-up time bare and under the shim. The two sides take
+/// turns, first one then the other, so that a machine whose load changes
+/// during the run weighs on both alike.
+fn median_runs(program: &Path, dir: &Path) -> (Duration, Duration) {
+    let mut bare = Vec::with_capacity(RUNS);
+    let mut shim = Vec::with_capacity(RUNS);
+    for run in 0..RUNS {
+        let shim_first = run % 2 == 1;
+        for side_is_shim in [shim_first, !shim_first] {
+            let elapsed = timed_run(program, dir, side_is_shim);
+            if side_is_shim { &mut shim } else { &mut bare }.push(elapsed);
+        }
+    }
+    bare.sort();
+    shim.sort();
+    (bare[RUNS / 2], shim[RUNS / 2])
 }
 
 /// A busy process of the tenant: it takes a context and `HOLDER_BYTES`,
@@ -198,13 +210,12 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
     let program = compile(&dir);
 
-    println!("start-up of one CUDA process, median of {RUNS} runs");
+    println!("start-up of one CUDA process, median of {RUNS} runs a side, the sides taking turns");
     println!("{:<34} {:>10} {:>10} {:>12}", "tenant load", "bare", "shim", "shim adds");
     for busy in [0, BUSY_PROCESSES] {
         let mut holders = busy_tenant(&dir, busy);
         check_holders(&dir, &mut holders, "before timing");
-        let bare = median_run(&program, &dir, false);
-        let shim = median_run(&program, &dir, true);
+        let (bare, shim) = median_runs(&program, &dir);
         check_holders(&dir, &mut holders, "after timing");
         println!(
             "{:<34} {:>8.2}ms {:>8.2}ms {:>10.2}ms",
