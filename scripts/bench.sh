@@ -30,6 +30,9 @@ out=target/bench
 rm -rf "$out"
 mkdir -p "$out"
 export CRITERION_HOME="$PWD/$out/criterion"
+# Other work on the machine moves every figure: the caption reports the
+# one-minute load average before and after the run.
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 for bench in simgpu shim shim_overhead; do
     echo "bench: cargo bench --bench $bench (log: $out/$bench.log)" >&2
     cargo bench --quiet --bench "$bench" -- "$@" >"$out/$bench.log" 2>&1 || {
@@ -43,10 +46,10 @@ cargo bench --quiet --bench startup >"$out/startup.log" 2>&1 || {
     exit 1
 }
 
-python3 - "$out" <<'PY'
+python3 - "$out" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import json, os, re, sys
 
-out = sys.argv[1]
+out, load_before, load_after = sys.argv[1:4]
 criterion = os.path.join(out, "criterion")
 
 
@@ -121,5 +124,8 @@ print(
     f"simgpu's own figures (`--bench simgpu`): a zero-length launch {sim('launch_zero_length_kernel')}, "
     f"a 1 MiB alloc/free pair {sim('mem_alloc_free_1MiB')}, a 4 KiB pair {sim('mem_alloc_free_4KiB')}"
 )
-print(f"(measured on {os.cpu_count()} cores, {os.uname().machine}, {os.uname().sysname} {os.uname().release})")
+print(
+    f"(measured on {os.cpu_count()} cores, {os.uname().machine}, {os.uname().sysname} {os.uname().release}; "
+    f"load average {load_before} before the run, {load_after} after)"
+)
 PY
