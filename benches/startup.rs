@@ -8,7 +8,9 @@
 //! It is measured twice: with the tenant otherwise idle, and with
 //! `BUSY_PROCESSES` other live processes of the same tenant holding slots
 //! and memory, since start-up that slows under load is a known failure of
-//! other tools.
+//! other tools. The busy processes are checked before and after the timing:
+//! each must be running and hold a live slot with its memory in the
+//! tenant's ledger, or the benchmark fails instead of printing the row.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench startup`.
 //! Prints a table; timings are wall-clock on a possibly busy machine, so
@@ -20,6 +22,12 @@ use std::time::{Duration, Instant};
 
 const RUNS: usize = 60;
 const BUSY_PROCESSES: usize = 32;
+const TENANT: &str = "startup";
+/// What each busy process holds besides its context.
+const HOLDER_BYTES: u64 = 64 << 20;
+
+#[path = "../tests/support/ledger_view.rs"]
+mod ledger_view;
 
 fn compile(dir: &Path) -> PathBuf {
     let root = gpuslice_tests::repo_root();
@@ -44,7 +52,7 @@ fn command(program: &Path, dir: &Path, shim: bool) -> Command {
         .env("SIMGPU_STATE", dir.join("simgpu.state"))
         .env("SIMGPU_MEMORY", "80GiB")
         .env("GPUSLICE_DIR", dir.join("ledger"))
-        .env("GPUSLICE_TENANT", "startup")
+        .env("GPUSLICE_TENANT", TENANT)
         .env("GPUSLICE_MEMORY_LIMIT", "40GiB")
         .stdin(Stdio::null());
     if shim {
@@ -53,44 +61,145 @@ fn command(program: &Path, dir: &Path, shim: bool) -> Command {
     cmd
 }
 
-fn median_run(program: &Path, dir: &Path, shim: bool) -> Duration {
-    let mut times: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let start = Instant::now();
-            let status = command(program, dir, shim).status().expect("cannot start the startup program");
-            let elapsed = start.elapsed();
-            assert!(status.success(), "the startup program failed (shim: {shim})");
-            elapsed
-        })
-        .collect();
-    times.sort();
-    times[RUNS / 2]
+fn timed_run(program: &Path, dir: &Path, shim: bool) -> Duration {
+    let start = Instant::now();
+    let status = command(program, dir, shim).status().expect("cannot start the startup program");
+    let elapsed = start.elapsed();
+    assert!(status.success(), "the startup program failed (shim: {shim})");
+    elapsed
 }
 
+/// The median start-up time bare and under the shim. The two sides take
+/// turns, first one then the other, so that a machine whose load changes
+/// during the run weighs on both alike.
+fn median_runs(program: &Path, dir: &Path) -> (Duration, Duration) {
+    let mut bare = Vec::with_capacity(RUNS);
+    let mut shim = Vec::with_capacity(RUNS);
+    for run in 0..RUNS {
+        let shim_first = run % 2 == 1;
+        for side_is_shim in [shim_first, !shim_first] {
+            let elapsed = timed_run(program, dir, side_is_shim);
+            if side_is_shim { &mut shim } else { &mut bare }.push(elapsed);
+        }
+    }
+    bare.sort();
+    shim.sort();
+    (bare[RUNS / 2], shim[RUNS / 2])
+}
+
+/// A busy process of the tenant: it takes a context and `HOLDER_BYTES`,
+/// prints `ready` only when every call succeeded, and holds both until its
+/// stdin closes. A failed call exits with the call's name and error.
+const HOLDER: &str = r#"
+import sys
+from cuda.bindings import driver as d
+
+def ok(what, result):
+    err, *rest = result
+    if err != d.CUresult.CUDA_SUCCESS:
+        sys.exit(f"holder: {what} failed: {err!r}")
+    return rest[0] if rest else None
+
+ok("cuInit", d.cuInit(0))
+dev = ok("cuDeviceGet", d.cuDeviceGet(0))
+ctx = ok("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(dev))
+ok("cuCtxSetCurrent", d.cuCtxSetCurrent(ctx))
+ptr = ok("cuMemAlloc", d.cuMemAlloc(HOLDER_BYTES))
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+
 /// Starts `count` processes of the tenant that hold a context and memory
-/// until their stdin closes.
+/// until their stdin closes (dropping a `Child` closes it), and waits until
+/// each says it is ready. Fails the benchmark if one does not: a row
+/// measured without its busy processes would be a wrong figure.
 fn busy_tenant(dir: &Path, count: usize) -> Vec<Child> {
+    use std::io::Read;
     let python = gpuslice_tests::python();
-    let holder = "import sys\nfrom cuda.bindings import driver as d\n\
-                  d.cuInit(0); _, dev = d.cuDeviceGet(0); _, ctx = d.cuDevicePrimaryCtxRetain(dev)\n\
-                  d.cuCtxSetCurrent(ctx); _, p = d.cuMemAlloc(64 << 20)\n\
-                  print('ready', flush=True); sys.stdin.read()\n";
+    let holder = HOLDER.replace("HOLDER_BYTES", &HOLDER_BYTES.to_string());
     let mut children: Vec<Child> = (0..count)
         .map(|_| {
             command(&python, dir, true)
-                .args(["-c", holder])
+                .args(["-c", &holder])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("cannot start a busy tenant process")
         })
         .collect();
-    for child in &mut children {
-        use std::io::Read;
-        let mut byte = [0u8; 5];
-        child.stdout.as_mut().map(|out| out.read_exact(&mut byte));
+    let mut failed = None;
+    for (index, child) in children.iter_mut().enumerate() {
+        let mut line = [0u8; 6];
+        let read = child.stdout.as_mut().expect("stdout is piped").read_exact(&mut line);
+        if read.is_err() || &line != b"ready\n" {
+            failed = Some((index, child.id()));
+            break;
+        }
+    }
+    if let Some((index, pid)) = failed {
+        let status = children[index].wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+        stop(&mut children);
+        panic!(
+            "busy tenant process {} of {count} (pid {pid}) did not get ready ({status}; its stderr is above): \
+             refusing to measure the row without it",
+            index + 1
+        );
     }
     children
+}
+
+/// Fails the benchmark unless every holder is still running and holds a live
+/// slot in the tenant's ledger with at least `HOLDER_BYTES` charged: the row
+/// is then measured with all of them registered, as its label says.
+fn check_holders(dir: &Path, holders: &mut [Child], when: &str) {
+    let exited = holders.iter_mut().find_map(|child| Some((child.id(), child.try_wait().ok()??)));
+    if let Some((pid, status)) = exited {
+        stop(holders);
+        panic!("busy tenant process {pid} exited {when} ({status}): the row would not be measured with it");
+    }
+    if holders.is_empty() {
+        return;
+    }
+    let pids: Vec<u32> = holders.iter().map(Child::id).collect();
+    let slots = ledger_view::slots(&dir.join("ledger"), TENANT);
+    let registered: Vec<u32> = slots
+        .iter()
+        .filter(|s| s.alive && s.total_bytes() >= HOLDER_BYTES && pids.contains(&s.pid))
+        .map(|s| s.pid)
+        .collect();
+    let missing: Vec<u32> = pids.iter().copied().filter(|pid| !registered.contains(pid)).collect();
+    if !missing.is_empty() {
+        stop(holders);
+        let theirs: Vec<String> = slots
+            .iter()
+            .filter(|s| missing.contains(&s.pid))
+            .map(|s| format!("pid {}: alive {}, {} bytes", s.pid, s.alive, s.total_bytes()))
+            .collect();
+        panic!(
+            "{when}: {} of {} busy tenant processes hold no live slot with {} MiB in the ledger \
+             (pids {missing:?}; their slots: {theirs:?}): the row would not be measured with them",
+            missing.len(),
+            pids.len(),
+            HOLDER_BYTES >> 20
+        );
+    }
+}
+
+/// Kills every holder and reaps it, so that a failed check ends the
+/// benchmark without holders left writing to closed pipes.
+fn stop(holders: &mut [Child]) {
+    for child in holders {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Closes each holder's stdin and waits for it to exit.
+fn release(holders: Vec<Child>) {
+    for mut child in holders {
+        drop(child.stdin.take());
+        let _ = child.wait();
+    }
 }
 
 fn main() {
@@ -101,12 +210,13 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
     let program = compile(&dir);
 
-    println!("start-up of one CUDA process, median of {RUNS} runs");
+    println!("start-up of one CUDA process, median of {RUNS} runs a side, the sides taking turns");
     println!("{:<34} {:>10} {:>10} {:>12}", "tenant load", "bare", "shim", "shim adds");
     for busy in [0, BUSY_PROCESSES] {
-        let holders = busy_tenant(&dir, busy);
-        let bare = median_run(&program, &dir, false);
-        let shim = median_run(&program, &dir, true);
+        let mut holders = busy_tenant(&dir, busy);
+        check_holders(&dir, &mut holders, "before timing");
+        let (bare, shim) = median_runs(&program, &dir);
+        check_holders(&dir, &mut holders, "after timing");
         println!(
             "{:<34} {:>8.2}ms {:>8.2}ms {:>10.2}ms",
             format!("{busy} other live processes"),
@@ -114,10 +224,7 @@ fn main() {
             shim.as_secs_f64() * 1e3,
             (shim.as_secs_f64() - bare.as_secs_f64()) * 1e3
         );
-        for mut child in holders {
-            drop(child.stdin.take());
-            let _ = child.wait();
-        }
+        release(holders);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
