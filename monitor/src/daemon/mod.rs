@@ -21,6 +21,7 @@ mod ledgers;
 pub mod log;
 mod overhead;
 mod policy;
+mod sigbus;
 mod violations;
 
 use crate::config::{self, Config};
@@ -156,7 +157,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
-    let mut ledgers = ledgers::LedgerSet::new(dir, args.host.layout)?;
+    let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
     let mut policy_state = policy::PolicyState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
