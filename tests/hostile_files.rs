@@ -48,8 +48,10 @@ fn share_the_gpu(sim: &Sim) {
     std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
 }
 
-fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).mode() & 0o7777
+/// A file's permission bits, in octal as `ls` and `chmod` write them.
+fn mode(path: &Path) -> String {
+    let bits = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).mode() & 0o7777;
+    format!("{bits:04o}")
 }
 
 fn owner(path: &Path) -> (u32, u32) {
@@ -72,8 +74,15 @@ fn monitor_alive(monitor: &Monitor) -> bool {
     pid_alive(monitor.running.pid()) && std::net::TcpStream::connect(&monitor.addr).is_ok()
 }
 
-fn watched(monitor: &Monitor, tenant: &str) -> bool {
-    monitor.metrics().value("gpuslice_tenant_memory_limit_bytes", &[("tenant", tenant)]).is_some()
+/// Whether the monitor's metrics show `tenant`; `None` when it does not answer.
+fn watched(monitor: &Monitor, tenant: &str) -> Option<bool> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(&monitor.addr).ok()?;
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", monitor.addr).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    Some(Metrics::parse(body).value("gpuslice_tenant_memory_limit_bytes", &[("tenant", tenant)]).is_some())
 }
 
 /// Item 1 (a): `truncate -s 0` on a watched ledger used to kill the monitor
@@ -91,12 +100,14 @@ fn a_ledger_truncated_under_the_monitor_is_dropped_with_one_error_line() {
         let mut create = sim.c("memctl");
         create.env("GPUSLICE_TENANT", "mallory").args(["init", "ctx", "alloc:m:64M"]);
         sim.run(&mut create).assert_success();
-        assert!(time_until(Duration::from_secs(5), || watched(&monitor, "mallory")).is_some(), "attempt {attempt}");
+        assert!(time_until(Duration::from_secs(5), || watched(&monitor, "mallory") == Some(true)).is_some(), "attempt {attempt}");
         let (ok, said) = shell(Command::new("truncate").args(["-s", "0"]).arg(&mallory));
         assert!(ok, "{said}");
-        let dropped = time_until(Duration::from_secs(5), || !monitor_alive(&monitor) || !watched(&monitor, "mallory"));
+        let dropped = time_until(Duration::from_secs(5), || watched(&monitor, "mallory") != Some(true));
         assert!(dropped.is_some(), "attempt {attempt}: the truncated ledger is still watched");
-        assert!(monitor_alive(&monitor), "attempt {attempt}: the monitor died when a ledger was truncated");
+        if !monitor_alive(&monitor) {
+            panic!("attempt {attempt}: the monitor died when a ledger was truncated\n{}", monitor.stop());
+        }
     }
     // The monitor still does its work for the others.
     assert_eq!(tenant_used_bytes(&sim, "victim"), Some((256 + 64) * MIB));
@@ -133,7 +144,7 @@ fn another_user_can_neither_change_nor_remove_a_tenants_ledger() {
     out.assert_fails_closed("x", &["Permission denied"]);
 
     assert!(monitor_alive(&monitor));
-    assert_eq!((owner(&path).0, mode(&path)), (victim_uid, 0o600), "a ledger is its creator's alone");
+    assert_eq!((owner(&path).0, mode(&path)), (victim_uid, "0600".to_string()), "a ledger is its creator's alone");
     assert_eq!(tenant_used_bytes(&sim, "victim"), Some((256 + 64) * MIB), "nothing was lost");
     victim.send_line("go");
     assert_eq!(victim.wait_for("b"), cu::SUCCESS.to_string(), "the victim's process lives on");
@@ -157,12 +168,12 @@ fn the_directory_a_monitor_makes_takes_every_users_ledger() {
     // SAFETY: as above.
     unsafe { libc::umask(old_umask) };
     let dir = sim.ledger_dir();
-    assert_eq!((owner(&dir).0, mode(&dir)), (0, 0o1777), "root's, sticky and open to every user");
+    assert_eq!((owner(&dir).0, mode(&dir)), (0, "1777".to_string()), "root's, sticky and open to every user");
 
     let mut process = sim.spawn(memctl_as(&sim, tenant_uid, &[]).args(["init", "ctx", "alloc:a:128M", "hold"]));
     process.wait_for("ready");
     let path = ledger::tenant_path(&dir, "victim");
-    assert_eq!((owner(&path).0, mode(&path)), (tenant_uid, 0o600));
+    assert_eq!((owner(&path).0, mode(&path)), (tenant_uid, "0600".to_string()));
     let mut metrics = monitor.metrics();
     let tracked = time_until(Duration::from_secs(5), || {
         metrics = monitor.metrics();
@@ -187,7 +198,7 @@ fn a_group_shares_a_tenant_and_keeps_others_out() {
     share_the_gpu(&sim);
     let monitor = Monitor::start(&sim, MonitorOptions { args: vec!["--group".into(), gpu_users.to_string()], ..Default::default() });
     let dir = sim.ledger_dir();
-    assert_eq!((owner(&dir), mode(&dir)), ((0, gpu_users), 0o1770));
+    assert_eq!((owner(&dir), mode(&dir)), ((0, gpu_users), "1770".to_string()));
     let mut cmd = memctl_as(&sim, member, &[gpu_users]);
     cmd.env("GPUSLICE_TENANT", "member").args(["init", "ctx", "alloc:a:64M"]);
     sim.run(&mut cmd).assert_success().assert_rc("a", cu::SUCCESS);
@@ -213,7 +224,7 @@ fn a_group_shares_a_tenant_and_keeps_others_out() {
     let mut b = sim.spawn(team_process(second, &[team, gpu_users]).args(["init", "ctx", "alloc:b:100M", "hold"]));
     b.wait_for("ready");
     let ledger_path = ledger::tenant_path(&team_dir, "team-g");
-    assert_eq!((owner(&ledger_path), mode(&ledger_path)), ((first, team), 0o660));
+    assert_eq!((owner(&ledger_path), mode(&ledger_path)), ((first, team), "0660".to_string()));
     let out = sim.run(team_process(outsider, &[gpu_users]).args(["init", "ctx", "alloc:x:1M"]));
     out.assert_fails_closed("x", &["Permission denied"]);
     let mut metrics = monitor.metrics();
@@ -288,7 +299,7 @@ fn the_per_user_fallback_directory_is_refused_unless_it_is_the_users_own() {
     std::fs::remove_dir(&fallback).unwrap();
     let out = sim.run(&mut victim());
     out.assert_success().assert_rc("init", cu::SUCCESS).assert_rc("big", cu::OUT_OF_MEMORY);
-    assert_eq!((owner(&fallback).0, mode(&fallback)), (victim_uid, 0o700));
+    assert_eq!((owner(&fallback).0, mode(&fallback)), (victim_uid, "0700".to_string()));
     clean();
 }
 
