@@ -135,9 +135,9 @@ fn another_user_can_neither_change_nor_remove_a_tenants_ledger() {
     let mut victim = sim.spawn(memctl_as(&sim, victim_uid, &[]).args(["init", "ctx", "alloc:a:256M", "hold", "alloc:b:128M", "hold"]));
     victim.wait_for("ready");
     let path = ledger::tenant_path(&sim.ledger_dir(), "victim");
-    let (truncated, said) = shell(&mut as_user(&sim, attacker_uid, attacker_uid, &[], "truncate").args(["-s", "0"]).arg(&path));
+    let (truncated, said) = shell(as_user(&sim, attacker_uid, attacker_uid, &[], "truncate").args(["-s", "0"]).arg(&path));
     assert!(!truncated && said.contains("Permission denied"), "another user truncated the ledger: {said}");
-    let (removed, said) = shell(&mut as_user(&sim, attacker_uid, attacker_uid, &[], "rm").arg("-f").arg(&path));
+    let (removed, said) = shell(as_user(&sim, attacker_uid, attacker_uid, &[], "rm").arg("-f").arg(&path));
     assert!(!removed && path.is_file(), "another user removed the ledger: {said}");
     // Posing as the tenant: refused, the victim's cap and usage untouched.
     let out = sim.run(memctl_as(&sim, attacker_uid, &[]).args(["init", "ctx", "alloc:x:64M"]));
