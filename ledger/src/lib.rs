@@ -6,8 +6,14 @@
 //! crate is the safe way to read and change them:
 //!
 //! - [`Ledger::open_or_create`] finds or creates `<dir>/<tenant>.ledger`
-//!   (race-free, see [`open`](crate::Ledger::open)); [`Ledger::open`] opens
-//!   an existing one (monitor, status).
+//!   (race-free, for the creator's users only, in a directory no other user
+//!   controls: the `open` module sets out who creates what, with which
+//!   owner and mode); [`Ledger::open`] opens an existing one (monitor,
+//!   status) without ever waiting or writing.
+//! - [`guard`] lets a process that maps ledgers it does not trust (the
+//!   monitor) survive one being cut short under it, and
+//!   [`Ledger::damage`] says when a mapped file changed in a way no writer
+//!   changes it.
 //! - [`Ledger::device_index`] maps a GPU's UUID to its index in the file.
 //! - [`Ledger::claim_slot`] gives the calling process its slot, locked with
 //!   an OFD lock for as long as the process lives.
@@ -39,7 +45,7 @@
 //! the tenant past its cap). Every change is marked in flight on its slot
 //! ([`layout::in_flight`]), so a corrector (the monitor) can tell such a
 //! leak from a change that is merely slow, or stopped, between its steps,
-//! and return it ([`audit`](crate::audit) says why that is safe).
+//! and return it ([`audit`] says why that is safe).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod accounts;
@@ -243,13 +249,6 @@ impl Ledger {
     /// of a file cut short, and finds them here.
     pub fn damage(&self) -> Option<Damage> {
         open::damage(&self.file, &self.map)
-    }
-
-    /// The address range this ledger is mapped at (for fault handlers and
-    /// tests of them).
-    pub fn mapped_range(&self) -> std::ops::Range<usize> {
-        let start = self.layout() as *const layout::LedgerFile as usize;
-        start..start + layout::FILE_BYTES
     }
 
     /// The file's path.

@@ -18,14 +18,15 @@
 //! The sticky bit keeps a user from removing or renaming another user's
 //! ledger. A tenant whose processes run as several uids shares one ledger
 //! through a group: give it its own directory, owned by root and a group T
-//! of those uids, set-group-ID and sticky (`install -d -o root -g T -m 3770
-//! <dir>/tenants/<tenant>`), and point its processes' `GPUSLICE_DIR` there.
+//! of those uids, set-group-ID and sticky
+//! (`install -d -o root -g T -m 3770 <dir>/tenants/<tenant>`), and point
+//! its processes' `GPUSLICE_DIR` there.
 //! Files created in it get group T and mode 0660. A tenant directory the
 //! monitor makes for Kubernetes (`tenants/<tenant>`, 1777) is reached only
 //! through that tenant's pods' mounts (`tenants/` is 0700), so the ledger
 //! the monitor puts there is 0666, for any uid of those pods.
 //!
-//! A directory is used only if it is safe ([`prepare_dir`]): it is owned
+//! A directory is used only if it is safe (`prepare_dir`): it is owned
 //! by root or by this process's user, and, when anyone may write to it, it
 //! is sticky; the per-user fallback `/tmp/gpuslice-<uid>` must moreover be
 //! this user's own, mode 0700, and no link (as `ssh-agent` and `tmux`
