@@ -70,6 +70,21 @@ fn shell(cmd: &mut Command) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// Polls `condition` every 20 ms until it holds or `limit` passes; returns
+/// how long it took, or `None`. (A latency is what some tests assert.)
+fn within(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if condition() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn monitor_alive(monitor: &Monitor) -> bool {
     pid_alive(monitor.running.pid()) && std::net::TcpStream::connect(&monitor.addr).is_ok()
 }
@@ -100,10 +115,10 @@ fn a_ledger_truncated_under_the_monitor_is_dropped_with_one_error_line() {
         let mut create = sim.c("memctl");
         create.env("GPUSLICE_TENANT", "mallory").args(["init", "ctx", "alloc:m:64M"]);
         sim.run(&mut create).assert_success();
-        assert!(time_until(Duration::from_secs(5), || watched(&monitor, "mallory") == Some(true)).is_some(), "attempt {attempt}");
+        assert!(within(Duration::from_secs(5), || watched(&monitor, "mallory") == Some(true)).is_some(), "attempt {attempt}");
         let (ok, said) = shell(Command::new("truncate").args(["-s", "0"]).arg(&mallory));
         assert!(ok, "{said}");
-        let dropped = time_until(Duration::from_secs(5), || watched(&monitor, "mallory") != Some(true));
+        let dropped = within(Duration::from_secs(5), || watched(&monitor, "mallory") != Some(true));
         assert!(dropped.is_some(), "attempt {attempt}: the truncated ledger is still watched");
         if !monitor_alive(&monitor) {
             panic!("attempt {attempt}: the monitor died when a ledger was truncated\n{}", monitor.stop());
@@ -115,7 +130,7 @@ fn a_ledger_truncated_under_the_monitor_is_dropped_with_one_error_line() {
     assert_eq!(victim.wait_for("b"), cu::SUCCESS.to_string());
     let pid = victim.pid();
     victim.kill9();
-    let took = time_until(Duration::from_secs(5), || tenant_used_bytes(&sim, "victim") == Some(0));
+    let took = within(Duration::from_secs(5), || tenant_used_bytes(&sim, "victim") == Some(0));
     assert!(took.is_some_and(|t| t < Duration::from_secs(1)), "reclaim after the storm took {took:?}");
     let log = monitor.stop();
     assert_eq!(error_lines(&log, "mallory.ledger").len(), 5, "one error line per truncation\n{log}");
@@ -175,7 +190,7 @@ fn the_directory_a_monitor_makes_takes_every_users_ledger() {
     let path = ledger::tenant_path(&dir, "victim");
     assert_eq!((owner(&path).0, mode(&path)), (tenant_uid, "0600".to_string()));
     let mut metrics = monitor.metrics();
-    let tracked = time_until(Duration::from_secs(5), || {
+    let tracked = within(Duration::from_secs(5), || {
         metrics = monitor.metrics();
         metrics.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "victim")]) == Some(((128 + 64) * MIB) as f64)
     });
@@ -228,7 +243,7 @@ fn a_group_shares_a_tenant_and_keeps_others_out() {
     let out = sim.run(team_process(outsider, &[gpu_users]).args(["init", "ctx", "alloc:x:1M"]));
     out.assert_fails_closed("x", &["Permission denied"]);
     let mut metrics = monitor.metrics();
-    let shared = time_until(Duration::from_secs(5), || {
+    let shared = within(Duration::from_secs(5), || {
         metrics = monitor.metrics();
         metrics.value("gpuslice_tenant_processes", &[("tenant", "team-g")]) == Some(2.0)
             && metrics.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "team-g")]) == Some((2 * (100 + 64) * MIB) as f64)
@@ -337,7 +352,7 @@ fn empty_and_half_initialised_files_do_not_slow_reclaim() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(tenant_used_bytes(&sim, "victim"), Some((256 + 64) * MIB));
     tenant_process.kill9();
-    let took = time_until(Duration::from_secs(20), || tenant_used_bytes(&sim, "victim") == Some(0));
+    let took = within(Duration::from_secs(20), || tenant_used_bytes(&sim, "victim") == Some(0));
     let took = took.expect("never reclaimed");
     assert!(took < Duration::from_secs(1), "reclaim took {took:?} with 20 hostile files in the directory");
     std::thread::sleep(ledger_grace() + Duration::from_millis(800));
@@ -389,7 +404,7 @@ fn a_slot_with_an_invalid_state_is_reset_with_one_line_saying_so() {
         own.layout().usage.devices[0].used_bytes.fetch_add(64 * MIB, Ordering::SeqCst);
         slot.state_word.store(ledger::layout::state_word(7, 3), Ordering::SeqCst);
     }
-    let returned = time_until(Duration::from_secs(5), || tenant_used_bytes(&sim, "victim") == Some(0));
+    let returned = within(Duration::from_secs(5), || tenant_used_bytes(&sim, "victim") == Some(0));
     assert!(returned.is_some(), "the slot's bytes never came back");
     std::thread::sleep(Duration::from_millis(600));
     let log = monitor.stop();
