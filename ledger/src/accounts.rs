@@ -7,13 +7,24 @@
 //! process dies.
 
 use crate::layout::{device_state, in_flight, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
-use crate::{ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES};
+use crate::{ofd, ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long `device_index` waits for another process to finish writing a
-/// device entry.
+/// How long `device_index` waits for another live process to finish
+/// writing a device entry.
 const DEVICE_ENTRY_WAIT: Duration = Duration::from_secs(1);
+
+/// How long an entry must have been `CLAIMING` before a free lock counts as
+/// a dead claimer's. Claimers of this build hold the lock throughout; the
+/// grace covers claimers of builds from before the lock, which finish a
+/// claim in microseconds.
+const DEVICE_CLAIM_GRACE: Duration = Duration::from_millis(50);
+
+/// The byte a process appending device entry `index` locks: the entry's first.
+fn device_lock_offset(index: usize) -> u64 {
+    (std::mem::offset_of!(crate::layout::Header, devices) + index * std::mem::size_of::<crate::layout::DeviceRecord>()) as u64
+}
 
 /// Takes `bytes` from a tenant's `used_bytes` with one `fetch_sub`, for a
 /// release or drain that has already taken them from a slot; returns what it
@@ -143,9 +154,20 @@ impl Ledger {
     /// The ledger index of the GPU with this UUID, appending it to the device
     /// table if this tenant has not used it yet. Indices are stable for the
     /// life of the file, whatever order processes see their devices in.
+    ///
+    /// A process that appends an entry holds an OFD lock on the entry's first
+    /// byte from before it moves the entry out of `EMPTY` until it is
+    /// `READY`, so an entry left `CLAIMING` whose lock is free was left by a
+    /// process that died there: the entry is emptied again (under its lock)
+    /// and claimed anew. Nobody used its index: the dead claimer never
+    /// returned it, and everybody else waited. Only an entry claimed by a
+    /// live process (or left in a state no writer writes) is waited for, up
+    /// to `DEVICE_ENTRY_WAIT` (a second), and then refused.
     pub fn device_index(&self, uuid: &[u8; 16], total_memory_bytes: u64) -> Result<usize, LedgerError> {
         for (index, entry) in self.layout().header.devices.iter().enumerate() {
             let deadline = Instant::now() + DEVICE_ENTRY_WAIT;
+            let lock = device_lock_offset(index);
+            let mut claiming_since: Option<Instant> = None;
             loop {
                 match entry.state.load(Ordering::Acquire) {
                     device_state::READY => {
@@ -156,29 +178,62 @@ impl Ledger {
                         break;
                     }
                     device_state::EMPTY => {
-                        if entry
-                            .state
-                            .compare_exchange(device_state::EMPTY, device_state::CLAIMING, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                        {
-                            for (cell, byte) in entry.uuid.iter().zip(uuid) {
-                                cell.store(*byte, Ordering::Relaxed);
+                        // Our other threads stay out while we hold the
+                        // entry's lock: theirs would not conflict with ours.
+                        let _threads = self.owned_bits();
+                        if ofd::try_lock(self.lock_fd(), lock).map_err(LedgerError::Lock)? {
+                            let claimed = entry
+                                .state
+                                .compare_exchange(device_state::EMPTY, device_state::CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok();
+                            if claimed {
+                                for (cell, byte) in entry.uuid.iter().zip(uuid) {
+                                    cell.store(*byte, Ordering::Relaxed);
+                                }
+                                entry.total_memory_bytes.store(total_memory_bytes, Ordering::Relaxed);
+                                entry.state.store(device_state::READY, Ordering::Release);
                             }
-                            entry.total_memory_bytes.store(total_memory_bytes, Ordering::Relaxed);
-                            entry.state.store(device_state::READY, Ordering::Release);
-                            return Ok(index);
+                            let _ = ofd::unlock(self.lock_fd(), lock);
+                            if claimed {
+                                return Ok(index);
+                            }
+                            continue;
+                        }
+                        // Another process is between its lock and its claim.
+                    }
+                    device_state::CLAIMING => {
+                        let since = *claiming_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= DEVICE_CLAIM_GRACE && self.take_over_dead_claim(index) {
+                            claiming_since = None;
+                            continue;
                         }
                     }
-                    _ => {
-                        if Instant::now() >= deadline {
-                            return Err(LedgerError::DeviceEntryStuck { index });
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+                    _ => {}
                 }
+                if Instant::now() >= deadline {
+                    return Err(LedgerError::DeviceEntryStuck { index });
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         Err(LedgerError::DevicesFull)
+    }
+
+    /// Empties device entry `index` if it is `CLAIMING` and nobody holds its
+    /// lock (its claimer died); returns whether it did.
+    fn take_over_dead_claim(&self, index: usize) -> bool {
+        let Some(entry) = self.layout().header.devices.get(index) else { return false };
+        let _threads = self.owned_bits();
+        let lock = device_lock_offset(index);
+        if !matches!(ofd::try_lock(self.lock_fd(), lock), Ok(true)) {
+            return false;
+        }
+        let emptied = entry
+            .state
+            .compare_exchange(device_state::CLAIMING, device_state::EMPTY, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        let _ = ofd::unlock(self.lock_fd(), lock);
+        emptied
     }
 
     /// The device table, in index order.
@@ -395,5 +450,47 @@ impl Ledger {
             }
         }
         drained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::device_state;
+
+    const UUID: [u8; 16] = *b"GPU-claim-uuid-0";
+
+    fn fresh(name: &str) -> (std::path::PathBuf, Ledger) {
+        let dir = std::env::temp_dir().join(format!("gpuslice-claim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ledger = Ledger::open_or_create(&dir, "t").unwrap();
+        (dir, ledger)
+    }
+
+    #[test]
+    fn an_entry_left_claiming_by_a_dead_process_is_claimed_anew() {
+        let (dir, ledger) = fresh("dead");
+        // A first process died between its claim and its READY.
+        ledger.layout().header.devices[0].state.store(device_state::CLAIMING, Ordering::SeqCst);
+        let started = Instant::now();
+        assert_eq!(ledger.device_index(&UUID, 1 << 30).unwrap(), 0);
+        assert!(started.elapsed() < DEVICE_ENTRY_WAIT, "{:?}", started.elapsed());
+        assert_eq!(ledger.devices()[0].uuid, UUID);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_entry_a_live_process_is_claiming_is_waited_for() {
+        let (dir, ledger) = fresh("live");
+        let claimer = Ledger::open(ledger.path()).unwrap();
+        assert!(ofd::try_lock(claimer.lock_fd(), device_lock_offset(0)).unwrap());
+        ledger.layout().header.devices[0].state.store(device_state::CLAIMING, Ordering::SeqCst);
+        let started = Instant::now();
+        assert!(matches!(ledger.device_index(&UUID, 1 << 30), Err(LedgerError::DeviceEntryStuck { index: 0 })));
+        assert!(started.elapsed() >= DEVICE_ENTRY_WAIT);
+        // It dies: the next process takes the entry over.
+        drop(claimer);
+        assert_eq!(ledger.device_index(&UUID, 1 << 30).unwrap(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

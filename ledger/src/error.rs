@@ -49,6 +49,24 @@ pub enum OpenError {
         /// The length of a ledger of this version.
         expected: u64,
     },
+    /// The file is a sound ledger of another tenant (renamed or copied).
+    OtherTenant {
+        /// The file.
+        path: PathBuf,
+        /// The tenant named in the file.
+        stored: String,
+        /// The tenant asked for.
+        expected: String,
+    },
+    /// The ledger directory is not safe to keep ledgers in: another user
+    /// could replace or plant a ledger there (see the ledger crate's `open`
+    /// module for the rule).
+    UnsafeDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it, and what to do.
+        reason: String,
+    },
     /// A field holds a value no writer of this version writes.
     Corrupt {
         /// The file.
@@ -86,11 +104,32 @@ impl fmt::Display for OpenError {
                 "ledger {} is truncated: {len} bytes, a ledger has {expected}; it was left untouched",
                 path.display()
             ),
+            OpenError::OtherTenant { path, stored, expected } => write!(
+                f,
+                "ledger {} belongs to tenant {stored:?}, not {expected:?} (was it renamed or copied?); it was left untouched",
+                path.display()
+            ),
+            OpenError::UnsafeDir { path, reason } => {
+                write!(f, "ledger directory {} is not safe to use: {reason}", path.display())
+            }
             OpenError::Corrupt { path, field, value } => write!(
                 f,
                 "ledger {} is corrupt: field {field} holds {value:#x}, which no writer writes; it was left untouched",
                 path.display()
             ),
+        }
+    }
+}
+
+impl OpenError {
+    /// Whether the file may still be in the hands of its creator: it is
+    /// empty, or its `initialised` word is still zero. Look again later
+    /// rather than give up on it at once.
+    pub fn is_uninitialised(&self) -> bool {
+        match self {
+            OpenError::Truncated { len, .. } => *len == 0,
+            OpenError::Corrupt { field, value, .. } => field == "initialised" && *value == 0,
+            _ => false,
         }
     }
 }
@@ -116,7 +155,9 @@ pub enum LedgerError {
         /// The index given.
         index: usize,
     },
-    /// Another process left a device entry half-written for too long.
+    /// Another live process kept a device entry half-written for too long
+    /// (one that died there is taken over), or the entry holds a state no
+    /// writer writes.
     DeviceEntryStuck {
         /// The entry's index.
         index: usize,
@@ -139,9 +180,11 @@ impl fmt::Display for LedgerError {
             LedgerError::NoSuchDevice { index } => {
                 write!(f, "device index {index} is outside the ledger (0..{})", crate::MAX_DEVICES)
             }
-            LedgerError::DeviceEntryStuck { index } => {
-                write!(f, "device entry {index} was left half-written by another process")
-            }
+            LedgerError::DeviceEntryStuck { index } => write!(
+                f,
+                "device entry {index} is being written by another live process (or holds a state no writer writes) \
+                 and was not finished within a second"
+            ),
             LedgerError::Lock(source) => write!(f, "cannot lock a process slot: {source}"),
         }
     }

@@ -6,8 +6,14 @@
 //! crate is the safe way to read and change them:
 //!
 //! - [`Ledger::open_or_create`] finds or creates `<dir>/<tenant>.ledger`
-//!   (race-free, see [`open`](crate::Ledger::open)); [`Ledger::open`] opens
-//!   an existing one (monitor, status).
+//!   (race-free, for the creator's users only, in a directory no other user
+//!   controls: the `open` module sets out who creates what, with which
+//!   owner and mode); [`Ledger::open`] opens an existing one (monitor,
+//!   status) without ever waiting or writing.
+//! - [`guard`] lets a process that maps ledgers it does not trust (the
+//!   monitor) survive one being cut short under it, and
+//!   [`Ledger::damage`] says when a mapped file changed in a way no writer
+//!   changes it.
 //! - [`Ledger::device_index`] maps a GPU's UUID to its index in the file.
 //! - [`Ledger::claim_slot`] gives the calling process its slot, locked with
 //!   an OFD lock for as long as the process lives.
@@ -39,12 +45,13 @@
 //! the tenant past its cap). Every change is marked in flight on its slot
 //! ([`layout::in_flight`]), so a corrector (the monitor) can tell such a
 //! leak from a change that is merely slow, or stopped, between its steps,
-//! and return it ([`audit`](crate::audit) says why that is safe).
+//! and return it ([`audit`] says why that is safe).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod accounts;
 pub mod audit;
 mod error;
+pub mod guard;
 pub mod layout;
 mod ofd;
 mod open;
@@ -56,7 +63,8 @@ pub use accounts::CapDecision;
 pub use audit::UsageAudit;
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
-pub use slots::{lock_offset as slot_lock_offset, Reclaimed, Slot, SlotView};
+pub use open::{Damage, FileAccess, CREATION_WAIT};
+pub use slots::{lock_offset as slot_lock_offset, InvalidSlot, Reclaimed, Slot, SlotView};
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
@@ -67,8 +75,11 @@ use std::sync::Mutex;
 pub const LEDGER_SUFFIX: &str = ".ledger";
 
 /// The ledger directory when `GPUSLICE_DIR` is not set: `/run/gpuslice` if it
-/// can be created and written, else `$XDG_RUNTIME_DIR/gpuslice` (same test),
-/// else `/tmp/gpuslice-<uid>`. Creates the directory it picks when it can.
+/// can be created and written and is safe, else `$XDG_RUNTIME_DIR/gpuslice`
+/// (same test), else `/tmp/gpuslice-<uid>`, which the first
+/// [`Ledger::open_or_create`] creates 0700 and which is refused unless it is
+/// this user's own, mode 0700 and no link (see [`open`](Ledger::open_or_create)).
+/// Creates the directory it picks when it can, except the last.
 pub fn default_dir() -> PathBuf {
     let mut candidates = vec![PathBuf::from("/run/gpuslice")];
     if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
@@ -77,17 +88,15 @@ pub fn default_dir() -> PathBuf {
     first_usable_dir(candidates)
 }
 
-/// The first of `candidates` that can be created and written, else
-/// `/tmp/gpuslice-<uid>` (not created here).
+/// The first of `candidates` that can be created and written and is safe,
+/// else `/tmp/gpuslice-<uid>` (not created here).
 fn first_usable_dir(candidates: impl IntoIterator<Item = PathBuf>) -> PathBuf {
     for dir in candidates {
-        if open::create_dir(&dir).is_ok() && writable(&dir) {
+        if open::prepare_dir(&dir).is_ok() && writable(&dir) {
             return dir;
         }
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/gpuslice-{uid}"))
+    open::fallback_dir()
 }
 
 fn writable(dir: &Path) -> bool {
@@ -183,37 +192,63 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Opens `<dir>/<tenant>.ledger`, creating `dir` (mode 0755) and the file
-    /// if needed. Concurrent first processes agree on one file: each builds
-    /// a complete file under a temporary name and publishes it with
-    /// `link(2)`, which only the first can do.
+    /// Opens `<dir>/<tenant>.ledger`, creating `dir` and the file if needed
+    /// (the file for the creator's user alone: [`FileAccess::Creator`]).
+    /// Concurrent first processes agree on one file: each builds a complete
+    /// file under a temporary name and publishes it with `link(2)`, which
+    /// only the first can do. A directory another user could tamper with is
+    /// refused ([`OpenError::UnsafeDir`]); a file still being created by a
+    /// creator of another kind is waited for, up to [`CREATION_WAIT`].
     pub fn open_or_create(dir: &Path, tenant: &str) -> Result<Ledger, OpenError> {
+        Ledger::open_or_create_with(dir, tenant, FileAccess::Creator)
+    }
+
+    /// [`open_or_create`](Self::open_or_create), creating the file with
+    /// `access` if it does not exist.
+    pub fn open_or_create_with(dir: &Path, tenant: &str, access: FileAccess) -> Result<Ledger, OpenError> {
         if units::validate_tenant_name(tenant).is_err() {
             return Err(OpenError::BadTenantName { tenant: tenant.to_string() });
         }
-        open::create_dir(dir)?;
+        open::prepare_dir(dir)?;
         let path = tenant_path(dir, tenant);
-        match Ledger::open(&path) {
+        match Ledger::open_waiting(&path) {
             Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
             other => return other.and_then(|ledger| ledger.check_tenant(tenant)),
         }
-        open::create(dir, tenant, &path)?;
-        Ledger::open(&path).and_then(|ledger| ledger.check_tenant(tenant))
+        open::create(dir, tenant, &path, access)?;
+        Ledger::open_waiting(&path).and_then(|ledger| ledger.check_tenant(tenant))
     }
 
     fn check_tenant(self, tenant: &str) -> Result<Ledger, OpenError> {
-        if self.tenant() == tenant {
+        let stored = self.tenant();
+        if stored == tenant {
             Ok(self)
         } else {
-            Err(OpenError::Corrupt { path: self.path.clone(), field: "tenant_name".into(), value: 0 })
+            Err(OpenError::OtherTenant { path: self.path.clone(), stored, expected: tenant.to_string() })
         }
     }
 
     /// Opens an existing ledger file (the monitor, `gpuslice status`). Never
-    /// writes to it; see [`OpenError`] for what it refuses.
+    /// writes to it, and never waits: a file that is empty or not yet
+    /// initialised is an error at once ([`OpenError::is_uninitialised`]);
+    /// see [`OpenError`] for what else it refuses.
     pub fn open(path: &Path) -> Result<Ledger, OpenError> {
-        let (file, map) = open::open_existing(path)?;
+        let (file, map) = open::open_existing(path, false)?;
         Ok(Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]) })
+    }
+
+    fn open_waiting(path: &Path) -> Result<Ledger, OpenError> {
+        let (file, map) = open::open_existing(path, true)?;
+        Ok(Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]) })
+    }
+
+    /// Whether the file changed under this mapping in a way no gpuslice
+    /// writer changes it (cut short, resized, its header overwritten), so
+    /// that nothing read from it can be trusted; `None` while it is sound.
+    /// A process that guards its mappings ([`guard`]) survives the faults
+    /// of a file cut short, and finds them here.
+    pub fn damage(&self) -> Option<Damage> {
+        open::damage(&self.file, &self.map)
     }
 
     /// The file's path.

@@ -14,6 +14,16 @@
 //! Each step is a CAS on the slot's state word (state and generation), so a
 //! stale view never wins. Liveness never depends on pids, so pid reuse and
 //! PID namespaces cannot fool it.
+//!
+//! # A state no writer writes
+//! Opening refuses a file whose slots hold an unknown state, but a tenant's
+//! process can write one into its open ledger later. Such a slot is not
+//! reclaimed as a dead process's: [`Ledger::reset_invalid_slots`] frees it,
+//! when nobody holds its lock, returning its bytes to the tenant, and
+//! reports each one ([`InvalidSlot`]), so that the monitor can say that it
+//! rewrote the slot and why. Its owner, if it lives, holds the lock and is
+//! left alone (its reservations and releases stop: the slot is no longer
+//! `ALIVE` for its generation).
 
 use crate::layout::{in_flight, split_state_word, state_word, slot_state, SLOTS_OFFSET, SLOT_BYTES};
 use crate::ofd;
@@ -63,6 +73,19 @@ pub struct Reclaimed {
     pub bytes_per_device: Vec<(usize, u64)>,
 }
 
+/// A slot that held a state no writer writes and was reset to free.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidSlot {
+    /// The slot's index.
+    pub slot_index: usize,
+    /// The state word found (state in the low 32 bits, generation above).
+    pub state_word: u64,
+    /// The pid the slot named.
+    pub pid: u32,
+    /// Bytes returned to the tenant, by device index (non-zero only).
+    pub bytes_per_device: Vec<(usize, u64)>,
+}
+
 /// A snapshot of a slot in use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotView {
@@ -105,7 +128,10 @@ fn bit(index: usize) -> (usize, u64) {
 }
 
 impl Ledger {
-    fn owned_bits(&self) -> std::sync::MutexGuard<'_, [u64; MAX_SLOTS / 64]> {
+    /// The bits of the slots this `Ledger` holds; holding the guard also
+    /// keeps this process's other threads out of every lock operation on
+    /// the file (see `Ledger::owned`).
+    pub(crate) fn owned_bits(&self) -> std::sync::MutexGuard<'_, [u64; MAX_SLOTS / 64]> {
         self.owned.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -117,13 +143,14 @@ impl Ledger {
 
     /// Claims a free slot for the calling process and locks it for as long as
     /// this `Ledger` stays open. If every slot is taken, reclaims dead ones
-    /// once and tries again.
+    /// (and resets invalid ones) once and tries again.
     pub fn claim_slot(&self) -> Result<Slot, LedgerError> {
         let me = ProcessIdentity::current();
         if let Some(slot) = self.claim_free(&me)? {
             return Ok(slot);
         }
         self.reclaim_dead();
+        self.reset_invalid_slots();
         self.claim_free(&me)?.ok_or(LedgerError::SlotsFull)
     }
 
@@ -189,7 +216,8 @@ impl Ledger {
 
     /// Finds slots in use whose owner is dead (nobody holds their lock),
     /// returns their bytes to the tenant and frees them. Skips the slots this
-    /// `Ledger` holds itself.
+    /// `Ledger` holds itself, and those holding a state no writer writes
+    /// ([`reset_invalid_slots`](Self::reset_invalid_slots) deals with them).
     pub fn reclaim_dead(&self) -> Vec<Reclaimed> {
         let owned = self.owned_bits();
         let fd = self.lock_fd();
@@ -199,7 +227,11 @@ impl Ledger {
             if owned.get(word_index).is_some_and(|w| w & mask != 0) {
                 continue;
             }
-            if split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE {
+            let state_now = split_state_word(record.state_word.load(Ordering::Acquire)).0;
+            if state_now > slot_state::RECLAIMING {
+                continue;
+            }
+            if state_now == slot_state::FREE {
                 if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0)
                     && matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true))
                 {
@@ -220,6 +252,7 @@ impl Ledger {
             let (state, generation) = split_state_word(word);
             let reclaiming = state_word(slot_state::RECLAIMING, generation);
             if state == slot_state::FREE
+                || state > slot_state::RECLAIMING
                 || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err()
             {
                 let _ = ofd::unlock(fd, lock_offset(index));
@@ -243,6 +276,44 @@ impl Ledger {
             reclaimed.push(dead);
         }
         reclaimed
+    }
+
+    /// Frees the slots holding a state no writer writes (see the module
+    /// docs) whose lock nobody holds, returning their bytes to the tenant;
+    /// returns each one. Skips the slots this `Ledger` holds itself.
+    pub fn reset_invalid_slots(&self) -> Vec<InvalidSlot> {
+        let owned = self.owned_bits();
+        let fd = self.lock_fd();
+        let mut reset = Vec::new();
+        for (index, record) in self.layout().slots.iter().enumerate() {
+            let (word_index, mask) = bit(index);
+            if owned.get(word_index).is_some_and(|w| w & mask != 0) {
+                continue;
+            }
+            if split_state_word(record.state_word.load(Ordering::Acquire)).0 <= slot_state::RECLAIMING {
+                continue;
+            }
+            if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
+                continue;
+            }
+            let word = record.state_word.load(Ordering::Acquire);
+            let (state, generation) = split_state_word(word);
+            let reclaiming = state_word(slot_state::RECLAIMING, generation);
+            if state <= slot_state::RECLAIMING
+                || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err()
+            {
+                let _ = ofd::unlock(fd, lock_offset(index));
+                continue;
+            }
+            let bytes_per_device = self.drain_slot(record);
+            let in_flight_word = record.in_flight_word.load(Ordering::Acquire);
+            record.in_flight_word.store(in_flight::settled(in_flight_word), Ordering::SeqCst);
+            let pid = record.pid.load(Ordering::Relaxed);
+            record.state_word.store(state_word(slot_state::FREE, generation.wrapping_add(1)), Ordering::Release);
+            let _ = ofd::unlock(fd, lock_offset(index));
+            reset.push(InvalidSlot { slot_index: index, state_word: word, pid, bytes_per_device });
+        }
+        reset
     }
 
     /// The slots in use, with whether their owner is alive (holds the lock,
@@ -279,5 +350,38 @@ impl Ledger {
             });
         }
         views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::layout::{slot_state, state_word};
+    use crate::Ledger;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_slot_with_a_state_no_writer_writes_is_reset_and_reported_not_reclaimed() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-slots-invalid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ledger = Ledger::open_or_create(&dir, "t").unwrap();
+        let dev = ledger.device_index(b"GPU-slot-invalid", 1 << 30).unwrap();
+        let owner = Ledger::open(ledger.path()).unwrap();
+        let slot = owner.claim_slot().unwrap();
+        owner.try_reserve(&slot, dev, 4096).unwrap();
+        let record = &ledger.layout().slots[slot.index()];
+        let bad = state_word(7, slot.generation());
+        // A live owner's slot overwritten: left alone while it lives.
+        record.state_word.store(bad, Ordering::SeqCst);
+        assert!(ledger.reset_invalid_slots().is_empty());
+        drop(owner);
+        assert!(ledger.reclaim_dead().is_empty(), "not taken for a dead process's slot");
+        let reset = ledger.reset_invalid_slots();
+        assert_eq!(reset.len(), 1);
+        assert_eq!((reset[0].slot_index, reset[0].state_word), (slot.index(), bad));
+        assert_eq!(reset[0].bytes_per_device, vec![(dev, 4096)]);
+        assert_eq!(ledger.used_bytes(dev), 0, "its bytes went back to the tenant");
+        assert_eq!(record.state_word.load(Ordering::SeqCst), state_word(slot_state::FREE, slot.generation() + 1));
+        assert!(ledger.reset_invalid_slots().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

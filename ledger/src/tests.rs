@@ -53,7 +53,7 @@ fn create_then_reopen_sees_the_same_file() {
     let meta = std::fs::metadata(ledger.path()).unwrap();
     assert_eq!(meta.len(), FILE_BYTES as u64);
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(meta.permissions().mode() & 0o777, 0o666, "every process of the tenant can map it");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "only the creator's user can open it");
     let dev = ledger.device_index(&UUID, 80 << 30).unwrap();
     assert_eq!(dev, 0);
     assert_eq!(ledger.memory_limit_bytes(dev), UNLIMITED);

@@ -23,6 +23,8 @@ pub struct StatusArgs {
 }
 
 pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+    // A ledger cut short while status reads it must not kill status.
+    let _ = crate::daemon::sigbus::install();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let named = if args.host.dir.is_some() {
         Some("--dir")

@@ -16,7 +16,27 @@
 //! process record. When it dies, however it dies, the kernel drops the lock;
 //! whoever next finds a record that is alive but unlocked (an allocation that
 //! would fail, context creation, an NVML query, a scheduler waiter) reclaims it
-//! with a compare-and-swap and gives its memory back to the device.
+//! with a compare-and-swap and gives its memory back to the device. The
+//! reclaimer holds the dead record's lock while it works, so a reclaimer that
+//! dies too is followed by another.
+//!
+//! # A process killed between two counters
+//! A device's `used_bytes` is the sum of every record's `used_bytes` on it.
+//! Changing both is two stores, and `kill -9` can land between them: with
+//! the device's counter first, the device would keep bytes no record holds
+//! (lost for good: no reclaim returns them); with the record's first, a
+//! reclaim would return bytes the device never counted (the device would
+//! then admit more than its capacity). So every change of the pair
+//! (charge, uncharge, release, reclaim) is made under the device's *books*
+//! lock ([`Books`]) and written to its journal first: the two values it is
+//! about to store, armed last. The lock word names its holder by something
+//! the kernel keeps alive only while the holder lives (its record's OFD lock
+//! and the record's generation; a process with no record holds a *helper*
+//! byte for the same purpose). A process that finds the lock held by a dead
+//! holder takes it over and replays the holder's armed journal (both stores
+//! again: they are idempotent), so the pair is always whole: the change
+//! happened entirely, and the dead process's record, which reclaim then
+//! drains, holds its share.
 
 use crate::config::Config;
 use crate::sys;
@@ -25,15 +45,22 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Mutex;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPU\0\0");
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 pub const MAX_DEVICES: usize = crate::config::MAX_DEVICES as usize;
 pub const MAX_PROCS: usize = 256;
 /// Tickets outstanding at once per device (contexts waiting for the device).
 pub const TICKET_RING: usize = 1024;
 pub const DEVICE_SAMPLES: usize = 64;
 pub const PROC_SAMPLES: usize = 16;
+/// Processes without a record (NVML-only clients, such as a monitor) that
+/// can change the books at once.
+pub const MAX_HELPERS: usize = 64;
+/// A books lock token's index of helper `i` is `HELPER_INDEX_BASE + i`;
+/// record `slot`'s is `slot + 1`.
+const HELPER_INDEX_BASE: u32 = 0x1_0000;
 /// Utilization sample period: NVML samples about every 1/6 s.
 pub const SAMPLE_PERIOD_NS: u64 = 1_000_000_000 / 6;
 
@@ -90,6 +117,34 @@ pub struct DeviceShared {
     pub sample_head: AtomicU64,
     pub samples: [DeviceSample; DEVICE_SAMPLES],
     pub tickets: [TicketHolder; TICKET_RING],
+    pub books: Books,
+}
+
+/// The lock and journal under which a device's `used_bytes` and the records'
+/// `used_bytes` on it change together (see the module docs).
+#[repr(C, align(64))]
+pub struct Books {
+    /// 0 when free; else the holder's token: low 32 bits its record index + 1
+    /// (or `HELPER_INDEX_BASE` + its helper index), high 32 bits that
+    /// record's (or helper's) generation.
+    pub lock: AtomicU64,
+    /// The record the journalled change writes, + 1; 0 when no change is
+    /// armed.
+    pub journal_record: AtomicU32,
+    pub _pad: u32,
+    /// The device's `used_bytes` after the journalled change.
+    pub journal_device_after: AtomicU64,
+    /// The record's `used_bytes` on this device after the journalled change.
+    pub journal_record_after: AtomicU64,
+    pub _reserved: [u64; 4],
+}
+
+/// A byte a process without a record locks to name itself as a books holder.
+#[repr(C)]
+pub struct Helper {
+    /// Bumped by each process that takes the helper.
+    pub generation: AtomicU32,
+    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -132,6 +187,7 @@ pub struct Layout {
     pub header: Header,
     pub devices: [DeviceShared; MAX_DEVICES],
     pub procs: [ProcRecord; MAX_PROCS],
+    pub helpers: [Helper; MAX_HELPERS],
 }
 
 // SAFETY: all of these are repr(C) atomics/integers, valid when zeroed.
@@ -141,12 +197,18 @@ unsafe impl Shared for DeviceShared {}
 // SAFETY: as above.
 unsafe impl Shared for ProcRecord {}
 // SAFETY: as above.
+unsafe impl Shared for Books {}
+// SAFETY: as above.
+unsafe impl Shared for Helper {}
+// SAFETY: as above.
 unsafe impl Shared for Layout {}
 
 pub const FILE_BYTES: usize = std::mem::size_of::<Layout>();
 const _: () = assert!(std::mem::size_of::<Header>() == 64);
 const _: () = assert!(std::mem::offset_of!(Layout, devices) == 64);
-const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16);
+const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16 + 64);
+const _: () = assert!(std::mem::size_of::<Books>() == 64);
+const _: () = assert!(std::mem::size_of::<Helper>() == 8);
 const _: () = assert!(std::mem::size_of::<ProcDevice>() == 48 + PROC_SAMPLES * 16);
 const _: () = assert!(std::mem::size_of::<ProcRecord>() == 64 + MAX_DEVICES * std::mem::size_of::<ProcDevice>());
 const _: () = assert!(FILE_BYTES.is_multiple_of(64));
@@ -188,6 +250,12 @@ pub struct SharedState {
     /// to F_OFD_GETLK through the same open file description, so liveness
     /// checks must skip it explicitly.
     own: AtomicU32,
+    /// The books token of this process when it has no record: a helper it
+    /// holds (0: none taken yet). Taken under this lock, once.
+    helper: Mutex<u64>,
+    /// One reclaimer at a time in this process: its threads' OFD locks
+    /// through one description would not keep each other out.
+    reclaiming: Mutex<()>,
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> StateError + 'a {
@@ -301,7 +369,14 @@ impl SharedState {
         // Layout), never unmapped, and Layout is valid for any bit pattern its
         // creator or a zero-filled file can hold (all atomics/integers).
         let layout: &'static Layout = unsafe { &*(p as *const Layout) };
-        Ok(SharedState { layout, fd: AtomicI32::new(fd), path, own: AtomicU32::new(0) })
+        Ok(SharedState {
+            layout,
+            fd: AtomicI32::new(fd),
+            path,
+            own: AtomicU32::new(0),
+            helper: Mutex::new(0),
+            reclaiming: Mutex::new(()),
+        })
     }
 
     fn check(&self, config: &Config) -> Result<(), StateError> {
@@ -364,7 +439,8 @@ impl SharedState {
                 rec.generation.fetch_add(1, AcqRel);
                 rec.host_pid.store(host_pid, Relaxed);
                 for d in &rec.devices {
-                    d.used_bytes.store(0, Relaxed);
+                    // `used_bytes` is left alone: a free record holds none,
+                    // and it changes only under the books (module docs).
                     d.contexts.store(0, Relaxed);
                     d.busy_ns_total.store(0, Relaxed);
                     d.last_sample_ns.store(0, Relaxed);
@@ -395,38 +471,161 @@ impl SharedState {
         own == Some(slot) || sys::ofd_is_locked(self.fd(), Self::lock_offset(slot))
     }
 
-    /// Releases the memory and records of processes that died. Returns how
-    /// many records were reclaimed.
+    /// Releases the memory and records of processes that died (and of
+    /// reclaimers that died at it). Returns how many records were reclaimed.
     pub fn reclaim_dead(&self, own: Option<usize>) -> usize {
         let own = own.or_else(|| self.own_slot());
+        let _one_reclaimer = self.reclaiming.lock().unwrap_or_else(|e| e.into_inner());
         let mut reclaimed = 0;
         for (slot, rec) in self.layout.procs.iter().enumerate() {
-            if Some(slot) == own || rec.state.load(Acquire) != PROC_ALIVE {
+            let state = rec.state.load(Acquire);
+            if Some(slot) == own || (state != PROC_ALIVE && state != PROC_RECLAIMING) {
                 continue;
             }
+            // The owner, or a live reclaimer, holds the record's lock.
             if sys::ofd_is_locked(self.fd(), Self::lock_offset(slot)) {
                 continue;
             }
-            if rec.state.compare_exchange(PROC_ALIVE, PROC_RECLAIMING, AcqRel, Relaxed).is_err() {
+            if !sys::ofd_try_lock(self.fd(), Self::lock_offset(slot)) {
                 continue;
             }
-            // Re-check under our claim: a live owner would still hold the lock.
-            if sys::ofd_is_locked(self.fd(), Self::lock_offset(slot)) {
-                rec.state.store(PROC_ALIVE, Release);
+            let state = rec.state.load(Acquire);
+            if (state != PROC_ALIVE && state != PROC_RECLAIMING)
+                || rec.state.compare_exchange(state, PROC_RECLAIMING, AcqRel, Relaxed).is_err()
+            {
+                sys::ofd_unlock(self.fd(), Self::lock_offset(slot));
                 continue;
             }
-            for (dev, pd) in self.layout.devices.iter().zip(rec.devices.iter()) {
-                let bytes = pd.used_bytes.swap(0, AcqRel);
-                if bytes > 0 {
-                    sub_saturating(&dev.used_bytes, bytes);
-                }
-                pd.contexts.store(0, Relaxed);
+            // Every device, not only those the record holds bytes on: a dead
+            // holder's armed journal may name this record anywhere.
+            let mut drained = true;
+            for dev in 0..self.device_count() as usize {
+                drained &= self.drain(dev, slot);
+                rec.devices[dev].contexts.store(0, Relaxed);
             }
-            rec.host_pid.store(0, Relaxed);
-            rec.state.store(PROC_FREE, Release);
-            reclaimed += 1;
+            if drained {
+                rec.host_pid.store(0, Relaxed);
+                rec.state.store(PROC_FREE, Release);
+                reclaimed += 1;
+            }
+            sys::ofd_unlock(self.fd(), Self::lock_offset(slot));
         }
         reclaimed
+    }
+
+    /// Takes record `slot`'s bytes on `dev` from the device, under the
+    /// books; false when this process could not take the books (no token).
+    fn drain(&self, dev: usize, slot: usize) -> bool {
+        self.with_books(dev, |d| {
+            let pd = &self.proc(slot).devices[dev.min(MAX_DEVICES - 1)];
+            let taken = pd.used_bytes.load(Acquire);
+            self.write_books(d, slot, dev, d.used_bytes.load(Acquire).saturating_sub(taken), 0);
+        })
+        .is_some()
+    }
+
+    /// This process's books token: its record's, else a helper's (taken on
+    /// first use and kept for the life of the process); `None` when it has
+    /// no record and every helper is taken.
+    fn books_token(&self) -> Option<u64> {
+        if let Some(slot) = self.own_slot() {
+            let generation = self.proc(slot).generation.load(Acquire);
+            return Some(((generation as u64) << 32) | (slot as u64 + 1));
+        }
+        let mut helper = self.helper.lock().unwrap_or_else(|e| e.into_inner());
+        if *helper != 0 {
+            return Some(*helper);
+        }
+        for (i, h) in self.layout.helpers.iter().enumerate() {
+            if sys::ofd_is_locked(self.fd(), Self::helper_offset(i)) || !sys::ofd_try_lock(self.fd(), Self::helper_offset(i)) {
+                continue;
+            }
+            let generation = h.generation.fetch_add(1, AcqRel).wrapping_add(1);
+            *helper = ((generation as u64) << 32) | (HELPER_INDEX_BASE as u64 + i as u64);
+            return Some(*helper);
+        }
+        None
+    }
+
+    fn helper_offset(i: usize) -> u64 {
+        (std::mem::offset_of!(Layout, helpers) + i.min(MAX_HELPERS - 1) * std::mem::size_of::<Helper>()) as u64
+    }
+
+    /// Whether the holder named by a books token lives: its record (or
+    /// helper) still has the token's generation and its lock is held.
+    fn holder_alive(&self, token: u64, mine: u64) -> bool {
+        if token == mine {
+            // Another thread of this process.
+            return true;
+        }
+        let (index, generation) = (token as u32, (token >> 32) as u32);
+        if (1..=MAX_PROCS as u32).contains(&index) {
+            let slot = index as usize - 1;
+            return self.proc(slot).generation.load(Acquire) == generation
+                && self.own_slot() != Some(slot)
+                && sys::ofd_is_locked(self.fd(), Self::lock_offset(slot));
+        }
+        let Some(i) = index.checked_sub(HELPER_INDEX_BASE).map(|i| i as usize).filter(|i| *i < MAX_HELPERS) else {
+            return false;
+        };
+        self.layout.helpers[i].generation.load(Acquire) == generation && sys::ofd_is_locked(self.fd(), Self::helper_offset(i))
+    }
+
+    /// Runs `change` holding device `dev`'s books lock, after replaying a
+    /// dead holder's armed journal. `None` when this process has no token
+    /// to hold the lock with.
+    fn with_books<R>(&self, dev: usize, change: impl FnOnce(&DeviceShared) -> R) -> Option<R> {
+        let token = self.books_token()?;
+        let d = self.device(dev);
+        let books = &d.books;
+        let mut spins = 0u32;
+        loop {
+            match books.lock.compare_exchange_weak(0, token, AcqRel, Acquire) {
+                Ok(_) => break,
+                Err(0) => continue,
+                Err(holder) => {
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(128) {
+                        if !self.holder_alive(holder, token) && books.lock.compare_exchange(holder, token, AcqRel, Acquire).is_ok() {
+                            break;
+                        }
+                        if spins >= 128 * 64 {
+                            // A holder stopped (SIGSTOP, a debugger): stop spinning.
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        self.replay(d, dev);
+        let result = change(d);
+        books.lock.store(0, Release);
+        Some(result)
+    }
+
+    /// Writes a change of the pair (device `dev`'s `used_bytes`, record
+    /// `slot`'s `used_bytes` on it), journal first. Under the books lock.
+    fn write_books(&self, d: &DeviceShared, slot: usize, dev: usize, device_after: u64, record_after: u64) {
+        let books = &d.books;
+        books.journal_device_after.store(device_after, Relaxed);
+        books.journal_record_after.store(record_after, Relaxed);
+        books.journal_record.store(slot.min(MAX_PROCS - 1) as u32 + 1, Release);
+        self.replay(d, dev);
+    }
+
+    /// Makes an armed journal's stores (again) and disarms it. Under the
+    /// books lock.
+    fn replay(&self, d: &DeviceShared, dev: usize) {
+        let books = &d.books;
+        let record = books.journal_record.load(Acquire);
+        let Some(slot) = (record as usize).checked_sub(1) else { return };
+        d.used_bytes.store(books.journal_device_after.load(Relaxed), Release);
+        self.proc(slot).devices[dev.min(MAX_DEVICES - 1)].used_bytes.store(books.journal_record_after.load(Relaxed), Release);
+        books.journal_record.store(0, Release);
     }
 
     fn fd(&self) -> i32 {
@@ -448,6 +647,8 @@ impl SharedState {
         // lock stays, since its open file description lives on in the parent.
         unsafe { libc::close(old) };
         self.own.store(0, Release);
+        // The parent's helper byte is locked through the parent's description.
+        *self.helper.lock().unwrap_or_else(|e| e.into_inner()) = 0;
         true
     }
 
@@ -459,25 +660,33 @@ impl SharedState {
     /// Gives the record back at a clean exit.
     pub fn release_proc(&self, slot: usize) {
         let rec = self.proc(slot);
-        for (dev, pd) in self.layout.devices.iter().zip(rec.devices.iter()) {
-            let bytes = pd.used_bytes.swap(0, AcqRel);
-            if bytes > 0 {
-                sub_saturating(&dev.used_bytes, bytes);
+        for dev in 0..self.device_count() as usize {
+            if rec.devices[dev].used_bytes.load(Acquire) > 0 {
+                self.drain(dev, slot);
             }
-            pd.contexts.store(0, Relaxed);
+            rec.devices[dev].contexts.store(0, Relaxed);
         }
         rec.state.store(PROC_FREE, Release);
         sys::ofd_unlock(self.fd(), Self::lock_offset(slot));
     }
 
     /// Charges `bytes` to device `dev` for process record `slot`: succeeds only
-    /// if the device's total stays within capacity (CAS loop). On a miss, dead
+    /// if the device's total stays within capacity. On a miss, dead
     /// processes are reclaimed and the charge retried once.
     pub fn charge(&self, dev: usize, slot: usize, bytes: u64) -> bool {
-        let d = self.device(dev);
         for attempt in 0..2 {
-            if try_add_capped(&d.used_bytes, bytes, d.capacity_bytes.load(Relaxed)) {
-                self.proc(slot).devices[dev.min(MAX_DEVICES - 1)].used_bytes.fetch_add(bytes, AcqRel);
+            let charged = self.with_books(dev, |d| {
+                let used = d.used_bytes.load(Acquire);
+                let record = self.proc(slot).devices[dev.min(MAX_DEVICES - 1)].used_bytes.load(Acquire);
+                match (used.checked_add(bytes), record.checked_add(bytes)) {
+                    (Some(next), Some(record_next)) if next <= d.capacity_bytes.load(Relaxed) => {
+                        self.write_books(d, slot, dev, next, record_next);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            if charged == Some(true) {
                 return true;
             }
             if attempt == 0 && self.reclaim_dead(Some(slot)) == 0 {
@@ -487,9 +696,13 @@ impl SharedState {
         false
     }
 
+    /// Returns up to `bytes` that record `slot` holds on `dev` to the device.
     pub fn uncharge(&self, dev: usize, slot: usize, bytes: u64) {
-        sub_saturating(&self.proc(slot).devices[dev.min(MAX_DEVICES - 1)].used_bytes, bytes);
-        sub_saturating(&self.device(dev).used_bytes, bytes);
+        self.with_books(dev, |d| {
+            let record = self.proc(slot).devices[dev.min(MAX_DEVICES - 1)].used_bytes.load(Acquire);
+            let taken = record.min(bytes);
+            self.write_books(d, slot, dev, d.used_bytes.load(Acquire).saturating_sub(taken), record - taken);
+        });
     }
 
     /// (capacity, used) of a device, all processes.
@@ -622,6 +835,85 @@ mod tests {
         assert_eq!(b.reclaim_dead(None), 1);
         assert_eq!(b.memory(1).1, 0);
         assert_eq!(b.proc(sa).state.load(Relaxed), PROC_FREE);
+        let _ = std::fs::remove_file(&p);
+    }
+
+    /// Holds `victim`'s record as a books holder that died after arming
+    /// its journal: `device_step` says whether it had also stored the
+    /// device's counter.
+    fn die_mid_change(st: &SharedState, dev: usize, victim: usize, bytes: u64, device_step: bool) {
+        let d = st.device(dev);
+        let generation = st.proc(victim).generation.load(Relaxed);
+        d.books.lock.store(((generation as u64) << 32) | (victim as u64 + 1), SeqCst);
+        let device_after = d.used_bytes.load(SeqCst) + bytes;
+        let record_after = st.proc(victim).devices[dev].used_bytes.load(SeqCst) + bytes;
+        d.books.journal_device_after.store(device_after, SeqCst);
+        d.books.journal_record_after.store(record_after, SeqCst);
+        d.books.journal_record.store(victim as u32 + 1, SeqCst);
+        if device_step {
+            d.used_bytes.store(device_after, SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_process_killed_between_the_two_counters_loses_nothing() {
+        for device_step in [false, true] {
+            let p = temp(&format!("killed-mid-charge-{device_step}"));
+            let a = SharedState::open(&config(&p, 1 << 20)).unwrap();
+            let b = SharedState::open(&config(&p, 1 << 20)).unwrap();
+            let sa = a.claim_proc(1).unwrap();
+            let sb = b.claim_proc(2).unwrap();
+            assert!(a.charge(0, sa, 1000));
+            assert!(b.charge(0, sb, 2000));
+            // b is killed in the middle of charging 4096 more, holding the books.
+            die_mid_change(&b, 0, sb, 4096, device_step);
+            sys::ofd_unlock(b.fd(), SharedState::lock_offset(sb));
+            // The next change takes the books over and completes b's change...
+            assert!(a.charge(0, sa, 24));
+            assert_eq!(a.memory(0).1, 1024 + 2000 + 4096);
+            assert_eq!(a.proc(sb).devices[0].used_bytes.load(SeqCst), 2000 + 4096);
+            // ...which reclaim then returns whole.
+            assert_eq!(a.reclaim_dead(None), 1);
+            assert_eq!(a.memory(0).1, 1024, "device_step={device_step}");
+            a.uncharge(0, sa, 1024);
+            assert_eq!(a.memory(0).1, 0);
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+
+    #[test]
+    fn a_live_holder_of_the_books_is_waited_for_not_overtaken() {
+        let p = temp("live-holder");
+        let a = SharedState::open(&config(&p, 1 << 20)).unwrap();
+        let b = SharedState::open(&config(&p, 1 << 20)).unwrap();
+        let sa = a.claim_proc(1).unwrap();
+        let sb = b.claim_proc(2).unwrap();
+        let generation = b.proc(sb).generation.load(Relaxed);
+        let token = ((generation as u64) << 32) | (sb as u64 + 1);
+        b.device(0).books.lock.store(token, SeqCst);
+        let released = std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| a.charge(0, sa, 512));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let still_held = b.device(0).books.lock.load(SeqCst) == token;
+            b.device(0).books.lock.store(0, SeqCst);
+            assert!(waiter.join().unwrap());
+            still_held
+        });
+        assert!(released, "a live holder's lock was taken over");
+        assert_eq!(a.memory(0).1, 512);
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn a_process_without_a_record_reclaims_through_a_helper() {
+        let p = temp("helper");
+        let a = SharedState::open(&config(&p, 1 << 20)).unwrap();
+        let monitor = SharedState::open(&config(&p, 1 << 20)).unwrap();
+        let sa = a.claim_proc(1).unwrap();
+        assert!(a.charge(1, sa, 8192));
+        sys::ofd_unlock(a.fd(), SharedState::lock_offset(sa));
+        assert_eq!(monitor.reclaim_dead(None), 1);
+        assert_eq!(monitor.memory(1).1, 0);
         let _ = std::fs::remove_file(&p);
     }
 

@@ -23,6 +23,7 @@ mod ledgers;
 pub mod log;
 mod overhead;
 mod policy;
+pub(crate) mod sigbus;
 mod violations;
 
 use crate::config::{self, Config};
@@ -159,7 +160,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let _ = std::io::stdout().flush();
 
     let mut policy_state = policy::PolicyState::new(&dir)?;
-    let mut ledgers = ledgers::LedgerSet::new(dir, args.host.layout)?;
+    let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();

@@ -69,15 +69,33 @@ impl PolicyState {
     /// kept in `<dir>/.monitor/pinned.toml`.
     pub fn new(dir: &Path) -> Result<PolicyState, String> {
         let state = state_dir(dir);
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let ours = |meta: &std::fs::Metadata| meta.is_dir() && meta.uid() == me && meta.mode() & 0o077 == 0;
+        if let Ok(meta) = std::fs::symlink_metadata(&state) {
+            if !ours(&meta) {
+                // Someone else made it (the ledger directory is open to
+                // every user): it is not the monitor's, so it goes aside.
+                let aside = dir.join(format!(".monitor.untrusted-{}", std::process::id()));
+                std::fs::rename(&state, &aside).map_err(|e| {
+                    format!("{} is not the monitor's (uid {}, mode {:o}) and cannot be moved aside: {e}", state.display(), meta.uid(), meta.mode() & 0o7777)
+                })?;
+                log::warn(&format!(
+                    "{} was not the monitor's (uid {}, mode {:o}): moved to {}",
+                    state.display(),
+                    meta.uid(),
+                    meta.mode() & 0o7777,
+                    aside.display()
+                ));
+            }
+        }
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&state)
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| format!("cannot create the monitor's state directory {}: {e}", state.display()))?;
         let meta = std::fs::symlink_metadata(&state).map_err(|e| format!("{}: {e}", state.display()))?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        if !ours(&meta) {
             return Err(format!(
                 "{} must be a directory owned by uid {me} with mode 0700 (it holds the monitor's pinned caps); \
                  found uid {}, mode {:o}",
