@@ -402,3 +402,21 @@ fn a_refused_tenant_name_says_what_is_accepted() {
         assert!(out.stderr.contains(why) && out.stderr.contains(TENANT_FORMAT), "{out}");
     }
 }
+
+// --- A misspelt or unenforced variable -----------------------------------------
+
+/// `GPUSLICE_MEMORY_LIMT` (a typo) would mean no cap at all, and a compute
+/// setting no limit at all: both fail closed, naming the variable.
+#[test]
+fn a_misspelt_or_unenforced_variable_fails_closed() {
+    for (name, value, says) in [
+        ("GPUSLICE_MEMORY_LIMT", "1GiB", "not a gpuslice variable"),
+        ("GPUSLICE_COMPUTE_LIMIT", "30", "not enforced"),
+    ] {
+        let sim = sim();
+        let holder = holder(&sim);
+        let out = attack(&sim, &[(name, value)]);
+        out.assert_fails_closed("a", &[name, says]);
+        holder.assert_nothing_lost(&sim, &out);
+    }
+}

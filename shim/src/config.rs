@@ -25,6 +25,9 @@
 //!   is often shared by processes that each see part of the host's (or the
 //!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
 //!   do;
+//! - a `GPUSLICE_` variable the shim does not read (a misspelt name would
+//!   mean its setting silently not applied), and the compute settings, which
+//!   this version does not enforce;
 //! - a variable this module reads that appears twice in the environment (a
 //!   crafted `envp`), since which copy counts depends on who reads it;
 //! - a relative `GPUSLICE_DIR` (each working directory would get a ledger of
@@ -286,9 +289,46 @@ fn parse_dir(vars: &Vars) -> Result<PathBuf, ConfigError> {
     Ok(dir)
 }
 
+/// The `GPUSLICE_` variables the shim reads.
+const SHIM_VARIABLES: &[&str] =
+    &["GPUSLICE_MEMORY_LIMIT", "GPUSLICE_TENANT", "GPUSLICE_DIR", "GPUSLICE_LOG", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"];
+
+/// `GPUSLICE_` variables of gpuslice's own tools, which the shim leaves
+/// alone: `gpuslice run`'s library override, and the test and benchmark
+/// harness's settings.
+const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
+const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
+
+/// Compute settings, which the shim does not enforce yet.
+const COMPUTE_VARIABLES: &[&str] = &["GPUSLICE_COMPUTE_SHARE", "GPUSLICE_COMPUTE_LIMIT", "GPUSLICE_PRIORITY"];
+
+/// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
+/// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a compute
+/// setting would mean no limit, silently.
+fn check_names(vars: &Vars) -> Result<(), ConfigError> {
+    for (name, value) in vars.iter().filter(|(k, _)| k.starts_with("GPUSLICE_")) {
+        let name = name.as_str();
+        if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) || TOOL_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let expected = if COMPUTE_VARIABLES.contains(&name) {
+            "compute time slices are not enforced by this version, so the setting would be ignored; unset it".to_string()
+        } else {
+            format!(
+                "{name} is not a gpuslice variable, so its setting would be ignored (a misspelt name must not mean \
+                 no cap); the shim reads {}",
+                SHIM_VARIABLES.join(", ")
+            )
+        };
+        return Err(invalid(name, value, expected));
+    }
+    Ok(())
+}
+
 /// Parses the environment. `cgroup` is the text of `/proc/self/cgroup`,
 /// read only when `GPUSLICE_TENANT` is unset.
 pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Config, ConfigError> {
+    check_names(vars)?;
     let log_level = match get(vars, "GPUSLICE_LOG")? {
         None => LogLevel::Warn,
         Some(value) => match value.trim_ascii().to_ascii_lowercase().as_str() {
@@ -474,6 +514,24 @@ mod tests {
         assert!(e.to_string().contains(TENANT_FORMAT), "{e}");
         let e = refused(&[("GPUSLICE_DIR", "ledgers")]);
         assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_or_unenforced_gpuslice_variable_is_refused() {
+        for (name, says) in [
+            ("GPUSLICE_MEMORY_LIMT", "not a gpuslice variable"),
+            ("GPUSLICE_TENNANT", "not a gpuslice variable"),
+            ("GPUSLICE_COMPUTE_LIMIT", "not enforced"),
+            ("GPUSLICE_COMPUTE_SHARE", "not enforced"),
+            ("GPUSLICE_PRIORITY", "not enforced"),
+        ] {
+            let e = refused(&[(name, "1GiB")]);
+            assert_eq!(e.variable, name);
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_TEST_WAIT_S", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
+            assert!(parse_vars(&[(name, "x")]).is_ok(), "{name}");
+        }
     }
 
     #[test]
