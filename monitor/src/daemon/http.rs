@@ -53,7 +53,7 @@ fn answer(mut stream: TcpStream, pages: &SharedPages) -> std::io::Result<()> {
     let (status, content_type, body) = {
         let pages = pages.lock().unwrap_or_else(|e| e.into_inner());
         match (method, path) {
-            ("GET" | "HEAD", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", pages.metrics.clone()),
+            ("GET" | "HEAD", "/metrics") => ("200 OK", crate::metrics::CONTENT_TYPE, pages.metrics.clone()),
             ("GET" | "HEAD", "/healthz") => ("200 OK", "text/plain; charset=utf-8", pages.health.clone()),
             ("GET" | "HEAD", _) => ("404 Not Found", "text/plain; charset=utf-8", "not found: try /metrics or /healthz\n".into()),
             _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET and HEAD are served\n".into()),
