@@ -1,12 +1,30 @@
-//! `/metrics`: the snapshot in the Prometheus text exposition format.
+//! `/metrics`: the snapshot in the Prometheus text exposition format (0.0.4).
 //!
-//! Written by hand rather than through a metrics registry: every value is
-//! recomputed from the ledgers and NVML on each round, so there is no
-//! long-lived metric state to register, and the format needs only correct
-//! label escaping and `HELP`/`TYPE` lines, both done here and tested.
+//! The format itself (HELP and TYPE lines, label and HELP escaping, numbers,
+//! `+Inf`) belongs to `prometheus-client`, the Prometheus project's Rust
+//! client; this module only says which families there are and where their
+//! values come from.
+//!
+//! Every value is recomputed from the round's [`Snapshot`] and the monitor's
+//! own [`MonitorCounters`], so there are no long-lived metric objects to
+//! update: [`render`] hands both to a [`Page`] collector in a registry made
+//! for that one render, and the collector writes every family when the
+//! registry is encoded. A family with no series this round (no untracked
+//! process, no tenant over its cap) still gets its HELP and TYPE lines, so
+//! that a scraper can tell "none" from "not exported".
 
-use crate::snapshot::Snapshot;
-use std::fmt::Write;
+use crate::snapshot::{DeviceView, Snapshot, TenantDeviceView};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt;
+
+/// The `Content-Type` of the page [`render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Counters the monitor keeps itself (not in any ledger).
 #[derive(Debug, Clone, Default)]
@@ -42,238 +60,403 @@ pub struct OverCap {
     pub over_bytes: u64,
 }
 
-/// Escapes a label value: backslash, double quote and newline.
-pub fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-struct Family<'a> {
-    out: &'a mut String,
-}
-
-impl Family<'_> {
-    fn header<'o>(out: &'o mut String, name: &str, kind: &str, help: &str) -> Family<'o> {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        Family { out }
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (key, val)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let _ = write!(self.out, "{key}=\"{}\"", escape_label(val));
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {}", format_value(value));
-    }
-}
-
-fn format_value(value: f64) -> String {
-    if value.is_infinite() {
-        if value > 0.0 { "+Inf".into() } else { "-Inf".into() }
-    } else if value.is_nan() {
-        "NaN".into()
-    } else if value.fract() == 0.0 && value.abs() < 1e17 {
-        format!("{}", value as i64)
-    } else {
-        format!("{value}")
-    }
-}
-
 /// Renders the whole exposition.
 pub fn render(snapshot: &Snapshot, counters: &MonitorCounters) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Page { snapshot: snapshot.clone(), counters: counters.clone() }));
     let mut out = String::new();
-    let tenant_device = |name: &str, help: &str, kind: &str, out: &mut String, value: &dyn Fn(&crate::snapshot::TenantDeviceView) -> Option<f64>| {
-        let mut family = Family::header(out, name, kind, help);
-        for tenant in &snapshot.tenants {
-            for device in &tenant.devices {
-                if let Some(v) = value(device) {
-                    let index = device.index.to_string();
-                    family.sample(name, &[("tenant", &tenant.name), ("device", &index), ("uuid", &device.uuid)], v);
+    // Only the writer could fail, and a `String` never does.
+    prometheus_text::encode(&mut out, &registry).expect("encoding into a String cannot fail");
+    out
+}
+
+/// One round's figures, encoded when the registry is.
+#[derive(Debug)]
+struct Page {
+    snapshot: Snapshot,
+    counters: MonitorCounters,
+}
+
+/// A gauge family being written.
+struct Gauges<'e>(MetricEncoder<'e>);
+
+impl<'e> Gauges<'e> {
+    fn start(encoder: &'e mut DescriptorEncoder, name: &'static str, help: &str) -> Result<Self, fmt::Error> {
+        Ok(Gauges(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?))
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: impl EncodeGaugeValue) -> fmt::Result {
+        ConstGauge::new(value).encode(self.0.encode_family(&labels)?)
+    }
+}
+
+/// A counter family being written.
+struct Counters<'e>(MetricEncoder<'e>);
+
+impl<'e> Counters<'e> {
+    /// `name` is spelled as on the page; the encoder adds the `_total` of a
+    /// counter's name itself, so it is taken off here.
+    fn start(encoder: &'e mut DescriptorEncoder, name: &'static str, help: &str) -> Result<Self, fmt::Error> {
+        let stem = name.strip_suffix("_total").unwrap_or(name);
+        Ok(Counters(encoder.encode_descriptor(stem, help, None, MetricType::Counter)?))
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: impl EncodeCounterValue) -> fmt::Result {
+        ConstCounter::new(value).encode(self.0.encode_family(&labels)?)
+    }
+}
+
+/// A memory cap as a gauge value: its bytes, exact, or `+Inf` when there is
+/// none.
+struct Cap(Option<u64>);
+
+impl EncodeGaugeValue for Cap {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
+        match self.0 {
+            Some(bytes) => EncodeGaugeValue::encode(&bytes, encoder),
+            None => EncodeGaugeValue::encode(&f64::INFINITY, encoder),
+        }
+    }
+}
+
+/// One gauge family with a series per tenant and device, labelled tenant,
+/// device and uuid; a device where `value` has nothing has no series.
+fn tenant_device_gauge<V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    snapshot: &Snapshot,
+    name: &'static str,
+    help: &str,
+    value: impl Fn(&str, &TenantDeviceView) -> Option<V>,
+) -> fmt::Result {
+    let mut family = Gauges::start(encoder, name, help)?;
+    for tenant in &snapshot.tenants {
+        for device in &tenant.devices {
+            if let Some(v) = value(&tenant.name, device) {
+                let index = device.index.to_string();
+                family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &device.uuid)], v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One gauge family with a series per device, labelled device and uuid.
+fn device_gauge<V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    snapshot: &Snapshot,
+    name: &'static str,
+    help: &str,
+    value: impl Fn(&DeviceView) -> Option<V>,
+) -> fmt::Result {
+    let mut family = Gauges::start(encoder, name, help)?;
+    for device in &snapshot.devices {
+        if let Some(v) = value(device) {
+            let index = device.index.to_string();
+            family.sample(&[("device", &index), ("uuid", &device.uuid)], v)?;
+        }
+    }
+    Ok(())
+}
+
+impl Collector for Page {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let Page { snapshot, counters } = self;
+        let e = &mut encoder;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_memory_used_bytes",
+            "Device memory reserved by the tenant's processes, as the ledger counts it.",
+            |_, d| Some(d.memory_used_bytes),
+        )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_memory_limit_bytes",
+            "The tenant's memory cap on the device (+Inf when uncapped).",
+            |_, d| Some(Cap(d.memory_limit_bytes)),
+        )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_processes",
+            "Live processes of the tenant holding memory on the device.",
+            |_, d| Some(d.processes),
+        )?;
+        {
+            let name = "gpuslice_tenant_alloc_denied_total";
+            let mut family = Counters::start(e, name, "Allocations refused because they would pass the tenant's cap.")?;
+            for tenant in &snapshot.tenants {
+                for d in &tenant.devices {
+                    let index = d.index.to_string();
+                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.alloc_denied_total)?;
                 }
             }
         }
-    };
-    tenant_device(
-        "gpuslice_tenant_memory_used_bytes",
-        "Device memory reserved by the tenant's processes, as the ledger counts it.",
-        "gauge",
-        &mut out,
-        &|d| Some(d.memory_used_bytes as f64),
-    );
-    tenant_device(
-        "gpuslice_tenant_memory_limit_bytes",
-        "The tenant's memory cap on the device (+Inf when uncapped).",
-        "gauge",
-        &mut out,
-        &|d| Some(d.memory_limit_bytes.map_or(f64::INFINITY, |b| b as f64)),
-    );
-    tenant_device(
-        "gpuslice_tenant_processes",
-        "Live processes of the tenant holding memory on the device.",
-        "gauge",
-        &mut out,
-        &|d| Some(d.processes as f64),
-    );
-    tenant_device(
-        "gpuslice_tenant_alloc_denied_total",
-        "Allocations refused because they would pass the tenant's cap.",
-        "counter",
-        &mut out,
-        &|d| Some(d.alloc_denied_total as f64),
-    );
-    let unattributed = |d: &crate::snapshot::TenantDeviceView, tenant: &str| {
-        counters.unattributed_bytes.get(&(tenant.to_string(), d.uuid.clone())).copied().unwrap_or(0)
-    };
-    {
-        let name = "gpuslice_tenant_unattributed_bytes";
-        let mut family = Family::header(
-            &mut out,
-            name,
-            "gauge",
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_unattributed_bytes",
             "Memory the tenant's usage counts that no process holds (a process killed while reserving).",
-        );
-        for tenant in &snapshot.tenants {
-            for device in &tenant.devices {
-                let index = device.index.to_string();
-                let labels = [("tenant", tenant.name.as_str()), ("device", index.as_str()), ("uuid", device.uuid.as_str())];
-                family.sample(name, &labels, unattributed(device, &tenant.name) as f64);
+            |tenant, d| Some(counters.unattributed_bytes.get(&(tenant.to_string(), d.uuid.clone())).copied().unwrap_or(0)),
+        )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_driver_memory_used_bytes",
+            "Device memory the driver (NVML) reports for the tenant's processes.",
+            |_, d| d.driver_memory_used_bytes,
+        )?;
+        {
+            let mut family = Counters::start(e, "gpuslice_reclaimed_processes_total", "Dead processes whose memory was reclaimed, by tenant.")?;
+            for tenant in &snapshot.tenants {
+                family.sample(&[("tenant", &tenant.name)], tenant.reclaimed_processes_total)?;
             }
         }
-    }
-    tenant_device(
-        "gpuslice_tenant_driver_memory_used_bytes",
-        "Device memory the driver (NVML) reports for the tenant's processes.",
-        "gauge",
-        &mut out,
-        &|d| d.driver_memory_used_bytes.map(|b| b as f64),
-    );
-    {
-        let name = "gpuslice_reclaimed_processes_total";
-        let mut family = Family::header(&mut out, name, "counter", "Dead processes whose memory was reclaimed, by tenant.");
-        for tenant in &snapshot.tenants {
-            family.sample(name, &[("tenant", &tenant.name)], tenant.reclaimed_processes_total as f64);
-        }
-    }
-    let device_family = |name: &str, help: &str, out: &mut String, value: &dyn Fn(&crate::snapshot::DeviceView) -> Option<f64>| {
-        let mut family = Family::header(out, name, "gauge", help);
-        for device in &snapshot.devices {
-            if let Some(v) = value(device) {
-                let index = device.index.to_string();
-                family.sample(name, &[("device", &index), ("uuid", &device.uuid)], v);
+        device_gauge(
+            e,
+            snapshot,
+            "gpuslice_device_memory_used_bytes",
+            "Device memory in use by all processes, as the driver (NVML) reports it.",
+            |d| d.memory_used_bytes,
+        )?;
+        device_gauge(e, snapshot, "gpuslice_device_memory_total_bytes", "Physical device memory.", |d| Some(d.memory_total_bytes))?;
+        device_gauge(
+            e,
+            snapshot,
+            "gpuslice_device_utilization_ratio",
+            "Share of time the device was busy over the driver's last sample period.",
+            |d| d.utilization_ratio,
+        )?;
+        {
+            let mut family = Gauges::start(
+                e,
+                "gpuslice_untracked_process_memory_bytes",
+                "Device memory of processes that no tenant ledger knows (they bypassed the shim).",
+            )?;
+            for p in &snapshot.untracked_processes {
+                let (device, pid) = (p.device.to_string(), p.pid.to_string());
+                family.sample(&[("device", &device), ("uuid", &p.uuid), ("pid", &pid)], p.memory_used_bytes)?;
             }
         }
-    };
-    device_family(
-        "gpuslice_device_memory_used_bytes",
-        "Device memory in use by all processes, as the driver (NVML) reports it.",
-        &mut out,
-        &|d| d.memory_used_bytes.map(|b| b as f64),
-    );
-    device_family(
-        "gpuslice_device_memory_total_bytes",
-        "Physical device memory.",
-        &mut out,
-        &|d| Some(d.memory_total_bytes as f64),
-    );
-    device_family(
-        "gpuslice_device_utilization_ratio",
-        "Share of time the device was busy over the driver's last sample period.",
-        &mut out,
-        &|d| d.utilization_ratio,
-    );
-    {
-        let name = "gpuslice_untracked_process_memory_bytes";
-        let mut family = Family::header(
-            &mut out,
-            name,
-            "gauge",
-            "Device memory of processes that no tenant ledger knows (they bypassed the shim).",
-        );
-        for p in &snapshot.untracked_processes {
-            let (device, pid) = (p.device.to_string(), p.pid.to_string());
-            family.sample(name, &[("device", &device), ("uuid", &p.uuid), ("pid", &pid)], p.memory_used_bytes as f64);
+        {
+            let mut family = Gauges::start(
+                e,
+                "gpuslice_tenant_over_cap_bytes",
+                "Driver-reported memory of a tenant past its cap, when that passes its context overhead.",
+            )?;
+            for o in &counters.over_cap {
+                let device = o.device.to_string();
+                family.sample(&[("tenant", &o.tenant), ("device", &device), ("uuid", &o.uuid)], o.over_bytes)?;
+            }
         }
-    }
-    {
-        let name = "gpuslice_tenant_over_cap_bytes";
-        let mut family = Family::header(
-            &mut out,
-            name,
-            "gauge",
-            "Driver-reported memory of a tenant past its cap, when that passes its context overhead.",
-        );
-        for o in &counters.over_cap {
-            let device = o.device.to_string();
-            family.sample(name, &[("tenant", &o.tenant), ("device", &device), ("uuid", &o.uuid)], o.over_bytes as f64);
+        {
+            let mut family = Counters::start(e, "gpuslice_violations_total", "Violations found, by kind.")?;
+            for kind in ["untracked_process", "over_cap"] {
+                family.sample(&[("kind", kind)], counters.violations_total.get(kind).copied().unwrap_or(0))?;
+            }
         }
-    }
-    {
-        let name = "gpuslice_violations_total";
-        let mut family = Family::header(&mut out, name, "counter", "Violations found, by kind.");
-        for kind in ["untracked_process", "over_cap"] {
-            let value = counters.violations_total.get(kind).copied().unwrap_or(0);
-            family.sample(name, &[("kind", kind)], value as f64);
+        Counters::start(e, "gpuslice_violation_kills_total", "Processes killed because of a violation.")?
+            .sample(&[], counters.violation_kills_total)?;
+        {
+            let mut family = Counters::start(e, "gpuslice_config_reloads_total", "Configuration reloads, by result.")?;
+            for result in ["ok", "error"] {
+                family.sample(&[("result", result)], counters.config_reloads_total.get(result).copied().unwrap_or(0))?;
+            }
         }
+        Counters::start(e, "gpuslice_monitor_rounds_total", "Monitor rounds completed, this page's included.")?
+            .sample(&[], counters.rounds_total)?;
+        Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?.sample(&[], u64::from(snapshot.nvml))?;
+        Ok(())
     }
-    {
-        let name = "gpuslice_violation_kills_total";
-        let mut family = Family::header(&mut out, name, "counter", "Processes killed because of a violation.");
-        family.sample(name, &[], counters.violation_kills_total as f64);
-    }
-    {
-        let name = "gpuslice_config_reloads_total";
-        let mut family = Family::header(&mut out, name, "counter", "Configuration reloads, by result.");
-        for result in ["ok", "error"] {
-            let value = counters.config_reloads_total.get(result).copied().unwrap_or(0);
-            family.sample(name, &[("result", result)], value as f64);
-        }
-    }
-    {
-        let name = "gpuslice_monitor_rounds_total";
-        let mut family = Family::header(&mut out, name, "counter", "Monitor rounds completed, this page's included.");
-        family.sample(name, &[], counters.rounds_total as f64);
-    }
-    {
-        let name = "gpuslice_nvml_available";
-        let mut family = Family::header(&mut out, name, "gauge", "1 when NVML answers, 0 in ledger-only mode.");
-        family.sample(name, &[], if snapshot.nvml { 1.0 } else { 0.0 });
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{TenantDeviceView, TenantView};
+    use crate::snapshot::{DeviceView, TenantDeviceView, TenantView, UntrackedView};
+
+    fn tenant_device(index: u32, uuid: &str, used: u64, limit: Option<u64>, driver: Option<u64>) -> TenantDeviceView {
+        TenantDeviceView {
+            index,
+            uuid: uuid.into(),
+            memory_used_bytes: used,
+            memory_limit_bytes: limit,
+            policy_source: "config",
+            alloc_denied_total: 3,
+            context_overhead_bytes: 0,
+            processes: 2,
+            driver_memory_used_bytes: driver,
+        }
+    }
+
+    fn empty() -> Snapshot {
+        Snapshot { nvml: false, devices: vec![], tenants: vec![], untracked_processes: vec![] }
+    }
+
+    /// Every family with at least one series, one tenant whose name needs
+    /// escaping, a value past 2^53 and an uncapped device.
+    fn busy_host() -> (Snapshot, MonitorCounters) {
+        let snapshot = Snapshot {
+            nvml: true,
+            devices: vec![
+                DeviceView {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    memory_total_bytes: 80 << 30,
+                    memory_used_bytes: Some(5 << 30),
+                    utilization_ratio: Some(0.25),
+                },
+                DeviceView { index: 1, uuid: "GPU-1".into(), memory_total_bytes: 80 << 30, memory_used_bytes: None, utilization_ratio: Some(1.0) },
+            ],
+            tenants: vec![
+                TenantView {
+                    name: "team-a".into(),
+                    devices: vec![
+                        tenant_device(0, "GPU-0", 1 << 30, Some(4 << 30), Some(1 << 31)),
+                        tenant_device(1, "GPU-1", u64::MAX, None, None),
+                    ],
+                    processes: vec![],
+                    reclaimed_processes_total: 7,
+                },
+                TenantView {
+                    name: "we\\ird\"te\nnant".into(),
+                    devices: vec![tenant_device(0, "GPU-0", 0, None, Some(0))],
+                    processes: vec![],
+                    reclaimed_processes_total: 0,
+                },
+            ],
+            untracked_processes: vec![UntrackedView { device: 0, uuid: "GPU-0".into(), pid: 4242, memory_used_bytes: 123456789 }],
+        };
+        let mut counters = MonitorCounters::default();
+        counters.violations_total.insert("over_cap", 2);
+        counters.violation_kills_total = 1;
+        counters.config_reloads_total.insert("error", 5);
+        counters.over_cap.push(OverCap { tenant: "team-a".into(), device: 0, uuid: "GPU-0".into(), over_bytes: 99 });
+        counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 11);
+        counters.rounds_total = 12345;
+        (snapshot, counters)
+    }
+
+    /// The whole page, line for line: names, types, HELP texts, label names
+    /// and order, and the order of the families are what dashboards, alerts
+    /// and the deployment guide use.
+    #[test]
+    fn page_is_the_documented_exposition() {
+        let (snapshot, counters) = busy_host();
+        let text = render(&snapshot, &counters);
+        let expected = r#"# HELP gpuslice_tenant_memory_used_bytes Device memory reserved by the tenant's processes, as the ledger counts it.
+# TYPE gpuslice_tenant_memory_used_bytes gauge
+gpuslice_tenant_memory_used_bytes{tenant="team-a",device="0",uuid="GPU-0"} 1073741824
+gpuslice_tenant_memory_used_bytes{tenant="team-a",device="1",uuid="GPU-1"} 18446744073709551615
+gpuslice_tenant_memory_used_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0
+# HELP gpuslice_tenant_memory_limit_bytes The tenant's memory cap on the device (+Inf when uncapped).
+# TYPE gpuslice_tenant_memory_limit_bytes gauge
+gpuslice_tenant_memory_limit_bytes{tenant="team-a",device="0",uuid="GPU-0"} 4294967296
+gpuslice_tenant_memory_limit_bytes{tenant="team-a",device="1",uuid="GPU-1"} +Inf
+gpuslice_tenant_memory_limit_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} +Inf
+# HELP gpuslice_tenant_processes Live processes of the tenant holding memory on the device.
+# TYPE gpuslice_tenant_processes gauge
+gpuslice_tenant_processes{tenant="team-a",device="0",uuid="GPU-0"} 2
+gpuslice_tenant_processes{tenant="team-a",device="1",uuid="GPU-1"} 2
+gpuslice_tenant_processes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 2
+# HELP gpuslice_tenant_alloc_denied_total Allocations refused because they would pass the tenant's cap.
+# TYPE gpuslice_tenant_alloc_denied_total counter
+gpuslice_tenant_alloc_denied_total{tenant="team-a",device="0",uuid="GPU-0"} 3
+gpuslice_tenant_alloc_denied_total{tenant="team-a",device="1",uuid="GPU-1"} 3
+gpuslice_tenant_alloc_denied_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 3
+# HELP gpuslice_tenant_unattributed_bytes Memory the tenant's usage counts that no process holds (a process killed while reserving).
+# TYPE gpuslice_tenant_unattributed_bytes gauge
+gpuslice_tenant_unattributed_bytes{tenant="team-a",device="0",uuid="GPU-0"} 0
+gpuslice_tenant_unattributed_bytes{tenant="team-a",device="1",uuid="GPU-1"} 11
+gpuslice_tenant_unattributed_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0
+# HELP gpuslice_tenant_driver_memory_used_bytes Device memory the driver (NVML) reports for the tenant's processes.
+# TYPE gpuslice_tenant_driver_memory_used_bytes gauge
+gpuslice_tenant_driver_memory_used_bytes{tenant="team-a",device="0",uuid="GPU-0"} 2147483648
+gpuslice_tenant_driver_memory_used_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0
+# HELP gpuslice_reclaimed_processes_total Dead processes whose memory was reclaimed, by tenant.
+# TYPE gpuslice_reclaimed_processes_total counter
+gpuslice_reclaimed_processes_total{tenant="team-a"} 7
+gpuslice_reclaimed_processes_total{tenant="we\\ird\"te\nnant"} 0
+# HELP gpuslice_device_memory_used_bytes Device memory in use by all processes, as the driver (NVML) reports it.
+# TYPE gpuslice_device_memory_used_bytes gauge
+gpuslice_device_memory_used_bytes{device="0",uuid="GPU-0"} 5368709120
+# HELP gpuslice_device_memory_total_bytes Physical device memory.
+# TYPE gpuslice_device_memory_total_bytes gauge
+gpuslice_device_memory_total_bytes{device="0",uuid="GPU-0"} 85899345920
+gpuslice_device_memory_total_bytes{device="1",uuid="GPU-1"} 85899345920
+# HELP gpuslice_device_utilization_ratio Share of time the device was busy over the driver's last sample period.
+# TYPE gpuslice_device_utilization_ratio gauge
+gpuslice_device_utilization_ratio{device="0",uuid="GPU-0"} 0.25
+gpuslice_device_utilization_ratio{device="1",uuid="GPU-1"} 1.0
+# HELP gpuslice_untracked_process_memory_bytes Device memory of processes that no tenant ledger knows (they bypassed the shim).
+# TYPE gpuslice_untracked_process_memory_bytes gauge
+gpuslice_untracked_process_memory_bytes{device="0",uuid="GPU-0",pid="4242"} 123456789
+# HELP gpuslice_tenant_over_cap_bytes Driver-reported memory of a tenant past its cap, when that passes its context overhead.
+# TYPE gpuslice_tenant_over_cap_bytes gauge
+gpuslice_tenant_over_cap_bytes{tenant="team-a",device="0",uuid="GPU-0"} 99
+# HELP gpuslice_violations_total Violations found, by kind.
+# TYPE gpuslice_violations_total counter
+gpuslice_violations_total{kind="untracked_process"} 0
+gpuslice_violations_total{kind="over_cap"} 2
+# HELP gpuslice_violation_kills_total Processes killed because of a violation.
+# TYPE gpuslice_violation_kills_total counter
+gpuslice_violation_kills_total 1
+# HELP gpuslice_config_reloads_total Configuration reloads, by result.
+# TYPE gpuslice_config_reloads_total counter
+gpuslice_config_reloads_total{result="ok"} 0
+gpuslice_config_reloads_total{result="error"} 5
+# HELP gpuslice_monitor_rounds_total Monitor rounds completed, this page's included.
+# TYPE gpuslice_monitor_rounds_total counter
+gpuslice_monitor_rounds_total 12345
+# HELP gpuslice_nvml_available 1 when NVML answers, 0 in ledger-only mode.
+# TYPE gpuslice_nvml_available gauge
+gpuslice_nvml_available 1
+"#;
+        for (number, (got, want)) in text.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(got, want, "line {}", number + 1);
+        }
+        assert_eq!(text, expected);
+    }
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
-        assert_eq!(escape_label("x\ny"), "x\\ny");
+        let (snapshot, counters) = busy_host();
+        let text = render(&snapshot, &counters);
+        assert!(text.contains("gpuslice_reclaimed_processes_total{tenant=\"we\\\\ird\\\"te\\nnant\"} 0\n"), "{text}");
     }
 
     #[test]
     fn values_render_as_prometheus_numbers() {
-        assert_eq!(format_value(3.0), "3");
-        assert_eq!(format_value(0.25), "0.25");
-        assert_eq!(format_value(f64::INFINITY), "+Inf");
-        assert_eq!(format_value(1.8446744073709552e19), "18446744073709552000");
+        let (snapshot, counters) = busy_host();
+        let text = render(&snapshot, &counters);
+        // Byte counts are integers, exact past 2^53.
+        assert!(text.contains("{tenant=\"team-a\",device=\"1\",uuid=\"GPU-1\"} 18446744073709551615\n"), "{text}");
+        // No cap is +Inf, a cap is its bytes.
+        assert!(text.contains("gpuslice_tenant_memory_limit_bytes{tenant=\"team-a\",device=\"1\",uuid=\"GPU-1\"} +Inf\n"), "{text}");
+        assert!(text.contains("gpuslice_tenant_memory_limit_bytes{tenant=\"team-a\",device=\"0\",uuid=\"GPU-0\"} 4294967296\n"), "{text}");
+        // Ratios are floats.
+        assert!(text.contains("gpuslice_device_utilization_ratio{device=\"0\",uuid=\"GPU-0\"} 0.25\n"), "{text}");
+        assert!(text.contains("gpuslice_device_utilization_ratio{device=\"1\",uuid=\"GPU-1\"} 1.0\n"), "{text}");
+    }
+
+    #[test]
+    fn families_without_series_keep_help_and_type() {
+        let text = render(&empty(), &MonitorCounters::default());
+        for (name, kind) in [
+            ("gpuslice_tenant_memory_used_bytes", "gauge"),
+            ("gpuslice_tenant_alloc_denied_total", "counter"),
+            ("gpuslice_tenant_driver_memory_used_bytes", "gauge"),
+            ("gpuslice_reclaimed_processes_total", "counter"),
+            ("gpuslice_device_utilization_ratio", "gauge"),
+            ("gpuslice_untracked_process_memory_bytes", "gauge"),
+            ("gpuslice_tenant_over_cap_bytes", "gauge"),
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}: {text}");
+            assert!(!text.contains(&format!("\n{name}{{")) && !text.contains(&format!("\n{name} ")), "{name}: {text}");
+        }
+        assert!(text.contains("# TYPE gpuslice_monitor_rounds_total counter\ngpuslice_monitor_rounds_total 0\n"), "{text}");
+        assert!(text.contains("gpuslice_nvml_available 0\n"), "{text}");
     }
 
     #[test]

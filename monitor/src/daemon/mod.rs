@@ -149,7 +149,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     };
 
     let pages: http::SharedPages = Arc::new(Mutex::new(http::Pages::default()));
-    http::serve(listener, Arc::clone(&pages));
+    http::serve(listener, Arc::clone(&pages))?;
     log::info(&format!(
         "watching {} ({} layout) ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
@@ -217,16 +217,19 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         // round whose results it shows: everything this round did (caps
         // written, slots reclaimed, processes killed) is done by then.
         counters.rounds_total += 1;
-        {
-            let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
-            pages.metrics = metrics::render(&snap, &counters);
-            pages.health = format!(
+        // Rendered before the lock is taken, so that the server waits on the
+        // main loop for no more than an assignment.
+        let page = http::Pages {
+            metrics: metrics::render(&snap, &counters).into(),
+            health: format!(
                 "ok\nmode: {}\nledgers: {}\nuptime_s: {}\n",
                 if snap.nvml { "nvml" } else { "ledger-only" },
                 snap.tenants.len(),
                 started.elapsed().as_secs()
-            );
-        }
+            )
+            .into(),
+        };
+        *pages.lock().unwrap_or_else(|e| e.into_inner()) = page;
         if first_round {
             println!("ready=1");
             let _ = std::io::stdout().flush();
