@@ -134,3 +134,28 @@ fn a_tenant_cannot_raise_the_cap_it_started_with() {
     let out = tenant.wait();
     out.assert_success().assert_rc("big", cu::OUT_OF_MEMORY);
 }
+
+/// A process of the tenant that skips the shim writes a slot for itself
+/// (holding its lock, so it is the tenant's own) and an enormous context
+/// overhead, then takes 3 GiB from the driver past a 1 GiB cap: it is the
+/// tenant's, its memory counts against the tenant's cap, and the claimed
+/// overhead widens the tolerance by 1 GiB at most, so it is killed.
+#[test]
+fn a_process_without_the_shim_that_plants_its_own_slot_is_caught() {
+    let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
+    let monitor = kill_mode(&sim, "[tenants.planter]\nmemory = \"1GiB\"\n");
+    let mut honest = holder(&sim, "planter", "1GiB", &[]);
+    honest.wait_for("ready");
+    let ledger_path = ledger::tenant_path(&sim.ledger_dir(), "planter");
+    let mut cmd = sim.c("planted_slot");
+    cmd.env_remove("LD_PRELOAD").arg(&ledger_path).arg("3G");
+    let mut planted = sim.spawn(&mut cmd);
+    let pid = planted.pid();
+    assert_eq!(planted.wait_for("big"), cu::SUCCESS.to_string(), "the driver alone gave it 3 GiB");
+    gpuslice_tests::poll::until("the planted process is killed", || !pid_alive(pid));
+    let out = planted.wait();
+    assert!(!out.success(), "{out}");
+    // Every process of the tenant holding memory goes, the honest one too.
+    assert!(monitor.metrics().value("gpuslice_violation_kills_total", &[]).is_some_and(|kills| kills >= 1.0));
+    drop(honest);
+}
