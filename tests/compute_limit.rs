@@ -177,3 +177,20 @@ fn limits_are_per_device() {
     assert_eq!((launches_1, busy_1), (0, 0), "device 1 is not governed");
     assert_eq!(ledger_counters(&sim, TENANT, 0).0, limited.u64("launches"));
 }
+
+/// `gpuslice run --compute-limit` sets the limit (checked as the shim
+/// checks it, before the command starts).
+#[test]
+fn gpuslice_run_sets_the_compute_limit() {
+    let sim = Sim::new();
+    let dir = sim.ledger_dir();
+    let load = gpuslice_tests::compile_c("compute_load");
+    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--compute-limit", "30", "--tenant", "cli", "--dir"]).arg(&dir).arg("--").arg(load).args(["kernel", KERNEL_US, "1.5"]));
+    out.assert_success();
+    assert!(share(&out) <= 0.40, "--compute-limit 30 gave {:.3}\n{out}", share(&out));
+    let ledger = ledger::Ledger::open(&ledger::tenant_path(&dir, "cli")).expect("the ledger lives in --dir");
+    assert_eq!((ledger.compute_limit_ratio_e4(0), ledger.compute_limit_source(0)), (3000, ledger::PolicySource::Environment));
+    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--compute-limit", "0=30,0=40", "--", "true"]));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--compute-limit \"0=30,0=40\"") && out.stderr.contains("given twice"), "{out}");
+}
