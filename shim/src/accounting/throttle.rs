@@ -352,11 +352,24 @@ struct CachedLane {
 const NO_LANE: CachedLane = CachedLane { key: 0, generation: u64::MAX, lane: 0, epoch: 0 };
 const CACHE_WAYS: usize = 8;
 
-thread_local! {
+/// Which lane the calling thread's launches went to: one thread-local, no
+/// destructor (nothing to register or free when a thread first launches).
+struct LaneCache {
     /// Stream handle → lane, direct-mapped.
-    static STREAM_LANES: [Cell<CachedLane>; CACHE_WAYS] = const { [const { Cell::new(NO_LANE) }; CACHE_WAYS] };
-    /// The calling thread's last current context → lane.
-    static CONTEXT_LANE: Cell<CachedLane> = const { Cell::new(NO_LANE) };
+    streams: [Cell<CachedLane>; CACHE_WAYS],
+    /// The last current context of a default-stream launch → lane.
+    context: Cell<CachedLane>,
+}
+
+impl LaneCache {
+    fn forget(&self) {
+        self.streams.iter().for_each(|way| way.set(NO_LANE));
+        self.context.set(NO_LANE);
+    }
+}
+
+thread_local! {
+    static LANES: LaneCache = const { LaneCache { streams: [const { Cell::new(NO_LANE) }; CACHE_WAYS], context: Cell::new(NO_LANE) } };
 }
 
 fn cache_way(stream: usize) -> usize {
@@ -530,22 +543,22 @@ impl Runtime {
                 Ok(ctx) if !ctx.is_null() => ctx,
                 _ => return Route::Pass,
             };
-            let cached = CONTEXT_LANE.try_with(Cell::get).ok().filter(|c| c.key == ctx as usize);
+            let cached = LANES.try_with(|c| c.context.get()).ok().filter(|c| c.key == ctx as usize);
             if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
                 return Route::Lane(lane);
             }
             let (route, index) = self.lane_of_context(ctx);
             if let Some((lane, epoch)) = index {
                 let entry = CachedLane { key: ctx as usize, generation: 0, lane, epoch };
-                let _ = CONTEXT_LANE.try_with(|c| c.set(entry));
+                let _ = LANES.try_with(|c| c.context.set(entry));
             }
             return route;
         }
         let key = stream as usize;
         let generation = STREAM_GENERATION.load(Ordering::Acquire);
         let way = cache_way(key);
-        let cached = STREAM_LANES
-            .try_with(|ways| ways.get(way).map(Cell::get))
+        let cached = LANES
+            .try_with(|c| c.streams.get(way).map(Cell::get))
             .ok()
             .flatten()
             .filter(|c| c.key == key && c.generation == generation);
@@ -563,7 +576,7 @@ impl Runtime {
         let (route, index) = self.lane_of_context(ctx);
         if let Some((lane, epoch)) = index {
             let entry = CachedLane { key, generation, lane, epoch };
-            let _ = STREAM_LANES.try_with(|ways| ways.get(way).map(|w| w.set(entry)));
+            let _ = LANES.try_with(|c| c.streams.get(way).map(|w| w.set(entry)));
         }
         route
     }
@@ -702,8 +715,7 @@ impl Runtime {
                 bucket.charge(clock.now().saturating_sub(since_ns));
             }
         }
-        let _ = STREAM_LANES.try_with(|ways| ways.iter().for_each(|w| w.set(NO_LANE)));
-        let _ = CONTEXT_LANE.try_with(|c| c.set(NO_LANE));
+        let _ = LANES.try_with(LaneCache::forget);
     }
 
     /// Charges every pair of this process that completed (after a
