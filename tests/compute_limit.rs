@@ -194,3 +194,28 @@ fn gpuslice_run_sets_the_compute_limit() {
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("--compute-limit \"0=30,0=40\"") && out.stderr.contains("given twice"), "{out}");
 }
+
+/// (d, continued) The launch entry points simgpu lacks are held too, over a
+/// driver of the tests' own that has them (`tests/c/launch_driver.c`):
+/// the deprecated `cuLaunch`, `cuLaunchGrid` and `cuLaunchGridAsync`, and
+/// `cuLaunchCooperativeKernelMultiDevice`, whose part on each device is
+/// charged to that device.
+#[test]
+fn deprecated_and_multi_device_launches_are_governed() {
+    let mut failures = Vec::new();
+    for route in ["launch", "grid", "grid_async", "multi"] {
+        let sim = Sim::new().driver("launch_driver").shim().tenant(TENANT).env("GPUSLICE_COMPUTE_LIMIT", "20");
+        let out = sim.run(sim.c("legacy_launch").args([route, "1.5"]));
+        out.assert_success().assert_rc("init", cu::SUCCESS);
+        let devices = if route == "multi" { 2 } else { 1 };
+        for dev in 0..devices {
+            let share = out.f64(&format!("share.{dev}"));
+            let (launches, busy_ns, throttled_ns) = ledger_counters(&sim, TENANT, dev);
+            eprintln!("limit 20, {route}, device {dev}: share {share:.3}, {launches} launches counted, {busy_ns} ns charged, {throttled_ns} ns throttled");
+            if share > 0.32 || launches != out.u64("launches") || busy_ns == 0 {
+                failures.push(format!("{route} on device {dev}: share {share:.3}, {launches} launches counted\n{out}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "routes not held to a 20 % limit:\n{}", failures.join("\n"));
+}
