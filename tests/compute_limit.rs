@@ -219,3 +219,19 @@ fn deprecated_and_multi_device_launches_are_governed() {
     }
     assert!(failures.is_empty(), "routes not held to a 20 % limit:\n{}", failures.join("\n"));
 }
+
+/// A driver that refuses timing events does not let launches through
+/// unmeasured: each is measured by waiting for its stream, the limit holds,
+/// one warning says so, and the application runs on.
+#[test]
+fn without_timing_events_the_limit_still_holds() {
+    let sim = Sim::new().driver("launch_driver").shim().tenant(TENANT).env("GPUSLICE_COMPUTE_LIMIT", "20");
+    let out = sim.run(sim.c("legacy_launch").env("LAUNCH_DRIVER_REFUSE_EVENTS", "1").args(["grid_async", "1.5"]));
+    out.assert_success().assert_rc("init", cu::SUCCESS);
+    let share = out.f64("share.0");
+    let (launches, busy_ns, _) = ledger_counters(&sim, TENANT, 0);
+    eprintln!("limit 20, no events: share {share:.3}, {launches} launches, {busy_ns} ns charged");
+    assert!(share <= 0.32 && launches == out.u64("launches") && busy_ns > 0, "share {share:.3}, {launches} launches counted\n{out}");
+    let warnings: Vec<&str> = out.shim_log_lines().into_iter().filter(|l| l.contains("timing events")).collect();
+    assert_eq!(warnings.len(), 1, "one line says launches are measured without events\n{out}");
+}

@@ -11,12 +11,15 @@
  * moment, so cuEventElapsedTime measures the device time between them.
  * Synchronisation sleeps until the device is free, and a launch sleeps while
  * more than QUEUE_US of work is queued ahead of it (a real driver's queue
- * fills up too). Built as libcuda.so.1 by
+ * fills up too). With LAUNCH_DRIVER_REFUSE_EVENTS set, cuEventCreate fails
+ * (CUDA_ERROR_OUT_OF_MEMORY), as a driver out of resources may. Built as
+ * libcuda.so.1 by
  * the tests (tests/support: compile_c_driver); NVML stays simgpu's.
  */
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -148,6 +151,7 @@ CUresult cuStreamSynchronize(CUstream stream) {
 
 CUresult cuEventCreate(CUevent *event, unsigned int flags) {
     (void)flags;
+    if (getenv("LAUNCH_DRIVER_REFUSE_EVENTS")) return CUDA_ERROR_OUT_OF_MEMORY;
     int i = atomic_fetch_add(&next_event, 1);
     if (i >= EVENTS) return CUDA_ERROR_OUT_OF_MEMORY;
     *event = (CUevent)&events[i];

@@ -73,7 +73,8 @@
 //! - a launch whose events cannot be had (the driver refused to create or
 //!   record them, or every lane is taken) waits for its stream to finish
 //!   (`cuStreamQuery` and sleeps) and is charged the host time from launch
-//!   to completion, which includes any work queued before it.
+//!   to completion, which includes any work queued before it; one warning
+//!   says so, and the driver is asked for events again a second later.
 //!
 //! Below the limit, nothing is lost: the bucket refills whether or not the
 //! device is busy, so a tenant that waits (sleeps, or is queued behind
@@ -126,6 +127,9 @@ const MIN_POLL_NS: u64 = 20_000;
 const MAX_POLL_NS: u64 = 2_000_000;
 /// How long a context's destruction waits for its lane's pairs.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// After the driver refused timing events, how long launches go without
+/// asking it again.
+const EVENTS_RETRY_NS: u64 = 1_000_000_000;
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
 const STREAM_LEGACY: usize = 0x1;
@@ -382,13 +386,15 @@ pub(super) struct Throttle {
     clock: BucketClock,
     /// Warned once that launches are measured without events.
     warned_unmeasured: AtomicBool,
+    /// Bucket time before which no lane is built (the driver refused events).
+    build_after_ns: AtomicU64,
 }
 
 impl Throttle {
     pub(super) fn new() -> Throttle {
         // Built one lane at a time: the thread initialising may have a small stack.
         let lanes = (0..MAX_LANES).map(|_| Lane::new()).collect();
-        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false) }
+        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0) }
     }
 
     fn lane(&self, index: usize, epoch: u32) -> Option<&Lane> {
@@ -477,6 +483,9 @@ impl Runtime {
     fn build_lane(&self, ctx: CUcontext) -> (Route<'_>, Option<(usize, u32)>) {
         let Some(dev) = self.device_of_context(ctx) else { return (Route::Pass, None) };
         let throttle = &self.throttle;
+        if throttle.clock.now() < throttle.build_after_ns.load(Ordering::Relaxed) {
+            return (Route::Unmeasured(dev), None);
+        }
         // Another thread may be building this context's lane: wait for it.
         for _ in 0..10_000 {
             if let Some((index, lane)) = throttle.find(ctx as usize) {
@@ -504,6 +513,7 @@ impl Runtime {
         if let Err(r) = real::with_context(ctx, || create_events(lane)) {
             lane.ctx.store(0, Ordering::Release);
             lane.state.store(lane_state::EMPTY, Ordering::Release);
+            throttle.build_after_ns.store(throttle.clock.now().saturating_add(EVENTS_RETRY_NS), Ordering::Relaxed);
             self.warn_unmeasured(format_args!("the driver refused timing events (CUresult {r})"));
             return (Route::Unmeasured(dev), None);
         }
