@@ -19,9 +19,19 @@
 //!   Target: the shim's added cost at 64 threads stays within 2× of its
 //!   cost at 1 thread.
 //!
+//! - `launch_limited/{limit_100,limit_50}`: the launch of a process whose
+//!   tenant has a compute limit (`benches/compute/mod.rs`): passed on from a
+//!   device whose limit is 100, and bracketed by timing events on a device
+//!   limited to 50 % (zero-length kernels: nothing to throttle).
+//!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim`.
+//! `cargo bench --bench shim -- compute_accuracy` instead measures how close
+//! to its limit a tenant gets (about 40 s; see `compute::accuracy`).
 
-use criterion::{criterion_group, criterion_main, Criterion};
+#[path = "compute/mod.rs"]
+mod compute;
+
+use criterion::{criterion_group, Criterion};
 use gpuslice_tests::driver::{compare_sides, load_library, Driver};
 
 fn shim_vs_bare(c: &mut Criterion) {
@@ -42,8 +52,17 @@ fn shim_vs_bare(c: &mut Criterion) {
     let shim_lib = load_library(&shim);
     let sides = [("bare", Driver::resolve(&simgpu_lib, &simgpu)), ("shim", Driver::resolve(&shim_lib, &shim))];
     compare_sides(c, "", sides);
+    compute::limited_launches(c, "", &shim, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group!(benches, shim_vs_bare);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::args().any(|a| a == "compute_accuracy") {
+        compute::accuracy();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -9,8 +9,19 @@
 //! - `null_alloc_free_threads/{bare,shim}/T`: T threads at once, reported as
 //!   the process's CPU time (user + system) per pair. Target: the shim's
 //!   added cost at 64 threads stays within 2× of its cost at 1 thread.
+//! - `null_launch_limited/{limit_100,limit_50}`: the launch of a process
+//!   whose tenant has a compute limit (a second copy of the shim, loaded with
+//!   `GPUSLICE_COMPUTE_LIMIT=50`): on a device whose limit the monitor raised
+//!   to 100 (the launch is looked at and passed on), and on a device limited
+//!   to 50 % (two timing events around each launch and the pair's charge;
+//!   the null driver's events measure nothing, so nothing is throttled). A
+//!   process started with a limit of 100, or none, takes `null_launch/shim`'s
+//!   path: one load.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim_overhead`.
+
+#[path = "compute/mod.rs"]
+mod compute;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpuslice_tests::driver::{compare_sides, load_library, Driver};
@@ -47,6 +58,7 @@ fn shim_over_null_driver(c: &mut Criterion) {
     let shim_lib = load_library(&shim);
     let sides = [("bare", Driver::resolve(&null_lib, &null)), ("shim", Driver::resolve(&shim_lib, &shim))];
     compare_sides(c, "null_", sides);
+    compute::limited_launches(c, "null_", &shim, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

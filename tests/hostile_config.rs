@@ -406,12 +406,13 @@ fn a_refused_tenant_name_says_what_is_accepted() {
 // --- A misspelt or unenforced variable -----------------------------------------
 
 /// `GPUSLICE_MEMORY_LIMT` (a typo) would mean no cap at all, and a compute
-/// setting no limit at all: both fail closed, naming the variable.
+/// share (not enforced yet) no share at all: both fail closed, naming the
+/// variable.
 #[test]
 fn a_misspelt_or_unenforced_variable_fails_closed() {
     for (name, value, says) in [
         ("GPUSLICE_MEMORY_LIMT", "1GiB", "not a gpuslice variable"),
-        ("GPUSLICE_COMPUTE_LIMIT", "30", "not enforced"),
+        ("GPUSLICE_COMPUTE_SHARE", "30", "not enforced"),
     ] {
         let sim = sim();
         let holder = holder(&sim);

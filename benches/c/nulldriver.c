@@ -1,13 +1,16 @@
 /* nulldriver: the least a CUDA driver can be, for measuring the shim alone.
  *
  * One 80 GiB device, one context, allocations that hand out addresses from
- * a counter and cost one atomic add, launches that do nothing. Under it,
+ * a counter and cost one atomic add, launches that do nothing, and timing
+ * events that complete at once and measure nothing (what the shim's compute
+ * limit records around each launch on a limited device). Under it,
  * what a benchmark of the shim measures is the shim: no simulated device
  * state, no driver locks to contend on. benches/shim_overhead.rs builds it
  * and loads it as the shim's real driver (GPUSLICE_CUDA_LIB).
  */
 #include <cuda.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #define TOTAL_BYTES (80ull << 30)
@@ -60,6 +63,29 @@ CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemFree_v2(CUdeviceptr ptr) { (void)ptr; return CUDA_SUCCESS; }
+
+/* Events: handles from a counter; every record completes at once. */
+static atomic_ullong next_event = 1;
+CUresult cuEventCreate(CUevent *event, unsigned int flags) {
+    (void)flags;
+    if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+    *event = (CUevent)(uintptr_t)(atomic_fetch_add_explicit(&next_event, 1, memory_order_relaxed) << 4);
+    return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent event, CUstream stream) { (void)event; (void)stream; return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
+    (void)start; (void)end;
+    *ms = 0.0f;
+    return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(CUevent event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuStreamQuery(CUstream stream) { (void)stream; return CUDA_SUCCESS; }
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+    (void)stream;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = TOTAL_BYTES;
     *total_bytes = TOTAL_BYTES;

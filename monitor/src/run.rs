@@ -1,10 +1,10 @@
-//! `gpuslice run [--memory SIZE|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
+//! `gpuslice run [--memory SIZE|LIST] [--compute-limit P|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
 //! run a command under the shim.
 //!
 //! Every option is checked here as the shim would check the variable it
 //! sets, so a mistake is a clear error before the command starts rather than
 //! a command whose GPU is refused: sizes and names follow
-//! [`ledger::units`], a per-device list must not miss the devices the
+//! [`ledger::units`] (compute limits [`ledger::compute`]), a per-device list must not miss the devices the
 //! command sees under the `CUDA_VISIBLE_DEVICES` it inherits (see
 //! [`MemoryLimit::missed_device`](ledger::units::MemoryLimit::missed_device)), and a relative `--dir`
 //! is made absolute (the shim refuses a relative `GPUSLICE_DIR`, which would
@@ -22,6 +22,10 @@ pub struct RunArgs {
     /// or a per-device list (`0=8GiB,1=4GiB`). Sets GPUSLICE_MEMORY_LIMIT.
     #[arg(long, value_name = "SIZE|LIST")]
     pub memory: Option<String>,
+    /// Ceiling on device time, percent: one for every device (`30`) or a
+    /// per-device list (`0=30,1=60`). Sets GPUSLICE_COMPUTE_LIMIT.
+    #[arg(long, value_name = "P|LIST")]
+    pub compute_limit: Option<String>,
     /// Tenant name (`[A-Za-z0-9._-]{1,63}`, not starting with `.`). Sets GPUSLICE_TENANT.
     #[arg(long, value_name = "NAME")]
     pub tenant: Option<String>,
@@ -54,14 +58,35 @@ fn check_memory(memory: &str, visible: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks `--compute-limit` as the shim will, as [`check_memory`] does.
+fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<(), String> {
+    let parsed = ledger::compute::parse_compute_limit(limit)
+        .map_err(|e| format!("--compute-limit {limit:?}: {e}; expected {}", ledger::compute::COMPUTE_LIMIT_FORMAT))?;
+    if let Some(visible) = visible {
+        let bound = units::visible_devices_at_most(visible);
+        if let Some((index, unlimited)) = parsed.missed_device(bound) {
+            return Err(format!(
+                "--compute-limit {limit:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
+                 shows it at most {bound}, numbered from 0), and its device {unlimited} would have no limit; \
+                 indices are the ordinals after CUDA_VISIBLE_DEVICES"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
+    let visible = std::env::var_os("CUDA_VISIBLE_DEVICES").map(|v| v.to_string_lossy().into_owned());
     if let Some(memory) = &args.memory {
-        let visible = std::env::var_os("CUDA_VISIBLE_DEVICES").map(|v| v.to_string_lossy().into_owned());
         check_memory(memory, visible.as_deref())?;
         cmd.env("GPUSLICE_MEMORY_LIMIT", memory);
+    }
+    if let Some(limit) = &args.compute_limit {
+        check_compute_limit(limit, visible.as_deref())?;
+        cmd.env("GPUSLICE_COMPUTE_LIMIT", limit);
     }
     if let Some(tenant) = &args.tenant {
         units::validate_tenant_name(tenant).map_err(|e| format!("--tenant {tenant:?}: {e}"))?;
@@ -94,5 +119,17 @@ mod tests {
         let e = check_memory("1GB", None).unwrap_err();
         assert!(e.starts_with("--memory \"1GB\"") && e.contains("ambiguous") && e.contains("write 1GiB"), "{e}");
         assert!(check_memory("99=1GiB", None).unwrap_err().contains("0 to 15"));
+    }
+
+    #[test]
+    fn compute_limits_are_checked_as_the_shim_checks_them() {
+        assert_eq!(check_compute_limit("30", None), Ok(()));
+        assert_eq!(check_compute_limit("0=30,1=100", Some("1")), Ok(()));
+        let e = check_compute_limit("1=30", Some("1")).unwrap_err();
+        assert!(e.contains("device 1 is not a device the command will see") && e.contains("device 0 would have no limit"), "{e}");
+        for (bad, says) in [("0", "from 1 to 100"), ("30%", "not a whole number"), ("030", "leading zero"), ("0=30,0=40", "twice")] {
+            let e = check_compute_limit(bad, None).unwrap_err();
+            assert!(e.starts_with(&format!("--compute-limit {bad:?}")) && e.contains(says) && e.contains("0=30,1=60"), "{e}");
+        }
     }
 }

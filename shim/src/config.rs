@@ -5,11 +5,21 @@
 //! | `GPUSLICE_MEMORY_LIMIT` | cap for every device (`8GiB`) or per device (`0=8GiB,1=4GiB`) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT` | HAMi-core's cap for every device (`3000m`, bytes) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi-core's cap for device `i`, overriding the one above |
+//! | `GPUSLICE_COMPUTE_LIMIT` | ceiling on device time, percent, for every device (`30`) or per device (`0=30,1=60`) |
+//! | `CUDA_DEVICE_SM_LIMIT` | HAMi-core's ceiling for every device, percent; `0` is none |
+//! | `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi-core's ceiling for device `i`; `0` leaves the one above |
 //! | `GPUSLICE_TENANT` | tenant name; unset, the process's cgroup names it (see below) |
 //! | `GPUSLICE_DIR` | ledger directory, an absolute path (default: `ledger::default_dir()`) |
 //! | `GPUSLICE_LOG` | `error`, `warn` (default), `info` or `debug`, to stderr |
 //!
-//! When `GPUSLICE_MEMORY_LIMIT` is set the HAMi-core variables are ignored.
+//! When `GPUSLICE_MEMORY_LIMIT` is set the HAMi-core memory variables are
+//! ignored, and when `GPUSLICE_COMPUTE_LIMIT` is set HAMi-core's
+//! `CUDA_DEVICE_SM_LIMIT*` are. HAMi-core reads `CUDA_DEVICE_SM_LIMIT=0` (and
+//! anything at or above 100) as no limit and lets a per-device value of `0`
+//! fall back to `CUDA_DEVICE_SM_LIMIT`; here `0` keeps those meanings, 100 is
+//! the whole device (no ceiling either), and a value above 100 is refused,
+//! since it is no percentage. A limit of 100 is accepted as written and
+//! limits nothing.
 //! Device indices are the ordinals the process sees, after
 //! `CUDA_VISIBLE_DEVICES`. A value that does not parse (an empty one
 //! included) is an error: the shim fails closed, it never reads a typo as
@@ -26,8 +36,10 @@
 //!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
 //!   do;
 //! - a `GPUSLICE_` variable the shim does not read (a misspelt name would
-//!   mean its setting silently not applied), and the compute settings, which
-//!   this version does not enforce;
+//!   mean its setting silently not applied), and the compute settings this
+//!   version does not enforce (`GPUSLICE_COMPUTE_SHARE`, `GPUSLICE_PRIORITY`);
+//! - the same for compute limits: a per-device limit for a device the
+//!   process does not see while a device it sees has none;
 //! - a variable this module reads that appears twice in the environment (a
 //!   crafted `envp`), since which copy counts depends on who reads it;
 //! - a relative `GPUSLICE_DIR` (each working directory would get a ledger of
@@ -40,13 +52,14 @@
 //! while the memory controller names the container), then any other
 //! controller's. When every path is `/` (a private cgroup namespace, or no
 //! container at all) nothing tells this container apart from its
-//! neighbours: with a cap set, the shim fails closed and asks for
-//! `GPUSLICE_TENANT` rather than let every such container share one cap
-//! under `default`; without a cap the process is accounted as `default`.
+//! neighbours: with a cap or a compute limit set, the shim fails closed and
+//! asks for `GPUSLICE_TENANT` rather than let every such container share one
+//! cap under `default`; without either the process is accounted as `default`.
 //! No other identity is guessed: namespace inode numbers are reused once a
 //! container is gone and change when it restarts, and the hostname or a pod
 //! name in the environment is no more authoritative than `GPUSLICE_TENANT`.
 
+use ledger::compute::{self, ComputeLimit, ComputeLimitError, COMPUTE_LIMIT_FORMAT};
 use ledger::units::{self, MemoryLimit, MEMORY_LIMIT_FORMAT, TENANT_FORMAT};
 use std::ffi::OsString;
 use std::fmt;
@@ -67,6 +80,8 @@ pub const LOG_FORMAT: &str = "one of error, warn, info, debug";
 
 const OURS: &str = "GPUSLICE_MEMORY_LIMIT";
 const HAMI: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+const OURS_COMPUTE: &str = "GPUSLICE_COMPUTE_LIMIT";
+const HAMI_COMPUTE: &str = "CUDA_DEVICE_SM_LIMIT";
 const VISIBLE: &str = "CUDA_VISIBLE_DEVICES";
 
 /// The cap of one device, with the variable that set it (for messages).
@@ -105,27 +120,87 @@ impl MemoryCaps {
     /// does not see while one it sees has no cap (see the module docs). Call
     /// it at registration, before any cap is applied.
     pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
-        let seen = match device_count {
-            0 => "it sees no device".to_string(),
-            1 => "it sees 1 device, index 0".to_string(),
-            n => format!("it sees {n} devices, indices 0 to {}", n - 1),
-        };
-        self.check_below(device_count, &seen)
+        self.check_below(device_count, &devices_seen(device_count))
     }
 
     fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
-        let Some(cap) = self.per_device.iter().find(|c| c.ordinal >= visible) else { return Ok(()) };
-        // Listed ordinals are below MAX_DEVICES, so `visible` is too here.
-        let Some(uncapped) = (0..visible).find(|ordinal| self.for_device(*ordinal).is_none()) else { return Ok(()) };
-        Err(ConfigError {
-            variable: cap.variable.clone(),
-            value: Some(cap.value.clone()),
-            expected: format!(
-                "device {} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
-                 and its device {uncapped} would have no cap",
-                cap.ordinal
-            ),
-        })
+        let listed = self.per_device.iter().map(|c| (c.ordinal, c.variable.as_str(), c.value.as_str()));
+        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), visible, seen, "cap")
+    }
+}
+
+/// Describes the devices a process sees, after the driver counted them.
+fn devices_seen(device_count: u32) -> String {
+    match device_count {
+        0 => "it sees no device".to_string(),
+        1 => "it sees 1 device, index 0".to_string(),
+        n => format!("it sees {n} devices, indices 0 to {}", n - 1),
+    }
+}
+
+/// Refuses a per-device setting (`listed`: ordinal, variable, value) for a
+/// device at or above `visible` while a device below it has none (`set`):
+/// the list missed its device, and the typo would mean no `what`.
+fn check_listed_devices<'a>(
+    mut listed: impl Iterator<Item = (u32, &'a str, &'a str)>,
+    set: impl Fn(u32) -> bool,
+    visible: u32,
+    seen: &str,
+    what: &str,
+) -> Result<(), ConfigError> {
+    let Some((ordinal, variable, value)) = listed.find(|(ordinal, _, _)| *ordinal >= visible) else { return Ok(()) };
+    // Listed ordinals are below MAX_DEVICES, so `visible` is too here.
+    let Some(unset) = (0..visible).find(|ordinal| !set(*ordinal)) else { return Ok(()) };
+    Err(ConfigError {
+        variable: variable.to_string(),
+        value: Some(value.to_string()),
+        expected: format!(
+            "device {ordinal} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
+             and its device {unset} would have no {what}"
+        ),
+    })
+}
+
+/// The compute limit of one device, with the variable that set it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceLimit {
+    pub ordinal: u32,
+    /// Percent of the device's time.
+    pub percent: u32,
+    pub variable: String,
+    pub value: String,
+}
+
+/// The compute limits the environment asks for, by device ordinal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComputeLimits {
+    /// Limit of every device not listed in `per_device`, percent.
+    pub all_devices_percent: Option<u32>,
+    /// Limits of single devices, by ordinal.
+    pub per_device: Vec<DeviceLimit>,
+    /// The variable the limits came from, for messages.
+    pub source: &'static str,
+}
+
+impl ComputeLimits {
+    /// The limit of device `ordinal` in percent, if the environment sets one.
+    pub fn for_device(&self, ordinal: u32) -> Option<u32> {
+        self.per_device.iter().find(|l| l.ordinal == ordinal).map(|l| l.percent).or(self.all_devices_percent)
+    }
+
+    /// Whether any device has a limit.
+    pub fn any(&self) -> bool {
+        self.all_devices_percent.is_some() || !self.per_device.is_empty()
+    }
+
+    /// As [`MemoryCaps::check_ordinals`], for limits.
+    pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
+        self.check_below(device_count, &devices_seen(device_count))
+    }
+
+    fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
+        let listed = self.per_device.iter().map(|l| (l.ordinal, l.variable.as_str(), l.value.as_str()));
+        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), visible, seen, "compute limit")
     }
 }
 
@@ -133,6 +208,7 @@ impl MemoryCaps {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub memory: MemoryCaps,
+    pub compute: ComputeLimits,
     pub tenant: String,
     pub dir: PathBuf,
     pub log_level: LogLevel,
@@ -221,6 +297,53 @@ fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
     Ok(caps)
 }
 
+/// How a per-device index is written after `CUDA_DEVICE_SM_LIMIT_`.
+const HAMI_COMPUTE_INDEX_FORMAT: &str = "the suffix of CUDA_DEVICE_SM_LIMIT_<i> must be a device index";
+
+/// What HAMi-core's `CUDA_DEVICE_SM_LIMIT*` may look like, for error messages.
+const HAMI_COMPUTE_FORMAT: &str = "a percentage of device time from 0 (no limit) to 100";
+
+fn compute_error(variable: &str, value: &str, e: ComputeLimitError, format: &str) -> ConfigError {
+    invalid(variable, value, format!("{e}; expected {format}"))
+}
+
+fn parse_limits(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
+    if let Some(value) = get(vars, OURS_COMPUTE)? {
+        let limit = compute::parse_compute_limit(value).map_err(|e| compute_error(OURS_COMPUTE, value, e, COMPUTE_LIMIT_FORMAT))?;
+        return Ok(match limit {
+            ComputeLimit::AllDevices(percent) => {
+                ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_COMPUTE }
+            }
+            ComputeLimit::PerDevice(list) => ComputeLimits {
+                all_devices_percent: None,
+                per_device: list
+                    .into_iter()
+                    .map(|(ordinal, percent)| DeviceLimit { ordinal, percent, variable: OURS_COMPUTE.into(), value: value.into() })
+                    .collect(),
+                source: OURS_COMPUTE,
+            },
+        });
+    }
+    // HAMi-core: 0 is no limit; a per-device 0 leaves the one for every device.
+    let mut limits = ComputeLimits { source: HAMI_COMPUTE, ..ComputeLimits::default() };
+    if let Some(value) = get(vars, HAMI_COMPUTE)? {
+        let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(HAMI_COMPUTE, value, e, HAMI_COMPUTE_FORMAT))?;
+        limits.all_devices_percent = (percent > 0).then_some(percent);
+    }
+    for (name, value) in vars {
+        let Some(index) = name.strip_prefix(HAMI_COMPUTE).and_then(|rest| rest.strip_prefix('_')) else { continue };
+        let ordinal =
+            units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_COMPUTE_INDEX_FORMAT}: {e}")))?;
+        get(vars, name)?;
+        let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(name, value, e, HAMI_COMPUTE_FORMAT))?;
+        if percent > 0 {
+            limits.per_device.push(DeviceLimit { ordinal, percent, variable: name.clone(), value: value.clone() });
+        }
+    }
+    limits.per_device.sort_unstable_by_key(|l| l.ordinal);
+    Ok(limits)
+}
+
 /// The last component of `path` when it tells a cgroup apart: not the root
 /// (`/`), nor `.` or `..` (the way out of a cgroup namespace).
 fn distinguishing_name(path: &str) -> Option<&str> {
@@ -290,8 +413,15 @@ fn parse_dir(vars: &Vars) -> Result<PathBuf, ConfigError> {
 }
 
 /// The `GPUSLICE_` variables the shim reads.
-const SHIM_VARIABLES: &[&str] =
-    &["GPUSLICE_MEMORY_LIMIT", "GPUSLICE_TENANT", "GPUSLICE_DIR", "GPUSLICE_LOG", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"];
+const SHIM_VARIABLES: &[&str] = &[
+    "GPUSLICE_MEMORY_LIMIT",
+    "GPUSLICE_COMPUTE_LIMIT",
+    "GPUSLICE_TENANT",
+    "GPUSLICE_DIR",
+    "GPUSLICE_LOG",
+    "GPUSLICE_CUDA_LIB",
+    "GPUSLICE_NVML_LIB",
+];
 
 /// `GPUSLICE_` variables of gpuslice's own tools, which the shim leaves
 /// alone: `gpuslice run`'s library override, and the test and benchmark
@@ -299,12 +429,12 @@ const SHIM_VARIABLES: &[&str] =
 const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
 const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
 
-/// Compute settings, which the shim does not enforce yet.
-const COMPUTE_VARIABLES: &[&str] = &["GPUSLICE_COMPUTE_SHARE", "GPUSLICE_COMPUTE_LIMIT", "GPUSLICE_PRIORITY"];
+/// Compute settings the shim does not enforce yet.
+const COMPUTE_VARIABLES: &[&str] = &["GPUSLICE_COMPUTE_SHARE", "GPUSLICE_PRIORITY"];
 
 /// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
-/// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a compute
-/// setting would mean no limit, silently.
+/// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a share
+/// or a priority would mean none, silently.
 fn check_names(vars: &Vars) -> Result<(), ConfigError> {
     for (name, value) in vars.iter().filter(|(k, _)| k.starts_with("GPUSLICE_")) {
         let name = name.as_str();
@@ -312,7 +442,9 @@ fn check_names(vars: &Vars) -> Result<(), ConfigError> {
             continue;
         }
         let expected = if COMPUTE_VARIABLES.contains(&name) {
-            "compute time slices are not enforced by this version, so the setting would be ignored; unset it".to_string()
+            "compute shares and priorities are not enforced by this version, so the setting would be ignored; \
+             unset it (GPUSLICE_COMPUTE_LIMIT, a ceiling, is)"
+                .to_string()
         } else {
             format!(
                 "{name} is not a gpuslice variable, so its setting would be ignored (a misspelt name must not mean \
@@ -340,11 +472,14 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         },
     };
     let memory = parse_caps(vars)?;
+    let compute = parse_limits(vars)?;
     // The driver shows at most one device per CUDA_VISIBLE_DEVICES entry,
     // and reads the first copy of the variable, as getenv does.
     if let Some(visible) = vars.iter().find(|(k, _)| k == VISIBLE).map(|(_, v)| v) {
         let bound = units::visible_devices_at_most(visible);
-        memory.check_below(bound, &format!("{VISIBLE}={visible:?} shows it at most {bound}"))?;
+        let seen = format!("{VISIBLE}={visible:?} shows it at most {bound}");
+        memory.check_below(bound, &seen)?;
+        compute.check_below(bound, &seen)?;
     }
     let tenant = match get(vars, "GPUSLICE_TENANT")? {
         Some(value) => {
@@ -353,15 +488,15 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         }
         None => match cgroup().as_deref().and_then(tenant_from_cgroup) {
             Some(name) => name,
-            None if memory.any() => {
+            None if memory.any() || compute.any() => {
+                let (source, what) = if memory.any() { (memory.source, "cap") } else { (compute.source, "limit") };
                 return Err(ConfigError {
                     variable: "GPUSLICE_TENANT".into(),
                     value: None,
                     expected: format!(
-                        "{} sets a cap, and /proc/self/cgroup does not tell this container apart from others (every \
-                         path is /), so the cap would be shared with every such container as tenant \"default\"; set \
-                         GPUSLICE_TENANT to name the tenant ({TENANT_FORMAT})",
-                        memory.source
+                        "{source} sets a {what}, and /proc/self/cgroup does not tell this container apart from others \
+                         (every path is /), so the {what} would be shared with every such container as tenant \
+                         \"default\"; set GPUSLICE_TENANT to name the tenant ({TENANT_FORMAT})",
                     ),
                 })
             }
@@ -369,14 +504,17 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         },
     };
     let dir = parse_dir(vars)?;
-    Ok(Config { memory, tenant, dir, log_level })
+    Ok(Config { memory, compute, tenant, dir, log_level })
 }
 
 fn environment() -> Vars {
     std::env::vars_os()
         .filter(|(k, _)| {
             let k = k.as_encoded_bytes();
-            k.starts_with(b"GPUSLICE_") || k.starts_with(HAMI.as_bytes()) || k == VISIBLE.as_bytes()
+            k.starts_with(b"GPUSLICE_")
+                || k.starts_with(HAMI.as_bytes())
+                || k.starts_with(HAMI_COMPUTE.as_bytes())
+                || k == VISIBLE.as_bytes()
         })
         .map(|(k, v): (OsString, OsString)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect()
@@ -521,7 +659,6 @@ mod tests {
         for (name, says) in [
             ("GPUSLICE_MEMORY_LIMT", "not a gpuslice variable"),
             ("GPUSLICE_TENNANT", "not a gpuslice variable"),
-            ("GPUSLICE_COMPUTE_LIMIT", "not enforced"),
             ("GPUSLICE_COMPUTE_SHARE", "not enforced"),
             ("GPUSLICE_PRIORITY", "not enforced"),
         ] {
@@ -532,6 +669,91 @@ mod tests {
         for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_TEST_WAIT_S", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
             assert!(parse_vars(&[(name, "x")]).is_ok(), "{name}");
         }
+        assert!(parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]).is_ok());
+    }
+
+    #[test]
+    fn compute_limits_for_every_device_or_per_device() {
+        let c = parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.for_device(15)), (Some(30), Some(30)));
+        assert_eq!(c.compute.source, "GPUSLICE_COMPUTE_LIMIT");
+        assert!(!c.memory.any(), "a compute limit alone caps no memory");
+        let c = parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "0=30,1=100")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.for_device(1), c.compute.for_device(2)), (Some(30), Some(100), None));
+        let c = parse_vars(&[]).unwrap();
+        assert!(!c.compute.any());
+    }
+
+    #[test]
+    fn hami_sm_limits_keep_their_meaning_and_ours_win() {
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "50")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.source), (Some(50), "CUDA_DEVICE_SM_LIMIT"));
+        // 0 is no limit, for every device; a per-device 0 leaves the one for every device.
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "0")]).unwrap();
+        assert!(!c.compute.any());
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "40"), ("CUDA_DEVICE_SM_LIMIT_1", "0"), ("CUDA_DEVICE_SM_LIMIT_2", "20")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.for_device(1), c.compute.for_device(2)), (Some(40), Some(40), Some(20)));
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT_0", "25")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.for_device(1)), (Some(25), None));
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "100")]).unwrap();
+        assert_eq!(c.compute.for_device(0), Some(100));
+        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "50"), ("CUDA_DEVICE_SM_LIMIT_0", "60"), ("GPUSLICE_COMPUTE_LIMIT", "1=30")]).unwrap();
+        assert_eq!((c.compute.for_device(0), c.compute.for_device(1)), (None, Some(30)));
+        assert_eq!(c.compute.source, "GPUSLICE_COMPUTE_LIMIT");
+    }
+
+    #[test]
+    fn bad_compute_limits_are_refused_naming_variable_value_and_format() {
+        for (name, value, says) in [
+            ("GPUSLICE_COMPUTE_LIMIT", "", "0=30,1=60"),
+            ("GPUSLICE_COMPUTE_LIMIT", "0", "from 1 to 100"),
+            ("GPUSLICE_COMPUTE_LIMIT", "101", "from 1 to 100"),
+            ("GPUSLICE_COMPUTE_LIMIT", "30%", "not a whole number"),
+            ("GPUSLICE_COMPUTE_LIMIT", "030", "leading zero"),
+            ("GPUSLICE_COMPUTE_LIMIT", "0=30,0=40", "given twice"),
+            ("GPUSLICE_COMPUTE_LIMIT", "16=30", "0 to 15"),
+            ("GPUSLICE_COMPUTE_LIMIT", "0=30,00=40", "leading zeros"),
+            ("GPUSLICE_COMPUTE_LIMIT", "3\u{a0}", "not ASCII"),
+            ("CUDA_DEVICE_SM_LIMIT", "150", "from 0 (no limit) to 100"),
+            ("CUDA_DEVICE_SM_LIMIT", "0x1e", "not a whole number"),
+            ("CUDA_DEVICE_SM_LIMIT", "050", "octal"),
+            ("CUDA_DEVICE_SM_LIMIT", "", "not a whole number"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "lots", "not a whole number"),
+            ("CUDA_DEVICE_SM_LIMIT_01", "30", "device index"),
+            ("CUDA_DEVICE_SM_LIMIT_", "30", "device index"),
+        ] {
+            let e = refused(&[(name, value)]);
+            assert_eq!(e.variable, name);
+            let text = e.to_string();
+            assert!(text.contains(name) && text.contains(&format!("{value:?}")) && text.contains(says), "{text}");
+        }
+        for name in ["GPUSLICE_COMPUTE_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_SM_LIMIT_0"] {
+            let e = refused(&[(name, "30"), (name, "30")]);
+            assert!(e.to_string().contains("set twice"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_compute_limit_for_a_device_the_process_cannot_see_is_refused() {
+        for (name, value) in [("GPUSLICE_COMPUTE_LIMIT", "1=30"), ("CUDA_DEVICE_SM_LIMIT_1", "30")] {
+            let e = refused(&[(name, value), ("CUDA_VISIBLE_DEVICES", "1")]);
+            assert_eq!((e.variable.as_str(), e.value.as_deref()), (name, Some(value)));
+            assert!(e.to_string().contains("device 0 would have no compute limit"), "{e}");
+        }
+        let c = parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "0=30,3=60")]).unwrap();
+        assert_eq!(c.compute.check_ordinals(4), Ok(()));
+        assert_eq!(c.compute.check_ordinals(1), Ok(()));
+        let e = c.compute.check_ordinals(2).unwrap_err();
+        assert!(e.to_string().contains("device 3") && e.to_string().contains("device 1 would have no compute limit"), "{e}");
+    }
+
+    #[test]
+    fn a_compute_limit_without_a_tenant_the_cgroup_can_name_is_refused() {
+        let all_root = "0::/\n";
+        let e = parse(&vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]), || Some(all_root.into())).unwrap_err();
+        assert_eq!(e.variable, "GPUSLICE_TENANT");
+        assert!(e.to_string().contains("GPUSLICE_COMPUTE_LIMIT sets a limit"), "{e}");
+        assert!(parse(&vars(&[("GPUSLICE_COMPUTE_LIMIT", "30"), ("GPUSLICE_TENANT", "a")]), || Some(all_root.into())).is_ok());
     }
 
     #[test]

@@ -79,3 +79,25 @@ pub fn close_fd(fd: c_int) {
     // caller owns `fd` and never uses it again.
     let _ = unsafe { libc::close(fd) };
 }
+
+/// `CUDA_LAUNCH_PARAMS` (`cuLaunchCooperativeKernelMultiDevice`), as cuda.h
+/// declares it; the shim reads only `hStream`.
+#[repr(C)]
+#[allow(non_camel_case_types, non_snake_case)]
+pub struct CUDA_LAUNCH_PARAMS {
+    pub function: abi::cuda::CUfunction,
+    pub gridDimX: core::ffi::c_uint,
+    pub gridDimY: core::ffi::c_uint,
+    pub gridDimZ: core::ffi::c_uint,
+    pub blockDimX: core::ffi::c_uint,
+    pub blockDimY: core::ffi::c_uint,
+    pub blockDimZ: core::ffi::c_uint,
+    pub sharedMemBytes: core::ffi::c_uint,
+    pub hStream: abi::cuda::CUstream,
+    pub kernelParams: *mut *mut core::ffi::c_void,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<CUDA_LAUNCH_PARAMS>() == 56);
+    assert!(core::mem::offset_of!(CUDA_LAUNCH_PARAMS, hStream) == 40);
+};

@@ -2,7 +2,8 @@
 //!
 //! Loaded with `LD_PRELOAD` into a tenant's processes, it holds the tenant
 //! to its memory cap on every device allocation path and shows the
-//! application the cap as if it were the whole GPU.
+//! application the cap as if it were the whole GPU, and holds its launches
+//! to its compute limit on each device (`accounting::throttle`).
 //!
 //! # How a call flows
 //! A driver or NVML call reaches an exported hook (`hooks/`) by direct
@@ -22,14 +23,15 @@
 //! loader's work. Initialising parses the environment ([`config`](mod@config)), opens
 //! the tenant's ledger (one `mmap`), initialises the real driver, claims
 //! this process's slot, and registers each device by UUID, deciding the
-//! tenant's cap there.
+//! tenant's cap and compute limit there.
 //! - `Ready`: every allocation is accounted.
-//! - `Disabled`: no cap is configured and the ledger cannot be used (for
-//!   example, its directory cannot be created): calls pass straight through,
-//!   and the application sees exactly what it would without the shim.
+//! - `Disabled`: no cap and no compute limit is configured and the ledger
+//!   cannot be used (for example, its directory cannot be created): calls
+//!   pass straight through, and the application sees exactly what it would
+//!   without the shim.
 //! - `Refused` (fail closed): an invalid environment value, or a ledger file
 //!   that is corrupt, truncated, of another layout version or not a ledger
-//!   (never rewritten), or a cap that cannot be recorded. `cuInit` returns
+//!   (never rewritten), or a cap or limit that cannot be recorded. `cuInit` returns
 //!   `CUDA_ERROR_NOT_PERMITTED` without initialising the driver, every
 //!   accounted call returns it too, and stderr says why once.
 //!
@@ -163,12 +165,14 @@ fn initialise() -> (u8, Result<(), CUresult>) {
         Err(e) => return refuse(format_args!("{e}")),
     };
     log::set_level(config.log_level);
-    let capped = config.memory.any();
+    // A compute limit alone fails closed as a cap does: a ledger that
+    // cannot be used must not mean no limit.
+    let capped = config.memory.any() || config.compute.any();
     let ledger = match Ledger::open_or_create(&config.dir, &config.tenant) {
         Ok(ledger) => ledger,
         Err(e) if capped || is_bad_file(&e) => return refuse(format_args!("{e}")),
         Err(e) => {
-            warn!("{e}; no cap is set, so the shim steps aside for this process");
+            warn!("{e}; no cap or compute limit is set, so the shim steps aside for this process");
             return (DISABLED, Ok(()));
         }
     };
@@ -182,7 +186,7 @@ fn initialise() -> (u8, Result<(), CUresult>) {
         Ok(slot) => slot,
         Err(e) if capped => return refuse(format_args!("ledger {}: {e}", ledger.path().display())),
         Err(e) => {
-            warn!("ledger {}: {e}; no cap is set, so the shim steps aside for this process", ledger.path().display());
+            warn!("ledger {}: {e}; no cap or compute limit is set, so the shim steps aside for this process", ledger.path().display());
             return (DISABLED, Ok(()));
         }
     };
@@ -194,12 +198,14 @@ fn initialise() -> (u8, Result<(), CUresult>) {
                 Failure::Driver(r) => (UNINIT, Err(r)),
                 Failure::Ledger(message) if capped => refuse(format_args!("{message}")),
                 Failure::Ledger(message) => {
-                    warn!("{message}; no cap is set, so the shim steps aside for this process");
+                    warn!("{message}; no cap or compute limit is set, so the shim steps aside for this process");
                     (DISABLED, Ok(()))
                 }
             };
         }
     };
+    let governed = devices.iter().any(|d| ledger::compute::is_limiting(ledger.compute_limit_ratio_e4(d.ledger_index)));
+    accounting::throttle::set_governed(governed);
     let runtime = Box::new(Runtime::new(ledger, slot, devices));
     RUNTIME.store(Box::into_raw(runtime), Ordering::Release);
     info!(
@@ -217,10 +223,11 @@ enum Failure {
 }
 
 /// Registers every device this process sees in the ledger and applies the
-/// environment's caps to them.
+/// environment's caps and compute limits to them.
 fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Result<Vec<Device>, Failure> {
     let count = real::device_count().map_err(Failure::Driver)?;
     config.memory.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
+    config.compute.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
         let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;
@@ -231,6 +238,9 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
             .map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
         if let Some(cap) = config.memory.for_device(ordinal as u32) {
             apply_cap(ledger, slot, ledger_index, ordinal, cap, config.memory.source);
+        }
+        if let Some(percent) = config.compute.for_device(ordinal as u32) {
+            apply_limit(ledger, slot, ledger_index, ordinal, percent, config.compute.source);
         }
         devices.push(Device { ordinal, cu_device, ledger_index, uuid });
     }
@@ -254,6 +264,28 @@ fn apply_cap(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, cap
         }
         ledger::CapDecision::Kept { existing_bytes, source: set_by } => warn!(
             "device {ordinal}: the tenant's cap is {existing_bytes} bytes (set by the {}); {source} asks for {cap} and is ignored",
+            match set_by {
+                ledger::PolicySource::Monitor => "monitor",
+                _ => "tenant's running processes",
+            }
+        ),
+    }
+}
+
+/// Puts the environment's compute limit in the ledger by the rule
+/// [`apply_cap`] follows for caps (`Ledger::apply_environment_compute_limit`).
+fn apply_limit(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, percent: u32, source: &str) {
+    let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
+    let ratio_e4 = ledger::compute::percent_ratio_e4(percent);
+    let percent_of = |ratio_e4: u32| f64::from(ratio_e4) / 100.0;
+    match ledger.apply_environment_compute_limit(dev, ratio_e4, alone) {
+        ledger::LimitDecision::Set | ledger::LimitDecision::Same => {}
+        ledger::LimitDecision::Replaced { previous_ratio_e4 } => {
+            info!("device {ordinal}: compute limit changed from {}% to {percent}% ({source})", percent_of(previous_ratio_e4));
+        }
+        ledger::LimitDecision::Kept { existing_ratio_e4, source: set_by } => warn!(
+            "device {ordinal}: the tenant's compute limit is {}% (set by the {}); {source} asks for {percent}% and is ignored",
+            percent_of(existing_ratio_e4),
             match set_by {
                 ledger::PolicySource::Monitor => "monitor",
                 _ => "tenant's running processes",

@@ -111,7 +111,8 @@ mod tests {
     #[test]
     fn too_old_or_unknown_is_none() {
         assert_eq!(choose("cuMemAllocAsync", 11010, 0), None);
-        assert_eq!(choose("cuLaunchKernel", 12000, 0), None);
+        assert_eq!(choose("cuLaunchKernelEx", 11050, 0), None);
+        assert_eq!(choose("cuLaunchHostFunc", 12000, 0), None);
         assert_eq!(choose("cuMemAlloc_v2", 12000, 0), None);
     }
 
@@ -124,6 +125,29 @@ mod tests {
         assert_eq!(choose("cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM), Some("cuMemAllocAsync"));
         // No per-thread form: the flag changes nothing.
         assert_eq!(choose("cuMemAlloc", 12000, PTSZ), Some("cuMemAlloc_v2"));
+        assert_eq!(choose("cuLaunchCooperativeKernelMultiDevice", 12000, PTSZ), Some("cuLaunchCooperativeKernelMultiDevice"));
+        assert_eq!(choose("cuStreamDestroy", 12000, PTSZ), Some("cuStreamDestroy_v2"));
+    }
+
+    #[test]
+    fn every_launch_route_resolves_to_a_hooked_variant() {
+        for (family, since, plain, per_thread) in [
+            ("cuLaunchKernel", 4000, "cuLaunchKernel", "cuLaunchKernel_ptsz"),
+            ("cuLaunchKernelEx", 11060, "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"),
+            ("cuLaunchCooperativeKernel", 9000, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"),
+            ("cuGraphLaunch", 10000, "cuGraphLaunch", "cuGraphLaunch_ptsz"),
+        ] {
+            assert_eq!(choose(family, since, 0), Some(plain), "{family} {since}");
+            for version in [12000, 13050] {
+                assert_eq!(choose(family, version, 0), Some(plain), "{family} {version}");
+                assert_eq!(choose(family, version, PTSZ), Some(per_thread), "{family} {version}");
+                assert!(HOOKED_VARIANTS.iter().any(|v| v.symbol == plain) && HOOKED_VARIANTS.iter().any(|v| v.symbol == per_thread));
+            }
+            assert_eq!(choose(family, since - 10, 0), None, "{family} is not older than {since}");
+        }
+        for family in ["cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchCooperativeKernelMultiDevice"] {
+            assert!(HOOKED_VARIANTS.iter().any(|v| v.symbol == family), "{family}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 #![allow(non_snake_case)]
 
 use crate::ffi;
+use crate::ffi::CUDA_LAUNCH_PARAMS;
 use abi::cuda::*;
 use abi::nvml::*;
 use core::ffi::{c_char, c_int, c_uint, c_void};
@@ -101,6 +102,10 @@ crate::hooks::hooked_functions! {
             cuEventRecord_ptsz: fn(CUevent, CUstream) -> CUresult;
             cuEventQuery: fn(CUevent) -> CUresult;
             cuEventDestroy_v2: fn(CUevent) -> CUresult;
+            cuEventElapsedTime: fn(*mut f32, CUevent, CUevent) -> CUresult;
+            cuEventElapsedTime_v2: fn(*mut f32, CUevent, CUevent) -> CUresult;
+            cuStreamQuery: fn(CUstream) -> CUresult;
+            cuStreamIsCapturing: fn(CUstream, *mut c_uint) -> CUresult;
             cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
         }
         nvml {
@@ -275,6 +280,69 @@ pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Resul
         let _ = call!(cuda(), cuCtxPopCurrent_v2(&mut popped));
     }
     out(r, event)
+}
+
+/// Runs `f` with `ctx` current on the calling thread (pushed and popped
+/// when another is current), or returns the push's error.
+pub fn with_context<T>(ctx: CUcontext, f: impl FnOnce() -> Result<T, CUresult>) -> Result<T, CUresult> {
+    let current = current_context()?;
+    let pushed = current != ctx && !ctx.is_null();
+    if pushed {
+        let r = call!(cuda(), cuCtxPushCurrent_v2(ctx));
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+    }
+    let result = f();
+    if pushed {
+        let mut popped: CUcontext = core::ptr::null_mut();
+        let _ = call!(cuda(), cuCtxPopCurrent_v2(&mut popped));
+    }
+    result
+}
+
+/// `cuEventCreate` with timing, in the current context.
+pub fn event_create_timed() -> Result<CUevent, CUresult> {
+    let mut event: CUevent = core::ptr::null_mut();
+    let r = call!(cuda(), cuEventCreate(&mut event, 0));
+    out(r, event)
+}
+
+/// `cuEventRecord` (`stream` as the launch named it: `CU_STREAM_PER_THREAD`
+/// stands for a per-thread caller's null stream).
+pub fn event_record(event: CUevent, stream: CUstream) -> CUresult {
+    call!(cuda(), cuEventRecord(event, stream))
+}
+
+/// `cuEventElapsedTime_v2` (or the first version) of two completed events,
+/// in ns; a negative or non-finite answer is an error.
+pub fn event_elapsed_ns(start: CUevent, end: CUevent) -> Result<u64, CUresult> {
+    let mut ms: f32 = 0.0;
+    let mut r = call!(cuda(), cuEventElapsedTime_v2(&mut ms, start, end));
+    if r == CUDA_ERROR_NOT_FOUND {
+        r = call!(cuda(), cuEventElapsedTime(&mut ms, start, end));
+    }
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    if !ms.is_finite() || ms < 0.0 {
+        return Err(CUDA_ERROR_UNKNOWN);
+    }
+    // Saturates: f64 to u64 conversion clamps.
+    Ok((f64::from(ms) * 1e6) as u64)
+}
+
+/// `cuStreamQuery`: `CUDA_SUCCESS` once everything submitted to it ran.
+pub fn stream_query(stream: CUstream) -> CUresult {
+    call!(cuda(), cuStreamQuery(stream))
+}
+
+/// Whether `stream` is capturing a graph (`cuStreamIsCapturing`): work
+/// launched there is recorded, not run.
+pub fn stream_capturing(stream: CUstream) -> Result<bool, CUresult> {
+    let mut status: c_uint = 0;
+    let r = call!(cuda(), cuStreamIsCapturing(stream, &mut status));
+    out(r, status != 0)
 }
 
 /// `cuEventQuery`: `CUDA_SUCCESS` once the stream passed it,

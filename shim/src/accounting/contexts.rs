@@ -10,7 +10,9 @@
 //!   frees the memory allocated in it, as the driver does, and the charges
 //!   go with it: its allocations ([`super::memory`]) and its pending
 //!   stream-ordered frees ([`super::stream_ordered`]). Every thread's cached
-//!   context is forgotten (see [`super::devices`]).
+//!   context is forgotten (see [`super::devices`]). Before the driver
+//!   destroys it, the launches still running there are charged to the
+//!   compute limit and its timing events retired ([`super::throttle`]).
 //!
 //! Owns `Contexts`: the contexts this process created and, per device,
 //! its primary context's retains and charge. The per-device primary lock is
@@ -146,6 +148,7 @@ impl Runtime {
     /// `cuCtxDestroy*`.
     pub fn destroy_context(&self, ctx: CUcontext, destroy: impl FnOnce() -> CUresult) -> CUresult {
         let key = ctx as usize;
+        self.forget_lanes_of(key);
         let record = {
             let mut contexts = lock(&self.contexts.created);
             contexts.iter().position(|c| c.ctx == key).map(|i| contexts.swap_remove(i))
@@ -218,6 +221,10 @@ impl Runtime {
     pub fn release_primary(&self, cu_device: CUdevice, release: impl FnOnce() -> CUresult) -> CUresult {
         let Some((device, primary)) = self.primary(cu_device) else { return release() };
         let mut p = lock(primary);
+        if p.charged && p.retains == 1 {
+            // The last release destroys the context.
+            self.forget_lanes_of(p.ctx);
+        }
         let r = release();
         if r == CUDA_SUCCESS {
             p.retains = p.retains.saturating_sub(1);
@@ -233,6 +240,9 @@ impl Runtime {
     pub fn reset_primary(&self, cu_device: CUdevice, reset: impl FnOnce() -> CUresult) -> CUresult {
         let Some((device, primary)) = self.primary(cu_device) else { return reset() };
         let mut p = lock(primary);
+        if p.charged {
+            self.forget_lanes_of(p.ctx);
+        }
         let r = reset();
         if r == CUDA_SUCCESS {
             // The driver drops every retain with the context.

@@ -23,10 +23,12 @@
 //! - [`views`]: what `cuMemGetInfo`, `cuDeviceTotalMem` and NVML report
 //!   under a cap.
 //!
-//! Compute time slicing belongs beside them as `throttle`: a launch needs
-//! only which device it is on ([`devices`]) and that device's budget in the
-//! ledger, none of the memory concerns. (The launch path takes no lock, and
-//! `devices`' stream lookup does today: the throttle needs a lock-free one.)
+//! - [`throttle`]: the compute limit: launches on a device with a limit are
+//!   measured with timing events and held to the tenant's budget of device
+//!   time in the ledger. A launch needs only its stream's context and
+//!   device, found without a lock (the throttle's own per-thread cache, not
+//!   [`devices`]' stream lookup), and none of the memory concerns; a
+//!   context's destruction retires its events ([`contexts`]).
 //!
 //! # How a call flows
 //! An allocation finds its device ([`devices`]: the current context's, the
@@ -53,6 +55,7 @@ pub mod contexts;
 pub mod devices;
 pub mod memory;
 pub mod stream_ordered;
+pub mod throttle;
 pub mod views;
 pub mod vmm;
 
@@ -76,6 +79,7 @@ pub struct Runtime {
     vmm: Mutex<vmm::Vmm>,
     contexts: contexts::Contexts,
     pending_frees: stream_ordered::PendingFrees,
+    throttle: throttle::Throttle,
 }
 
 impl Runtime {
@@ -91,6 +95,7 @@ impl Runtime {
             vmm: Mutex::new(vmm::Vmm::default()),
             contexts,
             pending_frees: stream_ordered::PendingFrees::new(),
+            throttle: throttle::Throttle::new(),
         }
     }
 }

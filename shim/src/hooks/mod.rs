@@ -41,6 +41,7 @@
 #![allow(non_snake_case)]
 
 use crate::accounting::Runtime;
+use crate::ffi::CUDA_LAUNCH_PARAMS;
 use crate::guard::{boundary, Guard};
 use crate::Access;
 use abi::cuda::*;
@@ -148,6 +149,34 @@ macro_rules! hooked_functions {
                     => cuCtxSynchronize since 13000;
                 sync::cuEventSynchronize(CUevent) -> CUresult
                     => cuEventSynchronize since 2000;
+                sync::cuStreamDestroy(CUstream) -> CUresult
+                    => cuStreamDestroy since 2000;
+                sync::cuStreamDestroy_v2(CUstream) -> CUresult
+                    => cuStreamDestroy since 4000;
+                launch::cuLaunchKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult
+                    => cuLaunchKernel since 4000;
+                launch::cuLaunchKernel_ptsz(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult
+                    => cuLaunchKernel since 7000 per_thread;
+                launch::cuLaunchKernelEx(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult
+                    => cuLaunchKernelEx since 11060;
+                launch::cuLaunchKernelEx_ptsz(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult
+                    => cuLaunchKernelEx since 11060 per_thread;
+                launch::cuLaunchCooperativeKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> CUresult
+                    => cuLaunchCooperativeKernel since 9000;
+                launch::cuLaunchCooperativeKernel_ptsz(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> CUresult
+                    => cuLaunchCooperativeKernel since 9000 per_thread;
+                launch::cuLaunchCooperativeKernelMultiDevice(*mut CUDA_LAUNCH_PARAMS, c_uint, c_uint) -> CUresult
+                    => cuLaunchCooperativeKernelMultiDevice since 9000;
+                launch::cuGraphLaunch(CUgraphExec, CUstream) -> CUresult
+                    => cuGraphLaunch since 10000;
+                launch::cuGraphLaunch_ptsz(CUgraphExec, CUstream) -> CUresult
+                    => cuGraphLaunch since 10000 per_thread;
+                launch::cuLaunch(CUfunction) -> CUresult
+                    => cuLaunch since 2000;
+                launch::cuLaunchGrid(CUfunction, c_int, c_int) -> CUresult
+                    => cuLaunchGrid since 2000;
+                launch::cuLaunchGridAsync(CUfunction, c_int, c_int, CUstream) -> CUresult
+                    => cuLaunchGridAsync since 2000;
             }
             nvml {
                 nvml::nvmlDeviceGetMemoryInfo(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;

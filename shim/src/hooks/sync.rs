@@ -7,6 +7,7 @@
 //! With nothing pending a hook costs one load after the driver's call.
 
 use super::real_or_return;
+use crate::accounting::throttle::{governed, streams_changed};
 use crate::guard::{boundary, Guard};
 use crate::Access;
 use abi::cuda::*;
@@ -15,17 +16,24 @@ use abi::cuda::*;
 /// completed, if there are any.
 #[inline]
 fn after_synchronize() {
-    if crate::accounting::has_pending_frees() {
-        poll_pending_frees();
+    let frees = crate::accounting::has_pending_frees();
+    let launches = governed();
+    if frees || launches {
+        poll_completed(frees, launches);
     }
 }
 
 #[cold]
-fn poll_pending_frees() {
+fn poll_completed(frees: bool, launches: bool) {
     let Some(_guard) = Guard::enter() else { return };
     boundary(|| {
         if let Some(Access::Ready(rt)) = crate::runtime_if_started() {
-            rt.poll_pending_frees();
+            if frees {
+                rt.poll_pending_frees();
+            }
+            if launches {
+                rt.charge_completed_launches();
+            }
         }
         CUDA_SUCCESS
     });
@@ -50,3 +58,20 @@ sync_hook!(cuStreamSynchronize_ptsz(stream: CUstream));
 sync_hook!(cuCtxSynchronize());
 sync_hook!(#[doc(alias = "cuCtxSynchronize")] cuCtxSynchronize_v2(ctx: CUcontext));
 sync_hook!(cuEventSynchronize(event: CUevent));
+
+macro_rules! stream_destroy_hook {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
+            let real = real_or_return!($name);
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { real(stream) };
+            streams_changed();
+            r
+        }
+    };
+}
+
+stream_destroy_hook!(cuStreamDestroy);
+stream_destroy_hook!(#[doc(alias = "cuStreamDestroy")] cuStreamDestroy_v2);

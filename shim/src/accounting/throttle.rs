@@ -1,0 +1,767 @@
+//! The compute limit: holds the tenant's launches on each device to its
+//! limit of that device's time, with nothing but what a real driver offers
+//! (CUDA events and stream queries) to observe the device.
+//!
+//! # What is measured
+//! Every launch on a device with a limit is bracketed by two timing events
+//! recorded on its own stream, just before and just after it. When the end
+//! event has completed, `cuEventElapsedTime` between the two is the device
+//! time the launch is charged: it is taken out of the tenant's bucket for
+//! that device in the ledger (`ledger::compute`), which refills at the limit
+//! and is shared by every process of the tenant. A graph launch is one
+//! bracket around the whole graph; a multi-device cooperative launch one
+//! bracket per device, each charged to its own device.
+//!
+//! # How a launch flows
+//! 1. With no limit on any device the process sees, a launch hook is one
+//!    relaxed load of [`governed`] and the driver's call.
+//! 2. The launch's stream leads to a *lane*: this process's ring of event
+//!    pairs for one context, created on the first launch in that context
+//!    (the events are made there, since an event and the stream it is
+//!    recorded on must share a context) and recycled for ever after. The
+//!    stream's lane is found through a per-thread cache keyed by the stream
+//!    handle and a generation that every stream destruction moves on; a
+//!    miss asks the driver for the stream's context (`cuStreamGetCtx`) with
+//!    no lock held. The default streams mean the calling thread's context.
+//!    A stream that is capturing a graph runs nothing: its launches pass.
+//! 3. Pairs whose end event completed are charged, oldest first.
+//! 4. While the bucket is empty or in debt, the launch sleeps (`nanosleep`)
+//!    until the refill makes it positive, charging what completes meanwhile;
+//!    the sleep counts in `throttled_ns_total`.
+//! 5. A cell of the lane's ring is claimed. The ring bounds the process's
+//!    uncharged work on the device: at most [`RING`] pairs, and no more than
+//!    [`IN_FLIGHT_NS`] of work by the recent pair durations (2 pairs while
+//!    none has been measured). At the bound the launch sleeps until the
+//!    oldest pair completes.
+//! 6. Start event, the driver's launch, end event; the cell is published.
+//!
+//! Charging also happens after each synchronisation hook, so a client that
+//! waits for every launch is charged before it launches again. The launch
+//! path allocates nothing and takes no lock: lanes are fixed arrays of
+//! atomics, and the ring is a bounded multi-producer queue (Vyukov's) whose
+//! consumers are whichever threads charge. Building a lane (once per
+//! context) and the per-thread cache's misses are the only slow paths.
+//!
+//! # Accuracy
+//! Over any interval `T`, what the tenant's launches ran on a device is
+//! what was charged, plus what ran and is not charged yet. The bucket lets
+//! at most `limit × T + burst` be charged (`ledger::compute`). What is not
+//! charged yet is bounded by the ring: per process and context, at most
+//! [`RING`] pairs, and pairs worth [`IN_FLIGHT_NS`] by the recent
+//! durations, but never fewer than two. So the device time a tenant gets
+//! over `T` is at most
+//! `limit × T + burst + processes × max(IN_FLIGHT_NS + one launch, two launches)`:
+//! alone at 30 % with millisecond kernels over 10 s, 3 s + 30 ms + 21 ms,
+//! half a point. (Launches much longer than the recent ones count as they
+//! are until the average catches up: the bound is then the ring's count.)
+//! Measured on simgpu (`cargo bench --bench shim -- compute_accuracy`, 1 ms
+//! kernels back to back for 5 s, alone): the charged share came out at the
+//! limit plus 0.2, 0.6, 1.2 and 1.8 points for limits of 10, 30, 60 and
+//! 90 %, which is the burst spread over 5 s.
+//! The measurement errs on the safe side only:
+//! - the bracket of a launch also counts time the device spent on other
+//!   contexts while the launch was queued behind them or preempted by them
+//!   (time-slicing), and time two of the process's own streams overlapped:
+//!   a busy device or a process with concurrent streams is charged more
+//!   than it used, and gets less than its limit, never more. Two processes
+//!   of one tenant time-slice the device between them, so each is charged
+//!   the other's slices too: at 30 % together they were charged 30 % and
+//!   ran about 15 % (same benchmark);
+//! - a pair the driver cannot time (an error) is charged the host time from
+//!   its start record to the moment it was seen complete, an upper bound of
+//!   its device time; every elapsed time is also capped by that bound;
+//! - a launch whose events cannot be had (the driver refused to create or
+//!   record them, or every lane is taken) waits for its stream to finish
+//!   (`cuStreamQuery` and sleeps) and is charged the host time from launch
+//!   to completion, which includes any work queued before it; one warning
+//!   says so, and the driver is asked for events again a second later.
+//!
+//! Below the limit, nothing is lost: the bucket refills whether or not the
+//! device is busy, so a tenant that waits (sleeps, or is queued behind
+//! others) is not charged for it, and a lone tenant with no limit never
+//! reaches this module. Idle time between a launch's completion and the
+//! next launch is in no bracket, so a client that synchronises after every
+//! launch is charged only its kernels.
+//!
+//! What is left: work still in flight when a context is destroyed is
+//! charged when it completes (the destroying thread waits for it, as the
+//! destruction does), but the last launches of a process that exits or is
+//! killed with them in flight are never charged (at most its ring; the
+//! driver may already be gone at exit, so the shim does not ask it then).
+//! Work submitted by means that do not reach the shim (a process that does
+//! not load it, or talks to the kernel driver directly) is not seen: the
+//! limit holds cooperating processes, as the README's security section says.
+//!
+//! The monitor's arbitration of shares comes later and fits here without a
+//! change of mechanism: it sets each tenant's limit (a changed limit applies
+//! at the next launch, since every governed launch reads it from the
+//! policy page), and the second cache line of each device's compute record
+//! is kept for what tenants report to it. A process decides at
+//! initialisation whether it governs launches at all ([`governed`]); a limit
+//! that the monitor gives a tenant that had none applies to its processes
+//! started afterwards.
+
+use abi::cuda::*;
+use ledger::compute::{self, Admit, BucketClock, ComputeBucket};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::Runtime;
+use crate::real;
+
+/// Event pairs per lane: the most launches of one process in flight and
+/// uncharged on one context.
+pub const RING: usize = 64;
+/// The most uncharged work a lane keeps in flight, estimated from recent
+/// pair durations: enough queued work that the device does not idle while
+/// the launching thread sleeps (sleeps wake within about 100 µs), little
+/// enough that the limit holds over short windows.
+pub const IN_FLIGHT_NS: u64 = 20_000_000;
+/// Pairs always allowed in flight: one running, one queued behind it.
+const MIN_IN_FLIGHT: u64 = 2;
+/// Contexts with launches this process can govern at once.
+const MAX_LANES: usize = 32;
+/// The shortest and the longest sleep while waiting for a pair to complete.
+const MIN_POLL_NS: u64 = 20_000;
+const MAX_POLL_NS: u64 = 2_000_000;
+/// How long a context's destruction waits for its lane's pairs.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// After the driver refused timing events, how long launches go without
+/// asking it again.
+const EVENTS_RETRY_NS: u64 = 1_000_000_000;
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+const STREAM_LEGACY: usize = 0x1;
+const STREAM_PER_THREAD: usize = 0x2;
+
+/// Whether any device this process sees has a limit (set at initialisation).
+static GOVERNED: AtomicBool = AtomicBool::new(false);
+
+/// The launch hooks' whole fast path.
+#[inline(always)]
+pub fn governed() -> bool {
+    GOVERNED.load(Ordering::Relaxed)
+}
+
+/// Says whether launches must come to this module.
+pub(crate) fn set_governed(on: bool) {
+    GOVERNED.store(on, Ordering::Relaxed);
+}
+
+/// Moves on at every stream destruction: a handle may come back as another
+/// context's stream.
+static STREAM_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Forgets every thread's stream-to-lane cache (a stream was destroyed).
+pub fn streams_changed() {
+    STREAM_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Unique across every lane this process ever builds (and its forked
+/// children's, which continue the count), so that a cached lane is never
+/// mistaken for a rebuilt one.
+static EPOCHS: AtomicU32 = AtomicU32::new(0);
+
+mod lane_state {
+    pub const EMPTY: u32 = 0;
+    pub const BUILDING: u32 = 1;
+    pub const READY: u32 = 2;
+    /// Its context is gone, and its events with it; may be built again.
+    pub const DEAD: u32 = 3;
+}
+
+/// One slot of a lane's ring: a pair of timing events, recycled.
+struct Pair {
+    /// Vyukov's sequence: `pos` free for the producer of position `pos`,
+    /// `pos + 1` published, `pos + RING` consumed (free for the next round).
+    seq: AtomicU64,
+    start: AtomicUsize,
+    end: AtomicUsize,
+    /// Bucket time just before the start record: the end was seen complete
+    /// later, so the pair's device time is at most the difference.
+    recorded_ns: AtomicU64,
+    /// Both events were recorded around a launch the driver accepted.
+    measured: AtomicBool,
+}
+
+/// This process's event pairs for one context.
+struct Lane {
+    state: AtomicU32,
+    epoch: AtomicU32,
+    ctx: AtomicUsize,
+    /// The ledger index of the context's device.
+    dev: AtomicUsize,
+    head: AtomicU64,
+    tail: AtomicU64,
+    /// Recent pair durations, ns (an exponential average; 0 until measured).
+    recent_ns: AtomicU64,
+    pairs: [Pair; RING],
+}
+
+impl Lane {
+    fn new() -> Lane {
+        Lane {
+            state: AtomicU32::new(lane_state::EMPTY),
+            epoch: AtomicU32::new(0),
+            ctx: AtomicUsize::new(0),
+            dev: AtomicUsize::new(0),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            recent_ns: AtomicU64::new(0),
+            pairs: std::array::from_fn(|i| Pair {
+                seq: AtomicU64::new(i as u64),
+                start: AtomicUsize::new(0),
+                end: AtomicUsize::new(0),
+                recorded_ns: AtomicU64::new(0),
+                measured: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn pair(&self, pos: u64) -> &Pair {
+        // The index is below RING; the fallback (a constant index the
+        // compiler checks) is never taken.
+        self.pairs.get((pos % RING as u64) as usize).unwrap_or(&self.pairs[0])
+    }
+
+    fn is(&self, epoch: u32) -> bool {
+        self.state.load(Ordering::Acquire) == lane_state::READY && self.epoch.load(Ordering::Acquire) == epoch
+    }
+
+    /// Pairs allowed in flight now (see the module docs).
+    fn in_flight_bound(&self) -> u64 {
+        match self.recent_ns.load(Ordering::Relaxed) {
+            0 => MIN_IN_FLIGHT,
+            recent => (IN_FLIGHT_NS / recent).clamp(MIN_IN_FLIGHT, RING as u64),
+        }
+    }
+
+    /// How long to sleep before looking at the oldest pair again.
+    fn poll_ns(&self) -> u64 {
+        (self.recent_ns.load(Ordering::Relaxed) / 2).clamp(MIN_POLL_NS, MAX_POLL_NS)
+    }
+
+    /// Claims the next cell, unless the ring is at its bound.
+    fn claim(&self) -> Option<u64> {
+        loop {
+            let pos = self.tail.load(Ordering::Acquire);
+            let head = self.head.load(Ordering::Acquire);
+            if pos.saturating_sub(head) >= self.in_flight_bound() {
+                return None;
+            }
+            let seq = self.pair(pos).seq.load(Ordering::Acquire);
+            if seq == pos {
+                if self.tail.compare_exchange_weak(pos, pos + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return Some(pos);
+                }
+            } else if seq < pos {
+                return None;
+            }
+        }
+    }
+
+    /// Hands a claimed cell to the consumers.
+    fn publish(&self, pos: u64, measured: bool) {
+        let pair = self.pair(pos);
+        pair.measured.store(measured, Ordering::Release);
+        pair.seq.store(pos + 1, Ordering::Release);
+    }
+
+    /// Charges every pair that completed, oldest first, to `bucket`;
+    /// returns whether pairs remain in flight.
+    fn charge_completed(&self, bucket: ComputeBucket<'_>, clock: &BucketClock) -> bool {
+        loop {
+            let pos = self.head.load(Ordering::Acquire);
+            let pair = self.pair(pos);
+            let seq = pair.seq.load(Ordering::Acquire);
+            if seq < pos + 1 {
+                // Empty, or the oldest is still being recorded.
+                return pos < self.tail.load(Ordering::Acquire);
+            }
+            if seq > pos + 1 {
+                continue;
+            }
+            let busy_ns = if pair.measured.load(Ordering::Acquire) {
+                let end = pair.end.load(Ordering::Relaxed) as CUevent;
+                match real::event_query(end) {
+                    CUDA_ERROR_NOT_READY => return true,
+                    r => {
+                        let bound_ns = clock.now().saturating_sub(pair.recorded_ns.load(Ordering::Relaxed));
+                        let start = pair.start.load(Ordering::Relaxed) as CUevent;
+                        let timed = if r == CUDA_SUCCESS { real::event_elapsed_ns(start, end).ok() } else { None };
+                        timed.map_or(bound_ns, |ns| ns.min(bound_ns))
+                    }
+                }
+            } else {
+                0
+            };
+            if self.head.compare_exchange(pos, pos + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if pair.measured.load(Ordering::Relaxed) {
+                    bucket.charge(busy_ns);
+                    let recent = self.recent_ns.load(Ordering::Relaxed);
+                    let averaged = if recent == 0 { busy_ns.max(1) } else { (recent - recent / 8 + busy_ns / 8).max(1) };
+                    self.recent_ns.store(averaged, Ordering::Relaxed);
+                }
+                pair.seq.store(pos + RING as u64, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// A launch target after its stream was looked at.
+#[derive(Clone, Copy)]
+enum Route<'a> {
+    /// Through a lane of this context.
+    Lane(&'a Lane),
+    /// On this ledger device, without events: measured by waiting for the stream.
+    Unmeasured(usize),
+    /// Nothing to govern here (a capturing stream, a device without a
+    /// limit, or a stream the driver does not know, whose launch fails).
+    Pass,
+}
+
+/// One stream of a launch, as the hook was given it.
+#[derive(Clone, Copy)]
+pub struct Target {
+    pub stream: CUstream,
+    /// Launched through a `_ptsz` entry point: the null stream is the
+    /// calling thread's per-thread stream.
+    pub per_thread: bool,
+}
+
+impl Target {
+    /// The stream the launch runs on, as the plain entry points name it.
+    fn stream(&self) -> CUstream {
+        if self.per_thread && self.stream.is_null() {
+            STREAM_PER_THREAD as CUstream
+        } else {
+            self.stream
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        matches!(self.stream() as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct CachedLane {
+    key: usize,
+    generation: u64,
+    lane: usize,
+    epoch: u32,
+}
+
+const NO_LANE: CachedLane = CachedLane { key: 0, generation: u64::MAX, lane: 0, epoch: 0 };
+const CACHE_WAYS: usize = 8;
+
+/// Which lane the calling thread's launches went to: one thread-local, no
+/// destructor (nothing to register or free when a thread first launches).
+struct LaneCache {
+    /// Stream handle → lane, direct-mapped.
+    streams: [Cell<CachedLane>; CACHE_WAYS],
+    /// The last current context of a default-stream launch → lane.
+    context: Cell<CachedLane>,
+}
+
+impl LaneCache {
+    fn forget(&self) {
+        self.streams.iter().for_each(|way| way.set(NO_LANE));
+        self.context.set(NO_LANE);
+    }
+}
+
+thread_local! {
+    static LANES: LaneCache = const { LaneCache { streams: [const { Cell::new(NO_LANE) }; CACHE_WAYS], context: Cell::new(NO_LANE) } };
+}
+
+fn cache_way(stream: usize) -> usize {
+    (stream >> 4) % CACHE_WAYS
+}
+
+/// Every lane of the process and the clock of its buckets.
+pub(super) struct Throttle {
+    lanes: Box<[Lane]>,
+    clock: BucketClock,
+    /// Warned once that launches are measured without events.
+    warned_unmeasured: AtomicBool,
+    /// Bucket time before which no lane is built (the driver refused events).
+    build_after_ns: AtomicU64,
+}
+
+impl Throttle {
+    pub(super) fn new() -> Throttle {
+        // Built one lane at a time: the thread initialising may have a small stack.
+        let lanes = (0..MAX_LANES).map(|_| Lane::new()).collect();
+        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0) }
+    }
+
+    fn lane(&self, index: usize, epoch: u32) -> Option<&Lane> {
+        self.lanes.get(index).filter(|lane| lane.is(epoch))
+    }
+
+    /// The ready lane of `ctx`, with its index.
+    fn find(&self, ctx: usize) -> Option<(usize, &Lane)> {
+        self.lanes
+            .iter()
+            .enumerate()
+            .find(|(_, lane)| lane.state.load(Ordering::Acquire) == lane_state::READY && lane.ctx.load(Ordering::Acquire) == ctx)
+    }
+}
+
+/// Creates every pair's events in the current context; on a refusal,
+/// destroys those it made.
+fn create_events(lane: &Lane) -> Result<(), CUresult> {
+    let mut made = 0;
+    let mut result = Ok(());
+    for pair in &lane.pairs {
+        let events = real::event_create_timed().and_then(|start| match real::event_create_timed() {
+            Ok(end) => Ok((start, end)),
+            Err(r) => {
+                real::event_destroy(start);
+                Err(r)
+            }
+        });
+        match events {
+            Ok((start, end)) => {
+                pair.start.store(start as usize, Ordering::Relaxed);
+                pair.end.store(end as usize, Ordering::Relaxed);
+                made += 1;
+            }
+            Err(r) => {
+                result = Err(r);
+                break;
+            }
+        }
+    }
+    if result.is_err() {
+        for pair in lane.pairs.iter().take(made) {
+            real::event_destroy(pair.start.swap(0, Ordering::Relaxed) as CUevent);
+            real::event_destroy(pair.end.swap(0, Ordering::Relaxed) as CUevent);
+        }
+    }
+    result
+}
+
+/// Sleeps `ns` (at least a little), returning the bucket time it took.
+fn sleep_ns(clock: &BucketClock, ns: u64) -> u64 {
+    let before = clock.now();
+    std::thread::sleep(Duration::from_nanos(ns.max(1)));
+    clock.now().saturating_sub(before)
+}
+
+/// The most streams one launch runs on (a multi-device cooperative launch:
+/// one per device).
+const MAX_TARGETS: usize = ledger::MAX_DEVICES;
+
+/// One target's part of a launch.
+#[derive(Clone, Copy)]
+struct Plan<'a> {
+    route: Route<'a>,
+    stream: CUstream,
+    dev: usize,
+    ratio_e4: u32,
+    /// The lane cell claimed for it.
+    pos: Option<u64>,
+    started: bool,
+    measured: bool,
+}
+
+impl Runtime {
+    /// The ledger device of context `ctx`.
+    fn device_of_context(&self, ctx: CUcontext) -> Option<usize> {
+        self.context_ledger_index(ctx as usize)
+            .or_else(|| real::context_device(ctx).ok().and_then(|d| self.device_by_handle(d)).map(|d| d.ledger_index))
+    }
+
+    /// The lane of `ctx`, built on the first launch there (the slow path,
+    /// once per context): claims a free lane, creates its events in `ctx`,
+    /// publishes it. With no lane to be had the launch is measured by its
+    /// stream; a context on no device this process knows is not governed.
+    #[cold]
+    fn build_lane(&self, ctx: CUcontext) -> (Route<'_>, Option<(usize, u32)>) {
+        let Some(dev) = self.device_of_context(ctx) else { return (Route::Pass, None) };
+        let throttle = &self.throttle;
+        if throttle.clock.now() < throttle.build_after_ns.load(Ordering::Relaxed) {
+            return (Route::Unmeasured(dev), None);
+        }
+        // Another thread may be building this context's lane: wait for it.
+        for _ in 0..10_000 {
+            if let Some((index, lane)) = throttle.find(ctx as usize) {
+                return (Route::Lane(lane), Some((index, lane.epoch.load(Ordering::Acquire))));
+            }
+            let building = throttle.lanes.iter().any(|lane| {
+                lane.state.load(Ordering::Acquire) == lane_state::BUILDING && lane.ctx.load(Ordering::Acquire) == ctx as usize
+            });
+            if !building {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let claimed = throttle.lanes.iter().enumerate().find(|(_, lane)| {
+            [lane_state::EMPTY, lane_state::DEAD].into_iter().any(|from| {
+                lane.state.compare_exchange(from, lane_state::BUILDING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            })
+        });
+        let Some((index, lane)) = claimed else {
+            self.warn_unmeasured(format_args!("all {MAX_LANES} lanes are taken by other contexts"));
+            return (Route::Unmeasured(dev), None);
+        };
+        lane.ctx.store(ctx as usize, Ordering::Release);
+        lane.dev.store(dev, Ordering::Release);
+        if let Err(r) = real::with_context(ctx, || create_events(lane)) {
+            lane.ctx.store(0, Ordering::Release);
+            lane.state.store(lane_state::EMPTY, Ordering::Release);
+            throttle.build_after_ns.store(throttle.clock.now().saturating_add(EVENTS_RETRY_NS), Ordering::Relaxed);
+            self.warn_unmeasured(format_args!("the driver refused timing events (CUresult {r})"));
+            return (Route::Unmeasured(dev), None);
+        }
+        lane.head.store(0, Ordering::Relaxed);
+        lane.tail.store(0, Ordering::Relaxed);
+        lane.recent_ns.store(0, Ordering::Relaxed);
+        for (i, pair) in lane.pairs.iter().enumerate() {
+            pair.seq.store(i as u64, Ordering::Relaxed);
+            pair.measured.store(false, Ordering::Relaxed);
+        }
+        let epoch = EPOCHS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        lane.epoch.store(epoch, Ordering::Release);
+        lane.state.store(lane_state::READY, Ordering::Release);
+        debug!("compute limit: {RING} event pairs ready for context {ctx:?} on ledger device {dev}");
+        (Route::Lane(lane), Some((index, epoch)))
+    }
+
+    fn lane_of_context(&self, ctx: CUcontext) -> (Route<'_>, Option<(usize, u32)>) {
+        match self.throttle.find(ctx as usize) {
+            Some((index, lane)) => (Route::Lane(lane), Some((index, lane.epoch.load(Ordering::Acquire)))),
+            None => self.build_lane(ctx),
+        }
+    }
+
+    /// Where a launch on `target` goes (see the module docs, step 2).
+    fn route(&self, target: &Target) -> Route<'_> {
+        let stream = target.stream();
+        if stream as usize != 0 && stream as usize != STREAM_LEGACY {
+            // The legacy stream cannot capture; any other may.
+            match real::stream_capturing(stream) {
+                Ok(false) | Err(CUDA_ERROR_NOT_FOUND) => {}
+                Ok(true) | Err(_) => return Route::Pass,
+            }
+        }
+        if target.is_default() {
+            let ctx = match real::current_context() {
+                Ok(ctx) if !ctx.is_null() => ctx,
+                _ => return Route::Pass,
+            };
+            let cached = LANES.try_with(|c| c.context.get()).ok().filter(|c| c.key == ctx as usize);
+            if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
+                return Route::Lane(lane);
+            }
+            let (route, index) = self.lane_of_context(ctx);
+            if let Some((lane, epoch)) = index {
+                let entry = CachedLane { key: ctx as usize, generation: 0, lane, epoch };
+                let _ = LANES.try_with(|c| c.context.set(entry));
+            }
+            return route;
+        }
+        let key = stream as usize;
+        let generation = STREAM_GENERATION.load(Ordering::Acquire);
+        let way = cache_way(key);
+        let cached = LANES
+            .try_with(|c| c.streams.get(way).map(Cell::get))
+            .ok()
+            .flatten()
+            .filter(|c| c.key == key && c.generation == generation);
+        if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
+            return Route::Lane(lane);
+        }
+        let ctx = match real::stream_context(stream, false) {
+            Ok(ctx) if !ctx.is_null() => ctx,
+            Err(CUDA_ERROR_NOT_FOUND) => match real::current_context() {
+                Ok(ctx) if !ctx.is_null() => ctx,
+                _ => return Route::Pass,
+            },
+            _ => return Route::Pass,
+        };
+        let (route, index) = self.lane_of_context(ctx);
+        if let Some((lane, epoch)) = index {
+            let entry = CachedLane { key, generation, lane, epoch };
+            let _ = LANES.try_with(|c| c.streams.get(way).map(|w| w.set(entry)));
+        }
+        route
+    }
+
+    /// What a launch on `target` needs: `None` when nothing is governed there.
+    fn plan(&self, target: &Target) -> Option<Plan<'_>> {
+        let route = self.route(target);
+        let dev = match route {
+            Route::Lane(lane) => lane.dev.load(Ordering::Acquire),
+            Route::Unmeasured(dev) => dev,
+            Route::Pass => return None,
+        };
+        let ratio_e4 = self.ledger.compute_limit_ratio_e4(dev);
+        compute::is_limiting(ratio_e4).then_some(Plan {
+            route,
+            stream: target.stream(),
+            dev,
+            ratio_e4,
+            pos: None,
+            started: false,
+            measured: false,
+        })
+    }
+
+    /// Makes a launch on `targets` (one stream, or one per device) under the
+    /// compute limit of each target's device: see the module docs.
+    pub fn govern_launch(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
+        let mut plans: [Option<Plan<'_>>; MAX_TARGETS] = [None; MAX_TARGETS];
+        for (plan, target) in plans.iter_mut().zip(targets) {
+            *plan = self.plan(target);
+        }
+        if plans.iter().all(Option::is_none) {
+            return launch();
+        }
+        let clock = &self.throttle.clock;
+        self.admit_and_claim(&mut plans);
+        let recorded_ns = clock.now();
+        for plan in plans.iter_mut().flatten() {
+            if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
+                let pair = lane.pair(pos);
+                pair.recorded_ns.store(recorded_ns, Ordering::Relaxed);
+                plan.started = real::event_record(pair.start.load(Ordering::Relaxed) as CUevent, plan.stream) == CUDA_SUCCESS;
+            }
+        }
+        let r = launch();
+        let mut unmeasured = false;
+        for plan in plans.iter_mut().flatten() {
+            if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
+                let end = lane.pair(pos).end.load(Ordering::Relaxed) as CUevent;
+                plan.measured = r == CUDA_SUCCESS && plan.started && real::event_record(end, plan.stream) == CUDA_SUCCESS;
+                lane.publish(pos, plan.measured);
+            }
+            unmeasured |= !plan.measured;
+        }
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        for plan in plans.iter().flatten() {
+            if let Some(bucket) = self.ledger.compute_bucket(plan.dev) {
+                bucket.count_launches(1);
+            }
+        }
+        if unmeasured {
+            self.charge_by_streams(&plans, recorded_ns);
+        }
+        r
+    }
+
+    /// Steps 3 to 5 of the module docs for every plan, all or nothing: a
+    /// launch never holds one lane's cell while it waits for another's, so
+    /// launches on several devices cannot wait for each other.
+    fn admit_and_claim(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) {
+        let clock = &self.throttle.clock;
+        loop {
+            let mut wait_ns = 0;
+            let mut waiting = [false; MAX_TARGETS];
+            for (plan, waits) in plans.iter_mut().zip(&mut waiting) {
+                let Some(plan) = plan else { continue };
+                let Some(bucket) = self.ledger.compute_bucket(plan.dev) else { continue };
+                // A limit changed while this launch waited applies at once.
+                plan.ratio_e4 = self.ledger.compute_limit_ratio_e4(plan.dev);
+                if let Route::Lane(lane) = plan.route {
+                    lane.charge_completed(bucket, clock);
+                }
+                if let Admit::Wait { ns } = bucket.admit(clock, ledger::compute::monotonic_ns(), plan.ratio_e4) {
+                    wait_ns = wait_ns.max(ns);
+                    *waits = true;
+                }
+            }
+            if wait_ns > 0 {
+                let slept_ns = sleep_ns(clock, wait_ns);
+                for (plan, _) in plans.iter().zip(waiting).filter(|(_, waits)| *waits) {
+                    if let Some(bucket) = plan.as_ref().and_then(|p| self.ledger.compute_bucket(p.dev)) {
+                        bucket.count_throttled(slept_ns);
+                    }
+                }
+                continue;
+            }
+            let mut full: Option<&Lane> = None;
+            for plan in plans.iter_mut().flatten() {
+                if let Route::Lane(lane) = plan.route {
+                    match lane.claim() {
+                        Some(pos) => plan.pos = Some(pos),
+                        None => {
+                            full = Some(lane);
+                            break;
+                        }
+                    }
+                }
+            }
+            let Some(full) = full else { return };
+            // Give back what was claimed (as cells that charge nothing) and
+            // wait for the full lane's oldest pair.
+            for plan in plans.iter_mut().flatten() {
+                if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos.take()) {
+                    lane.publish(pos, false);
+                }
+            }
+            std::thread::sleep(Duration::from_nanos(full.poll_ns()));
+        }
+    }
+
+    /// Charges each unmeasured target the host time from `since_ns` until
+    /// its stream has run everything (sleeping between queries), and makes
+    /// the calling thread look its streams up afresh.
+    #[cold]
+    fn charge_by_streams(&self, plans: &[Option<Plan<'_>>; MAX_TARGETS], since_ns: u64) {
+        let clock = &self.throttle.clock;
+        for plan in plans.iter().flatten().filter(|p| !p.measured) {
+            let mut poll_ns = MIN_POLL_NS;
+            while real::stream_query(plan.stream) == CUDA_ERROR_NOT_READY {
+                std::thread::sleep(Duration::from_nanos(poll_ns));
+                poll_ns = (poll_ns * 2).min(MAX_POLL_NS);
+            }
+            if let Some(bucket) = self.ledger.compute_bucket(plan.dev) {
+                bucket.charge(clock.now().saturating_sub(since_ns));
+            }
+        }
+        let _ = LANES.try_with(LaneCache::forget);
+    }
+
+    /// Charges every pair of this process that completed (after a
+    /// synchronisation: the client waited for its work, so it is done).
+    pub fn charge_completed_launches(&self) {
+        for lane in self.throttle.lanes.iter() {
+            if lane.state.load(Ordering::Acquire) != lane_state::READY {
+                continue;
+            }
+            if let Some(bucket) = self.ledger.compute_bucket(lane.dev.load(Ordering::Acquire)) {
+                lane.charge_completed(bucket, &self.throttle.clock);
+            }
+        }
+    }
+
+    /// Before context `ctx` is destroyed (its events go with it): charges
+    /// its lanes' pairs as they complete, waiting for them as the
+    /// destruction would, then retires the lanes.
+    pub(super) fn forget_lanes_of(&self, ctx: usize) {
+        for lane in self.throttle.lanes.iter() {
+            if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.ctx.load(Ordering::Acquire) != ctx {
+                continue;
+            }
+            if let Some(bucket) = self.ledger.compute_bucket(lane.dev.load(Ordering::Acquire)) {
+                let until = std::time::Instant::now() + DRAIN_WAIT;
+                while lane.charge_completed(bucket, &self.throttle.clock) && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_nanos(lane.poll_ns()));
+                }
+            }
+            let _ = lane.state.compare_exchange(lane_state::READY, lane_state::DEAD, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    fn warn_unmeasured(&self, why: std::fmt::Arguments<'_>) {
+        if !self.throttle.warned_unmeasured.swap(true, Ordering::Relaxed) {
+            warn!("compute limit: {why}; launches there are measured by waiting for their streams, which is slower");
+        }
+    }
+}
