@@ -16,6 +16,9 @@
  *  - A memory reservation is a compare-and-swap on usage.devices[d].used_bytes
  *    that keeps it <= policy.devices[d].memory_limit_bytes, then an add to the
  *    process's slots[i].bytes[d].
+ *  - Device time is taken out of compute.devices[d].tokens_ns after the work
+ *    ran (an atomic subtract); only the CAS on refill_ns that claims an
+ *    interval may add that interval's tokens.
  *  - A process owning slot i holds an OFD write lock (F_OFD_SETLK) on the one
  *    byte at GPUSLICE_SLOT_LOCK_OFFSET(i), taken before the slot leaves FREE
  *    and dropped after it is FREE again. A slot that is not FREE and whose
@@ -34,7 +37,7 @@
 
 /* "GPUSLICE" read as a little-endian uint64_t. */
 #define GPUSLICE_MAGIC UINT64_C(0x4543494C53555047)
-#define GPUSLICE_LAYOUT_VERSION 4u
+#define GPUSLICE_LAYOUT_VERSION 5u
 /* struct gpuslice_slot.in_flight_word increments */
 #define GPUSLICE_IN_FLIGHT_BEGIN UINT64_C(1)
 #define GPUSLICE_IN_FLIGHT_FINISH UINT64_C(0xFFFFFFFF)
@@ -53,7 +56,7 @@
 #define GPUSLICE_SLOT_ALIVE 2u
 #define GPUSLICE_SLOT_RECLAIMING 3u
 
-/* struct gpuslice_policy.policy_source */
+/* struct gpuslice_policy.policy_source and .compute_limit_source */
 #define GPUSLICE_POLICY_UNSET 0u
 #define GPUSLICE_POLICY_ENVIRONMENT 1u
 #define GPUSLICE_POLICY_MONITOR 2u
@@ -92,13 +95,16 @@ struct gpuslice_policy {
     uint64_t memory_limit_bytes; /* GPUSLICE_UNLIMITED when no cap */
     uint32_t policy_source; /* GPUSLICE_POLICY_*: who set the cap */
     uint32_t compute_share_ratio_e4; /* ratio x 10000, 0 = none */
-    uint32_t compute_limit_ratio_e4; /* ratio x 10000, 0 = no ceiling */
+    uint32_t compute_limit_ratio_e4; /* ratio x 10000; 0 and 10000 (the whole device) = no ceiling */
     int32_t priority; /* higher runs first when time is spare */
     /* Writers of memory_limit_bytes + policy_source claim it with a CAS from
      * the even value they decided on to an odd one, store both, then make it
      * even again: the pair changes as one decision. */
     uint64_t policy_epoch;
-    uint64_t reserved[4];
+    uint32_t compute_limit_source; /* GPUSLICE_POLICY_*: who set the compute limit */
+    uint32_t reserved0;
+    uint64_t compute_epoch; /* as policy_epoch, for compute_limit_ratio_e4 + compute_limit_source */
+    uint64_t reserved[2];
 };
 
 /* Page 1: what the tenant may use, by device index. */
@@ -112,11 +118,7 @@ struct gpuslice_usage {
     uint64_t used_bytes; /* the sum of the slots' bytes[d]; admission is a CAS on it */
     uint64_t alloc_denied_total;
     uint64_t context_overhead_bytes;
-    uint64_t launches_total;
-    uint64_t throttled_ns_total;
-    int64_t compute_tokens; /* may go negative */
-    uint64_t compute_refill_ns; /* monotonic clock */
-    uint64_t reserved;
+    uint64_t reserved[5];
 };
 
 /* Page 2: usage by device index, then tenant-wide counters. */
@@ -125,6 +127,27 @@ struct gpuslice_usage_page {
     uint64_t reclaimed_processes_total;
     uint64_t slots_claimed_total;
     uint8_t reserved[3056]; /* pads the usage to one page */
+};
+
+/* The tenant's device time on one device: a token bucket and its counters. */
+struct gpuslice_compute {
+    /* Device time left, ns; negative: measured work ran past the refill.
+     * Refilled at limit x elapsed CLOCK_MONOTONIC time since refill_ns (a
+     * CAS on refill_ns claims the interval first), up to the limit's earnings
+     * in 100 ms; measured busy time is subtracted after the work ran. */
+    int64_t tokens_ns;
+    uint64_t refill_ns; /* CLOCK_MONOTONIC ns of the last refill */
+    uint64_t launches_total; /* launch calls while the device had a limit */
+    uint64_t busy_ns_total; /* device time charged, ns */
+    uint64_t throttled_ns_total; /* time launches waited for the bucket, ns */
+    uint64_t reserved0[3];
+    uint64_t reserved[8]; /* the second cache line, for shares */
+};
+
+/* Page 3: device time by device index, two cache lines per device. */
+struct gpuslice_compute_page {
+    struct gpuslice_compute devices[GPUSLICE_MAX_DEVICES];
+    uint8_t reserved[2048]; /* pads the compute state to one page */
 };
 
 /* One process of the tenant. */
@@ -150,11 +173,13 @@ struct gpuslice_ledger {
     struct gpuslice_header header;
     struct gpuslice_policy_page policy;
     struct gpuslice_usage_page usage;
+    struct gpuslice_compute_page compute;
     struct gpuslice_slot slots[GPUSLICE_MAX_SLOTS]; /* never compacted */
 };
 
 #define GPUSLICE_POLICY_OFFSET offsetof(struct gpuslice_ledger, policy)
 #define GPUSLICE_USAGE_OFFSET offsetof(struct gpuslice_ledger, usage)
+#define GPUSLICE_COMPUTE_OFFSET offsetof(struct gpuslice_ledger, compute)
 #define GPUSLICE_SLOTS_OFFSET offsetof(struct gpuslice_ledger, slots)
 #define GPUSLICE_SLOT_BYTES sizeof(struct gpuslice_slot)
 #define GPUSLICE_FILE_BYTES sizeof(struct gpuslice_ledger)
@@ -192,7 +217,10 @@ _Static_assert(offsetof(struct gpuslice_policy, compute_share_ratio_e4) == 12, "
 _Static_assert(offsetof(struct gpuslice_policy, compute_limit_ratio_e4) == 16, "gpuslice_policy.compute_limit_ratio_e4");
 _Static_assert(offsetof(struct gpuslice_policy, priority) == 20, "gpuslice_policy.priority");
 _Static_assert(offsetof(struct gpuslice_policy, policy_epoch) == 24, "gpuslice_policy.policy_epoch");
-_Static_assert(offsetof(struct gpuslice_policy, reserved) == 32, "gpuslice_policy.reserved");
+_Static_assert(offsetof(struct gpuslice_policy, compute_limit_source) == 32, "gpuslice_policy.compute_limit_source");
+_Static_assert(offsetof(struct gpuslice_policy, reserved0) == 36, "gpuslice_policy.reserved0");
+_Static_assert(offsetof(struct gpuslice_policy, compute_epoch) == 40, "gpuslice_policy.compute_epoch");
+_Static_assert(offsetof(struct gpuslice_policy, reserved) == 48, "gpuslice_policy.reserved");
 _Static_assert(sizeof(struct gpuslice_policy_page) == 4096, "gpuslice_policy_page size");
 _Static_assert(offsetof(struct gpuslice_policy_page, devices) == 0, "gpuslice_policy_page.devices");
 _Static_assert(offsetof(struct gpuslice_policy_page, reserved) == 1024, "gpuslice_policy_page.reserved");
@@ -200,16 +228,23 @@ _Static_assert(sizeof(struct gpuslice_usage) == 64, "gpuslice_usage size");
 _Static_assert(offsetof(struct gpuslice_usage, used_bytes) == 0, "gpuslice_usage.used_bytes");
 _Static_assert(offsetof(struct gpuslice_usage, alloc_denied_total) == 8, "gpuslice_usage.alloc_denied_total");
 _Static_assert(offsetof(struct gpuslice_usage, context_overhead_bytes) == 16, "gpuslice_usage.context_overhead_bytes");
-_Static_assert(offsetof(struct gpuslice_usage, launches_total) == 24, "gpuslice_usage.launches_total");
-_Static_assert(offsetof(struct gpuslice_usage, throttled_ns_total) == 32, "gpuslice_usage.throttled_ns_total");
-_Static_assert(offsetof(struct gpuslice_usage, compute_tokens) == 40, "gpuslice_usage.compute_tokens");
-_Static_assert(offsetof(struct gpuslice_usage, compute_refill_ns) == 48, "gpuslice_usage.compute_refill_ns");
-_Static_assert(offsetof(struct gpuslice_usage, reserved) == 56, "gpuslice_usage.reserved");
+_Static_assert(offsetof(struct gpuslice_usage, reserved) == 24, "gpuslice_usage.reserved");
 _Static_assert(sizeof(struct gpuslice_usage_page) == 4096, "gpuslice_usage_page size");
 _Static_assert(offsetof(struct gpuslice_usage_page, devices) == 0, "gpuslice_usage_page.devices");
 _Static_assert(offsetof(struct gpuslice_usage_page, reclaimed_processes_total) == 1024, "gpuslice_usage_page.reclaimed_processes_total");
 _Static_assert(offsetof(struct gpuslice_usage_page, slots_claimed_total) == 1032, "gpuslice_usage_page.slots_claimed_total");
 _Static_assert(offsetof(struct gpuslice_usage_page, reserved) == 1040, "gpuslice_usage_page.reserved");
+_Static_assert(sizeof(struct gpuslice_compute) == 128, "gpuslice_compute size");
+_Static_assert(offsetof(struct gpuslice_compute, tokens_ns) == 0, "gpuslice_compute.tokens_ns");
+_Static_assert(offsetof(struct gpuslice_compute, refill_ns) == 8, "gpuslice_compute.refill_ns");
+_Static_assert(offsetof(struct gpuslice_compute, launches_total) == 16, "gpuslice_compute.launches_total");
+_Static_assert(offsetof(struct gpuslice_compute, busy_ns_total) == 24, "gpuslice_compute.busy_ns_total");
+_Static_assert(offsetof(struct gpuslice_compute, throttled_ns_total) == 32, "gpuslice_compute.throttled_ns_total");
+_Static_assert(offsetof(struct gpuslice_compute, reserved0) == 40, "gpuslice_compute.reserved0");
+_Static_assert(offsetof(struct gpuslice_compute, reserved) == 64, "gpuslice_compute.reserved");
+_Static_assert(sizeof(struct gpuslice_compute_page) == 4096, "gpuslice_compute_page size");
+_Static_assert(offsetof(struct gpuslice_compute_page, devices) == 0, "gpuslice_compute_page.devices");
+_Static_assert(offsetof(struct gpuslice_compute_page, reserved) == 2048, "gpuslice_compute_page.reserved");
 _Static_assert(sizeof(struct gpuslice_slot) == 192, "gpuslice_slot size");
 _Static_assert(offsetof(struct gpuslice_slot, state_word) == 0, "gpuslice_slot.state_word");
 _Static_assert(offsetof(struct gpuslice_slot, in_flight_word) == 8, "gpuslice_slot.in_flight_word");
@@ -219,10 +254,11 @@ _Static_assert(offsetof(struct gpuslice_slot, ns_pid) == 148, "gpuslice_slot.ns_
 _Static_assert(offsetof(struct gpuslice_slot, pidns_inode) == 152, "gpuslice_slot.pidns_inode");
 _Static_assert(offsetof(struct gpuslice_slot, start_time_ticks) == 160, "gpuslice_slot.start_time_ticks");
 _Static_assert(offsetof(struct gpuslice_slot, reserved) == 168, "gpuslice_slot.reserved");
-_Static_assert(sizeof(struct gpuslice_ledger) == 208896, "gpuslice_ledger size");
+_Static_assert(sizeof(struct gpuslice_ledger) == 212992, "gpuslice_ledger size");
 _Static_assert(offsetof(struct gpuslice_ledger, header) == 0, "gpuslice_ledger.header");
 _Static_assert(offsetof(struct gpuslice_ledger, policy) == 4096, "gpuslice_ledger.policy");
 _Static_assert(offsetof(struct gpuslice_ledger, usage) == 8192, "gpuslice_ledger.usage");
-_Static_assert(offsetof(struct gpuslice_ledger, slots) == 12288, "gpuslice_ledger.slots");
+_Static_assert(offsetof(struct gpuslice_ledger, compute) == 12288, "gpuslice_ledger.compute");
+_Static_assert(offsetof(struct gpuslice_ledger, slots) == 16384, "gpuslice_ledger.slots");
 
 #endif /* GPUSLICE_H */

@@ -7,7 +7,7 @@
 //! process dies.
 
 use crate::layout::{device_state, in_flight, slot_state, state_word, PolicyRecord, SlotRecord, UsageRecord};
-use crate::{ofd, ComputePolicy, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES};
+use crate::{ofd, Denied, DeviceEntry, Ledger, LedgerError, PolicySource, Slot, MAX_DEVICES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -326,34 +326,6 @@ impl Ledger {
     /// Processes of this tenant whose slots were reclaimed after they died.
     pub fn reclaimed_processes_total(&self) -> u64 {
         self.layout().usage.reclaimed_processes_total.load(Ordering::Relaxed)
-    }
-
-    /// The compute settings of device `dev` (all zero until set).
-    pub fn compute_policy(&self, dev: usize) -> ComputePolicy {
-        self.policy(dev).map_or(ComputePolicy::default(), |p| ComputePolicy {
-            share_ratio_e4: p.compute_share_ratio_e4.load(Ordering::Acquire),
-            limit_ratio_e4: p.compute_limit_ratio_e4.load(Ordering::Acquire),
-            priority: p.priority.load(Ordering::Acquire),
-        })
-    }
-
-    /// Sets the compute settings of device `dev`.
-    pub fn set_compute_policy(&self, dev: usize, compute: ComputePolicy) {
-        if let Some(policy) = self.policy(dev) {
-            policy.compute_share_ratio_e4.store(compute.share_ratio_e4, Ordering::Release);
-            policy.compute_limit_ratio_e4.store(compute.limit_ratio_e4, Ordering::Release);
-            policy.priority.store(compute.priority, Ordering::Release);
-        }
-    }
-
-    /// Kernel launches counted on `dev`.
-    pub fn launches_total(&self, dev: usize) -> u64 {
-        self.usage(dev).map_or(0, |u| u.launches_total.load(Ordering::Relaxed))
-    }
-
-    /// Time launches on `dev` were held back by the compute limit.
-    pub fn throttled_ns_total(&self, dev: usize) -> u64 {
-        self.usage(dev).map_or(0, |u| u.throttled_ns_total.load(Ordering::Relaxed))
     }
 
     /// Reserves `bytes` on `dev` for the process owning `slot`, if the tenant

@@ -3,9 +3,19 @@
 //! A ledger file is one [`LedgerFile`]: a header page (identity, sizes and the
 //! device table), a policy page (what the tenant may use, written by the
 //! monitor or by the tenant's first process), a usage page (what the tenant
-//! uses now, written by every process of the tenant) and [`MAX_SLOTS`]
-//! process slots. Policy and usage sit on separate 4 KiB pages so that a
-//! hardened deployment can map the policy page read-only into tenants.
+//! uses now, written by every process of the tenant), a compute page (each
+//! device's budget of device time and its counters, written by every launch
+//! of the tenant on a device with a limit) and [`MAX_SLOTS`] process slots.
+//! Policy and usage sit on separate 4 KiB pages so that a hardened
+//! deployment can map the policy page read-only into tenants.
+//!
+//! Compute state has a page of its own, and each device's record two cache
+//! lines of its own, because its writers are not the allocators: every
+//! allocation of the tenant CASes `used_bytes`, and every launch on a
+//! limited device adds to its bucket. Kept on one line, each would make the
+//! other's cache line travel between cores. 128 bytes per device keep
+//! neighbouring devices apart too, also under the adjacent-line prefetch of
+//! x86 cores, which fetches lines in 128-byte pairs.
 //!
 //! Every type here implements [`SharedLayout`]. `include/gpuslice.h` declares
 //! the same layout for C and is generated from this module (with the C names
@@ -29,7 +39,7 @@ pub const UNLIMITED: u64 = u64::MAX;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUSLICE");
 /// The layout described by this module. Any change of size, offset or
 /// meaning bumps it; a process never maps a file of another version.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// The value of [`Header::initialised`] once the creator has written
 /// everything else ("INIT" in ASCII). Zero means "still being created";
 /// anything else is corruption.
@@ -43,6 +53,8 @@ pub const FILE_BYTES: usize = size_of::<LedgerFile>();
 pub const POLICY_OFFSET: usize = offset_of!(LedgerFile, policy);
 /// Offset of the usage page in the file.
 pub const USAGE_OFFSET: usize = offset_of!(LedgerFile, usage);
+/// Offset of the compute page in the file.
+pub const COMPUTE_OFFSET: usize = offset_of!(LedgerFile, compute);
 /// Offset of the first process slot in the file.
 pub const SLOTS_OFFSET: usize = offset_of!(LedgerFile, slots);
 /// Size of one process slot.
@@ -110,9 +122,10 @@ pub mod in_flight {
     }
 }
 
-/// Where a device's memory cap came from ([`PolicyRecord::policy_source`]).
+/// Who set a device's memory cap ([`PolicyRecord::policy_source`]) or its
+/// compute limit ([`PolicyRecord::compute_limit_source`]).
 pub mod policy_source {
-    /// No cap was set.
+    /// Nothing was set.
     pub const UNSET: u32 = 0;
     /// The tenant's first process set it from its environment.
     pub const ENVIRONMENT: u32 = 1;
@@ -199,7 +212,9 @@ pub struct PolicyRecord {
     pub policy_source: AtomicU32,
     /// Guaranteed share of device time, as a ratio × 10 000 (0 = none).
     pub compute_share_ratio_e4: AtomicU32,
-    /// Hard ceiling on device time, as a ratio × 10 000 (0 = no ceiling).
+    /// Hard ceiling on device time, as a ratio × 10 000 (0 = no ceiling;
+    /// 10 000, the whole device, caps nothing either). Read by the shim on
+    /// every launch on a limited device, so a changed limit applies at once.
     pub compute_limit_ratio_e4: AtomicU32,
     /// Scheduling priority: higher runs first when time is spare.
     pub priority: AtomicI32,
@@ -209,8 +224,15 @@ pub struct PolicyRecord {
     /// last store, even otherwise. A writer that finds it odd for long took
     /// over from a dead one. Readers of the cap alone need not look at it.
     pub policy_epoch: AtomicU64,
+    /// [`policy_source`]: who set `compute_limit_ratio_e4`.
+    pub compute_limit_source: AtomicU32,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 4],
+    pub reserved0: AtomicU32,
+    /// Orders the writers of `compute_limit_ratio_e4` and
+    /// `compute_limit_source` as `policy_epoch` orders the cap's.
+    pub compute_epoch: AtomicU64,
+    /// Reserved, zero.
+    pub reserved: [AtomicU64; 2],
 }
 
 /// The policy page: one record per device index of the device table.
@@ -232,16 +254,8 @@ pub struct UsageRecord {
     pub alloc_denied_total: AtomicU64,
     /// Device memory one context costs, as measured by the shim.
     pub context_overhead_bytes: AtomicU64,
-    /// Kernel launches (for compute time slices).
-    pub launches_total: AtomicU64,
-    /// Time launches were held back by the compute limit.
-    pub throttled_ns_total: AtomicU64,
-    /// Compute token bucket: tokens left (may go negative).
-    pub compute_tokens: AtomicI64,
-    /// Compute token bucket: when it was last refilled, monotonic ns.
-    pub compute_refill_ns: AtomicU64,
     /// Reserved, zero.
-    pub reserved: AtomicU64,
+    pub reserved: [AtomicU64; 5],
 }
 
 /// The usage page: per-device usage, then tenant-wide counters.
@@ -255,6 +269,43 @@ pub struct UsagePage {
     pub slots_claimed_total: AtomicU64,
     /// Pads the usage to one page.
     pub reserved: [u8; PAGE_BYTES - MAX_DEVICES * 64 - 16],
+}
+
+/// The tenant's device time on one device: a token bucket shared by every
+/// process of the tenant, and its counters. Written only on devices with a
+/// compute limit (see `crate::compute` for the arithmetic).
+///
+/// The first line holds everything a launch and a charge touch; the second
+/// is kept for the monitor's arbitration of shares.
+#[repr(C)]
+pub struct ComputeRecord {
+    /// Device time the tenant may still start work with, ns; negative when
+    /// measured work ran past what was refilled (a debt the throttle waits
+    /// out).
+    pub tokens_ns: AtomicI64,
+    /// When the bucket was last refilled: the tenant's monotonic clock, ns.
+    pub refill_ns: AtomicU64,
+    /// Launch calls on this device while it had a limit (a graph launch
+    /// counts once).
+    pub launches_total: AtomicU64,
+    /// Device time charged to the bucket: measured work, ns.
+    pub busy_ns_total: AtomicU64,
+    /// Time launches waited for the bucket to refill, ns.
+    pub throttled_ns_total: AtomicU64,
+    /// Reserved, zero.
+    pub reserved0: [AtomicU64; 3],
+    /// Reserved, zero: the second cache line, for shares.
+    pub reserved: [AtomicU64; 8],
+}
+
+/// The compute page: one record per device index, each on two cache lines
+/// of its own.
+#[repr(C)]
+pub struct ComputePage {
+    /// By device index.
+    pub devices: [ComputeRecord; MAX_DEVICES],
+    /// Pads the compute state to one page.
+    pub reserved: [u8; PAGE_BYTES - MAX_DEVICES * 128],
 }
 
 /// One process of the tenant.
@@ -303,6 +354,8 @@ pub struct LedgerFile {
     pub policy: PolicyPage,
     /// Usage and counters.
     pub usage: UsagePage,
+    /// Device time budgets and counters.
+    pub compute: ComputePage,
     /// Process slots, never compacted.
     pub slots: [SlotRecord; MAX_SLOTS],
 }
@@ -320,6 +373,10 @@ unsafe impl SharedLayout for PolicyPage {}
 unsafe impl SharedLayout for UsageRecord {}
 // SAFETY: as above.
 unsafe impl SharedLayout for UsagePage {}
+// SAFETY: as above.
+unsafe impl SharedLayout for ComputeRecord {}
+// SAFETY: as above.
+unsafe impl SharedLayout for ComputePage {}
 // SAFETY: as above.
 unsafe impl SharedLayout for SlotRecord {}
 // SAFETY: as above.
@@ -364,19 +421,28 @@ const _: () = {
     assert!(offset_of!(PolicyRecord, compute_limit_ratio_e4) == 16);
     assert!(offset_of!(PolicyRecord, priority) == 20);
     assert!(offset_of!(PolicyRecord, policy_epoch) == 24);
+    assert!(offset_of!(PolicyRecord, compute_limit_source) == 32);
+    assert!(offset_of!(PolicyRecord, compute_epoch) == 40);
     assert!(size_of::<PolicyPage>() == PAGE_BYTES);
 
     assert!(size_of::<UsageRecord>() == 64);
     assert!(offset_of!(UsageRecord, used_bytes) == 0);
     assert!(offset_of!(UsageRecord, alloc_denied_total) == 8);
     assert!(offset_of!(UsageRecord, context_overhead_bytes) == 16);
-    assert!(offset_of!(UsageRecord, launches_total) == 24);
-    assert!(offset_of!(UsageRecord, throttled_ns_total) == 32);
-    assert!(offset_of!(UsageRecord, compute_tokens) == 40);
-    assert!(offset_of!(UsageRecord, compute_refill_ns) == 48);
     assert!(size_of::<UsagePage>() == PAGE_BYTES);
     assert!(offset_of!(UsagePage, reclaimed_processes_total) == 1024);
     assert!(offset_of!(UsagePage, slots_claimed_total) == 1032);
+
+    assert!(size_of::<ComputeRecord>() == 128);
+    assert!(offset_of!(ComputeRecord, tokens_ns) == 0);
+    assert!(offset_of!(ComputeRecord, refill_ns) == 8);
+    assert!(offset_of!(ComputeRecord, launches_total) == 16);
+    assert!(offset_of!(ComputeRecord, busy_ns_total) == 24);
+    assert!(offset_of!(ComputeRecord, throttled_ns_total) == 32);
+    assert!(offset_of!(ComputeRecord, reserved) == 64);
+    assert!(size_of::<ComputePage>() == PAGE_BYTES);
+    // Each device's record starts a 128-byte pair of lines.
+    assert!(COMPUTE_OFFSET.is_multiple_of(128));
 
     assert!(size_of::<SlotRecord>() == 192);
     assert!(offset_of!(SlotRecord, state_word) == 0);
@@ -393,7 +459,8 @@ const _: () = {
     assert!(offset_of!(LedgerFile, header) == 0);
     assert!(POLICY_OFFSET == PAGE_BYTES);
     assert!(USAGE_OFFSET == 2 * PAGE_BYTES);
-    assert!(SLOTS_OFFSET == 3 * PAGE_BYTES);
-    assert!(FILE_BYTES == 3 * PAGE_BYTES + MAX_SLOTS * 192);
+    assert!(COMPUTE_OFFSET == 3 * PAGE_BYTES);
+    assert!(SLOTS_OFFSET == 4 * PAGE_BYTES);
+    assert!(FILE_BYTES == 4 * PAGE_BYTES + MAX_SLOTS * 192);
     assert!(std::mem::align_of::<LedgerFile>() <= PAGE_BYTES);
 };

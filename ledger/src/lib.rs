@@ -23,6 +23,8 @@
 //! - [`Ledger::reclaim_dead`] returns the bytes of processes that died
 //!   without releasing them: their slot is still alive in the file, but the
 //!   kernel dropped their lock.
+//! - [`compute`]: each device's compute limit and the token bucket of
+//!   device time that holds the tenant's processes to it.
 //!
 //! # Released slots
 //! A slot admits and releases only for the generation that claimed it, so a
@@ -50,6 +52,7 @@
 
 mod accounts;
 pub mod audit;
+pub mod compute;
 mod error;
 pub mod guard;
 pub mod layout;
@@ -61,6 +64,7 @@ pub mod units;
 
 pub use accounts::CapDecision;
 pub use audit::UsageAudit;
+pub use compute::{Admit, BucketClock, ComputeBucket, ComputeLimit, LimitDecision};
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
 pub use open::{Damage, FileAccess, CREATION_WAIT};
@@ -111,8 +115,8 @@ pub fn tenant_path(dir: &Path, tenant: &str) -> PathBuf {
     dir.join(format!("{tenant}{LEDGER_SUFFIX}"))
 }
 
-/// Who set a device's memory cap. Stored as a `u32` in the policy page
-/// ([`layout::policy_source`]).
+/// Who set a device's memory cap or compute limit. Stored as a `u32` in the
+/// policy page ([`layout::policy_source`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicySource {
     /// No cap set.
@@ -262,7 +266,7 @@ impl Ledger {
     }
 
     /// The raw mapped layout, for readers that need a field this API does not
-    /// wrap (the shim's compute counters). Write only through its atomics and
+    /// wrap. Write only through its atomics and
     /// only as [`layout`] documents.
     pub fn layout(&self) -> &layout::LedgerFile {
         self.map.file()

@@ -86,6 +86,8 @@ record_types!(
     PolicyPage => "gpuslice_policy_page",
     UsageRecord => "gpuslice_usage",
     UsagePage => "gpuslice_usage_page",
+    ComputeRecord => "gpuslice_compute",
+    ComputePage => "gpuslice_compute_page",
     SlotRecord => "gpuslice_slot",
     LedgerFile => "gpuslice_ledger",
 );
@@ -240,13 +242,16 @@ fn records() -> Vec<Record> {
             memory_limit_bytes.note("GPUSLICE_UNLIMITED when no cap"),
             policy_source.note("GPUSLICE_POLICY_*: who set the cap"),
             compute_share_ratio_e4.note("ratio x 10000, 0 = none"),
-            compute_limit_ratio_e4.note("ratio x 10000, 0 = no ceiling"),
+            compute_limit_ratio_e4.note("ratio x 10000; 0 and 10000 (the whole device) = no ceiling"),
             priority.note("higher runs first when time is spare"),
             policy_epoch.comment(&[
                 "Writers of memory_limit_bytes + policy_source claim it with a CAS from",
                 "the even value they decided on to an odd one, store both, then make it",
                 "even again: the pair changes as one decision.",
             ]),
+            compute_limit_source.note("GPUSLICE_POLICY_*: who set the compute limit"),
+            reserved0,
+            compute_epoch.note("as policy_epoch, for compute_limit_ratio_e4 + compute_limit_source"),
             reserved,
         }),
         record!(PolicyPage, ["Page 1: what the tenant may use, by device index."], {
@@ -257,10 +262,6 @@ fn records() -> Vec<Record> {
             used_bytes.note("the sum of the slots' bytes[d]; admission is a CAS on it"),
             alloc_denied_total,
             context_overhead_bytes,
-            launches_total,
-            throttled_ns_total,
-            compute_tokens.note("may go negative"),
-            compute_refill_ns.note("monotonic clock"),
             reserved,
         }),
         record!(UsagePage, ["Page 2: usage by device index, then tenant-wide counters."], {
@@ -268,6 +269,24 @@ fn records() -> Vec<Record> {
             reclaimed_processes_total,
             slots_claimed_total,
             reserved.note("pads the usage to one page"),
+        }),
+        record!(ComputeRecord, ["The tenant's device time on one device: a token bucket and its counters."], {
+            tokens_ns.comment(&[
+                "Device time left, ns; negative: measured work ran past the refill.",
+                "Refilled at limit x elapsed CLOCK_MONOTONIC time since refill_ns (a",
+                "CAS on refill_ns claims the interval first), up to the limit's earnings",
+                "in 100 ms; measured busy time is subtracted after the work ran.",
+            ]),
+            refill_ns.note("CLOCK_MONOTONIC ns of the last refill"),
+            launches_total.note("launch calls while the device had a limit"),
+            busy_ns_total.note("device time charged, ns"),
+            throttled_ns_total.note("time launches waited for the bucket, ns"),
+            reserved0,
+            reserved.note("the second cache line, for shares"),
+        }),
+        record!(ComputePage, ["Page 3: device time by device index, two cache lines per device."], {
+            devices.len_constant("GPUSLICE_MAX_DEVICES"),
+            reserved.note("pads the compute state to one page"),
         }),
         record!(SlotRecord, ["One process of the tenant."], {
             state_word.note("low 32 bits: GPUSLICE_SLOT_*; high 32 bits: generation"),
@@ -291,6 +310,7 @@ fn records() -> Vec<Record> {
             header,
             policy,
             usage,
+            compute,
             slots.len_constant("GPUSLICE_MAX_SLOTS").note("never compacted"),
         }),
     ]
@@ -398,7 +418,7 @@ fn constants() -> Vec<Vec<Constant>> {
         ],
         vec![
             constant!("GPUSLICE_POLICY_UNSET" = U32(policy_source::UNSET))
-                .comment(&["struct gpuslice_policy.policy_source"]),
+                .comment(&["struct gpuslice_policy.policy_source and .compute_limit_source"]),
             constant!("GPUSLICE_POLICY_ENVIRONMENT" = U32(policy_source::ENVIRONMENT)),
             constant!("GPUSLICE_POLICY_MONITOR" = U32(policy_source::MONITOR)),
         ],
@@ -429,6 +449,7 @@ fn derived() -> Vec<Derived> {
     vec![
         derived!("GPUSLICE_POLICY_OFFSET" = "offsetof(struct gpuslice_ledger, policy)", POLICY_OFFSET),
         derived!("GPUSLICE_USAGE_OFFSET" = "offsetof(struct gpuslice_ledger, usage)", USAGE_OFFSET),
+        derived!("GPUSLICE_COMPUTE_OFFSET" = "offsetof(struct gpuslice_ledger, compute)", COMPUTE_OFFSET),
         derived!("GPUSLICE_SLOTS_OFFSET" = "offsetof(struct gpuslice_ledger, slots)", SLOTS_OFFSET),
         derived!("GPUSLICE_SLOT_BYTES" = "sizeof(struct gpuslice_slot)", SLOT_BYTES),
         derived!("GPUSLICE_FILE_BYTES" = "sizeof(struct gpuslice_ledger)", FILE_BYTES),
@@ -461,6 +482,9 @@ const PREAMBLE: &str = r#"/*
  *  - A memory reservation is a compare-and-swap on usage.devices[d].used_bytes
  *    that keeps it <= policy.devices[d].memory_limit_bytes, then an add to the
  *    process's slots[i].bytes[d].
+ *  - Device time is taken out of compute.devices[d].tokens_ns after the work
+ *    ran (an atomic subtract); only the CAS on refill_ns that claims an
+ *    interval may add that interval's tokens.
  *  - A process owning slot i holds an OFD write lock (F_OFD_SETLK) on the one
  *    byte at GPUSLICE_SLOT_LOCK_OFFSET(i), taken before the slot leaves FREE
  *    and dropped after it is FREE again. A slot that is not FREE and whose
