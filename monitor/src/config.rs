@@ -10,6 +10,8 @@
 //!
 //! [tenants.team-b]
 //! memory = { 0 = "8GiB", "GPU-5f1c…" = "4GiB" }   # by host device index or UUID
+//! limit = 30                       # compute: at most 30 % of each device's time
+//! # limit = { 0 = 30, all = 60 }   # or by device, with the same keys as memory
 //! ```
 //!
 //! The file is the authority for the tenants it names; other tenants keep
@@ -75,6 +77,9 @@ pub enum DeviceKey {
 pub struct TenantConfig {
     /// Memory caps; a device-specific entry wins over `All`.
     pub memory_bytes: BTreeMap<DeviceKey, u64>,
+    /// Compute limits (hard ceilings on device time), ratio × 10 000; a
+    /// device-specific entry wins over `All`.
+    pub compute_limit_ratio_e4: BTreeMap<DeviceKey, u32>,
 }
 
 impl TenantConfig {
@@ -89,9 +94,17 @@ impl TenantConfig {
         self.memory_bytes.get(&DeviceKey::All).copied()
     }
 
+    /// The compute limit for a device, ratio × 10 000.
+    pub fn compute_limit_for(&self, uuid: &str, host_index: Option<u32>) -> Option<u32> {
+        let keyed = |key: DeviceKey| self.compute_limit_ratio_e4.get(&key).copied();
+        keyed(DeviceKey::Uuid(uuid.to_ascii_lowercase()))
+            .or_else(|| host_index.and_then(|i| keyed(DeviceKey::HostIndex(i))))
+            .or_else(|| keyed(DeviceKey::All))
+    }
+
     /// Whether some cap needs NVML to know which device it means.
     pub fn uses_host_indices(&self) -> bool {
-        self.memory_bytes.keys().any(|k| matches!(k, DeviceKey::HostIndex(_)))
+        self.memory_bytes.keys().chain(self.compute_limit_ratio_e4.keys()).any(|k| matches!(k, DeviceKey::HostIndex(_)))
     }
 
     /// One message for each cap of `tenant` that names a device (by index
@@ -207,6 +220,17 @@ struct RawConfig {
 struct RawTenant {
     #[serde(default)]
     memory: Option<toml::Spanned<RawMemory>>,
+    #[serde(default)]
+    limit: Option<toml::Spanned<toml::Value>>,
+}
+
+/// The accepted forms of `limit`, for messages.
+const LIMIT_FORMAT: &str = "a whole percentage from 1 to 100, like 30, or a table like { 0 = 30, \"GPU-…\" = 60, all = 50 }";
+
+/// One percentage of a `limit`, as ratio × 10 000.
+fn limit_value(value: &toml::Value) -> Option<u32> {
+    let percent = value.as_integer()?;
+    (1..=100).contains(&percent).then(|| ledger::compute::percent_ratio_e4(percent as u32))
 }
 
 /// What a tenant's `memory` may be, with the place of every key and value
@@ -321,6 +345,24 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 }
             }
         }
+        if let Some(limit) = &tenant.get_ref().limit {
+            let bad = |what: String| at(limit.span(), format!("tenant {name}: limit {what}: expected {LIMIT_FORMAT}"));
+            match limit.get_ref() {
+                toml::Value::Table(entries) => {
+                    for (key, value) in entries {
+                        let device = parse_device_key(key).map_err(|e| at(limit.span(), format!("tenant {name}: limit: {e}")))?;
+                        let ratio = limit_value(value).ok_or_else(|| bad(format!("for device {key:?} = {value}")))?;
+                        if config.compute_limit_ratio_e4.insert(device, ratio).is_some() {
+                            return Err(bad(format!("names device {key:?} twice")));
+                        }
+                    }
+                }
+                value => {
+                    let ratio = limit_value(value).ok_or_else(|| bad(format!("= {value}")))?;
+                    config.compute_limit_ratio_e4.insert(DeviceKey::All, ratio);
+                }
+            }
+        }
         tenants.insert(name, config);
     }
     Ok(Config { on_violation, violation_grace, tenants })
@@ -360,6 +402,36 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         message: format!("cannot read the configuration: {e}"),
     })?;
     parse(&text).map_err(|e| ConfigError { path: Some(path.display().to_string()), ..e })
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_is_a_percentage_for_every_device_or_by_device() {
+        let config = parse("[tenants.a]\nlimit = 30\n[tenants.b]\nlimit = { 0 = 20, all = 50 }\n").unwrap();
+        assert_eq!(config.tenants["a"].compute_limit_for("GPU-x", Some(3)), Some(3000));
+        assert_eq!(config.tenants["b"].compute_limit_for("GPU-x", Some(0)), Some(2000));
+        assert_eq!(config.tenants["b"].compute_limit_for("GPU-x", Some(1)), Some(5000));
+        assert!(config.tenants["a"].memory_bytes.is_empty());
+    }
+
+    #[test]
+    fn a_bad_limit_is_refused_at_its_place() {
+        for text in [
+            "[tenants.a]\nlimit = 0\n",
+            "[tenants.a]\nlimit = 101\n",
+            "[tenants.a]\nlimit = \"30\"\n",
+            "[tenants.a]\nlimit = 30.5\n",
+            "[tenants.a]\nlimit = { 99 = 30 }\n",
+            "[tenants.a]\nlimit = { 0 = -1 }\n",
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("line 2, column"), "{text}: {e}");
+            assert!(e.contains("limit"), "{text}: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

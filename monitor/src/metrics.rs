@@ -207,6 +207,40 @@ impl Collector for Page {
             "Device memory the driver (NVML) reports for the tenant's processes.",
             |_, d| d.driver_memory_used_bytes,
         )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_compute_target_ratio",
+            "The tenant's compute target on the device as a ratio of device time: today its limit (hard ceiling); no series without one.",
+            |_, d| d.compute_limit_ratio,
+        )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_compute_used_ratio",
+            "Device time charged to the tenant's limit over the monitor's last round, as a ratio of wall time.",
+            |_, d| d.compute_used_ratio,
+        )?;
+        {
+            let name = "gpuslice_tenant_throttled_seconds_total";
+            let mut family = Counters::start(e, name, "Time the tenant's launches were held back by its compute limit.")?;
+            for tenant in &snapshot.tenants {
+                for d in &tenant.devices {
+                    let index = d.index.to_string();
+                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.throttled_ns_total as f64 / 1e9)?;
+                }
+            }
+        }
+        {
+            let name = "gpuslice_tenant_kernel_launches_total";
+            let mut family = Counters::start(e, name, "Kernel launches of the tenant on the device while a compute limit governed it.")?;
+            for tenant in &snapshot.tenants {
+                for d in &tenant.devices {
+                    let index = d.index.to_string();
+                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.kernel_launches_total)?;
+                }
+            }
+        }
         {
             let mut family = Counters::start(e, "gpuslice_reclaimed_processes_total", "Dead processes whose memory was reclaimed, by tenant.")?;
             for tenant in &snapshot.tenants {
@@ -285,6 +319,11 @@ mod tests {
             policy_source: "config",
             alloc_denied_total: 3,
             context_overhead_bytes: 0,
+            compute_limit_ratio: (index == 0).then_some(0.3),
+            compute_used_ratio: (index == 0).then_some(0.25),
+            kernel_launches_total: 40,
+            compute_busy_ns_total: 1_500_000_000,
+            throttled_ns_total: 2_500_000_000,
             processes: 2,
             driver_memory_used_bytes: driver,
         }
@@ -374,6 +413,24 @@ gpuslice_tenant_unattributed_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="G
 # TYPE gpuslice_tenant_driver_memory_used_bytes gauge
 gpuslice_tenant_driver_memory_used_bytes{tenant="team-a",device="0",uuid="GPU-0"} 2147483648
 gpuslice_tenant_driver_memory_used_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0
+# HELP gpuslice_tenant_compute_target_ratio The tenant's compute target on the device as a ratio of device time: today its limit (hard ceiling); no series without one.
+# TYPE gpuslice_tenant_compute_target_ratio gauge
+gpuslice_tenant_compute_target_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.3
+gpuslice_tenant_compute_target_ratio{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0.3
+# HELP gpuslice_tenant_compute_used_ratio Device time charged to the tenant's limit over the monitor's last round, as a ratio of wall time.
+# TYPE gpuslice_tenant_compute_used_ratio gauge
+gpuslice_tenant_compute_used_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.25
+gpuslice_tenant_compute_used_ratio{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0.25
+# HELP gpuslice_tenant_throttled_seconds_total Time the tenant's launches were held back by its compute limit.
+# TYPE gpuslice_tenant_throttled_seconds_total counter
+gpuslice_tenant_throttled_seconds_total{tenant="team-a",device="0",uuid="GPU-0"} 2.5
+gpuslice_tenant_throttled_seconds_total{tenant="team-a",device="1",uuid="GPU-1"} 2.5
+gpuslice_tenant_throttled_seconds_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 2.5
+# HELP gpuslice_tenant_kernel_launches_total Kernel launches of the tenant on the device while a compute limit governed it.
+# TYPE gpuslice_tenant_kernel_launches_total counter
+gpuslice_tenant_kernel_launches_total{tenant="team-a",device="0",uuid="GPU-0"} 40
+gpuslice_tenant_kernel_launches_total{tenant="team-a",device="1",uuid="GPU-1"} 40
+gpuslice_tenant_kernel_launches_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 40
 # HELP gpuslice_reclaimed_processes_total Dead processes whose memory was reclaimed, by tenant.
 # TYPE gpuslice_reclaimed_processes_total counter
 gpuslice_reclaimed_processes_total{tenant="team-a"} 7
@@ -474,6 +531,11 @@ gpuslice_nvml_available 1
                     policy_source: "unset",
                     alloc_denied_total: 2,
                     context_overhead_bytes: 0,
+                    compute_limit_ratio: None,
+                    compute_used_ratio: None,
+                    kernel_launches_total: 0,
+                    compute_busy_ns_total: 0,
+                    throttled_ns_total: 0,
                     processes: 1,
                     driver_memory_used_bytes: None,
                 }],

@@ -42,6 +42,18 @@ pub struct TenantDeviceView {
     pub alloc_denied_total: u64,
     /// Measured context overhead.
     pub context_overhead_bytes: u64,
+    /// The tenant's compute limit (hard ceiling on device time), as a
+    /// ratio of the device; `None` when there is none.
+    pub compute_limit_ratio: Option<f64>,
+    /// Device time the tenant's shims charged against the limit, as a
+    /// ratio of wall time over the monitor's last round (daemon only).
+    pub compute_used_ratio: Option<f64>,
+    /// Kernel launches on the device while it was limited.
+    pub kernel_launches_total: u64,
+    /// Device time charged against the limit, ns.
+    pub compute_busy_ns_total: u64,
+    /// Time launches were held back by the limit, ns.
+    pub throttled_ns_total: u64,
     /// Live processes holding memory on the device.
     pub processes: u64,
     /// Memory the driver reports for the tenant's processes (NVML only).
@@ -246,6 +258,14 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                     policy_source: ledger.policy_source(entry.index).name(),
                     alloc_denied_total: ledger.alloc_denied_total(entry.index),
                     context_overhead_bytes: ledger.context_overhead_bytes(entry.index),
+                    compute_limit_ratio: {
+                        let ratio_e4 = ledger.compute_limit_ratio_e4(entry.index);
+                        ledger::compute::is_limiting(ratio_e4).then(|| f64::from(ratio_e4) / 10_000.0)
+                    },
+                    compute_used_ratio: None,
+                    kernel_launches_total: ledger.launches_total(entry.index),
+                    compute_busy_ns_total: ledger.busy_ns_total(entry.index),
+                    throttled_ns_total: ledger.throttled_ns_total(entry.index),
                     processes: per_device_processes.get(&entry.index).copied().unwrap_or(0),
                     driver_memory_used_bytes: gpus.map(|_| driver_per_device.get(&entry.index).copied().unwrap_or(0)),
                 }
@@ -298,6 +318,11 @@ pub mod fixtures {
             policy_source: "unset",
             alloc_denied_total: 0,
             context_overhead_bytes: 0,
+            compute_limit_ratio: None,
+            compute_used_ratio: None,
+            kernel_launches_total: 0,
+            compute_busy_ns_total: 0,
+            throttled_ns_total: 0,
             processes: 1,
             driver_memory_used_bytes: driver_bytes,
         }

@@ -71,7 +71,17 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         }
     };
     let refs: Vec<&Ledger> = ledgers.iter().collect();
-    let snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut crate::host::LockCache::default());
+    let mut locks = crate::host::LockCache::default();
+    let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
+    // Device time used is a rate: where a tenant is limited, look twice.
+    let limited = snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some());
+    if limited {
+        let mut compute = crate::daemon::compute::ComputeState::default();
+        compute.fill(&mut snapshot, std::time::Instant::now());
+        std::thread::sleep(crate::daemon::ROUND);
+        snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
+        compute.fill(&mut snapshot, std::time::Instant::now());
+    }
     for problem in &problems {
         eprintln!("gpuslice status: warning: {problem}");
     }
@@ -146,10 +156,15 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
         "PROCESSES".into(),
         "DENIED".into(),
         "DRIVER SEES".into(),
+        "COMPUTE LIMIT".into(),
+        "USED".into(),
     ]];
+    let percent = |r: f64| format!("{:.0}%", r * 100.0);
     for t in &snapshot.tenants {
         if t.devices.is_empty() {
-            rows.push(vec![t.name.clone(), "-".into(), "0 B".into(), "-".into(), "-".into(), "0".into(), "0".into(), "-".into()]);
+            let mut row = vec![t.name.clone(), "-".into(), "0 B".into(), "-".into(), "-".into(), "0".into(), "0".into(), "-".into()];
+            row.extend(["-".into(), "-".into()]);
+            rows.push(row);
         }
         for d in &t.devices {
             rows.push(vec![
@@ -161,6 +176,8 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
                 d.processes.to_string(),
                 d.alloc_denied_total.to_string(),
                 d.driver_memory_used_bytes.map_or("-".into(), human_bytes),
+                d.compute_limit_ratio.map_or("none".into(), percent),
+                d.compute_used_ratio.map_or("-".into(), percent),
             ]);
         }
     }

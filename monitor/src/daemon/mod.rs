@@ -18,6 +18,7 @@
 //! rebuilds its view from them and loses nothing.
 
 mod audit;
+pub(crate) mod compute;
 mod http;
 mod ledgers;
 pub mod log;
@@ -162,6 +163,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut policy_state = policy::PolicyState::new(&dir)?;
     let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();
+    let mut compute_state = compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
@@ -209,7 +211,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         }
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
-        let snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
+        let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
+        compute_state.fill(&mut snap, Instant::now());
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
