@@ -98,10 +98,11 @@ fn a_bad_configuration_refuses_to_start_with_line_and_column() {
     assert!(out.stderr.contains(&expected), "expected {expected} in:\n{out}");
     assert!(out.stderr.contains("4GG") && out.stderr.contains("8GiB"), "names the value and the accepted format:\n{out}");
 
-    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\nlimit = 3\n").unwrap();
+    // An unknown key (a misspelt one would apply nothing) is refused too.
+    std::fs::write(&config, "[tenants.team-a]\nmemory = \"1GiB\"\nmemroy = \"2GiB\"\n").unwrap();
     let out = sim.run(&mut monitor_command(&sim, &MonitorOptions { config: Some(config.clone()), ..Default::default() }));
     assert_eq!(out.code(), Some(2), "{out}");
-    assert!(out.stderr.contains(&format!("{}:3:1:", config.display())) && out.stderr.contains("limit"), "{out}");
+    assert!(out.stderr.contains(&format!("{}:3:1:", config.display())) && out.stderr.contains("memroy"), "{out}");
 }
 
 #[test]
