@@ -198,3 +198,17 @@ fn every_allocation_path_is_refused_over_the_cap() {
     assert_eq!(out.u64("end.free"), MIB, "refusals change nothing\n{out}");
     assert_eq!(held_bytes, 511 * MIB, "refusals charge nothing\n{out}");
 }
+
+/// A context whose memory does not fit under the cap is refused, and the
+/// refusal says why: the call allocates nothing the application asked for.
+#[test]
+fn a_context_that_does_not_fit_is_refused_with_a_reason() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("100MiB").tenant(TENANT);
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "ctx:0", "info"]));
+    out.assert_success();
+    let created: Vec<&str> = out.all("ctx");
+    assert_eq!(created, [cu::SUCCESS.to_string(), cu::OUT_OF_MEMORY.to_string()], "{out}");
+    let lines = out.shim_log_lines();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].contains("a context on device 0 costs 67108864 bytes") && lines[0].contains("has 37748736 left"), "{out}");
+}

@@ -88,6 +88,21 @@ impl Runtime {
                 .any(|(d, p)| d.ledger_index == dev && lock(p).charged)
     }
 
+    /// Says why a context was refused: unlike an allocation (which
+    /// frameworks probe and expect to fail), a context that does not fit is
+    /// rare and otherwise leaves the application with a bare
+    /// `CUDA_ERROR_OUT_OF_MEMORY` from a call that allocates nothing.
+    fn context_refused(&self, device: &Device, bytes: u64) {
+        let dev = device.ledger_index;
+        warn!(
+            "a context on device {} costs {bytes} bytes of device memory, and the tenant's cap there ({} bytes) has {} left: \
+             refused with CUDA_ERROR_OUT_OF_MEMORY",
+            device.ordinal,
+            self.ledger.memory_limit_bytes(dev),
+            self.ledger.memory_limit_bytes(dev).saturating_sub(self.ledger.used_bytes(dev))
+        );
+    }
+
     /// Charges a new context on `device` around `create`. Reserves the
     /// tenant's known overhead first; if none is known and this is the
     /// process's first context there, measures it after creation.
@@ -95,6 +110,7 @@ impl Runtime {
         let dev = device.ledger_index;
         let known_bytes = self.ledger.context_overhead_bytes(dev);
         if self.reserve(dev, known_bytes).is_err() {
+            self.context_refused(device, known_bytes);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let probe = if known_bytes == 0 && first_here { crate::overhead::prepare(device) } else { None };
@@ -115,6 +131,7 @@ impl Runtime {
             self.ledger.set_context_overhead_bytes(dev, measured_bytes);
         }
         if self.reserve(dev, bytes).is_err() {
+            self.context_refused(device, bytes);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         Ok((ctx, bytes))
