@@ -74,16 +74,25 @@ pub enum CapDecision {
     Kept { existing_bytes: u64, source: PolicySource },
 }
 
-/// Writes a policy record's cap and source as one decision: `decide` sees
-/// the pair in force and returns the pair to write, or `None` to leave it.
-/// The decision holds because the write claims `policy_epoch` with a CAS
-/// from the even value read before the pair: any writer in between moved
-/// the epoch, and the decision is taken again on what it wrote. Returns
-/// whether it wrote.
-fn write_policy(policy: &PolicyRecord, mut decide: impl FnMut(u64, PolicySource) -> Option<(u64, PolicySource)>) -> bool {
+/// Writes a (value, source) pair of a policy record as one decision, under
+/// its epoch word: `decide` sees the pair in force (`read`) and returns the
+/// pair to `write`, or `None` to leave it. The decision holds because the
+/// write claims `epoch` with a CAS from the even value read before the pair:
+/// any writer in between moved the epoch, and the decision is taken again
+/// on what it wrote. The epoch is odd while a writer is between its claim
+/// and its last store; one that stays odd past `POLICY_WRITER_WAIT` belongs
+/// to a writer that died there, and is taken over. Returns whether it wrote.
+/// The memory cap (`policy_epoch`) and the compute limit (`compute_epoch`)
+/// are both written this way.
+pub(crate) fn write_pair_under_epoch<V: Copy>(
+    epoch_word: &AtomicU64,
+    read: impl Fn() -> (V, PolicySource),
+    mut decide: impl FnMut(V, PolicySource) -> Option<(V, PolicySource)>,
+    write: impl Fn(V, PolicySource),
+) -> bool {
     let mut odd_since: Option<(u64, Instant)> = None;
     loop {
-        let epoch = policy.policy_epoch.load(Ordering::SeqCst);
+        let epoch = epoch_word.load(Ordering::SeqCst);
         if epoch % 2 == 1 {
             // Another writer is between its claim and its last store.
             let since = match odd_since {
@@ -99,25 +108,37 @@ fn write_policy(policy: &PolicyRecord, mut decide: impl FnMut(u64, PolicySource)
             }
             // It died there: take over with a new odd epoch below.
         }
-        let limit = policy.memory_limit_bytes.load(Ordering::SeqCst);
-        let source = PolicySource::from_u32(policy.policy_source.load(Ordering::SeqCst));
-        let Some((new_limit, new_source)) = decide(limit, source) else {
+        let (value, source) = read();
+        let Some((new_value, new_source)) = decide(value, source) else {
             // Decided on a pair no writer was changing (the epoch was even)
             // or a dead writer's leftovers; either way nothing to write.
-            if policy.policy_epoch.load(Ordering::SeqCst) == epoch {
+            if epoch_word.load(Ordering::SeqCst) == epoch {
                 return false;
             }
             continue;
         };
         let claim = if epoch % 2 == 1 { epoch.wrapping_add(2) } else { epoch.wrapping_add(1) };
-        if policy.policy_epoch.compare_exchange(epoch, claim, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        if epoch_word.compare_exchange(epoch, claim, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             continue;
         }
-        policy.memory_limit_bytes.store(new_limit, Ordering::SeqCst);
-        policy.policy_source.store(new_source.as_u32(), Ordering::SeqCst);
-        let _ = policy.policy_epoch.compare_exchange(claim, claim.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst);
+        write(new_value, new_source);
+        let _ = epoch_word.compare_exchange(claim, claim.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst);
         return true;
     }
+}
+
+/// Writes a policy record's memory cap and its source as one decision (see
+/// [`write_pair_under_epoch`]).
+fn write_policy(policy: &PolicyRecord, decide: impl FnMut(u64, PolicySource) -> Option<(u64, PolicySource)>) -> bool {
+    write_pair_under_epoch(
+        &policy.policy_epoch,
+        || (policy.memory_limit_bytes.load(Ordering::SeqCst), PolicySource::from_u32(policy.policy_source.load(Ordering::SeqCst))),
+        decide,
+        |limit, source| {
+            policy.memory_limit_bytes.store(limit, Ordering::SeqCst);
+            policy.policy_source.store(source.as_u32(), Ordering::SeqCst);
+        },
+    )
 }
 
 /// Marks a change of usage and slot bytes in flight on a slot for as long

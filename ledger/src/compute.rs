@@ -63,7 +63,6 @@ use crate::layout::{ComputeRecord, PolicyRecord};
 use crate::{Ledger, PolicySource, MAX_DEVICES};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 /// The whole device, as a ratio × 10 000.
 pub const WHOLE_DEVICE_RATIO_E4: u32 = 10_000;
@@ -266,48 +265,22 @@ pub enum LimitDecision {
     Kept { existing_ratio_e4: u32, source: PolicySource },
 }
 
-/// How long a writer of a compute limit waits for another writer before it
-/// takes the record over (the other died between its claim and its stores).
-const COMPUTE_WRITER_WAIT: Duration = Duration::from_millis(200);
-
 /// Writes a record's compute limit and its source as one decision, by the
-/// protocol of the memory cap's `policy_epoch` (see `accounts.rs`), on
-/// `compute_epoch`: `decide` sees the pair in force and returns the pair to
-/// write, or `None` to leave it. Returns whether it wrote.
-fn write_limit(policy: &PolicyRecord, mut decide: impl FnMut(u32, PolicySource) -> Option<(u32, PolicySource)>) -> bool {
-    let mut odd_since: Option<(u64, Instant)> = None;
-    loop {
-        let epoch = policy.compute_epoch.load(Ordering::SeqCst);
-        if epoch % 2 == 1 {
-            let since = match odd_since {
-                Some((seen, since)) if seen == epoch => since,
-                _ => {
-                    odd_since = Some((epoch, Instant::now()));
-                    continue;
-                }
-            };
-            if since.elapsed() < COMPUTE_WRITER_WAIT {
-                std::thread::sleep(Duration::from_micros(100));
-                continue;
-            }
-        }
-        let limit = policy.compute_limit_ratio_e4.load(Ordering::SeqCst);
-        let source = PolicySource::from_u32(policy.compute_limit_source.load(Ordering::SeqCst));
-        let Some((new_limit, new_source)) = decide(limit, source) else {
-            if policy.compute_epoch.load(Ordering::SeqCst) == epoch {
-                return false;
-            }
-            continue;
-        };
-        let claim = if epoch % 2 == 1 { epoch.wrapping_add(2) } else { epoch.wrapping_add(1) };
-        if policy.compute_epoch.compare_exchange(epoch, claim, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-            continue;
-        }
-        policy.compute_limit_ratio_e4.store(new_limit, Ordering::SeqCst);
-        policy.compute_limit_source.store(new_source.as_u32(), Ordering::SeqCst);
-        let _ = policy.compute_epoch.compare_exchange(claim, claim.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst);
-        return true;
-    }
+/// protocol of the memory cap (see `accounts::write_pair_under_epoch`), on
+/// `compute_epoch`. Returns whether it wrote.
+fn write_limit(policy: &PolicyRecord, decide: impl FnMut(u32, PolicySource) -> Option<(u32, PolicySource)>) -> bool {
+    crate::accounts::write_pair_under_epoch(
+        &policy.compute_epoch,
+        || {
+            let source = PolicySource::from_u32(policy.compute_limit_source.load(Ordering::SeqCst));
+            (policy.compute_limit_ratio_e4.load(Ordering::SeqCst), source)
+        },
+        decide,
+        |limit, source| {
+            policy.compute_limit_ratio_e4.store(limit, Ordering::SeqCst);
+            policy.compute_limit_source.store(source.as_u32(), Ordering::SeqCst);
+        },
+    )
 }
 
 impl Ledger {
