@@ -289,7 +289,8 @@ fn is_configuration_variable(name: &str) -> bool {
     name.starts_with("SIMGPU_")
         || name.starts_with("GPUSLICE_")
         || name.starts_with("CUDA_DEVICE_MEMORY_LIMIT")
-        || matches!(name, "CUDA_DEVICE_SM_LIMIT" | "CUDA_TASK_PRIORITY" | "CUDA_VISIBLE_DEVICES" | "LD_PRELOAD")
+        || name.starts_with("CUDA_DEVICE_SM_LIMIT")
+        || matches!(name, "CUDA_TASK_PRIORITY" | "CUDA_VISIBLE_DEVICES" | "LD_PRELOAD")
 }
 
 /// One test's simulated machine: its own directory, simgpu state file and
