@@ -255,31 +255,21 @@ pub fn context_device(ctx: CUcontext) -> Result<CUdevice, CUresult> {
 /// An event recorded on `stream` now, created in context `ctx` (the
 /// stream's), leaving the calling thread's current context as it was.
 pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Result<CUevent, CUresult> {
-    let current = current_context()?;
-    let pushed = current != ctx && !ctx.is_null();
-    if pushed {
-        let r = call!(cuda(), cuCtxPushCurrent_v2(ctx));
-        if r != CUDA_SUCCESS {
-            return Err(r);
+    with_context(ctx, || {
+        let mut event: CUevent = core::ptr::null_mut();
+        let mut r = call!(cuda(), cuEventCreate(&mut event, EVENT_DISABLE_TIMING));
+        if r == CUDA_SUCCESS {
+            r = if per_thread {
+                call!(cuda(), cuEventRecord_ptsz(event, stream))
+            } else {
+                call!(cuda(), cuEventRecord(event, stream))
+            };
+            if r != CUDA_SUCCESS {
+                let _ = call!(cuda(), cuEventDestroy_v2(event));
+            }
         }
-    }
-    let mut event: CUevent = core::ptr::null_mut();
-    let mut r = call!(cuda(), cuEventCreate(&mut event, EVENT_DISABLE_TIMING));
-    if r == CUDA_SUCCESS {
-        r = if per_thread {
-            call!(cuda(), cuEventRecord_ptsz(event, stream))
-        } else {
-            call!(cuda(), cuEventRecord(event, stream))
-        };
-        if r != CUDA_SUCCESS {
-            let _ = call!(cuda(), cuEventDestroy_v2(event));
-        }
-    }
-    if pushed {
-        let mut popped: CUcontext = core::ptr::null_mut();
-        let _ = call!(cuda(), cuCtxPopCurrent_v2(&mut popped));
-    }
-    out(r, event)
+        out(r, event)
+    })
 }
 
 /// Runs `f` with `ctx` current on the calling thread (pushed and popped

@@ -214,18 +214,23 @@ impl Runtime {
             Ok(found) => found,
             Err(r) => return r,
         };
-        let dev = device.ledger_index;
-        let bytes = allocation_bytes(bytes);
-        if self.reserve(dev, bytes).is_err() {
+        self.charge_around(kind, Charge { ledger_index: device.ledger_index, bytes: allocation_bytes(bytes), ctx }, call)
+    }
+
+    /// Reserves `charge` before `call` makes the allocation, remembers it
+    /// under the handle `call` returns, and gives it back if the driver
+    /// fails: the shape of every allocation the driver sizes as asked.
+    pub(super) fn charge_around(&self, kind: Kind, charge: Charge, call: impl FnOnce() -> Result<u64, CUresult>) -> CUresult {
+        if self.reserve(charge.ledger_index, charge.bytes).is_err() {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         match call() {
             Ok(key) => {
-                self.remember(kind, key, Charge { ledger_index: dev, bytes, ctx });
+                self.remember(kind, key, charge);
                 CUDA_SUCCESS
             }
             Err(r) => {
-                self.release(dev, bytes);
+                self.release(charge.ledger_index, charge.bytes);
                 r
             }
         }

@@ -151,21 +151,7 @@ impl Runtime {
                 }
             }
         };
-        let dev = device.ledger_index;
-        let bytes = allocation_bytes(bytes);
-        if self.reserve(dev, bytes).is_err() {
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        match call() {
-            Ok(ptr) => {
-                self.remember(Kind::Pointer, ptr, Charge { ledger_index: dev, bytes, ctx });
-                CUDA_SUCCESS
-            }
-            Err(r) => {
-                self.release(dev, bytes);
-                r
-            }
-        }
+        self.charge_around(Kind::Pointer, Charge { ledger_index: device.ledger_index, bytes: allocation_bytes(bytes), ctx }, call)
     }
 
     /// `cuMemFreeAsync`: the charge stays until the stream reaches the free.
