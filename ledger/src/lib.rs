@@ -56,6 +56,7 @@ pub mod compute;
 mod error;
 pub mod guard;
 pub mod layout;
+pub mod turns;
 mod ofd;
 mod open;
 pub mod process;
