@@ -52,6 +52,7 @@
 
 mod accounts;
 pub mod audit;
+pub mod broker;
 pub mod compute;
 mod error;
 pub mod guard;

@@ -12,7 +12,14 @@
 //! memory = { 0 = "8GiB", "GPU-5f1c…" = "4GiB" }   # by host device index or UUID
 //! limit = 30                       # compute: at most 30 % of each device's time
 //! # limit = { 0 = 30, all = 60 }   # or by device, with the same keys as memory
+//! share = 60                       # compute: 60 % of each device's time guaranteed while it has work
+//! priority = 1                     # higher is served first (default 0), from -1000 to 1000
 //! ```
+//!
+//! `limit`, `share` and `priority` each take one value for every device or
+//! a table by device. A tenant with any of them has its compute settings
+//! from this file alone: the others are 0 (no limit, no share, priority 0)
+//! whatever its processes' environment says.
 //!
 //! The file is the authority for the tenants it names; other tenants keep
 //! the caps their processes set from their environment. Every error carries
@@ -80,6 +87,10 @@ pub struct TenantConfig {
     /// Compute limits (hard ceilings on device time), ratio × 10 000; a
     /// device-specific entry wins over `All`.
     pub compute_limit_ratio_e4: BTreeMap<DeviceKey, u32>,
+    /// Compute shares (guaranteed device time), ratio × 10 000.
+    pub compute_share_ratio_e4: BTreeMap<DeviceKey, u32>,
+    /// Priorities (higher first).
+    pub priority: BTreeMap<DeviceKey, i32>,
 }
 
 impl TenantConfig {
@@ -95,16 +106,39 @@ impl TenantConfig {
     }
 
     /// The compute limit for a device, ratio × 10 000.
+    #[cfg(test)]
     pub fn compute_limit_for(&self, uuid: &str, host_index: Option<u32>) -> Option<u32> {
-        let keyed = |key: DeviceKey| self.compute_limit_ratio_e4.get(&key).copied();
-        keyed(DeviceKey::Uuid(uuid.to_ascii_lowercase()))
-            .or_else(|| host_index.and_then(|i| keyed(DeviceKey::HostIndex(i))))
-            .or_else(|| keyed(DeviceKey::All))
+        by_device(&self.compute_limit_ratio_e4, uuid, host_index)
+    }
+
+    /// The compute settings for a device, when the file gives it any.
+    pub fn compute_for(&self, uuid: &str, host_index: Option<u32>) -> Option<ledger::ComputePolicy> {
+        let limit = by_device(&self.compute_limit_ratio_e4, uuid, host_index);
+        let share = by_device(&self.compute_share_ratio_e4, uuid, host_index);
+        let priority = by_device(&self.priority, uuid, host_index);
+        (limit.is_some() || share.is_some() || priority.is_some()).then(|| ledger::ComputePolicy {
+            share_ratio_e4: share.unwrap_or(0),
+            limit_ratio_e4: limit.unwrap_or(0),
+            priority: priority.unwrap_or(0),
+        })
+    }
+
+    /// Whether the file gives the tenant any setting.
+    pub fn is_empty(&self) -> bool {
+        self.memory_bytes.is_empty()
+            && self.compute_limit_ratio_e4.is_empty()
+            && self.compute_share_ratio_e4.is_empty()
+            && self.priority.is_empty()
     }
 
     /// Whether some cap needs NVML to know which device it means.
     pub fn uses_host_indices(&self) -> bool {
-        self.memory_bytes.keys().chain(self.compute_limit_ratio_e4.keys()).any(|k| matches!(k, DeviceKey::HostIndex(_)))
+        self.memory_bytes
+            .keys()
+            .chain(self.compute_limit_ratio_e4.keys())
+            .chain(self.compute_share_ratio_e4.keys())
+            .chain(self.priority.keys())
+            .any(|k| matches!(k, DeviceKey::HostIndex(_)))
     }
 
     /// One message for each cap of `tenant` that names a device (by index
@@ -222,6 +256,58 @@ struct RawTenant {
     memory: Option<toml::Spanned<RawMemory>>,
     #[serde(default)]
     limit: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    share: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    priority: Option<toml::Spanned<toml::Value>>,
+}
+
+/// A device-keyed setting: the UUID's entry, else the host index's, else `all`.
+fn by_device<T: Copy>(map: &BTreeMap<DeviceKey, T>, uuid: &str, host_index: Option<u32>) -> Option<T> {
+    let keyed = |key: DeviceKey| map.get(&key).copied();
+    keyed(DeviceKey::Uuid(uuid.to_ascii_lowercase()))
+        .or_else(|| host_index.and_then(|i| keyed(DeviceKey::HostIndex(i))))
+        .or_else(|| keyed(DeviceKey::All))
+}
+
+/// The accepted forms of `share`, for messages.
+const SHARE_FORMAT: &str = "a whole percentage from 1 to 100, like 60, or a table like { 0 = 60, all = 25 }";
+/// The accepted forms of `priority`, for messages.
+const PRIORITY_FORMAT: &str = "a whole number from -1000 to 1000 (higher first, default 0), or a table like { 0 = 1, all = 0 }";
+
+fn priority_value(value: &toml::Value) -> Option<i32> {
+    let priority = value.as_integer()?;
+    (-1000..=1000).contains(&priority).then_some(priority as i32)
+}
+
+/// Parses one device-keyed setting (`limit`, `share`, `priority`): one
+/// value for every device or a table by device.
+fn device_setting<T>(
+    name: &str,
+    setting: &str,
+    format: &str,
+    raw: &toml::Spanned<toml::Value>,
+    value_of: impl Fn(&toml::Value) -> Option<T>,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<BTreeMap<DeviceKey, T>, ConfigError> {
+    let bad = |what: String| at(raw.span(), format!("tenant {name}: {setting} {what}: expected {format}"));
+    let mut map = BTreeMap::new();
+    match raw.get_ref() {
+        toml::Value::Table(entries) => {
+            for (key, value) in entries {
+                let device = parse_device_key(key).map_err(|e| at(raw.span(), format!("tenant {name}: {setting}: {e}")))?;
+                let parsed = value_of(value).ok_or_else(|| bad(format!("for device {key:?} = {value}")))?;
+                if map.insert(device, parsed).is_some() {
+                    return Err(bad(format!("names device {key:?} twice")));
+                }
+            }
+        }
+        value => {
+            let parsed = value_of(value).ok_or_else(|| bad(format!("= {value}")))?;
+            map.insert(DeviceKey::All, parsed);
+        }
+    }
+    Ok(map)
 }
 
 /// The accepted forms of `limit`, for messages.
@@ -345,23 +431,15 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 }
             }
         }
-        if let Some(limit) = &tenant.get_ref().limit {
-            let bad = |what: String| at(limit.span(), format!("tenant {name}: limit {what}: expected {LIMIT_FORMAT}"));
-            match limit.get_ref() {
-                toml::Value::Table(entries) => {
-                    for (key, value) in entries {
-                        let device = parse_device_key(key).map_err(|e| at(limit.span(), format!("tenant {name}: limit: {e}")))?;
-                        let ratio = limit_value(value).ok_or_else(|| bad(format!("for device {key:?} = {value}")))?;
-                        if config.compute_limit_ratio_e4.insert(device, ratio).is_some() {
-                            return Err(bad(format!("names device {key:?} twice")));
-                        }
-                    }
-                }
-                value => {
-                    let ratio = limit_value(value).ok_or_else(|| bad(format!("= {value}")))?;
-                    config.compute_limit_ratio_e4.insert(DeviceKey::All, ratio);
-                }
-            }
+        let raw = tenant.get_ref();
+        if let Some(limit) = &raw.limit {
+            config.compute_limit_ratio_e4 = device_setting(&name, "limit", LIMIT_FORMAT, limit, limit_value, &at)?;
+        }
+        if let Some(share) = &raw.share {
+            config.compute_share_ratio_e4 = device_setting(&name, "share", SHARE_FORMAT, share, limit_value, &at)?;
+        }
+        if let Some(priority) = &raw.priority {
+            config.priority = device_setting(&name, "priority", PRIORITY_FORMAT, priority, priority_value, &at)?;
         }
         tenants.insert(name, config);
     }

@@ -211,8 +211,8 @@ impl Collector for Page {
             e,
             snapshot,
             "gpuslice_tenant_compute_target_ratio",
-            "The tenant's compute target on the device as a ratio of device time: today its limit (hard ceiling); no series without one.",
-            |_, d| d.compute_limit_ratio,
+            "The tenant's compute target on the device as a ratio of device time: its share plus the spare time due to it by priority, within its limit; no series for a tenant with no compute setting.",
+            |_, d| d.compute_target_ratio,
         )?;
         tenant_device_gauge(
             e,
@@ -321,6 +321,9 @@ mod tests {
             context_overhead_bytes: 0,
             compute_limit_ratio: (index == 0).then_some(0.3),
             compute_used_ratio: (index == 0).then_some(0.25),
+            compute_share_ratio: None,
+            compute_priority: 0,
+            compute_target_ratio: (index == 0).then_some(0.3),
             kernel_launches_total: 40,
             compute_busy_ns_total: 1_500_000_000,
             throttled_ns_total: 2_500_000_000,
@@ -413,7 +416,7 @@ gpuslice_tenant_unattributed_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="G
 # TYPE gpuslice_tenant_driver_memory_used_bytes gauge
 gpuslice_tenant_driver_memory_used_bytes{tenant="team-a",device="0",uuid="GPU-0"} 2147483648
 gpuslice_tenant_driver_memory_used_bytes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0
-# HELP gpuslice_tenant_compute_target_ratio The tenant's compute target on the device as a ratio of device time: today its limit (hard ceiling); no series without one.
+# HELP gpuslice_tenant_compute_target_ratio The tenant's compute target on the device as a ratio of device time: its share plus the spare time due to it by priority, within its limit; no series for a tenant with no compute setting.
 # TYPE gpuslice_tenant_compute_target_ratio gauge
 gpuslice_tenant_compute_target_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.3
 gpuslice_tenant_compute_target_ratio{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0.3
@@ -533,6 +536,9 @@ gpuslice_nvml_available 1
                     context_overhead_bytes: 0,
                     compute_limit_ratio: None,
                     compute_used_ratio: None,
+                    compute_share_ratio: None,
+                    compute_priority: 0,
+                    compute_target_ratio: None,
                     kernel_launches_total: 0,
                     compute_busy_ns_total: 0,
                     throttled_ns_total: 0,

@@ -48,6 +48,14 @@ pub struct TenantDeviceView {
     /// Device time the tenant's shims charged against the limit, as a
     /// ratio of wall time over the monitor's last round (daemon only).
     pub compute_used_ratio: Option<f64>,
+    /// The tenant's guaranteed share of device time; `None` when there is none.
+    pub compute_share_ratio: Option<f64>,
+    /// The tenant's priority on the device (higher first; 0 by default).
+    pub compute_priority: i32,
+    /// What the device's turns give the tenant now, as a ratio of device
+    /// time: its share plus the spare time it is due, within its limit
+    /// (daemon only; its limit, when it has one and takes no turns).
+    pub compute_target_ratio: Option<f64>,
     /// Kernel launches on the device while it was limited.
     pub kernel_launches_total: u64,
     /// Device time charged against the limit, ns.
@@ -263,6 +271,12 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                         ledger::compute::is_limiting(ratio_e4).then(|| f64::from(ratio_e4) / 10_000.0)
                     },
                     compute_used_ratio: None,
+                    compute_share_ratio: {
+                        let share_e4 = ledger.compute_policy(entry.index).share_ratio_e4;
+                        (share_e4 > 0).then(|| f64::from(share_e4) / 10_000.0)
+                    },
+                    compute_priority: ledger.compute_policy(entry.index).priority,
+                    compute_target_ratio: None,
                     kernel_launches_total: ledger.launches_total(entry.index),
                     compute_busy_ns_total: ledger.busy_ns_total(entry.index),
                     throttled_ns_total: ledger.throttled_ns_total(entry.index),
@@ -320,6 +334,9 @@ pub mod fixtures {
             context_overhead_bytes: 0,
             compute_limit_ratio: None,
             compute_used_ratio: None,
+            compute_share_ratio: None,
+            compute_priority: 0,
+            compute_target_ratio: None,
             kernel_launches_total: 0,
             compute_busy_ns_total: 0,
             throttled_ns_total: 0,

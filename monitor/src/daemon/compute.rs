@@ -7,6 +7,7 @@
 //! The counter is the tenant's to write, so the figure is for watching, not
 //! for judging.
 
+use super::turns::TurnTables;
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -24,7 +25,7 @@ impl ComputeState {
         let mut next = HashMap::new();
         for tenant in &mut snapshot.tenants {
             for device in &mut tenant.devices {
-                if device.compute_limit_ratio.is_none() && device.compute_busy_ns_total == 0 {
+                if device.compute_limit_ratio.is_none() && device.compute_share_ratio.is_none() && device.compute_busy_ns_total == 0 {
                     continue;
                 }
                 let key = (tenant.name.clone(), device.uuid.clone());
@@ -39,6 +40,23 @@ impl ComputeState {
             }
         }
         self.last = next;
+    }
+}
+
+/// Sets each tenant device's `compute_target_ratio`: the weight the
+/// device's turn table gave the tenant while it is active there, else its
+/// limit or, failing that, its share (what it is due when it comes back).
+pub fn fill_targets(snapshot: &mut Snapshot, tables: &TurnTables) {
+    let mut members: HashMap<String, Vec<ledger::turns::MemberView>> = HashMap::new();
+    for tenant in &mut snapshot.tenants {
+        let key = ledger::turns::tenant_key(&tenant.name);
+        for device in &mut tenant.devices {
+            let table = members
+                .entry(device.uuid.clone())
+                .or_insert_with(|| crate::nvml::uuid_bytes(&device.uuid).map(|uuid| tables.members(&uuid)).unwrap_or_default());
+            let turns = table.iter().find(|m| m.key == key && m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
+            device.compute_target_ratio = turns.or(device.compute_limit_ratio).or(device.compute_share_ratio);
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 
 mod audit;
 pub(crate) mod compute;
+pub(crate) mod turns;
 mod http;
 mod ledgers;
 pub mod log;
@@ -160,6 +161,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
+    let turn_tables = turns::TurnTables::serve(&dir)?;
     let mut policy_state = policy::PolicyState::new(&dir)?;
     let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();
@@ -213,6 +215,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
         compute_state.fill(&mut snap, Instant::now());
+        compute::fill_targets(&mut snap, &turn_tables);
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());

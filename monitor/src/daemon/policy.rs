@@ -196,7 +196,7 @@ impl PolicyState {
     pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>) {
         self.pin(config, ledgers);
         for (tenant, tenant_config) in &config.tenants {
-            if tenant_config.memory_bytes.is_empty() && tenant_config.compute_limit_ratio_e4.is_empty() {
+            if tenant_config.is_empty() {
                 continue;
             }
             let Some(ledger) = ledgers.ensure_tenant(tenant) else { continue };
@@ -219,14 +219,14 @@ impl PolicyState {
             for entry in ledger.devices() {
                 let uuid = uuid_string(&entry.uuid);
                 let host_index = gpus.and_then(|g| g.iter().find(|g| g.uuid == uuid)).map(|g| g.index);
-                if let Some(ratio_e4) = tenant_config.compute_limit_for(&uuid, host_index) {
-                    let (now, source) = (ledger.compute_limit_ratio_e4(entry.index), ledger.compute_limit_source(entry.index));
-                    if now != ratio_e4 || source != PolicySource::Monitor {
-                        ledger.set_compute_limit(entry.index, ratio_e4, PolicySource::Monitor);
+                if let Some(compute) = tenant_config.compute_for(&uuid, host_index) {
+                    let (now, source) = (ledger.compute_policy(entry.index), ledger.compute_limit_source(entry.index));
+                    if now != compute || source != PolicySource::Monitor {
+                        ledger.set_compute_policy(entry.index, compute);
                         log::info(&format!(
-                            "tenant {tenant} device {uuid}: compute limit {}% (was {}, set by {})",
-                            ratio_e4 / 100,
-                            if now == 0 { "none".to_string() } else { format!("{}%", now / 100) },
+                            "tenant {tenant} device {uuid}: compute {} (was {}, set by {})",
+                            show_compute(compute),
+                            show_compute(now),
                             source.name()
                         ));
                     }
@@ -251,4 +251,10 @@ impl PolicyState {
             }
         }
     }
+}
+
+/// `share 60%, limit none, priority 0`.
+fn show_compute(c: ledger::ComputePolicy) -> String {
+    let percent = |ratio_e4: u32| if ratio_e4 == 0 { "none".to_string() } else { format!("{}%", ratio_e4 / 100) };
+    format!("share {}, limit {}, priority {}", percent(c.share_ratio_e4), percent(c.limit_ratio_e4), c.priority)
 }
