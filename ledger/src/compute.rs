@@ -236,6 +236,12 @@ impl<'a> ComputeBucket<'a> {
         self.record.busy_ns_total.fetch_add(busy_ns, Ordering::Relaxed);
     }
 
+    /// Counts measured device time without taking it out of the bucket (a
+    /// device the tenant takes turns on without a limit).
+    pub fn count_busy(&self, busy_ns: u64) {
+        self.record.busy_ns_total.fetch_add(busy_ns.min(MAX_CHARGE_NS), Ordering::Relaxed);
+    }
+
     /// Counts launch calls.
     pub fn count_launches(&self, launches: u64) {
         self.record.launches_total.fetch_add(launches, Ordering::Relaxed);
@@ -354,6 +360,23 @@ impl Ledger {
             policy.priority.store(compute.priority, Ordering::Release);
             write_limit(policy, |_, _| Some((compute.limit_ratio_e4, PolicySource::Monitor)));
         }
+    }
+
+    /// Applies a process's environment share and priority to device `dev`
+    /// (each when given), unless the monitor set the device's compute
+    /// settings: its configuration stands. Returns whether it applied them.
+    pub fn apply_environment_claim(&self, dev: usize, share_ratio_e4: Option<u32>, priority: Option<i32>) -> bool {
+        let Some(policy) = self.compute_policy_record(dev) else { return false };
+        if self.compute_limit_source(dev) == PolicySource::Monitor {
+            return false;
+        }
+        if let Some(share) = share_ratio_e4 {
+            policy.compute_share_ratio_e4.store(share.min(WHOLE_DEVICE_RATIO_E4), Ordering::Release);
+        }
+        if let Some(priority) = priority {
+            policy.priority.store(priority, Ordering::Release);
+        }
+        true
     }
 
     /// The bucket of device `dev`.

@@ -209,9 +209,33 @@ impl ComputeLimits {
 pub struct Config {
     pub memory: MemoryCaps,
     pub compute: ComputeLimits,
+    /// Compute shares, percent (`GPUSLICE_COMPUTE_SHARE`).
+    pub share: ComputeLimits,
+    pub priority: Priorities,
     pub tenant: String,
     pub dir: PathBuf,
     pub log_level: LogLevel,
+}
+
+/// Scheduling priorities from the environment: higher first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Priorities {
+    pub all_devices: Option<i32>,
+    /// By ordinal.
+    pub per_device: Vec<(u32, i32)>,
+    /// The variable they came from, for messages.
+    pub source: &'static str,
+}
+
+impl Priorities {
+    /// The priority of device `ordinal`, if the environment sets one.
+    pub fn for_device(&self, ordinal: u32) -> Option<i32> {
+        self.per_device.iter().find(|(o, _)| *o == ordinal).map(|(_, p)| *p).or(self.all_devices)
+    }
+
+    pub fn any(&self) -> bool {
+        self.all_devices.is_some() || !self.per_device.is_empty()
+    }
 }
 
 /// A variable whose value (or absence) the shim refuses.
@@ -344,6 +368,73 @@ fn parse_limits(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
     Ok(limits)
 }
 
+const OURS_SHARE: &str = "GPUSLICE_COMPUTE_SHARE";
+const OURS_PRIORITY: &str = "GPUSLICE_PRIORITY";
+const HAMI_PRIORITY: &str = "CUDA_TASK_PRIORITY";
+/// What `GPUSLICE_COMPUTE_SHARE` may look like, for error messages.
+const SHARE_FORMAT: &str = "a percentage of device time from 1 to 100 for every device, like 60, or per device, like 0=60,1=25";
+/// What `GPUSLICE_PRIORITY` may look like, for error messages.
+const PRIORITY_FORMAT: &str =
+    "a whole number from -1000 to 1000 (higher is served first; default 0) for every device, like 1, or per device, like 0=1,1=0";
+/// What HAMi-core's `CUDA_TASK_PRIORITY` may be, for error messages.
+const HAMI_PRIORITY_FORMAT: &str = "0 (HAMi's high priority, gpuslice priority 1) or 1 (low, gpuslice priority 0)";
+
+fn parse_shares(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
+    let Some(value) = get(vars, OURS_SHARE)? else { return Ok(ComputeLimits { source: OURS_SHARE, ..ComputeLimits::default() }) };
+    let share = compute::parse_compute_limit(value).map_err(|e| compute_error(OURS_SHARE, value, e, SHARE_FORMAT))?;
+    Ok(match share {
+        ComputeLimit::AllDevices(percent) => ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_SHARE },
+        ComputeLimit::PerDevice(list) => ComputeLimits {
+            all_devices_percent: None,
+            per_device: list
+                .into_iter()
+                .map(|(ordinal, percent)| DeviceLimit { ordinal, percent, variable: OURS_SHARE.into(), value: value.into() })
+                .collect(),
+            source: OURS_SHARE,
+        },
+    })
+}
+
+/// One priority as written: a plain integer in range.
+fn priority_number(text: &str) -> Option<i32> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    let value: i32 = text.parse().ok()?;
+    (-1000..=1000).contains(&value).then_some(value)
+}
+
+fn parse_priorities(vars: &Vars) -> Result<Priorities, ConfigError> {
+    if let Some(value) = get(vars, OURS_PRIORITY)? {
+        let mut priorities = Priorities { source: OURS_PRIORITY, ..Priorities::default() };
+        if !value.contains('=') {
+            priorities.all_devices = Some(priority_number(value).ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?);
+            return Ok(priorities);
+        }
+        for entry in value.split(',') {
+            let (index, number) = entry.split_once('=').ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?;
+            let ordinal = units::parse_device_index(index).map_err(|e| invalid(OURS_PRIORITY, value, format!("{PRIORITY_FORMAT}: {e}")))?;
+            let priority = priority_number(number).ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?;
+            if priorities.per_device.iter().any(|(o, _)| *o == ordinal) {
+                return Err(invalid(OURS_PRIORITY, value, format!("device {ordinal} is given twice; {PRIORITY_FORMAT}")));
+            }
+            priorities.per_device.push((ordinal, priority));
+        }
+        return Ok(priorities);
+    }
+    // HAMi-core: 0 is its high tier, 1 its low one.
+    let mut priorities = Priorities { source: HAMI_PRIORITY, ..Priorities::default() };
+    if let Some(value) = get(vars, HAMI_PRIORITY)? {
+        priorities.all_devices = Some(match value {
+            "0" => 1,
+            "1" => 0,
+            _ => return Err(invalid(HAMI_PRIORITY, value, HAMI_PRIORITY_FORMAT)),
+        });
+    }
+    Ok(priorities)
+}
+
 /// The last component of `path` when it tells a cgroup apart: not the root
 /// (`/`), nor `.` or `..` (the way out of a cgroup namespace).
 fn distinguishing_name(path: &str) -> Option<&str> {
@@ -416,6 +507,8 @@ fn parse_dir(vars: &Vars) -> Result<PathBuf, ConfigError> {
 const SHIM_VARIABLES: &[&str] = &[
     "GPUSLICE_MEMORY_LIMIT",
     "GPUSLICE_COMPUTE_LIMIT",
+    "GPUSLICE_COMPUTE_SHARE",
+    "GPUSLICE_PRIORITY",
     "GPUSLICE_TENANT",
     "GPUSLICE_DIR",
     "GPUSLICE_LOG",
@@ -429,9 +522,6 @@ const SHIM_VARIABLES: &[&str] = &[
 const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
 const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
 
-/// Compute settings the shim does not enforce yet.
-const COMPUTE_VARIABLES: &[&str] = &["GPUSLICE_COMPUTE_SHARE", "GPUSLICE_PRIORITY"];
-
 /// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
 /// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a share
 /// or a priority would mean none, silently.
@@ -441,17 +531,11 @@ fn check_names(vars: &Vars) -> Result<(), ConfigError> {
         if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) || TOOL_PREFIXES.iter().any(|p| name.starts_with(p)) {
             continue;
         }
-        let expected = if COMPUTE_VARIABLES.contains(&name) {
-            "compute shares and priorities are not enforced by this version, so the setting would be ignored; \
-             unset it (GPUSLICE_COMPUTE_LIMIT, a ceiling, is)"
-                .to_string()
-        } else {
-            format!(
-                "{name} is not a gpuslice variable, so its setting would be ignored (a misspelt name must not mean \
-                 no cap); the shim reads {}",
-                SHIM_VARIABLES.join(", ")
-            )
-        };
+        let expected = format!(
+            "{name} is not a gpuslice variable, so its setting would be ignored (a misspelt name must not mean \
+             no cap); the shim reads {}",
+            SHIM_VARIABLES.join(", ")
+        );
         return Err(invalid(name, value, expected));
     }
     Ok(())
@@ -473,6 +557,8 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
     };
     let memory = parse_caps(vars)?;
     let compute = parse_limits(vars)?;
+    let share = parse_shares(vars)?;
+    let priority = parse_priorities(vars)?;
     // The driver shows at most one device per CUDA_VISIBLE_DEVICES entry,
     // and reads the first copy of the variable, as getenv does.
     if let Some(visible) = vars.iter().find(|(k, _)| k == VISIBLE).map(|(_, v)| v) {
@@ -480,6 +566,7 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         let seen = format!("{VISIBLE}={visible:?} shows it at most {bound}");
         memory.check_below(bound, &seen)?;
         compute.check_below(bound, &seen)?;
+        share.check_below(bound, &seen)?;
     }
     let tenant = match get(vars, "GPUSLICE_TENANT")? {
         Some(value) => {
@@ -488,8 +575,16 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         }
         None => match cgroup().as_deref().and_then(tenant_from_cgroup) {
             Some(name) => name,
-            None if memory.any() || compute.any() => {
-                let (source, what) = if memory.any() { (memory.source, "cap") } else { (compute.source, "limit") };
+            None if memory.any() || compute.any() || share.any() || priority.any() => {
+                let (source, what) = if memory.any() {
+                    (memory.source, "cap")
+                } else if compute.any() {
+                    (compute.source, "limit")
+                } else if share.any() {
+                    (share.source, "share")
+                } else {
+                    (priority.source, "priority")
+                };
                 return Err(ConfigError {
                     variable: "GPUSLICE_TENANT".into(),
                     value: None,
@@ -504,7 +599,7 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         },
     };
     let dir = parse_dir(vars)?;
-    Ok(Config { memory, compute, tenant, dir, log_level })
+    Ok(Config { memory, compute, share, priority, tenant, dir, log_level })
 }
 
 fn environment() -> Vars {
@@ -514,6 +609,7 @@ fn environment() -> Vars {
             k.starts_with(b"GPUSLICE_")
                 || k.starts_with(HAMI.as_bytes())
                 || k.starts_with(HAMI_COMPUTE.as_bytes())
+                || k == HAMI_PRIORITY.as_bytes()
                 || k == VISIBLE.as_bytes()
         })
         .map(|(k, v): (OsString, OsString)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))

@@ -167,7 +167,7 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     log::set_level(config.log_level);
     // A compute limit alone fails closed as a cap does: a ledger that
     // cannot be used must not mean no limit.
-    let capped = config.memory.any() || config.compute.any();
+    let capped = config.memory.any() || config.compute.any() || config.share.any() || config.priority.any();
     let ledger = match Ledger::open_or_create(&config.dir, &config.tenant) {
         Ok(ledger) => ledger,
         Err(e) if capped || is_bad_file(&e) => return refuse(format_args!("{e}")),
@@ -204,9 +204,16 @@ fn initialise() -> (u8, Result<(), CUresult>) {
             };
         }
     };
-    let governed = devices.iter().any(|d| ledger::compute::is_limiting(ledger.compute_limit_ratio_e4(d.ledger_index)));
-    accounting::throttle::set_governed(governed);
+    let scheduled = devices.iter().any(|d| {
+        let policy = ledger.compute_policy(d.ledger_index);
+        policy.share_ratio_e4 > 0 || policy.priority != 0
+    });
+    let governed = scheduled || devices.iter().any(|d| ledger::compute::is_limiting(ledger.compute_limit_ratio_e4(d.ledger_index)));
     let runtime = Box::new(Runtime::new(ledger, slot, devices));
+    if governed {
+        join_turns(&runtime, config, scheduled);
+    }
+    accounting::throttle::set_governed(governed);
     RUNTIME.store(Box::into_raw(runtime), Ordering::Release);
     info!(
         "tenant {:?}, ledger {}, ready in {} us",
@@ -215,6 +222,19 @@ fn initialise() -> (u8, Result<(), CUresult>) {
         started.elapsed().as_micros()
     );
     (READY, Ok(()))
+}
+
+/// Takes the devices' turns (`ledger::turns`), from the monitor's tables:
+/// shares and priorities need them; a limit alone holds without.
+fn join_turns(runtime: &Runtime, config: &Config, scheduled: bool) {
+    match runtime.join_turns(&config.tenant, &config.dir) {
+        Ok(devices) => info!("taking turns on {devices} device(s)"),
+        Err(e) if scheduled => warn!(
+            "compute shares and priorities are arbitrated by the monitor, and {e}: this process runs without them \
+             (its compute limit, if any, still holds)"
+        ),
+        Err(e) => debug!("no turn tables ({e}); the compute limit holds alone"),
+    }
 }
 
 enum Failure {
@@ -228,6 +248,7 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
     let count = real::device_count().map_err(Failure::Driver)?;
     config.memory.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     config.compute.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
+    config.share.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
         let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;
@@ -241,6 +262,11 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
         }
         if let Some(percent) = config.compute.for_device(ordinal as u32) {
             apply_limit(ledger, slot, ledger_index, ordinal, percent, config.compute.source);
+        }
+        let share = config.share.for_device(ordinal as u32).map(ledger::compute::percent_ratio_e4);
+        let priority = config.priority.for_device(ordinal as u32);
+        if (share.is_some() || priority.is_some()) && !ledger.apply_environment_claim(ledger_index, share, priority) {
+            warn!("device {ordinal}: the monitor sets this tenant's compute settings; {} and {} are ignored", config.share.source, config.priority.source);
         }
         devices.push(Device { ordinal, cu_device, ledger_index, uuid });
     }

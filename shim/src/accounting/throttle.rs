@@ -103,6 +103,8 @@
 
 use abi::cuda::*;
 use ledger::compute::{self, Admit, BucketClock, ComputeBucket};
+use ledger::turns::{Enter, TurnTable, Turns};
+use std::sync::OnceLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -229,12 +231,23 @@ impl Lane {
         self.state.load(Ordering::Acquire) == lane_state::READY && self.epoch.load(Ordering::Acquire) == epoch
     }
 
-    /// Pairs allowed in flight now (see the module docs).
-    fn in_flight_bound(&self) -> u64 {
+    /// Pairs allowed in flight now (see the module docs); one alone when
+    /// a tenant of higher priority shares the device.
+    fn in_flight_bound(&self, outranked: bool) -> u64 {
+        if outranked {
+            return 1;
+        }
         match self.recent_ns.load(Ordering::Relaxed) {
             0 => MIN_IN_FLIGHT,
             recent => (IN_FLIGHT_NS / recent).clamp(MIN_IN_FLIGHT, RING as u64),
         }
+    }
+
+    /// How long the work this lane has in flight keeps the device busy, by
+    /// the recent pair durations.
+    fn in_flight_ns(&self) -> u64 {
+        let pairs = self.tail.load(Ordering::Acquire).saturating_sub(self.head.load(Ordering::Acquire));
+        pairs.saturating_mul(self.recent_ns.load(Ordering::Relaxed).max(MIN_POLL_NS))
     }
 
     /// How long to sleep before looking at the oldest pair again.
@@ -243,11 +256,11 @@ impl Lane {
     }
 
     /// Claims the next cell, unless the ring is at its bound.
-    fn claim(&self) -> Option<u64> {
+    fn claim(&self, outranked: bool) -> Option<u64> {
         loop {
             let pos = self.tail.load(Ordering::Acquire);
             let head = self.head.load(Ordering::Acquire);
-            if pos.saturating_sub(head) >= self.in_flight_bound() {
+            if pos.saturating_sub(head) >= self.in_flight_bound(outranked) {
                 return None;
             }
             let seq = self.pair(pos).seq.load(Ordering::Acquire);
@@ -270,7 +283,7 @@ impl Lane {
 
     /// Charges every pair that completed, oldest first, to `bucket`;
     /// returns whether pairs remain in flight.
-    fn charge_completed(&self, bucket: ComputeBucket<'_>, clock: &BucketClock) -> bool {
+    fn charge_completed(&self, sink: Sink<'_>, clock: &BucketClock) -> bool {
         loop {
             let pos = self.head.load(Ordering::Acquire);
             let pair = self.pair(pos);
@@ -298,7 +311,7 @@ impl Lane {
             };
             if self.head.compare_exchange(pos, pos + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if pair.measured.load(Ordering::Relaxed) {
-                    bucket.charge(busy_ns);
+                    sink.charge(busy_ns, clock);
                     let recent = self.recent_ns.load(Ordering::Relaxed);
                     let averaged = if recent == 0 { busy_ns.max(1) } else { (recent - recent / 8 + busy_ns / 8).max(1) };
                     self.recent_ns.store(averaged, Ordering::Relaxed);
@@ -307,6 +320,42 @@ impl Lane {
             }
         }
     }
+}
+
+/// Where measured device time goes: the tenant's bucket (taken out of it
+/// under a limit, counted otherwise) and its member of the device's turn
+/// table, if it takes turns there.
+#[derive(Clone, Copy)]
+struct Sink<'a> {
+    bucket: ComputeBucket<'a>,
+    limiting: bool,
+    seat: Option<Seat<'a>>,
+}
+
+impl Sink<'_> {
+    fn charge(&self, busy_ns: u64, clock: &BucketClock) {
+        if self.limiting {
+            self.bucket.charge(busy_ns);
+        } else {
+            self.bucket.count_busy(busy_ns);
+        }
+        if let Some(seat) = self.seat {
+            seat.table.charge(seat.member, busy_ns, clock.now());
+        }
+    }
+}
+
+/// This tenant's member of one device's turn table.
+#[derive(Clone, Copy)]
+struct Seat<'a> {
+    table: &'a TurnTable,
+    member: usize,
+}
+
+/// The turn table of one ledger device and this tenant's member in it.
+struct Joined {
+    turns: Turns,
+    member: usize,
 }
 
 /// A launch target after its stream was looked at.
@@ -388,13 +437,16 @@ pub(super) struct Throttle {
     warned_unmeasured: AtomicBool,
     /// Bucket time before which no lane is built (the driver refused events).
     build_after_ns: AtomicU64,
+    /// By ledger device index: the device's turn table, once joined.
+    seats: Box<[OnceLock<Joined>]>,
 }
 
 impl Throttle {
     pub(super) fn new() -> Throttle {
         // Built one lane at a time: the thread initialising may have a small stack.
         let lanes = (0..MAX_LANES).map(|_| Lane::new()).collect();
-        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0) }
+        let seats = (0..ledger::MAX_DEVICES).map(|_| OnceLock::new()).collect();
+        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0), seats }
     }
 
     fn lane(&self, index: usize, epoch: u32) -> Option<&Lane> {
@@ -444,12 +496,33 @@ fn create_events(lane: &Lane) -> Result<(), CUresult> {
     result
 }
 
-/// Sleeps `ns` (at least a little), returning the bucket time it took.
-fn sleep_ns(clock: &BucketClock, ns: u64) -> u64 {
-    let before = clock.now();
-    std::thread::sleep(Duration::from_nanos(ns.max(1)));
-    clock.now().saturating_sub(before)
+/// Why a launch waits: the longest bucket refill among its targets, or a
+/// turn (which it sleeps on first), and which targets were held back.
+#[derive(Default)]
+struct Wait<'a> {
+    bucket_ns: u64,
+    turn: Option<(&'a TurnTable, u32, u64)>,
+    throttled: [bool; MAX_TARGETS],
 }
+
+impl Wait<'_> {
+    /// Sleeps as the wait says, and counts the time as throttled on each
+    /// target it held back.
+    fn sleep(&self, rt: &Runtime, plans: &[Option<Plan<'_>>; MAX_TARGETS], clock: &BucketClock) {
+        let before = clock.now();
+        match self.turn {
+            Some((table, seq, timeout_ns)) => ledger::turns::wait_for_turn(table, seq, timeout_ns),
+            None => std::thread::sleep(Duration::from_nanos(self.bucket_ns.max(1))),
+        }
+        let slept_ns = clock.now().saturating_sub(before);
+        for (plan, _) in plans.iter().zip(self.throttled).filter(|(_, held)| *held) {
+            if let Some(bucket) = plan.as_ref().and_then(|p| rt.ledger.compute_bucket(p.dev)) {
+                bucket.count_throttled(slept_ns);
+            }
+        }
+    }
+}
+
 
 /// The most streams one launch runs on (a multi-device cooperative launch:
 /// one per device).
@@ -469,6 +542,43 @@ struct Plan<'a> {
 }
 
 impl Runtime {
+    /// This tenant's member of device `dev`'s turn table, if it joined one.
+    fn seat(&self, dev: usize) -> Option<Seat<'_>> {
+        self.throttle.seats.get(dev)?.get().map(|j| Seat { table: j.turns.table(), member: j.member })
+    }
+
+    /// Where device time measured on `dev` goes.
+    fn sink(&self, dev: usize) -> Option<Sink<'_>> {
+        let bucket = self.ledger.compute_bucket(dev)?;
+        let limiting = compute::is_limiting(self.ledger.compute_limit_ratio_e4(dev));
+        Some(Sink { bucket, limiting, seat: self.seat(dev) })
+    }
+
+    /// Joins the turn table of every device this process sees, asking the
+    /// monitor in `dir` for it (at initialisation, when launches are
+    /// governed). Returns how many devices it joined.
+    pub(crate) fn join_turns(&self, tenant: &str, dir: &std::path::Path) -> Result<usize, String> {
+        let key = ledger::turns::tenant_key(tenant);
+        let mut joined = 0;
+        for device in &self.devices {
+            let turns = ledger::broker::request(dir, &device.uuid)?;
+            let policy = self.ledger.compute_policy(device.ledger_index);
+            let claim = ledger::turns::Claim {
+                share_e4: policy.share_ratio_e4,
+                limit_e4: policy.limit_ratio_e4,
+                priority: policy.priority,
+            };
+            let Some(member) = turns.table().join(key, claim, compute::monotonic_ns()) else {
+                return Err(format!("the turn table of device {} is full", device.ordinal));
+            };
+            if let Some(seat) = self.throttle.seats.get(device.ledger_index) {
+                let _ = seat.set(Joined { turns, member });
+                joined += 1;
+            }
+        }
+        Ok(joined)
+    }
+
     /// The ledger device of context `ctx`.
     fn device_of_context(&self, ctx: CUcontext) -> Option<usize> {
         self.context_ledger_index(ctx as usize)
@@ -600,7 +710,7 @@ impl Runtime {
             Route::Pass => return None,
         };
         let ratio_e4 = self.ledger.compute_limit_ratio_e4(dev);
-        compute::is_limiting(ratio_e4).then_some(Plan {
+        (compute::is_limiting(ratio_e4) || self.seat(dev).is_some()).then_some(Plan {
             route,
             stream: target.stream(),
             dev,
@@ -644,9 +754,13 @@ impl Runtime {
         if r != CUDA_SUCCESS {
             return r;
         }
+        let now_ns = compute::monotonic_ns();
         for plan in plans.iter().flatten() {
             if let Some(bucket) = self.ledger.compute_bucket(plan.dev) {
                 bucket.count_launches(1);
+            }
+            if let (Some(seat), Route::Lane(lane)) = (self.seat(plan.dev), plan.route) {
+                seat.table.hold(seat.member, now_ns.saturating_add(lane.in_flight_ns()), now_ns);
             }
         }
         if unmeasured {
@@ -661,34 +775,15 @@ impl Runtime {
     fn admit_and_claim(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) {
         let clock = &self.throttle.clock;
         loop {
-            let mut wait_ns = 0;
-            let mut waiting = [false; MAX_TARGETS];
-            for (plan, waits) in plans.iter_mut().zip(&mut waiting) {
-                let Some(plan) = plan else { continue };
-                let Some(bucket) = self.ledger.compute_bucket(plan.dev) else { continue };
-                // A limit changed while this launch waited applies at once.
-                plan.ratio_e4 = self.ledger.compute_limit_ratio_e4(plan.dev);
-                if let Route::Lane(lane) = plan.route {
-                    lane.charge_completed(bucket, clock);
-                }
-                if let Admit::Wait { ns } = bucket.admit(clock, ledger::compute::monotonic_ns(), plan.ratio_e4) {
-                    wait_ns = wait_ns.max(ns);
-                    *waits = true;
-                }
-            }
-            if wait_ns > 0 {
-                let slept_ns = sleep_ns(clock, wait_ns);
-                for (plan, _) in plans.iter().zip(waiting).filter(|(_, waits)| *waits) {
-                    if let Some(bucket) = plan.as_ref().and_then(|p| self.ledger.compute_bucket(p.dev)) {
-                        bucket.count_throttled(slept_ns);
-                    }
-                }
+            if let Some(wait) = self.admit(plans) {
+                wait.sleep(self, plans, clock);
                 continue;
             }
             let mut full: Option<&Lane> = None;
             for plan in plans.iter_mut().flatten() {
                 if let Route::Lane(lane) = plan.route {
-                    match lane.claim() {
+                    let outranked = self.seat(plan.dev).is_some_and(|s| s.table.outranked(s.member, compute::monotonic_ns()));
+                    match lane.claim(outranked) {
                         Some(pos) => plan.pos = Some(pos),
                         None => {
                             full = Some(lane);
@@ -709,6 +804,67 @@ impl Runtime {
         }
     }
 
+    /// Charges what completed, then asks each plan's bucket and turn table
+    /// whether the launch may go: `None` when every one says yes.
+    fn admit(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) -> Option<Wait<'_>> {
+        let clock = &self.throttle.clock;
+        let mut wait = Wait::default();
+        for (i, plan) in plans.iter_mut().enumerate() {
+            let Some(plan) = plan else { continue };
+            let Some(sink) = self.sink(plan.dev) else { continue };
+            // A limit changed while this launch waited applies at once.
+            plan.ratio_e4 = self.ledger.compute_limit_ratio_e4(plan.dev);
+            if let Route::Lane(lane) = plan.route {
+                lane.charge_completed(sink, clock);
+            }
+            let now_ns = compute::monotonic_ns();
+            if let Admit::Wait { ns } = sink.bucket.admit(clock, now_ns, plan.ratio_e4) {
+                // Out of budget: whoever waits for the turn may have it meanwhile.
+                if let Some(seat) = sink.seat.filter(|s| s.table.holds(s.member)) {
+                    self.end_turn(seat, plan.dev);
+                }
+                wait.bucket_ns = wait.bucket_ns.max(ns);
+                wait.throttled[i] = true;
+                continue;
+            }
+            let Some(seat) = sink.seat else { continue };
+            if !seat.table.holds(seat.member) {
+                // A share or priority the monitor changed counts from the next turn.
+                let policy = self.ledger.compute_policy(plan.dev);
+                let claim = ledger::turns::Claim { share_e4: policy.share_ratio_e4, limit_e4: policy.limit_ratio_e4, priority: policy.priority };
+                seat.table.set_claim(seat.member, claim);
+            } else if seat.table.should_yield(seat.member, now_ns) {
+                self.end_turn(seat, plan.dev);
+            }
+            if let Enter::Wait { seq, timeout_ns } = seat.table.enter(seat.member, compute::monotonic_ns()) {
+                wait.turn = Some((seat.table, seq, timeout_ns));
+                wait.throttled[i] = true;
+            }
+        }
+        (wait.bucket_ns > 0 || wait.turn.is_some()).then_some(wait)
+    }
+
+    /// Ends this tenant's turn on `dev`: the process's work in flight there
+    /// completes (and is charged) first, so that the next holder's brackets
+    /// hold its own work alone; then the turn is released and the waiters
+    /// woken.
+    fn end_turn(&self, seat: Seat<'_>, dev: usize) {
+        let until = std::time::Instant::now() + DRAIN_WAIT;
+        for lane in self.throttle.lanes.iter() {
+            if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.dev.load(Ordering::Acquire) != dev {
+                continue;
+            }
+            while let Some(sink) = self.sink(dev) {
+                if !lane.charge_completed(sink, &self.throttle.clock) || std::time::Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(Duration::from_nanos(lane.poll_ns()));
+            }
+        }
+        seat.table.release(seat.member, compute::monotonic_ns());
+        ledger::turns::wake_waiters(seat.table);
+    }
+
     /// Charges each unmeasured target the host time from `since_ns` until
     /// its stream has run everything (sleeping between queries), and makes
     /// the calling thread look its streams up afresh.
@@ -721,8 +877,8 @@ impl Runtime {
                 std::thread::sleep(Duration::from_nanos(poll_ns));
                 poll_ns = (poll_ns * 2).min(MAX_POLL_NS);
             }
-            if let Some(bucket) = self.ledger.compute_bucket(plan.dev) {
-                bucket.charge(clock.now().saturating_sub(since_ns));
+            if let Some(sink) = self.sink(plan.dev) {
+                sink.charge(clock.now().saturating_sub(since_ns), clock);
             }
         }
         let _ = LANES.try_with(LaneCache::forget);
@@ -735,8 +891,8 @@ impl Runtime {
             if lane.state.load(Ordering::Acquire) != lane_state::READY {
                 continue;
             }
-            if let Some(bucket) = self.ledger.compute_bucket(lane.dev.load(Ordering::Acquire)) {
-                lane.charge_completed(bucket, &self.throttle.clock);
+            if let Some(sink) = self.sink(lane.dev.load(Ordering::Acquire)) {
+                lane.charge_completed(sink, &self.throttle.clock);
             }
         }
     }
@@ -749,9 +905,9 @@ impl Runtime {
             if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.ctx.load(Ordering::Acquire) != ctx {
                 continue;
             }
-            if let Some(bucket) = self.ledger.compute_bucket(lane.dev.load(Ordering::Acquire)) {
+            if let Some(sink) = self.sink(lane.dev.load(Ordering::Acquire)) {
                 let until = std::time::Instant::now() + DRAIN_WAIT;
-                while lane.charge_completed(bucket, &self.throttle.clock) && std::time::Instant::now() < until {
+                while lane.charge_completed(sink, &self.throttle.clock) && std::time::Instant::now() < until {
                     std::thread::sleep(Duration::from_nanos(lane.poll_ns()));
                 }
             }
