@@ -405,14 +405,16 @@ fn a_refused_tenant_name_says_what_is_accepted() {
 
 // --- A misspelt or unenforced variable -----------------------------------------
 
-/// `GPUSLICE_MEMORY_LIMT` (a typo) would mean no cap at all, and a compute
-/// share (not enforced yet) no share at all: both fail closed, naming the
-/// variable.
+/// `GPUSLICE_MEMORY_LIMT` (a typo) would mean no cap at all, and a share
+/// or a priority that cannot be read no share or priority: each fails
+/// closed, naming the variable and what it accepts.
 #[test]
-fn a_misspelt_or_unenforced_variable_fails_closed() {
+fn a_misspelt_variable_or_a_bad_share_or_priority_fails_closed() {
     for (name, value, says) in [
         ("GPUSLICE_MEMORY_LIMT", "1GiB", "not a gpuslice variable"),
-        ("GPUSLICE_COMPUTE_SHARE", "30", "not enforced"),
+        ("GPUSLICE_COMPUTE_SHARE", "300", "from 1 to 100"),
+        ("GPUSLICE_PRIORITY", "urgent", "from -1000 to 1000"),
+        ("CUDA_TASK_PRIORITY", "5", "HAMi's high priority"),
     ] {
         let sim = sim();
         let holder = holder(&sim);

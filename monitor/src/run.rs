@@ -1,4 +1,4 @@
-//! `gpuslice run [--memory SIZE|LIST] [--compute-limit P|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
+//! `gpuslice run [--memory SIZE|LIST] [--compute-limit P|LIST] [--compute-share P|LIST] [--priority P|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
 //! run a command under the shim.
 //!
 //! Every option is checked here as the shim would check the variable it
@@ -26,6 +26,15 @@ pub struct RunArgs {
     /// per-device list (`0=30,1=60`). Sets GPUSLICE_COMPUTE_LIMIT.
     #[arg(long, value_name = "P|LIST")]
     pub compute_limit: Option<String>,
+    /// Guaranteed share of device time while the command has work, percent:
+    /// one for every device (`60`) or a per-device list (`0=60,1=25`).
+    /// Arbitrated by the monitor. Sets GPUSLICE_COMPUTE_SHARE.
+    #[arg(long, value_name = "P|LIST")]
+    pub compute_share: Option<String>,
+    /// Scheduling priority, higher first (-1000 to 1000, default 0): one for
+    /// every device or a per-device list (`0=1,1=0`). Sets GPUSLICE_PRIORITY.
+    #[arg(long, value_name = "P|LIST", allow_hyphen_values = true)]
+    pub priority: Option<String>,
     /// Tenant name (`[A-Za-z0-9._-]{1,63}`, not starting with `.`). Sets GPUSLICE_TENANT.
     #[arg(long, value_name = "NAME")]
     pub tenant: Option<String>,
@@ -75,6 +84,27 @@ fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<(), String>
     Ok(())
 }
 
+/// Checks `--priority`: whole numbers from -1000 to 1000, one or per device.
+fn check_priority(priority: &str) -> Result<(), String> {
+    let number = |text: &str| {
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !(digits.len() > 1 && digits.starts_with('0'))
+            && text.parse::<i32>().is_ok_and(|p| (-1000..=1000).contains(&p))
+    };
+    let ok = if priority.contains('=') {
+        priority.split(',').all(|entry| {
+            entry.split_once('=').is_some_and(|(index, p)| units::parse_device_index(index).is_ok() && number(p))
+        })
+    } else {
+        number(priority)
+    };
+    ok.then_some(()).ok_or_else(|| {
+        format!("--priority {priority:?}: expected a whole number from -1000 to 1000 (higher first), like 1, or per device, like 0=1,1=0")
+    })
+}
+
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
     let mut cmd = Command::new(program);
@@ -87,6 +117,15 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     if let Some(limit) = &args.compute_limit {
         check_compute_limit(limit, visible.as_deref())?;
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit);
+    }
+    if let Some(share) = &args.compute_share {
+        ledger::compute::parse_compute_limit(share)
+            .map_err(|e| format!("--compute-share {share:?}: {e}; expected a percentage from 1 to 100, like 60, or per device, like 0=60,1=25"))?;
+        cmd.env("GPUSLICE_COMPUTE_SHARE", share);
+    }
+    if let Some(priority) = &args.priority {
+        check_priority(priority)?;
+        cmd.env("GPUSLICE_PRIORITY", priority);
     }
     if let Some(tenant) = &args.tenant {
         units::validate_tenant_name(tenant).map_err(|e| format!("--tenant {tenant:?}: {e}"))?;
@@ -119,6 +158,16 @@ mod tests {
         let e = check_memory("1GB", None).unwrap_err();
         assert!(e.starts_with("--memory \"1GB\"") && e.contains("ambiguous") && e.contains("write 1GiB"), "{e}");
         assert!(check_memory("99=1GiB", None).unwrap_err().contains("0 to 15"));
+    }
+
+    #[test]
+    fn priorities_are_whole_numbers_in_range() {
+        for good in ["0", "1", "-5", "1000", "0=1,1=0"] {
+            assert_eq!(check_priority(good), Ok(()), "{good}");
+        }
+        for bad in ["", "01", "+1", "1001", "high", "0=1,x=2", "1.5"] {
+            assert!(check_priority(bad).unwrap_err().contains("-1000 to 1000"), "{bad}");
+        }
     }
 
     #[test]

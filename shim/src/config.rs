@@ -36,8 +36,7 @@
 //!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
 //!   do;
 //! - a `GPUSLICE_` variable the shim does not read (a misspelt name would
-//!   mean its setting silently not applied), and the compute settings this
-//!   version does not enforce (`GPUSLICE_COMPUTE_SHARE`, `GPUSLICE_PRIORITY`);
+//!   mean its setting silently not applied);
 //! - the same for compute limits: a per-device limit for a device the
 //!   process does not see while a device it sees has none;
 //! - a variable this module reads that appears twice in the environment (a
@@ -751,12 +750,13 @@ mod tests {
     }
 
     #[test]
-    fn a_misspelt_or_unenforced_gpuslice_variable_is_refused() {
+    fn a_misspelt_gpuslice_variable_or_a_bad_share_or_priority_is_refused() {
         for (name, says) in [
             ("GPUSLICE_MEMORY_LIMT", "not a gpuslice variable"),
             ("GPUSLICE_TENNANT", "not a gpuslice variable"),
-            ("GPUSLICE_COMPUTE_SHARE", "not enforced"),
-            ("GPUSLICE_PRIORITY", "not enforced"),
+            ("GPUSLICE_COMPUTE_SHARE", SHARE_FORMAT),
+            ("GPUSLICE_PRIORITY", PRIORITY_FORMAT),
+            ("CUDA_TASK_PRIORITY", HAMI_PRIORITY_FORMAT),
         ] {
             let e = refused(&[(name, "1GiB")]);
             assert_eq!(e.variable, name);
@@ -766,6 +766,33 @@ mod tests {
             assert!(parse_vars(&[(name, "x")]).is_ok(), "{name}");
         }
         assert!(parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]).is_ok());
+    }
+
+    #[test]
+    fn shares_and_priorities_for_every_device_or_per_device() {
+        let c = parse_vars(&[("GPUSLICE_COMPUTE_SHARE", "0=60,1=25"), ("GPUSLICE_PRIORITY", "-3")]).unwrap();
+        assert_eq!((c.share.for_device(0), c.share.for_device(1), c.share.for_device(2)), (Some(60), Some(25), None));
+        assert_eq!((c.priority.for_device(0), c.priority.for_device(7)), (Some(-3), Some(-3)));
+        let c = parse_vars(&[("GPUSLICE_PRIORITY", "0=1,1=0")]).unwrap();
+        assert_eq!((c.priority.for_device(0), c.priority.for_device(1), c.priority.for_device(2)), (Some(1), Some(0), None));
+        // HAMi's two tiers: 0 is high.
+        assert_eq!(parse_vars(&[("CUDA_TASK_PRIORITY", "0")]).unwrap().priority.for_device(0), Some(1));
+        assert_eq!(parse_vars(&[("CUDA_TASK_PRIORITY", "1")]).unwrap().priority.for_device(0), Some(0));
+        // Ours wins over HAMi's.
+        assert_eq!(parse_vars(&[("CUDA_TASK_PRIORITY", "0"), ("GPUSLICE_PRIORITY", "5")]).unwrap().priority.for_device(0), Some(5));
+        for (name, value) in [
+            ("GPUSLICE_COMPUTE_SHARE", "0"),
+            ("GPUSLICE_COMPUTE_SHARE", "101"),
+            ("GPUSLICE_COMPUTE_SHARE", "30%"),
+            ("GPUSLICE_PRIORITY", "1001"),
+            ("GPUSLICE_PRIORITY", "01"),
+            ("GPUSLICE_PRIORITY", "+1"),
+            ("GPUSLICE_PRIORITY", "0=1,0=2"),
+            ("GPUSLICE_PRIORITY", "high"),
+            ("CUDA_TASK_PRIORITY", "2"),
+        ] {
+            assert_eq!(refused(&[(name, value)]).variable, name, "{name}={value}");
+        }
     }
 
     #[test]
