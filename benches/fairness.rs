@@ -1,0 +1,274 @@
+//! The fairness benchmark: tenants with compute shares, limits and
+//! priorities keep one simulated device busy at once (NVIDIA's
+//! cuda-bindings, `tests/python/fairness_load.py`), under the shim and a
+//! running monitor, and each reports how many kernels completed in every
+//! 100 ms. For each scenario it prints every tenant's target against what
+//! it got, over the 10 s window that starts after 1 s of convergence and
+//! in every 2 s window within it, and writes an SVG chart of each tenant's
+//! share over time to `target/fairness/<scenario>.svg`.
+//!
+//! "Got" is the tenant's kernel time as a share of all the kernel time the
+//! device ran in the window: simgpu's worker itself runs a little less than
+//! the whole wall time on a loaded machine, and a share is a share of what
+//! the device does. A lone tenant is measured against the same client
+//! without the shim, run just before.
+//!
+//! Run: `cargo build --release --workspace && cargo bench --bench fairness`
+//! (`-- --seconds N` for shorter runs, `-- --only NAME` for one scenario).
+//! On a debug build: `GPUSLICE_TARGET_DIR=target/debug cargo bench --bench fairness`.
+
+#[path = "../tests/monitor_support/mod.rs"]
+mod monitor_support;
+
+use gpuslice_tests::{Running, Sim};
+use monitor_support::{Monitor, MonitorOptions};
+use plotters::prelude::*;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One tenant of a scenario.
+#[derive(Clone)]
+struct Tenant {
+    name: &'static str,
+    share: Option<u32>,
+    limit: Option<u32>,
+    kernel_us: u64,
+    /// Stops after this many seconds (the rest of the run it is idle).
+    stop_after_s: Option<f64>,
+}
+
+fn tenant(name: &'static str, share: Option<u32>, limit: Option<u32>, kernel_us: u64) -> Tenant {
+    Tenant { name, share, limit, kernel_us, stop_after_s: None }
+}
+
+struct Scenario {
+    name: &'static str,
+    tenants: Vec<Tenant>,
+    /// Each tenant's target, percent of the device.
+    targets: Vec<f64>,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let t = tenant;
+    vec![
+        Scenario { name: "25-75", tenants: vec![t("a", Some(25), None, 1000), t("b", Some(75), None, 1000)], targets: vec![25.0, 75.0] },
+        Scenario { name: "10-90", tenants: vec![t("a", Some(10), None, 1000), t("b", Some(90), None, 1000)], targets: vec![10.0, 90.0] },
+        Scenario {
+            name: "10-20-30-40",
+            tenants: vec![t("a", Some(10), None, 1000), t("b", Some(20), None, 1000), t("c", Some(30), None, 1000), t("d", Some(40), None, 1000)],
+            targets: vec![10.0, 20.0, 30.0, 40.0],
+        },
+        Scenario {
+            name: "mixed-kernels-25-75",
+            tenants: vec![t("short", Some(25), None, 50), t("long", Some(75), None, 5000)],
+            targets: vec![25.0, 75.0],
+        },
+        Scenario { name: "no-shares-3", tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)].into_iter().map(|mut x| { x.share = Some(0); x }).collect(), targets: vec![33.3, 33.3, 33.3] },
+    ]
+}
+
+struct Args {
+    seconds: f64,
+    only: Option<String>,
+}
+
+fn args() -> Args {
+    let mut args = Args { seconds: 12.0, only: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => args.seconds = it.next().and_then(|s| s.parse().ok()).unwrap_or(args.seconds),
+            "--only" => args.only = it.next(),
+            _ => {}
+        }
+    }
+    args
+}
+
+/// Kernel time per 100 ms bin of one tenant, µs.
+fn busy_bins(out: &gpuslice_tests::Output, kernel_us: u64) -> Vec<f64> {
+    let mut bins = Vec::new();
+    for line in out.stdout.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(b), Some(n)) = (fields.next().and_then(|f| f.strip_prefix("bin=")), fields.next().and_then(|f| f.strip_prefix("n="))) else {
+            continue;
+        };
+        let (Ok(b), Ok(n)) = (b.parse::<usize>(), n.parse::<f64>()) else { continue };
+        if bins.len() <= b {
+            bins.resize(b + 1, 0.0);
+        }
+        bins[b] = n * kernel_us as f64;
+    }
+    bins
+}
+
+fn spawn(sim: &Sim, t: &Tenant, seconds: f64) -> Running {
+    let mut cmd = sim.py("fairness_load.py");
+    cmd.env("GPUSLICE_TENANT", t.name);
+    if let Some(share) = t.share.filter(|s| *s > 0) {
+        cmd.env("GPUSLICE_COMPUTE_SHARE", share.to_string());
+    }
+    if t.share == Some(0) {
+        // No share, but a compute setting, so that the tenant takes turns.
+        cmd.env("GPUSLICE_PRIORITY", "1");
+    }
+    if let Some(limit) = t.limit {
+        cmd.env("GPUSLICE_COMPUTE_LIMIT", limit.to_string());
+    }
+    cmd.args(["saturate", &t.kernel_us.to_string(), &t.stop_after_s.unwrap_or(seconds).to_string()]);
+    sim.spawn(&mut cmd)
+}
+
+fn sum(bins: &[f64], from: usize, to: usize) -> f64 {
+    bins.iter().skip(from).take(to.saturating_sub(from)).sum()
+}
+
+/// Runs a scenario; returns each tenant's kernel time per bin.
+fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
+    let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    // A share needs the monitor (it hands out the device's turn table).
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let running: Vec<Running> = scenario.tenants.iter().map(|t| spawn(&sim, t, seconds)).collect();
+    running
+        .into_iter()
+        .zip(&scenario.tenants)
+        .map(|(r, t)| {
+            let out = r.wait();
+            if !out.success() {
+                eprintln!("{}: tenant {} failed:\n{out}", scenario.name, t.name);
+            }
+            busy_bins(&out, t.kernel_us)
+        })
+        .collect()
+}
+
+fn chart(name: &str, names: &[&str], bins: &[Vec<f64>]) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = gpuslice_tests::repo_root().join("target/fairness");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.svg"));
+    // 500 ms points: each tenant's share of the device's kernel time.
+    let len = bins.iter().map(Vec::len).max().unwrap_or(0) / 5;
+    let series: Vec<Vec<(f64, f64)>> = bins
+        .iter()
+        .map(|b| {
+            (0..len)
+                .filter_map(|i| {
+                    let total: f64 = bins.iter().map(|o| sum(o, i * 5, i * 5 + 5)).sum();
+                    (total > 0.0).then(|| (i as f64 * 0.5, 100.0 * sum(b, i * 5, i * 5 + 5) / total))
+                })
+                .collect()
+        })
+        .collect();
+    let root = SVGBackend::new(&path, (800, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("gpuslice fairness: {name}"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(45)
+        .build_cartesian_2d(0.0..(len as f64 * 0.5).max(1.0), 0.0..100.0)?;
+    chart.configure_mesh().x_desc("seconds").y_desc("% of device time").draw()?;
+    for (i, (points, tenant)) in series.into_iter().zip(names).enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(*tenant).legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+        });
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    root.present()?;
+    drop(chart);
+    drop(root);
+    Ok(path)
+}
+
+fn fairness(scenario: &Scenario, seconds: f64) {
+    let bins = run(scenario, seconds);
+    let names: Vec<&str> = scenario.tenants.iter().map(|t| t.name).collect();
+    // The 10 s window after 1 s of convergence (shorter runs: what is left).
+    let (from, to) = (10, ((seconds * 10.0) as usize).min(110));
+    let total: f64 = bins.iter().map(|b| sum(b, from, to)).sum();
+    println!("\n{}: target vs got over {:.0}-{:.0} s", scenario.name, from as f64 / 10.0, to as f64 / 10.0);
+    println!("  {:<8} {:>7} {:>7} {:>7}   2 s windows", "tenant", "target", "got", "error");
+    let mut worst: f64 = 0.0;
+    for ((b, name), target) in bins.iter().zip(&names).zip(&scenario.targets) {
+        let got = if total > 0.0 { 100.0 * sum(b, from, to) / total } else { 0.0 };
+        let windows: Vec<String> = (from..to)
+            .step_by(20)
+            .map(|w| {
+                let t: f64 = bins.iter().map(|o| sum(o, w, w + 20)).sum();
+                format!("{:5.1}", if t > 0.0 { 100.0 * sum(b, w, w + 20) / t } else { 0.0 })
+            })
+            .collect();
+        worst = worst.max((got - target).abs());
+        println!("  {:<8} {:>6.1}% {:>6.1}% {:>+6.1}   {}", name, target, got, got - target, windows.join(" "));
+    }
+    let wall_us = (to - from) as f64 * 100_000.0;
+    println!("  device busy {:.1}% of wall time; worst error {:.1} points", 100.0 * total / wall_us, worst);
+    match chart(scenario.name, &names, &bins) {
+        Ok(path) => println!("  chart: {}", path.display()),
+        Err(e) => println!("  chart not written: {e}"),
+    }
+}
+
+/// A lone tenant: its share of the wall time, and the bare client's.
+fn alone(seconds: f64) {
+    let bare_sim = Sim::new().timeout(Duration::from_secs(seconds as u64 + 120));
+    let mut bare = bare_sim.py("fairness_load.py");
+    bare.args(["saturate", "1000", &seconds.to_string()]);
+    let bare = busy_bins(&bare_sim.run(&mut bare), 1000);
+    let (from, to) = (10, ((seconds * 10.0) as usize).min(110));
+    let wall_us = (to - from) as f64 * 100_000.0;
+    let bare_ratio = sum(&bare, from, to) / wall_us;
+    println!("\nalone: share of wall time (the same client without the shim: {:.1}%)", 100.0 * bare_ratio);
+    for (label, t) in [("share 30, no limit", tenant("alone", Some(30), None, 1000)), ("share 30, limit 30", tenant("alone", Some(30), Some(30), 1000))] {
+        let scenario = Scenario { name: "alone", tenants: vec![t], targets: vec![] };
+        let bins = run(&scenario, seconds);
+        let ratio = sum(&bins[0], from, to) / wall_us;
+        println!("  {label:<20} got {:5.1}% of wall time = {:5.1}% of what the device ran bare", 100.0 * ratio, 100.0 * ratio / bare_ratio);
+    }
+}
+
+/// Priority: bursts of 20 × 200 µs every 50 ms at priority 1, alone and
+/// against a priority-0 tenant (share 50) saturating the device with 2 ms
+/// kernels.
+fn priority(seconds: f64) {
+    let burst = |sim: &Sim| {
+        let mut cmd = sim.py("fairness_load.py");
+        cmd.env("GPUSLICE_TENANT", "inference").env("GPUSLICE_PRIORITY", "1").args(["burst", "200", "20", "50", &seconds.to_string()]);
+        sim.spawn(&mut cmd)
+    };
+    let latencies = |out: gpuslice_tests::Output| {
+        let mut v: Vec<f64> = out.all("burst_us").iter().filter_map(|s| s.parse().ok()).skip(10).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let pct = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
+    let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let lone = latencies(burst(&sim).wait());
+    let high = burst(&sim);
+    let low = spawn(&sim, &Tenant { name: "training", share: Some(50), limit: None, kernel_us: 2000, stop_after_s: None }, seconds);
+    let (shared, low_out) = (latencies(high.wait()), low.wait());
+    let low_bins = busy_bins(&low_out, 2000);
+    let (from, to) = (10, ((seconds * 10.0) as usize).min(110));
+    let low_ratio = sum(&low_bins, from, to) / ((to - from) as f64 * 100_000.0);
+    let high_ratio = 20.0 * 200.0 / 50_000.0;
+    println!("\npriority: bursts of 20 x 200 us every 50 ms (priority 1) against 2 ms kernels back to back (priority 0)");
+    println!("  burst latency alone:     p50 {:6.0} us  p99 {:6.0} us", pct(&lone, 0.5), pct(&lone, 0.99));
+    println!("  burst latency shared:    p50 {:6.0} us  p99 {:6.0} us  (p99 {:.2}x alone)", pct(&shared, 0.5), pct(&shared, 0.99), pct(&shared, 0.99) / pct(&lone, 0.99));
+    println!("  low priority got {:.1}% of wall time; the rest after the bursts is {:.1}%: {:.0}% of it", 100.0 * low_ratio, 100.0 * (1.0 - high_ratio), 100.0 * low_ratio / (1.0 - high_ratio));
+}
+
+fn main() {
+    let args = args();
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| o == name);
+    for scenario in scenarios().iter().filter(|s| wanted(s.name)) {
+        fairness(scenario, args.seconds);
+    }
+    if wanted("alone") {
+        alone(args.seconds);
+    }
+    if wanted("priority") {
+        priority(args.seconds);
+    }
+}

@@ -1,0 +1,82 @@
+"""A tenant of the fairness benchmark, through NVIDIA's cuda-bindings.
+
+    fairness_load.py saturate KERNEL_US SECONDS
+    fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS
+
+`saturate` launches `sim_sleep` kernels of KERNEL_US back to back on a
+stream of its own for SECONDS and prints, for every 100 ms of wall time
+since its first launch, how many launches returned in it (`bin=I n=N`): the
+shim holds launches while the tenant's work in flight is at its bound, so
+launches return at the pace kernels complete, to within that bound.
+
+`burst` launches COUNT kernels every PERIOD_MS, waits for each burst to
+complete, and prints each burst's latency in microseconds (`burst_us=L`).
+"""
+import ctypes
+import sys
+import time
+
+from cuda.bindings import driver as cu
+
+
+def check(result):
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        print(f"fatal={int(err)}", flush=True)
+        sys.exit(2)
+    return rest[0] if len(rest) == 1 else rest
+
+
+def setup(kernel_us):
+    check(cu.cuInit(0))
+    ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(0))))
+    check(cu.cuCtxSetCurrent(ctx))
+    func = check(cu.cuModuleGetFunction(check(cu.cuModuleLoadData(b"any image")), b"sim_sleep"))
+    stream = check(cu.cuStreamCreate(0))
+    arg = ctypes.c_uint64(kernel_us)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+    return func, stream, (arg, params)
+
+
+def saturate(kernel_us, seconds):
+    func, stream, keep = setup(kernel_us)
+    params = keep[1]
+    bins = {}
+    start = time.monotonic()
+    print("started=1", flush=True)
+    until = start + seconds
+    while True:
+        now = time.monotonic()
+        if now >= until:
+            break
+        check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
+        b = int((time.monotonic() - start) * 10)
+        bins[b] = bins.get(b, 0) + 1
+    check(cu.cuStreamSynchronize(stream))
+    for b in sorted(bins):
+        print(f"bin={b} n={bins[b]}")
+    print("done=1", flush=True)
+
+
+def burst(kernel_us, count, period_ms, seconds):
+    func, stream, keep = setup(kernel_us)
+    params = keep[1]
+    start = time.monotonic()
+    print("started=1", flush=True)
+    next_at = start
+    while time.monotonic() < start + seconds:
+        t0 = time.monotonic()
+        for _ in range(count):
+            check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
+        check(cu.cuStreamSynchronize(stream))
+        print(f"burst_us={(time.monotonic() - t0) * 1e6:.0f}")
+        next_at += period_ms / 1000
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    print("done=1", flush=True)
+
+
+mode = sys.argv[1]
+if mode == "saturate":
+    saturate(int(sys.argv[2]), float(sys.argv[3]))
+else:
+    burst(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
