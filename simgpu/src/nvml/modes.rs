@@ -47,13 +47,11 @@ nvml_export! {
         ready_device(dev)?;
         out(active, NVML_FEATURE_DISABLED)
     }
-    nvmlDeviceGetDriverModel_v2(dev: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
-        let _ = (current, pending);
+    nvmlDeviceGetDriverModel_v2(dev: nvmlDevice_t, _current: *mut c_uint, _pending: *mut c_uint) {
         ready_device(dev)?;
         Err(NVML_ERROR_NOT_SUPPORTED)
     }
-    nvmlDeviceGetDriverModel(dev: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
-        let _ = (current, pending);
+    nvmlDeviceGetDriverModel(dev: nvmlDevice_t, _current: *mut c_uint, _pending: *mut c_uint) {
         ready_device(dev)?;
         Err(NVML_ERROR_NOT_SUPPORTED)
     }
@@ -80,25 +78,21 @@ nvml_export! {
         ready_device(dev)?;
         out(count, 0)
     }
-    nvmlDeviceGetMigDeviceHandleByIndex(dev: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) {
-        let _ = (index, mig_device);
+    nvmlDeviceGetMigDeviceHandleByIndex(dev: nvmlDevice_t, _index: c_uint, _mig_device: *mut nvmlDevice_t) {
         ready_device(dev)?;
         // With MIG disabled there are no MIG devices: every index is out of range.
         Err(NVML_ERROR_INVALID_ARGUMENT)
     }
-    nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, dev: *mut nvmlDevice_t) {
-        let _ = dev;
+    nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, _dev: *mut nvmlDevice_t) {
         ready_device(mig_device)?;
         // A full GPU's handle is not a MIG device handle.
         Err(NVML_ERROR_INVALID_ARGUMENT)
     }
-    nvmlDeviceGetGpuInstanceId(dev: nvmlDevice_t, id: *mut c_uint) {
-        let _ = id;
+    nvmlDeviceGetGpuInstanceId(dev: nvmlDevice_t, _id: *mut c_uint) {
         ready_device(dev)?;
         Err(NVML_ERROR_NOT_SUPPORTED)
     }
-    nvmlDeviceGetComputeInstanceId(dev: nvmlDevice_t, id: *mut c_uint) {
-        let _ = id;
+    nvmlDeviceGetComputeInstanceId(dev: nvmlDevice_t, _id: *mut c_uint) {
         ready_device(dev)?;
         Err(NVML_ERROR_NOT_SUPPORTED)
     }

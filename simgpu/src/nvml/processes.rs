@@ -7,6 +7,11 @@
 //! it holds (its context included); simgpu has no graphics contexts and no
 //! MPS server, so those lists are always empty, but their arguments are
 //! checked as for the compute list.
+//!
+//! `nvmlDeviceGetConfComputeMemSizeInfo` is deliberately not exported
+//! without `nvmlDeviceGetRunningProcessDetailList`: nvitop takes a library
+//! with the first and not the second for one whose `_v3` process struct has
+//! the short-lived confidential-computing field, and would misread the list.
 
 use super::types::{ProcessInfoV1, ProcessInfoV2};
 use super::{guard, out, ready_device, NvResult};

@@ -3,7 +3,7 @@
 //! clocks follow the device's sampled utilization through [`spec`]; the
 //! board is passively cooled (an SXM module), so it has no fan to report.
 
-use super::spec::{self, Clock, *};
+use super::spec::{self, *};
 use super::types::{FieldValue, TemperatureV1, TEMPERATURE_V1};
 use super::{nvml_export, out, ready_device, version_of, NvResult};
 use crate::sys;
@@ -159,8 +159,7 @@ nvml_export! {
         }
         Err(NVML_ERROR_NOT_SUPPORTED)
     }
-    nvmlDeviceGetFanSpeed_v2(dev: nvmlDevice_t, fan: c_uint, speed_percent: *mut c_uint) {
-        let _ = fan;
+    nvmlDeviceGetFanSpeed_v2(dev: nvmlDevice_t, _fan: c_uint, speed_percent: *mut c_uint) {
         ready_device(dev)?;
         if speed_percent.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
