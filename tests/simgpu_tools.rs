@@ -19,10 +19,12 @@ fn holder(sim: &Sim, alloc: &str) -> (Running, u32) {
     (running, pid)
 }
 
-/// Runs a Python module from the test virtualenv (`python -m <module> args`).
+/// Runs a Python module from the test virtualenv (`python -m <module> args`)
+/// in the test's directory, where anything a tool writes (nvitop's debug
+/// log, say) is cleaned up with it.
 fn run_module(sim: &Sim, module: &str, args: &[&str]) -> Output {
     let mut cmd = sim.command(python());
-    cmd.arg("-m").arg(module).args(args);
+    cmd.arg("-m").arg(module).args(args).current_dir(sim.dir());
     sim.run(&mut cmd)
 }
 
