@@ -30,8 +30,9 @@ fi
 if [ ! -x "$deps/venv/bin/python" ]; then
     "$python" -m venv "$deps/venv"
 fi
-if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml' 2>/dev/null; then
-    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71'
+if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml, nvitop, gpustat' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71' \
+        'nvitop==1.7.2' 'gpustat==1.1.1'
 fi
 
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then

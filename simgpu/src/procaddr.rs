@@ -9,7 +9,7 @@
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` selects the `_ptsz`/`_ptds`
 //! list where a function has one.
 
-use crate::exports::{array::*, context::*, device::*, event::*, graph::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
+use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};
@@ -81,6 +81,8 @@ proc_table! {
     cuMemHostAlloc => [2020: cuMemHostAlloc];
     cuMemFreeHost => [2000: cuMemFreeHost];
     cuMemHostGetDevicePointer => [2020: cuMemHostGetDevicePointer, 3020: cuMemHostGetDevicePointer_v2];
+    cuMemHostRegister => [4000: cuMemHostRegister, 6050: cuMemHostRegister_v2];
+    cuMemHostUnregister => [4000: cuMemHostUnregister];
     cuMemGetInfo => [2000: cuMemGetInfo, 3020: cuMemGetInfo_v2];
     cuMemGetAddressRange => [2000: cuMemGetAddressRange, 3020: cuMemGetAddressRange_v2];
     cuMemcpy => [4000: cuMemcpy] ptsz [7000: cuMemcpy_ptds];

@@ -126,7 +126,9 @@ cu_export!(cuMemFreeHost(p: *mut c_void) {
 cu_export!(cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
     let d = driver()?;
     d.current()?;
-    if pdptr.is_null() || flags != 0 || !d.read().host_allocs.iter().any(|(&b, &s)| (p as u64) >= b && (p as u64) < b + s as u64) {
+    let pinned = d.read().host_allocs.iter().any(|(&b, &s)| (p as u64) >= b && (p as u64) < b + s as u64);
+    let registered = super::host_register::registry().find(p as u64).is_some();
+    if pdptr.is_null() || flags != 0 || !(pinned || registered) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     out(pdptr, p as u64)

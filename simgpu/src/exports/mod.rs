@@ -6,6 +6,7 @@ pub mod context;
 pub mod device;
 pub mod event;
 pub mod graph;
+pub mod host_register;
 pub mod init;
 pub mod launch;
 pub mod memory;
