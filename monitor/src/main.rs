@@ -8,6 +8,7 @@
 mod config;
 mod daemon;
 mod discovery;
+mod driver_check;
 mod host;
 mod libs;
 mod metrics;
