@@ -33,6 +33,11 @@ fi
 if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71'
 fi
+# tests/deploy.rs checks deploy/kubernetes/ against the Kubernetes schemas,
+# strictly (an unknown field is an error), with kubernetes-validate.
+if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
 
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
