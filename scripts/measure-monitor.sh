@@ -10,10 +10,15 @@
 # Usage: scripts/measure-monitor.sh [SECONDS] [TENANTS]    (default 60 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage="usage: scripts/measure-monitor.sh [SECONDS] [TENANTS]"
+if [ $# -gt 2 ]; then
+    echo "measure-monitor: at most two arguments; $usage" >&2
+    exit 2
+fi
 seconds=${1:-60}
 tenants=${2:-4}
-case "$seconds$tenants" in
-    *[!0-9]*) echo "measure-monitor: SECONDS and TENANTS are whole numbers; usage: scripts/measure-monitor.sh [SECONDS] [TENANTS]" >&2; exit 2 ;;
+case "$seconds,$tenants" in
+    *[!0-9,]*|,*|*,|0,*|*,0) echo "measure-monitor: SECONDS and TENANTS are whole numbers above 0; $usage" >&2; exit 2 ;;
 esac
 bash scripts/setup.sh >/dev/null
 cargo build --release --quiet -p gpuslice-monitor -p gpuslice-shim -p simgpu
