@@ -34,6 +34,11 @@ if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml, nvitop, gp
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71' \
         'nvitop==1.7.2' 'gpustat==1.1.1'
 fi
+# tests/deploy.rs checks deploy/kubernetes/ against the Kubernetes schemas,
+# strictly (an unknown field is an error), with kubernetes-validate.
+if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
 
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \

@@ -1,8 +1,9 @@
 //! Where the gpuslice libraries are, and how a child process is pointed at them.
 //!
 //! `libgpuslice.so` and `libsimgpu.so` are looked up next to the `gpuslice`
-//! binary (that is where cargo and the install script put them), then in
-//! `../lib` beside it; `GPUSLICE_SHIM_LIB` and `SIMGPU_LIB` override.
+//! binary (where cargo puts them), then in `../lib` and `../lib/gpuslice`
+//! beside it (where `scripts/install.sh` puts them: `PREFIX/bin/gpuslice`,
+//! `PREFIX/lib/gpuslice/`); `GPUSLICE_SHIM_LIB` and `SIMGPU_LIB` override.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

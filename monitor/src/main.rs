@@ -8,6 +8,7 @@
 mod config;
 mod daemon;
 mod discovery;
+mod driver_check;
 mod host;
 mod libs;
 mod metrics;
@@ -21,7 +22,16 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "gpuslice", version, about = "Share NVIDIA GPUs between tenants: memory caps and compute time slices")]
+#[command(
+    name = "gpuslice",
+    version,
+    about = "Share NVIDIA GPUs between tenants: memory caps and compute time slices",
+    after_help = "Examples:\n  \
+      gpuslice run --memory 8GiB --tenant team-a -- python train.py\n  \
+      gpuslice run --sim --memory 1GiB -- ./my-cuda-program\n  \
+      gpuslice status\n\n\
+      Each verb's --help has its own examples."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,12 +40,24 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a command on the simulated GPU (simgpu), with no shim.
+    #[command(after_help = "Example:\n  \
+      SIMGPU_DEVICES=2 SIMGPU_MEMORY=16GiB gpuslice sim -- ./my-cuda-program    # two simulated 16 GiB devices")]
     Sim(sim::SimArgs),
     /// Run a command under the gpuslice shim.
+    #[command(after_help = "Examples:\n  \
+      gpuslice run --memory 8GiB --tenant team-a -- python train.py\n  \
+      gpuslice run --memory 0=8GiB,1=4GiB --compute-limit 30 -- ./serve\n  \
+      gpuslice run --sim --memory 1GiB -- ./my-cuda-program    # no GPU: on the simulated one")]
     Run(run::RunArgs),
     /// The host daemon: reclaims dead processes, applies the configuration, watches NVML, serves /metrics.
+    #[command(after_help = "Example:\n  \
+      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen 0.0.0.0:9400\n  \
+      curl -s 127.0.0.1:9400/metrics")]
     Monitor(daemon::MonitorArgs),
     /// Print the tenants, devices and processes the ledgers and NVML know now.
+    #[command(after_help = "Examples:\n  \
+      gpuslice status\n  \
+      gpuslice status --dir /run/gpuslice --json")]
     Status(status::StatusArgs),
 }
 

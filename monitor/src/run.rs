@@ -137,6 +137,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     }
     if args.sim {
         libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
+    } else {
+        crate::driver_check::check_cuda_driver()?;
     }
     libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
     Err(libs::exec(cmd))
