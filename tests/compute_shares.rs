@@ -17,6 +17,14 @@ use std::time::Duration;
 const KERNEL_US: &str = "1000";
 const SECONDS: &str = "4";
 
+/// These tests measure device time against wall time: one at a time, so
+/// that they do not take each other's CPU (two cores run them).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn sim() -> Sim {
     Sim::new().shim().timeout(Duration::from_secs(120))
 }
@@ -38,6 +46,7 @@ fn share(running: Running) -> (f64, Output) {
 /// and together keep the device busy.
 #[test]
 fn shares_of_25_and_75_are_delivered_in_proportion() {
+    let _serial = serial();
     let sim = sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let a = load(&sim, "small", &[("GPUSLICE_COMPUTE_SHARE", "25")], KERNEL_US);
@@ -55,6 +64,7 @@ fn shares_of_25_and_75_are_delivered_in_proportion() {
 /// device, as a tenant without the shim does.
 #[test]
 fn a_lone_tenant_with_a_share_gets_the_whole_device() {
+    let _serial = serial();
     let sim = sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let bare = Sim::new();
@@ -70,8 +80,132 @@ fn a_lone_tenant_with_a_share_gets_the_whole_device() {
 /// process says so and runs.
 #[test]
 fn a_share_without_a_monitor_is_reported() {
+    let _serial = serial();
     let sim = sim();
     let out = sim.run(sim.py("compute_load.py").env("GPUSLICE_TENANT", "lonely").env("GPUSLICE_COMPUTE_SHARE", "30").args(["1000", "0.2"]));
     out.assert_success().assert_rc("init", cu::SUCCESS);
     assert!(out.shim_log_lines().iter().any(|l| l.contains("arbitrated by the monitor")), "{out}");
+}
+
+/// Kernel time per 100 ms bin since the client's first launch, µs
+/// (`tests/python/fairness_load.py saturate`).
+fn busy_bins(out: &Output, kernel_us: f64) -> Vec<f64> {
+    let mut bins = Vec::new();
+    for line in out.stdout.lines() {
+        let mut fields = line.split_whitespace();
+        let bin = fields.next().and_then(|f| f.strip_prefix("bin=")).and_then(|b| b.parse::<usize>().ok());
+        let n = fields.next().and_then(|f| f.strip_prefix("n=")).and_then(|n| n.parse::<f64>().ok());
+        if let (Some(bin), Some(n)) = (bin, n) {
+            if bins.len() <= bin {
+                bins.resize(bin + 1, 0.0);
+            }
+            bins[bin] = n * kernel_us;
+        }
+    }
+    bins
+}
+
+/// The share of wall time `bins` ran between `from_s` and `to_s`.
+fn busy_ratio(bins: &[f64], from_s: f64, to_s: f64) -> f64 {
+    let (from, to) = ((from_s * 10.0) as usize, (to_s * 10.0) as usize);
+    bins.iter().skip(from).take(to - from).sum::<f64>() / ((to - from) as f64 * 100_000.0)
+}
+
+fn saturate(sim: &Sim, tenant: &str, envs: &[(&str, &str)], seconds: &str) -> Running {
+    let mut cmd = sim.py("fairness_load.py");
+    cmd.env("GPUSLICE_TENANT", tenant).envs(envs.iter().copied()).args(["saturate", "1000", seconds]);
+    let mut running = sim.spawn(&mut cmd);
+    running.wait_for("started");
+    running
+}
+
+/// A tenant stopped (SIGSTOP) while it holds the turn costs the other at
+/// most its turn: while it is stopped the other runs the device alone.
+#[test]
+fn a_stopped_tenant_does_not_freeze_the_other() {
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let shares = [("GPUSLICE_COMPUTE_SHARE", "50")];
+    let stopped = saturate(&sim, "stopped", &shares, "6");
+    let other = saturate(&sim, "other", &shares, "5");
+    std::thread::sleep(Duration::from_millis(1500));
+    stopped.signal("STOP");
+    std::thread::sleep(Duration::from_millis(2000));
+    stopped.signal("CONT");
+    let (other, stopped) = (other.wait(), stopped.wait());
+    other.assert_success();
+    stopped.assert_success();
+    let bins = busy_bins(&other, 1000.0);
+    let (before, during) = (busy_ratio(&bins, 0.5, 1.4), busy_ratio(&bins, 2.0, 3.4));
+    eprintln!("other tenant: {before:.3} of the device before the stop, {during:.3} during it");
+    assert!(during > 0.5 && during > before * 1.3, "while the other was stopped this tenant got {during:.3} (before: {before:.3})\n{other}");
+}
+
+/// A tenant killed with kill -9 while it takes turns costs the other at
+/// most a moment: the other goes on and gets the device.
+#[test]
+fn a_killed_tenant_does_not_freeze_the_other() {
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let shares = [("GPUSLICE_COMPUTE_SHARE", "50")];
+    let killed = saturate(&sim, "killed", &shares, "10");
+    let other = saturate(&sim, "other", &shares, "4");
+    std::thread::sleep(Duration::from_millis(1500));
+    killed.kill9();
+    let other = other.wait();
+    other.assert_success();
+    let during = busy_ratio(&busy_bins(&other, 1000.0), 2.5, 3.9);
+    eprintln!("other tenant after the kill: {during:.3} of the device");
+    assert!(during > 0.5, "after the other was killed this tenant got {during:.3}\n{other}");
+}
+
+/// A tenant with no compute setting on a device where another has a share
+/// takes turns too, and gets what the share leaves.
+#[test]
+fn a_tenant_without_settings_gets_what_shares_leave() {
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let shared = saturate(&sim, "shared", &[("GPUSLICE_COMPUTE_SHARE", "75")], "4");
+    let plain = saturate(&sim, "plain", &[], "4");
+    let (shared, plain) = (shared.wait(), plain.wait());
+    let (a, b) = (busy_ratio(&busy_bins(&shared, 1000.0), 1.0, 3.5), busy_ratio(&busy_bins(&plain, 1000.0), 1.0, 3.5));
+    eprintln!("share 75 against no setting: {a:.3} and {b:.3}");
+    assert!(a > 2.0 * b && a < 4.5 * b, "asked 75 against the rest, got {a:.3}/{b:.3}\n{shared}\n{plain}");
+}
+
+/// Priority: a burst of short kernels at priority 1 waits for at most a
+/// kernel of a priority-0 tenant that saturates the device, and that
+/// tenant still gets most of the device.
+#[test]
+fn a_high_priority_burst_is_served_first() {
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let burst = |sim: &Sim| {
+        let mut cmd = sim.py("fairness_load.py");
+        cmd.env("GPUSLICE_TENANT", "inference").env("GPUSLICE_PRIORITY", "1").args(["burst", "200", "20", "50", "3"]);
+        sim.spawn(&mut cmd)
+    };
+    let median = |out: &Output| {
+        let mut v: Vec<f64> = out.all("burst_us").iter().filter_map(|s| s.parse().ok()).skip(5).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let alone = burst(&sim).wait();
+    alone.assert_success();
+    let mut low = sim.py("fairness_load.py");
+    low.env("GPUSLICE_TENANT", "training").env("GPUSLICE_COMPUTE_SHARE", "50").args(["saturate", "2000", "4"]);
+    let mut low = sim.spawn(&mut low);
+    low.wait_for("started");
+    let shared = burst(&sim).wait();
+    let low = low.wait();
+    shared.assert_success();
+    let (alone_us, shared_us) = (median(&alone), median(&shared));
+    let low_ratio = busy_ratio(&busy_bins(&low, 2000.0), 0.5, 3.0);
+    eprintln!("burst median {alone_us:.0} us alone, {shared_us:.0} us against 2 ms kernels; the low tenant got {low_ratio:.3}");
+    assert!(shared_us < 2.5 * alone_us, "a priority burst took {shared_us:.0} us against {alone_us:.0} us alone\n{shared}");
+    assert!(low_ratio > 0.45, "the low-priority tenant got {low_ratio:.3} of the device\n{low}");
 }

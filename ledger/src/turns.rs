@@ -15,11 +15,13 @@
 //! priority, never past a limit. Tenants without a share split what shares
 //! leave equally. Every measured nanosecond of a member's work advances its
 //! *virtual time* by `ns / weight` ([`TurnTable::charge`]). When the turn
-//! is free, the waiting member with the highest priority and, among those,
-//! the lowest virtual time takes it (stride scheduling). Over any interval
-//! in which members keep waiting, each gets device time in proportion to
-//! its weight, to within one turn each: with weights summing to the whole
-//! device, each gets its target.
+//! is free, the waiting member with the lowest virtual time takes it (ties:
+//! the higher priority): stride scheduling. Over any interval in which
+//! members keep waiting, each gets device time in proportion to its weight,
+//! to within a turn or two each: with weights summing to the whole device,
+//! each gets its target. Priority works through the weights (spare time)
+//! and through preemption (below), never by letting a tenant of higher
+//! priority take a lower one's guaranteed share.
 //!
 //! # Work conservation
 //! A member that does not wait takes no turn: its time goes to the members
@@ -31,8 +33,15 @@
 //!
 //! # How a turn ends
 //! The holder keeps the turn for [`QUANTUM_NS`] while others wait, or less
-//! when a member of higher priority waits (which is how an inference burst
-//! is served before a training job's next kernel). It then stops launching,
+//! when a member of higher priority waits that is owed time (its virtual
+//! time is not ahead of the holder's): that is how an inference burst is
+//! served before a training job's next kernel. While a member of higher
+//! priority is active on the device, a lower one keeps a single launch in
+//! flight (the shim's throttle), so a burst waits for one kernel at most.
+//! A member that used less than its weight (a bursty one) is behind in
+//! virtual time, but never by more than [`MAX_LAG_NS`] of its own device
+//! time: a quiet member banks a little credit for its next burst, not an
+//! hour of it. It then stops launching,
 //! waits for its work in flight to complete (the device stays busy with it,
 //! so nothing is lost) and releases the turn, waking the waiters. Work that
 //! overran the turn is charged all the same: the overrun is paid back in
@@ -93,11 +102,20 @@ pub const IDLE_GRACE_NS: u64 = 2_000_000;
 pub const MAX_TURN_NS: u64 = 1_000_000_000;
 /// A chosen waiter that has not taken a free turn after this long loses it
 /// to whichever waiter comes first.
-pub const HANDOFF_GRACE_NS: u64 = 2_000_000;
+pub const HANDOFF_GRACE_NS: u64 = 10_000_000;
 /// A waiter renews its wait at least this often (each futex timeout).
 pub const WAIT_RENEW_NS: u64 = 10_000_000;
 /// A wait not renewed for this long is gone.
-pub const WAIT_FRESH_NS: u64 = 50_000_000;
+pub const WAIT_FRESH_NS: u64 = 200_000_000;
+/// The most device time a member may be owed when it takes a turn, ns at
+/// the smallest weight among the active members (see the module docs):
+/// several turns, so that a member never loses what it is owed because
+/// another's turn was long.
+pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
+/// A waiter that has waited this long without a turn launches anyway (the
+/// holder is hostile, or the table is garbage): the device is then shared
+/// as the hardware shares it, never frozen.
+pub const MAX_TURN_WAIT_NS: u64 = 5_000_000_000;
 /// A member that ran or waited this recently is active (it takes part in
 /// the split of the device).
 pub const ACTIVE_NS: u64 = 500_000_000;
@@ -193,7 +211,7 @@ pub fn targets(claims: &[Claim]) -> Vec<u32> {
     let limit = |c: &Claim| if crate::compute::is_limiting(c.limit_e4) { u64::from(c.limit_e4) } else { whole };
     let shared: u64 = claims.iter().map(|c| u64::from(c.share_e4.min(WHOLE_DEVICE_RATIO_E4))).sum();
     let unshared = claims.iter().filter(|c| c.share_e4 == 0).count() as u64;
-    let equal = if unshared == 0 { 0 } else { whole.saturating_sub(shared) / unshared };
+    let equal = whole.saturating_sub(shared).checked_div(unshared).unwrap_or(0);
     let scale = |share: u64| if shared > whole { share * whole / shared } else { share };
     let guarantee: Vec<u64> = claims
         .iter()
@@ -316,15 +334,33 @@ impl TurnTable {
         member.key.load(Ordering::Relaxed) != 0 && seen <= now_ns && now_ns - seen < ACTIVE_NS
     }
 
-    /// The waiter that should take a free turn: highest priority, then
-    /// lowest virtual time.
+    /// The waiter that should take a free turn: the lowest virtual time,
+    /// then the highest priority.
     pub fn best_waiter(&self, now_ns: u64) -> Option<usize> {
         self.members
             .iter()
             .enumerate()
             .filter(|(_, m)| Self::is_waiting(m, now_ns))
-            .min_by_key(|(i, m)| (std::cmp::Reverse(m.priority.load(Ordering::Relaxed)), m.vtime.load(Ordering::Relaxed), *i))
+            .min_by_key(|(i, m)| (m.vtime.load(Ordering::Relaxed), std::cmp::Reverse(m.priority.load(Ordering::Relaxed)), *i))
             .map(|(i, _)| i)
+    }
+
+    /// Lifts member `m`'s virtual time to within [`MAX_LAG_NS`] (at the
+    /// smallest active weight) of the least of the other active members'.
+    fn bound_lag(&self, m: usize, now_ns: u64) {
+        let Some(member) = self.member(m) else { return };
+        let active = || self.members.iter().enumerate().filter(|(i, other)| *i != m && Self::is_active(other, now_ns));
+        let least = active().map(|(_, other)| other.vtime.load(Ordering::Relaxed)).min();
+        let weight = active()
+            .map(|(_, other)| other.weight_e4.load(Ordering::Relaxed))
+            .chain([member.weight_e4.load(Ordering::Relaxed)])
+            .min()
+            .unwrap_or(WHOLE_DEVICE_RATIO_E4)
+            .clamp(1, WHOLE_DEVICE_RATIO_E4);
+        let lag = MAX_LAG_NS.saturating_mul(u64::from(WHOLE_DEVICE_RATIO_E4)) / u64::from(weight);
+        if let Some(least) = least {
+            let _ = member.vtime.fetch_max(least.saturating_sub(lag), Ordering::AcqRel);
+        }
     }
 
     /// Whether the holder's turn has lapsed (see the module docs).
@@ -399,6 +435,7 @@ impl TurnTable {
         if let Some(member) = self.member(m) {
             member.waiting_ns.store(0, Ordering::Release);
         }
+        self.bound_lag(m, now_ns);
         h.waiting_mask.fetch_and(!bit(m), Ordering::AcqRel);
         h.turns_total.fetch_add(1, Ordering::Relaxed);
         self.update_weights(now_ns);
@@ -426,7 +463,8 @@ impl TurnTable {
     }
 
     /// Whether the holder `m` should end its turn now: another member waits
-    /// and the quantum is over, or one of higher priority waits. With
+    /// and the quantum is over, or one of higher priority waits that is
+    /// owed time (its virtual time is not ahead of the holder's). With
     /// nobody waiting past the quantum, the holder starts a new turn of its
     /// own (so that its turn never lapses while it works).
     pub fn should_yield(&self, m: usize, now_ns: u64) -> bool {
@@ -441,11 +479,12 @@ impl TurnTable {
             return false;
         }
         let mine = self.member(m).map_or(i32::MIN, |member| member.priority.load(Ordering::Relaxed));
+        let my_vtime = self.member(m).map_or(0, |member| member.vtime.load(Ordering::Relaxed));
         let (mut waits, mut higher) = (false, false);
         for (i, member) in self.members.iter().enumerate().filter(|(i, _)| others & bit(*i) != 0 && *i != m) {
             if Self::is_waiting(member, now_ns) {
                 waits = true;
-                higher |= member.priority.load(Ordering::Relaxed) > mine;
+                higher |= member.priority.load(Ordering::Relaxed) > mine && member.vtime.load(Ordering::Relaxed) <= my_vtime;
             } else if i < 64 && member.waiting_ns.load(Ordering::Relaxed) == 0 {
                 h.waiting_mask.fetch_and(!bit(i), Ordering::AcqRel);
             }
@@ -468,8 +507,13 @@ impl TurnTable {
     }
 
     /// Member `m` gives the turn up (its work in flight has completed).
-    pub fn release(&self, m: usize, now_ns: u64) {
+    /// With `wants_more` (it has work waiting to launch) it counts as a
+    /// waiter from that moment, so that the next turn is chosen with it.
+    pub fn release(&self, m: usize, now_ns: u64, wants_more: bool) {
         let h = &self.header;
+        if wants_more {
+            self.mark_waiting(m, now_ns);
+        }
         if h.holder.compare_exchange(m as u32 + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             h.released_ns.store(now_ns, Ordering::Release);
             h.turn_seq.fetch_add(1, Ordering::AcqRel);
@@ -706,7 +750,7 @@ mod tests {
         assert!(!t.should_yield(a, now + QUANTUM_NS / 2), "the quantum is not over");
         assert!(t.should_yield(a, now + QUANTUM_NS), "b waits and the quantum is over");
         t.charge(a, QUANTUM_NS, now + QUANTUM_NS);
-        t.release(a, now + QUANTUM_NS);
+        t.release(a, now + QUANTUM_NS, true);
         // a asks again at once, but b has the lower virtual time.
         assert!(matches!(t.enter(a, now + QUANTUM_NS + 1), Enter::Wait { .. }));
         assert_eq!(t.enter(b, now + QUANTUM_NS + 2), Enter::Go);
@@ -723,7 +767,7 @@ mod tests {
         assert!(matches!(t.enter(high, now + 1_000), Enter::Wait { .. }));
         assert!(t.should_yield(low, now + 2_000), "a higher priority waits");
         assert!(t.outranked(low, now + 2_000));
-        t.release(low, now + 3_000);
+        t.release(low, now + 3_000, true);
         assert!(matches!(t.enter(low, now + 3_500), Enter::Wait { .. }), "high goes first");
         assert_eq!(t.enter(high, now + 4_000), Enter::Go);
     }
@@ -755,8 +799,7 @@ mod tests {
         let b = t.join(tenant_key("b"), claim(0, 0, 0), 0).unwrap();
         let now = 10_000_000_000;
         assert!(matches!(t.enter(a, now), Enter::Go));
-        t.release(a, now);
-        t.mark_waiting(a, now + 1); // a waits, then is stopped
+        t.release(a, now, true); // a still waits, then is stopped
         assert!(matches!(t.enter(b, now + 2), Enter::Wait { .. }), "a is chosen");
         assert_eq!(t.enter(b, now + HANDOFF_GRACE_NS + 3), Enter::Go);
     }
@@ -790,6 +833,76 @@ mod tests {
         let da = t.members[a].vtime.load(Ordering::Relaxed) - va;
         let db = t.members[b].vtime.load(Ordering::Relaxed) - vb;
         assert_eq!(da, db, "time in proportion to weight is equal virtual time");
+    }
+
+    /// Members that always wait, each turn a quantum long: the device time
+    /// each gets, by member.
+    fn simulate(t: &TurnTable, members: &[usize], turns: usize) -> Vec<u64> {
+        let mut now = 10_000_000_000;
+        let mut served = vec![0u64; members.len()];
+        for _ in 0..turns {
+            for &m in members {
+                let _ = t.enter(m, now);
+            }
+            let holder = members.iter().position(|&m| t.holds(m)).expect("someone holds the turn");
+            now += QUANTUM_NS;
+            t.charge(members[holder], QUANTUM_NS, now);
+            served[holder] += QUANTUM_NS;
+            t.release(members[holder], now, true);
+            now += HANDOFF_GRACE_NS / 4;
+        }
+        served
+    }
+
+    #[test]
+    fn saturating_members_get_their_targets_and_priority_takes_no_guarantee() {
+        let t = table();
+        let a = t.join(tenant_key("a"), claim(25, 0, 0), 0).unwrap();
+        let b = t.join(tenant_key("b"), claim(75, 0, 0), 0).unwrap();
+        let within_a_turn = |served: &[u64], want: (u64, u64)| {
+            let got = (served[0] / QUANTUM_NS, served[1] / QUANTUM_NS);
+            assert!(got.0.abs_diff(want.0) <= 1 && got.1.abs_diff(want.1) <= 1, "turns {got:?}, want {want:?}");
+        };
+        within_a_turn(&simulate(&t, &[a, b], 400), (100, 300));
+        // A higher priority with no share against a share of 50: the
+        // guarantees split the device, priority takes nothing from it.
+        let t = table();
+        let high = t.join(tenant_key("high"), claim(0, 0, 5), 0).unwrap();
+        let low = t.join(tenant_key("low"), claim(50, 0, 0), 0).unwrap();
+        within_a_turn(&simulate(&t, &[high, low], 400), (200, 200));
+        // Spare time (shares below the whole device) goes to the higher priority.
+        let t = table();
+        let high = t.join(tenant_key("high"), claim(20, 0, 1), 0).unwrap();
+        let low = t.join(tenant_key("low"), claim(30, 0, 0), 0).unwrap();
+        within_a_turn(&simulate(&t, &[high, low], 400), (280, 120));
+    }
+
+    #[test]
+    fn a_higher_priority_waiter_ahead_in_virtual_time_does_not_preempt() {
+        let t = table();
+        let low = t.join(tenant_key("low"), claim(50, 0, 0), 0).unwrap();
+        let high = t.join(tenant_key("high"), claim(50, 0, 1), 0).unwrap();
+        let now = 10_000_000_000;
+        t.charge(high, 1_000_000_000, now);
+        t.charge(low, 1, now);
+        assert_eq!(t.enter(low, now), Enter::Go);
+        assert!(matches!(t.enter(high, now + 1), Enter::Wait { .. }));
+        assert!(!t.should_yield(low, now + 2), "high has had more than its share");
+        assert!(t.should_yield(low, now + QUANTUM_NS), "but the quantum still ends");
+    }
+
+    #[test]
+    fn a_quiet_member_banks_little_credit() {
+        let t = table();
+        let quiet = t.join(tenant_key("quiet"), claim(50, 0, 0), 0).unwrap();
+        let busy = t.join(tenant_key("busy"), claim(50, 0, 0), 0).unwrap();
+        let now = 10_000_000_000;
+        t.charge(quiet, 1, now);
+        t.charge(busy, 100 * QUANTUM_NS, now);
+        t.update_weights(now);
+        assert_eq!(t.enter(quiet, now + 1), Enter::Go);
+        let behind_ns = (t.members[busy].vtime.load(Ordering::Relaxed) - t.members[quiet].vtime.load(Ordering::Relaxed)) * 5_000 / 10_000;
+        assert_eq!(behind_ns, MAX_LAG_NS, "owed at most the lag, at its weight");
     }
 
     #[test]

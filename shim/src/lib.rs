@@ -210,10 +210,8 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     });
     let governed = scheduled || devices.iter().any(|d| ledger::compute::is_limiting(ledger.compute_limit_ratio_e4(d.ledger_index)));
     let runtime = Box::new(Runtime::new(ledger, slot, devices));
-    if governed {
-        join_turns(&runtime, config, scheduled);
-    }
-    accounting::throttle::set_governed(governed);
+    let joined = join_turns(&runtime, config, scheduled, !governed);
+    accounting::throttle::set_governed(governed || joined);
     RUNTIME.store(Box::into_raw(runtime), Ordering::Release);
     info!(
         "tenant {:?}, ledger {}, ready in {} us",
@@ -225,15 +223,27 @@ fn initialise() -> (u8, Result<(), CUresult>) {
 }
 
 /// Takes the devices' turns (`ledger::turns`), from the monitor's tables:
-/// shares and priorities need them; a limit alone holds without.
-fn join_turns(runtime: &Runtime, config: &Config, scheduled: bool) {
-    match runtime.join_turns(&config.tenant, &config.dir) {
-        Ok(devices) => info!("taking turns on {devices} device(s)"),
-        Err(e) if scheduled => warn!(
-            "compute shares and priorities are arbitrated by the monitor, and {e}: this process runs without them \
-             (its compute limit, if any, still holds)"
-        ),
-        Err(e) => debug!("no turn tables ({e}); the compute limit holds alone"),
+/// shares and priorities need them; a limit alone holds without. A tenant
+/// with no compute setting (`only_contended`) takes turns only where other
+/// tenants have one. Returns whether it joined any.
+fn join_turns(runtime: &Runtime, config: &Config, scheduled: bool, only_contended: bool) -> bool {
+    match runtime.join_turns(&config.tenant, &config.dir, only_contended) {
+        Ok(0) => false,
+        Ok(devices) => {
+            info!("taking turns on {devices} device(s)");
+            true
+        }
+        Err(e) if scheduled => {
+            warn!(
+                "compute shares and priorities are arbitrated by the monitor, and {e}: this process runs without them \
+                 (its compute limit, if any, still holds)"
+            );
+            false
+        }
+        Err(e) => {
+            debug!("no turn tables ({e})");
+            false
+        }
     }
 }
 

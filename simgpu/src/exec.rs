@@ -391,7 +391,10 @@ impl Executor {
             }
             if let Some((t, start)) = held {
                 let now = sys::now_ns();
-                if now >= start + slice_ns {
+                if !sched.still_serving(t) {
+                    // Skipped while this process was stopped: queue again.
+                    held = None;
+                } else if now >= start + slice_ns {
                     if sched.others_waiting(t) {
                         sched.release(t);
                         held = None;

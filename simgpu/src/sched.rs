@@ -9,7 +9,11 @@
 //! Each ticket's holder (process record + generation) is published in a ring,
 //! so a waiter that times out can tell a holder that died (its record is no
 //! longer alive: the OFD lock is gone) and skip it: a dead owner never wedges
-//! the device.
+//! the device. Nor does a stopped one (SIGSTOP): on a real GPU the work a
+//! stopped process queued runs on and the others' work after it, so a
+//! waiter skips a holder whose process is stopped once it has held the
+//! device past [`STOPPED_AFTER_NS`]; when it continues, its worker finds
+//! the device served to another and queues again.
 
 use crate::state::{SharedState, TICKET_RING};
 use crate::sys;
@@ -18,6 +22,9 @@ use std::time::Duration;
 
 /// How long a waiter sleeps before checking the holder's liveness.
 const LIVENESS_POLL: Duration = Duration::from_millis(20);
+/// A holder whose process is stopped is skipped once it has held the device
+/// this long.
+pub const STOPPED_AFTER_NS: u64 = 50_000_000;
 /// A ticket taken but never published is treated as abandoned after this long.
 const UNPUBLISHED_GRACE_NS: u64 = 1_000_000_000;
 
@@ -39,6 +46,7 @@ impl Scheduler<'_> {
             h.proc_generation.store(generation, Relaxed);
             h.ticket.store(t, Release);
             let mut unpublished_since: Option<(u64, u64)> = None;
+            let mut serving_since: Option<(u64, u64)> = None;
             loop {
                 let seq = d.serve_seq.load(Acquire);
                 let serving = d.now_serving.load(Acquire);
@@ -57,6 +65,7 @@ impl Scheduler<'_> {
                 d.sleepers.fetch_sub(1, AcqRel);
                 if d.now_serving.load(Acquire) == serving {
                     self.skip_if_dead(serving, &mut unpublished_since);
+                    self.skip_if_stopped(serving, &mut serving_since);
                 }
             }
         }
@@ -86,6 +95,39 @@ impl Scheduler<'_> {
             d.serve_seq.fetch_add(1, AcqRel);
             sys::futex_wake_all(&d.serve_seq);
         }
+    }
+
+    /// Skips the holder of `serving` when its process is stopped and it has
+    /// held the device for [`STOPPED_AFTER_NS`] as this waiter saw it.
+    fn skip_if_stopped(&self, serving: u64, serving_since: &mut Option<(u64, u64)>) {
+        let now = sys::now_ns();
+        let since = match *serving_since {
+            Some((t, since)) if t == serving => since,
+            _ => {
+                *serving_since = Some((serving, now));
+                return;
+            }
+        };
+        if now.saturating_sub(since) < STOPPED_AFTER_NS {
+            return;
+        }
+        let d = self.state.device(self.device);
+        let h = &d.tickets[(serving % TICKET_RING as u64) as usize];
+        let slot = h.proc_slot.load(Acquire) as usize;
+        if h.ticket.load(Acquire) != serving || slot == 0 {
+            return;
+        }
+        let pid = self.state.proc(slot - 1).host_pid.load(Acquire);
+        if pid != 0 && sys::process_is_stopped(pid) && d.now_serving.compare_exchange(serving, serving + 1, AcqRel, Relaxed).is_ok() {
+            d.serve_seq.fetch_add(1, AcqRel);
+            sys::futex_wake_all(&d.serve_seq);
+        }
+    }
+
+    /// Whether `ticket` is still the one served (a stopped holder may have
+    /// been skipped meanwhile).
+    pub fn still_serving(&self, ticket: u64) -> bool {
+        self.state.device(self.device).now_serving.load(Acquire) == ticket
     }
 
     /// Passes the device on.

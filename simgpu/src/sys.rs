@@ -72,6 +72,15 @@ pub fn host_pid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
+/// Whether process `pid` (as this process's /proc shows it) is stopped:
+/// state `T` (a signal) or `t` (a tracer) in /proc/<pid>/stat. A process
+/// that cannot be read counts as running.
+pub fn process_is_stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may hold any byte.
+    stat.rfind(')').and_then(|end| stat.get(end + 1..)).and_then(|rest| rest.split_whitespace().next()).is_some_and(|state| matches!(state, "T" | "t"))
+}
+
 fn ofd_lock(fd: i32, cmd: libc::c_int, kind: libc::c_int, offset: u64) -> Option<libc::flock> {
     // SAFETY: flock is plain old data; all-zero is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };

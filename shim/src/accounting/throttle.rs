@@ -350,12 +350,37 @@ impl Sink<'_> {
 struct Seat<'a> {
     table: &'a TurnTable,
     member: usize,
+    joined: &'a Joined,
 }
 
 /// The turn table of one ledger device and this tenant's member in it.
 struct Joined {
     turns: Turns,
     member: usize,
+    /// When this process began waiting for a turn it has not had since (0:
+    /// not waiting), for [`ledger::turns::MAX_TURN_WAIT_NS`].
+    waiting_since_ns: AtomicU64,
+    warned_no_turn: AtomicBool,
+}
+
+impl Joined {
+    /// Whether this process has waited for a turn so long that it launches
+    /// without one (the holder does not give the turn up): see
+    /// `ledger::turns`. Says so once.
+    fn waited_too_long(&self, now_ns: u64, ordinal: usize) -> bool {
+        let since = match self.waiting_since_ns.compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => now_ns,
+            Err(since) => since,
+        };
+        let too_long = now_ns.saturating_sub(since) > ledger::turns::MAX_TURN_WAIT_NS;
+        if too_long && !self.warned_no_turn.swap(true, Ordering::Relaxed) {
+            warn!(
+                "the turn on ledger device {ordinal} has not come for {} s: launching without it (the device is shared as the hardware shares it)",
+                ledger::turns::MAX_TURN_WAIT_NS / 1_000_000_000
+            );
+        }
+        too_long
+    }
 }
 
 /// A launch target after its stream was looked at.
@@ -496,6 +521,16 @@ fn create_events(lane: &Lane) -> Result<(), CUresult> {
     result
 }
 
+/// How long the work already in flight on a route keeps the device busy:
+/// a turn ends when that reaches the end of its quantum, so that draining
+/// it does not make the turn longer.
+fn in_flight_ns(route: Route<'_>) -> u64 {
+    match route {
+        Route::Lane(lane) => lane.in_flight_ns(),
+        _ => 0,
+    }
+}
+
 /// Why a launch waits: the longest bucket refill among its targets, or a
 /// turn (which it sleeps on first), and which targets were held back.
 #[derive(Default)]
@@ -544,7 +579,7 @@ struct Plan<'a> {
 impl Runtime {
     /// This tenant's member of device `dev`'s turn table, if it joined one.
     fn seat(&self, dev: usize) -> Option<Seat<'_>> {
-        self.throttle.seats.get(dev)?.get().map(|j| Seat { table: j.turns.table(), member: j.member })
+        self.throttle.seats.get(dev)?.get().map(|joined| Seat { table: joined.turns.table(), member: joined.member, joined })
     }
 
     /// Where device time measured on `dev` goes.
@@ -555,13 +590,22 @@ impl Runtime {
     }
 
     /// Joins the turn table of every device this process sees, asking the
-    /// monitor in `dir` for it (at initialisation, when launches are
-    /// governed). Returns how many devices it joined.
-    pub(crate) fn join_turns(&self, tenant: &str, dir: &std::path::Path) -> Result<usize, String> {
+    /// monitor in `dir` for it (at initialisation). With `only_contended`
+    /// (the tenant has no compute setting), only the tables where an active
+    /// tenant has one: there the others' shares are shares of what is left
+    /// by this tenant too. Returns how many devices it joined.
+    pub(crate) fn join_turns(&self, tenant: &str, dir: &std::path::Path, only_contended: bool) -> Result<usize, String> {
         let key = ledger::turns::tenant_key(tenant);
         let mut joined = 0;
         for device in &self.devices {
             let turns = ledger::broker::request(dir, &device.uuid)?;
+            let now_ns = compute::monotonic_ns();
+            let contended = turns.table().members_view(now_ns).iter().any(|m| {
+                m.key != key && m.active && (m.claim.share_e4 > 0 || m.claim.priority != 0 || compute::is_limiting(m.claim.limit_e4))
+            });
+            if only_contended && !contended {
+                continue;
+            }
             let policy = self.ledger.compute_policy(device.ledger_index);
             let claim = ledger::turns::Claim {
                 share_e4: policy.share_ratio_e4,
@@ -572,7 +616,7 @@ impl Runtime {
                 return Err(format!("the turn table of device {} is full", device.ordinal));
             };
             if let Some(seat) = self.throttle.seats.get(device.ledger_index) {
-                let _ = seat.set(Joined { turns, member });
+                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0), warned_no_turn: AtomicBool::new(false) });
                 joined += 1;
             }
         }
@@ -809,7 +853,8 @@ impl Runtime {
     fn admit(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) -> Option<Wait<'_>> {
         let clock = &self.throttle.clock;
         let mut wait = Wait::default();
-        for (i, plan) in plans.iter_mut().enumerate() {
+        let mut throttled = [false; MAX_TARGETS];
+        for (plan, held) in plans.iter_mut().zip(throttled.iter_mut()) {
             let Some(plan) = plan else { continue };
             let Some(sink) = self.sink(plan.dev) else { continue };
             // A limit changed while this launch waited applies at once.
@@ -824,7 +869,7 @@ impl Runtime {
                     self.end_turn(seat, plan.dev);
                 }
                 wait.bucket_ns = wait.bucket_ns.max(ns);
-                wait.throttled[i] = true;
+                *held = true;
                 continue;
             }
             let Some(seat) = sink.seat else { continue };
@@ -833,14 +878,20 @@ impl Runtime {
                 let policy = self.ledger.compute_policy(plan.dev);
                 let claim = ledger::turns::Claim { share_e4: policy.share_ratio_e4, limit_e4: policy.limit_ratio_e4, priority: policy.priority };
                 seat.table.set_claim(seat.member, claim);
-            } else if seat.table.should_yield(seat.member, now_ns) {
+            } else if seat.table.should_yield(seat.member, now_ns.saturating_add(in_flight_ns(plan.route))) {
                 self.end_turn(seat, plan.dev);
             }
-            if let Enter::Wait { seq, timeout_ns } = seat.table.enter(seat.member, compute::monotonic_ns()) {
-                wait.turn = Some((seat.table, seq, timeout_ns));
-                wait.throttled[i] = true;
+            let now_ns = compute::monotonic_ns();
+            match seat.table.enter(seat.member, now_ns) {
+                Enter::Go => seat.joined.waiting_since_ns.store(0, Ordering::Relaxed),
+                Enter::Wait { .. } if seat.joined.waited_too_long(now_ns, plan.dev) => {}
+                Enter::Wait { seq, timeout_ns } => {
+                    wait.turn = Some((seat.table, seq, timeout_ns));
+                    *held = true;
+                }
             }
         }
+        wait.throttled = throttled;
         (wait.bucket_ns > 0 || wait.turn.is_some()).then_some(wait)
     }
 
@@ -861,7 +912,7 @@ impl Runtime {
                 std::thread::sleep(Duration::from_nanos(lane.poll_ns()));
             }
         }
-        seat.table.release(seat.member, compute::monotonic_ns());
+        seat.table.release(seat.member, compute::monotonic_ns(), true);
         ledger::turns::wake_waiters(seat.table);
     }
 
