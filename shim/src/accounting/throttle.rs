@@ -1,14 +1,29 @@
-//! The compute limit: holds the tenant's launches on each device to its
-//! limit of that device's time, with nothing but what a real driver offers
-//! (CUDA events and stream queries) to observe the device.
+//! Compute time: holds each governed launch to the tenant's limit of the
+//! device's time and to its turns on the device (shares and priorities),
+//! with nothing but what a real driver offers (CUDA events and stream
+//! queries) to observe the device.
+//!
+//! # Two mechanisms
+//! - The **limit** is a token bucket per tenant and device in the tenant's
+//!   ledger (`ledger::compute`), shared by its processes: it refills at the
+//!   limit and measured device time is taken out of it. It needs nothing
+//!   but the ledger, so it holds with no monitor running.
+//! - **Shares and priorities** are turns (`ledger::turns`): one table per
+//!   device, handed out by the monitor, in which one tenant at a time holds
+//!   the device's turn and the next turn goes by stride scheduling over
+//!   measured device time. A process governs its launches with turns when
+//!   its tenant has a share or a priority on the device, or another tenant
+//!   there has a compute setting; with no monitor to hand out tables, only
+//!   the limit holds (one warning says so).
 //!
 //! # What is measured
-//! Every launch on a device with a limit is bracketed by two timing events
+//! Every governed launch is bracketed by two timing events
 //! recorded on its own stream, just before and just after it. When the end
 //! event has completed, `cuEventElapsedTime` between the two is the device
 //! time the launch is charged: it is taken out of the tenant's bucket for
-//! that device in the ledger (`ledger::compute`), which refills at the limit
-//! and is shared by every process of the tenant. A graph launch is one
+//! that device in the ledger (`ledger::compute`) when it has a limit, and
+//! added to the tenant's virtual time in the device's turn table when it
+//! takes turns. A graph launch is one
 //! bracket around the whole graph; a multi-device cooperative launch one
 //! bracket per device, each charged to its own device.
 //!
@@ -27,13 +42,26 @@
 //! 3. Pairs whose end event completed are charged, oldest first.
 //! 4. While the bucket is empty or in debt, the launch sleeps (`nanosleep`)
 //!    until the refill makes it positive, charging what completes meanwhile;
-//!    the sleep counts in `throttled_ns_total`.
-//! 5. A cell of the lane's ring is claimed. The ring bounds the process's
+//!    the sleep counts in `throttled_ns_total`. A tenant that holds the
+//!    device's turn gives it up first.
+//! 5. On a device with turns: a holder whose quantum ends (counting the
+//!    work it already has in flight) while another tenant waits, or for
+//!    which a tenant of higher priority that is owed time waits, ends its
+//!    turn: it waits for its own work in flight to complete (charging it),
+//!    releases the turn and wakes the waiters. A launch without the turn
+//!    sleeps on the table's futex until the turn changes hands or the
+//!    holder lapses, and the sleep counts in `throttled_ns_total`; after
+//!    `ledger::turns::MAX_TURN_WAIT_NS` without a turn it launches anyway
+//!    (a hostile holder cannot freeze it), saying so once.
+//! 6. A cell of the lane's ring is claimed. The ring bounds the process's
 //!    uncharged work on the device: at most [`RING`] pairs, and no more than
 //!    [`IN_FLIGHT_NS`] of work by the recent pair durations (2 pairs while
-//!    none has been measured). At the bound the launch sleeps until the
-//!    oldest pair completes.
-//! 6. Start event, the driver's launch, end event; the cell is published.
+//!    none has been measured; one alone while a tenant of higher priority
+//!    is active on the device, so that its bursts wait for one kernel at
+//!    most). At the bound the launch sleeps until the oldest pair completes.
+//! 7. Start event, the driver's launch, end event; the cell is published,
+//!    and a turn holder says until when its queued work keeps the device
+//!    busy (the lapse time of its turn).
 //!
 //! Charging also happens after each synchronisation hook, so a client that
 //! waits for every launch is charged before it launches again. The launch
@@ -63,10 +91,13 @@
 //!   contexts while the launch was queued behind them or preempted by them
 //!   (time-slicing), and time two of the process's own streams overlapped:
 //!   a busy device or a process with concurrent streams is charged more
-//!   than it used, and gets less than its limit, never more. Two processes
-//!   of one tenant time-slice the device between them, so each is charged
-//!   the other's slices too: at 30 % together they were charged 30 % and
-//!   ran about 15 % (same benchmark);
+//!   than it used, and gets less than its limit, never more. Turns remove
+//!   the first: while a tenant holds the turn no other governed tenant has
+//!   work on the device (a holder drains its own before it releases), so
+//!   its brackets hold its own work alone. Two processes of one tenant
+//!   still time-slice the device between them within the tenant's turn, so
+//!   each is charged the other's slices too: at 30 % together they were
+//!   charged 30 % and ran about 15 % (same benchmark);
 //! - a pair the driver cannot time (an error) is charged the host time from
 //!   its start record to the moment it was seen complete, an upper bound of
 //!   its device time; every elapsed time is also capped by that bound;
@@ -92,14 +123,23 @@
 //! not load it, or talks to the kernel driver directly) is not seen: the
 //! limit holds cooperating processes, as the README's security section says.
 //!
-//! The monitor's arbitration of shares comes later and fits here without a
-//! change of mechanism: it sets each tenant's limit (a changed limit applies
-//! at the next launch, since every governed launch reads it from the
-//! policy page), and the second cache line of each device's compute record
-//! is kept for what tenants report to it. A process decides at
-//! initialisation whether it governs launches at all ([`governed`]); a limit
-//! that the monitor gives a tenant that had none applies to its processes
-//! started afterwards.
+//! # Shares: accuracy
+//! With turns, each tenant's brackets measure its own work alone, and the
+//! stride scheduler gives waiting tenants device time in proportion to
+//! their weights to within a turn or two each (`ledger::turns`): with a
+//! 20 ms quantum, a fraction of a point over 10 s. Two things move the
+//! result away from the weights, both in the direction of keeping the
+//! device busy: a tenant whose process is not on a CPU when its turn comes
+//! loses the turn after a grace (`ledger::turns::HANDOFF_GRACE_NS`) to the
+//! next waiter, and one behind by more than the bounded lag gives up the
+//! rest (`ledger::turns::MAX_LAG_NS`). `cargo bench --bench fairness`
+//! measures the result.
+//!
+//! A process decides at initialisation whether it governs launches at all
+//! ([`governed`]): a limit, share or priority that the monitor gives a
+//! tenant that had none applies to its processes started afterwards, while
+//! changed values apply at once (a limit at the next launch, a share or
+//! priority at the next turn).
 
 use abi::cuda::*;
 use ledger::compute::{self, Admit, BucketClock, ComputeBucket};
