@@ -34,3 +34,41 @@ fn a_configured_limit_is_the_monitors_and_is_shown() {
     assert_eq!(devices[1]["compute_limit_ratio"].as_f64(), Some(0.6), "{status}");
     assert_eq!(devices[0]["kernel_launches_total"].as_u64(), Some(0), "{status}");
 }
+
+/// Shares and priorities from the configuration are the monitor's: written
+/// into the tenants' ledgers, used by their turns, and each active tenant's
+/// target (its share of the device's turns) shown in /metrics and status.
+#[test]
+fn configured_shares_set_the_targets_shown() {
+    let sim = Sim::new().shim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.small]\nshare = 25\n[tenants.large]\nshare = 75\npriority = 1\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let load = |tenant: &str| {
+        let mut cmd = sim.py("compute_load.py");
+        cmd.env("GPUSLICE_TENANT", tenant).args(["1000", "4"]);
+        sim.spawn(&mut cmd)
+    };
+    let (small, large) = (load("small"), load("large"));
+    let target = |m: &monitor_support::Metrics, tenant: &str| {
+        m.value("gpuslice_tenant_compute_target_ratio", &[("tenant", tenant), ("device", "0")])
+    };
+    monitor.metrics_until("targets of 25 % and 75 %", |m| target(m, "small") == Some(0.25) && target(m, "large") == Some(0.75));
+    let status = status_json(&sim);
+    let large_device = &tenant(&status, "large").expect("large in status")["devices"][0];
+    assert_eq!(large_device["compute_share_ratio"].as_f64(), Some(0.75), "{status}");
+    assert_eq!(large_device["compute_priority"].as_i64(), Some(1), "{status}");
+    let ledger = ledger_view::open(&sim.ledger_dir(), "large");
+    let policy = ledger.compute_policy(0);
+    assert_eq!((policy.share_ratio_e4, policy.priority, ledger.compute_limit_source(0)), (7500, 1, ledger::PolicySource::Monitor));
+    // The tenant's environment cannot raise what the configuration set.
+    let mut cheat = sim.py("compute_load.py");
+    cheat.env("GPUSLICE_TENANT", "small").env("GPUSLICE_COMPUTE_SHARE", "90").args(["1000", "0.1"]);
+    let out = sim.run(&mut cheat);
+    out.assert_success();
+    assert!(out.stderr.contains("the monitor sets this tenant's compute settings"), "{out}");
+    assert_eq!(ledger_view::open(&sim.ledger_dir(), "small").compute_policy(0).share_ratio_e4, 2500);
+    for running in [small, large] {
+        running.wait().assert_success();
+    }
+}

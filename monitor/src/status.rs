@@ -74,7 +74,7 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
     let mut locks = crate::host::LockCache::default();
     let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
     // Device time used is a rate: where a tenant is limited, look twice.
-    let limited = snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some());
+    let limited = snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some());
     if limited {
         let mut compute = crate::daemon::compute::ComputeState::default();
         compute.fill(&mut snapshot, std::time::Instant::now());
@@ -82,6 +82,10 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
         compute.fill(&mut snapshot, std::time::Instant::now());
     }
+    // Targets come from the monitor's turn tables, when one runs.
+    crate::daemon::compute::fill_targets_from(&mut snapshot, |uuid| {
+        ledger::broker::request(&dir, uuid).map(|t| t.table().members_view(ledger::compute::monotonic_ns())).unwrap_or_default()
+    });
     for problem in &problems {
         eprintln!("gpuslice status: warning: {problem}");
     }
@@ -157,13 +161,16 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
         "DENIED".into(),
         "DRIVER SEES".into(),
         "COMPUTE LIMIT".into(),
+        "SHARE".into(),
+        "PRIORITY".into(),
+        "TARGET".into(),
         "USED".into(),
     ]];
     let percent = |r: f64| format!("{:.0}%", r * 100.0);
     for t in &snapshot.tenants {
         if t.devices.is_empty() {
             let mut row = vec![t.name.clone(), "-".into(), "0 B".into(), "-".into(), "-".into(), "0".into(), "0".into(), "-".into()];
-            row.extend(["-".into(), "-".into()]);
+            row.extend(["-".into(), "-".into(), "-".into(), "-".into(), "-".into()]);
             rows.push(row);
         }
         for d in &t.devices {
@@ -177,6 +184,9 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
                 d.alloc_denied_total.to_string(),
                 d.driver_memory_used_bytes.map_or("-".into(), human_bytes),
                 d.compute_limit_ratio.map_or("none".into(), percent),
+                d.compute_share_ratio.map_or("-".into(), percent),
+                d.compute_priority.to_string(),
+                d.compute_target_ratio.map_or("-".into(), percent),
                 d.compute_used_ratio.map_or("-".into(), percent),
             ]);
         }

@@ -276,7 +276,11 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
         let share = config.share.for_device(ordinal as u32).map(ledger::compute::percent_ratio_e4);
         let priority = config.priority.for_device(ordinal as u32);
         if (share.is_some() || priority.is_some()) && !ledger.apply_environment_claim(ledger_index, share, priority) {
-            warn!("device {ordinal}: the monitor sets this tenant's compute settings; {} and {} are ignored", config.share.source, config.priority.source);
+            let ignored: Vec<&str> = [(share.is_some(), config.share.source), (priority.is_some(), config.priority.source)]
+                .into_iter()
+                .filter_map(|(set, source)| set.then_some(source))
+                .collect();
+            warn!("device {ordinal}: the monitor sets this tenant's compute settings; {} ignored", ignored.join(" and "));
         }
         devices.push(Device { ordinal, cu_device, ledger_index, uuid });
     }

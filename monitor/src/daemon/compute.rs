@@ -47,13 +47,19 @@ impl ComputeState {
 /// device's turn table gave the tenant while it is active there, else its
 /// limit or, failing that, its share (what it is due when it comes back).
 pub fn fill_targets(snapshot: &mut Snapshot, tables: &TurnTables) {
+    fill_targets_from(snapshot, |uuid| tables.members(uuid));
+}
+
+/// [`fill_targets`] with each device's members from `members_of` (the
+/// monitor's own tables, or those `gpuslice status` asks the monitor for).
+pub fn fill_targets_from(snapshot: &mut Snapshot, mut members_of: impl FnMut(&[u8; 16]) -> Vec<ledger::turns::MemberView>) {
     let mut members: HashMap<String, Vec<ledger::turns::MemberView>> = HashMap::new();
     for tenant in &mut snapshot.tenants {
         let key = ledger::turns::tenant_key(&tenant.name);
         for device in &mut tenant.devices {
             let table = members
                 .entry(device.uuid.clone())
-                .or_insert_with(|| crate::nvml::uuid_bytes(&device.uuid).map(|uuid| tables.members(&uuid)).unwrap_or_default());
+                .or_insert_with(|| crate::nvml::uuid_bytes(&device.uuid).map(|uuid| members_of(&uuid)).unwrap_or_default());
             let turns = table.iter().find(|m| m.key == key && m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
             device.compute_target_ratio = turns.or(device.compute_limit_ratio).or(device.compute_share_ratio);
         }
