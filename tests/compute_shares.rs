@@ -209,3 +209,42 @@ fn a_high_priority_burst_is_served_first() {
     assert!(shared_us < 2.5 * alone_us, "a priority burst took {shared_us:.0} us against {alone_us:.0} us alone\n{shared}");
     assert!(low_ratio > 0.45, "the low-priority tenant got {low_ratio:.3} of the device\n{low}");
 }
+
+/// A hostile tenant holds the device's turn for ever (it writes the turn
+/// table, which every tenant can): the other tenant is delayed, never
+/// frozen: after `MAX_TURN_WAIT_NS` it launches without the turn, says so,
+/// and finishes its work.
+#[test]
+fn a_hostile_turn_holder_cannot_freeze_another_tenant() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let victim = saturate(&sim, "victim", &[("GPUSLICE_COMPUTE_SHARE", "50")], "8");
+    let uuid = ledger::Ledger::open(&ledger::tenant_path(&sim.ledger_dir(), "victim")).expect("the victim's ledger").devices()[0].uuid;
+    let turns = ledger::broker::request(&sim.ledger_dir(), &uuid).expect("the monitor hands out the table");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let table = turns.table();
+            let claim = ledger::turns::Claim { share_e4: 5000, limit_e4: 0, priority: 0 };
+            let me = table.join(ledger::turns::tenant_key("hostile"), claim, ledger::compute::monotonic_ns()).expect("a member entry");
+            while !stop.load(Ordering::Relaxed) {
+                let now = ledger::compute::monotonic_ns();
+                table.header.holder.store(me as u32 + 1, Ordering::Release);
+                table.header.turn_start_ns.store(now, Ordering::Release);
+                table.header.busy_until_ns.store(now + 500_000_000, Ordering::Release);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let out = victim.wait();
+        stop.store(true, Ordering::Relaxed);
+        out.assert_success();
+        assert!(out.stderr.contains("has not come for 5 s"), "{out}");
+        let bins = busy_bins(&out, 1000.0);
+        let (held_off, after) = (busy_ratio(&bins, 1.0, 4.5), busy_ratio(&bins, 6.0, 7.8));
+        eprintln!("victim: {held_off:.3} of the device while it waited for the turn, {after:.3} after giving up on it");
+        assert!(held_off < 0.2, "the hostile holder did not hold the victim off ({held_off:.3}): the test shows nothing\n{out}");
+        assert!(after > 0.5, "the victim got {after:.3} of the device once it launched without the turn\n{out}");
+    });
+}
