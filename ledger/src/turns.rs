@@ -113,9 +113,17 @@ pub const WAIT_FRESH_NS: u64 = 200_000_000;
 /// another's turn was long.
 pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
 /// A waiter that has waited this long without a turn launches anyway (the
-/// holder is hostile, or the table is garbage): the device is then shared
-/// as the hardware shares it, never frozen.
+/// holder is hostile, or the table is garbage) for [`BYPASS_NS`]: the
+/// device is then shared as the hardware shares it, never frozen.
 pub const MAX_TURN_WAIT_NS: u64 = 5_000_000_000;
+/// How long a waiter that gave up on the turn launches without it before
+/// it takes turns again: a holder that hands out a turn now and then
+/// cannot hold another off for more than [`MAX_TURN_WAIT_NS`] in every
+/// `MAX_TURN_WAIT_NS + BYPASS_NS`.
+pub const BYPASS_NS: u64 = 30_000_000_000;
+/// A time this far ahead of a reader's clock is garbage; less is another
+/// writer's clock read a moment later.
+pub const FUTURE_SLACK_NS: u64 = 1_000_000_000;
 /// A member that ran or waited this recently is active (it takes part in
 /// the split of the device).
 pub const ACTIVE_NS: u64 = 500_000_000;
@@ -326,12 +334,15 @@ impl TurnTable {
 
     fn is_waiting(member: &Member, now_ns: u64) -> bool {
         let since = member.waiting_ns.load(Ordering::Acquire);
-        member.key.load(Ordering::Relaxed) != 0 && since != 0 && since <= now_ns && now_ns - since < WAIT_FRESH_NS
+        member.key.load(Ordering::Relaxed) != 0
+            && since != 0
+            && since <= now_ns.saturating_add(FUTURE_SLACK_NS)
+            && now_ns.saturating_sub(since) < WAIT_FRESH_NS
     }
 
     fn is_active(member: &Member, now_ns: u64) -> bool {
         let seen = member.seen_ns.load(Ordering::Relaxed);
-        member.key.load(Ordering::Relaxed) != 0 && seen <= now_ns && now_ns - seen < ACTIVE_NS
+        member.key.load(Ordering::Relaxed) != 0 && seen <= now_ns.saturating_add(FUTURE_SLACK_NS) && now_ns.saturating_sub(seen) < ACTIVE_NS
     }
 
     /// The waiter that should take a free turn: the lowest virtual time,
@@ -368,7 +379,7 @@ impl TurnTable {
         let h = &self.header;
         let start = h.turn_start_ns.load(Ordering::Acquire);
         let busy_until = h.busy_until_ns.load(Ordering::Acquire);
-        if start > now_ns || busy_until > start.saturating_add(MAX_TURN_NS).max(now_ns.saturating_add(MAX_TURN_NS)) {
+        if start > now_ns.saturating_add(FUTURE_SLACK_NS) || busy_until > start.max(now_ns).saturating_add(MAX_TURN_NS) {
             return true;
         }
         let held_until = busy_until.max(start).min(start.saturating_add(MAX_TURN_NS));
@@ -380,7 +391,7 @@ impl TurnTable {
         let Some(member) = self.member(m) else { return };
         if member.waiting_ns.swap(now_ns, Ordering::AcqRel) == 0 {
             let seen = member.seen_ns.load(Ordering::Relaxed);
-            if seen > now_ns || now_ns - seen >= ACTIVE_NS {
+            if seen > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(seen) >= ACTIVE_NS {
                 self.lift(m, now_ns);
             }
         }
@@ -423,7 +434,7 @@ impl TurnTable {
         }
         let chosen = self.best_waiter(now_ns);
         let released_ns = h.released_ns.load(Ordering::Relaxed);
-        let handoff_over = released_ns > now_ns || now_ns - released_ns > HANDOFF_GRACE_NS;
+        let handoff_over = released_ns > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(released_ns) > HANDOFF_GRACE_NS;
         if chosen != Some(m) && !handoff_over && holder == 0 {
             return Enter::Wait { seq, timeout_ns: HANDOFF_GRACE_NS };
         }
@@ -470,7 +481,7 @@ impl TurnTable {
     pub fn should_yield(&self, m: usize, now_ns: u64) -> bool {
         let h = &self.header;
         let started = h.turn_start_ns.load(Ordering::Relaxed);
-        let over = started > now_ns || now_ns - started >= QUANTUM_NS;
+        let over = started > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(started) >= QUANTUM_NS;
         let others = h.waiting_mask.load(Ordering::Relaxed) & !bit(m);
         if others == 0 {
             if over {
@@ -783,6 +794,11 @@ mod tests {
         // Stopped or killed: its queued work ends, then the grace.
         assert!(matches!(t.enter(b, now + 4_000_000), Enter::Wait { .. }));
         assert_eq!(t.enter(b, now + 3_000_000 + IDLE_GRACE_NS + 1), Enter::Go);
+        // A turn that began a moment "after" the reader's clock (another
+        // process read its clock later) has not lapsed.
+        t.header.turn_start_ns.store(now + 3_000_000 + IDLE_GRACE_NS + 1_000, Ordering::Relaxed);
+        t.header.busy_until_ns.store(now + 3_000_000 + IDLE_GRACE_NS + 1_000, Ordering::Relaxed);
+        assert!(!t.lapsed(now + 3_000_000 + IDLE_GRACE_NS + 2));
         // Garbage: a holder that is no member, a busy time far ahead.
         t.header.holder.store(999, Ordering::Relaxed);
         assert_eq!(t.enter(a, now + 10_000_000), Enter::Go);

@@ -295,6 +295,20 @@ impl Lane {
         (self.recent_ns.load(Ordering::Relaxed) / 2).clamp(MIN_POLL_NS, MAX_POLL_NS)
     }
 
+    /// How long until the oldest pair should complete, by the recent
+    /// durations (`now_ns` in bucket time): a launch waiting for room in the
+    /// ring wakes then, so that the device does not idle between one kernel
+    /// and the next when few are allowed in flight.
+    fn until_oldest_done_ns(&self, now_ns: u64) -> u64 {
+        let recent = self.recent_ns.load(Ordering::Relaxed);
+        if recent == 0 {
+            return self.poll_ns();
+        }
+        let oldest = self.pair(self.head.load(Ordering::Acquire));
+        let due = oldest.recorded_ns.load(Ordering::Relaxed).saturating_add(recent);
+        due.saturating_sub(now_ns).clamp(MIN_POLL_NS, MAX_POLL_NS)
+    }
+
     /// Claims the next cell, unless the ring is at its bound.
     fn claim(&self, outranked: bool) -> Option<u64> {
         loop {
@@ -400,6 +414,9 @@ struct Joined {
     /// When this process began waiting for a turn it has not had since (0:
     /// not waiting), for [`ledger::turns::MAX_TURN_WAIT_NS`].
     waiting_since_ns: AtomicU64,
+    /// Until when this process launches without turns here, having given
+    /// up on one ([`ledger::turns::BYPASS_NS`]).
+    bypass_until_ns: AtomicU64,
     warned_no_turn: AtomicBool,
 }
 
@@ -408,15 +425,23 @@ impl Joined {
     /// without one (the holder does not give the turn up): see
     /// `ledger::turns`. Says so once.
     fn waited_too_long(&self, now_ns: u64, ordinal: usize) -> bool {
+        if now_ns < self.bypass_until_ns.load(Ordering::Relaxed) {
+            return true;
+        }
         let since = match self.waiting_since_ns.compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => now_ns,
             Err(since) => since,
         };
         let too_long = now_ns.saturating_sub(since) > ledger::turns::MAX_TURN_WAIT_NS;
+        if too_long {
+            self.bypass_until_ns.store(now_ns.saturating_add(ledger::turns::BYPASS_NS), Ordering::Relaxed);
+            self.waiting_since_ns.store(0, Ordering::Relaxed);
+        }
         if too_long && !self.warned_no_turn.swap(true, Ordering::Relaxed) {
             warn!(
-                "the turn on ledger device {ordinal} has not come for {} s: launching without it (the device is shared as the hardware shares it)",
-                ledger::turns::MAX_TURN_WAIT_NS / 1_000_000_000
+                "the turn on ledger device {ordinal} has not come for {} s: launching without it for {} s (the device is shared as the hardware shares it)",
+                ledger::turns::MAX_TURN_WAIT_NS / 1_000_000_000,
+                ledger::turns::BYPASS_NS / 1_000_000_000
             );
         }
         too_long
@@ -656,7 +681,7 @@ impl Runtime {
                 return Err(format!("the turn table of device {} is full", device.ordinal));
             };
             if let Some(seat) = self.throttle.seats.get(device.ledger_index) {
-                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0), warned_no_turn: AtomicBool::new(false) });
+                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0), bypass_until_ns: AtomicU64::new(0), warned_no_turn: AtomicBool::new(false) });
                 joined += 1;
             }
         }
@@ -884,7 +909,7 @@ impl Runtime {
                     lane.publish(pos, false);
                 }
             }
-            std::thread::sleep(Duration::from_nanos(full.poll_ns()));
+            std::thread::sleep(Duration::from_nanos(full.until_oldest_done_ns(clock.now())));
         }
     }
 
@@ -922,6 +947,9 @@ impl Runtime {
                 self.end_turn(seat, plan.dev);
             }
             let now_ns = compute::monotonic_ns();
+            if now_ns < seat.joined.bypass_until_ns.load(Ordering::Relaxed) {
+                continue;
+            }
             match seat.table.enter(seat.member, now_ns) {
                 Enter::Go => seat.joined.waiting_since_ns.store(0, Ordering::Relaxed),
                 Enter::Wait { .. } if seat.joined.waited_too_long(now_ns, plan.dev) => {}
@@ -949,7 +977,7 @@ impl Runtime {
                 if !lane.charge_completed(sink, &self.throttle.clock) || std::time::Instant::now() >= until {
                     break;
                 }
-                std::thread::sleep(Duration::from_nanos(lane.poll_ns()));
+                std::thread::sleep(Duration::from_nanos(lane.until_oldest_done_ns(self.throttle.clock.now())));
             }
         }
         seat.table.release(seat.member, compute::monotonic_ns(), true);
