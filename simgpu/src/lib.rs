@@ -39,6 +39,7 @@ pub mod exec;
 pub mod exports;
 pub mod ffi;
 pub mod memory;
+pub mod mig;
 pub mod nvml;
 pub mod procaddr;
 pub mod sched;
