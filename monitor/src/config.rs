@@ -651,7 +651,7 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
     }
 
     fn gpu(index: u32, uuid: &str) -> GpuInfo {
-        GpuInfo { index, uuid: uuid.into(), total_bytes: 0, used_bytes: 0, utilization_ratio: None, processes: vec![] }
+        GpuInfo { index, uuid: uuid.into(), ..GpuInfo::default() }
     }
 
     #[test]
