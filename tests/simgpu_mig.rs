@@ -155,7 +155,7 @@ fn a_mig_uuid_selects_one_instance_whose_memory_ends_at_its_size() {
 }
 
 #[test]
-fn the_shim_caps_a_tenant_inside_an_instance_and_status_shows_it_there() {
+fn a_tenant_capped_inside_an_instance_shows_there() {
     // A 1536MiB cap inside the 4GiB instance: the views show the cap.
     let sim = sim().memory_limit("1536MiB").tenant("team-mig");
     let nv = nvml(&sim);
@@ -200,6 +200,15 @@ fn the_shim_caps_a_tenant_inside_an_instance_and_status_shows_it_there() {
     assert_eq!(names, ["0", "0 MIG 3g.71gb", "0 MIG 2g.35gb", "0 MIG 1g.18gb"], "{out}");
     assert!(out.stdout.lines().any(|l| l.starts_with("0 MIG 3g.71gb") && l.contains(&uuids[0])), "{out}");
     assert!(out.stdout.lines().any(|l| l.starts_with("team-mig") && l.contains("0 MIG 3g.71gb") && l.contains("164.0 MiB")), "{out}");
+
+    // The monitor's /metrics put the tenant on the instance too. (Its
+    // socket's path holds this test's name, which must stay short.)
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let metrics = monitor.metrics();
+    let labels = [("tenant", "team-mig"), ("device", "0"), ("uuid", uuids[0].as_str())];
+    assert_eq!(metrics.value("gpuslice_tenant_memory_used_bytes", &labels), Some((CONTEXT_BYTES + 100 * MIB) as f64), "{metrics:#?}");
+    assert_eq!(metrics.value("gpuslice_tenant_memory_limit_bytes", &labels), Some((1536 * MIB) as f64), "{metrics:#?}");
+    monitor.stop();
     holder.close_stdin();
     holder.wait().assert_success();
 }
