@@ -214,6 +214,30 @@ fn a_tenant_capped_inside_an_instance_shows_there() {
 }
 
 #[test]
+fn the_monitor_caps_by_mig_uuid() {
+    // The monitor's file caps the tenant on the 2g instance only; the
+    // monitor enters the instances (not their GPU) into its ledger.
+    let sim = sim().shim().tenant("team-cfg");
+    let nv = nvml(&sim);
+    let uuids = mig_uuids(&nv);
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, format!("[tenants.team-cfg]\nmemory = {{ \"{}\" = \"768MiB\" }}\n", uuids[1].to_uppercase().replacen("MIG-", "mig-", 1))).unwrap();
+    let _monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let status = status_json(&sim);
+    let devices = tenant(&status, "team-cfg").expect("the tenant")["devices"].as_array().unwrap().clone();
+    let limit_on = |uuid: &str| devices.iter().find(|d| d["uuid"] == uuid).map(|d| d["memory_limit_bytes"].clone());
+    assert_eq!(limit_on(&uuids[1]), Some(serde_json::json!(768 * MIB)), "{status}");
+    assert_eq!(limit_on(&uuids[0]), Some(serde_json::Value::Null), "{status}");
+    assert_eq!(limit_on(nv.get("dev.0.uuid")), None, "{status}");
+
+    let out = cuda(&sim, Some(&uuids[1]), &["alloc"]);
+    assert_eq!((out.u64("total_mem"), out.u64("info.total")), (768 * MIB, 768 * MIB), "{out}");
+    out.assert_rc("over", cu::OUT_OF_MEMORY).assert_rc("all", cu::SUCCESS).assert_rc("one", cu::OUT_OF_MEMORY);
+    let out = cuda(&sim, Some(&uuids[0]), &["alloc"]);
+    assert_eq!(out.u64("total_mem"), INSTANCE_BYTES[0], "another instance is not capped\n{out}");
+}
+
+#[test]
 fn a_bad_partition_fails_initialisation_and_names_what_is_accepted() {
     for (value, explains) in [
         ("0=3g.40gb", "1g.18gb, 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb"),
