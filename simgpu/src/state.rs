@@ -210,6 +210,9 @@ unsafe impl Shared for Layout {}
 
 pub const FILE_BYTES: usize = std::mem::size_of::<Layout>();
 const _: () = assert!(std::mem::size_of::<Header>() == 64);
+// The MIG digest sits in what was the header's tail padding (zero in files
+// made before MIG, which is the digest of no partition).
+const _: () = assert!(std::mem::offset_of!(Header, mig_digest) == 56);
 const _: () = assert!(std::mem::offset_of!(Layout, devices) == 64);
 const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16 + 64);
 const _: () = assert!(std::mem::size_of::<Books>() == 64);
@@ -839,6 +842,26 @@ mod tests {
         assert!(matches!(SharedState::open(&config(&p, 1 << 20)), Err(StateError::Size { .. })));
         std::fs::write(&p, vec![7u8; FILE_BYTES]).unwrap();
         assert!(matches!(SharedState::open(&config(&p, 1 << 20)), Err(StateError::NotSimgpu { .. })));
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn mig_instances_have_slots_of_their_own_size() {
+        let p = temp("mig");
+        let mut mig = config(&p, 8 << 20);
+        mig.mig = crate::mig::parse("1=2g.35gb,1g.18gb", 2).unwrap();
+        let st = SharedState::open(&mig).unwrap();
+        assert_eq!((st.device_count(), st.slot_count()), (2, 4));
+        assert_eq!([st.memory(0).0, st.memory(1).0, st.memory(2).0, st.memory(3).0], [8 << 20, 8 << 20, 2 << 20, 1 << 20]);
+        let slot = st.claim_proc(1).unwrap();
+        assert!(st.charge(3, slot, 1 << 20));
+        assert!(!st.charge(3, slot, 1), "an instance is full at its own size");
+        assert!(st.charge(2, slot, 1 << 20));
+        // Released at exit on every slot, instances included.
+        st.release_proc(slot);
+        assert_eq!((st.memory(2).1, st.memory(3).1), (0, 0));
+        // The same file under another partition (or none) is refused.
+        assert!(matches!(SharedState::open(&config(&p, 8 << 20)), Err(StateError::MigMismatch { .. })));
         let _ = std::fs::remove_file(&p);
     }
 
