@@ -28,8 +28,9 @@
 //!
 //! A device key is `all` (or `*`), a host index written plainly (`0` to
 //! `MAX_DEVICES - 1`, no sign or leading zeros) or a UUID in the form
-//! `nvidia-smi -L` prints (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, any
-//! case). Anything else is refused, since a key that matches no device would
+//! `nvidia-smi -L` prints (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, or
+//! `MIG-…` for a MIG device, any case). A host index names a GPU and its
+//! MIG devices alike. Anything else is refused, since a key that matches no device would
 //! apply nothing, silently; two keys naming one device are refused too. An
 //! index no ledger can hold (`99`) is an error here. An index or UUID that is
 //! well formed but names no device of this host cannot be known while
@@ -75,7 +76,8 @@ pub enum DeviceKey {
     All,
     /// The host's device index, as NVML and `nvidia-smi` number them.
     HostIndex(u32),
-    /// A device UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    /// A device UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, or a MIG
+    /// device's `MIG-…`.
     Uuid(String),
 }
 
@@ -447,7 +449,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 }
 
 /// The accepted form of a device UUID key.
-pub const UUID_FORMAT: &str = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx with hex digits, as nvidia-smi -L prints it";
+pub const UUID_FORMAT: &str = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (MIG-… for a MIG device) with hex digits, as nvidia-smi -L prints it";
 
 /// A device key of a `memory` table (see the module docs), or why it is not one.
 fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
@@ -457,7 +459,7 @@ fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
     if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
         return units::parse_device_index(key).map(DeviceKey::HostIndex).map_err(|e| e.to_string());
     }
-    if key.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case("gpu-")) {
+    if key.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case("gpu-") || prefix.eq_ignore_ascii_case("mig-")) {
         let groups: Vec<&str> = key.get(4..).unwrap_or_default().split('-').collect();
         let canonical = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
             && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -613,7 +615,8 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
             ("[tenants.a]\nmemory = { \"GPU-00112233445566778899aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a UUID"),
             ("[tenants.a]\nmemory = { \"GPU-0011223-4455-6677-8899-aabbccddeeff0\" = \"1G\" }\n", (2, 12), "not a UUID"),
             ("[tenants.a]\nmemory = { \"GPU-0011223g-4455-6677-8899-aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a UUID"),
-            ("[tenants.a]\nmemory = { \"MIG-00112233-4455-6677-8899-aabbccddeeff\" = \"1G\" }\n", (2, 12), "not a device index"),
+            ("[tenants.a]\nmemory = { \"MIG-00112233-4455-6677-8899\" = \"1G\" }\n", (2, 12), "not a UUID"),
+            ("[tenants.a]\nmemory = { \"MIG-GPU-00112233-4455-6677-8899-aabbccddeeff/1/0\" = \"1G\" }\n", (2, 12), "not a UUID"),
             // One device under two spellings.
             ("[tenants.a]\nmemory = { all = \"1G\", \"*\" = \"2G\" }\n", (2, 24), "given twice"),
             (
@@ -627,6 +630,10 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
             assert_eq!(e.position, Some(*position), "{text}\n{e}");
             assert!(e.message.contains(says) && e.message.contains("tenant a"), "{text}\n{e}");
         }
+        // A MIG device's UUID is a key of its own.
+        let mig = parse("[tenants.a]\nmemory = { \"MIG-00112233-4455-6677-8899-AABBCCDDEEFF\" = \"1G\" }\n").unwrap();
+        assert_eq!(mig.tenants["a"].memory_for("MIG-00112233-4455-6677-8899-aabbccddeeff", Some(0)), Some(1 << 30));
+        assert_eq!(mig.tenants["a"].memory_for("GPU-00112233-4455-6677-8899-aabbccddeeff", Some(0)), None);
         let e = error("[tenants.a]\nmemory = { \"GPU-0011\" = \"1G\" }\n");
         assert!(e.message.contains(UUID_FORMAT), "{e}");
         let e = error("[tenants.a]\nmemory = { 99 = \"1G\" }\n");
@@ -651,7 +658,7 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
     }
 
     fn gpu(index: u32, uuid: &str) -> GpuInfo {
-        GpuInfo { index, uuid: uuid.into(), total_bytes: 0, used_bytes: 0, utilization_ratio: None, processes: vec![] }
+        GpuInfo { index, uuid: uuid.into(), ..GpuInfo::default() }
     }
 
     #[test]

@@ -348,8 +348,18 @@ mod tests {
                     memory_total_bytes: 80 << 30,
                     memory_used_bytes: Some(5 << 30),
                     utilization_ratio: Some(0.25),
+                    parent_uuid: None,
+                    mig_profile: None,
                 },
-                DeviceView { index: 1, uuid: "GPU-1".into(), memory_total_bytes: 80 << 30, memory_used_bytes: None, utilization_ratio: Some(1.0) },
+                DeviceView {
+                    index: 1,
+                    uuid: "GPU-1".into(),
+                    memory_total_bytes: 80 << 30,
+                    memory_used_bytes: None,
+                    utilization_ratio: Some(1.0),
+                    parent_uuid: None,
+                    mig_profile: None,
+                },
             ],
             tenants: vec![
                 TenantView {

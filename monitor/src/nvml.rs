@@ -1,12 +1,19 @@
 //! What the driver says, through NVML: devices, their memory and
 //! utilization, and per-process memory and SM utilization.
 //!
+//! A MIG-enabled device is read with its MIG devices: each is a [`GpuInfo`]
+//! of its own (its `MIG-…` UUID, its memory, its processes, its profile and
+//! its parent's UUID), listed right after its parent. The parent keeps its
+//! whole memory but no processes, since every process runs in one of its
+//! instances and is listed there.
+//!
 //! NVML is loaded at run time (by name, or from `--nvml-lib`, so the monitor
 //! runs on simgpu). Without it the monitor and `status` work from the ledgers
 //! alone.
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
+use std::ffi::c_uint;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -22,13 +29,18 @@ pub struct GpuProcess {
     pub sm_ratio: Option<f64>,
 }
 
-/// One device, as the driver reports it.
-#[derive(Debug, Clone, PartialEq)]
+/// One device or MIG device, as the driver reports it.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuInfo {
-    /// The host's index (as `nvidia-smi` numbers devices).
+    /// The host's index (as `nvidia-smi` numbers devices); a MIG device's
+    /// is its parent's.
     pub index: u32,
-    /// `GPU-xxxxxxxx-…`, hex digits in lower case.
+    /// `GPU-xxxxxxxx-…`, hex digits in lower case; `MIG-…` for a MIG device.
     pub uuid: String,
+    /// A MIG device's parent (`GPU-…`); `None` for a device.
+    pub parent_uuid: Option<String>,
+    /// A MIG device's profile (`3g.71gb`), from its name.
+    pub mig_profile: Option<String>,
     /// Physical memory.
     pub total_bytes: u64,
     /// Memory in use by everyone.
@@ -44,6 +56,66 @@ pub struct GpuReader {
     nvml: Nvml,
     /// Per device, the newest utilization sample already seen (µs).
     last_sample_us: HashMap<u32, u64>,
+    /// The MIG entry points, which the wrapper does not offer.
+    mig: Option<MigFns>,
+}
+
+/// `nvmlDevice_t`, which the wrapper does not export.
+type RawDevice = *mut std::ffi::c_void;
+type MaxMigDeviceCountFn = unsafe extern "C" fn(RawDevice, *mut c_uint) -> c_uint;
+type MigDeviceHandleByIndexFn = unsafe extern "C" fn(RawDevice, c_uint, *mut RawDevice) -> c_uint;
+
+/// `nvmlDeviceGetMaxMigDeviceCount` and `nvmlDeviceGetMigDeviceHandleByIndex`
+/// of the loaded library.
+#[derive(Clone, Copy)]
+struct MigFns {
+    max_count: MaxMigDeviceCountFn,
+    handle_by_index: MigDeviceHandleByIndexFn,
+}
+
+impl MigFns {
+    /// Looks the two functions up in the library the wrapper loaded under
+    /// `name` (`RTLD_NOLOAD`: the same handle, nothing new is loaded).
+    fn resolve(name: &OsStr) -> Option<MigFns> {
+        let cname = std::ffi::CString::new(name.as_encoded_bytes()).ok()?;
+        // SAFETY: a valid C string; RTLD_NOLOAD only finds a loaded library.
+        let lib = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if lib.is_null() {
+            return None;
+        }
+        // SAFETY: `lib` is a live handle; the names are NUL-terminated.
+        let (max_count, handle_by_index) = unsafe {
+            (libc::dlsym(lib, c"nvmlDeviceGetMaxMigDeviceCount".as_ptr()), libc::dlsym(lib, c"nvmlDeviceGetMigDeviceHandleByIndex".as_ptr()))
+        };
+        // SAFETY: dropping our extra reference; the wrapper's keeps it loaded.
+        unsafe { libc::dlclose(lib) };
+        if max_count.is_null() || handle_by_index.is_null() {
+            return None;
+        }
+        // SAFETY: the symbols have these signatures in nvml.h.
+        unsafe {
+            Some(MigFns {
+                max_count: std::mem::transmute::<*mut libc::c_void, MaxMigDeviceCountFn>(max_count),
+                handle_by_index: std::mem::transmute::<*mut libc::c_void, MigDeviceHandleByIndexFn>(handle_by_index),
+            })
+        }
+    }
+
+    /// The MIG device handles under `parent`.
+    fn devices(&self, parent: RawDevice) -> Vec<RawDevice> {
+        let mut count: c_uint = 0;
+        // SAFETY: a device handle from the same library and a valid out-pointer.
+        if unsafe { (self.max_count)(parent, &mut count) } != 0 {
+            return Vec::new();
+        }
+        (0..count.min(64))
+            .filter_map(|i| {
+                let mut handle: RawDevice = std::ptr::null_mut();
+                // SAFETY: as above; an index with no MIG device is an error, skipped.
+                (unsafe { (self.handle_by_index)(parent, i, &mut handle) } == 0 && !handle.is_null()).then_some(handle)
+            })
+            .collect()
+    }
 }
 
 /// The names tried when no library is given: the versioned name first, since
@@ -53,8 +125,8 @@ const DEFAULT_NAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
 impl GpuReader {
     /// Loads NVML from `lib`, or by its usual names.
     pub fn load(lib: Option<&Path>) -> Result<GpuReader, String> {
-        let attempt = |name: &OsStr| Nvml::builder().lib_path(name).init().map_err(|e| format!("{}: {e}", name.to_string_lossy()));
-        let nvml = match lib {
+        let attempt = |name: &OsStr| Nvml::builder().lib_path(name).init().map(|nvml| (nvml, name.to_owned())).map_err(|e| format!("{}: {e}", name.to_string_lossy()));
+        let (nvml, name) = match lib {
             Some(path) => attempt(path.as_os_str())?,
             None => {
                 let mut errors = Vec::new();
@@ -71,54 +143,105 @@ impl GpuReader {
                 loaded.ok_or_else(|| errors.join("; "))?
             }
         };
-        Ok(GpuReader { nvml, last_sample_us: HashMap::new() })
+        Ok(GpuReader { nvml, last_sample_us: HashMap::new(), mig: MigFns::resolve(&name) })
     }
 
-    /// Reads every device. A device that fails to answer is skipped.
+    /// Reads every device, and the MIG devices of a MIG-enabled one. A
+    /// device that fails to answer is skipped.
     pub fn read(&mut self) -> Result<Vec<GpuInfo>, String> {
-        let count = self.nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
+        let GpuReader { nvml, last_sample_us, mig } = self;
+        let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
         let mut gpus = Vec::new();
         for index in 0..count {
-            let Ok(device) = self.nvml.device_by_index(index) else { continue };
-            let Ok(uuid) = device.uuid() else { continue };
-            let memory = device.memory_info().ok();
-            let utilization_ratio = device.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0);
-            let last = self.last_sample_us.get(&index).copied();
-            let mut sm_sum: HashMap<u32, (f64, u32)> = HashMap::new();
-            if let Ok(samples) = device.process_utilization_stats(last) {
-                let newest = samples.iter().map(|s| s.timestamp).max();
-                for sample in samples {
-                    let entry = sm_sum.entry(sample.pid).or_default();
-                    entry.0 += f64::from(sample.sm_util) / 100.0;
-                    entry.1 += 1;
+            let Ok(device) = nvml.device_by_index(index) else { continue };
+            let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
+            let Some(mut gpu) = read_device(last_sample_us, &device, index, index) else { continue };
+            let mut instances = Vec::new();
+            if let (true, Some(mig)) = (mig_enabled, *mig) {
+                // SAFETY: the handle stays valid while `self.nvml` lives.
+                let parent = unsafe { device.handle() }.cast();
+                for (k, handle) in mig.devices(parent).into_iter().enumerate() {
+                    // SAFETY: a MIG device handle from the same library,
+                    // used only while `self.nvml` lives.
+                    let mig_device = unsafe { Device::new(handle.cast(), nvml) };
+                    // MIG devices get sample keys of their own, past every index.
+                    let key = count.saturating_add(index.saturating_mul(64)).saturating_add(k as u32);
+                    let Some(mut instance) = read_device(last_sample_us, &mig_device, index, key) else { continue };
+                    instance.parent_uuid = Some(gpu.uuid.clone());
+                    instance.mig_profile = mig_device.name().ok().and_then(|name| mig_profile(&name));
+                    instances.push(instance);
                 }
-                if let Some(newest) = newest {
-                    self.last_sample_us.insert(index, newest);
-                }
+                // Its processes run in its instances and are listed there.
+                gpu.processes.clear();
             }
-            let processes = device
-                .running_compute_processes()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| GpuProcess {
-                    pid: p.pid,
-                    used_bytes: match p.used_gpu_memory {
-                        UsedGpuMemory::Used(bytes) => bytes,
-                        UsedGpuMemory::Unavailable => 0,
-                    },
-                    sm_ratio: sm_sum.get(&p.pid).map(|(sum, n)| sum / f64::from(*n)),
-                })
-                .collect();
-            gpus.push(GpuInfo {
-                index,
-                uuid: uuid_bytes(&uuid).map_or(uuid, |raw| uuid_string(&raw)),
-                total_bytes: memory.as_ref().map_or(0, |m| m.total),
-                used_bytes: memory.as_ref().map_or(0, |m| m.used),
-                utilization_ratio,
-                processes,
-            });
+            gpus.push(gpu);
+            gpus.append(&mut instances);
         }
         Ok(gpus)
+    }
+}
+
+/// One device's (or MIG device's) UUID, memory, utilization and processes;
+/// `sample_key` names it in `last_sample_us` (the newest utilization sample
+/// already seen, µs).
+fn read_device(last_sample_us: &mut HashMap<u32, u64>, device: &Device<'_>, index: u32, sample_key: u32) -> Option<GpuInfo> {
+    let uuid = device.uuid().ok()?;
+    let memory = device.memory_info().ok();
+    let utilization_ratio = device.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0);
+    let last = last_sample_us.get(&sample_key).copied();
+    let mut sm_sum: HashMap<u32, (f64, u32)> = HashMap::new();
+    if let Ok(samples) = device.process_utilization_stats(last) {
+        let newest = samples.iter().map(|s| s.timestamp).max();
+        for sample in samples {
+            let entry = sm_sum.entry(sample.pid).or_default();
+            entry.0 += f64::from(sample.sm_util) / 100.0;
+            entry.1 += 1;
+        }
+        if let Some(newest) = newest {
+            last_sample_us.insert(sample_key, newest);
+        }
+    }
+    let processes = device
+        .running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            used_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => bytes,
+                UsedGpuMemory::Unavailable => 0,
+            },
+            sm_ratio: sm_sum.get(&p.pid).map(|(sum, n)| sum / f64::from(*n)),
+        })
+        .collect();
+    Some(GpuInfo {
+        index,
+        uuid: uuid_bytes(&uuid).map_or(uuid, |raw| uuid_string(&raw)),
+        parent_uuid: None,
+        mig_profile: None,
+        total_bytes: memory.as_ref().map_or(0, |m| m.total),
+        used_bytes: memory.as_ref().map_or(0, |m| m.used),
+        utilization_ratio,
+        processes,
+    })
+}
+
+/// The profile in a MIG device's name: `3g.71gb` in `NVIDIA H200 MIG
+/// 3g.71gb` (or `1c.3g.71gb` for a compute instance that shares its GPU
+/// instance).
+pub fn mig_profile(name: &str) -> Option<String> {
+    let (_, profile) = name.rsplit_once(" MIG ")?;
+    let profile = profile.trim();
+    (!profile.is_empty()).then(|| profile.to_string())
+}
+
+/// The raw bytes of a `GPU-…` or `MIG-…` UUID string: the ledger keys
+/// devices by `cuDeviceGetUuid`'s bytes, which for a MIG device are its
+/// `MIG-…` UUID's.
+pub fn any_uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    match text.get(..4) {
+        Some(p) if p.eq_ignore_ascii_case("mig-") => uuid_bytes(&format!("GPU-{}", text.get(4..)?)),
+        _ => uuid_bytes(text),
     }
 }
 
@@ -155,6 +278,15 @@ mod tests {
         assert_eq!(uuid_bytes(&text.to_uppercase()), Some(raw));
         assert_eq!(uuid_bytes("GPU-12"), None);
         assert_eq!(uuid_bytes("MIG-5f1c0001-0203-0405-0607-08090a0b0cff"), None);
+        assert_eq!(any_uuid_bytes("MIG-5f1c0001-0203-0405-0607-08090a0b0cff"), Some(raw));
+        assert_eq!(any_uuid_bytes(&text), Some(raw));
+    }
+
+    #[test]
+    fn mig_profiles_come_from_the_name() {
+        assert_eq!(mig_profile("NVIDIA H200 MIG 3g.71gb").as_deref(), Some("3g.71gb"));
+        assert_eq!(mig_profile("simgpu H200 MIG 1c.3g.71gb").as_deref(), Some("1c.3g.71gb"));
+        assert_eq!(mig_profile("NVIDIA H200"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! read this view, so they never disagree.
 
 use crate::host::{LockCache, LockCheck, PidResolver, SlotLock};
-use crate::nvml::{uuid_string, GpuInfo};
+use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
 use ledger::{Ledger, UNLIMITED};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,6 +23,12 @@ pub struct DeviceView {
     pub memory_used_bytes: Option<u64>,
     /// Driver-reported busy share (NVML only).
     pub utilization_ratio: Option<f64>,
+    /// A MIG device's parent (`GPU-…`; NVML only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_uuid: Option<String>,
+    /// A MIG device's profile, such as `3g.71gb` (NVML only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
 }
 
 /// A tenant on one device.
@@ -155,6 +161,11 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
     let mut resolver = PidResolver::new();
     let host_index_of: HashMap<&str, u32> =
         gpus.unwrap_or_default().iter().map(|g| (g.uuid.as_str(), g.index)).collect();
+    // A ledger names a device by its raw UUID; NVML names a MIG device
+    // `MIG-…`, not `GPU-…`.
+    let nvml_uuid_of: HashMap<[u8; 16], &str> =
+        gpus.unwrap_or_default().iter().filter_map(|g| Some((any_uuid_bytes(&g.uuid)?, g.uuid.as_str()))).collect();
+    let name_of = |raw: &[u8; 16]| nvml_uuid_of.get(raw).map_or_else(|| uuid_string(raw), |u| u.to_string());
     // Driver-reported memory and SM share by (uuid, pid) and by pid.
     let mut driver_by_uuid_pid: HashMap<(&str, u32), u64> = HashMap::new();
     let mut sm_by_pid: HashMap<u32, f64> = HashMap::new();
@@ -177,6 +188,8 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                 memory_total_bytes: gpu.total_bytes,
                 memory_used_bytes: Some(gpu.used_bytes),
                 utilization_ratio: gpu.utilization_ratio,
+                parent_uuid: gpu.parent_uuid.clone(),
+                mig_profile: gpu.mig_profile.clone(),
             },
         );
     }
@@ -187,15 +200,17 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
     let mut tenants = Vec::new();
     for ledger in ledgers {
         let entries = ledger.devices();
-        let uuid_of: HashMap<usize, String> = entries.iter().map(|d| (d.index, uuid_string(&d.uuid))).collect();
+        let uuid_of: HashMap<usize, String> = entries.iter().map(|d| (d.index, name_of(&d.uuid))).collect();
         for entry in &entries {
-            let uuid = uuid_string(&entry.uuid);
+            let uuid = name_of(&entry.uuid);
             devices.entry(uuid.clone()).or_insert(DeviceView {
                 index: entry.index as u32,
                 uuid,
                 memory_total_bytes: entry.total_memory_bytes,
                 memory_used_bytes: None,
                 utilization_ratio: None,
+                parent_uuid: None,
+                mig_profile: None,
             });
         }
         let slots = ledger.slots();
@@ -256,7 +271,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
         let tenant_devices = entries
             .iter()
             .map(|entry| {
-                let uuid = uuid_string(&entry.uuid);
+                let uuid = name_of(&entry.uuid);
                 let limit = ledger.memory_limit_bytes(entry.index);
                 TenantDeviceView {
                     index: host_index_of.get(uuid.as_str()).copied().unwrap_or(entry.index as u32),
@@ -313,7 +328,10 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
         }
     }
     let mut devices: Vec<DeviceView> = devices.into_values().collect();
-    devices.sort_by_key(|d| (d.index, d.uuid.clone()));
+    // By index, then in NVML's order (a MIG device after its parent, in
+    // the parent's MIG index order), then by UUID.
+    let nvml_order: HashMap<&str, usize> = gpus.unwrap_or_default().iter().enumerate().map(|(i, g)| (g.uuid.as_str(), i)).collect();
+    devices.sort_by_key(|d| (d.index, nvml_order.get(d.uuid.as_str()).copied().unwrap_or(usize::MAX), d.uuid.clone()));
     Snapshot { nvml: gpus.is_some(), devices, tenants, untracked_processes }
 }
 

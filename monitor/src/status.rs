@@ -114,6 +114,15 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// A device's name in the tables: its index, and for a MIG device its
+/// parent's index and its profile (`0 MIG 3g.71gb`).
+fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
+    match snapshot.devices.iter().find(|d| d.uuid == uuid).and_then(|d| d.mig_profile.as_ref()) {
+        Some(profile) => format!("{index} MIG {profile}"),
+        None => index.to_string(),
+    }
+}
+
 fn render_rows(out: &mut String, rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
@@ -141,7 +150,7 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
     let mut rows = vec![vec!["INDEX".into(), "UUID".into(), "MEMORY USED".into(), "TOTAL".into(), "UTIL".into()]];
     for d in &snapshot.devices {
         rows.push(vec![
-            d.index.to_string(),
+            device_name(snapshot, d.index, &d.uuid),
             d.uuid.clone(),
             d.memory_used_bytes.map_or("-".into(), human_bytes),
             human_bytes(d.memory_total_bytes),
@@ -176,7 +185,7 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
         for d in &t.devices {
             rows.push(vec![
                 t.name.clone(),
-                d.index.to_string(),
+                device_name(snapshot, d.index, &d.uuid),
                 human_bytes(d.memory_used_bytes),
                 d.memory_limit_bytes.map_or("none".into(), human_bytes),
                 d.policy_source.into(),

@@ -413,10 +413,16 @@ pub fn nvml_init() -> nvmlReturn_t {
 /// or a walk over NVML's devices comparing their UUIDs when NVML does not
 /// take that spelling.
 pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Option<nvmlDevice_t> {
-    let text = CString::new(crate::config::format_uuid(uuid)).ok()?;
-    let mut dev: nvmlDevice_t = core::ptr::null_mut();
-    if nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev)) == NVML_SUCCESS {
-        return Some(dev);
+    let gpu = crate::config::format_uuid(uuid);
+    // A MIG device's `cuDeviceGetUuid` bytes are its `MIG-…` UUID's, and
+    // NVML finds it only by that name.
+    let mig = format!("MIG-{}", gpu.get(4..).unwrap_or_default());
+    for text in [gpu, mig] {
+        let Ok(text) = CString::new(text) else { continue };
+        let mut dev: nvmlDevice_t = core::ptr::null_mut();
+        if nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev)) == NVML_SUCCESS {
+            return Some(dev);
+        }
     }
     let mut count: c_uint = 0;
     if nvml_call!(nvmlDeviceGetCount_v2(&mut count)) != NVML_SUCCESS {

@@ -4,6 +4,7 @@
 //! initialisation, so a typo never silently means a default.
 
 use std::fmt;
+use crate::mig::{self, Partition, Topology};
 use std::path::PathBuf;
 
 pub const MAX_DEVICES: u32 = 16;
@@ -20,6 +21,8 @@ pub struct Config {
     pub context_memory_bytes: u64,
     pub slice_us: u64,
     pub kernel_us: u64,
+    /// `SIMGPU_MIG`: the partitioned devices (see [`crate::mig`]).
+    pub mig: Vec<Partition>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +71,17 @@ impl Config {
             Some(v) if v.is_empty() => return Err(err("SIMGPU_STATE", v, "a file path".into())),
             Some(v) => Some(PathBuf::from(v)),
         };
-        Ok(Config { device_count, memory_bytes, state_path, context_memory_bytes, slice_us, kernel_us })
+        let mig = match get("SIMGPU_MIG") {
+            None => Vec::new(),
+            Some(v) => mig_var(&v, device_count, memory_bytes, context_memory_bytes).map_err(|e| err("SIMGPU_MIG", v, e.to_string()))?,
+        };
+        Ok(Config { device_count, memory_bytes, state_path, context_memory_bytes, slice_us, kernel_us, mig })
+    }
+
+    /// What each slot of the state file holds: the devices, then their MIG
+    /// instances.
+    pub fn topology(&self) -> Topology {
+        Topology::new(self.device_count, &self.mig)
     }
 
     /// The state file: `SIMGPU_STATE`, or one per device configuration under
@@ -84,12 +97,33 @@ impl Config {
             // SAFETY: getuid has no preconditions and cannot fail.
             _ => PathBuf::from(format!("/tmp/simgpu-{}", unsafe { libc::getuid() })),
         };
-        dir.join(format!("state-{}x{}", self.device_count, self.memory_bytes))
+        let mig = match mig::digest(&self.mig) {
+            0 => String::new(),
+            d => format!("-mig{d:016x}"),
+        };
+        dir.join(format!("state-{}x{}{mig}", self.device_count, self.memory_bytes))
     }
 }
 
 fn err(variable: &'static str, value: String, expected: String) -> ConfigError {
     ConfigError { variable, value, expected }
+}
+
+/// `SIMGPU_MIG`: the partitions, each instance bigger than a context, and
+/// every slot within the state file's device table.
+fn mig_var(value: &str, device_count: u32, memory_bytes: u64, context_memory_bytes: u64) -> Result<Vec<Partition>, mig::MigError> {
+    let partitions = mig::parse(value, device_count)?;
+    for profile in partitions.iter().flat_map(|p| p.profiles.iter()) {
+        let instance_bytes = profile.memory_bytes(memory_bytes);
+        if instance_bytes <= context_memory_bytes {
+            return Err(mig::MigError::TooSmall { profile: profile.name, instance_bytes, context_bytes: context_memory_bytes });
+        }
+    }
+    let slots = Topology::new(device_count, &partitions).slot_count();
+    if slots > crate::state::MAX_DEVICES {
+        return Err(mig::MigError::Slots { slots, max: crate::state::MAX_DEVICES });
+    }
+    Ok(partitions)
 }
 
 fn size_var(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: u64, min: u64) -> Result<u64, ConfigError> {
@@ -188,5 +222,20 @@ mod tests {
         assert_eq!(cfg(&[("SIMGPU_SLICE_US", "x")]).unwrap_err().variable, "SIMGPU_SLICE_US");
         assert_eq!(cfg(&[("SIMGPU_MEMORY", "1GiB"), ("SIMGPU_CONTEXT_MEMORY", "1GiB")]).unwrap_err().variable, "SIMGPU_CONTEXT_MEMORY");
         assert_eq!(cfg(&[("SIMGPU_CONTEXT_MEMORY", "0")]).unwrap().context_memory_bytes, 0);
+    }
+
+    #[test]
+    fn mig_partitions_are_checked_against_the_devices() {
+        let c = cfg(&[("SIMGPU_DEVICES", "2"), ("SIMGPU_MEMORY", "8GiB"), ("SIMGPU_MIG", "0=3g.71gb,1g.18gb")]).unwrap();
+        assert_eq!(c.topology().slot_count(), 4);
+        assert_ne!(c.state_file(), cfg(&[("SIMGPU_DEVICES", "2"), ("SIMGPU_MEMORY", "8GiB")]).unwrap().state_file());
+        let e = cfg(&[("SIMGPU_MIG", "0=9g.1tb")]).unwrap_err();
+        assert_eq!(e.variable, "SIMGPU_MIG");
+        assert!(e.to_string().contains("9g.1tb") && e.to_string().contains("3g.71gb"), "{e}");
+        // 1GiB / 8 is 128MiB: no larger than a 256MiB context.
+        let e = cfg(&[("SIMGPU_MEMORY", "1GiB"), ("SIMGPU_MIG", "0=1g.18gb")]).unwrap_err();
+        assert!(e.to_string().contains("SIMGPU_CONTEXT_MEMORY"), "{e}");
+        let e = cfg(&[("SIMGPU_DEVICES", "16"), ("SIMGPU_MIG", "0=1g.18gb")]).unwrap_err();
+        assert!(e.to_string().contains("at most 16"), "{e}");
     }
 }

@@ -22,6 +22,8 @@ pub type CuResult<T> = Result<T, CUresult>;
 pub struct Machine {
     pub config: Config,
     pub state: SharedState,
+    /// What each slot of the state file is: devices, then MIG instances.
+    pub topology: crate::mig::Topology,
 }
 
 static MACHINE: OnceLock<Result<Machine, String>> = OnceLock::new();
@@ -32,7 +34,8 @@ pub fn machine() -> Result<&'static Machine, &'static str> {
     let m = MACHINE.get_or_init(|| {
         let r = Config::from_env().map_err(|e| e.to_string()).and_then(|config| {
             let state = SharedState::open(&config).map_err(|e| e.to_string())?;
-            Ok(Machine { config, state })
+            let topology = config.topology();
+            Ok(Machine { config, state, topology })
         });
         if let Err(msg) = &r {
             eprintln!("{msg}");
@@ -156,10 +159,10 @@ pub struct DeviceRt {
 pub struct Driver {
     pub machine: &'static Machine,
     own_slot: AtomicUsize,
-    /// Every physical device, by physical index.
+    /// Every slot (physical device or MIG instance), by slot index.
     pub devices: Vec<DeviceRt>,
-    /// Physical index of each ordinal the application sees
-    /// (`CUDA_VISIBLE_DEVICES`, see [`crate::visible`]).
+    /// Slot of each ordinal the application sees (`CUDA_VISIBLE_DEVICES`
+    /// and MIG, see [`crate::visible`]).
     pub visible: Vec<usize>,
     pub objects: RwLock<Objects>,
     pub vmm: Mutex<VmmState>,
@@ -220,7 +223,7 @@ pub fn init(flags: u32) -> CuResult<()> {
         })?;
         let mut objects = Objects::default();
         let mut devices = Vec::new();
-        for i in 0..machine.state.device_count() as usize {
+        for i in 0..machine.topology.slot_count() {
             let pool = (TAG_POOL << 40) | (i as u64 + 1);
             objects.pools.insert(pool, Pool::new(i, true, 0));
             devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), default_pool: pool });
@@ -232,8 +235,7 @@ pub fn init(flags: u32) -> CuResult<()> {
             libc::atexit(release_at_exit);
             libc::pthread_atfork(None, None, Some(mark_forked));
         }
-        let uuids: Vec<String> = (0..devices.len()).map(|i| uuid_string(&device_uuid(&machine.state, i))).collect();
-        let visible = crate::visible::visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &uuids);
+        let visible = crate::visible::visible_slots(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &enumeration(machine));
         Ok(Driver { machine, own_slot: AtomicUsize::new(own_slot), devices, visible, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
     });
     match r {
@@ -458,6 +460,54 @@ impl Driver {
             self.destroy_context(h)?;
         }
         Ok(())
+    }
+}
+
+/// The physical devices as `CUDA_VISIBLE_DEVICES` resolves them.
+fn enumeration(machine: &Machine) -> Vec<crate::visible::Physical> {
+    let t = &machine.topology;
+    (0..machine.state.device_count() as usize)
+        .map(|d| crate::visible::Physical {
+            slot: d,
+            uuid: slot_uuid_string(machine, d),
+            instances: t
+                .instance_slots(d)
+                .into_iter()
+                .filter_map(|slot| {
+                    let i = t.instance(slot)?;
+                    Some(crate::visible::MigUnit { slot, uuid: slot_uuid_string(machine, slot), gpu_instance_id: i.gpu_instance_id(), compute_instance_id: i.compute_instance_id() })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The UUID bytes of a slot: a device's, or a MIG instance's (a version 5
+/// UUID, as the driver gives MIG devices).
+pub fn slot_uuid(machine: &Machine, slot: usize) -> [u8; 16] {
+    let mut u = device_uuid(&machine.state, slot);
+    if machine.topology.instance(slot).is_some() {
+        u[6] = (u[6] & 0x0f) | 0x50;
+    }
+    u
+}
+
+/// `GPU-…` for a device, `MIG-…` for a MIG instance, as NVML and
+/// `nvidia-smi -L` print them.
+pub fn slot_uuid_string(machine: &Machine, slot: usize) -> String {
+    let text = uuid_string(&slot_uuid(machine, slot));
+    match machine.topology.instance(slot) {
+        Some(_) => format!("MIG-{}", &text[4..]),
+        None => text,
+    }
+}
+
+/// The name a slot reports: `simgpu H200`, or `simgpu H200 MIG 3g.71gb`
+/// for an instance (the driver names MIG devices `NVIDIA H200 MIG 1g.18gb`).
+pub fn slot_name(machine: &Machine, slot: usize) -> String {
+    match machine.topology.instance(slot) {
+        Some(i) => format!("{DEVICE_NAME} MIG {}", i.profile.name),
+        None => DEVICE_NAME.to_string(),
     }
 }
 

@@ -21,8 +21,10 @@
 //!
 //! Configuration: `SIMGPU_DEVICES`, `SIMGPU_MEMORY`, `SIMGPU_STATE`,
 //! `SIMGPU_CONTEXT_MEMORY`, `SIMGPU_SLICE_US`, `SIMGPU_KERNEL_US` (see
-//! [`config`]). The driver API honours `CUDA_VISIBLE_DEVICES` as the real
-//! driver does; NVML ignores it ([`visible`]).
+//! [`config`]), and `SIMGPU_MIG`, which partitions devices into MIG
+//! instances ([`mig`]). The driver API honours `CUDA_VISIBLE_DEVICES` as
+//! the real driver does, MIG instances included; NVML ignores it
+//! ([`visible`]).
 //!
 //! Streams: launches, event records, stream-ordered frees, copies and fills,
 //! host functions and cross-context event waits are ops on their context's
@@ -39,6 +41,7 @@ pub mod exec;
 pub mod exports;
 pub mod ffi;
 pub mod memory;
+pub mod mig;
 pub mod nvml;
 pub mod procaddr;
 pub mod sched;

@@ -80,10 +80,15 @@ pub struct Header {
     pub ready: AtomicU32,
     pub file_bytes: AtomicU64,
     pub device_count: AtomicU32,
-    pub _pad0: u32,
+    /// Devices and MIG instances together (`crate::mig::Topology`); 0 in
+    /// files made before MIG, which have `device_count` slots.
+    pub slot_count: AtomicU32,
     pub memory_bytes: AtomicU64,
     /// Random identity of this simulated machine; device UUIDs derive from it.
     pub instance_id: [AtomicU64; 2],
+    /// `crate::mig::digest` of the MIG partitions the file was made for
+    /// (0: none).
+    pub mig_digest: AtomicU64,
 }
 
 #[repr(C)]
@@ -205,6 +210,9 @@ unsafe impl Shared for Layout {}
 
 pub const FILE_BYTES: usize = std::mem::size_of::<Layout>();
 const _: () = assert!(std::mem::size_of::<Header>() == 64);
+// The MIG digest sits in what was the header's tail padding (zero in files
+// made before MIG, which is the digest of no partition).
+const _: () = assert!(std::mem::offset_of!(Header, mig_digest) == 56);
 const _: () = assert!(std::mem::offset_of!(Layout, devices) == 64);
 const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16 + 64);
 const _: () = assert!(std::mem::size_of::<Books>() == 64);
@@ -220,6 +228,7 @@ pub enum StateError {
     Version { path: PathBuf, found: u32 },
     Size { path: PathBuf, found: u64 },
     Mismatch { path: PathBuf, devices: u32, memory_bytes: u64, want_devices: u32, want_memory_bytes: u64 },
+    MigMismatch { path: PathBuf },
     NotReady { path: PathBuf },
 }
 
@@ -233,6 +242,11 @@ impl fmt::Display for StateError {
             StateError::Mismatch { path, devices, memory_bytes, want_devices, want_memory_bytes } => write!(
                 f,
                 "simgpu: state file {} holds {devices} device(s) of {memory_bytes} bytes, but SIMGPU_DEVICES/SIMGPU_MEMORY ask for {want_devices} of {want_memory_bytes}; use the same values or another SIMGPU_STATE",
+                path.display()
+            ),
+            StateError::MigMismatch { path } => write!(
+                f,
+                "simgpu: state file {} was made for other MIG partitions than SIMGPU_MIG asks for; use the same value or another SIMGPU_STATE",
                 path.display()
             ),
             StateError::NotReady { path } => write!(f, "simgpu: state file {} was never finished by its creator", path.display()),
@@ -319,6 +333,9 @@ impl SharedState {
             h.file_bytes.store(FILE_BYTES as u64, Relaxed);
             h.device_count.store(config.device_count, Relaxed);
             h.memory_bytes.store(config.memory_bytes, Relaxed);
+            let topology = config.topology();
+            h.slot_count.store(topology.slot_count().min(MAX_DEVICES) as u32, Relaxed);
+            h.mig_digest.store(crate::mig::digest(&config.mig), Relaxed);
             let mut id = [0u8; 16];
             // SAFETY: `id` is a writable 16-byte buffer.
             let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
@@ -329,8 +346,8 @@ impl SharedState {
             }
             h.instance_id[0].store(u64::from_le_bytes(id[..8].try_into().unwrap_or_default()), Relaxed);
             h.instance_id[1].store(u64::from_le_bytes(id[8..].try_into().unwrap_or_default()), Relaxed);
-            for d in &state.layout.devices[..config.device_count as usize] {
-                d.capacity_bytes.store(config.memory_bytes, Relaxed);
+            for (d, capacity) in state.layout.devices.iter().zip(topology.capacities(config.memory_bytes)) {
+                d.capacity_bytes.store(capacity, Relaxed);
             }
             h.ready.store(1, Release);
             let cpath_final = cpath(path);
@@ -398,6 +415,9 @@ impl SharedState {
         if devices != config.device_count || memory_bytes != config.memory_bytes {
             return Err(StateError::Mismatch { path, devices, memory_bytes, want_devices: config.device_count, want_memory_bytes: config.memory_bytes });
         }
+        if h.mig_digest.load(Acquire) != crate::mig::digest(&config.mig) {
+            return Err(StateError::MigMismatch { path });
+        }
         Ok(())
     }
 
@@ -407,6 +427,12 @@ impl SharedState {
 
     pub fn device_count(&self) -> u32 {
         self.layout.header.device_count.load(Relaxed).min(MAX_DEVICES as u32)
+    }
+
+    /// Devices and MIG instances: every slot that holds memory.
+    pub fn slot_count(&self) -> u32 {
+        let h = &self.layout.header;
+        h.slot_count.load(Relaxed).max(h.device_count.load(Relaxed)).min(MAX_DEVICES as u32)
     }
 
     pub fn device(&self, index: usize) -> &'static DeviceShared {
@@ -499,7 +525,7 @@ impl SharedState {
             // Every device, not only those the record holds bytes on: a dead
             // holder's armed journal may name this record anywhere.
             let mut drained = true;
-            for dev in 0..self.device_count() as usize {
+            for dev in 0..self.slot_count() as usize {
                 drained &= self.drain(dev, slot);
                 rec.devices[dev].contexts.store(0, Relaxed);
             }
@@ -660,7 +686,7 @@ impl SharedState {
     /// Gives the record back at a clean exit.
     pub fn release_proc(&self, slot: usize) {
         let rec = self.proc(slot);
-        for dev in 0..self.device_count() as usize {
+        for dev in 0..self.slot_count() as usize {
             if rec.devices[dev].used_bytes.load(Acquire) > 0 {
                 self.drain(dev, slot);
             }
@@ -781,7 +807,7 @@ mod tests {
     use super::*;
 
     fn config(path: &Path, mem: u64) -> Config {
-        Config { device_count: 2, memory_bytes: mem, state_path: Some(path.to_path_buf()), context_memory_bytes: 0, slice_us: 2000, kernel_us: 5 }
+        Config { device_count: 2, memory_bytes: mem, state_path: Some(path.to_path_buf()), context_memory_bytes: 0, slice_us: 2000, kernel_us: 5, mig: Vec::new() }
     }
 
     fn temp(name: &str) -> PathBuf {
@@ -816,6 +842,26 @@ mod tests {
         assert!(matches!(SharedState::open(&config(&p, 1 << 20)), Err(StateError::Size { .. })));
         std::fs::write(&p, vec![7u8; FILE_BYTES]).unwrap();
         assert!(matches!(SharedState::open(&config(&p, 1 << 20)), Err(StateError::NotSimgpu { .. })));
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn mig_instances_have_slots_of_their_own_size() {
+        let p = temp("mig");
+        let mut mig = config(&p, 8 << 20);
+        mig.mig = crate::mig::parse("1=2g.35gb,1g.18gb", 2).unwrap();
+        let st = SharedState::open(&mig).unwrap();
+        assert_eq!((st.device_count(), st.slot_count()), (2, 4));
+        assert_eq!([st.memory(0).0, st.memory(1).0, st.memory(2).0, st.memory(3).0], [8 << 20, 8 << 20, 2 << 20, 1 << 20]);
+        let slot = st.claim_proc(1).unwrap();
+        assert!(st.charge(3, slot, 1 << 20));
+        assert!(!st.charge(3, slot, 1), "an instance is full at its own size");
+        assert!(st.charge(2, slot, 1 << 20));
+        // Released at exit on every slot, instances included.
+        st.release_proc(slot);
+        assert_eq!((st.memory(2).1, st.memory(3).1), (0, 0));
+        // The same file under another partition (or none) is refused.
+        assert!(matches!(SharedState::open(&config(&p, 8 << 20)), Err(StateError::MigMismatch { .. })));
         let _ = std::fs::remove_file(&p);
     }
 

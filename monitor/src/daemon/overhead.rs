@@ -148,6 +148,8 @@ mod tests {
             memory_total_bytes: 1000,
             memory_used_bytes: Some(0),
             utilization_ratio: None,
+            parent_uuid: None,
+            mig_profile: None,
         }];
         snapshot
     }

@@ -23,7 +23,7 @@
 use super::ledgers::LedgerSet;
 use super::log;
 use crate::config::Config;
-use crate::nvml::{uuid_bytes, uuid_string, GpuInfo};
+use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
 use ledger::{PolicySource, UNLIMITED};
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -200,8 +200,12 @@ impl PolicyState {
                 continue;
             }
             let Some(ledger) = ledgers.ensure_tenant(tenant) else { continue };
-            for gpu in gpus.unwrap_or_default() {
-                if let Some(raw) = uuid_bytes(&gpu.uuid) {
+            let all_gpus = gpus.unwrap_or_default();
+            // A MIG-enabled GPU runs nothing itself: its MIG devices are
+            // entered instead.
+            let partitioned = |g: &GpuInfo| all_gpus.iter().any(|m| m.parent_uuid.as_deref() == Some(g.uuid.as_str()));
+            for gpu in all_gpus.iter().filter(|g| !partitioned(g)) {
+                if let Some(raw) = any_uuid_bytes(&gpu.uuid) {
                     if let Err(e) = ledger.device_index(&raw, gpu.total_bytes) {
                         self.warn_once(format!("tenant {tenant}: cannot enter device {}: {e}", gpu.uuid));
                     }
@@ -217,8 +221,10 @@ impl PolicyState {
                 ));
             }
             for entry in ledger.devices() {
-                let uuid = uuid_string(&entry.uuid);
-                let host_index = gpus.and_then(|g| g.iter().find(|g| g.uuid == uuid)).map(|g| g.index);
+                // NVML's name for the device: `MIG-…` for a MIG device.
+                let gpu = all_gpus.iter().find(|g| any_uuid_bytes(&g.uuid) == Some(entry.uuid));
+                let uuid = gpu.map_or_else(|| uuid_string(&entry.uuid), |g| g.uuid.clone());
+                let host_index = gpu.map(|g| g.index);
                 if let Some(compute) = tenant_config.compute_for(&uuid, host_index) {
                     let (now, source) = (ledger.compute_policy(entry.index), ledger.compute_limit_source(entry.index));
                     if now != compute || source != PolicySource::Monitor {

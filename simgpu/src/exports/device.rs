@@ -1,7 +1,9 @@
-//! Device queries.
+//! Device queries. An ordinal maps to a slot: a whole device or a MIG
+//! instance ([`crate::mig`]); an instance answers with its own name, UUID,
+//! memory and SM count, and its parent's PCI address.
 
 use crate::ffi::cu_export;
-use crate::driver::{device_uuid, driver, pci_bus_id, CuResult, DEVICE_NAME};
+use crate::driver::{driver, pci_bus_id, slot_name, slot_uuid, CuResult};
 use crate::ffi::{out, write_cstr};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint};
@@ -19,14 +21,14 @@ cu_export!(cuDeviceGetCount(count: *mut c_int) {
 
 cu_export!(cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) {
     let d = driver()?;
-    d.check_device(dev)?;
-    write_cstr(name, len, DEVICE_NAME)
+    let i = d.check_device(dev)?;
+    write_cstr(name, len, &slot_name(d.machine, i))
 });
 
 cu_export!(cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) {
     let d = driver()?;
     let i = d.check_device(dev)?;
-    let bytes = device_uuid(&d.machine.state, i);
+    let bytes = slot_uuid(d.machine, i);
     out(uuid, CUuuid { bytes: bytes.map(|b| b as c_char) })
 }; cuDeviceGetUuid);
 
@@ -45,7 +47,7 @@ cu_export!(cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) {
 cu_export!(cuDeviceGetPCIBusId(pci: *mut c_char, len: c_int, dev: CUdevice) {
     let d = driver()?;
     let i = d.check_device(dev)?;
-    write_cstr(pci, len, &pci_bus_id(i))
+    write_cstr(pci, len, &pci_bus_id(d.machine.topology.physical(i)))
 });
 
 cu_export!(cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: CUdevice) {
@@ -61,7 +63,13 @@ cu_export!(cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: CUdevice)
     if value.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    out(value, attribute(attrib, i)?)
+    let t = &d.machine.topology;
+    let value_of = attribute(attrib, t.physical(i))?;
+    // MULTIPROCESSOR_COUNT: an instance has its profile's SMs.
+    match t.instance(i) {
+        Some(instance) if attrib == 16 => out(value, instance.profile.sm_count as c_int),
+        _ => out(value, value_of),
+    }
 });
 
 /// `CUdevice_attribute` values of an H200-like device (compute capability 9.0).

@@ -3,8 +3,8 @@
 
 use super::spec::{self, *};
 use super::types::*;
-use super::{c_chars, nvml_export, out, ready_device, version_of, write_str};
-use crate::driver::{device_uuid, uuid_string, DEVICE_NAME};
+use super::{c_chars, nvml_export, out, ready_device, ready_slot, version_of, write_str};
+use crate::driver::{device_uuid, slot_name, slot_uuid_string};
 use abi::nvml::*;
 use std::ffi::{c_char, c_int, c_uint};
 
@@ -94,12 +94,12 @@ fn pci_info_ext(index: usize) -> PciInfoExt {
 
 nvml_export! {
     nvmlDeviceGetName(dev: nvmlDevice_t, name: *mut c_char, length: c_uint) {
-        ready_device(dev)?;
-        write_str(name, length, DEVICE_NAME)
+        let (m, s) = ready_slot(dev)?;
+        write_str(name, length, &slot_name(m, s))
     }
     nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) {
-        let (m, i) = ready_device(dev)?;
-        write_str(uuid, length, &uuid_string(&device_uuid(&m.state, i)))
+        let (m, s) = ready_slot(dev)?;
+        write_str(uuid, length, &slot_uuid_string(m, s))
     }
     nvmlDeviceGetSerial(dev: nvmlDevice_t, serial: *mut c_char, length: c_uint) {
         let (m, i) = ready_device(dev)?;

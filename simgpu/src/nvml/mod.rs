@@ -6,7 +6,9 @@
 //! - [`identity`]: name, UUID, index, serial, brand, architecture, PCI info,
 //!   compute capability;
 //! - [`modes`]: compute, persistence, ECC, display, driver model and MIG
-//!   modes (MIG is reported disabled);
+//!   modes, and MIG: a device that `SIMGPU_MIG` partitions has MIG enabled
+//!   and MIG device handles, one per instance, that answer for their own
+//!   name, UUID, memory and processes;
 //! - [`memory`]: framebuffer and BAR1 memory;
 //! - [`telemetry`]: utilization, temperature, power, fans, clocks,
 //!   performance state, PCIe, field values;
@@ -76,6 +78,26 @@ fn device(m: &Machine, dev: nvmlDevice_t) -> NvResult<usize> {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
     Ok(index)
+}
+
+/// The slot behind any handle this library gave out: a device's, or a MIG
+/// device's (see [`crate::mig`]). Only the entry points that answer for MIG
+/// devices use it; the others take [`device`], which refuses MIG handles.
+fn slot(m: &Machine, dev: nvmlDevice_t) -> NvResult<usize> {
+    let base = DEVICE_TOKENS.as_ptr() as usize;
+    let addr = dev as usize;
+    let index = addr.wrapping_sub(base);
+    if addr < base || index >= m.topology.slot_count() {
+        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    Ok(index)
+}
+
+/// `ready()` and `slot()` together.
+fn ready_slot(dev: nvmlDevice_t) -> NvResult<(&'static Machine, usize)> {
+    let m = ready()?;
+    let s = slot(m, dev)?;
+    Ok((m, s))
 }
 
 /// `ready()` and `device()` together: the machine and the handle's index.

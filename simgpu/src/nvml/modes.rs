@@ -1,9 +1,10 @@
 //! Modes a device is in, as an H200 in a data-centre host reports them:
 //! compute mode default, persistence on, ECC on with no errors, no display,
-//! MIG disabled. The driver model is a Windows notion: on Linux NVML answers
+//! MIG enabled where `SIMGPU_MIG` partitions the device, else disabled.
+//! The driver model is a Windows notion: on Linux NVML answers
 //! `NVML_ERROR_NOT_SUPPORTED`, and so does simgpu.
 
-use super::{nvml_export, out, ready_device, NvResult};
+use super::{handle, nvml_export, out, ready, ready_device, ready_slot, slot, NvResult};
 use abi::nvml::*;
 use std::ffi::c_uint;
 
@@ -12,8 +13,9 @@ const NVML_FEATURE_DISABLED: c_uint = 0;
 const NVML_FEATURE_ENABLED: c_uint = 1;
 /// `NVML_COMPUTEMODE_DEFAULT`.
 const NVML_COMPUTEMODE_DEFAULT: c_uint = 0;
-/// `NVML_DEVICE_MIG_DISABLE`.
+/// `NVML_DEVICE_MIG_DISABLE` and `NVML_DEVICE_MIG_ENABLE`.
 const NVML_DEVICE_MIG_DISABLE: c_uint = 0;
+const NVML_DEVICE_MIG_ENABLE: c_uint = 1;
 /// `nvmlMemoryErrorType_t` and `nvmlEccCounterType_t` each have two values.
 const MEMORY_ERROR_TYPES: c_uint = 2;
 const ECC_COUNTER_TYPES: c_uint = 2;
@@ -67,33 +69,45 @@ nvml_export! {
         out(count, 0)
     }
     nvmlDeviceGetMigMode(dev: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
-        ready_device(dev)?;
-        current_and_pending(current, pending, NVML_DEVICE_MIG_DISABLE)
+        let (m, i) = ready_device(dev)?;
+        let mode = if m.topology.is_partitioned(i) { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
+        current_and_pending(current, pending, mode)
     }
     nvmlDeviceIsMigDeviceHandle(dev: nvmlDevice_t, is_mig_device: *mut c_uint) {
-        ready_device(dev)?;
-        out(is_mig_device, 0)
+        let (m, s) = ready_slot(dev)?;
+        out(is_mig_device, c_uint::from(m.topology.instance(s).is_some()))
     }
     nvmlDeviceGetMaxMigDeviceCount(dev: nvmlDevice_t, count: *mut c_uint) {
-        ready_device(dev)?;
-        out(count, 0)
+        // The most MIG devices that can exist under the device: zero when
+        // MIG is disabled.
+        let (m, i) = ready_device(dev)?;
+        out(count, if m.topology.is_partitioned(i) { crate::mig::MAX_INSTANCES_PER_GPU } else { 0 })
     }
-    nvmlDeviceGetMigDeviceHandleByIndex(dev: nvmlDevice_t, _index: c_uint, _mig_device: *mut nvmlDevice_t) {
-        ready_device(dev)?;
-        // With MIG disabled there are no MIG devices: every index is out of range.
-        Err(NVML_ERROR_INVALID_ARGUMENT)
+    nvmlDeviceGetMigDeviceHandleByIndex(dev: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) {
+        let (m, i) = ready_device(dev)?;
+        // Without MIG, and past the most MIG devices the GPU can hold, every
+        // index is out of range; within it, an index with no instance is
+        // not found.
+        if !m.topology.is_partitioned(i) || index >= crate::mig::MAX_INSTANCES_PER_GPU {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let slot = m.topology.instance_slot(i, index).ok_or(NVML_ERROR_NOT_FOUND)?;
+        out(mig_device, handle(slot))
     }
-    nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, _dev: *mut nvmlDevice_t) {
-        ready_device(mig_device)?;
+    nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, dev: *mut nvmlDevice_t) {
+        let m = ready()?;
         // A full GPU's handle is not a MIG device handle.
-        Err(NVML_ERROR_INVALID_ARGUMENT)
+        let instance = m.topology.instance(slot(m, mig_device)?).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+        out(dev, handle(instance.parent))
     }
-    nvmlDeviceGetGpuInstanceId(dev: nvmlDevice_t, _id: *mut c_uint) {
-        ready_device(dev)?;
-        Err(NVML_ERROR_NOT_SUPPORTED)
+    nvmlDeviceGetGpuInstanceId(dev: nvmlDevice_t, id: *mut c_uint) {
+        let (m, s) = ready_slot(dev)?;
+        let instance = m.topology.instance(s).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        out(id, instance.gpu_instance_id())
     }
-    nvmlDeviceGetComputeInstanceId(dev: nvmlDevice_t, _id: *mut c_uint) {
-        ready_device(dev)?;
-        Err(NVML_ERROR_NOT_SUPPORTED)
+    nvmlDeviceGetComputeInstanceId(dev: nvmlDevice_t, id: *mut c_uint) {
+        let (m, s) = ready_slot(dev)?;
+        let instance = m.topology.instance(s).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        out(id, instance.compute_instance_id())
     }
 }

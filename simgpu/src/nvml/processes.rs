@@ -14,7 +14,8 @@
 //! the short-lived confidential-computing field, and would misread the list.
 
 use super::types::{ProcessInfoV1, ProcessInfoV2};
-use super::{guard, out, ready_device, NvResult};
+use super::{guard, out, ready_device, ready_slot, NvResult};
+use crate::driver::Machine;
 use crate::state::{SharedState, PROC_ALIVE, PROC_SAMPLES, SAMPLE_PERIOD_NS};
 use crate::sys;
 use abi::nvml::*;
@@ -24,11 +25,15 @@ use std::sync::atomic::Ordering::*;
 /// `gpuInstanceId`/`computeInstanceId` of a process on a GPU without MIG.
 const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
-/// A process using a device: its host pid and the device memory it holds.
+/// A process using a device: its host pid, the device memory it holds, and
+/// on a MIG device, where (GPU and compute instance ids; `NO_INSTANCE`
+/// without MIG).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceProcess {
     pub pid: u32,
     pub used_bytes: u64,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
 }
 
 impl From<DeviceProcess> for ProcessInfoV1 {
@@ -39,7 +44,7 @@ impl From<DeviceProcess> for ProcessInfoV1 {
 
 impl From<DeviceProcess> for ProcessInfoV2 {
     fn from(p: DeviceProcess) -> Self {
-        ProcessInfoV2 { pid: p.pid, usedGpuMemory: p.used_bytes, gpuInstanceId: NO_INSTANCE, computeInstanceId: NO_INSTANCE }
+        ProcessInfoV2 { pid: p.pid, usedGpuMemory: p.used_bytes, gpuInstanceId: p.gpu_instance_id, computeInstanceId: p.compute_instance_id }
     }
 }
 
@@ -51,19 +56,31 @@ enum ProcessKind {
     Mps,
 }
 
-/// The live processes with a context on device `i`.
-fn compute_processes(st: &SharedState, i: usize) -> Vec<DeviceProcess> {
-    st.reclaim_dead(None);
+/// The live processes with a context on slot `i`.
+fn slot_processes(st: &SharedState, i: usize, ids: (u32, u32)) -> Vec<DeviceProcess> {
     (0..crate::state::MAX_PROCS)
         .map(|s| st.proc(s))
         .filter(|r| r.state.load(Acquire) == PROC_ALIVE && r.devices[i].contexts.load(Acquire) > 0)
-        .map(|r| DeviceProcess { pid: r.host_pid.load(Relaxed), used_bytes: r.devices[i].used_bytes.load(Acquire) })
+        .map(|r| DeviceProcess { pid: r.host_pid.load(Relaxed), used_bytes: r.devices[i].used_bytes.load(Acquire), gpu_instance_id: ids.0, compute_instance_id: ids.1 })
         .collect()
 }
 
-fn processes(st: &SharedState, i: usize, kind: ProcessKind) -> Vec<DeviceProcess> {
+/// The live processes with a context on what handle slot `s` names: a MIG
+/// device's own; on a partitioned device, those of every instance, each
+/// with its instance's ids (as NVML lists them on the parent).
+fn compute_processes(m: &Machine, s: usize) -> Vec<DeviceProcess> {
+    m.state.reclaim_dead(None);
+    let ids = |slot: usize| m.topology.instance(slot).map_or((NO_INSTANCE, NO_INSTANCE), |i| (i.gpu_instance_id(), i.compute_instance_id()));
+    let instances = m.topology.instance_slots(s);
+    if instances.is_empty() {
+        return slot_processes(&m.state, s, ids(s));
+    }
+    instances.into_iter().flat_map(|slot| slot_processes(&m.state, slot, ids(slot))).collect()
+}
+
+fn processes(m: &Machine, s: usize, kind: ProcessKind) -> Vec<DeviceProcess> {
     match kind {
-        ProcessKind::Compute => compute_processes(st, i),
+        ProcessKind::Compute => compute_processes(m, s),
         ProcessKind::Graphics | ProcessKind::Mps => Vec::new(),
     }
 }
@@ -73,11 +90,11 @@ fn processes(st: &SharedState, i: usize, kind: ProcessKind) -> Vec<DeviceProcess
 /// first call passes 0 and null) is `NVML_ERROR_INSUFFICIENT_SIZE` with the
 /// needed count written.
 unsafe fn running_processes<T: From<DeviceProcess>>(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut T, kind: ProcessKind) -> NvResult<()> {
-    let (m, i) = ready_device(dev)?;
+    let (m, s) = ready_slot(dev)?;
     if count.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
-    let procs = processes(&m.state, i, kind);
+    let procs = processes(m, s, kind);
     // SAFETY: non-null in/out count by nvml.h's contract.
     let room = unsafe { count.read_unaligned() } as usize;
     // SAFETY: out-pointer, checked non-null.

@@ -2,7 +2,7 @@
 //! by UUID and by PCI bus id.
 
 use super::{handle, nvml_export, out, ready, write_str, NvResult, INIT_COUNT};
-use crate::driver::{device_uuid, machine, uuid_string, DRIVER_VERSION, NVML_DRIVER_VERSION};
+use crate::driver::{machine, slot_uuid_string, DRIVER_VERSION, NVML_DRIVER_VERSION};
 use abi::nvml::*;
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::atomic::Ordering::*;
@@ -75,8 +75,9 @@ nvml_export! {
     nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) {
         let m = ready()?;
         let wanted = c_string(uuid)?.to_ascii_lowercase();
-        let index = (0..m.state.device_count() as usize)
-            .find(|&i| uuid_string(&device_uuid(&m.state, i)).to_ascii_lowercase() == wanted)
+        // A `MIG-…` UUID finds its MIG device, as on a real system.
+        let index = (0..m.topology.slot_count())
+            .find(|&i| slot_uuid_string(m, i).to_ascii_lowercase() == wanted)
             .ok_or(NVML_ERROR_NOT_FOUND)?;
         out(dev, handle(index))
     }
