@@ -10,6 +10,7 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,10 +29,32 @@ pub fn socket_path(dir: &Path) -> PathBuf {
     dir.join(".turns.sock")
 }
 
+/// The longest path a Unix socket address holds, less its NUL.
+const SUN_PATH_MAX: usize = 107;
+
+/// Runs `f` with a path to `<dir>/.turns.sock` short enough for a socket
+/// address: the path itself, or, in a directory whose path is too long,
+/// the same file through `/proc/self/fd/<N>` of a descriptor of `dir`.
+pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
+    let path = socket_path(dir);
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return f(&path);
+    }
+    let dir_fd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)?;
+    let short = PathBuf::from(format!("/proc/self/fd/{}/.turns.sock", dir_fd.as_raw_fd()));
+    let result = f(&short);
+    drop(dir_fd);
+    result
+}
+
 /// Asks the monitor listening in `dir` for the turn table of `uuid`.
 pub fn request(dir: &Path, uuid: &[u8; 16]) -> Result<Turns, String> {
     let path = socket_path(dir);
-    let mut stream = UnixStream::connect(&path).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
+    let mut stream =
+        with_socket_path(dir, |p| UnixStream::connect(p)).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
     stream.write_all(uuid).map_err(|e| format!("asking {}: {e}", path.display()))?;
@@ -133,6 +156,17 @@ fn receive_fd(socket: RawFd) -> io::Result<(u8, Option<OwnedFd>)> {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_socket_in_a_directory_with_a_long_path_is_reached_through_its_descriptor() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-broker-long-{}-{}", std::process::id(), "x".repeat(120)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let listener = with_socket_path(&dir, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        assert!(socket_path(&dir).exists(), "bound in the directory itself");
+        let client = with_socket_path(&dir, |p| UnixStream::connect(p)).unwrap();
+        drop((client, listener));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_table_handed_over_a_socket_is_the_same_table() {

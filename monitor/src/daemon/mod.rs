@@ -161,7 +161,12 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
-    let turn_tables = turns::TurnTables::serve(&dir)?;
+    // Without the turn tables, limits and caps still hold; shares and
+    // priorities do not, and the tenants that have them say so.
+    let turn_tables = turns::TurnTables::serve(&dir).unwrap_or_else(|e| {
+        log::warn(&format!("{e}; compute shares and priorities are not arbitrated"));
+        turns::TurnTables::default()
+    });
     let mut policy_state = policy::PolicyState::new(&dir)?;
     let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();

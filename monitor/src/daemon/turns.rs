@@ -40,7 +40,8 @@ impl TurnTables {
             Ok(_) => return Err(format!("{} exists and is no socket; remove it", path.display())),
             Err(_) => {}
         }
-        let listener = UnixListener::bind(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let listener = ledger::broker::with_socket_path(dir, |p| UnixListener::bind(p))
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| format!("cannot open {} to tenants: {e}", path.display()))?;
         let tables = TurnTables::default();
