@@ -44,6 +44,40 @@ pub fn limited_launches(c: &mut Criterion, prefix: &str, shim: &Path, dir: &Path
     );
 }
 
+/// The `launch_turns/share_50` row: a third copy of the shim, whose tenant
+/// has a share of 50 % and so takes the device's turns, from a turn table
+/// this benchmark hands out as the monitor would. Alone, it holds the turn:
+/// each launch is bracketed by timing events, charged, and checks the turn.
+pub fn turn_launches(c: &mut Criterion, prefix: &str, shim: &Path, dir: &Path) {
+    let ledger_dir = dir.join("ledger");
+    std::fs::create_dir_all(&ledger_dir).expect("the ledger directory");
+    let listener = std::os::unix::net::UnixListener::bind(ledger::broker::socket_path(&ledger_dir)).expect("the turn-table socket");
+    let turns = ledger::turns::Turns::create_sealed("bench").expect("a turn table");
+    let fd = turns.fd();
+    std::thread::spawn(move || {
+        let _keep = turns;
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            if ledger::broker::read_request(&mut stream).is_ok() {
+                let _ = ledger::broker::answer(&stream, Some(fd));
+            }
+        }
+    });
+    let copy = dir.join("libgpuslice-turns.so");
+    std::fs::copy(shim, &copy).expect("cannot copy the shim");
+    std::env::set_var("GPUSLICE_TENANT", "turns");
+    std::env::set_var("GPUSLICE_COMPUTE_SHARE", "50");
+    let lib = load_library(&copy);
+    let driver = Driver::resolve(&lib, &copy);
+    std::env::remove_var("GPUSLICE_COMPUTE_SHARE");
+    let mut group = c.benchmark_group(format!("{prefix}launch_turns"));
+    group.bench_function("share_50", |b| {
+        driver.make_current();
+        b.iter_custom(|iters| driver.launch_zero_length(iters))
+    });
+    group.finish();
+}
+
 /// How close to its limit a tenant gets on simgpu: `cargo bench --bench shim
 /// -- compute_accuracy`. For each limit, a client launching 1 ms kernels
 /// back to back for 5 s under the shim alone on a simulated GPU of its own,
