@@ -30,6 +30,10 @@ use std::time::Duration;
 #[derive(Clone)]
 struct Tenant {
     name: &'static str,
+    /// Device ordinal its client runs on.
+    device: u32,
+    /// `GPUSLICE_COMPUTE_SHARE` as written, when per device.
+    shares: Option<&'static str>,
     share: Option<u32>,
     limit: Option<u32>,
     kernel_us: u64,
@@ -38,7 +42,7 @@ struct Tenant {
 }
 
 fn tenant(name: &'static str, share: Option<u32>, limit: Option<u32>, kernel_us: u64) -> Tenant {
-    Tenant { name, share, limit, kernel_us, stop_after_s: None }
+    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None }
 }
 
 struct Scenario {
@@ -62,6 +66,16 @@ fn scenarios() -> Vec<Scenario> {
             name: "mixed-kernels-25-75",
             tenants: vec![t("short", Some(25), None, 50), t("long", Some(75), None, 5000)],
             targets: vec![25.0, 75.0],
+        },
+        Scenario {
+            name: "two-devices",
+            tenants: vec![
+                Tenant { device: 0, shares: Some("0=25,1=75"), ..t("a", None, None, 1000) },
+                Tenant { device: 0, shares: Some("0=75,1=25"), ..t("b", None, None, 1000) },
+                Tenant { device: 1, shares: Some("0=25,1=75"), ..t("a", None, None, 1000) },
+                Tenant { device: 1, shares: Some("0=75,1=25"), ..t("b", None, None, 1000) },
+            ],
+            targets: vec![25.0, 75.0, 75.0, 25.0],
         },
         Scenario { name: "no-shares-3", tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)].into_iter().map(|mut x| { x.share = Some(0); x }).collect(), targets: vec![33.3, 33.3, 33.3] },
     ]
@@ -102,11 +116,19 @@ fn busy_bins(out: &gpuslice_tests::Output, kernel_us: u64) -> Vec<f64> {
     bins
 }
 
-fn spawn(sim: &Sim, t: &Tenant, seconds: f64) -> Running {
+/// Seconds since the Unix epoch: the clients' shared time base.
+fn epoch_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn spawn(sim: &Sim, t: &Tenant, seconds: f64, epoch_s: f64) -> Running {
     let mut cmd = sim.py("fairness_load.py");
-    cmd.env("GPUSLICE_TENANT", t.name);
+    cmd.env("GPUSLICE_TENANT", t.name).env("FAIRNESS_EPOCH", format!("{epoch_s:.6}"));
     if let Some(share) = t.share.filter(|s| *s > 0) {
         cmd.env("GPUSLICE_COMPUTE_SHARE", share.to_string());
+    }
+    if let Some(shares) = t.shares {
+        cmd.env("GPUSLICE_COMPUTE_SHARE", shares);
     }
     if t.share == Some(0) {
         // No share, but a compute setting, so that the tenant takes turns.
@@ -115,7 +137,7 @@ fn spawn(sim: &Sim, t: &Tenant, seconds: f64) -> Running {
     if let Some(limit) = t.limit {
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit.to_string());
     }
-    cmd.args(["saturate", &t.kernel_us.to_string(), &t.stop_after_s.unwrap_or(seconds).to_string()]);
+    cmd.args(["saturate", &t.kernel_us.to_string(), &t.stop_after_s.unwrap_or(seconds).to_string(), &t.device.to_string()]);
     sim.spawn(&mut cmd)
 }
 
@@ -125,10 +147,14 @@ fn sum(bins: &[f64], from: usize, to: usize) -> f64 {
 
 /// Runs a scenario; returns each tenant's kernel time per bin.
 fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
-    let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    let devices = scenario.tenants.iter().map(|t| t.device + 1).max().unwrap_or(1);
+    let sim = Sim::new().shim().devices(devices).timeout(Duration::from_secs(seconds as u64 + 120));
     // A share needs the monitor (it hands out the device's turn table).
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
-    let running: Vec<Running> = scenario.tenants.iter().map(|t| spawn(&sim, t, seconds)).collect();
+    // Every client counts from one epoch, a moment after they are all
+    // spawned, and runs past the run's end by its own start-up time.
+    let epoch_s = epoch_now_s() + 0.5;
+    let running: Vec<Running> = scenario.tenants.iter().map(|t| spawn(&sim, t, seconds + 1.0, epoch_s)).collect();
     running
         .into_iter()
         .zip(&scenario.tenants)
@@ -142,7 +168,7 @@ fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
         .collect()
 }
 
-fn chart(name: &str, names: &[&str], bins: &[Vec<f64>]) -> Result<PathBuf, Box<dyn std::error::Error>> {
+fn chart(name: &str, names: &[String], bins: &[Vec<f64>], devices: &[u32]) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = gpuslice_tests::repo_root().join("target/fairness");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.svg"));
@@ -150,10 +176,12 @@ fn chart(name: &str, names: &[&str], bins: &[Vec<f64>]) -> Result<PathBuf, Box<d
     let len = bins.iter().map(Vec::len).max().unwrap_or(0) / 5;
     let series: Vec<Vec<(f64, f64)>> = bins
         .iter()
-        .map(|b| {
+        .zip(devices)
+        .map(|(b, device)| {
             (0..len)
                 .filter_map(|i| {
-                    let total: f64 = bins.iter().map(|o| sum(o, i * 5, i * 5 + 5)).sum();
+                    let total: f64 =
+                        bins.iter().zip(devices).filter(|(_, d)| *d == device).map(|(o, _)| sum(o, i * 5, i * 5 + 5)).sum();
                     (total > 0.0).then(|| (i as f64 * 0.5, 100.0 * sum(b, i * 5, i * 5 + 5) / total))
                 })
                 .collect()
@@ -170,7 +198,7 @@ fn chart(name: &str, names: &[&str], bins: &[Vec<f64>]) -> Result<PathBuf, Box<d
     chart.configure_mesh().x_desc("seconds").y_desc("% of device time").draw()?;
     for (i, (points, tenant)) in series.into_iter().zip(names).enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(*tenant).legend(move |(x, y)| {
+        chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(tenant.as_str()).legend(move |(x, y)| {
             PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
         });
     }
@@ -186,25 +214,38 @@ fn fairness(scenario: &Scenario, seconds: f64) {
     let names: Vec<&str> = scenario.tenants.iter().map(|t| t.name).collect();
     // The 10 s window after 1 s of convergence (shorter runs: what is left).
     let (from, to) = (10, ((seconds * 10.0) as usize).min(110));
-    let total: f64 = bins.iter().map(|b| sum(b, from, to)).sum();
+    let devices: Vec<u32> = scenario.tenants.iter().map(|t| t.device).collect();
+    // Each tenant's share is of its own device's kernel time.
+    let on_device = |d: u32| bins.iter().zip(&devices).filter(move |(_, dev)| **dev == d).map(|(b, _)| b);
     println!("\n{}: target vs got over {:.0}-{:.0} s", scenario.name, from as f64 / 10.0, to as f64 / 10.0);
-    println!("  {:<8} {:>7} {:>7} {:>7}   2 s windows", "tenant", "target", "got", "error");
+    println!("  {:<8} {:>6} {:>7} {:>7} {:>7}   2 s windows", "tenant", "device", "target", "got", "error");
     let mut worst: f64 = 0.0;
-    for ((b, name), target) in bins.iter().zip(&names).zip(&scenario.targets) {
+    for (((b, name), target), device) in bins.iter().zip(&names).zip(&scenario.targets).zip(&devices) {
+        let total: f64 = on_device(*device).map(|o| sum(o, from, to)).sum();
         let got = if total > 0.0 { 100.0 * sum(b, from, to) / total } else { 0.0 };
         let windows: Vec<String> = (from..to)
             .step_by(20)
             .map(|w| {
-                let t: f64 = bins.iter().map(|o| sum(o, w, w + 20)).sum();
+                let t: f64 = on_device(*device).map(|o| sum(o, w, w + 20)).sum();
                 format!("{:5.1}", if t > 0.0 { 100.0 * sum(b, w, w + 20) / t } else { 0.0 })
             })
             .collect();
         worst = worst.max((got - target).abs());
-        println!("  {:<8} {:>6.1}% {:>6.1}% {:>+6.1}   {}", name, target, got, got - target, windows.join(" "));
+        println!("  {:<8} {:>6} {:>6.1}% {:>6.1}% {:>+6.1}   {}", name, device, target, got, got - target, windows.join(" "));
     }
     let wall_us = (to - from) as f64 * 100_000.0;
-    println!("  device busy {:.1}% of wall time; worst error {:.1} points", 100.0 * total / wall_us, worst);
-    match chart(scenario.name, &names, &bins) {
+    let device_count = devices.iter().max().map_or(1, |d| d + 1);
+    for d in 0..device_count {
+        let total: f64 = on_device(d).map(|o| sum(o, from, to)).sum();
+        println!("  device {d} busy {:.1}% of wall time", 100.0 * total / wall_us);
+    }
+    println!("  worst error {worst:.1} points");
+    let labels: Vec<String> = if device_count > 1 {
+        names.iter().zip(&devices).map(|(n, d)| format!("{n} (device {d})")).collect()
+    } else {
+        names.iter().map(|n| n.to_string()).collect()
+    };
+    match chart(scenario.name, &labels, &bins, &devices) {
         Ok(path) => println!("  chart: {}", path.display()),
         Err(e) => println!("  chart not written: {e}"),
     }
@@ -247,7 +288,7 @@ fn priority(seconds: f64) {
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let lone = latencies(burst(&sim).wait());
     let high = burst(&sim);
-    let low = spawn(&sim, &Tenant { name: "training", share: Some(50), limit: None, kernel_us: 2000, stop_after_s: None }, seconds);
+    let low = spawn(&sim, &tenant("training", Some(50), None, 2000), seconds, epoch_now_s());
     let (shared, low_out) = (latencies(high.wait()), low.wait());
     let low_bins = busy_bins(&low_out, 2000);
     let (from, to) = (10, ((seconds * 10.0) as usize).min(110));

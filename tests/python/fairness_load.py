@@ -1,11 +1,13 @@
 """A tenant of the fairness benchmark, through NVIDIA's cuda-bindings.
 
-    fairness_load.py saturate KERNEL_US SECONDS
+    fairness_load.py saturate KERNEL_US SECONDS [DEVICE]
     fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS
 
 `saturate` launches `sim_sleep` kernels of KERNEL_US back to back on a
 stream of its own for SECONDS and prints, for every 100 ms of wall time
-since its first launch, how many launches returned in it (`bin=I n=N`): the
+since its first launch (or since FAIRNESS_EPOCH, seconds since the Unix
+epoch, when set: one time base for several clients), how many launches
+returned in it (`bin=I n=N`): the
 shim holds launches while the tenant's work in flight is at its bound, so
 launches return at the pace kernels complete, to within that bound.
 
@@ -13,6 +15,7 @@ launches return at the pace kernels complete, to within that bound.
 complete, and prints each burst's latency in microseconds (`burst_us=L`).
 """
 import ctypes
+import os
 import sys
 import time
 
@@ -27,9 +30,9 @@ def check(result):
     return rest[0] if len(rest) == 1 else rest
 
 
-def setup(kernel_us):
+def setup(kernel_us, device=0):
     check(cu.cuInit(0))
-    ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(0))))
+    ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(device))))
     check(cu.cuCtxSetCurrent(ctx))
     func = check(cu.cuModuleGetFunction(check(cu.cuModuleLoadData(b"any image")), b"sim_sleep"))
     stream = check(cu.cuStreamCreate(0))
@@ -38,11 +41,14 @@ def setup(kernel_us):
     return func, stream, (arg, params)
 
 
-def saturate(kernel_us, seconds):
-    func, stream, keep = setup(kernel_us)
+def saturate(kernel_us, seconds, device=0):
+    func, stream, keep = setup(kernel_us, device)
     params = keep[1]
     bins = {}
     start = time.monotonic()
+    epoch = os.environ.get("FAIRNESS_EPOCH")
+    # Bins count from the shared epoch, in this process's monotonic clock.
+    origin = start - (time.time() - float(epoch)) if epoch else start
     print("started=1", flush=True)
     until = start + seconds
     while True:
@@ -50,8 +56,9 @@ def saturate(kernel_us, seconds):
         if now >= until:
             break
         check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
-        b = int((time.monotonic() - start) * 10)
-        bins[b] = bins.get(b, 0) + 1
+        b = int((time.monotonic() - origin) * 10)
+        if b >= 0:
+            bins[b] = bins.get(b, 0) + 1
     check(cu.cuStreamSynchronize(stream))
     for b in sorted(bins):
         print(f"bin={b} n={bins[b]}")
@@ -77,6 +84,6 @@ def burst(kernel_us, count, period_ms, seconds):
 
 mode = sys.argv[1]
 if mode == "saturate":
-    saturate(int(sys.argv[2]), float(sys.argv[3]))
+    saturate(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
 else:
     burst(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
