@@ -7,6 +7,7 @@
 
 mod config;
 mod daemon;
+mod demo;
 mod discovery;
 mod driver_check;
 mod host;
@@ -59,6 +60,11 @@ enum Command {
       gpuslice status\n  \
       gpuslice status --dir /run/gpuslice --json")]
     Status(status::StatusArgs),
+    /// Show gpuslice sharing a simulated GPU: caps, shares, priority and the queue, for about 20 s.
+    Demo(demo::DemoArgs),
+    /// A workload of the demo (used by `gpuslice demo`).
+    #[command(hide = true)]
+    DemoWorker(demo::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +74,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Monitor(args) => daemon::main(args),
         Command::Status(args) => status::main(args),
+        Command::Demo(args) => demo::main(args),
+        Command::DemoWorker(args) => demo::worker::main(args),
     };
     match result {
         Ok(code) => code,
