@@ -17,7 +17,10 @@
 //!   (charging, the per-device reservation, VMM, arrays), [`exec`] (queues,
 //!   workers, streams, events), [`sched`] (cross-process time slicing),
 //!   [`state`] (the shared file), [`alloc`] (address arithmetic),
-//!   [`config`] (environment).
+//!   [`config`] (environment), [`image`] (the kernels a PTX, cubin or
+//!   fatbin image defines).
+//! - [`exports::export_table`]: the private tables the CUDA runtime asks for
+//!   with `cuGetExportTable`, so libcudart (CuPy, cuda.core) runs on simgpu.
 //!
 //! Configuration: `SIMGPU_DEVICES`, `SIMGPU_MEMORY`, `SIMGPU_STATE`,
 //! `SIMGPU_CONTEXT_MEMORY`, `SIMGPU_SLICE_US`, `SIMGPU_KERNEL_US` (see
@@ -38,6 +41,8 @@ pub mod driver;
 pub mod exec;
 pub mod exports;
 pub mod ffi;
+pub mod image;
+pub mod log;
 pub mod memory;
 pub mod nvml;
 pub mod procaddr;

@@ -51,7 +51,11 @@ cu_export!(cuCtxDestroy_v2(ctx: CUcontext) {
 cu_export!(cuCtxSetCurrent(ctx: CUcontext) {
     let d = driver()?;
     let handle = h(ctx);
-    if handle != 0 && !d.read().contexts.contains_key(&handle) {
+    // A primary context's handle is valid while the context is inactive
+    // (the runtime makes it current before retaining it); using it then
+    // fails in the call that needs it, as `d.current()` finds no context.
+    let primary = d.devices.iter().any(|rt| rt.primary_handle == handle);
+    if handle != 0 && !primary && !d.read().contexts.contains_key(&handle) {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     with_ctx_stack(|s| {

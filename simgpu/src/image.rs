@@ -1,0 +1,445 @@
+//! Module images: which kernels a PTX, cubin or fatbin image holds.
+//!
+//! simgpu runs no device code, but it answers as a driver does about the
+//! kernels an image defines: `cuModuleGetFunction` and `cuLibraryGetKernel`
+//! find the names listed here and refuse others with `CUDA_ERROR_NOT_FOUND`.
+//! Supported:
+//! - **PTX** (text): every `.entry <name>` (with `.visible`/`.weak` or not).
+//! - **cubin** (64-bit little-endian ELF, as `nvcc -cubin`, NVRTC and
+//!   nvJitLink write it): one kernel per `.nv.info.<name>` section; an image
+//!   without any lists the `FUNC` symbols that live in `.text.<name>`.
+//! - **fatbin** (`0xBA55ED50` container, also behind the runtime's
+//!   `0x466243B1` wrapper): the union of its uncompressed PTX and cubin
+//!   entries. Compressed entries (LZ4 or Zstandard, flagged in the entry
+//!   header) are not decompressed: an image with one has [`Kernels::Any`].
+//!
+//! Any other text (the tests' `"any image"`) also has [`Kernels::Any`]: every
+//! name resolves, and a kernel's duration comes from its name
+//! ([`crate::exports::launch`]). A binary image of no known format is
+//! refused with `CUDA_ERROR_INVALID_IMAGE`, as a driver refuses it.
+//!
+//! Parsing is on byte slices with checked arithmetic: a truncated or hostile
+//! image is an error, never a read past its end. Working out how long an
+//! image behind a bare pointer is (`cuModuleLoadData` passes no size) is
+//! [`image_len`]'s job, from the format's own headers.
+
+use std::collections::BTreeSet;
+
+/// The kernels of an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// Exactly these names.
+    Named(BTreeSet<String>),
+    /// Unknown (free text, or a compressed fatbin entry): any name resolves.
+    Any,
+}
+
+impl Kernels {
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            Kernels::Named(set) => set.contains(name),
+            Kernels::Any => true,
+        }
+    }
+
+    fn merge(self, other: Kernels) -> Kernels {
+        match (self, other) {
+            (Kernels::Named(mut a), Kernels::Named(b)) => {
+                a.extend(b);
+                Kernels::Named(a)
+            }
+            _ => Kernels::Any,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ImageError {
+    /// Not an image simgpu recognises, or a malformed one.
+    Invalid(&'static str),
+}
+
+pub const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
+pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// `__fatBinC_Wrapper_t.magic`, the runtime's wrapper around a fatbin.
+pub const FATBINC_WRAPPER_MAGIC: u32 = 0x4662_43B1;
+
+const FATBIN_ENTRY_PTX: u16 = 1;
+const FATBIN_ENTRY_ELF: u16 = 2;
+const FATBIN_FLAG_COMPRESSED_LZ4: u64 = 0x2000;
+const FATBIN_FLAG_COMPRESSED_ZSTD: u64 = 0x8000;
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// The kernels of a complete image.
+pub fn kernels(image: &[u8]) -> Result<Kernels, ImageError> {
+    if image.starts_with(&ELF_MAGIC) {
+        return elf_kernels(image).map(Kernels::Named);
+    }
+    match u32_at(image, 0) {
+        Some(FATBIN_MAGIC) => return fatbin_kernels(image),
+        Some(FATBINC_WRAPPER_MAGIC) => return Err(ImageError::Invalid("a fatbin wrapper must be resolved to its fatbin first")),
+        _ => {}
+    }
+    if looks_like_text(image) {
+        return Ok(ptx_kernels(image));
+    }
+    Err(ImageError::Invalid("neither PTX, nor an ELF cubin, nor a fatbin"))
+}
+
+/// Text: printable ASCII or whitespace up to the first NUL.
+fn looks_like_text(image: &[u8]) -> bool {
+    let text = image.split(|&b| b == 0).next().unwrap_or_default();
+    !text.is_empty() && text.iter().all(|&b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+}
+
+/// PTX `.entry` names. Text without `.version` or `.entry` is not PTX: any
+/// name resolves.
+pub fn ptx_kernels(text: &[u8]) -> Kernels {
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
+    let text = String::from_utf8_lossy(text);
+    let mut names = BTreeSet::new();
+    let mut is_ptx = false;
+    let mut tokens = text.split(|c: char| c.is_whitespace() || c == '(' || c == '{').filter(|t| !t.is_empty());
+    while let Some(token) = tokens.next() {
+        match token {
+            ".version" | ".target" => is_ptx = true,
+            ".entry" => {
+                is_ptx = true;
+                if let Some(name) = tokens.next() {
+                    names.insert(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    if is_ptx {
+        Kernels::Named(names)
+    } else {
+        Kernels::Any
+    }
+}
+
+/// One ELF64 section header's fields that matter here.
+struct Section {
+    name_offset: u32,
+    kind: u32,
+    offset: u64,
+    size: u64,
+    link: u32,
+    entry_size: u64,
+}
+
+const SHT_SYMTAB: u32 = 2;
+const STT_FUNC: u8 = 2;
+
+fn elf_sections(elf: &[u8]) -> Result<Vec<Section>, ImageError> {
+    let bad = ImageError::Invalid("truncated or malformed ELF image");
+    if elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
+        return Err(ImageError::Invalid("only 64-bit little-endian ELF images are supported"));
+    }
+    let shoff = u64_at(elf, 0x28).ok_or(ImageError::Invalid("truncated ELF header"))? as usize;
+    let shentsize = u16_at(elf, 0x3a).ok_or(ImageError::Invalid("truncated ELF header"))? as usize;
+    let shnum = u16_at(elf, 0x3c).ok_or(ImageError::Invalid("truncated ELF header"))? as usize;
+    if shentsize < 0x40 {
+        return Err(bad);
+    }
+    (0..shnum)
+        .map(|i| {
+            let at = shoff.checked_add(i.checked_mul(shentsize)?)?;
+            Some(Section {
+                name_offset: u32_at(elf, at)?,
+                kind: u32_at(elf, at + 4)?,
+                offset: u64_at(elf, at + 0x18)?,
+                size: u64_at(elf, at + 0x20)?,
+                link: u32_at(elf, at + 0x28)?,
+                entry_size: u64_at(elf, at + 0x38)?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or(bad)
+}
+
+fn section_bytes<'a>(elf: &'a [u8], s: &Section) -> Option<&'a [u8]> {
+    let start = usize::try_from(s.offset).ok()?;
+    elf.get(start..start.checked_add(usize::try_from(s.size).ok()?)?)
+}
+
+fn c_string_at(table: &[u8], at: usize) -> Option<&str> {
+    let rest = table.get(at..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// Kernel names of a cubin.
+pub fn elf_kernels(elf: &[u8]) -> Result<BTreeSet<String>, ImageError> {
+    let bad = || ImageError::Invalid("truncated or malformed ELF image");
+    let sections = elf_sections(elf)?;
+    let shstrndx = u16_at(elf, 0x3e).ok_or_else(bad)? as usize;
+    let names = sections.get(shstrndx).and_then(|s| section_bytes(elf, s)).ok_or_else(bad)?;
+    let section_name = |s: &Section| c_string_at(names, s.name_offset as usize).unwrap_or("");
+
+    let mut kernels: BTreeSet<String> =
+        sections.iter().filter_map(|s| section_name(s).strip_prefix(".nv.info.")).filter(|n| !n.is_empty()).map(str::to_string).collect();
+    if !kernels.is_empty() {
+        return Ok(kernels);
+    }
+    for symtab in sections.iter().filter(|s| s.kind == SHT_SYMTAB) {
+        let symbols = section_bytes(elf, symtab).ok_or_else(bad)?;
+        let strings = sections.get(symtab.link as usize).and_then(|s| section_bytes(elf, s)).ok_or_else(bad)?;
+        let entry = usize::try_from(symtab.entry_size).ok().filter(|&e| e >= 24).ok_or_else(bad)?;
+        for sym in symbols.chunks_exact(entry) {
+            let (Some(name_at), Some(&info), Some(shndx)) = (u32_at(sym, 0), sym.get(4), u16_at(sym, 6)) else { continue };
+            if info & 0xf != STT_FUNC {
+                continue;
+            }
+            let Some(name) = c_string_at(strings, name_at as usize) else { continue };
+            let in_own_text = sections.get(shndx as usize).map(section_name).and_then(|s| s.strip_prefix(".text.")) == Some(name);
+            if in_own_text && !name.is_empty() {
+                kernels.insert(name.to_string());
+            }
+        }
+    }
+    Ok(kernels)
+}
+
+/// Kernels of a fatbin container: its header, then entries of
+/// (kind u16, version u16, header size u32, payload size u64, …, flags u64
+/// at 40), each payload following its header.
+pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
+    let bad = || ImageError::Invalid("truncated or malformed fatbin");
+    let header_size = u16_at(fatbin, 6).ok_or_else(bad)? as usize;
+    let body_size = usize::try_from(u64_at(fatbin, 8).ok_or_else(bad)?).map_err(|_| bad())?;
+    let body = fatbin.get(header_size..header_size.checked_add(body_size).ok_or_else(bad)?).ok_or_else(bad)?;
+    let mut kernels = Kernels::Named(BTreeSet::new());
+    let mut at = 0usize;
+    while at < body.len() {
+        let entry = &body[at..];
+        let kind = u16_at(entry, 0).ok_or_else(bad)?;
+        let entry_header = u32_at(entry, 4).ok_or_else(bad)? as usize;
+        let payload_size = usize::try_from(u64_at(entry, 8).ok_or_else(bad)?).map_err(|_| bad())?;
+        let flags = u64_at(entry, 40).unwrap_or(0);
+        if entry_header == 0 {
+            return Err(bad());
+        }
+        let payload = entry.get(entry_header..entry_header.checked_add(payload_size).ok_or_else(bad)?).ok_or_else(bad)?;
+        let found = if flags & (FATBIN_FLAG_COMPRESSED_LZ4 | FATBIN_FLAG_COMPRESSED_ZSTD) != 0 {
+            Kernels::Any
+        } else {
+            match kind {
+                FATBIN_ENTRY_PTX => ptx_kernels(payload),
+                FATBIN_ENTRY_ELF => Kernels::Named(elf_kernels(payload)?),
+                _ => Kernels::Named(BTreeSet::new()),
+            }
+        };
+        kernels = kernels.merge(found);
+        at = at.checked_add(entry_header + payload_size).ok_or_else(bad)?;
+    }
+    Ok(kernels)
+}
+
+/// How many bytes the image at `image` spans, read from its own headers
+/// (`cuModuleLoadData` passes a pointer, no size): an ELF image ends at its
+/// last section or section table, a fatbin at its header's size, text at
+/// its NUL.
+///
+/// # Safety
+/// `image` must point to a complete image as cuda.h requires (an ELF or
+/// fatbin image valid for the size its headers state, or NUL-terminated text).
+pub unsafe fn image_len(image: *const u8) -> Result<usize, ImageError> {
+    // SAFETY: every image format simgpu accepts is at least 4 bytes long
+    // (text is NUL-terminated: we stop at the NUL).
+    let head = unsafe { std::slice::from_raw_parts(image, 4) };
+    if head == ELF_MAGIC {
+        // SAFETY: an ELF image starts with its 64-byte header.
+        let header = unsafe { std::slice::from_raw_parts(image, 0x40) };
+        if header[4] != 2 || header[5] != 1 {
+            return Err(ImageError::Invalid("only 64-bit little-endian ELF images are supported"));
+        }
+        let shoff = u64_at(header, 0x28).unwrap_or(0) as usize;
+        let shentsize = u16_at(header, 0x3a).unwrap_or(0) as usize;
+        let shnum = u16_at(header, 0x3c).unwrap_or(0) as usize;
+        let table_end = shentsize.checked_mul(shnum).and_then(|n| n.checked_add(shoff)).ok_or(ImageError::Invalid("malformed ELF header"))?;
+        if table_end > 1 << 32 {
+            return Err(ImageError::Invalid("ELF section table beyond 4 GiB"));
+        }
+        // SAFETY: the section header table lies within the image (its header says where).
+        let table = unsafe { std::slice::from_raw_parts(image.add(shoff), table_end - shoff) };
+        let mut end = table_end.max(0x40);
+        for s in table.chunks_exact(shentsize.max(1)) {
+            const SHT_NOBITS: u32 = 8;
+            if u32_at(s, 4) == Some(SHT_NOBITS) {
+                continue;
+            }
+            let section_end = u64_at(s, 0x18).zip(u64_at(s, 0x20)).and_then(|(o, n)| o.checked_add(n));
+            end = end.max(section_end.and_then(|e| usize::try_from(e).ok()).ok_or(ImageError::Invalid("malformed ELF section"))?);
+        }
+        return Ok(end);
+    }
+    if u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == FATBIN_MAGIC {
+        // SAFETY: a fatbin starts with its 16-byte header.
+        let header = unsafe { std::slice::from_raw_parts(image, 16) };
+        let size = (u16_at(header, 6).unwrap_or(0) as u64).checked_add(u64_at(header, 8).unwrap_or(0));
+        return size.and_then(|s| usize::try_from(s).ok()).filter(|&s| s <= 1 << 32).ok_or(ImageError::Invalid("malformed fatbin header"));
+    }
+    // SAFETY: anything else is read as NUL-terminated text.
+    Ok(unsafe { std::ffi::CStr::from_ptr(image.cast()) }.to_bytes().len())
+}
+
+/// The fatbin a runtime wrapper (`__fatBinC_Wrapper_t`: magic u32,
+/// version u32, data pointer, …) points to, or `image` itself.
+///
+/// # Safety
+/// `image` must point to an image or a wrapper as the runtime passes it.
+pub unsafe fn unwrap_fatbinc(image: *const u8) -> *const u8 {
+    // SAFETY: every accepted image is at least 4 bytes long.
+    let magic = unsafe { (image as *const u32).read_unaligned() };
+    if magic == FATBINC_WRAPPER_MAGIC {
+        // SAFETY: the wrapper holds the fatbin's address at offset 8.
+        unsafe { (image.add(8) as *const *const u8).read_unaligned() }
+    } else {
+        image
+    }
+}
+
+/// Reads the image behind `image` and lists its kernels.
+///
+/// # Safety
+/// As [`image_len`]; a runtime fatbin wrapper is followed to its fatbin.
+pub unsafe fn kernels_at(image: *const u8) -> Result<Kernels, ImageError> {
+    if image.is_null() {
+        return Err(ImageError::Invalid("null image"));
+    }
+    // SAFETY: forwarded contract.
+    let image = unsafe { unwrap_fatbinc(image) };
+    if image.is_null() {
+        return Err(ImageError::Invalid("fatbin wrapper without data"));
+    }
+    // SAFETY: forwarded contract.
+    let len = unsafe { image_len(image) }?;
+    // SAFETY: image_len measured the image from its own headers.
+    kernels(unsafe { std::slice::from_raw_parts(image, len) })
+}
+
+/// A PTX text declaring `names` as entries: what the linker hands back
+/// (`cuLinkComplete`), which simgpu's loader reads like any PTX.
+pub fn linked_ptx(names: &BTreeSet<String>) -> Vec<u8> {
+    let mut text = String::from("// linked by simgpu: entries only, no code\n.version 8.0\n.target sm_90\n.address_size 64\n");
+    for name in names {
+        text.push_str(&format!(".visible .entry {name}()\n{{\n\tret;\n}}\n"));
+    }
+    let mut bytes = text.into_bytes();
+    bytes.push(0);
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> Kernels {
+        Kernels::Named(names.iter().map(|s| s.to_string()).collect())
+    }
+
+    const PTX: &str = "//\n.version 8.5\n.target sm_90\n.address_size 64\n\n.visible .entry _Z3addPfS_(\n\t.param .u64 a\n)\n{\n\tret;\n}\n.entry plain{ret;}\n.func helper() { ret; }\n";
+
+    #[test]
+    fn ptx_entries_are_the_kernels() {
+        assert_eq!(kernels(PTX.as_bytes()), Ok(named(&["_Z3addPfS_", "plain"])));
+        assert_eq!(kernels(b"any image\0"), Ok(Kernels::Any));
+        assert_eq!(kernels(b".version 8.0\n.target sm_90\n"), Ok(named(&[])));
+        assert!(kernels(&[1, 2, 3, 4, 0xff]).is_err());
+    }
+
+    /// A minimal ELF64 with the given section names (and a .shstrtab).
+    fn elf_with_sections(names: &[&str]) -> Vec<u8> {
+        let mut shstr = vec![0u8];
+        let mut offsets = Vec::new();
+        for n in names.iter().chain([".shstrtab"].iter()) {
+            offsets.push(shstr.len() as u32);
+            shstr.extend_from_slice(n.as_bytes());
+            shstr.push(0);
+        }
+        let shoff = 0x40 + shstr.len();
+        let count = names.len() + 2; // null section, names, .shstrtab
+        let mut elf = vec![0u8; 0x40];
+        elf[..4].copy_from_slice(&ELF_MAGIC);
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&(count as u16).to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&((count - 1) as u16).to_le_bytes());
+        elf.extend_from_slice(&shstr);
+        elf.extend(std::iter::repeat_n(0, 0x40)); // null section
+        for (i, off) in offsets.iter().enumerate() {
+            let mut s = [0u8; 0x40];
+            s[..4].copy_from_slice(&off.to_le_bytes());
+            if i == names.len() {
+                s[4..8].copy_from_slice(&3u32.to_le_bytes());
+                s[0x18..0x20].copy_from_slice(&0x40u64.to_le_bytes());
+                s[0x20..0x28].copy_from_slice(&(shstr.len() as u64).to_le_bytes());
+            }
+            elf.extend_from_slice(&s);
+        }
+        elf
+    }
+
+    #[test]
+    fn cubin_kernels_are_its_nv_info_sections() {
+        let elf = elf_with_sections(&[".text.k1", ".nv.info.k1", ".nv.info.k2", ".nv.info"]);
+        assert_eq!(kernels(&elf), Ok(named(&["k1", "k2"])));
+        // SAFETY: the vector is a complete image.
+        assert_eq!(unsafe { image_len(elf.as_ptr()) }, Ok(elf.len()));
+        assert!(kernels(&elf[..elf.len() - 10]).is_err(), "a truncated image is refused");
+    }
+
+    fn fatbin(entries: &[(u16, u64, &[u8])]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (kind, flags, payload) in entries {
+            let mut h = [0u8; 64];
+            h[..2].copy_from_slice(&kind.to_le_bytes());
+            h[4..8].copy_from_slice(&64u32.to_le_bytes());
+            h[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            h[40..48].copy_from_slice(&flags.to_le_bytes());
+            body.extend_from_slice(&h);
+            body.extend_from_slice(payload);
+        }
+        let mut f = Vec::new();
+        f.extend_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        f.extend_from_slice(&1u16.to_le_bytes());
+        f.extend_from_slice(&16u16.to_le_bytes());
+        f.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        f.extend_from_slice(&body);
+        f
+    }
+
+    #[test]
+    fn fatbin_kernels_are_its_entries_kernels() {
+        let elf = elf_with_sections(&[".nv.info.from_elf"]);
+        let image = fatbin(&[(1, 0, PTX.as_bytes()), (2, 0, &elf)]);
+        assert_eq!(kernels(&image), Ok(named(&["_Z3addPfS_", "from_elf", "plain"])));
+        // SAFETY: the vector is a complete image.
+        assert_eq!(unsafe { image_len(image.as_ptr()) }, Ok(image.len()));
+        let compressed = fatbin(&[(2, FATBIN_FLAG_COMPRESSED_LZ4, b"\x01\x02")]);
+        assert_eq!(kernels(&compressed), Ok(Kernels::Any));
+        assert!(kernels(&image[..image.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn the_linked_image_lists_its_inputs_kernels() {
+        let names: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let image = linked_ptx(&names);
+        assert_eq!(kernels(&image), Ok(Kernels::Named(names)));
+    }
+}
