@@ -57,6 +57,7 @@ proc_table! {
     cuDeviceComputeCapability => [2000: cuDeviceComputeCapability];
     cuDeviceGetDefaultMemPool => [11020: cuDeviceGetDefaultMemPool];
     cuDeviceGetMemPool => [11020: cuDeviceGetMemPool];
+    cuDeviceSetMemPool => [11020: cuDeviceSetMemPool];
     cuDevicePrimaryCtxRetain => [7000: cuDevicePrimaryCtxRetain];
     cuDevicePrimaryCtxRelease => [7000: cuDevicePrimaryCtxRelease, 11000: cuDevicePrimaryCtxRelease_v2];
     cuDevicePrimaryCtxReset => [7000: cuDevicePrimaryCtxReset, 11000: cuDevicePrimaryCtxReset_v2];
