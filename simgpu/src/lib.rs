@@ -24,7 +24,7 @@
 //!
 //! Configuration: `SIMGPU_DEVICES`, `SIMGPU_MEMORY`, `SIMGPU_STATE`,
 //! `SIMGPU_CONTEXT_MEMORY`, `SIMGPU_SLICE_US`, `SIMGPU_KERNEL_US` (see
-//! [`config`]). The driver API honours `CUDA_VISIBLE_DEVICES` as the real
+//! [`config`]); `SIMGPU_LOG=debug|trace` for diagnostics ([`log`]). The driver API honours `CUDA_VISIBLE_DEVICES` as the real
 //! driver does; NVML ignores it ([`visible`]).
 //!
 //! Streams: launches, event records, stream-ordered frees, copies and fills,

@@ -100,8 +100,10 @@ const fn guid(text: &[u8; 32]) -> [u8; 16] {
     out
 }
 
-/// (name for the log, GUID, table start).
-static TABLES: [(&str, [u8; 16], fn() -> *const c_void); 10] = [
+/// A served table: (name for the log, GUID, its start).
+type Served = (&'static str, [u8; 16], fn() -> *const c_void);
+
+static TABLES: [Served; 10] = [
     ("runtime interface", guid(b"6BD5FB6C5BF4E74A8987D93912FD9DF9"), || RUNTIME_TABLE.start()),
     ("tools TLS", guid(b"42D85A8123F6CB478298F6E78A3AECDC"), || TOOLS_TLS_TABLE.start()),
     ("tools runtime callback hooks", guid(b"A094798C2E742E7493F20800200C0A66"), || TOOLS_HOOKS_TABLE.start()),
@@ -291,7 +293,9 @@ static CONTEXT_STORAGE_TABLE: Table<4> =
     Table([storage_put as *const c_void, storage_delete as *const c_void, storage_get as *const c_void, unknown!(CONTEXT_STORAGE, 3)]);
 
 /// (context, key) -> (value, destructor), as addresses.
-static STORAGE: Mutex<Option<HashMap<(u64, usize), (usize, StorageDestructor)>>> = Mutex::new(None);
+type Storage = HashMap<(u64, usize), (usize, StorageDestructor)>;
+
+static STORAGE: Mutex<Option<Storage>> = Mutex::new(None);
 
 /// A null context means the current one; any other must exist.
 fn storage_context(ctx: CUcontext) -> CuResult<u64> {
