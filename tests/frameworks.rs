@@ -1,7 +1,9 @@
 //! The CUDA runtime and the frameworks built on it, on simgpu, bare and
 //! under a 1 GiB cap: NVIDIA's libcudart 13.5 driven as nvcc-built host code
-//! drives it (a registered fatbin and its kernel), CuPy, numba-cuda and
-//! cuda.core. Each runs in a real process and prints what it saw.
+//! drives it (a registered fatbin and its kernel), CuPy, numba-cuda,
+//! cuda.core, and NVRTC's output through every driver loader (module,
+//! fatbin, library, linker). Each runs in a real process and prints what it
+//! saw.
 //!
 //! Both set-ups give the process 1 GiB with a 64 MiB context, so 960 MiB
 //! are free: bare, a simulated 1 GiB device; capped, a 4 GiB device with
@@ -14,7 +16,7 @@
 #[path = "support/ledger_view.rs"]
 mod ledger_view;
 
-use gpuslice_tests::{repo_root, Output, Sim, GIB, MIB};
+use gpuslice_tests::{cu, repo_root, Output, Sim, GIB, MIB};
 
 const TENANT: &str = "frameworks";
 const CONTEXT_MIB: u64 = 64;
@@ -147,5 +149,39 @@ fn cuda_core_program_compiles_and_launches() {
 fn cuda_core_program_launches_under_a_cap() {
     let sim = capped();
     check_cuda_core(&sim.run(&mut sim.py("fw_cuda_core.py")));
+    assert_nothing_charged(&sim);
+}
+
+fn check_images(out: &Output) {
+    out.assert_success();
+    assert_eq!(out.get("cubin.elf"), "1", "NVRTC wrote an ELF cubin\n{out}");
+    let success = [
+        "init", "retain", "set_current", "ptx.load", "ptx.first", "ptx.second", "ptx.launch", "ptx.unload", "cubin.load", "cubin.first",
+        "cubin.second", "cubin.launch", "cubin.unload", "load_ex", "load_ex.first", "fatbin.load", "fatbin.second", "fatbin.launch",
+        "library.load", "library.count_rc", "library.kernel", "library.function", "library.launch", "library.launch_kernel_handle",
+        "link.create", "link.add_ptx", "link.complete", "link.load", "link.first", "link.launch", "link.destroy", "sync",
+    ];
+    for key in success {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    for key in ["ptx.missing", "cubin.missing", "library.missing", "link.missing"] {
+        out.assert_rc(key, cu::NOT_FOUND);
+    }
+    assert_eq!(out.u64("library.count"), 2, "{out}");
+    // CUDA_ERROR_INVALID_IMAGE
+    out.assert_rc("garbage.load", 200);
+    assert_eq!(out.get("done"), "1", "{out}");
+}
+
+#[test]
+fn driver_loads_compiler_output_through_every_loader() {
+    let sim = bare();
+    check_images(&sim.run(&mut sim.py("fw_images.py")));
+}
+
+#[test]
+fn driver_loaders_under_a_cap() {
+    let sim = capped();
+    check_images(&sim.run(&mut sim.py("fw_images.py")));
     assert_nothing_charged(&sim);
 }

@@ -1,0 +1,89 @@
+"""Real compiler output through simgpu's loaders, with NVIDIA's cuda-bindings:
+NVRTC compiles two kernels to PTX and to a cubin on the CPU; the driver
+loads them as a module (PTX, cubin, a fatbin wrapping the cubin), as a
+library, and through the linker, and launches them. Prints key=value lines
+(CUresult codes) for tests/frameworks.rs.
+"""
+import struct
+
+from cuda.bindings import driver as cu
+from cuda.bindings import nvrtc
+
+SOURCE = b"""
+extern "C" __global__ void fw_first(int *out) { if (out) out[0] = 1; }
+extern "C" __global__ void fw_second(float *out, int n) { if (out && n) out[0] = 2.0f; }
+"""
+
+
+def rc(key, result):
+    err = result[0] if isinstance(result, tuple) else result
+    print(f"{key}={int(err)}")
+    return result[1] if isinstance(result, tuple) and len(result) == 2 else result
+
+
+def compile_to(kind):
+    err, prog = nvrtc.nvrtcCreateProgram(SOURCE, b"fw.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    (err,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"-arch=sm_90"])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    size_fn, get_fn = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if kind == "cubin" else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
+    err, size = size_fn(prog)
+    buf = b" " * size
+    (err,) = get_fn(prog, buf)
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    return buf
+
+
+ptx = compile_to("ptx")
+cubin = compile_to("cubin")
+ELF_MAGIC = b"\x7fELF"
+print(f"cubin.elf={int(cubin[:4] == ELF_MAGIC)}")
+
+rc("init", cu.cuInit(0))
+dev = rc("device", cu.cuDeviceGet(0))
+ctx = rc("retain", cu.cuDevicePrimaryCtxRetain(dev))
+rc("set_current", cu.cuCtxSetCurrent(ctx))
+
+
+def launch(key, function):
+    rc(f"{key}.launch", cu.cuLaunchKernel(function, 2, 1, 1, 64, 1, 1, 0, 0, 0, 0))
+
+
+for kind, image in (("ptx", ptx), ("cubin", cubin)):
+    module = rc(f"{kind}.load", cu.cuModuleLoadData(image))
+    first = rc(f"{kind}.first", cu.cuModuleGetFunction(module, b"fw_first"))
+    rc(f"{kind}.second", cu.cuModuleGetFunction(module, b"fw_second"))
+    rc(f"{kind}.missing", cu.cuModuleGetFunction(module, b"fw_third"))
+    launch(kind, first)
+    rc(f"{kind}.unload", cu.cuModuleUnload(module))
+
+module = rc("load_ex", cu.cuModuleLoadDataEx(cubin, 0, [], []))
+rc("load_ex.first", cu.cuModuleGetFunction(module, b"fw_first"))
+
+# A fatbin as nvcc writes it: header, then one cubin entry.
+payload = cubin + b"\0" * (-len(cubin) % 8)
+entry = struct.pack("<HHIQ", 2, 0x101, 64, len(payload)) + b"\0" * 24 + struct.pack("<Q", 0x11) + b"\0" * 16
+fatbin = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(entry) + len(payload)) + entry + payload
+module = rc("fatbin.load", cu.cuModuleLoadFatBinary(fatbin))
+launch("fatbin", rc("fatbin.second", cu.cuModuleGetFunction(module, b"fw_second")))
+
+library = rc("library.load", cu.cuLibraryLoadData(cubin, [], [], 0, [], [], 0))
+print(f"library.count={rc('library.count_rc', cu.cuLibraryGetKernelCount(library))}")
+kernel = rc("library.kernel", cu.cuLibraryGetKernel(library, b"fw_second"))
+rc("library.missing", cu.cuLibraryGetKernel(library, b"fw_third"))
+function = rc("library.function", cu.cuKernelGetFunction(kernel))
+launch("library", function)
+rc("library.launch_kernel_handle", cu.cuLaunchKernel(cu.CUfunction(int(kernel)), 1, 1, 1, 32, 1, 1, 0, 0, 0, 0))
+
+state = rc("link.create", cu.cuLinkCreate(0, [], []))
+rc("link.add_ptx", cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, ptx, len(ptx), b"fw.ptx", 0, [], []))
+err, linked, size = cu.cuLinkComplete(state)
+print(f"link.complete={int(err)}")
+module = rc("link.load", cu.cuModuleLoadData(linked))
+launch("link", rc("link.first", cu.cuModuleGetFunction(module, b"fw_first")))
+rc("link.missing", cu.cuModuleGetFunction(module, b"fw_third"))
+rc("link.destroy", cu.cuLinkDestroy(state))
+
+rc("garbage.load", cu.cuModuleLoadData(b"\x01\x02\x03\x04 not an image"))
+rc("sync", cu.cuCtxSynchronize())
+print("done=1")
