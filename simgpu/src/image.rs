@@ -257,9 +257,8 @@ pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
 /// `image` must point to a complete image as cuda.h requires (an ELF or
 /// fatbin image valid for the size its headers state, or NUL-terminated text).
 pub unsafe fn image_len(image: *const u8) -> Result<usize, ImageError> {
-    // SAFETY: every image format simgpu accepts is at least 4 bytes long
-    // (text is NUL-terminated: we stop at the NUL).
-    let head = unsafe { std::slice::from_raw_parts(image, 4) };
+    // SAFETY: forwarded contract.
+    let head = unsafe { magic(image) };
     if head == ELF_MAGIC {
         // SAFETY: an ELF image starts with its 64-byte header.
         let header = unsafe { std::slice::from_raw_parts(image, 0x40) };
@@ -286,7 +285,7 @@ pub unsafe fn image_len(image: *const u8) -> Result<usize, ImageError> {
         }
         return Ok(end);
     }
-    if u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == FATBIN_MAGIC {
+    if u32::from_le_bytes(head) == FATBIN_MAGIC {
         // SAFETY: a fatbin starts with its 16-byte header.
         let header = unsafe { std::slice::from_raw_parts(image, 16) };
         let size = (u16_at(header, 6).unwrap_or(0) as u64).checked_add(u64_at(header, 8).unwrap_or(0));
@@ -296,15 +295,31 @@ pub unsafe fn image_len(image: *const u8) -> Result<usize, ImageError> {
     Ok(unsafe { std::ffi::CStr::from_ptr(image.cast()) }.to_bytes().len())
 }
 
+/// An image's first four bytes, read no further than a NUL among them (a
+/// text image may be shorter than four bytes; no binary magic has a NUL).
+///
+/// # Safety
+/// `image` points to an image: NUL-terminated text or a longer binary.
+unsafe fn magic(image: *const u8) -> [u8; 4] {
+    let mut head = [0u8; 4];
+    for (i, byte) in head.iter_mut().enumerate() {
+        // SAFETY: the bytes before this one were not NUL, so the image goes on.
+        *byte = unsafe { image.add(i).read() };
+        if *byte == 0 {
+            break;
+        }
+    }
+    head
+}
+
 /// The fatbin a runtime wrapper (`__fatBinC_Wrapper_t`: magic u32,
 /// version u32, data pointer, …) points to, or `image` itself.
 ///
 /// # Safety
 /// `image` must point to an image or a wrapper as the runtime passes it.
 pub unsafe fn unwrap_fatbinc(image: *const u8) -> *const u8 {
-    // SAFETY: every accepted image is at least 4 bytes long.
-    let magic = unsafe { (image as *const u32).read_unaligned() };
-    if magic == FATBINC_WRAPPER_MAGIC {
+    // SAFETY: forwarded contract.
+    if u32::from_le_bytes(unsafe { magic(image) }) == FATBINC_WRAPPER_MAGIC {
         // SAFETY: the wrapper holds the fatbin's address at offset 8.
         unsafe { (image.add(8) as *const *const u8).read_unaligned() }
     } else {
@@ -357,6 +372,8 @@ mod tests {
     fn ptx_entries_are_the_kernels() {
         assert_eq!(kernels(PTX.as_bytes()), Ok(named(&["_Z3addPfS_", "plain"])));
         assert_eq!(kernels(b"any image\0"), Ok(Kernels::Any));
+        // SAFETY: NUL-terminated text shorter than a magic number.
+        assert_eq!(unsafe { kernels_at(b"ab\0".as_ptr()) }, Ok(Kernels::Any));
         assert_eq!(kernels(b".version 8.0\n.target sm_90\n"), Ok(named(&[])));
         assert!(kernels(&[1, 2, 3, 4, 0xff]).is_err());
     }

@@ -23,11 +23,17 @@
 //! |---|---|
 //! | runtime interface | module from a registered fatbin (three forms), the primary context's handle without activating it, "load the compilers" (nothing to load) |
 //! | context-local storage | the runtime's per-context state: put / get / delete, and its destructors run when the context is destroyed |
-//! | tools callback hooks, tools TLS | zeroed buffers: no tools are attached |
+//! | tools callback hooks | zeroed buffers: no tools are attached |
+//! | tools TLS | the current context (slot 2, as `cuCtxGetCurrent`) |
+//! | tools context | a context's id (slot 4, as `cuCtxGetId`); libcudart 13 fails to start without this table |
 //! | context-create bypass | creates a context as `cuCtxCreate_v2` does |
 //! | integrity check | the keyed digest the runtime verifies (HMAC over MD2 of the process, the tables and the devices) |
 //! | context checks | "nothing unusual" |
-//! | device extended, heap access | unknown slots only (not supported) |
+//! | device extended | slot 13, a per-device byte drivers answer 0; other slots not supported |
+//! | heap access | not supported |
+//!
+//! Not served: two tables libcudart 13.5 asks for first and goes on
+//! without (`F8CFF951…`, `DA9151D3…`), and Windows' hybrid-runtime table.
 
 use crate::driver::{driver, CuResult};
 use crate::exports::{h, module, ptr};
