@@ -58,6 +58,12 @@ fn check_cudart(out: &Output) {
     assert!(out.f64("elapsed_ms") >= 0.0, "{out}");
     // A host pointer the runtime never registered is refused, not launched.
     assert_ne!(out.i64("launch_unregistered"), 0, "{out}");
+    // cudaDeviceReset destroys the primary context; the runtime then makes
+    // a new one and its registered kernel still launches.
+    for key in ["reset", "malloc_after_reset", "mem_get_info_after_reset", "launch_after_reset", "sync_after_reset"] {
+        out.assert_rc(key, 0);
+    }
+    assert_eq!(out.u64("info_after_reset.free"), GIB - (CONTEXT_MIB + CHUNK_MIB) * MIB, "{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 

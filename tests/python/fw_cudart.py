@@ -104,4 +104,15 @@ unknown = C.create_string_buffer(16)
 call("launch_unregistered", rt.cudaLaunchKernel(C.addressof(unknown), Dim3(1, 1, 1), Dim3(1, 1, 1), args, 0, None))
 rt.cudaGetLastError()
 call("device_sync", rt.cudaDeviceSynchronize())
+
+# cudaDeviceReset destroys the primary context (the runtime's per-context
+# state goes with it); the next call makes a new one.
+call("reset", rt.cudaDeviceReset())
+p = C.c_void_p()
+call("malloc_after_reset", rt.cudaMalloc(C.byref(p), C.c_size_t(chunk)))
+call("mem_get_info_after_reset", rt.cudaMemGetInfo(C.byref(free), C.byref(total)))
+print(f"info_after_reset.free={free.value}")
+call("launch_after_reset", rt.cudaLaunchKernel(C.addressof(host_stub), Dim3(1, 1, 1), Dim3(32, 1, 1), args, 0, None))
+call("sync_after_reset", rt.cudaDeviceSynchronize())
+rt.cudaFree(p)
 print("done=1")

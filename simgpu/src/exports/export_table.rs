@@ -32,8 +32,9 @@
 //! | device extended | slot 13, a per-device byte drivers answer 0; other slots not supported |
 //! | heap access | not supported |
 //!
-//! Not served: two tables libcudart 13.5 asks for first and goes on
-//! without (`F8CFF951…`, `DA9151D3…`), and Windows' hybrid-runtime table.
+//! Not served: `F8CFF951…`, which libcudart 13.5 asks for first, and
+//! `DA9151D3…`, which cuda-bindings asks for (both go on without them), and
+//! Windows' hybrid-runtime table.
 
 use crate::driver::{driver, CuResult};
 use crate::exports::{h, module, ptr};
