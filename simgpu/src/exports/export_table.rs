@@ -7,7 +7,8 @@
 //! of the slots used here are what public reimplementations of the driver
 //! observed; this file serves them for a device that runs no code. Checked
 //! against libcudart 13.5 (the `nvidia-cuda-runtime==13.5.37` wheel that
-//! `scripts/setup.sh` installs); `tests/frameworks.rs` runs it.
+//! `scripts/setup.sh` installs) and the 13.0 runtime CuPy 14.2 links in;
+//! `tests/frameworks.rs` runs both.
 //!
 //! A table is an array of pointer-sized words. Most start with their own
 //! size in bytes; the context-local-storage one does not. Each slot simgpu
