@@ -136,15 +136,15 @@ pub unsafe fn get(table: *mut *const c_void, id: *const CUuuid) -> CuResult<()> 
     }
     // SAFETY: checked non-null; a CUuuid is 16 bytes (cuda.h).
     let bytes: [u8; 16] = unsafe { id.read_unaligned() }.bytes.map(|b| b as u8);
-    let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+    let hex = || bytes.iter().map(|b| format!("{b:02X}")).collect::<String>();
     match find(&bytes) {
         Some((name, start)) => {
-            simgpu_debug!("cuGetExportTable {hex}: {name}");
+            simgpu_debug!("cuGetExportTable {}: {name}", hex());
             // SAFETY: checked non-null; valid for writes by the caller's contract.
             unsafe { out(table, start) }
         }
         None => {
-            simgpu_debug!("cuGetExportTable {hex}: unknown, not served");
+            simgpu_debug!("cuGetExportTable {}: unknown, not served", hex());
             // SAFETY: as above.
             unsafe { out(table, std::ptr::null())? };
             Err(CUDA_ERROR_INVALID_VALUE)
@@ -454,7 +454,8 @@ unsafe extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *m
             thread: unsafe { libc::pthread_self() } as u32,
             runtime_table: RUNTIME_TABLE.start() as u64,
             integrity_table: INTEGRITY_TABLE.start() as u64,
-            function: integrity_check as *const c_void as u64,
+            // The slot's own word: the address the runtime called.
+            function: INTEGRITY_TABLE.0[1] as u64,
             unix_seconds,
         };
         simgpu_debug!("integrity check version {version}");
