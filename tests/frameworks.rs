@@ -176,6 +176,17 @@ fn check_images(out: &Output) {
     assert_eq!(out.u64("library.count"), 2, "{out}");
     // CUDA_ERROR_INVALID_IMAGE
     out.assert_rc("garbage.load", 200);
+    // The runtime interface table: its size, fatbins loaded through it, the
+    // primary context's handle, and the answers for what simgpu does not know.
+    for key in ["table.get", "table.module", "table.module.first", "table.module_ext", "table.module_ext.second", "table.primary"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    assert_eq!(out.u64("table.size"), 13 * 8, "{out}");
+    assert_eq!(out.get("table.primary_is_retained"), "1", "the handle cuDevicePrimaryCtxRetain gave
+{out}");
+    out.assert_rc("table.unknown_slot", cu::NOT_SUPPORTED);
+    out.assert_rc("table.unknown_guid", cu::INVALID_VALUE);
+    assert_eq!(out.get("table.unknown_guid.null"), "1", "{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 

@@ -85,5 +85,39 @@ rc("link.missing", cu.cuModuleGetFunction(module, b"fw_third"))
 rc("link.destroy", cu.cuLinkDestroy(state))
 
 rc("garbage.load", cu.cuModuleLoadData(b"\x01\x02\x03\x04 not an image"))
+
+# The runtime interface export table, called as older runtimes call it to
+# load the fatbins they registered.
+import ctypes as C
+
+libcuda = C.CDLL("libcuda.so.1")
+table = C.c_void_p()
+guid = (C.c_ubyte * 16)(*bytes.fromhex("6BD5FB6C5BF4E74A8987D93912FD9DF9"))
+rc("table.get", libcuda.cuGetExportTable(C.byref(table), guid))
+words = C.cast(table, C.POINTER(C.c_size_t))
+print(f"table.size={words[0]}")
+fatbin_buf = C.create_string_buffer(fatbin, len(fatbin))
+
+
+class FatbinWrapper(C.Structure):
+    _fields_ = [("magic", C.c_uint), ("version", C.c_uint), ("data", C.c_void_p), ("filename_or_fatbins", C.c_void_p)]
+
+
+wrapper = FatbinWrapper(0x466243B1, 1, C.addressof(fatbin_buf), None)
+from_wrapper = C.CFUNCTYPE(C.c_int, C.POINTER(C.c_void_p), C.c_void_p)(words[1])
+module = C.c_void_p()
+rc("table.module", from_wrapper(C.byref(module), C.addressof(wrapper)))
+rc("table.module.first", cu.cuModuleGetFunction(cu.CUmodule(module.value), b"fw_first"))
+from_header = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(C.c_void_p), C.c_void_p, C.c_void_p, C.c_uint)(words[8])
+rc("table.module_ext", from_header(C.addressof(fatbin_buf), C.byref(module), None, None, 0))
+rc("table.module_ext.second", cu.cuModuleGetFunction(cu.CUmodule(module.value), b"fw_second"))
+primary = C.c_void_p()
+rc("table.primary", C.CFUNCTYPE(C.c_int, C.POINTER(C.c_void_p), C.c_int)(words[2])(C.byref(primary), 0))
+print(f"table.primary_is_retained={int(primary.value == int(ctx))}")
+rc("table.unknown_slot", C.CFUNCTYPE(C.c_int)(words[3])())
+unknown = (C.c_ubyte * 16)(*([0x42] * 16))
+table = C.c_void_p(1)
+rc("table.unknown_guid", libcuda.cuGetExportTable(C.byref(table), unknown))
+print(f"table.unknown_guid.null={int(table.value is None)}")
 rc("sync", cu.cuCtxSynchronize())
 print("done=1")
