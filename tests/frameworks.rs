@@ -174,6 +174,17 @@ fn check_images(out: &Output) {
         out.assert_rc(key, cu::NOT_FOUND);
     }
     assert_eq!(out.u64("library.count"), 2, "{out}");
+    // Device variables, from each loader: their declared sizes, and memory
+    // a copy round-trips through.
+    for loader in ["ptx", "cubin", "library", "link"] {
+        for key in ["counter", "table", "write", "read"] {
+            out.assert_rc(&format!("{loader}.globals.{key}"), cu::SUCCESS);
+        }
+        assert_eq!(out.u64(&format!("{loader}.globals.counter.bytes")), 4, "{loader}: int fw_counter\n{out}");
+        assert_eq!(out.u64(&format!("{loader}.globals.table.bytes")), 64, "{loader}: float fw_table[16]\n{out}");
+        out.assert_rc(&format!("{loader}.globals.missing_variable"), cu::NOT_FOUND);
+        assert_eq!(out.get(&format!("{loader}.globals.round_trip")), "1", "{loader}\n{out}");
+    }
     // CUDA_ERROR_INVALID_IMAGE
     out.assert_rc("garbage.load", 200);
     // The runtime interface table: its size, fatbins loaded through it, the

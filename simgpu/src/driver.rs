@@ -71,6 +71,10 @@ pub struct Module {
     pub functions: HashMap<String, u64>,
     /// The kernels its image defines ([`crate::image`]).
     pub kernels: crate::image::Kernels,
+    /// Its device variables and their sizes in bytes.
+    pub globals: std::collections::BTreeMap<String, u64>,
+    /// Device memory given to a variable, made on first request.
+    pub global_ptrs: HashMap<String, u64>,
 }
 
 pub struct Function {

@@ -18,12 +18,17 @@
 //! ([`crate::exports::launch`]). A binary image of no known format is
 //! refused with `CUDA_ERROR_INVALID_IMAGE`, as a driver refuses it.
 //!
+//! Device variables (`__device__`, `__constant__`) are listed the same way,
+//! with their sizes, for `cuModuleGetGlobal`/`cuLibraryGetGlobal`
+//! ([`globals`]): PTX module-scope `.global`/`.const` declarations, and a
+//! cubin's `OBJECT` symbols in its `.nv.global*`/`.nv.constant*` sections.
+//!
 //! Parsing is on byte slices with checked arithmetic: a truncated or hostile
 //! image is an error, never a read past its end. Working out how long an
 //! image behind a bare pointer is (`cuModuleLoadData` passes no size) is
 //! [`image_len`]'s job, from the format's own headers.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The kernels of an image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -248,6 +253,174 @@ pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
     Ok(kernels)
 }
 
+/// Device variables of a complete image, by name, with their sizes in
+/// bytes. Best effort: what cannot be read lists nothing.
+pub fn globals(image: &[u8]) -> BTreeMap<String, u64> {
+    if image.starts_with(&ELF_MAGIC) {
+        return elf_globals(image);
+    }
+    if u32_at(image, 0) == Some(FATBIN_MAGIC) {
+        let mut found = BTreeMap::new();
+        for_each_fatbin_entry(image, |kind, payload| {
+            found.extend(match kind {
+                FATBIN_ENTRY_PTX => ptx_globals(payload),
+                FATBIN_ENTRY_ELF => elf_globals(payload),
+                _ => BTreeMap::new(),
+            })
+        });
+        return found;
+    }
+    if looks_like_text(image) {
+        return ptx_globals(image);
+    }
+    BTreeMap::new()
+}
+
+/// Calls `f` with each uncompressed entry's kind and payload.
+fn for_each_fatbin_entry(fatbin: &[u8], mut f: impl FnMut(u16, &[u8])) {
+    let Some(header_size) = u16_at(fatbin, 6) else { return };
+    let Some(body_size) = u64_at(fatbin, 8).and_then(|n| usize::try_from(n).ok()) else { return };
+    let Some(body) = (header_size as usize).checked_add(body_size).and_then(|end| fatbin.get(header_size as usize..end)) else { return };
+    let mut at = 0usize;
+    while let Some(entry) = body.get(at..).filter(|e| !e.is_empty()) {
+        let (Some(kind), Some(entry_header), Some(payload_size)) = (u16_at(entry, 0), u32_at(entry, 4), u64_at(entry, 8)) else { return };
+        let (entry_header, Ok(payload_size)) = (entry_header as usize, usize::try_from(payload_size)) else { return };
+        let Some(payload) = entry_header.checked_add(payload_size).and_then(|end| entry.get(entry_header..end)) else { return };
+        if entry_header == 0 {
+            return;
+        }
+        let flags = u64_at(entry, 40).unwrap_or(0);
+        if flags & (FATBIN_FLAG_COMPRESSED_LZ4 | FATBIN_FLAG_COMPRESSED_ZSTD) == 0 {
+            f(kind, payload);
+        }
+        at += entry_header + payload_size;
+    }
+}
+
+/// Bytes of a PTX fundamental type (`.b8`, `.u32`, `.f64`, …).
+fn ptx_type_bytes(token: &str) -> Option<u64> {
+    let rest = token.strip_prefix('.')?;
+    let (class, bits) = rest.split_at_checked(1)?;
+    if !matches!(class, "b" | "u" | "s" | "f") {
+        return None;
+    }
+    let bits: u64 = bits.parse().ok()?;
+    matches!(bits, 8 | 16 | 32 | 64).then_some(bits / 8)
+}
+
+/// One module-scope declaration, `.visible .global .align 4 .b8 name[16]`
+/// (initialiser already cut off): its name and size.
+fn ptx_global_decl(decl: &str) -> Option<(String, u64)> {
+    let tokens: Vec<&str> = decl.split_whitespace().collect();
+    if !tokens.iter().any(|t| matches!(*t, ".global" | ".const")) || tokens.iter().any(|t| matches!(*t, ".extern" | ".entry" | ".func")) {
+        return None;
+    }
+    let type_at = tokens.iter().position(|t| ptx_type_bytes(t).is_some())?;
+    let element = ptx_type_bytes(tokens[type_at])?;
+    let declarator: String = tokens.get(type_at + 1..)?.concat();
+    let (name, dims) = declarator.split_once('[').map_or((declarator.as_str(), ""), |(n, d)| (n, d));
+    if name.is_empty() {
+        return None;
+    }
+    let mut size = element;
+    for dim in dims.split('[').filter(|d| !d.is_empty()) {
+        size = size.checked_mul(dim.trim_end_matches(']').trim().parse().ok()?)?;
+    }
+    Some((name.to_string(), size))
+}
+
+/// PTX's module-scope `.global` and `.const` variables (function bodies and
+/// `.extern` declarations skipped).
+pub fn ptx_globals(text: &[u8]) -> BTreeMap<String, u64> {
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
+    let text = String::from_utf8_lossy(text);
+    let mut found = BTreeMap::new();
+    let mut statement = String::new();
+    let (mut body_depth, mut initialiser_depth) = (0usize, 0usize);
+    for line in text.lines() {
+        let line = line.split("//").next().unwrap_or_default();
+        for c in line.chars().chain(std::iter::once('\n')) {
+            if body_depth > 0 {
+                match c {
+                    '{' => body_depth += 1,
+                    '}' => body_depth -= 1,
+                    _ => {}
+                }
+                continue;
+            }
+            match c {
+                '{' if statement.contains('=') => initialiser_depth += 1,
+                '}' if initialiser_depth > 0 => initialiser_depth -= 1,
+                '{' => {
+                    body_depth = 1;
+                    statement.clear();
+                }
+                ';' if initialiser_depth == 0 => {
+                    let declaration = statement.split('=').next().unwrap_or_default();
+                    found.extend(ptx_global_decl(declaration));
+                    statement.clear();
+                }
+                _ if initialiser_depth == 0 => statement.push(c),
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+const STT_OBJECT: u8 = 1;
+
+/// A cubin's device variables: `OBJECT` symbols with a size in its
+/// `.nv.global*` or `.nv.constant*` sections. Local ones count (NVRTC's
+/// whole-program cubins bind every variable locally, and the driver finds
+/// them); compiler-made names (`$…`, `.…`) do not.
+pub fn elf_globals(elf: &[u8]) -> BTreeMap<String, u64> {
+    let mut found = BTreeMap::new();
+    let Ok(sections) = elf_sections(elf) else { return found };
+    let Some(names) = u16_at(elf, 0x3e).and_then(|i| sections.get(i as usize)).and_then(|s| section_bytes(elf, s)) else { return found };
+    let section_name = |s: &Section| c_string_at(names, s.name_offset as usize).unwrap_or("");
+    for symtab in sections.iter().filter(|s| s.kind == SHT_SYMTAB) {
+        let Some(symbols) = section_bytes(elf, symtab) else { continue };
+        let Some(strings) = sections.get(symtab.link as usize).and_then(|s| section_bytes(elf, s)) else { continue };
+        let Some(entry) = usize::try_from(symtab.entry_size).ok().filter(|&e| e >= 24) else { continue };
+        for sym in symbols.chunks_exact(entry) {
+            let (Some(name_at), Some(&info), Some(shndx), Some(size)) = (u32_at(sym, 0), sym.get(4), u16_at(sym, 6), u64_at(sym, 16)) else { continue };
+            if info & 0xf != STT_OBJECT || size == 0 {
+                continue;
+            }
+            let in_data = sections.get(shndx as usize).map(section_name).is_some_and(|s| s.starts_with(".nv.global") || s.starts_with(".nv.constant"));
+            match c_string_at(strings, name_at as usize) {
+                Some(name) if in_data && !name.is_empty() && !name.starts_with(['$', '.']) => {
+                    found.insert(name.to_string(), size);
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// The device variables of the image behind `image`.
+///
+/// # Safety
+/// As [`kernels_at`].
+pub unsafe fn globals_at(image: *const u8) -> BTreeMap<String, u64> {
+    if image.is_null() {
+        return BTreeMap::new();
+    }
+    // SAFETY: forwarded contract.
+    let image = unsafe { unwrap_fatbinc(image) };
+    if image.is_null() {
+        return BTreeMap::new();
+    }
+    // SAFETY: forwarded contract.
+    match unsafe { image_len(image) } {
+        // SAFETY: image_len measured the image from its own headers.
+        Ok(len) => globals(unsafe { std::slice::from_raw_parts(image, len) }),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
 /// How many bytes the image at `image` spans, read from its own headers
 /// (`cuModuleLoadData` passes a pointer, no size): an ELF image ends at its
 /// last section or section table, a fatbin at its header's size, text at
@@ -348,8 +521,11 @@ pub unsafe fn kernels_at(image: *const u8) -> Result<Kernels, ImageError> {
 
 /// A PTX text declaring `names` as entries: what the linker hands back
 /// (`cuLinkComplete`), which simgpu's loader reads like any PTX.
-pub fn linked_ptx(names: &BTreeSet<String>) -> Vec<u8> {
-    let mut text = String::from("// linked by simgpu: entries only, no code\n.version 8.0\n.target sm_90\n.address_size 64\n");
+pub fn linked_ptx(names: &BTreeSet<String>, globals: &BTreeMap<String, u64>) -> Vec<u8> {
+    let mut text = String::from("// linked by simgpu: entries and variables only, no code\n.version 8.0\n.target sm_90\n.address_size 64\n");
+    for (name, size) in globals {
+        text.push_str(&format!(".visible .global .align 8 .b8 {name}[{size}];\n"));
+    }
     for name in names {
         text.push_str(&format!(".visible .entry {name}()\n{{\n\tret;\n}}\n"));
     }
@@ -369,11 +545,24 @@ mod tests {
     const PTX: &str = "//\n.version 8.5\n.target sm_90\n.address_size 64\n\n.visible .entry _Z3addPfS_(\n\t.param .u64 a\n)\n{\n\tret;\n}\n.entry plain{ret;}\n.func helper() { ret; }\n";
 
     #[test]
+    fn ptx_module_scope_variables_are_the_globals() {
+        let ptx = ".version 8.5\n.target sm_90\n.address_size 64\n// .global .u32 in_comment;\n\
+            .visible .global .align 4 .u32 counter;\n\
+            .visible .const .align 8 .f64 table[4][2] = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0};\n\
+            .global .align 1 .b8 bytes[3] = {1, 2, 3};\n\
+            .extern .global .align 4 .u32 elsewhere;\n\
+            .visible .entry k(.param .u64 p)\n{\n\t.reg .b32 %r<2>;\n\t.local .align 4 .b8 scratch[64];\n\tret;\n}\n";
+        let expected: BTreeMap<String, u64> = [("bytes", 3), ("counter", 4), ("table", 64)].iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        assert_eq!(globals(ptx.as_bytes()), expected);
+        assert!(globals(b"any image\0").is_empty());
+    }
+
+    #[test]
     fn ptx_entries_are_the_kernels() {
         assert_eq!(kernels(PTX.as_bytes()), Ok(named(&["_Z3addPfS_", "plain"])));
         assert_eq!(kernels(b"any image\0"), Ok(Kernels::Any));
         // SAFETY: NUL-terminated text shorter than a magic number.
-        assert_eq!(unsafe { kernels_at(b"ab\0".as_ptr()) }, Ok(Kernels::Any));
+        assert_eq!(unsafe { kernels_at(c"ab".as_ptr().cast()) }, Ok(Kernels::Any));
         assert_eq!(kernels(b".version 8.0\n.target sm_90\n"), Ok(named(&[])));
         assert!(kernels(&[1, 2, 3, 4, 0xff]).is_err());
     }
@@ -456,7 +645,9 @@ mod tests {
     #[test]
     fn the_linked_image_lists_its_inputs_kernels() {
         let names: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
-        let image = linked_ptx(&names);
+        let vars: BTreeMap<String, u64> = [("v".to_string(), 24)].into();
+        let image = linked_ptx(&names, &vars);
         assert_eq!(kernels(&image), Ok(Kernels::Named(names)));
+        assert_eq!(globals(&image), vars);
     }
 }

@@ -1,8 +1,10 @@
 """Real compiler output through simgpu's loaders, with NVIDIA's cuda-bindings:
-NVRTC compiles two kernels to PTX and to a cubin on the CPU; the driver
-loads them as a module (PTX, cubin, a fatbin wrapping the cubin), as a
-library, and through the linker, and launches them. Prints key=value lines
-(CUresult codes) for tests/frameworks.rs.
+NVRTC compiles two kernels and two device variables to PTX and to a cubin
+on the CPU; the driver loads them as a module (PTX, cubin, a fatbin
+wrapping the cubin), as a library, and through the linker, finds the
+kernels and variables, and launches the kernels. Then the runtime
+interface export table is called as older runtimes call it. Prints
+key=value lines (CUresult codes) for tests/frameworks.rs.
 """
 import struct
 
@@ -10,8 +12,10 @@ from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 SOURCE = b"""
-extern "C" __global__ void fw_first(int *out) { if (out) out[0] = 1; }
-extern "C" __global__ void fw_second(float *out, int n) { if (out && n) out[0] = 2.0f; }
+__device__ int fw_counter;
+__constant__ float fw_table[16];
+extern "C" __global__ void fw_first(int *out) { if (out) out[0] = 1 + fw_counter; }
+extern "C" __global__ void fw_second(float *out, int n) { if (out && n) out[0] = fw_table[n]; }
 """
 
 
@@ -24,6 +28,10 @@ def rc(key, result):
 def compile_to(kind):
     err, prog = nvrtc.nvrtcCreateProgram(SOURCE, b"fw.cu", 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    # Ask NVRTC for the names the driver knows the variables by.
+    for variable in (b"fw_counter", b"fw_table"):
+        (err,) = nvrtc.nvrtcAddNameExpression(prog, b"&" + variable)
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
     (err,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"-arch=sm_90"])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
     size_fn, get_fn = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if kind == "cubin" else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
@@ -31,11 +39,17 @@ def compile_to(kind):
     buf = b" " * size
     (err,) = get_fn(prog, buf)
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
-    return buf
+    lowered = {}
+    for variable in (b"fw_counter", b"fw_table"):
+        err, name = nvrtc.nvrtcGetLoweredName(prog, b"&" + variable)
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+        lowered[variable] = name
+    return buf, lowered
 
 
-ptx = compile_to("ptx")
-cubin = compile_to("cubin")
+ptx, names = compile_to("ptx")
+cubin, _ = compile_to("cubin")
+print(f"lowered.counter={names[b'fw_counter'].decode()}")
 ELF_MAGIC = b"\x7fELF"
 print(f"cubin.elf={int(cubin[:4] == ELF_MAGIC)}")
 
@@ -60,6 +74,27 @@ for kind, image in (("ptx", ptx), ("cubin", cubin)):
 module = rc("load_ex", cu.cuModuleLoadDataEx(cubin, 0, [], []))
 rc("load_ex.first", cu.cuModuleGetFunction(module, b"fw_first"))
 
+
+def check_globals(key, get_global, handle):
+    """Device variables: their sizes, and real memory (a copy round-trips)."""
+    err, counter, counter_bytes = get_global(handle, names[b"fw_counter"])
+    print(f"{key}.counter={int(err)}")
+    print(f"{key}.counter.bytes={counter_bytes}")
+    err, table, table_bytes = get_global(handle, names[b"fw_table"])
+    print(f"{key}.table={int(err)}")
+    print(f"{key}.table.bytes={table_bytes}")
+    err, _, _ = get_global(handle, b"fw_no_such_variable")
+    print(f"{key}.missing_variable={int(err)}")
+    value = struct.pack("<i", 4242)
+    rc(f"{key}.write", cu.cuMemcpyHtoD(counter, value, 4))
+    back = bytearray(4)
+    rc(f"{key}.read", cu.cuMemcpyDtoH(back, counter, 4))
+    print(f"{key}.round_trip={int(bytes(back) == value)}")
+
+
+for kind, image in (("ptx", ptx), ("cubin", cubin)):
+    check_globals(f"{kind}.globals", cu.cuModuleGetGlobal, rc(f"{kind}.globals.load", cu.cuModuleLoadData(image)))
+
 # A fatbin as nvcc writes it: header, then one cubin entry.
 payload = cubin + b"\0" * (-len(cubin) % 8)
 entry = struct.pack("<HHIQ", 2, 0x101, 64, len(payload)) + b"\0" * 24 + struct.pack("<Q", 0x11) + b"\0" * 16
@@ -72,6 +107,7 @@ print(f"library.count={rc('library.count_rc', cu.cuLibraryGetKernelCount(library
 kernel = rc("library.kernel", cu.cuLibraryGetKernel(library, b"fw_second"))
 rc("library.missing", cu.cuLibraryGetKernel(library, b"fw_third"))
 function = rc("library.function", cu.cuKernelGetFunction(kernel))
+check_globals("library.globals", cu.cuLibraryGetGlobal, library)
 launch("library", function)
 rc("library.launch_kernel_handle", cu.cuLaunchKernel(cu.CUfunction(int(kernel)), 1, 1, 1, 32, 1, 1, 0, 0, 0, 0))
 
@@ -81,6 +117,7 @@ err, linked, size = cu.cuLinkComplete(state)
 print(f"link.complete={int(err)}")
 module = rc("link.load", cu.cuModuleLoadData(linked))
 launch("link", rc("link.first", cu.cuModuleGetFunction(module, b"fw_first")))
+check_globals("link.globals", cu.cuModuleGetGlobal, module)
 rc("link.missing", cu.cuModuleGetFunction(module, b"fw_third"))
 rc("link.destroy", cu.cuLinkDestroy(state))
 

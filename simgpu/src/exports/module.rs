@@ -14,9 +14,13 @@
 //! and a `CUkernel` is the function handle itself, so it can be launched
 //! directly (as CUDA 12 allows) and `cuKernelGetFunction` returns it.
 //!
+//! Device variables (`cuModuleGetGlobal_v2`, `cuLibraryGetGlobal`) are
+//! real device memory of the size the image declares, allocated on first
+//! request; no initialiser is copied (the memory holds what it held).
+//!
 //! The linker (`cuLinkCreate_v2` …) collects the kernels of what is added
-//! and `cuLinkComplete` hands back a PTX image that declares them; loading
-//! it gives a module with exactly those kernels.
+//! (and their variables) and `cuLinkComplete` hands back a PTX image that
+//! declares them; loading it gives a module with exactly those.
 
 use super::{h, ptr};
 use crate::driver::{driver, CuResult, Function, Module, TAG_FUNC, TAG_MODULE};
@@ -25,7 +29,7 @@ use crate::ffi::{cstr, out};
 use crate::image::{self, Kernels};
 use crate::log::simgpu_debug;
 use abi::cuda::*;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::sync::{Arc, Mutex};
 
@@ -68,9 +72,11 @@ pub unsafe fn load_image(module: *mut CUmodule, image: *const c_void) -> CuResul
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let kernels = kernels_of(image)?;
-    simgpu_debug!("module loaded: {}", describe(&kernels));
+    // SAFETY: as kernels_of, which has just read the same image.
+    let globals = unsafe { image::globals_at(image.cast()) };
+    simgpu_debug!("module loaded: {}; {} variable(s)", describe(&kernels), globals.len());
     let hnd = d.new_handle(TAG_MODULE);
-    d.write().modules.insert(hnd, Module { ctx: ctx.handle, functions: HashMap::new(), kernels });
+    d.write().modules.insert(hnd, Module { ctx: ctx.handle, functions: HashMap::new(), kernels, globals, global_ptrs: HashMap::new() });
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(module, ptr(hnd)) }
 }
@@ -141,10 +147,17 @@ cu_export!(cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmodule, name: *co
 
 fn unload(handle: u64) -> CuResult<()> {
     let d = driver()?;
-    let mut objs = d.write();
-    let module = objs.modules.remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    for f in module.functions.values() {
-        objs.functions.remove(f);
+    let module = {
+        let mut objs = d.write();
+        let module = objs.modules.remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        for f in module.functions.values() {
+            objs.functions.remove(f);
+        }
+        module
+    };
+    for &ptr in module.global_ptrs.values() {
+        // Already gone if its context was destroyed first.
+        let _ = crate::memory::free_device(d, ptr);
     }
     Ok(())
 }
@@ -192,13 +205,51 @@ cu_export!(cuModuleEnumerateFunctions(functions: *mut CUfunction, num_functions:
     enumerate(functions, num_functions, h(hmod))
 });
 
-cu_export!(cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const c_char) {
-    let _ = (dptr, bytes);
+/// The device address and size of variable `name` of module (or library)
+/// `hmod`. Its memory is allocated on first request, in the module's
+/// context (a library's: the current one), and lives until the module is
+/// unloaded or that context destroyed.
+fn global_of(hmod: u64, name: &str) -> CuResult<(u64, u64)> {
     let d = driver()?;
-    cstr(name)?;
-    // simgpu keeps no device variables: every name is unknown.
-    d.read().modules.get(&h(hmod)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    Err(CUDA_ERROR_NOT_FOUND)
+    let (owner, size, known) = {
+        let objs = d.read();
+        let module = objs.modules.get(&hmod).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let size = *module.globals.get(name).ok_or(CUDA_ERROR_NOT_FOUND)?;
+        (module.ctx, size, module.global_ptrs.get(name).copied())
+    };
+    if let Some(ptr) = known.filter(|&p| crate::memory::is_live_allocation(d, p)) {
+        return Ok((ptr, size));
+    }
+    let ctx = d.context(owner)?;
+    let ptr = crate::memory::alloc_device(d, &ctx, size)?;
+    let mut objs = d.write();
+    match objs.modules.get_mut(&hmod) {
+        Some(module) => {
+            module.global_ptrs.insert(name.to_string(), ptr);
+            Ok((ptr, size))
+        }
+        None => {
+            drop(objs);
+            let _ = crate::memory::free_device(d, ptr);
+            Err(CUDA_ERROR_INVALID_HANDLE)
+        }
+    }
+}
+
+unsafe fn get_global(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: u64, name: *const c_char) -> CuResult<()> {
+    // SAFETY: a NUL-terminated name by cuda.h's contract (null is checked).
+    let name = unsafe { cstr(name) }?.to_string_lossy().into_owned();
+    let (ptr, size) = global_of(hmod, &name)?;
+    // SAFETY: both out-parameters are optional (cuda.h); null is skipped.
+    unsafe {
+        crate::ffi::out_opt(dptr, ptr);
+        crate::ffi::out_opt(bytes, size as usize);
+    }
+    Ok(())
+}
+
+cu_export!(cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const c_char) {
+    get_global(dptr, bytes, h(hmod), name)
 });
 
 /// `CU_MODULE_EAGER_LOADING`, `CU_MODULE_LAZY_LOADING`.
@@ -221,14 +272,17 @@ fn check_options(count: c_uint, options: *mut c_void, values: *mut *mut c_void) 
     Ok(())
 }
 
-fn load_library(library: *mut CUlibrary, kernels: Kernels) -> CuResult<()> {
+fn load_library(library: *mut CUlibrary, code: *const c_void) -> CuResult<()> {
     let d = driver()?;
     if library.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    simgpu_debug!("library loaded: {}", describe(&kernels));
+    let kernels = kernels_of(code)?;
+    // SAFETY: as kernels_of, which has just read the same image.
+    let globals = unsafe { image::globals_at(code.cast()) };
+    simgpu_debug!("library loaded: {}; {} variable(s)", describe(&kernels), globals.len());
     let hnd = d.new_handle(TAG_LIBRARY);
-    d.write().modules.insert(hnd, Module { ctx: 0, functions: HashMap::new(), kernels });
+    d.write().modules.insert(hnd, Module { ctx: 0, functions: HashMap::new(), kernels, globals, global_ptrs: HashMap::new() });
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(library, ptr(hnd)) }
 }
@@ -237,7 +291,7 @@ cu_export!(cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_o
     driver()?;
     check_options(num_jit_options, jit_options.cast(), jit_values)?;
     check_options(num_library_options, library_options.cast(), library_values)?;
-    load_library(library, kernels_of(code)?)
+    load_library(library, code)
 });
 
 cu_export!(cuLibraryLoadFromFile(library: *mut CUlibrary, file_name: *const c_char, jit_options: *mut c_uint, jit_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_uint, library_values: *mut *mut c_void, num_library_options: c_uint) {
@@ -245,7 +299,7 @@ cu_export!(cuLibraryLoadFromFile(library: *mut CUlibrary, file_name: *const c_ch
     check_options(num_jit_options, jit_options.cast(), jit_values)?;
     check_options(num_library_options, library_options.cast(), library_values)?;
     let bytes = read_file(file_name)?;
-    load_library(library, kernels_of(bytes.as_ptr().cast())?)
+    load_library(library, bytes.as_ptr().cast())
 });
 
 fn library_handle(library: CUlibrary) -> CuResult<u64> {
@@ -286,11 +340,7 @@ cu_export!(cuLibraryGetModule(module: *mut CUmodule, library: CUlibrary) {
 });
 
 cu_export!(cuLibraryGetGlobal(dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) {
-    let _ = (dptr, bytes);
-    let handle = library_handle(library)?;
-    cstr(name)?;
-    driver()?.read().modules.get(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    Err(CUDA_ERROR_NOT_FOUND)
+    get_global(dptr, bytes, library_handle(library)?, name)
 });
 
 fn function(f: u64) -> CuResult<Arc<Function>> {
@@ -439,6 +489,7 @@ type CUlinkState = *mut c_void;
 
 struct Link {
     kernels: Kernels,
+    globals: BTreeMap<String, u64>,
     /// What `cuLinkComplete` handed out; valid until `cuLinkDestroy`.
     output: Option<Vec<u8>>,
 }
@@ -459,7 +510,7 @@ cu_export!(cuLinkCreate_v2(num_options: c_uint, options: *mut c_uint, values: *m
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let hnd = d.new_handle(TAG_LINK);
-    crate::exec::lock(&LINKS).get_or_insert_with(HashMap::new).insert(hnd, Link { kernels: Kernels::Named(BTreeSet::new()), output: None });
+    crate::exec::lock(&LINKS).get_or_insert_with(HashMap::new).insert(hnd, Link { kernels: Kernels::Named(BTreeSet::new()), globals: BTreeMap::new(), output: None });
     out(state_out, ptr(hnd))
 }; cuLinkCreate);
 
@@ -480,11 +531,13 @@ fn input_kernels(kind: c_uint, data: &[u8]) -> CuResult<Kernels> {
 
 fn add_input(state: CUlinkState, kind: c_uint, data: &[u8]) -> CuResult<()> {
     let found = input_kernels(kind, data)?;
-    simgpu_debug!("linker input: {}", describe(&found));
+    let globals = if matches!(kind, CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_PTX | CU_JIT_INPUT_FATBINARY) { image::globals(data) } else { BTreeMap::new() };
+    simgpu_debug!("linker input: {}; {} variable(s)", describe(&found), globals.len());
     with_link(state, |link| {
         if link.output.is_some() {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
+        link.globals.extend(globals);
         link.kernels = match (std::mem::replace(&mut link.kernels, Kernels::Any), found) {
             (Kernels::Named(mut a), Kernels::Named(b)) => {
                 a.extend(b);
@@ -522,7 +575,7 @@ cu_export!(cuLinkComplete(state: CUlinkState, cubin_out: *mut *mut c_void, size_
     }
     let (image_ptr, len) = with_link(state, |link| {
         let image = match &link.kernels {
-            Kernels::Named(names) => image::linked_ptx(names),
+            Kernels::Named(names) => image::linked_ptx(names, &link.globals),
             Kernels::Any => b"// linked by simgpu: kernels not listed\n\0".to_vec(),
         };
         let output = link.output.insert(image);
