@@ -1,6 +1,6 @@
 //! The CUDA runtime and the frameworks built on it, on simgpu, bare and
 //! under a 1 GiB cap: NVIDIA's libcudart 13.5 driven as nvcc-built host code
-//! drives it (a registered fatbin and its kernel), CuPy, numba-cuda,
+//! drives it (a registered fatbin, its kernel and its variable), CuPy, numba-cuda,
 //! cuda.core, and NVRTC's output through every driver loader (module,
 //! fatbin, library, linker). Each runs in a real process and prints what it
 //! saw.
@@ -56,6 +56,12 @@ fn check_cudart(out: &Output) {
     out.assert_rc("malloc_over", 2);
     assert_eq!(out.u64("malloc.chunks"), CHUNKS, "{out}");
     assert!(out.f64("elapsed_ms") >= 0.0, "{out}");
+    // A registered __device__ variable: cudaMemcpyToSymbol and back.
+    for key in ["to_symbol", "from_symbol", "symbol_size"] {
+        out.assert_rc(key, 0);
+    }
+    assert_eq!(out.get("symbol.round_trip"), "1", "{out}");
+    assert_eq!(out.u64("symbol.bytes"), 16, "{out}");
     // A host pointer the runtime never registered is refused, not launched.
     assert_ne!(out.i64("launch_unregistered"), 0, "{out}");
     // cudaDeviceReset destroys the primary context; the runtime then makes

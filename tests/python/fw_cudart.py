@@ -25,6 +25,7 @@ def call(key, rc):
 PTX = b""".version 8.0
 .target sm_90
 .address_size 64
+.visible .global .align 4 .u32 fw_flag[4];
 .visible .entry fw_ping(.param .u64 out)
 {
     ret;
@@ -50,6 +51,11 @@ print(f"register.handle={int(bool(handle))}")
 host_stub = C.create_string_buffer(16)
 rt.__cudaRegisterFunction.argtypes = [C.c_void_p, C.c_void_p, C.c_char_p, C.c_char_p, C.c_int] + [C.c_void_p] * 5
 rt.__cudaRegisterFunction(handle, C.addressof(host_stub), b"fw_ping", b"fw_ping", -1, None, None, None, None, None)
+# A __device__ variable, as nvcc registers one: the host shadow the program
+# names it by, then the device name and size.
+host_flag = C.create_string_buffer(16)
+rt.__cudaRegisterVar.argtypes = [C.c_void_p, C.c_void_p, C.c_char_p, C.c_char_p, C.c_int, C.c_size_t, C.c_int, C.c_int]
+rt.__cudaRegisterVar(handle, C.addressof(host_flag), b"fw_flag", b"fw_flag", 0, 16, 0, 0)
 rt.__cudaRegisterFatBinaryEnd.argtypes = [C.c_void_p]
 rt.__cudaRegisterFatBinaryEnd(handle)
 
@@ -99,6 +105,17 @@ ms = C.c_float(-1)
 rt.cudaEventElapsedTime.argtypes = [C.POINTER(C.c_float), C.c_void_p, C.c_void_p]
 call("elapsed", rt.cudaEventElapsedTime(C.byref(ms), start, end))
 print(f"elapsed_ms={ms.value}")
+# cudaMemcpyToSymbol / FromSymbol reach the variable's device memory.
+flag_in = (C.c_uint * 4)(7, 8, 9, 10)
+flag_out = (C.c_uint * 4)()
+rt.cudaMemcpyToSymbol.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t, C.c_size_t, C.c_int]
+rt.cudaMemcpyFromSymbol.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t, C.c_size_t, C.c_int]
+call("to_symbol", rt.cudaMemcpyToSymbol(C.addressof(host_flag), flag_in, 16, 0, 1))
+call("from_symbol", rt.cudaMemcpyFromSymbol(flag_out, C.addressof(host_flag), 16, 0, 2))
+print(f"symbol.round_trip={int(list(flag_out) == [7, 8, 9, 10])}")
+size = C.c_size_t()
+call("symbol_size", rt.cudaGetSymbolSize(C.byref(size), C.c_void_p(C.addressof(host_flag))))
+print(f"symbol.bytes={size.value}")
 # A host pointer the runtime never registered is no kernel.
 unknown = C.create_string_buffer(16)
 call("launch_unregistered", rt.cudaLaunchKernel(C.addressof(unknown), Dim3(1, 1, 1), Dim3(1, 1, 1), args, 0, None))
