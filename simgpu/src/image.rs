@@ -9,11 +9,12 @@
 //!   nvJitLink write it): one kernel per `.nv.info.<name>` section; an image
 //!   without any lists the `FUNC` symbols that live in `.text.<name>`.
 //! - **fatbin** (`0xBA55ED50` container, also behind the runtime's
-//!   `0x466243B1` wrapper): the union of its uncompressed PTX and cubin
-//!   entries. Compressed entries (LZ4 or Zstandard, flagged in the entry
-//!   header) are not decompressed: an image with one has [`Kernels::Any`].
+//!   `0x466243B1` wrapper): the union of its PTX and cubin entries,
+//!   decompressed first when the entry header says Zstandard (CUDA 13's
+//!   default) or LZ4. An entry that does not decompress gives the image
+//!   [`Kernels::Any`].
 //!
-//! Any other text (the tests' `"any image"`) also has [`Kernels::Any`]: every
+//! Any other text (the tests' `"any image"`) has [`Kernels::Any`]: every
 //! name resolves, and a kernel's duration comes from its name
 //! ([`crate::exports::launch`]). A binary image of no known format is
 //! refused with `CUDA_ERROR_INVALID_IMAGE`, as a driver refuses it.
@@ -218,37 +219,118 @@ pub fn elf_kernels(elf: &[u8]) -> Result<BTreeSet<String>, ImageError> {
     Ok(kernels)
 }
 
-/// Kernels of a fatbin container: its header, then entries of
-/// (kind u16, version u16, header size u32, payload size u64, …, flags u64
-/// at 40), each payload following its header.
-pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
+/// One entry of a fatbin: its kind and its payload, decompressed, or `None`
+/// when it is compressed in a way simgpu does not read.
+struct FatbinEntry<'a> {
+    kind: u16,
+    payload: Option<std::borrow::Cow<'a, [u8]>>,
+}
+
+/// Largest decompressed entry simgpu accepts: a bound on what a hostile
+/// header can make it allocate.
+const MAX_ENTRY_BYTES: u64 = 1 << 30;
+
+/// The entries of a fatbin container: its header (magic u32, version u16,
+/// header size u16, body size u64), then entries of (kind u16, version
+/// u16, header size u32, payload size u64, …, compressed size u32 at 16,
+/// flags u64 at 40, decompressed size u64 at 56), each payload following
+/// its header. Zstandard payloads are decompressed (ruzstd), LZ4 ones with
+/// [`lz4_block`].
+fn fatbin_entries(fatbin: &[u8]) -> Result<Vec<FatbinEntry<'_>>, ImageError> {
     let bad = || ImageError::Invalid("truncated or malformed fatbin");
     let header_size = u16_at(fatbin, 6).ok_or_else(bad)? as usize;
     let body_size = usize::try_from(u64_at(fatbin, 8).ok_or_else(bad)?).map_err(|_| bad())?;
     let body = fatbin.get(header_size..header_size.checked_add(body_size).ok_or_else(bad)?).ok_or_else(bad)?;
-    let mut kernels = Kernels::Named(BTreeSet::new());
+    let mut entries = Vec::new();
     let mut at = 0usize;
     while at < body.len() {
         let entry = &body[at..];
         let kind = u16_at(entry, 0).ok_or_else(bad)?;
         let entry_header = u32_at(entry, 4).ok_or_else(bad)? as usize;
         let payload_size = usize::try_from(u64_at(entry, 8).ok_or_else(bad)?).map_err(|_| bad())?;
-        let flags = u64_at(entry, 40).unwrap_or(0);
         if entry_header == 0 {
             return Err(bad());
         }
-        let payload = entry.get(entry_header..entry_header.checked_add(payload_size).ok_or_else(bad)?).ok_or_else(bad)?;
-        let found = if flags & (FATBIN_FLAG_COMPRESSED_LZ4 | FATBIN_FLAG_COMPRESSED_ZSTD) != 0 {
-            Kernels::Any
+        let stored = entry.get(entry_header..entry_header.checked_add(payload_size).ok_or_else(bad)?).ok_or_else(bad)?;
+        let flags = u64_at(entry, 40).unwrap_or(0);
+        let payload = if flags & (FATBIN_FLAG_COMPRESSED_ZSTD | FATBIN_FLAG_COMPRESSED_LZ4) == 0 {
+            Some(std::borrow::Cow::Borrowed(stored))
         } else {
-            match kind {
-                FATBIN_ENTRY_PTX => ptx_kernels(payload),
-                FATBIN_ENTRY_ELF => Kernels::Named(elf_kernels(payload)?),
-                _ => Kernels::Named(BTreeSet::new()),
+            let compressed = u32_at(entry, 16).and_then(|n| stored.get(..n as usize)).ok_or_else(bad)?;
+            let size = u64_at(entry, 56).filter(|&n| n <= MAX_ENTRY_BYTES).ok_or_else(bad)? as usize;
+            let decompressed = if flags & FATBIN_FLAG_COMPRESSED_ZSTD != 0 { zstd(compressed, size) } else { lz4_block(compressed, size) };
+            decompressed.map(std::borrow::Cow::Owned)
+        };
+        entries.push(FatbinEntry { kind, payload });
+        at = at.checked_add(entry_header + payload_size).ok_or_else(bad)?;
+    }
+    Ok(entries)
+}
+
+/// A Zstandard-compressed payload of `size` bytes, or `None` if it does not decode.
+fn zstd(compressed: &[u8], size: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; size];
+    let written = ruzstd::decoding::FrameDecoder::new().decode_all(compressed, &mut out).ok()?;
+    out.truncate(written);
+    Some(out)
+}
+
+/// An LZ4 block (no frame) of `size` bytes, or `None` if it is malformed:
+/// sequences of a token (literal and match length nibbles, 15 meaning "more
+/// bytes follow"), literals, a 2-byte offset and a match copied from the
+/// output, the last sequence literals only.
+fn lz4_block(input: &[u8], size: usize) -> Option<Vec<u8>> {
+    fn length(input: &[u8], at: &mut usize, nibble: usize) -> Option<usize> {
+        let mut n = nibble;
+        if nibble == 15 {
+            loop {
+                let b = *input.get(*at)?;
+                *at += 1;
+                n = n.checked_add(b as usize)?;
+                if b != 255 {
+                    break;
+                }
             }
+        }
+        Some(n)
+    }
+    let mut out = Vec::with_capacity(size);
+    let mut at = 0usize;
+    while at < input.len() {
+        let token = input[at];
+        at += 1;
+        let literals = length(input, &mut at, (token >> 4) as usize)?;
+        out.extend_from_slice(input.get(at..at.checked_add(literals)?)?);
+        at += literals;
+        if at == input.len() {
+            break;
+        }
+        let offset = u16_at(input, at)? as usize;
+        at += 2;
+        let matched = length(input, &mut at, (token & 0xf) as usize)?.checked_add(4)?;
+        if offset == 0 || offset > out.len() || out.len().checked_add(matched)? > size {
+            return None;
+        }
+        let from = out.len() - offset;
+        for i in 0..matched {
+            out.push(out[from + i]);
+        }
+    }
+    (out.len() <= size).then_some(out)
+}
+
+/// Kernels of a fatbin: the union of its entries' kernels; an entry that
+/// cannot be decompressed makes it [`Kernels::Any`].
+pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
+    let mut kernels = Kernels::Named(BTreeSet::new());
+    for entry in fatbin_entries(fatbin)? {
+        let found = match (&entry.payload, entry.kind) {
+            (None, _) => Kernels::Any,
+            (Some(p), FATBIN_ENTRY_PTX) => ptx_kernels(p),
+            (Some(p), FATBIN_ENTRY_ELF) => Kernels::Named(elf_kernels(p)?),
+            _ => Kernels::Named(BTreeSet::new()),
         };
         kernels = kernels.merge(found);
-        at = at.checked_add(entry_header + payload_size).ok_or_else(bad)?;
     }
     Ok(kernels)
 }
@@ -261,40 +343,19 @@ pub fn globals(image: &[u8]) -> BTreeMap<String, u64> {
     }
     if u32_at(image, 0) == Some(FATBIN_MAGIC) {
         let mut found = BTreeMap::new();
-        for_each_fatbin_entry(image, |kind, payload| {
-            found.extend(match kind {
-                FATBIN_ENTRY_PTX => ptx_globals(payload),
-                FATBIN_ENTRY_ELF => elf_globals(payload),
+        for entry in fatbin_entries(image).unwrap_or_default() {
+            found.extend(match (&entry.payload, entry.kind) {
+                (Some(p), FATBIN_ENTRY_PTX) => ptx_globals(p),
+                (Some(p), FATBIN_ENTRY_ELF) => elf_globals(p),
                 _ => BTreeMap::new(),
-            })
-        });
+            });
+        }
         return found;
     }
     if looks_like_text(image) {
         return ptx_globals(image);
     }
     BTreeMap::new()
-}
-
-/// Calls `f` with each uncompressed entry's kind and payload.
-fn for_each_fatbin_entry(fatbin: &[u8], mut f: impl FnMut(u16, &[u8])) {
-    let Some(header_size) = u16_at(fatbin, 6) else { return };
-    let Some(body_size) = u64_at(fatbin, 8).and_then(|n| usize::try_from(n).ok()) else { return };
-    let Some(body) = (header_size as usize).checked_add(body_size).and_then(|end| fatbin.get(header_size as usize..end)) else { return };
-    let mut at = 0usize;
-    while let Some(entry) = body.get(at..).filter(|e| !e.is_empty()) {
-        let (Some(kind), Some(entry_header), Some(payload_size)) = (u16_at(entry, 0), u32_at(entry, 4), u64_at(entry, 8)) else { return };
-        let (entry_header, Ok(payload_size)) = (entry_header as usize, usize::try_from(payload_size)) else { return };
-        let Some(payload) = entry_header.checked_add(payload_size).and_then(|end| entry.get(entry_header..end)) else { return };
-        if entry_header == 0 {
-            return;
-        }
-        let flags = u64_at(entry, 40).unwrap_or(0);
-        if flags & (FATBIN_FLAG_COMPRESSED_LZ4 | FATBIN_FLAG_COMPRESSED_ZSTD) == 0 {
-            f(kind, payload);
-        }
-        at += entry_header + payload_size;
-    }
 }
 
 /// Bytes of a PTX fundamental type (`.b8`, `.u32`, `.f64`, …).
@@ -617,7 +678,9 @@ mod tests {
             h[..2].copy_from_slice(&kind.to_le_bytes());
             h[4..8].copy_from_slice(&64u32.to_le_bytes());
             h[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
             h[40..48].copy_from_slice(&flags.to_le_bytes());
+            h[56..64].copy_from_slice(&64u64.to_le_bytes());
             body.extend_from_slice(&h);
             body.extend_from_slice(payload);
         }
@@ -637,9 +700,26 @@ mod tests {
         assert_eq!(kernels(&image), Ok(named(&["_Z3addPfS_", "from_elf", "plain"])));
         // SAFETY: the vector is a complete image.
         assert_eq!(unsafe { image_len(image.as_ptr()) }, Ok(image.len()));
-        let compressed = fatbin(&[(2, FATBIN_FLAG_COMPRESSED_LZ4, b"\x01\x02")]);
-        assert_eq!(kernels(&compressed), Ok(Kernels::Any));
+        let undecodable = fatbin(&[(2, FATBIN_FLAG_COMPRESSED_LZ4, b"\xf0\x02")]);
+        assert_eq!(kernels(&undecodable), Ok(Kernels::Any));
+        // PTX with one entry, LZ4-compressed: 3 literals then 9 bytes of match.
+        let ptx = b".entry k{}.entry k{}";
+        let mut block = vec![0xa8];
+        block.extend_from_slice(&ptx[..10]);
+        block.extend_from_slice(&[10, 0]);
+        block.push(0x00);
+        let lz4 = fatbin(&[(1, FATBIN_FLAG_COMPRESSED_LZ4, &block)]);
+        assert_eq!(kernels(&lz4), Ok(named(&["k"])));
         assert!(kernels(&image[..image.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn lz4_blocks_decode() {
+        // "abcabcabcabc!": 3 literals, a 9-byte match at offset 3, then 1 literal.
+        let block = [0x35, b'a', b'b', b'c', 3, 0, 0x10, b'!'];
+        assert_eq!(lz4_block(&block, 13).as_deref(), Some(&b"abcabcabcabc!"[..]));
+        assert_eq!(lz4_block(&block, 12), None, "larger than declared");
+        assert_eq!(lz4_block(&[0x35, b'a', b'b', b'c', 9, 0, 0x10, b'!'], 13), None, "offset before the start");
     }
 
     #[test]
