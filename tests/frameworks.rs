@@ -101,6 +101,7 @@ fn check_cupy(out: &Output) {
     assert!(out.f64("events.elapsed_ms") >= 0.0, "{out}");
     assert_eq!(out.get("sync"), "ok", "{out}");
     assert_eq!(out.get("kernel"), "ok", "an NVRTC-compiled kernel launches\n{out}");
+    assert_eq!(out.get("cub"), "ok", "prebuilt CUB and Thrust kernels (compressed fatbins) launch\n{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 

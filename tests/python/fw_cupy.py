@@ -8,10 +8,15 @@ raises OutOfMemoryError, frees them and allocates again (the process goes
 on); then streams, events, a kernel CuPy compiles with NVRTC, and the same
 allocation loop through cupy.cuda.MemoryAsyncPool (cudaMallocAsync).
 """
+import os
 import sys
 
-import cupy
-from cupy.cuda import runtime
+# Reductions through CUB, whose kernels CuPy ships prebuilt in a
+# Zstandard-compressed fatbin that the CUDA runtime registers.
+os.environ["CUPY_ACCELERATORS"] = "cub"
+
+import cupy  # noqa: E402
+from cupy.cuda import runtime  # noqa: E402
 
 MIB = 1 << 20
 chunk = int(sys.argv[1]) * MIB
@@ -66,6 +71,12 @@ x = cupy.arange(1024, dtype=cupy.float32)
 y = x * 2
 cupy.cuda.Device(0).synchronize()
 print("kernel=ok")
+# CUB (reduction) and Thrust (sort) kernels from CuPy's prebuilt fatbins.
+total = cupy.ones(1 << 16, dtype=cupy.float32).sum()
+ordered = cupy.sort(x)
+cupy.cuda.Device(0).synchronize()
+print("cub=ok")
+del total, ordered
 del a, x, y
 pool.free_all_blocks()
 
