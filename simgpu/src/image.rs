@@ -9,10 +9,11 @@
 //!   nvJitLink write it): one kernel per `.nv.info.<name>` section; an image
 //!   without any lists the `FUNC` symbols that live in `.text.<name>`.
 //! - **fatbin** (`0xBA55ED50` container, also behind the runtime's
-//!   `0x466243B1` wrapper): the union of its PTX and cubin entries,
-//!   decompressed first when the entry header says Zstandard (CUDA 13's
-//!   default) or LZ4. An entry that does not decompress gives the image
-//!   [`Kernels::Any`].
+//!   `0x466243B1` wrapper): the kernels of the entries a driver would load
+//!   on simgpu's sm_90 ([`DEVICE_ARCH`]): its sm_90 cubins, else its newest
+//!   PTX for sm_90 or older, else all entries. Entries are decompressed
+//!   first when their header says Zstandard (CUDA 13's default) or LZ4; one
+//!   that does not decompress gives the image [`Kernels::Any`].
 //!
 //! Any other text (the tests' `"any image"`) has [`Kernels::Any`]: every
 //! name resolves, and a kernel's duration comes from its name
@@ -89,18 +90,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// The kernels of a complete image.
 pub fn kernels(image: &[u8]) -> Result<Kernels, ImageError> {
-    if image.starts_with(&ELF_MAGIC) {
-        return elf_kernels(image).map(Kernels::Named);
-    }
-    match u32_at(image, 0) {
-        Some(FATBIN_MAGIC) => return fatbin_kernels(image),
-        Some(FATBINC_WRAPPER_MAGIC) => return Err(ImageError::Invalid("a fatbin wrapper must be resolved to its fatbin first")),
-        _ => {}
-    }
-    if looks_like_text(image) {
-        return Ok(ptx_kernels(image));
-    }
-    Err(ImageError::Invalid("neither PTX, nor an ELF cubin, nor a fatbin"))
+    contents(image).map(|c| c.kernels)
 }
 
 /// Text: printable ASCII or whitespace up to the first NUL.
@@ -219,23 +209,44 @@ pub fn elf_kernels(elf: &[u8]) -> Result<BTreeSet<String>, ImageError> {
     Ok(kernels)
 }
 
-/// One entry of a fatbin: its kind and its payload, decompressed, or `None`
-/// when it is compressed in a way simgpu does not read.
+/// One entry of a fatbin, as stored.
 struct FatbinEntry<'a> {
     kind: u16,
-    payload: Option<std::borrow::Cow<'a, [u8]>>,
+    /// The architecture it is for (`90`: sm_90 code, or compute_90 PTX).
+    arch: u32,
+    flags: u64,
+    stored: &'a [u8],
+    compressed_bytes: u32,
+    decompressed_bytes: u64,
 }
 
 /// Largest decompressed entry simgpu accepts: a bound on what a hostile
 /// header can make it allocate.
 const MAX_ENTRY_BYTES: u64 = 1 << 30;
 
+/// The device architecture simgpu presents (compute capability 9.0, as
+/// `cuDeviceGetAttribute` reports), which picks a fatbin's entries.
+pub const DEVICE_ARCH: u32 = 90;
+
+impl<'a> FatbinEntry<'a> {
+    /// The payload, decompressed (Zstandard with ruzstd, LZ4 with
+    /// [`lz4_block`]), or `None` when it does not decompress.
+    fn payload(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
+        if self.flags & (FATBIN_FLAG_COMPRESSED_ZSTD | FATBIN_FLAG_COMPRESSED_LZ4) == 0 {
+            return Some(std::borrow::Cow::Borrowed(self.stored));
+        }
+        let compressed = self.stored.get(..self.compressed_bytes as usize)?;
+        let size = usize::try_from(self.decompressed_bytes).ok().filter(|&n| n as u64 <= MAX_ENTRY_BYTES)?;
+        let decompressed = if self.flags & FATBIN_FLAG_COMPRESSED_ZSTD != 0 { zstd(compressed, size) } else { lz4_block(compressed, size) };
+        decompressed.map(std::borrow::Cow::Owned)
+    }
+}
+
 /// The entries of a fatbin container: its header (magic u32, version u16,
 /// header size u16, body size u64), then entries of (kind u16, version
-/// u16, header size u32, payload size u64, …, compressed size u32 at 16,
-/// flags u64 at 40, decompressed size u64 at 56), each payload following
-/// its header. Zstandard payloads are decompressed (ruzstd), LZ4 ones with
-/// [`lz4_block`].
+/// u16, header size u32, payload size u64, compressed size u32 at 16,
+/// architecture u32 at 28, flags u64 at 40, decompressed size u64 at 56),
+/// each payload following its header.
 fn fatbin_entries(fatbin: &[u8]) -> Result<Vec<FatbinEntry<'_>>, ImageError> {
     let bad = || ImageError::Invalid("truncated or malformed fatbin");
     let header_size = u16_at(fatbin, 6).ok_or_else(bad)? as usize;
@@ -252,19 +263,32 @@ fn fatbin_entries(fatbin: &[u8]) -> Result<Vec<FatbinEntry<'_>>, ImageError> {
             return Err(bad());
         }
         let stored = entry.get(entry_header..entry_header.checked_add(payload_size).ok_or_else(bad)?).ok_or_else(bad)?;
-        let flags = u64_at(entry, 40).unwrap_or(0);
-        let payload = if flags & (FATBIN_FLAG_COMPRESSED_ZSTD | FATBIN_FLAG_COMPRESSED_LZ4) == 0 {
-            Some(std::borrow::Cow::Borrowed(stored))
-        } else {
-            let compressed = u32_at(entry, 16).and_then(|n| stored.get(..n as usize)).ok_or_else(bad)?;
-            let size = u64_at(entry, 56).filter(|&n| n <= MAX_ENTRY_BYTES).ok_or_else(bad)? as usize;
-            let decompressed = if flags & FATBIN_FLAG_COMPRESSED_ZSTD != 0 { zstd(compressed, size) } else { lz4_block(compressed, size) };
-            decompressed.map(std::borrow::Cow::Owned)
-        };
-        entries.push(FatbinEntry { kind, payload });
+        entries.push(FatbinEntry {
+            kind,
+            arch: u32_at(entry, 28).unwrap_or(0),
+            flags: u64_at(entry, 40).unwrap_or(0),
+            stored,
+            compressed_bytes: u32_at(entry, 16).unwrap_or(0),
+            decompressed_bytes: u64_at(entry, 56).unwrap_or(0),
+        });
         at = at.checked_add(entry_header + payload_size).ok_or_else(bad)?;
     }
     Ok(entries)
+}
+
+/// The entries a driver would load on this device: the cubins built for
+/// its architecture; else the newest PTX not newer than it (the driver
+/// would compile that); else, the image holding neither, all of them.
+fn chosen_entries<'e, 'a>(entries: &'e [FatbinEntry<'a>]) -> Vec<&'e FatbinEntry<'a>> {
+    let cubins: Vec<_> = entries.iter().filter(|e| e.kind == FATBIN_ENTRY_ELF && e.arch == DEVICE_ARCH).collect();
+    if !cubins.is_empty() {
+        return cubins;
+    }
+    let newest_ptx = entries.iter().filter(|e| e.kind == FATBIN_ENTRY_PTX && e.arch <= DEVICE_ARCH).map(|e| e.arch).max();
+    if let Some(arch) = newest_ptx {
+        return entries.iter().filter(|e| e.kind == FATBIN_ENTRY_PTX && e.arch == arch).collect();
+    }
+    entries.iter().collect()
 }
 
 /// A Zstandard-compressed payload of `size` bytes, or `None` if it does not decode.
@@ -319,43 +343,51 @@ fn lz4_block(input: &[u8], size: usize) -> Option<Vec<u8>> {
     (out.len() <= size).then_some(out)
 }
 
-/// Kernels of a fatbin: the union of its entries' kernels; an entry that
-/// cannot be decompressed makes it [`Kernels::Any`].
-pub fn fatbin_kernels(fatbin: &[u8]) -> Result<Kernels, ImageError> {
-    let mut kernels = Kernels::Named(BTreeSet::new());
-    for entry in fatbin_entries(fatbin)? {
-        let found = match (&entry.payload, entry.kind) {
-            (None, _) => Kernels::Any,
-            (Some(p), FATBIN_ENTRY_PTX) => ptx_kernels(p),
-            (Some(p), FATBIN_ENTRY_ELF) => Kernels::Named(elf_kernels(p)?),
-            _ => Kernels::Named(BTreeSet::new()),
+/// What a fatbin holds: the union of its chosen entries' contents
+/// ([`chosen_entries`]); an entry that does not decompress makes its
+/// kernels [`Kernels::Any`].
+fn fatbin_contents(fatbin: &[u8]) -> Result<Contents, ImageError> {
+    let entries = fatbin_entries(fatbin)?;
+    let mut contents = Contents { kernels: Kernels::Named(BTreeSet::new()), globals: BTreeMap::new() };
+    for entry in chosen_entries(&entries) {
+        let found = match entry.payload() {
+            None => Contents { kernels: Kernels::Any, globals: BTreeMap::new() },
+            Some(p) if entry.kind == FATBIN_ENTRY_PTX => Contents { kernels: ptx_kernels(&p), globals: ptx_globals(&p) },
+            Some(p) if entry.kind == FATBIN_ENTRY_ELF => Contents { kernels: Kernels::Named(elf_kernels(&p)?), globals: elf_globals(&p) },
+            Some(_) => continue,
         };
-        kernels = kernels.merge(found);
+        contents.kernels = contents.kernels.merge(found.kernels);
+        contents.globals.extend(found.globals);
     }
-    Ok(kernels)
+    Ok(contents)
 }
 
-/// Device variables of a complete image, by name, with their sizes in
-/// bytes. Best effort: what cannot be read lists nothing.
-pub fn globals(image: &[u8]) -> BTreeMap<String, u64> {
+/// An image's kernels and device variables (name → size in bytes).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Contents {
+    pub kernels: Kernels,
+    pub globals: BTreeMap<String, u64>,
+}
+
+/// Reads a complete image once for its kernels and variables.
+pub fn contents(image: &[u8]) -> Result<Contents, ImageError> {
     if image.starts_with(&ELF_MAGIC) {
-        return elf_globals(image);
+        return Ok(Contents { kernels: Kernels::Named(elf_kernels(image)?), globals: elf_globals(image) });
     }
-    if u32_at(image, 0) == Some(FATBIN_MAGIC) {
-        let mut found = BTreeMap::new();
-        for entry in fatbin_entries(image).unwrap_or_default() {
-            found.extend(match (&entry.payload, entry.kind) {
-                (Some(p), FATBIN_ENTRY_PTX) => ptx_globals(p),
-                (Some(p), FATBIN_ENTRY_ELF) => elf_globals(p),
-                _ => BTreeMap::new(),
-            });
-        }
-        return found;
+    match u32_at(image, 0) {
+        Some(FATBIN_MAGIC) => return fatbin_contents(image),
+        Some(FATBINC_WRAPPER_MAGIC) => return Err(ImageError::Invalid("a fatbin wrapper must be resolved to its fatbin first")),
+        _ => {}
     }
     if looks_like_text(image) {
-        return ptx_globals(image);
+        return Ok(Contents { kernels: ptx_kernels(image), globals: ptx_globals(image) });
     }
-    BTreeMap::new()
+    Err(ImageError::Invalid("neither PTX, nor an ELF cubin, nor a fatbin"))
+}
+
+/// Device variables of a complete image (none when it cannot be read).
+pub fn globals(image: &[u8]) -> BTreeMap<String, u64> {
+    contents(image).map(|c| c.globals).unwrap_or_default()
 }
 
 /// Bytes of a PTX fundamental type (`.b8`, `.u32`, `.f64`, …).
@@ -461,27 +493,6 @@ pub fn elf_globals(elf: &[u8]) -> BTreeMap<String, u64> {
     found
 }
 
-/// The device variables of the image behind `image`.
-///
-/// # Safety
-/// As [`kernels_at`].
-pub unsafe fn globals_at(image: *const u8) -> BTreeMap<String, u64> {
-    if image.is_null() {
-        return BTreeMap::new();
-    }
-    // SAFETY: forwarded contract.
-    let image = unsafe { unwrap_fatbinc(image) };
-    if image.is_null() {
-        return BTreeMap::new();
-    }
-    // SAFETY: forwarded contract.
-    match unsafe { image_len(image) } {
-        // SAFETY: image_len measured the image from its own headers.
-        Ok(len) => globals(unsafe { std::slice::from_raw_parts(image, len) }),
-        Err(_) => BTreeMap::new(),
-    }
-}
-
 /// How many bytes the image at `image` spans, read from its own headers
 /// (`cuModuleLoadData` passes a pointer, no size): an ELF image ends at its
 /// last section or section table, a fatbin at its header's size, text at
@@ -561,11 +572,11 @@ pub unsafe fn unwrap_fatbinc(image: *const u8) -> *const u8 {
     }
 }
 
-/// Reads the image behind `image` and lists its kernels.
+/// Reads the image behind `image` for its kernels and variables.
 ///
 /// # Safety
 /// As [`image_len`]; a runtime fatbin wrapper is followed to its fatbin.
-pub unsafe fn kernels_at(image: *const u8) -> Result<Kernels, ImageError> {
+pub unsafe fn contents_at(image: *const u8) -> Result<Contents, ImageError> {
     if image.is_null() {
         return Err(ImageError::Invalid("null image"));
     }
@@ -577,7 +588,7 @@ pub unsafe fn kernels_at(image: *const u8) -> Result<Kernels, ImageError> {
     // SAFETY: forwarded contract.
     let len = unsafe { image_len(image) }?;
     // SAFETY: image_len measured the image from its own headers.
-    kernels(unsafe { std::slice::from_raw_parts(image, len) })
+    contents(unsafe { std::slice::from_raw_parts(image, len) })
 }
 
 /// A PTX text declaring `names` as entries: what the linker hands back
@@ -623,7 +634,7 @@ mod tests {
         assert_eq!(kernels(PTX.as_bytes()), Ok(named(&["_Z3addPfS_", "plain"])));
         assert_eq!(kernels(b"any image\0"), Ok(Kernels::Any));
         // SAFETY: NUL-terminated text shorter than a magic number.
-        assert_eq!(unsafe { kernels_at(c"ab".as_ptr().cast()) }, Ok(Kernels::Any));
+        assert_eq!(unsafe { contents_at(c"ab".as_ptr().cast()) }.map(|c| c.kernels), Ok(Kernels::Any));
         assert_eq!(kernels(b".version 8.0\n.target sm_90\n"), Ok(named(&[])));
         assert!(kernels(&[1, 2, 3, 4, 0xff]).is_err());
     }
@@ -671,14 +682,16 @@ mod tests {
         assert!(kernels(&elf[..elf.len() - 10]).is_err(), "a truncated image is refused");
     }
 
-    fn fatbin(entries: &[(u16, u64, &[u8])]) -> Vec<u8> {
+    /// A fatbin of (kind, architecture, flags, payload) entries.
+    fn fatbin(entries: &[(u16, u32, u64, &[u8])]) -> Vec<u8> {
         let mut body = Vec::new();
-        for (kind, flags, payload) in entries {
+        for (kind, arch, flags, payload) in entries {
             let mut h = [0u8; 64];
             h[..2].copy_from_slice(&kind.to_le_bytes());
             h[4..8].copy_from_slice(&64u32.to_le_bytes());
             h[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
             h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+            h[28..32].copy_from_slice(&arch.to_le_bytes());
             h[40..48].copy_from_slice(&flags.to_le_bytes());
             h[56..64].copy_from_slice(&64u64.to_le_bytes());
             body.extend_from_slice(&h);
@@ -694,23 +707,30 @@ mod tests {
     }
 
     #[test]
-    fn fatbin_kernels_are_its_entries_kernels() {
+    fn fatbin_kernels_are_those_of_the_entries_a_driver_loads() {
         let elf = elf_with_sections(&[".nv.info.from_elf"]);
-        let image = fatbin(&[(1, 0, PTX.as_bytes()), (2, 0, &elf)]);
-        assert_eq!(kernels(&image), Ok(named(&["_Z3addPfS_", "from_elf", "plain"])));
+        let (ptx, cubin) = (PTX.as_bytes(), elf.as_slice());
+        // The sm_90 cubin, when there is one.
+        let image = fatbin(&[(1, 90, 0, ptx), (2, 80, 0, cubin), (2, 90, 0, cubin)]);
+        assert_eq!(kernels(&image), Ok(named(&["from_elf"])));
         // SAFETY: the vector is a complete image.
         assert_eq!(unsafe { image_len(image.as_ptr()) }, Ok(image.len()));
-        let undecodable = fatbin(&[(2, FATBIN_FLAG_COMPRESSED_LZ4, b"\xf0\x02")]);
-        assert_eq!(kernels(&undecodable), Ok(Kernels::Any));
-        // PTX with one entry, LZ4-compressed: 3 literals then 9 bytes of match.
-        let ptx = b".entry k{}.entry k{}";
-        let mut block = vec![0xa8];
-        block.extend_from_slice(&ptx[..10]);
-        block.extend_from_slice(&[10, 0]);
-        block.push(0x00);
-        let lz4 = fatbin(&[(1, FATBIN_FLAG_COMPRESSED_LZ4, &block)]);
-        assert_eq!(kernels(&lz4), Ok(named(&["k"])));
         assert!(kernels(&image[..image.len() - 1]).is_err());
+        // Else the newest PTX the device can compile.
+        let image = fatbin(&[(1, 80, 0, b".version 8.0\n.entry old{}"), (1, 86, 0, ptx), (1, 100, 0, b".entry new{}"), (2, 75, 0, cubin)]);
+        assert_eq!(kernels(&image), Ok(named(&["_Z3addPfS_", "plain"])));
+        // Else everything.
+        assert_eq!(kernels(&fatbin(&[(2, 75, 0, cubin), (2, 100, 0, cubin)])), Ok(named(&["from_elf"])));
+        let undecodable = fatbin(&[(2, 90, FATBIN_FLAG_COMPRESSED_LZ4, b"\xf0\x02")]);
+        assert_eq!(kernels(&undecodable), Ok(Kernels::Any));
+        // PTX with one entry, LZ4-compressed: 10 literals, then a 12-byte
+        // match at offset 10, then an empty last sequence.
+        let text = b".entry k{}";
+        let mut block = vec![0xa8];
+        block.extend_from_slice(text);
+        block.extend_from_slice(&[10, 0, 0x00]);
+        let lz4 = fatbin(&[(1, 90, FATBIN_FLAG_COMPRESSED_LZ4, &block)]);
+        assert_eq!(kernels(&lz4), Ok(named(&["k"])));
     }
 
     #[test]

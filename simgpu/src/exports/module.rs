@@ -26,7 +26,7 @@ use super::{h, ptr};
 use crate::driver::{driver, CuResult, Function, Module, TAG_FUNC, TAG_MODULE};
 use crate::ffi::cu_export;
 use crate::ffi::{cstr, out};
-use crate::image::{self, Kernels};
+use crate::image::{self, Contents, Kernels};
 use crate::log::simgpu_debug;
 use abi::cuda::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,13 +38,13 @@ pub const TAG_LIBRARY: u64 = 0x60;
 /// `CUlinkState` handles.
 pub const TAG_LINK: u64 = 0x61;
 
-fn kernels_of(image: *const c_void) -> CuResult<Kernels> {
+fn contents_of(image: *const c_void) -> CuResult<Contents> {
     if image.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: the image is complete and its headers are truthful (cuda.h's
     // contract for every loader entry point).
-    match unsafe { image::kernels_at(image.cast()) } {
+    match unsafe { image::contents_at(image.cast()) } {
         Ok(k) => Ok(k),
         Err(image::ImageError::Invalid(why)) => {
             simgpu_debug!("image refused: {why}");
@@ -71,9 +71,7 @@ pub unsafe fn load_image(module: *mut CUmodule, image: *const c_void) -> CuResul
     if module.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let kernels = kernels_of(image)?;
-    // SAFETY: as kernels_of, which has just read the same image.
-    let globals = unsafe { image::globals_at(image.cast()) };
+    let Contents { kernels, globals } = contents_of(image)?;
     simgpu_debug!("module loaded: {}; {} variable(s)", describe(&kernels), globals.len());
     let hnd = d.new_handle(TAG_MODULE);
     d.write().modules.insert(hnd, Module { ctx: ctx.handle, functions: HashMap::new(), kernels, globals, global_ptrs: HashMap::new() });
@@ -277,9 +275,7 @@ fn load_library(library: *mut CUlibrary, code: *const c_void) -> CuResult<()> {
     if library.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let kernels = kernels_of(code)?;
-    // SAFETY: as kernels_of, which has just read the same image.
-    let globals = unsafe { image::globals_at(code.cast()) };
+    let Contents { kernels, globals } = contents_of(code)?;
     simgpu_debug!("library loaded: {}; {} variable(s)", describe(&kernels), globals.len());
     let hnd = d.new_handle(TAG_LIBRARY);
     d.write().modules.insert(hnd, Module { ctx: 0, functions: HashMap::new(), kernels, globals, global_ptrs: HashMap::new() });
@@ -514,13 +510,13 @@ cu_export!(cuLinkCreate_v2(num_options: c_uint, options: *mut c_uint, values: *m
     out(state_out, ptr(hnd))
 }; cuLinkCreate);
 
-/// The kernels of one linker input of `kind`.
-fn input_kernels(kind: c_uint, data: &[u8]) -> CuResult<Kernels> {
+/// The kernels and variables of one linker input of `kind`.
+fn input_contents(kind: c_uint, data: &[u8]) -> CuResult<Contents> {
     let parsed = match kind {
-        CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_PTX | CU_JIT_INPUT_FATBINARY => image::kernels(data),
+        CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_PTX | CU_JIT_INPUT_FATBINARY => image::contents(data),
         // Host objects and archives (libcudadevrt.a) bring device helpers,
         // not kernels the application will look up by name.
-        CU_JIT_INPUT_OBJECT | CU_JIT_INPUT_LIBRARY => return Ok(Kernels::Named(BTreeSet::new())),
+        CU_JIT_INPUT_OBJECT | CU_JIT_INPUT_LIBRARY => return Ok(Contents { kernels: Kernels::Named(BTreeSet::new()), globals: BTreeMap::new() }),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     parsed.map_err(|image::ImageError::Invalid(why)| {
@@ -530,8 +526,7 @@ fn input_kernels(kind: c_uint, data: &[u8]) -> CuResult<Kernels> {
 }
 
 fn add_input(state: CUlinkState, kind: c_uint, data: &[u8]) -> CuResult<()> {
-    let found = input_kernels(kind, data)?;
-    let globals = if matches!(kind, CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_PTX | CU_JIT_INPUT_FATBINARY) { image::globals(data) } else { BTreeMap::new() };
+    let Contents { kernels: found, globals } = input_contents(kind, data)?;
     simgpu_debug!("linker input: {}; {} variable(s)", describe(&found), globals.len());
     with_link(state, |link| {
         if link.output.is_some() {
