@@ -69,6 +69,12 @@ print("sync=ok")
 # A kernel CuPy compiles with NVRTC and launches (it computes nothing on simgpu).
 x = cupy.arange(1024, dtype=cupy.float32)
 y = x * 2
+raw = cupy.RawKernel(r"""
+extern "C" __global__ void fw_add_one(const float *a, float *b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) b[i] = a[i] + 1.0f;
+}""", "fw_add_one")
+raw((4,), (256,), (x, y, cupy.int32(1024)))
 cupy.cuda.Device(0).synchronize()
 print("kernel=ok")
 # CUB (reduction) and Thrust (sort) kernels from CuPy's prebuilt fatbins.
