@@ -2,9 +2,9 @@
 //! tables did libcudart ask for" or "which kernels did that image hold".
 //!
 //! `SIMGPU_LOG=debug` turns them on, `SIMGPU_LOG=trace` also names every
-//! driver entry point as it is called; unset, or any other value, keeps simgpu
-//! silent (errors that fail initialisation are printed regardless, by
-//! [`crate::config`]). The level is read once; a disabled log costs one
+//! driver entry point as it is called; unset or `off` keeps simgpu silent
+//! (errors that fail initialisation are printed regardless, by
+//! [`crate::config`]), and another value says once that it is not valid. The level is read once; a disabled log costs one
 //! relaxed load and formats nothing.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -23,7 +23,13 @@ fn level() -> u8 {
             let level = match std::env::var_os("SIMGPU_LOG") {
                 Some(v) if v == "trace" => TRACE,
                 Some(v) if v == "debug" => DEBUG,
-                _ => OFF,
+                Some(v) if v.is_empty() || v == "off" => OFF,
+                None => OFF,
+                Some(v) => {
+                    // Diagnostics only: a typo must not stop the driver, but says so once.
+                    eprintln!("simgpu: SIMGPU_LOG={v:?} is not valid: expected debug, trace or off; logging stays off");
+                    OFF
+                }
             };
             LEVEL.store(level, Relaxed);
             level
