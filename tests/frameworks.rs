@@ -205,6 +205,10 @@ fn check_images(out: &Output) {
     out.assert_rc("table.unknown_slot", cu::NOT_SUPPORTED);
     out.assert_rc("table.unknown_guid", cu::INVALID_VALUE);
     assert_eq!(out.get("table.unknown_guid.null"), "1", "{out}");
+    for key in ["tools.get", "tools.context_id", "ctx_id"] {
+        out.assert_rc(key, cu::SUCCESS);
+    }
+    assert_eq!(out.get("tools.context_id.same"), "1", "the tools context table's id is cuCtxGetId's\n{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 

@@ -57,6 +57,9 @@ pub const TAG_VMM: u64 = 0x6f;
 
 pub struct Context {
     pub handle: u64,
+    /// Unique for the process's lifetime (`cuCtxGetId`), where a primary
+    /// context's handle is the same after a reset.
+    pub id: u64,
     pub device: usize,
     pub primary: bool,
     pub flags: u32,
@@ -405,7 +408,8 @@ impl Driver {
             }
         };
         let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
-        let ctx = Arc::new(Context { handle, device, primary, flags, charged_bytes: bytes, exec, default_stream });
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let ctx = Arc::new(Context { handle, id, device, primary, flags, charged_bytes: bytes, exec, default_stream });
         st.proc(self.own_slot()).devices[device].contexts.fetch_add(1, AcqRel);
         self.write().contexts.insert(handle, ctx.clone());
         Ok(ctx)

@@ -73,6 +73,7 @@ proc_table! {
     cuCtxGetDevice => [2000: cuCtxGetDevice, 13000: cuCtxGetDevice_v2];
     cuCtxGetFlags => [7000: cuCtxGetFlags];
     cuCtxGetApiVersion => [3020: cuCtxGetApiVersion];
+    cuCtxGetId => [12000: cuCtxGetId];
     cuCtxGetStreamPriorityRange => [5050: cuCtxGetStreamPriorityRange];
     cuMemAlloc => [2000: cuMemAlloc, 3020: cuMemAlloc_v2];
     cuMemFree => [2000: cuMemFree, 3020: cuMemFree_v2];

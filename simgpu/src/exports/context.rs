@@ -115,6 +115,11 @@ cu_export!(cuCtxGetFlags(flags: *mut c_uint) {
     out(flags, c.flags)
 });
 
+cu_export!(cuCtxGetId(ctx: CUcontext, ctx_id: *mut u64) {
+    let c = driver()?.context(h(ctx))?;
+    out(ctx_id, c.id)
+});
+
 cu_export!(cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) {
     driver()?.context(h(ctx))?;
     out(version, 3020)

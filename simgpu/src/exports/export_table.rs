@@ -247,11 +247,8 @@ const fn tools_context_words() -> [*const c_void; TOOLS_CONTEXT_WORDS] {
 
 /// A context's unique id, as `cuCtxGetId`.
 unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CUresult {
-    guard(|| {
-        let handle = driver()?.context(h(ctx))?.handle;
-        // SAFETY: out-parameter from the runtime (null is checked).
-        unsafe { out(id, handle) }
-    })
+    // SAFETY: same arguments and contract as cuCtxGetId.
+    unsafe { crate::exports::context::cuCtxGetId(ctx, id) }
 }
 
 static TOOLS_HOOKS_TABLE: Table<7> = Table([
