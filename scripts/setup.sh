@@ -3,8 +3,11 @@
 # and into .deps/:
 #   .deps/include/{cuda.h,cudaTypedefs.h,nvml.h}  the authoritative headers,
 #       from NVIDIA's nvidia-cuda-runtime and nvidia-nvml-dev wheels;
+#   .deps/lib/libcudart.so.13  NVIDIA's CUDA runtime 13.5, from the same
+#       nvidia-cuda-runtime wheel (tests/frameworks.rs drives it on simgpu);
 #   .deps/venv  a Python virtualenv with NVIDIA's own clients, cuda-bindings
-#       and nvidia-ml-py, which the end-to-end tests drive against simgpu.
+#       and nvidia-ml-py, and the frameworks CuPy, numba-cuda and cuda.core,
+#       which the end-to-end tests drive against simgpu.
 # Versions are pinned: the tests hold the shim's cuGetProcAddress table to
 # this cudaTypedefs.h, and a newer header may add variants.
 set -euo pipefail
@@ -40,7 +43,16 @@ if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
 fi
 
-if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
+# tests/frameworks.rs runs NVIDIA's CUDA runtime and the frameworks on it
+# against simgpu: CuPy (its CUDA 13 wheel, to match the runtime pinned
+# below), numba-cuda with its CUDA 13 compilers (NVVM, NVRTC, nvJitLink:
+# they compile on the CPU) and cuda.core.
+if ! "$deps/venv/bin/python" -c 'import cupy, numba.cuda, cuda.core' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cupy-cuda13x==14.2.0' \
+        'numba-cuda[cu13]==0.30.4' 'cuda-core==1.2.2'
+fi
+
+if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ] || [ ! -f "$deps/lib/libcudart.so.13" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --platform manylinux2014_x86_64 \
         -d "$deps/wheels" 'nvidia-cuda-runtime==13.5.37' 'nvidia-nvml-dev==13.5.37'
@@ -48,6 +60,8 @@ if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ]; then
 import sys, zipfile, glob, os
 deps = sys.argv[1]
 wanted = {"cuda.h", "cudaTypedefs.h", "nvml.h"}
+libraries = {"libcudart.so.13"}
+os.makedirs(os.path.join(deps, "lib"), exist_ok=True)
 for wheel in glob.glob(os.path.join(deps, "wheels", "*.whl")):
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
@@ -55,9 +69,13 @@ for wheel in glob.glob(os.path.join(deps, "wheels", "*.whl")):
             if base in wanted and "/include/" in name:
                 with open(os.path.join(deps, "include", base), "wb") as out:
                     out.write(z.read(name))
+            if base in libraries and "/lib/" in name:
+                with open(os.path.join(deps, "lib", base), "wb") as out:
+                    out.write(z.read(name))
 missing = [h for h in wanted if not os.path.exists(os.path.join(deps, "include", h))]
+missing += [l for l in libraries if not os.path.exists(os.path.join(deps, "lib", l))]
 if missing:
-    sys.exit(f"setup: headers not found in the wheels: {missing}")
+    sys.exit(f"setup: not found in the wheels: {missing}")
 PY
 fi
-echo "setup: headers in $deps/include, Python clients in $deps/venv"
+echo "setup: headers in $deps/include, the CUDA runtime in $deps/lib, Python clients in $deps/venv"

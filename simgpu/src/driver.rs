@@ -60,6 +60,9 @@ pub const TAG_VMM: u64 = 0x6f;
 
 pub struct Context {
     pub handle: u64,
+    /// Unique for the process's lifetime (`cuCtxGetId`), where a primary
+    /// context's handle is the same after a reset.
+    pub id: u64,
     pub device: usize,
     pub primary: bool,
     pub flags: u32,
@@ -68,14 +71,23 @@ pub struct Context {
     pub default_stream: Arc<Stream>,
 }
 
+/// A module, or (with `ctx` 0) a context-independent library.
 pub struct Module {
     pub ctx: u64,
     pub functions: HashMap<String, u64>,
+    /// The kernels its image defines ([`crate::image`]).
+    pub kernels: crate::image::Kernels,
+    /// Its device variables and their sizes in bytes.
+    pub globals: std::collections::BTreeMap<String, u64>,
+    /// Device memory given to a variable, made on first request.
+    pub global_ptrs: HashMap<String, u64>,
 }
 
 pub struct Function {
     pub module: u64,
     pub name: String,
+    /// The name as `cuFuncGetName` hands it out.
+    pub c_name: std::ffi::CString,
     /// `sim_*`: runs for its first argument in microseconds.
     pub sim: bool,
 }
@@ -153,6 +165,10 @@ pub struct Primary {
 pub struct DeviceRt {
     pub heap: OnceLock<Result<DeviceHeap, CUresult>>,
     pub primary: Mutex<Primary>,
+    /// The primary context's handle: fixed for the device, whether the
+    /// context is active or not, as a driver keeps it (the runtime asks for
+    /// it before retaining, through its export table).
+    pub primary_handle: u64,
     pub default_pool: u64,
 }
 
@@ -226,7 +242,8 @@ pub fn init(flags: u32) -> CuResult<()> {
         for i in 0..machine.topology.slot_count() {
             let pool = (TAG_POOL << 40) | (i as u64 + 1);
             objects.pools.insert(pool, Pool::new(i, true, 0));
-            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), default_pool: pool });
+            let primary_handle = (TAG_CTX << 40) | (i as u64 + 1);
+            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), primary_handle, default_pool: pool });
         }
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
@@ -384,7 +401,7 @@ impl Driver {
         if bytes > 0 && !st.charge(device, self.own_slot(), bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let handle = self.new_handle(TAG_CTX);
+        let handle = if primary { self.devices[device].primary_handle } else { self.new_handle(TAG_CTX) };
         let exec = match Executor::start(device, handle, self) {
             Ok(e) => e,
             Err(_) => {
@@ -393,7 +410,8 @@ impl Driver {
             }
         };
         let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
-        let ctx = Arc::new(Context { handle, device, primary, flags, charged_bytes: bytes, exec, default_stream });
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let ctx = Arc::new(Context { handle, id, device, primary, flags, charged_bytes: bytes, exec, default_stream });
         st.proc(self.own_slot()).devices[device].contexts.fetch_add(1, AcqRel);
         self.write().contexts.insert(handle, ctx.clone());
         Ok(ctx)
@@ -402,6 +420,9 @@ impl Driver {
     /// Destroys a context: waits for its work, frees everything it owns and
     /// gives its memory back.
     pub fn destroy_context(&self, handle: u64) -> CuResult<()> {
+        // The runtime's per-context state goes first, while the context
+        // still exists for its destructors to use.
+        crate::exports::export_table::context_destroyed(handle);
         let ctx = self.write().contexts.remove(&handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         ctx.exec.shutdown();
         crate::memory::free_all_of_context(self, &ctx);

@@ -93,6 +93,9 @@ macro_rules! cu_export {
         #[no_mangle]
         #[allow(unused_unsafe, clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> abi::cuda::CUresult {
+            if $crate::log::trace_enabled() {
+                eprintln!("simgpu[{}]: trace: {}", std::process::id(), stringify!($name));
+            }
             $crate::ffi::guard(move || -> $crate::driver::CuResult<()> {
                 // SAFETY: pointer arguments come from the application under
                 // cuda.h's contract; the helpers check null, and handles are

@@ -17,14 +17,17 @@
 //!   (charging, the per-device reservation, VMM, arrays), [`exec`] (queues,
 //!   workers, streams, events), [`sched`] (cross-process time slicing),
 //!   [`state`] (the shared file), [`alloc`] (address arithmetic),
-//!   [`config`] (environment).
+//!   [`config`] (environment), [`image`] (the kernels a PTX, cubin or
+//!   fatbin image defines).
+//! - [`exports::export_table`]: the private tables the CUDA runtime asks for
+//!   with `cuGetExportTable`, so libcudart (CuPy, cuda.core) runs on simgpu.
 //!
 //! Configuration: `SIMGPU_DEVICES`, `SIMGPU_MEMORY`, `SIMGPU_STATE`,
 //! `SIMGPU_CONTEXT_MEMORY`, `SIMGPU_SLICE_US`, `SIMGPU_KERNEL_US` (see
-//! [`config`]), and `SIMGPU_MIG`, which partitions devices into MIG
-//! instances ([`mig`]). The driver API honours `CUDA_VISIBLE_DEVICES` as
-//! the real driver does, MIG instances included; NVML ignores it
-//! ([`visible`]).
+//! [`config`]), `SIMGPU_MIG`, which partitions devices into MIG
+//! instances ([`mig`]), and `SIMGPU_LOG=debug|trace` for diagnostics
+//! ([`log`]). The driver API honours `CUDA_VISIBLE_DEVICES` as the real
+//! driver does, MIG instances included; NVML ignores it ([`visible`]).
 //!
 //! Streams: launches, event records, stream-ordered frees, copies and fills,
 //! host functions and cross-context event waits are ops on their context's
@@ -40,6 +43,8 @@ pub mod driver;
 pub mod exec;
 pub mod exports;
 pub mod ffi;
+pub mod image;
+pub mod log;
 pub mod memory;
 pub mod mig;
 pub mod nvml;

@@ -57,6 +57,7 @@ proc_table! {
     cuDeviceComputeCapability => [2000: cuDeviceComputeCapability];
     cuDeviceGetDefaultMemPool => [11020: cuDeviceGetDefaultMemPool];
     cuDeviceGetMemPool => [11020: cuDeviceGetMemPool];
+    cuDeviceSetMemPool => [11020: cuDeviceSetMemPool];
     cuDevicePrimaryCtxRetain => [7000: cuDevicePrimaryCtxRetain];
     cuDevicePrimaryCtxRelease => [7000: cuDevicePrimaryCtxRelease, 11000: cuDevicePrimaryCtxRelease_v2];
     cuDevicePrimaryCtxReset => [7000: cuDevicePrimaryCtxReset, 11000: cuDevicePrimaryCtxReset_v2];
@@ -72,6 +73,7 @@ proc_table! {
     cuCtxGetDevice => [2000: cuCtxGetDevice, 13000: cuCtxGetDevice_v2];
     cuCtxGetFlags => [7000: cuCtxGetFlags];
     cuCtxGetApiVersion => [3020: cuCtxGetApiVersion];
+    cuCtxGetId => [12000: cuCtxGetId];
     cuCtxGetStreamPriorityRange => [5050: cuCtxGetStreamPriorityRange];
     cuMemAlloc => [2000: cuMemAlloc, 3020: cuMemAlloc_v2];
     cuMemFree => [2000: cuMemFree, 3020: cuMemFree_v2];
@@ -125,6 +127,38 @@ proc_table! {
     cuModuleLoadFatBinary => [2000: cuModuleLoadFatBinary];
     cuModuleGetFunction => [2000: cuModuleGetFunction];
     cuModuleUnload => [2000: cuModuleUnload];
+    cuModuleGetFunctionCount => [12040: cuModuleGetFunctionCount];
+    cuModuleEnumerateFunctions => [12040: cuModuleEnumerateFunctions];
+    cuModuleGetGlobal => [3020: cuModuleGetGlobal_v2];
+    cuModuleGetLoadingMode => [11070: cuModuleGetLoadingMode];
+    cuLibraryLoadData => [12000: cuLibraryLoadData];
+    cuLibraryLoadFromFile => [12000: cuLibraryLoadFromFile];
+    cuLibraryUnload => [12000: cuLibraryUnload];
+    cuLibraryGetKernel => [12000: cuLibraryGetKernel];
+    cuLibraryGetKernelCount => [12040: cuLibraryGetKernelCount];
+    cuLibraryEnumerateKernels => [12040: cuLibraryEnumerateKernels];
+    cuLibraryGetModule => [12000: cuLibraryGetModule];
+    cuLibraryGetGlobal => [12000: cuLibraryGetGlobal];
+    cuKernelGetFunction => [12000: cuKernelGetFunction];
+    cuKernelGetLibrary => [12050: cuKernelGetLibrary];
+    cuKernelGetName => [12030: cuKernelGetName];
+    cuKernelGetAttribute => [12000: cuKernelGetAttribute];
+    cuKernelSetAttribute => [12000: cuKernelSetAttribute];
+    cuKernelSetCacheConfig => [12000: cuKernelSetCacheConfig];
+    cuFuncGetModule => [11000: cuFuncGetModule];
+    cuFuncGetName => [12030: cuFuncGetName];
+    cuFuncGetAttribute => [2020: cuFuncGetAttribute];
+    cuFuncSetAttribute => [9000: cuFuncSetAttribute];
+    cuFuncSetCacheConfig => [3000: cuFuncSetCacheConfig];
+    cuOccupancyMaxActiveBlocksPerMultiprocessor => [6050: cuOccupancyMaxActiveBlocksPerMultiprocessor];
+    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags => [7000: cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags];
+    cuOccupancyMaxPotentialBlockSize => [6050: cuOccupancyMaxPotentialBlockSize];
+    cuOccupancyMaxPotentialBlockSizeWithFlags => [7000: cuOccupancyMaxPotentialBlockSizeWithFlags];
+    cuLinkCreate => [5050: cuLinkCreate, 6050: cuLinkCreate_v2];
+    cuLinkAddData => [5050: cuLinkAddData, 6050: cuLinkAddData_v2];
+    cuLinkAddFile => [5050: cuLinkAddFile, 6050: cuLinkAddFile_v2];
+    cuLinkComplete => [5050: cuLinkComplete];
+    cuLinkDestroy => [5050: cuLinkDestroy];
     cuLaunchKernel => [4000: cuLaunchKernel] ptsz [7000: cuLaunchKernel_ptsz];
     cuLaunchKernelEx => [11060: cuLaunchKernelEx] ptsz [11060: cuLaunchKernelEx_ptsz];
     cuLaunchCooperativeKernel => [9000: cuLaunchCooperativeKernel] ptsz [9000: cuLaunchCooperativeKernel_ptsz];
@@ -205,6 +239,7 @@ unsafe fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, cuda_ve
                 unsafe { out(pfn, v.addr as *mut c_void) }
             }
             Lookup::NotFound => {
+                crate::log::simgpu_debug!("cuGetProcAddress: {} not found", name.unwrap_or("(not UTF-8)"));
                 unsafe { out_opt(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) };
                 Err(CUDA_ERROR_NOT_FOUND)
             }

@@ -51,7 +51,11 @@ cu_export!(cuCtxDestroy_v2(ctx: CUcontext) {
 cu_export!(cuCtxSetCurrent(ctx: CUcontext) {
     let d = driver()?;
     let handle = h(ctx);
-    if handle != 0 && !d.read().contexts.contains_key(&handle) {
+    // A primary context's handle is valid while the context is inactive
+    // (the runtime makes it current before retaining it); using it then
+    // fails in the call that needs it, as `d.current()` finds no context.
+    let primary = d.devices.iter().any(|rt| rt.primary_handle == handle);
+    if handle != 0 && !primary && !d.read().contexts.contains_key(&handle) {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     with_ctx_stack(|s| {
@@ -109,6 +113,11 @@ cu_export!(cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) {
 cu_export!(cuCtxGetFlags(flags: *mut c_uint) {
     let c = driver()?.current()?;
     out(flags, c.flags)
+});
+
+cu_export!(cuCtxGetId(ctx: CUcontext, ctx_id: *mut u64) {
+    let c = driver()?.context(h(ctx))?;
+    out(ctx_id, c.id)
 });
 
 cu_export!(cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) {

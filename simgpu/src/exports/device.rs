@@ -186,3 +186,22 @@ pub fn attribute(attrib: c_int, index: usize) -> CuResult<c_int> {
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
 }
+
+// The device's current pool stays its default pool (what
+// `cuDeviceGetMemPool` reports): making the default pool current again is
+// accepted, as CuPy's `MemoryAsyncPool` does; another pool is a pool of
+// the device but cannot become current here.
+cu_export!(cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
+    let d = driver()?;
+    let i = d.check_device(dev)?;
+    let handle = super::h(pool);
+    let objs = d.read();
+    let p = objs.pools.get(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if p.device != i {
+        return Err(CUDA_ERROR_INVALID_DEVICE);
+    }
+    if handle != d.devices[i].default_pool {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    Ok(())
+});

@@ -11,9 +11,7 @@ cu_export!(cuInit(flags: c_uint) { driver::init(flags) });
 cu_export!(cuDriverGetVersion(version: *mut c_int) { out(version, DRIVER_VERSION) });
 
 cu_export!(cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) {
-    let _ = id;
-    out_opt(table, std::ptr::null());
-    Err(CUDA_ERROR_NOT_SUPPORTED)
+    super::export_table::get(table, id)
 });
 
 /// (code, name, description) for every code simgpu can return, and the other

@@ -5,6 +5,7 @@ pub mod array;
 pub mod context;
 pub mod device;
 pub mod event;
+pub mod export_table;
 pub mod graph;
 pub mod host_register;
 pub mod init;
