@@ -1,31 +1,80 @@
 //! Stream-ordered memory: `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` and
 //! `cuMemFreeAsync` (and their `_ptsz` forms).
 //!
-//! - Stream-ordered allocations are charged to the context and device of
-//!   their stream (`cuStreamGetCtx`; the null, legacy and per-thread
-//!   streams mean the calling thread's context, see [`super::devices`]);
-//!   `cuMemAllocFromPoolAsync` charges the pool's device
-//!   (`CU_MEMPOOL_ATTR_LOCATION_ID`), where the driver takes the memory,
-//!   even when the stream is on another device. They are remembered with
-//!   the other pointers (see [`super::memory`]).
-//! - `cuMemFreeAsync` keeps the charge until the stream reaches the free, as
-//!   the driver keeps the memory until then: an event recorded right after
-//!   the free is polled (oldest per stream first) at each admission, each
-//!   denial, each view (`cuMemGetInfo`, NVML) and after each stream,
-//!   context or event synchronisation while frees are pending (see
-//!   `hooks::sync`), and the charge goes when it completes. So any
-//!   allocation right after a pending free, on the same stream too, is
-//!   refused for the bytes still in flight (a driver that reuses them in
-//!   stream order would not need them, but one that takes new memory at the
-//!   call holds both until the stream gets there). A free completed
-//!   without a synchronisation (the stream simply got there) stays charged
-//!   until this process's next such call: the error is on the safe side.
-//!   Destroying the context drops its pending frees with it
-//!   (`PendingFrees::remove_context`).
+//! # What is charged: what the pools reserve
+//! A stream-ordered allocation comes from a memory pool: the device's
+//! current pool (`cuDeviceGetMemPool`) for `cuMemAllocAsync`, the named one
+//! for `cuMemAllocFromPoolAsync`. A pool *reserves* device memory and hands
+//! it out; a freed block stays reserved (up to the pool's release
+//! threshold, which cuda.core sets to the maximum) and is reused by later
+//! allocations in stream order. What the device has lost is the pool's
+//! reserved memory, not its live allocations, so that is what the tenant
+//! is charged: for each pool this process allocated from, the ledger holds
+//! exactly the pool's `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` as last read
+//! (`PoolCharge::charged_bytes`), on the pool's device.
 //!
-//! Owns `PendingFrees` and the process-wide count of them
-//! ([`has_pending_frees`]), which lets the synchronisation hooks skip all of
-//! this with one load.
+//! - An allocation of `n` bytes reserves `n` (rounded as the driver rounds)
+//!   before the call, then reads the pool's reserved memory and *settles*:
+//!   growth is paid from that reservation (and any excess reserved more),
+//!   the rest of the reservation is released. A block the driver reused
+//!   costs nothing, so a free and a re-allocation on one stream at a full
+//!   cap are admitted, because the driver makes no new memory for them.
+//! - When the reservation is refused and the pool holds at least `n` bytes
+//!   it does not use, the call is made without one: the driver may reuse
+//!   them. If it grew instead and the growth does not fit, the allocation
+//!   is undone (freed on its stream, the stream synchronised, the pool
+//!   trimmed back to what is charged) and refused.
+//! - Otherwise this process's pools on that device are trimmed
+//!   (`cuMemPoolTrimTo(pool, 0)`: only memory whose free the stream has
+//!   reached goes), settled, and the reservation is tried once more before
+//!   the allocation is refused with `CUDA_ERROR_OUT_OF_MEMORY`, counted as
+//!   one denial.
+//! - `cuMemFreeAsync` of a pool allocation changes nothing: the pool keeps
+//!   the block. Pools shrink when the driver gives memory back: at a
+//!   synchronisation (above the release threshold), at a trim, when a
+//!   context or pool goes. The charges are settled after each stream,
+//!   context or event synchronisation and each context destruction (see
+//!   `hooks::sync`, [`super::contexts`]), before each view
+//!   ([`super::views`]) and before any refusal ([`super::admission`]).
+//!
+//! Why the ledger is never below what the pools reserve: a pool grows only
+//! inside an allocation call, and every allocation call settles after it,
+//! under the lock that orders all settlements, paying the growth it sees
+//! (its own or a concurrent call's) before it returns; a concurrent call
+//! that finds its growth already paid releases its reservation. Between the
+//! driver's growth and the settlement the tenant holds its own reservation
+//! of `n` bytes, which covers growth by the request. A driver that grows a
+//! pool by more than the request (real pools grow in larger chunks) is
+//! charged the excess as it appears; when the cap cannot take it the
+//! allocation is undone, so no pool holds more than the cap allows past
+//! the call that grew it. Why the ledger is not above it for long: shrinks
+//! happen only at the moments listed above, and each is followed by a
+//! settlement; a pool the driver no longer knows (destroyed) is released
+//! whole. A trim the application makes itself is seen at the next view or
+//! refusal: the error is on the safe side.
+//!
+//! The one lock held across a driver call here is the pools' list, across
+//! `cuMemPoolGetAttribute` only: a query that cannot call back into the
+//! shim, and the only way to keep the reads and the ledger in one order.
+//!
+//! A driver that cannot report a pool's reserved memory (the attribute
+//! query fails) is charged per allocation instead, as any other pointer
+//! (see [`super::memory`]), with the free below.
+//!
+//! # Frees of memory not from a pool
+//! `cuMemFreeAsync` of a pointer charged per allocation (`cuMemAlloc`, or a
+//! pool that cannot report) keeps the charge until the stream reaches the
+//! free, as the driver keeps the memory until then: an event recorded right
+//! after the free is polled (oldest per stream first) at each admission,
+//! each view and after each synchronisation while frees are pending, and
+//! the charge goes when it completes. A free completed without a
+//! synchronisation stays charged until this process's next such call: the
+//! error is on the safe side. Destroying the context drops its pending
+//! frees with it (`PendingFrees::remove_context`).
+//!
+//! Owns `PendingFrees`, `Pools` and the process-wide count of both
+//! ([`has_stream_ordered_state`]), which lets the synchronisation hooks skip
+//! all of this with one load.
 
 use abi::cuda::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,6 +100,17 @@ struct PendingFree {
     charge: Charge,
 }
 
+/// What `pool` reserves and no live allocation uses; 0 when the driver
+/// cannot tell.
+fn pool_unused_bytes(pool: CUmemoryPool) -> u64 {
+    let reserved = real::pool_bytes(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = real::pool_bytes(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    match (reserved, used) {
+        (Ok(reserved), Ok(used)) => reserved.saturating_sub(used),
+        _ => 0,
+    }
+}
+
 /// The `cuMemFreeAsync`s of this process that wait for their stream.
 pub(super) struct PendingFrees {
     list: Mutex<Vec<PendingFree>>,
@@ -63,11 +123,42 @@ pub(super) struct PendingFrees {
 /// up, that there is nothing to do.
 static PENDING_FREES: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether any `cuMemFreeAsync` of this process waits for its stream.
+/// How many pools this process is charged for (`Pools::list.len()`), for
+/// the same reason.
+static CHARGED_POOLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process has stream-ordered memory a synchronisation may
+/// give back: a `cuMemFreeAsync` waiting for its stream, or a pool.
 #[inline]
-pub fn has_pending_frees() -> bool {
-    PENDING_FREES.load(Ordering::Acquire) != 0
+pub fn has_stream_ordered_state() -> bool {
+    PENDING_FREES.load(Ordering::Acquire) != 0 || CHARGED_POOLS.load(Ordering::Acquire) != 0
 }
+
+/// A pool this process allocated from, and what the ledger holds for it.
+#[derive(Clone, Copy, Debug)]
+struct PoolCharge {
+    pool: usize,
+    ledger_index: usize,
+    /// The pool's reserved memory as last read, all of it charged.
+    charged_bytes: u64,
+}
+
+/// The pools this process is charged for.
+pub(super) struct Pools {
+    list: Mutex<Vec<PoolCharge>>,
+}
+
+impl Pools {
+    pub(super) fn new() -> Self {
+        // A forked child's copy counts its parent's pools, which are not
+        // its own.
+        CHARGED_POOLS.store(0, Ordering::Release);
+        Self { list: Mutex::new(Vec::new()) }
+    }
+}
+
+/// What a settlement could not charge: the pool grew past the cap.
+struct Overdrawn;
 
 /// One key per stream: the null stream is the legacy default stream, or the
 /// per-thread one for `_ptsz` callers.
@@ -107,18 +198,15 @@ impl PendingFrees {
 
 impl Runtime {
     /// `cuMemAllocAsync` and `cuMemAllocFromPoolAsync` on `stream`: charged
-    /// to the stream's context and device. A pending free on the same stream
-    /// is not counted as room: a driver may reuse its bytes in stream order,
-    /// but one that takes new memory at the call (simgpu, or a pool that
-    /// must grow) holds both until the stream reaches the free.
+    /// by what the pool reserves (see the module docs).
     ///
     /// `pool` (`cuMemAllocFromPoolAsync`): the memory comes from the pool's
     /// device (`CU_MEMPOOL_ATTR_LOCATION_*`), which is charged even when the
     /// stream is on another device; a driver that refuses the pairing gets
-    /// the last word (the reservation is rolled back with its error). A
-    /// host pool is not charged; a managed pool without a location is
-    /// charged to the stream's device; a pool on a device this process does
-    /// not see, or whose location the driver cannot tell, is refused.
+    /// the last word. A host pool is not charged; a managed pool without a
+    /// location is charged to the stream's device; a pool on a device this
+    /// process does not see, or whose location the driver cannot tell, is
+    /// refused. Without `pool`, the stream's device's current pool.
     pub fn alloc_async(
         &self,
         bytes: u64,
@@ -131,8 +219,8 @@ impl Runtime {
             Ok(found) => found,
             Err(r) => return r,
         };
-        let device = match pool {
-            None => stream_device,
+        let (device, pool) = match pool {
+            None => (stream_device, real::device_mem_pool(stream_device.cu_device).ok()),
             Some(pool) => {
                 let location = match real::pool_location(pool) {
                     Ok(location) => location,
@@ -141,22 +229,193 @@ impl Runtime {
                         return r;
                     }
                 };
-                match placement::of_pool(location) {
+                let device = match placement::of_pool(location) {
                     Placement::Unplaced => stream_device,
                     placed => match self.placed_device(placed, "cuMemAllocFromPoolAsync") {
                         Ok(Some(device)) => device,
                         Ok(None) => return call().err().unwrap_or(CUDA_SUCCESS),
                         Err(r) => return r,
                     },
-                }
+                };
+                (device, Some(pool))
             }
         };
-        self.charge_around(Kind::Pointer, Charge { ledger_index: device.ledger_index, bytes: allocation_bytes(bytes), ctx }, call)
+        let charge = Charge { ledger_index: device.ledger_index, bytes: allocation_bytes(bytes), ctx };
+        match pool.filter(|&pool| real::pool_bytes(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).is_ok()) {
+            Some(pool) => self.alloc_from_pool(pool, charge, stream, per_thread, call),
+            // A driver that cannot tell what the pool reserves: charged
+            // per allocation.
+            None => self.charge_around(Kind::Pointer, charge, call),
+        }
     }
 
-    /// `cuMemFreeAsync`: the charge stays until the stream reaches the free.
-    /// An event recorded right after it tells when; a stream whose event
-    /// cannot be recorded releases at once.
+    /// An allocation of `charge.bytes` from `pool`, charged by the pool's
+    /// growth (see the module docs).
+    fn alloc_from_pool(
+        &self,
+        pool: CUmemoryPool,
+        charge: Charge,
+        stream: CUstream,
+        per_thread: bool,
+        call: impl FnOnce() -> Result<u64, CUresult>,
+    ) -> CUresult {
+        let dev = charge.ledger_index;
+        if self.reserve_uncounted(dev, charge.bytes).is_ok() {
+            return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+        }
+        // The cap is full. Memory the pool holds unused may serve it.
+        if pool_unused_bytes(pool) >= charge.bytes {
+            return self.call_and_settle(pool, dev, 0, stream, per_thread, call);
+        }
+        // Memory this process's pools hold unused goes back first.
+        self.trim_pools(dev);
+        if self.reserve_uncounted(dev, charge.bytes).is_ok() {
+            return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+        }
+        self.count_denied(dev);
+        debug!("denied {} bytes from a stream-ordered pool on ledger device {dev}", charge.bytes);
+        CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    /// Makes the allocation with `reserved_bytes` reserved for it, settles
+    /// the pool, and undoes the allocation when its growth cannot be
+    /// charged.
+    fn call_and_settle(
+        &self,
+        pool: CUmemoryPool,
+        dev: usize,
+        reserved_bytes: u64,
+        stream: CUstream,
+        per_thread: bool,
+        call: impl FnOnce() -> Result<u64, CUresult>,
+    ) -> CUresult {
+        let ptr = match call() {
+            Ok(ptr) => ptr,
+            Err(r) => {
+                let _ = self.settle_pool(pool, dev, reserved_bytes);
+                return r;
+            }
+        };
+        if self.settle_pool(pool, dev, reserved_bytes).is_ok() {
+            return CUDA_SUCCESS;
+        }
+        // The pool grew past the cap: give the block back, wait for the
+        // stream to reach the free, and have the pool return what the
+        // ledger does not cover.
+        let _ = real::mem_free_async(ptr, stream, per_thread);
+        let _ = real::stream_synchronize(stream, per_thread);
+        let keep_bytes = self.pool_charged_bytes(pool);
+        let _ = real::pool_trim_to(pool, keep_bytes);
+        if self.settle_pool(pool, dev, 0).is_err() {
+            warn!("a stream-ordered pool on ledger device {dev} holds more than the cap and would not give it back");
+        }
+        self.count_denied(dev);
+        debug!("denied a stream-ordered allocation on ledger device {dev}: its pool grew past the cap");
+        CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    /// What the ledger holds for `pool` now.
+    fn pool_charged_bytes(&self, pool: CUmemoryPool) -> u64 {
+        lock(&self.pools.list).iter().find(|p| p.pool == pool as usize).map_or(0, |p| p.charged_bytes)
+    }
+
+    /// Brings `pool`'s charge to what it reserves now, paying growth from
+    /// `reserved_bytes` (reserved by the caller, and always taken back
+    /// here) and then from the cap. A pool the driver no longer knows is
+    /// released whole. `Err` when growth could not be charged (the pool is
+    /// then charged what fitted).
+    fn settle_pool(&self, pool: CUmemoryPool, dev: usize, reserved_bytes: u64) -> Result<(), Overdrawn> {
+        let mut pools = lock(&self.pools.list);
+        let index = match pools.iter().position(|p| p.pool == pool as usize) {
+            Some(index) => index,
+            None => {
+                pools.push(PoolCharge { pool: pool as usize, ledger_index: dev, charged_bytes: 0 });
+                CHARGED_POOLS.store(pools.len(), Ordering::Release);
+                pools.len() - 1
+            }
+        };
+        let result = match pools.get_mut(index) {
+            Some(entry) => self.settle_entry(entry, reserved_bytes),
+            None => Ok(()),
+        };
+        let before = pools.len();
+        pools.retain(|p| p.pool != 0);
+        if pools.len() != before {
+            CHARGED_POOLS.store(pools.len(), Ordering::Release);
+        }
+        result
+    }
+
+    /// Settles one pool (the pools' lock held). A pool the driver no
+    /// longer answers for is released and marked gone (`pool` = 0).
+    fn settle_entry(&self, entry: &mut PoolCharge, reserved_bytes: u64) -> Result<(), Overdrawn> {
+        let dev = entry.ledger_index;
+        let now_bytes = match real::pool_bytes(entry.pool as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                self.release(dev, reserved_bytes.saturating_add(entry.charged_bytes));
+                entry.charged_bytes = 0;
+                entry.pool = 0;
+                return Ok(());
+            }
+        };
+        if now_bytes <= entry.charged_bytes {
+            self.release(dev, reserved_bytes + (entry.charged_bytes - now_bytes));
+            entry.charged_bytes = now_bytes;
+            return Ok(());
+        }
+        let growth = now_bytes - entry.charged_bytes;
+        let paid = growth.min(reserved_bytes);
+        self.release(dev, reserved_bytes - paid);
+        entry.charged_bytes += paid;
+        let rest = growth - paid;
+        if rest == 0 {
+            return Ok(());
+        }
+        match self.reserve_plain(dev, rest) {
+            Ok(()) => {
+                entry.charged_bytes += rest;
+                Ok(())
+            }
+            Err(_) => Err(Overdrawn),
+        }
+    }
+
+    /// Settles every pool this process is charged for.
+    pub fn settle_pools(&self) {
+        if CHARGED_POOLS.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut pools = lock(&self.pools.list);
+        for entry in pools.iter_mut() {
+            if self.settle_entry(entry, 0).is_err() {
+                // Growth no allocation of ours paid for (made outside the
+                // shim's view): charged as far as the cap allows.
+                debug!("a stream-ordered pool on ledger device {} grew past the cap", entry.ledger_index);
+            }
+        }
+        pools.retain(|p| p.pool != 0);
+        CHARGED_POOLS.store(pools.len(), Ordering::Release);
+    }
+
+    /// Has this process's pools on ledger device `dev` give back the memory
+    /// they hold unused, and settles them.
+    fn trim_pools(&self, dev: usize) {
+        let on_dev: Vec<usize> = lock(&self.pools.list).iter().filter(|p| p.ledger_index == dev).map(|p| p.pool).collect();
+        if on_dev.is_empty() {
+            return;
+        }
+        for pool in on_dev {
+            let _ = real::pool_trim_to(pool as CUmemoryPool, 0);
+        }
+        self.settle_pools();
+    }
+
+    /// `cuMemFreeAsync`: a pool's allocation stays in its pool, charged as
+    /// the pool's reserved memory. Memory charged per allocation stays
+    /// charged until the stream reaches the free: an event recorded right
+    /// after it tells when; a stream whose event cannot be recorded
+    /// releases at once.
     pub fn free_async(&self, ptr: u64, stream: CUstream, per_thread: bool, call: impl FnOnce() -> CUresult) -> CUresult {
         let charge = self.allocations.tracker(Kind::Pointer).remove(ptr);
         let r = call();
@@ -188,7 +447,7 @@ impl Runtime {
     /// in order, so only each stream's oldest unfinished free is asked about.
     /// No lock is held while the driver answers.
     pub fn poll_pending_frees(&self) {
-        if !has_pending_frees() {
+        if PENDING_FREES.load(Ordering::Acquire) == 0 {
             return;
         }
         let snapshot: Vec<(u64, u64, usize)> =

@@ -6,8 +6,8 @@
 //! memory info reports total = cap and used = the tenant's usage (see
 //! `hooks::nvml`). No value ever underflows, and none is larger than the
 //! device. Without a cap, the driver's figures pass through. Pending
-//! stream-ordered frees that completed are released before a view is
-//! taken, so that it shows them gone.
+//! stream-ordered frees that completed are released, and the pools'
+//! charges settled, before a view is taken, so that it shows them gone.
 //!
 //! Owns no state: it reads the cap and the usage from the ledger.
 
@@ -33,6 +33,7 @@ impl Runtime {
     /// The cap and usage of ledger device `dev`, for views.
     pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
         self.poll_pending_frees();
+        self.settle_pools();
         (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
     }
 
