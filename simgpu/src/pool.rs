@@ -23,7 +23,8 @@
 //!   device give back done free blocks while they reserve more than their
 //!   release threshold (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, 0 by default,
 //!   as in the driver); `cuMemPoolTrimTo` does the same down to its
-//!   argument. Blocks whose free the stream has not reached stay.
+//!   argument (largest blocks first, of equal ones the most recently
+//!   freed). Blocks whose free the stream has not reached stay.
 //! - Destroying a context gives back the free blocks of memory allocated in
 //!   it or freed on its streams, and frees its live allocations; destroying
 //!   a pool gives back its free blocks.
@@ -116,9 +117,11 @@ impl PoolBlocks {
     }
 
     /// Gives back to the device the free blocks `which` selects, largest
-    /// first, while the pool reserves more than `keep_bytes`.
+    /// first and, of equal ones, the most recently freed first (the pool
+    /// keeps what it has held longest), while the pool reserves more than
+    /// `keep_bytes`.
     fn give_back(&mut self, d: &Driver, device: usize, heap: &DeviceHeap, keep_bytes: u64, which: impl Fn(&FreeBlock) -> bool) {
-        self.free.sort_by_key(|b| std::cmp::Reverse(b.len));
+        self.free.sort_by_key(|b| std::cmp::Reverse((b.len, b.token)));
         let mut i = 0;
         while i < self.free.len() && self.reserved_bytes > keep_bytes {
             if which(&self.free[i]) {
