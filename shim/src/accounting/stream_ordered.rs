@@ -17,18 +17,19 @@
 //!   before the call, then reads the pool's reserved memory and *settles*:
 //!   growth is paid from that reservation (and any excess reserved more),
 //!   the rest of the reservation is released. A block the driver reused
-//!   costs nothing, so a free and a re-allocation on one stream at a full
-//!   cap are admitted, because the driver makes no new memory for them.
-//! - When the reservation is refused and the pool holds at least `n` bytes
-//!   it does not use, the call is made without one: the driver may reuse
-//!   them. If it grew instead and the growth does not fit, the allocation
-//!   is undone (freed on its stream, the stream synchronised, the pool
-//!   trimmed back to what is charged) and refused.
-//! - Otherwise this process's pools on that device are trimmed
-//!   (`cuMemPoolTrimTo(pool, 0)`: only memory whose free the stream has
-//!   reached goes), settled, and the reservation is tried once more before
-//!   the allocation is refused with `CUDA_ERROR_OUT_OF_MEMORY`, counted as
-//!   one denial.
+//!   costs nothing, so a pool that keeps its freed memory serves a free
+//!   and a re-allocation at no extra charge.
+//! - When the reservation is refused, this process's pools on that device
+//!   give back what they hold unused (`cuMemPoolTrimTo(pool, 0)`: only
+//!   memory whose free its stream has reached goes), are settled, and the
+//!   reservation is tried again. When it is still refused and the pool
+//!   holds at least `n` bytes unused, those wait for frees their streams
+//!   have not reached: the allocating stream is synchronised (not while it
+//!   captures a graph), the pools trimmed and settled again, and the
+//!   reservation tried a last time. So a free and a re-allocation on one
+//!   stream at a full cap are admitted: the freed block is either reused
+//!   or given back first. Otherwise the allocation is refused with
+//!   `CUDA_ERROR_OUT_OF_MEMORY`, counted as one denial.
 //! - `cuMemFreeAsync` of a pool allocation changes nothing: the pool keeps
 //!   the block. Pools shrink when the driver gives memory back: at a
 //!   synchronisation (above the release threshold), at a trim, when a
@@ -37,21 +38,24 @@
 //!   `hooks::sync`, [`super::contexts`]), before each view
 //!   ([`super::views`]) and before any refusal ([`super::admission`]).
 //!
-//! Why the ledger is never below what the pools reserve: a pool grows only
-//! inside an allocation call, and every allocation call settles after it,
-//! under the lock that orders all settlements, paying the growth it sees
-//! (its own or a concurrent call's) before it returns; a concurrent call
-//! that finds its growth already paid releases its reservation. Between the
-//! driver's growth and the settlement the tenant holds its own reservation
-//! of `n` bytes, which covers growth by the request. A driver that grows a
-//! pool by more than the request (real pools grow in larger chunks) is
-//! charged the excess as it appears; when the cap cannot take it the
-//! allocation is undone, so no pool holds more than the cap allows past
-//! the call that grew it. Why the ledger is not above it for long: shrinks
-//! happen only at the moments listed above, and each is followed by a
-//! settlement; a pool the driver no longer knows (destroyed) is released
-//! whole. A trim the application makes itself is seen at the next view or
-//! refusal: the error is on the safe side.
+//! Why the device never holds more for the tenant than the ledger: a pool
+//! grows only inside an allocation call, and every allocation call is made
+//! with `n` bytes reserved and settles after it, under the lock that orders
+//! all settlements, paying the growth it sees (its own or a concurrent
+//! call's) before it returns; a concurrent call that finds its growth
+//! already paid releases its reservation. Until the settlement the tenant
+//! holds the call's reservation, which covers growth by the request, so no
+//! pool passes the cap, not even for the length of a call, as long as the
+//! driver grows a pool by at most the request (simgpu does). A driver that
+//! grows a pool by more (real pools grow in larger chunks) is charged the
+//! excess as it appears; when the cap cannot take it the allocation is
+//! undone (freed on its stream, the stream synchronised, the pool trimmed
+//! back to what is charged) and refused, so no pool holds more than the
+//! cap allows past the call that grew it. Why the ledger is not above it
+//! for long: shrinks happen only at the moments listed above, and each is
+//! followed by a settlement; a pool the driver no longer knows (destroyed)
+//! is released whole. A trim the application makes itself is seen at the
+//! next view, synchronisation or refusal: the error is on the safe side.
 //!
 //! The one lock held across a driver call here is the pools' list, across
 //! `cuMemPoolGetAttribute` only: a query that cannot call back into the
@@ -98,6 +102,13 @@ struct PendingFree {
     /// What is still charged for it (less what a later allocation on the
     /// same stream took over).
     charge: Charge,
+}
+
+/// Whether `stream` captures a graph (where nothing may synchronise it);
+/// a stream the driver cannot tell about counts as capturing.
+fn capturing(stream: CUstream, per_thread: bool) -> bool {
+    let stream = if per_thread && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    real::stream_capturing(stream).unwrap_or(true)
 }
 
 /// What `pool` reserves and no live allocation uses; 0 when the driver
@@ -263,14 +274,21 @@ impl Runtime {
         if self.reserve_uncounted(dev, charge.bytes).is_ok() {
             return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
         }
-        // The cap is full. Memory the pool holds unused may serve it.
-        if pool_unused_bytes(pool) >= charge.bytes {
-            return self.call_and_settle(pool, dev, 0, stream, per_thread, call);
-        }
-        // Memory this process's pools hold unused goes back first.
+        // The cap is full. Memory this process's pools hold unused goes
+        // back first.
         self.trim_pools(dev);
         if self.reserve_uncounted(dev, charge.bytes).is_ok() {
             return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+        }
+        // Unused memory the pool could not give back waits for frees its
+        // streams have not reached: those on this stream are reached by
+        // synchronising it (never while it captures a graph).
+        if pool_unused_bytes(pool) >= charge.bytes && !capturing(stream, per_thread) {
+            let _ = real::stream_synchronize(stream, per_thread);
+            self.trim_pools(dev);
+            if self.reserve_uncounted(dev, charge.bytes).is_ok() {
+                return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+            }
         }
         self.count_denied(dev);
         debug!("denied {} bytes from a stream-ordered pool on ledger device {dev}", charge.bytes);
@@ -303,7 +321,9 @@ impl Runtime {
         // stream to reach the free, and have the pool return what the
         // ledger does not cover.
         let _ = real::mem_free_async(ptr, stream, per_thread);
-        let _ = real::stream_synchronize(stream, per_thread);
+        if !capturing(stream, per_thread) {
+            let _ = real::stream_synchronize(stream, per_thread);
+        }
         let keep_bytes = self.pool_charged_bytes(pool);
         let _ = real::pool_trim_to(pool, keep_bytes);
         if self.settle_pool(pool, dev, 0).is_err() {
