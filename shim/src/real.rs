@@ -116,7 +116,6 @@ crate::hooks::hooked_functions! {
             nvmlDeviceGetCount_v2: fn(*mut c_uint) -> nvmlReturn_t;
             nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
             nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-            nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
         }
     }
 }

@@ -22,7 +22,7 @@
 //! - [`contexts`]: contexts and primary contexts, each charged its
 //!   overhead; destroying one frees the memory allocated in it.
 //! - [`views`]: what `cuMemGetInfo`, `cuDeviceTotalMem` and NVML report
-//!   under a cap.
+//!   under a cap, NVML's process lists included.
 //!
 //! - [`throttle`]: the compute limit: launches on a device with a limit are
 //!   measured with timing events and held to the tenant's budget of device
@@ -67,7 +67,7 @@ pub use memory::{
     Tracker, ALLOCATION_GRANULARITY_BYTES,
 };
 pub use stream_ordered::has_stream_ordered_state;
-pub use views::capped_view;
+pub use views::{capped_view, keep_tenant_processes};
 
 /// Everything the shim knows in a process that is accounting.
 pub struct Runtime {

@@ -1,0 +1,65 @@
+//! NVML as a capped tenant sees it: a process that lists the processes on a
+//! device (as nvitop does, through nvidia-ml-py) sees only its own
+//! tenant's, and a used figure that agrees with them; a process without a
+//! cap sees every process and the driver's figures.
+
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
+
+use gpuslice_tests::{Running, Sim, GIB, MIB};
+
+fn sim() -> Sim {
+    Sim::new().memory("4GiB").context_memory("64MiB").shim()
+}
+
+/// A process of `tenant` under `limit` holding a context and `size`.
+fn holder(sim: &Sim, tenant: &str, limit: &str, size: &str) -> Running {
+    let mut cmd = sim.c("memctl");
+    cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", limit).args(["init", "ctx", &format!("alloc:x:{size}"), "hold"]);
+    let mut p = sim.spawn(&mut cmd);
+    p.wait_for("ready");
+    p
+}
+
+#[test]
+fn a_capped_process_sees_only_its_own_tenants_processes() {
+    let sim = sim();
+    let mut a1 = holder(&sim, "team-a", "1GiB", "100M");
+    let mut a2 = holder(&sim, "team-a", "1GiB", "50M");
+    let mut b = holder(&sim, "team-b", "2GiB", "200M");
+    let team_a = format!("{},{}", a1.pid().min(a2.pid()), a1.pid().max(a2.pid()));
+
+    let mut capped = sim.py("nvml_view.py");
+    capped.env("GPUSLICE_TENANT", "team-a").env("GPUSLICE_MEMORY_LIMIT", "1GiB");
+    let out = sim.run(&mut capped);
+    out.assert_success();
+    for list in ["list", "v1", "v2", "v3"] {
+        assert_eq!(out.get(&format!("{list}.pids")), team_a, "{list}: only team-a's processes\n{out}");
+    }
+    assert_eq!(out.get("graphics.pids"), "", "{out}");
+    let team_a_bytes = 2 * 64 * MIB + 150 * MIB;
+    assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), "team-a", 0), team_a_bytes);
+    assert_eq!(out.u64("list.used"), team_a_bytes, "the listed processes hold what the tenant is charged\n{out}");
+    assert_eq!(out.u64("mem.used"), team_a_bytes, "used agrees with the processes listed\n{out}");
+    assert_eq!(out.u64("mem.total"), GIB, "{out}");
+
+    let mut uncapped = sim.py("nvml_view.py");
+    uncapped.env("GPUSLICE_TENANT", "team-c");
+    let out = sim.run(&mut uncapped);
+    out.assert_success();
+    let mut all = [a1.pid(), a2.pid(), b.pid()];
+    all.sort_unstable();
+    let all = all.map(|pid| pid.to_string()).join(",");
+    for list in ["list", "v1", "v2", "v3"] {
+        assert_eq!(out.get(&format!("{list}.pids")), all, "{list}: every process\n{out}");
+    }
+    assert_eq!(out.u64("list.used"), team_a_bytes + 264 * MIB, "{out}");
+    assert_eq!(out.u64("mem.total"), 4 * GIB, "{out}");
+
+    for p in [&mut a1, &mut a2, &mut b] {
+        p.send_line("go");
+    }
+    for p in [a1, a2, b] {
+        p.wait().assert_success();
+    }
+}
