@@ -267,3 +267,40 @@ fn memory_a_pool_gives_back_leaves_the_ledger_and_the_views() {
     assert_eq!(out.u64("pending.free"), GIB - 364 * MIB, "{out}");
     assert_eq!(out.u64("released.free"), GIB - 64 * MIB, "{out}");
 }
+
+/// Destroying a pool frees the cap only of what the pool held unused: its
+/// live allocations keep their memory until they are freed, and their
+/// charge with it, so a pool cannot be used to hold more than the cap.
+#[test]
+fn a_destroyed_pools_live_allocations_stay_charged_until_freed() {
+    let sim = capped("256MiB");
+    let mut p = sim.spawn(sim.c("pools").args([
+        "ctx",
+        "stream:1",
+        "create",
+        "threshold:max",
+        "palloc:a:100M:1",
+        "palloc:b:50M:1",
+        "free:b:1",
+        "sync:1",
+        "check:before",
+        "destroy",
+        "hold",
+        "alloc:again:150M:1",
+        "free:a:1",
+        "sync:1",
+        "info:after",
+        "alloc:fits:150M:1",
+    ]));
+    assert_eq!(step(&sim, &mut p, "before"), (150 * MIB, 150 * MIB), "the freed 50 MiB block is kept");
+    p.wait_for("ready");
+    let after_destroy = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    p.send_line("go");
+    let out = p.wait();
+    out.assert_success();
+    out.assert_rc("create", cu::SUCCESS).assert_rc("a", cu::SUCCESS).assert_rc("destroy", cu::SUCCESS);
+    assert_eq!(after_destroy, 164 * MIB, "the unused block went with the pool; a is still held\n{out}");
+    out.assert_rc("again", cu::OUT_OF_MEMORY);
+    assert_eq!(out.u64("after.free"), 192 * MIB, "freeing a released its charge\n{out}");
+    out.assert_rc("fits", cu::SUCCESS);
+}

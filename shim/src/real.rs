@@ -109,6 +109,7 @@ crate::hooks::hooked_functions! {
             cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
             cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> CUresult;
             cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> CUresult;
+            cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
         }
         nvml {
             nvmlInit_v2: fn() -> nvmlReturn_t;
@@ -260,6 +261,15 @@ pub fn device_mem_pool(device: CUdevice) -> Result<CUmemoryPool, CUresult> {
     let mut pool: CUmemoryPool = core::ptr::null_mut();
     let r = call!(cuda(), cuDeviceGetMemPool(&mut pool, device));
     out(r, pool)
+}
+
+/// The size of the allocation that starts at `ptr` (`cuMemGetAddressRange_v2`);
+/// `None` when no allocation starts there.
+pub fn allocation_size_bytes(ptr: CUdeviceptr) -> Option<u64> {
+    let mut base: CUdeviceptr = 0;
+    let mut size: usize = 0;
+    let r = call!(cuda(), cuMemGetAddressRange_v2(&mut base, &mut size, ptr));
+    (r == CUDA_SUCCESS && base == ptr).then_some(size as u64)
 }
 
 /// `cuMemFreeAsync` (`_ptsz` for a per-thread caller), used to undo an

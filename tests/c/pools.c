@@ -25,6 +25,11 @@
  *   info:LABEL              cuMemGetInfo -> LABEL.free LABEL.total
  *   check:LABEL             attrs:LABEL, then LABEL.ready=1 and wait for a
  *                           line on stdin (a test reads the ledger there)
+ *   create                  cuMemPoolCreate on device 0; the pool every later
+ *                           operation names (attrs, threshold, …) -> create=rc
+ *   palloc:P:SIZE:N         cuMemAllocFromPoolAsync of SIZE from that pool on
+ *                           stream N -> P=rc
+ *   destroy                 cuMemPoolDestroy of that pool -> destroy=rc
  *   hold                    ready=1, then wait for a line on stdin
  * Prints done=1 at the end. */
 #include "common.h"
@@ -162,6 +167,17 @@ int main(int argc, char **argv) {
             attrs(a);
             printf("%s.ready=1\n", a);
             wait_stdin_line();
+        } else if (strcmp(op, "create") == 0) {
+            CUmemPoolProps props;
+            memset(&props, 0, sizeof props);
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = 0;
+            kv_rc("create", cuMemPoolCreate(&pool, &props));
+        } else if (strcmp(op, "palloc") == 0 && a && b && c) {
+            kv_rc(a, cuMemAllocFromPoolAsync(slot(a), parse_bytes(b), pool, stream_of(c)));
+        } else if (strcmp(op, "destroy") == 0) {
+            kv_rc("destroy", cuMemPoolDestroy(pool));
         } else if (strcmp(op, "hold") == 0) {
             printf("ready=1\n");
             wait_stdin_line();

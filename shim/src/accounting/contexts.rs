@@ -79,6 +79,7 @@ impl Runtime {
         }
         // The driver gave back the pool memory of the context's
         // allocations.
+        self.pools.remove_context(ctx);
         self.settle_pools();
     }
 

@@ -278,7 +278,10 @@ impl Runtime {
         match charge {
             Some(charge) if r == CUDA_SUCCESS => self.release(charge.ledger_index, charge.bytes),
             Some(charge) => self.remember(kind, key, charge),
-            None if r == CUDA_SUCCESS && kind == Kind::Pointer => self.settle_pools(),
+            None if r == CUDA_SUCCESS && kind == Kind::Pointer => {
+                self.forget_pool_allocation(key);
+                self.settle_pools();
+            }
             None => {}
         }
         r

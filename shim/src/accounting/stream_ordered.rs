@@ -38,6 +38,12 @@
 //!   `hooks::sync`, [`super::contexts`]), before each view
 //!   ([`super::views`]) and before any refusal ([`super::admission`]).
 //!
+//! - `cuMemPoolDestroy` (hooked): the driver gives the pool's unused memory
+//!   back at once, and each live allocation's when it is freed. Those keep
+//!   a charge of their own (their size as the driver tells it), released
+//!   by their free as any pointer's; the rest of the pool's charge goes.
+//!   So destroying a pool never frees the cap while its memory is held.
+//!
 //! Why the device never holds more for the tenant than the ledger: a pool
 //! grows only inside an allocation call, and every allocation call is made
 //! with `n` bytes reserved and settles after it, under the lock that orders
@@ -81,6 +87,7 @@
 //! all of this with one load.
 
 use abi::cuda::*;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -157,6 +164,10 @@ struct PoolCharge {
 /// The pools this process is charged for.
 pub(super) struct Pools {
     list: Mutex<Vec<PoolCharge>>,
+    /// The live allocations from them, by pointer: the pool each came from
+    /// and what it was asked for. Charged with their pool; what a pool's
+    /// destruction leaves behind ([`Runtime::destroy_pool`]).
+    live: Mutex<HashMap<u64, (usize, Charge)>>,
 }
 
 impl Pools {
@@ -164,7 +175,12 @@ impl Pools {
         // A forked child's copy counts its parent's pools, which are not
         // its own.
         CHARGED_POOLS.store(0, Ordering::Release);
-        Self { list: Mutex::new(Vec::new()) }
+        Self { list: Mutex::new(Vec::new()), live: Mutex::new(HashMap::new()) }
+    }
+
+    /// Forgets the live pool allocations of context `ctx`: gone with it.
+    pub(super) fn remove_context(&self, ctx: usize) {
+        lock(&self.live).retain(|_, (_, charge)| charge.ctx != ctx);
     }
 }
 
@@ -272,13 +288,13 @@ impl Runtime {
     ) -> CUresult {
         let dev = charge.ledger_index;
         if self.reserve_uncounted(dev, charge.bytes).is_ok() {
-            return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+            return self.call_and_settle(pool, charge, charge.bytes, stream, per_thread, call);
         }
         // The cap is full. Memory this process's pools hold unused goes
         // back first.
         self.trim_pools(dev);
         if self.reserve_uncounted(dev, charge.bytes).is_ok() {
-            return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+            return self.call_and_settle(pool, charge, charge.bytes, stream, per_thread, call);
         }
         // Unused memory the pool could not give back waits for frees its
         // streams have not reached: those on this stream are reached by
@@ -287,7 +303,7 @@ impl Runtime {
             let _ = real::stream_synchronize(stream, per_thread);
             self.trim_pools(dev);
             if self.reserve_uncounted(dev, charge.bytes).is_ok() {
-                return self.call_and_settle(pool, dev, charge.bytes, stream, per_thread, call);
+                return self.call_and_settle(pool, charge, charge.bytes, stream, per_thread, call);
             }
         }
         self.count_denied(dev);
@@ -301,12 +317,13 @@ impl Runtime {
     fn call_and_settle(
         &self,
         pool: CUmemoryPool,
-        dev: usize,
+        charge: Charge,
         reserved_bytes: u64,
         stream: CUstream,
         per_thread: bool,
         call: impl FnOnce() -> Result<u64, CUresult>,
     ) -> CUresult {
+        let dev = charge.ledger_index;
         let ptr = match call() {
             Ok(ptr) => ptr,
             Err(r) => {
@@ -315,6 +332,7 @@ impl Runtime {
             }
         };
         if self.settle_pool(pool, dev, reserved_bytes).is_ok() {
+            lock(&self.pools.live).insert(ptr, (pool as usize, charge));
             return CUDA_SUCCESS;
         }
         // The pool grew past the cap: give the block back, wait for the
@@ -332,6 +350,46 @@ impl Runtime {
         self.count_denied(dev);
         debug!("denied a stream-ordered allocation on ledger device {dev}: its pool grew past the cap");
         CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    /// A pool allocation was freed: its pool holds its memory now.
+    pub(super) fn forget_pool_allocation(&self, ptr: u64) {
+        lock(&self.pools.live).remove(&ptr);
+    }
+
+    /// `cuMemPoolDestroy`: the driver gives the pool's unused memory back
+    /// at once and each live allocation's memory when it is freed. So each
+    /// live allocation keeps a charge of its own, its size as the driver
+    /// tells it (`cuMemGetAddressRange`), released by its free like any
+    /// pointer's, and the rest of the pool's charge is released.
+    pub fn destroy_pool(&self, pool: CUmemoryPool, call: impl FnOnce() -> CUresult) -> CUresult {
+        let r = call();
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        let key = pool as usize;
+        let orphans: Vec<(u64, Charge)> = {
+            let mut live = lock(&self.pools.live);
+            let ptrs: Vec<u64> = live.iter().filter(|(_, (p, _))| *p == key).map(|(ptr, _)| *ptr).collect();
+            ptrs.into_iter().filter_map(|ptr| live.remove(&ptr).map(|(_, charge)| (ptr, charge))).collect()
+        };
+        let entry = {
+            let mut pools = lock(&self.pools.list);
+            let entry = pools.iter().position(|p| p.pool == key).map(|i| pools.swap_remove(i));
+            CHARGED_POOLS.store(pools.len(), Ordering::Release);
+            entry
+        };
+        let Some(entry) = entry else { return r };
+        let mut left_bytes = entry.charged_bytes;
+        for (ptr, charge) in orphans {
+            let bytes = real::allocation_size_bytes(ptr).unwrap_or(0).min(left_bytes);
+            if bytes > 0 {
+                left_bytes -= bytes;
+                self.remember(Kind::Pointer, ptr, Charge { bytes, ..charge });
+            }
+        }
+        self.release(entry.ledger_index, left_bytes);
+        r
     }
 
     /// What the ledger holds for `pool` now.
@@ -439,7 +497,12 @@ impl Runtime {
     pub fn free_async(&self, ptr: u64, stream: CUstream, per_thread: bool, call: impl FnOnce() -> CUresult) -> CUresult {
         let charge = self.allocations.tracker(Kind::Pointer).remove(ptr);
         let r = call();
-        let Some(charge) = charge else { return r };
+        let Some(charge) = charge else {
+            if r == CUDA_SUCCESS {
+                self.forget_pool_allocation(ptr);
+            }
+            return r;
+        };
         if r != CUDA_SUCCESS {
             self.remember(Kind::Pointer, ptr, charge);
             return r;

@@ -101,6 +101,8 @@ macro_rules! hooked_functions {
                     => cuMemFreeAsync since 11020;
                 memory::cuMemFreeAsync_ptsz(CUdeviceptr, CUstream) -> CUresult
                     => cuMemFreeAsync since 11020 per_thread;
+                memory::cuMemPoolDestroy(CUmemoryPool) -> CUresult
+                    => cuMemPoolDestroy since 11020;
                 memory::cuMemRelease(CUmemGenericAllocationHandle) -> CUresult
                     => cuMemRelease since 10020;
                 memory::cuMemRetainAllocationHandle(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult
