@@ -304,3 +304,35 @@ fn a_destroyed_pools_live_allocations_stay_charged_until_freed() {
     assert_eq!(out.u64("after.free"), 192 * MIB, "freeing a released its charge\n{out}");
     out.assert_rc("fits", cu::SUCCESS);
 }
+
+/// A driver whose pools grow in chunks larger than the request (as real
+/// ones do, here 32 MiB): the chunk is charged as it appears, and a growth
+/// the cap cannot take is undone (the allocation freed, the pool trimmed
+/// back) and refused, leaving the pool within the cap.
+#[test]
+fn a_pool_that_grows_past_the_cap_in_chunks_is_trimmed_back_and_refused() {
+    let sim = Sim::new().driver("accepting_driver").memory_limit("90MiB").tenant(TENANT);
+    let mut p = sim.spawn(sim.c("memctl").args([
+        "init", "pctx", "async:a:10M", "mark:one_chunk", "wait", "async:c:50M", "info:after_c", "mark:refused", "wait",
+        "async:d:10M", "info:end",
+    ]));
+    p.wait_for("one_chunk");
+    let one_chunk = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    p.send_line("go");
+    p.wait_for("refused");
+    let after_refusal = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    p.send_line("go");
+    let out = p.wait();
+    out.assert_success();
+    out.assert_rc("a", cu::SUCCESS);
+    assert_eq!(one_chunk, 32 * MIB, "10 MiB took a whole chunk\n{out}");
+    // c fits the cap (32 + 50 MiB) but makes the pool grow by two chunks,
+    // to 96 MiB: undone, the pool is back at one chunk.
+    out.assert_rc("c", cu::OUT_OF_MEMORY);
+    assert_eq!(after_refusal, 32 * MIB, "{out}");
+    assert_eq!(out.u64("after_c.free"), 58 * MIB, "{out}");
+    assert_eq!(out.all("c").len(), 1, "{out}");
+    // d fits in the chunk: no growth, admitted.
+    out.assert_rc("d", cu::SUCCESS);
+    assert_eq!(out.u64("end.free"), 58 * MIB, "{out}");
+}

@@ -56,12 +56,21 @@
 //! grows a pool by more (real pools grow in larger chunks) is charged the
 //! excess as it appears; when the cap cannot take it the allocation is
 //! undone (freed on its stream, the stream synchronised, the pool trimmed
-//! back to what is charged) and refused, so no pool holds more than the
-//! cap allows past the call that grew it. Why the ledger is not above it
-//! for long: shrinks happen only at the moments listed above, and each is
-//! followed by a settlement; a pool the driver no longer knows (destroyed)
-//! is released whole. A trim the application makes itself is seen at the
-//! next view, synchronisation or refusal: the error is on the safe side.
+//! back to what it reserved before the call) and refused, so no pool
+//! holds more than the cap allows past the call that grew it. Why the
+//! ledger is not above it for long: shrinks happen only at the moments
+//! listed above, and each is followed by a settlement; a pool the driver
+//! no longer answers for is released whole (a destroyed one's live
+//! allocations keep their own charge, see above). A trim the application
+//! makes itself is seen at the next view, synchronisation or refusal: the
+//! error is on the safe side.
+//!
+//! The price of never calling without a reservation: at a full cap, memory
+//! a pool holds unused that no trim can give back (on a real driver, the
+//! free part of a chunk live allocations still use) cannot serve a new
+//! allocation, though the driver might have placed it there without
+//! growing; the allocation is refused. With simgpu, whose pools grow by the
+//! request, every unused block can be trimmed once its stream reaches it.
 //!
 //! The one lock held across a driver call here is the pools' list, across
 //! `cuMemPoolGetAttribute` only: a query that cannot call back into the
@@ -324,6 +333,7 @@ impl Runtime {
         call: impl FnOnce() -> Result<u64, CUresult>,
     ) -> CUresult {
         let dev = charge.ledger_index;
+        let before_bytes = self.pool_charged_bytes(pool);
         let ptr = match call() {
             Ok(ptr) => ptr,
             Err(r) => {
@@ -336,13 +346,13 @@ impl Runtime {
             return CUDA_SUCCESS;
         }
         // The pool grew past the cap: give the block back, wait for the
-        // stream to reach the free, and have the pool return what the
-        // ledger does not cover.
+        // stream to reach the free, and have the pool return what it grew
+        // by.
         let _ = real::mem_free_async(ptr, stream, per_thread);
         if !capturing(stream, per_thread) {
             let _ = real::stream_synchronize(stream, per_thread);
         }
-        let keep_bytes = self.pool_charged_bytes(pool);
+        let keep_bytes = before_bytes.min(self.pool_charged_bytes(pool));
         let _ = real::pool_trim_to(pool, keep_bytes);
         if self.settle_pool(pool, dev, 0).is_err() {
             warn!("a stream-ordered pool on ledger device {dev} holds more than the cap and would not give it back");
