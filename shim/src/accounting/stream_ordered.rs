@@ -120,24 +120,6 @@ struct PendingFree {
     charge: Charge,
 }
 
-/// Whether `stream` captures a graph (where nothing may synchronise it);
-/// a stream the driver cannot tell about counts as capturing.
-fn capturing(stream: CUstream, per_thread: bool) -> bool {
-    let stream = if per_thread && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
-    real::stream_capturing(stream).unwrap_or(true)
-}
-
-/// What `pool` reserves and no live allocation uses; 0 when the driver
-/// cannot tell.
-fn pool_unused_bytes(pool: CUmemoryPool) -> u64 {
-    let reserved = real::pool_bytes(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-    let used = real::pool_bytes(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
-    match (reserved, used) {
-        (Ok(reserved), Ok(used)) => reserved.saturating_sub(used),
-        _ => 0,
-    }
-}
-
 /// The `cuMemFreeAsync`s of this process that wait for their stream.
 pub(super) struct PendingFrees {
     list: Mutex<Vec<PendingFree>>,
@@ -195,6 +177,24 @@ impl Pools {
 
 /// What a settlement could not charge: the pool grew past the cap.
 struct Overdrawn;
+
+/// Whether `stream` captures a graph (where nothing may synchronise it);
+/// a stream the driver cannot tell about counts as capturing.
+fn capturing(stream: CUstream, per_thread: bool) -> bool {
+    let stream = if per_thread && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    real::stream_capturing(stream).unwrap_or(true)
+}
+
+/// What `pool` reserves and no live allocation uses; 0 when the driver
+/// cannot tell.
+fn pool_unused_bytes(pool: CUmemoryPool) -> u64 {
+    let reserved = real::pool_bytes(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = real::pool_bytes(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    match (reserved, used) {
+        (Ok(reserved), Ok(used)) => reserved.saturating_sub(used),
+        _ => 0,
+    }
+}
 
 /// One key per stream: the null stream is the legacy default stream, or the
 /// per-thread one for `_ptsz` callers.
