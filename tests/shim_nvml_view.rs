@@ -63,3 +63,44 @@ fn a_capped_process_sees_only_its_own_tenants_processes() {
         p.wait().assert_success();
     }
 }
+
+/// Across PID namespaces: a tenant's process in a namespace of its own
+/// (sharing the host's `/proc`, as `unshare --pid --fork` does) is listed
+/// under its host pid, which its slot records beside its namespace pid;
+/// a lister in a namespace of its own sees the same.
+#[test]
+fn the_tenants_processes_are_known_by_their_host_pids_across_pid_namespaces() {
+    gpuslice_tests::require_pid_namespaces();
+    let sim = sim();
+    let namespaced = |tenant: &str, program: &mut std::process::Command| {
+        let mut cmd = sim.command("unshare");
+        cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", "1GiB");
+        cmd.args(["--pid", "--fork", "--kill-child"]).arg(program.get_program()).args(program.get_args());
+        cmd
+    };
+    let mut a = sim.spawn(&mut namespaced("team-a", &mut std::process::Command::new(gpuslice_tests::compile_c("memctl")).args(["init", "ctx", "alloc:x:100M", "pid", "hold"])));
+    a.wait_for("ready");
+    assert_eq!(a.wait_for("pid"), "1", "memctl runs as pid 1 of its namespace");
+    let slots = ledger_view::slots(&sim.ledger_dir(), "team-a");
+    assert_eq!(slots.len(), 1, "{slots:?}");
+    assert_eq!(slots[0].ns_pid, 1, "{slots:?}");
+    let host_pid = slots[0].pid;
+    assert_ne!(host_pid, 1, "the slot records the host pid too");
+    let mut b = holder(&sim, "team-b", "2GiB", "200M");
+
+    let mut lister = std::process::Command::new(gpuslice_tests::python());
+    lister.arg(gpuslice_tests::python_script("nvml_view.py"));
+    let out = sim.run(&mut namespaced("team-a", &mut lister));
+    out.assert_success();
+    for list in ["list", "v1", "v2", "v3"] {
+        assert_eq!(out.get(&format!("{list}.pids")), host_pid.to_string(), "{list}\n{out}");
+    }
+    assert_eq!(out.u64("mem.used"), 164 * MIB, "{out}");
+    assert_eq!(out.u64("list.used"), 164 * MIB, "{out}");
+
+    for p in [&mut a, &mut b] {
+        p.send_line("go");
+    }
+    a.wait().assert_success();
+    b.wait().assert_success();
+}
