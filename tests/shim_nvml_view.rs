@@ -72,13 +72,15 @@ fn a_capped_process_sees_only_its_own_tenants_processes() {
 fn the_tenants_processes_are_known_by_their_host_pids_across_pid_namespaces() {
     gpuslice_tests::require_pid_namespaces();
     let sim = sim();
-    let namespaced = |tenant: &str, program: &mut std::process::Command| {
+    let namespaced = |tenant: &str, program: &std::process::Command| {
         let mut cmd = sim.command("unshare");
         cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", "1GiB");
         cmd.args(["--pid", "--fork", "--kill-child"]).arg(program.get_program()).args(program.get_args());
         cmd
     };
-    let mut a = sim.spawn(&mut namespaced("team-a", &mut std::process::Command::new(gpuslice_tests::compile_c("memctl")).args(["init", "ctx", "alloc:x:100M", "pid", "hold"])));
+    let mut memctl = std::process::Command::new(gpuslice_tests::compile_c("memctl"));
+    memctl.args(["init", "ctx", "alloc:x:100M", "pid", "hold"]);
+    let mut a = sim.spawn(&mut namespaced("team-a", &memctl));
     a.wait_for("ready");
     assert_eq!(a.wait_for("pid"), "1", "memctl runs as pid 1 of its namespace");
     let slots = ledger_view::slots(&sim.ledger_dir(), "team-a");
@@ -90,7 +92,7 @@ fn the_tenants_processes_are_known_by_their_host_pids_across_pid_namespaces() {
 
     let mut lister = std::process::Command::new(gpuslice_tests::python());
     lister.arg(gpuslice_tests::python_script("nvml_view.py"));
-    let out = sim.run(&mut namespaced("team-a", &mut lister));
+    let out = sim.run(&mut namespaced("team-a", &lister));
     out.assert_success();
     for list in ["list", "v1", "v2", "v3"] {
         assert_eq!(out.get(&format!("{list}.pids")), host_pid.to_string(), "{list}\n{out}");
