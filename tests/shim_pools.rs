@@ -336,3 +336,24 @@ fn a_pool_that_grows_past_the_cap_in_chunks_is_trimmed_back_and_refused() {
     out.assert_rc("d", cu::SUCCESS);
     assert_eq!(out.u64("end.free"), 58 * MIB, "{out}");
 }
+
+/// The loop through cuda.core, which takes memory from the
+/// device's pool with the release threshold at the maximum: at a full cap
+/// every free and re-allocation on the stream is admitted, and the tenant
+/// is charged exactly what the pool reserves.
+#[test]
+fn cuda_core_frees_and_reallocates_at_a_full_cap() {
+    let sim = capped("256MiB");
+    let mut p = sim.spawn(sim.py("core_pools.py").args(["192", "50"]));
+    p.wait_for("ready");
+    let charged = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    p.send_line("go");
+    let out = p.wait();
+    out.assert_success();
+    assert_eq!(out.get("first"), "ok", "{out}");
+    assert_eq!((out.i64("admitted"), out.i64("refused")), (50, 0), "{out}");
+    assert_eq!(out.u64("threshold"), u64::MAX, "cuda.core keeps freed memory in the pool\n{out}");
+    assert_eq!(out.u64("reserved"), 192 * MIB, "{out}");
+    assert_eq!(charged, 64 * MIB + out.u64("reserved"), "the context and what the pool reserves\n{out}");
+    assert_eq!(out.u64("free"), 0, "{out}");
+}
