@@ -46,13 +46,15 @@
 //!
 //! Why the device never holds more for the tenant than the ledger: a pool
 //! grows only inside an allocation call, and every allocation call is made
-//! with `n` bytes reserved and settles after it, under the lock that orders
-//! all settlements, paying the growth it sees (its own or a concurrent
-//! call's) before it returns; a concurrent call that finds its growth
-//! already paid releases its reservation. Until the settlement the tenant
-//! holds the call's reservation, which covers growth by the request, so no
-//! pool passes the cap, not even for the length of a call, as long as the
-//! driver grows a pool by at most the request (simgpu does). A driver that
+//! with `n` bytes reserved, counted as in flight for its pool
+//! (`PoolCharge::in_flight_bytes`), and settles after it. Settlements are
+//! ordered by one lock; each pays the growth it sees, whichever call made
+//! it, from the pool's in-flight reservations, and then retires its own
+//! `n`, releasing what growth did not take. So the ledger always holds the
+//! pool's charge plus every unsettled call's reservation, which covers the
+//! growth of all of them as long as the driver grows a pool by at most the
+//! request (simgpu does): no pool passes the cap, not even for the length
+//! of a call, and no call is refused for another's growth. A driver that
 //! grows a pool by more (real pools grow in larger chunks) is charged the
 //! excess as it appears; when the cap cannot take it the allocation is
 //! undone (freed on its stream, the stream synchronised, the pool trimmed
@@ -150,6 +152,10 @@ struct PoolCharge {
     ledger_index: usize,
     /// The pool's reserved memory as last read, all of it charged.
     charged_bytes: u64,
+    /// Reserved in the ledger by allocation calls from this pool that have
+    /// not settled yet: what pays for the growth a settlement finds,
+    /// whichever of those calls made it.
+    in_flight_bytes: u64,
 }
 
 /// The pools this process is charged for.
@@ -334,6 +340,7 @@ impl Runtime {
     ) -> CUresult {
         let dev = charge.ledger_index;
         let before_bytes = self.pool_charged_bytes(pool);
+        self.begin_pool_call(pool, dev, reserved_bytes);
         let ptr = match call() {
             Ok(ptr) => ptr,
             Err(r) => {
@@ -383,14 +390,22 @@ impl Runtime {
             let ptrs: Vec<u64> = live.iter().filter(|(_, (p, _))| *p == key).map(|(ptr, _)| *ptr).collect();
             ptrs.into_iter().filter_map(|ptr| live.remove(&ptr).map(|(_, charge)| (ptr, charge))).collect()
         };
-        let entry = {
+        // The pool's charge leaves its entry now; allocation calls still in
+        // flight from it (an application race) retire their own
+        // reservations when they settle.
+        let (ledger_index, charged_bytes) = {
             let mut pools = lock(&self.pools.list);
-            let entry = pools.iter().position(|p| p.pool == key).map(|i| pools.swap_remove(i));
+            let Some(entry) = pools.iter_mut().find(|p| p.pool == key) else { return r };
+            let taken = (entry.ledger_index, entry.charged_bytes);
+            entry.charged_bytes = 0;
+            if entry.in_flight_bytes == 0 {
+                entry.pool = 0;
+            }
+            pools.retain(|p| p.pool != 0);
             CHARGED_POOLS.store(pools.len(), Ordering::Release);
-            entry
+            taken
         };
-        let Some(entry) = entry else { return r };
-        let mut left_bytes = entry.charged_bytes;
+        let mut left_bytes = charged_bytes;
         for (ptr, charge) in orphans {
             let bytes = real::allocation_size_bytes(ptr).unwrap_or(0).min(left_bytes);
             if bytes > 0 {
@@ -398,7 +413,7 @@ impl Runtime {
                 self.remember(Kind::Pointer, ptr, Charge { bytes, ..charge });
             }
         }
-        self.release(entry.ledger_index, left_bytes);
+        self.release(ledger_index, left_bytes);
         r
     }
 
@@ -407,25 +422,32 @@ impl Runtime {
         lock(&self.pools.list).iter().find(|p| p.pool == pool as usize).map_or(0, |p| p.charged_bytes)
     }
 
-    /// Brings `pool`'s charge to what it reserves now, paying growth from
-    /// `reserved_bytes` (reserved by the caller, and always taken back
-    /// here) and then from the cap. A pool the driver no longer knows is
-    /// released whole. `Err` when growth could not be charged (the pool is
-    /// then charged what fitted).
+    /// Counts `reserved_bytes`, just reserved in the ledger for an
+    /// allocation from `pool` on ledger device `dev`, as in flight for it.
+    fn begin_pool_call(&self, pool: CUmemoryPool, dev: usize, reserved_bytes: u64) {
+        let mut pools = lock(&self.pools.list);
+        match pools.iter_mut().find(|p| p.pool == pool as usize) {
+            Some(entry) => entry.in_flight_bytes += reserved_bytes,
+            None => {
+                pools.push(PoolCharge { pool: pool as usize, ledger_index: dev, charged_bytes: 0, in_flight_bytes: reserved_bytes });
+                CHARGED_POOLS.store(pools.len(), Ordering::Release);
+            }
+        }
+    }
+
+    /// Brings `pool`'s charge to what it reserves now and retires the
+    /// `reserved_bytes` an allocation call counted in flight
+    /// ([`Runtime::begin_pool_call`]), releasing what of them no growth
+    /// took. `Err` when growth could not be charged (the pool is then
+    /// charged what fitted).
     fn settle_pool(&self, pool: CUmemoryPool, dev: usize, reserved_bytes: u64) -> Result<(), Overdrawn> {
         let mut pools = lock(&self.pools.list);
-        let index = match pools.iter().position(|p| p.pool == pool as usize) {
-            Some(index) => index,
-            None => {
-                pools.push(PoolCharge { pool: pool as usize, ledger_index: dev, charged_bytes: 0 });
-                CHARGED_POOLS.store(pools.len(), Ordering::Release);
-                pools.len() - 1
-            }
+        let Some(entry) = pools.iter_mut().find(|p| p.pool == pool as usize) else {
+            // Destroyed meanwhile: what it held was settled then.
+            self.release(dev, reserved_bytes);
+            return Ok(());
         };
-        let result = match pools.get_mut(index) {
-            Some(entry) => self.settle_entry(entry, reserved_bytes),
-            None => Ok(()),
-        };
+        let result = self.settle_entry(entry, reserved_bytes);
         let before = pools.len();
         pools.retain(|p| p.pool != 0);
         if pools.len() != before {
@@ -434,39 +456,47 @@ impl Runtime {
         result
     }
 
-    /// Settles one pool (the pools' lock held). A pool the driver no
-    /// longer answers for is released and marked gone (`pool` = 0).
-    fn settle_entry(&self, entry: &mut PoolCharge, reserved_bytes: u64) -> Result<(), Overdrawn> {
+    /// Settles one pool (the pools' lock held): growth is paid from what
+    /// the calls in flight reserved, then from the cap; a shrink is
+    /// released; then `retire_bytes` leave the in-flight reservations, and
+    /// what of them growth did not take is released. A pool the driver no
+    /// longer answers for is released and, once no call is in flight,
+    /// marked gone (`pool` = 0).
+    fn settle_entry(&self, entry: &mut PoolCharge, retire_bytes: u64) -> Result<(), Overdrawn> {
         let dev = entry.ledger_index;
-        let now_bytes = match real::pool_bytes(entry.pool as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
-            Ok(bytes) => bytes,
+        let mut result = Ok(());
+        let now = real::pool_bytes(entry.pool as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        let gone = now.is_err();
+        match now {
             Err(_) => {
-                self.release(dev, reserved_bytes.saturating_add(entry.charged_bytes));
+                self.release(dev, entry.charged_bytes);
                 entry.charged_bytes = 0;
-                entry.pool = 0;
-                return Ok(());
             }
-        };
-        if now_bytes <= entry.charged_bytes {
-            self.release(dev, reserved_bytes + (entry.charged_bytes - now_bytes));
-            entry.charged_bytes = now_bytes;
-            return Ok(());
-        }
-        let growth = now_bytes - entry.charged_bytes;
-        let paid = growth.min(reserved_bytes);
-        self.release(dev, reserved_bytes - paid);
-        entry.charged_bytes += paid;
-        let rest = growth - paid;
-        if rest == 0 {
-            return Ok(());
-        }
-        match self.reserve_plain(dev, rest) {
-            Ok(()) => {
-                entry.charged_bytes += rest;
-                Ok(())
+            Ok(now_bytes) if now_bytes <= entry.charged_bytes => {
+                self.release(dev, entry.charged_bytes - now_bytes);
+                entry.charged_bytes = now_bytes;
             }
-            Err(_) => Err(Overdrawn),
+            Ok(now_bytes) => {
+                let growth = now_bytes - entry.charged_bytes;
+                let paid = growth.min(entry.in_flight_bytes);
+                entry.in_flight_bytes -= paid;
+                entry.charged_bytes += paid;
+                let rest = growth - paid;
+                if rest > 0 {
+                    match self.reserve_plain(dev, rest) {
+                        Ok(()) => entry.charged_bytes += rest,
+                        Err(_) => result = Err(Overdrawn),
+                    }
+                }
+            }
         }
+        let retired = retire_bytes.min(entry.in_flight_bytes);
+        entry.in_flight_bytes -= retired;
+        self.release(dev, retired);
+        if gone && entry.in_flight_bytes == 0 {
+            entry.pool = 0;
+        }
+        result
     }
 
     /// Settles every pool this process is charged for.
