@@ -37,6 +37,7 @@ fn a_capped_process_sees_only_its_own_tenants_processes() {
         assert_eq!(out.get(&format!("{list}.pids")), team_a, "{list}: only team-a's processes\n{out}");
     }
     assert_eq!(out.get("graphics.pids"), "", "{out}");
+    assert_eq!(out.get("util.pids"), team_a, "utilization samples of team-a's processes only\n{out}");
     let team_a_bytes = 2 * 64 * MIB + 150 * MIB;
     assert_eq!(ledger_view::used_bytes(&sim.ledger_dir(), "team-a", 0), team_a_bytes);
     assert_eq!(out.u64("list.used"), team_a_bytes, "the listed processes hold what the tenant is charged\n{out}");
@@ -50,7 +51,7 @@ fn a_capped_process_sees_only_its_own_tenants_processes() {
     let mut all = [a1.pid(), a2.pid(), b.pid()];
     all.sort_unstable();
     let all = all.map(|pid| pid.to_string()).join(",");
-    for list in ["list", "v1", "v2", "v3"] {
+    for list in ["list", "v1", "v2", "v3", "util"] {
         assert_eq!(out.get(&format!("{list}.pids")), all, "{list}: every process\n{out}");
     }
     assert_eq!(out.u64("list.used"), team_a_bytes + 264 * MIB, "{out}");

@@ -6,12 +6,15 @@ key=value lines for the test to check:
     v1.pids, v2.pids, v3.pids the unversioned, _v2 and _v3 entry points,
                               called with NVML's two-step protocol
     graphics.pids             nvmlDeviceGetGraphicsRunningProcesses_v3
+    util.pids                 nvmlDeviceGetProcessUtilization (asked twice,
+                              a sampling period apart, so that samples exist)
     mem.used / mem.total      nvmlDeviceGetMemoryInfo
 
 pids are sorted and comma-separated; used is the sum of the listed
 processes' memory.
 """
 import ctypes
+import time
 
 import pynvml as nvml
 
@@ -50,6 +53,18 @@ def pids(entries):
     return ",".join(str(pid) for pid in sorted(pid for pid, _ in entries))
 
 
+def utilization_pids(handle):
+    try:
+        nvml.nvmlDeviceGetProcessUtilization(handle, 0)
+    except nvml.NVMLError_NotFound:
+        pass
+    time.sleep(0.25)
+    try:
+        return pids((s.pid, 0) for s in nvml.nvmlDeviceGetProcessUtilization(handle, 0))
+    except nvml.NVMLError_NotFound:
+        return ""
+
+
 def main():
     nvml.nvmlInit()
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
@@ -63,6 +78,7 @@ def main():
         ("graphics", "nvmlDeviceGetGraphicsRunningProcesses_v3", ProcessInfoV2),
     ]:
         print(f"{label}.pids={pids(raw_list(name, record, handle))}")
+    print(f"util.pids={utilization_pids(handle)}")
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
     print(f"mem.used={mem.used}\nmem.total={mem.total}")
     nvml.nvmlShutdown()

@@ -6,7 +6,8 @@
 //!   nvidia-smi read them) hold only the tenant's own processes: those
 //!   whose pid a live slot of its ledger records (see
 //!   `accounting::views`), so the processes listed and the used memory
-//!   shown agree. Other tenants' processes are not shown.
+//!   shown agree. Other tenants' processes are not shown, nor their
+//!   utilization samples (`nvmlDeviceGetProcessUtilization`).
 //!
 //! A process without a cap, and the monitor (which does not load the
 //! shim), see NVML's figures and every process. A process that uses NVML
@@ -267,4 +268,71 @@ process_list_hooks! {
     nvmlDeviceGetMPSComputeRunningProcesses: nvmlProcessInfo_v1_t;
     nvmlDeviceGetMPSComputeRunningProcesses_v2: nvmlProcessInfo_t;
     nvmlDeviceGetMPSComputeRunningProcesses_v3: nvmlProcessInfo_t;
+}
+
+/// `nvmlDeviceGetProcessUtilization` under a cap: the samples of the
+/// tenant's own processes, with NVML's protocol (`*count` in: the room in
+/// `utilization`; out: how many there are; none is `NVML_ERROR_NOT_FOUND`).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen_time_stamp: u64,
+) -> nvmlReturn_t {
+    let real = nvml_real_or_return!(nvmlDeviceGetProcessUtilization);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = || unsafe { real(device, utilization, count, last_seen_time_stamp) };
+    if count.is_null() {
+        return forward();
+    }
+    let Some(_guard) = Guard::enter() else { return forward() };
+    boundary_nvml(|| {
+        let rt = match view(device) {
+            View::Real => return forward(),
+            View::Refused => return NVML_ERROR_NO_PERMISSION,
+            View::Capped { rt, .. } => rt,
+        };
+        let mut samples: Vec<nvmlProcessUtilizationSample_t> = Vec::new();
+        let mut complete = false;
+        for _ in 0..8 {
+            let mut n = samples.len() as c_uint;
+            let buffer = if samples.is_empty() { core::ptr::null_mut() } else { samples.as_mut_ptr() };
+            // SAFETY: `n` is a local; `buffer` is null with a count of 0 or
+            // holds `n` samples.
+            match unsafe { real(device, buffer, &mut n, last_seen_time_stamp) } {
+                NVML_SUCCESS => {
+                    samples.truncate(n as usize);
+                    complete = true;
+                    break;
+                }
+                NVML_ERROR_NOT_FOUND => {
+                    samples.clear();
+                    complete = true;
+                    break;
+                }
+                NVML_ERROR_INSUFFICIENT_SIZE => samples = vec![nvmlProcessUtilizationSample_t::default(); (n as usize).saturating_add(8)],
+                error => return error,
+            }
+        }
+        if !complete {
+            return NVML_ERROR_UNKNOWN;
+        }
+        keep_tenant_processes(&mut samples, &rt.tenant_pids(), |sample| sample.pid);
+        if samples.is_empty() {
+            return NVML_ERROR_NOT_FOUND;
+        }
+        // SAFETY: checked non-null; valid for reads and writes by nvml.h's contract.
+        let room = unsafe { count.read_unaligned() } as usize;
+        // SAFETY: as above.
+        unsafe { count.write_unaligned(samples.len() as c_uint) };
+        if utilization.is_null() || room < samples.len() {
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        for (k, sample) in samples.into_iter().enumerate() {
+            // SAFETY: the caller's array holds `room` >= k + 1 samples.
+            unsafe { utilization.add(k).write_unaligned(sample) };
+        }
+        NVML_SUCCESS
+    })
 }
