@@ -47,12 +47,13 @@
 //! Why the device never holds more for the tenant than the ledger: a pool
 //! grows only inside an allocation call, and every allocation call is made
 //! with `n` bytes reserved, counted as in flight for its pool
-//! (`PoolCharge::in_flight_bytes`), and settles after it. Settlements are
-//! ordered by one lock; each pays the growth it sees, whichever call made
-//! it, from the pool's in-flight reservations, and then retires its own
-//! `n`, releasing what growth did not take. So the ledger always holds the
-//! pool's charge plus every unsettled call's reservation, which covers the
-//! growth of all of them as long as the driver grows a pool by at most the
+//! (`PoolCharge::in_flight_bytes`, `outstanding_bytes`), and settles after
+//! it. Settlements are ordered by one lock; each pays the growth it sees,
+//! whichever call made it, from what the calls in flight reserved, and
+//! then retires its own `n`, releasing only what the ledger holds beyond
+//! what the calls still unsettled reserved. A call that has grown the pool
+//! grew it by at most its `n`, so what stays covers every call that may
+//! still grow it, as long as the driver grows a pool by at most the
 //! request (simgpu does): no pool passes the cap, not even for the length
 //! of a call, and no call is refused for another's growth. A driver that
 //! grows a pool by more (real pools grow in larger chunks) is charged the
@@ -152,10 +153,14 @@ struct PoolCharge {
     ledger_index: usize,
     /// The pool's reserved memory as last read, all of it charged.
     charged_bytes: u64,
-    /// Reserved in the ledger by allocation calls from this pool that have
-    /// not settled yet: what pays for the growth a settlement finds,
-    /// whichever of those calls made it.
+    /// What the allocation calls from this pool that have not settled yet
+    /// reserved, together: the most they may still make it grow.
     in_flight_bytes: u64,
+    /// What of those reservations the ledger still holds beyond
+    /// `charged_bytes`: a settlement pays the growth it finds from it,
+    /// whichever call made the growth, and it is never left below what the
+    /// unsettled calls may still grow by.
+    outstanding_bytes: u64,
 }
 
 /// The pools this process is charged for.
@@ -427,9 +432,18 @@ impl Runtime {
     fn begin_pool_call(&self, pool: CUmemoryPool, dev: usize, reserved_bytes: u64) {
         let mut pools = lock(&self.pools.list);
         match pools.iter_mut().find(|p| p.pool == pool as usize) {
-            Some(entry) => entry.in_flight_bytes += reserved_bytes,
+            Some(entry) => {
+                entry.in_flight_bytes += reserved_bytes;
+                entry.outstanding_bytes += reserved_bytes;
+            }
             None => {
-                pools.push(PoolCharge { pool: pool as usize, ledger_index: dev, charged_bytes: 0, in_flight_bytes: reserved_bytes });
+                pools.push(PoolCharge {
+                    pool: pool as usize,
+                    ledger_index: dev,
+                    charged_bytes: 0,
+                    in_flight_bytes: reserved_bytes,
+                    outstanding_bytes: reserved_bytes,
+                });
                 CHARGED_POOLS.store(pools.len(), Ordering::Release);
             }
         }
@@ -458,10 +472,13 @@ impl Runtime {
 
     /// Settles one pool (the pools' lock held): growth is paid from what
     /// the calls in flight reserved, then from the cap; a shrink is
-    /// released; then `retire_bytes` leave the in-flight reservations, and
-    /// what of them growth did not take is released. A pool the driver no
-    /// longer answers for is released and, once no call is in flight,
-    /// marked gone (`pool` = 0).
+    /// released. Then the settling call's `retire_bytes` leave the
+    /// in-flight total, and what the ledger holds for calls beyond what the
+    /// rest may still grow by is released. (A call that grew may settle
+    /// after one that did not, which paid its growth: each retirement
+    /// keeps enough for every call that has not settled, so none is ever
+    /// uncovered.) A pool the driver no longer answers for is released
+    /// and, once no call is in flight, marked gone (`pool` = 0).
     fn settle_entry(&self, entry: &mut PoolCharge, retire_bytes: u64) -> Result<(), Overdrawn> {
         let dev = entry.ledger_index;
         let mut result = Ok(());
@@ -478,8 +495,8 @@ impl Runtime {
             }
             Ok(now_bytes) => {
                 let growth = now_bytes - entry.charged_bytes;
-                let paid = growth.min(entry.in_flight_bytes);
-                entry.in_flight_bytes -= paid;
+                let paid = growth.min(entry.outstanding_bytes);
+                entry.outstanding_bytes -= paid;
                 entry.charged_bytes += paid;
                 let rest = growth - paid;
                 if rest > 0 {
@@ -490,9 +507,10 @@ impl Runtime {
                 }
             }
         }
-        let retired = retire_bytes.min(entry.in_flight_bytes);
-        entry.in_flight_bytes -= retired;
-        self.release(dev, retired);
+        entry.in_flight_bytes = entry.in_flight_bytes.saturating_sub(retire_bytes);
+        let excess = entry.outstanding_bytes.saturating_sub(entry.in_flight_bytes);
+        entry.outstanding_bytes -= excess;
+        self.release(dev, excess);
         if gone && entry.in_flight_bytes == 0 {
             entry.pool = 0;
         }
