@@ -8,6 +8,7 @@
 mod ledger_view;
 
 use gpuslice_tests::{cu, Running, Sim, GIB, MIB};
+use std::time::{Duration, Instant};
 
 const TENANT: &str = "pools";
 
@@ -356,4 +357,54 @@ fn cuda_core_frees_and_reallocates_at_a_full_cap() {
     assert_eq!(out.u64("reserved"), 192 * MIB, "{out}");
     assert_eq!(charged, 64 * MIB + out.u64("reserved"), "the context and what the pool reserves\n{out}");
     assert_eq!(out.u64("free"), 0, "{out}");
+}
+
+/// 4 processes x 16 threads, each thread on a stream of its own, allocate
+/// from the pool and free on their streams without ever synchronising, at
+/// a full cap (so growth, reuse across streams, trims and synchronisations
+/// before refusals all race): the device never holds more than the cap for
+/// the tenant, sampled as fast as NVML answers, nor does the ledger.
+#[test]
+fn concurrent_pool_allocations_never_pass_the_cap_on_the_device() {
+    const CAP_BYTES: u64 = 256 * MIB;
+    let sim = Sim::new().memory("4GiB").context_memory("16MiB").memory_limit("256MiB").tenant(TENANT).timeout(Duration::from_secs(120));
+    let mut sampler_cmd = sim.c("shim_stress");
+    sampler_cmd.env_remove("LD_PRELOAD").arg("sample");
+    let mut sampler = sim.spawn(&mut sampler_cmd);
+    sampler.wait_for("ready");
+    // SHIM_STRESS_ONLY=2: cuMemAllocAsync and cuMemFreeAsync only.
+    let mut procs: Vec<_> =
+        (0..4).map(|_| sim.spawn(sim.c("shim_stress").env("SHIM_STRESS_ONLY", "2").args(["16", "1000", "8M"]))).collect();
+    for p in &mut procs {
+        p.wait_for("ready");
+    }
+    let ledger = ledger_view::open(&sim.ledger_dir(), TENANT);
+    for p in &mut procs {
+        p.send_line("go");
+    }
+    let mut max_used = 0;
+    let started = Instant::now();
+    let mut finished = 0;
+    while finished < procs.len() && started.elapsed() < Duration::from_secs(110) {
+        for _ in 0..200 {
+            max_used = max_used.max(ledger.used_bytes(0));
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        finished = procs.iter_mut().map(|p| p.has_printed("finished")).filter(|done| *done).count();
+    }
+    sampler.send_line("stop");
+    let device = sampler.wait();
+    device.assert_success();
+    let (mut ok, mut oom) = (0, 0);
+    for out in procs.into_iter().map(|p| p.wait()) {
+        out.assert_success();
+        assert_eq!(out.u64("errors"), 0, "no allocation or free may fail except with OUT_OF_MEMORY\n{out}");
+        ok += out.u64("ok");
+        oom += out.u64("oom");
+    }
+    assert!(oom > 0 && ok > 0, "the load must reach the cap to test it: ok={ok} oom={oom}");
+    assert!(max_used <= CAP_BYTES, "the ledger reached {max_used} bytes, over the cap of {CAP_BYTES}");
+    assert!(device.u64("samples") > 100, "the device was hardly sampled\n{device}");
+    assert!(device.u64("max_used") <= CAP_BYTES, "the device held {} bytes for the tenant, over its cap of {CAP_BYTES}\n{device}", device.u64("max_used"));
+    assert_eq!(ledger.used_bytes(0), 0, "usage must end at exactly zero");
 }
