@@ -163,3 +163,34 @@ fn a_leak_is_returned_but_a_stopped_process_in_flight_is_left_alone() {
     let log = monitor.stop();
     assert_eq!(log.stderr.matches("that the ledger counted and no process held").count(), 1, "logged once:\n{}", log.stderr);
 }
+
+/// Memory a stream-ordered pool keeps after its allocations were freed is
+/// device memory the tenant holds, and the shim charges it: the driver's
+/// figure and the ledger's agree, so a pool that retains its blocks for
+/// longer than the grace is neither a bypass nor over the cap.
+#[test]
+fn a_pools_retained_memory_is_charged_and_no_violation() {
+    let sim = sim();
+    let monitor = kill_monitor(&sim);
+    let mut app = sim.spawn(sim.c("pools").args(["ctx", "stream:1", "threshold:max", "alloc:a:900M:1", "free:a:1", "sync:1", "attrs:kept", "hold"]));
+    app.wait_for("ready");
+    assert_eq!(ledger_used_bytes(&sim), 964 * MIB, "the context and the retained block are charged");
+    std::thread::sleep(GRACE + Duration::from_millis(500));
+    monitor.wait_rounds(2);
+    let metrics = monitor.metrics();
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(0.0), "{metrics:#?}");
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(0.0), "{metrics:#?}");
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(0.0));
+    assert!(pid_alive(app.pid()), "the tenant was left alone");
+    app.send_line("go");
+    let out = app.wait();
+    out.assert_success();
+    assert_eq!(out.u64("kept.reserved"), 900 * MIB, "{out}");
+    assert_eq!(out.u64("kept.used"), 0, "{out}");
+}
+
+fn ledger_used_bytes(sim: &Sim) -> u64 {
+    let path = ledger::tenant_path(&sim.ledger_dir(), "team-a");
+    let ledger = ledger::Ledger::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    ledger.used_bytes(0)
+}

@@ -1,7 +1,8 @@
 //! Accounting that follows the driver's lifetimes, not the call that asked:
 //! VMM memory lives until its last unmap, stream-ordered allocations belong
-//! to the stream's device, and a stream-ordered free returns memory only when
-//! the stream reaches it. Each test runs real processes under the shim on
+//! to the stream's device, a stream-ordered free returns memory only when
+//! the stream reaches it, and a pool's freed block stays charged while the
+//! pool keeps it. Each test runs real processes under the shim on
 //! simgpu and checks what the application saw, what the ledger holds and,
 //! where it matters, what the simulated driver itself reports.
 
@@ -120,12 +121,13 @@ fn a_stream_ordered_free_returns_memory_when_the_stream_reaches_it() {
     out.assert_rc("c", cu::SUCCESS);
 }
 
-/// A pending `cuMemFreeAsync` is no room for the next stream-ordered
-/// allocation, on its own stream either: simgpu (like a pool that must
-/// grow) takes the new memory at the call and holds the freed bytes until
-/// the stream reaches the free, so both would be on the device at once.
+/// A pending `cuMemFreeAsync` of a pool's block leaves the block in its
+/// pool: the next allocation on the same stream reuses it at a full cap
+/// (the driver takes no new memory for it), while an allocation that would
+/// make the pool grow past the cap is refused. A synchronisation gives the
+/// block back (release threshold 0) and the charge goes with it.
 #[test]
-fn a_pending_free_is_no_room_until_its_stream_reaches_it() {
+fn a_pending_free_is_reused_on_its_stream_and_no_room_elsewhere() {
     let sim = capped("1GiB");
     let mut p = sim.spawn(sim.c("shim_async").args(["reuse", "hold"]));
     p.wait_for("ready");
@@ -133,13 +135,14 @@ fn a_pending_free_is_no_room_until_its_stream_reaches_it() {
     let out = p.wait();
     out.assert_success();
     out.assert_rc("freeasync", cu::SUCCESS);
+    out.assert_rc("again", cu::SUCCESS);
     out.assert_rc("other", cu::OUT_OF_MEMORY);
-    out.assert_rc("again", cu::OUT_OF_MEMORY);
-    // The context and the 800 MiB the stream has not freed yet: nothing of
-    // the refused allocations.
+    // The context and the one 800 MiB block, reused: nothing of the refused
+    // allocation.
     assert_eq!(out.u64("driver.self"), 864 * MIB, "what the driver holds for us\n{out}");
     assert_eq!(out.u64("pending.free"), GIB - 864 * MIB, "{out}");
-    assert_eq!(out.u64("synced.free"), GIB - 64 * MIB, "{out}");
+    assert_eq!(out.u64("synced.free"), GIB - 864 * MIB, "the reused block is live\n{out}");
+    assert_eq!(out.u64("released.free"), GIB - 64 * MIB, "freed and synchronised, the pool gave it back\n{out}");
     out.assert_rc("after", cu::SUCCESS);
     assert_eq!(held_bytes, 864 * MIB, "{out}");
 }

@@ -161,12 +161,31 @@ fn nvidia_ml_py_answers_what_the_monitoring_tools_ask() {
 #[test]
 fn the_tools_show_the_tenant_view_under_the_shim() {
     let sim = Sim::new().memory("8GiB").context_memory("300MiB").memory_limit("1GiB").tenant("tools");
-    let (mut running, _pid) = holder(&sim, "100M");
+    let (mut running, pid) = holder(&sim, "100M");
+    // Another tenant's process on the same device: not the tools' to see.
+    let mut other_cmd = sim.c("memctl");
+    other_cmd.env("GPUSLICE_TENANT", "others").env("GPUSLICE_MEMORY_LIMIT", "4GiB").args(["init", "ctx", "alloc:a:1G", "pid", "hold"]);
+    let mut other = sim.spawn(&mut other_cmd);
+    let other_pid: u32 = other.wait_for("pid").parse().expect("memctl prints its pid");
+    other.wait_for("ready");
     let nvitop = run_module(&sim, "nvitop", &["-1"]);
     let gpustat_text = run_module(&sim, "gpustat", &[]);
     let json = gpustat_json(&sim);
-    running.close_stdin();
+    for p in [&mut running, &mut other] {
+        p.close_stdin();
+    }
     running.wait().assert_success();
+    other.wait().assert_success();
+    let listed: Vec<u64> = json["gpus"][0]["processes"].as_array().map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect()).unwrap_or_default();
+    assert_eq!(listed, vec![u64::from(pid)], "only the tools tenant's process is listed\n{json}");
+    // nvitop's process rows: the lines below its process table's header.
+    let rows_with = |wanted: u32| {
+        nvitop.stdout.lines().skip_while(|line| !line.contains("COMMAND")).skip(1).any(|line| {
+            line.split(|c: char| !c.is_ascii_digit()).any(|number| number == wanted.to_string())
+        })
+    };
+    assert!(rows_with(pid), "the tenant's own process is shown\n{nvitop}");
+    assert!(!rows_with(other_pid), "another tenant's process is not shown\n{nvitop}");
 
     assert_clean(&nvitop);
     // nvitop prints amounts under 1000 MiB with one decimal.

@@ -59,7 +59,15 @@ pub struct nvmlUtilization_t {
     pub memory: c_uint,
 }
 
-/// `nvmlProcessInfo_t` (the `_v2` layout, used by `..._v3` queries).
+/// `nvmlProcessInfo_v1_t`, used by the unversioned process-list queries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct nvmlProcessInfo_v1_t {
+    pub pid: c_uint,
+    pub usedGpuMemory: u64,
+}
+
+/// `nvmlProcessInfo_t` (the `_v2` layout, used by `..._v2` and `..._v3` queries).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct nvmlProcessInfo_t {

@@ -107,6 +107,9 @@ crate::hooks::hooked_functions! {
             cuStreamQuery: fn(CUstream) -> CUresult;
             cuStreamIsCapturing: fn(CUstream, *mut c_uint) -> CUresult;
             cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
+            cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> CUresult;
+            cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> CUresult;
+            cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
         }
         nvml {
             nvmlInit_v2: fn() -> nvmlReturn_t;
@@ -114,7 +117,6 @@ crate::hooks::hooked_functions! {
             nvmlDeviceGetCount_v2: fn(*mut c_uint) -> nvmlReturn_t;
             nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
             nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-            nvmlDeviceGetComputeRunningProcesses_v3: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
         }
     }
 }
@@ -237,6 +239,56 @@ pub fn pool_location(pool: CUmemoryPool) -> Result<CUmemLocation, CUresult> {
         return Err(r);
     }
     Ok(CUmemLocation { type_: location_type as c_uint, id: location_id })
+}
+
+/// A `cuuint64_t` attribute of a memory pool (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`,
+/// `…_USED_MEM_CURRENT`).
+pub fn pool_bytes(pool: CUmemoryPool, attribute: c_uint) -> Result<u64, CUresult> {
+    let mut bytes: u64 = 0;
+    let r = call!(cuda(), cuMemPoolGetAttribute(pool, attribute, (&mut bytes as *mut u64).cast()));
+    out(r, bytes)
+}
+
+/// `cuMemPoolTrimTo`: the pool gives back unused memory until it reserves
+/// at most `keep_bytes` (or has nothing unused left).
+pub fn pool_trim_to(pool: CUmemoryPool, keep_bytes: u64) -> CUresult {
+    call!(cuda(), cuMemPoolTrimTo(pool, usize::try_from(keep_bytes).unwrap_or(usize::MAX)))
+}
+
+/// `cuDeviceGetMemPool`: the pool `cuMemAllocAsync` takes memory from on
+/// `device`.
+pub fn device_mem_pool(device: CUdevice) -> Result<CUmemoryPool, CUresult> {
+    let mut pool: CUmemoryPool = core::ptr::null_mut();
+    let r = call!(cuda(), cuDeviceGetMemPool(&mut pool, device));
+    out(r, pool)
+}
+
+/// The size of the allocation that starts at `ptr` (`cuMemGetAddressRange_v2`);
+/// `None` when no allocation starts there.
+pub fn allocation_size_bytes(ptr: CUdeviceptr) -> Option<u64> {
+    let mut base: CUdeviceptr = 0;
+    let mut size: usize = 0;
+    let r = call!(cuda(), cuMemGetAddressRange_v2(&mut base, &mut size, ptr));
+    (r == CUDA_SUCCESS && base == ptr).then_some(size as u64)
+}
+
+/// `cuMemFreeAsync` (`_ptsz` for a per-thread caller), used to undo an
+/// allocation the cap cannot hold.
+pub fn mem_free_async(ptr: CUdeviceptr, stream: CUstream, per_thread: bool) -> CUresult {
+    if per_thread {
+        call!(cuda(), cuMemFreeAsync_ptsz(ptr, stream))
+    } else {
+        call!(cuda(), cuMemFreeAsync(ptr, stream))
+    }
+}
+
+/// `cuStreamSynchronize` (`_ptsz` for a per-thread caller).
+pub fn stream_synchronize(stream: CUstream, per_thread: bool) -> CUresult {
+    if per_thread {
+        call!(cuda(), cuStreamSynchronize_ptsz(stream))
+    } else {
+        call!(cuda(), cuStreamSynchronize(stream))
+    }
 }
 
 /// The device of context `ctx`: pushed, asked, popped (the calling thread's

@@ -92,18 +92,18 @@ pub struct Function {
     pub sim: bool,
 }
 
-/// A memory pool. It caches nothing: memory freed to it goes straight back
-/// to the device, so the device's used bytes stay exact; its counters say
-/// what is allocated from it now and at most.
+/// A stream-ordered memory pool, kept as a real driver keeps one (see
+/// [`crate::pool`]): freed blocks stay reserved on the device, charged to
+/// this process, until they are reused, trimmed, or released above the
+/// release threshold at a synchronisation.
 pub struct Pool {
     pub device: usize,
     pub default: bool,
     pub handle_types: u32,
-    pub used_bytes: AtomicU64,
-    pub used_high_bytes: AtomicU64,
     pub release_threshold_bytes: AtomicU64,
     /// `CU_MEMPOOL_ATTR_REUSE_*` flags, by attribute - 1.
     pub reuse: [AtomicU32; 3],
+    pub blocks: Mutex<crate::pool::PoolBlocks>,
 }
 
 impl Pool {
@@ -112,10 +112,9 @@ impl Pool {
             device,
             default,
             handle_types,
-            used_bytes: AtomicU64::new(0),
-            used_high_bytes: AtomicU64::new(0),
             release_threshold_bytes: AtomicU64::new(0),
             reuse: [AtomicU32::new(1), AtomicU32::new(1), AtomicU32::new(1)],
+            blocks: Mutex::new(crate::pool::PoolBlocks::default()),
         }
     }
 }
@@ -272,8 +271,12 @@ impl Host for Driver {
     fn slice_ns(&self) -> u64 {
         self.machine.config.slice_us * 1000
     }
-    fn free_async(&self, ptr: u64) {
-        let _ = crate::memory::free_device(self, ptr);
+    fn free_async(&self, ptr: u64, token: u64) {
+        if token == 0 {
+            let _ = crate::memory::free_device(self, ptr);
+        } else {
+            crate::pool::free_reached(self, token);
+        }
     }
     fn transfer(&self, transfer: &crate::exec::Transfer) {
         crate::memory::run_transfer(self, transfer);

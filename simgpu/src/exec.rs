@@ -50,11 +50,42 @@ pub struct Stream {
     pub completed: AtomicU64,
     /// Graph being captured into, if any (handle).
     pub capture: Mutex<Option<u64>>,
+    /// How far into other streams this one has waited (`cuStreamWaitEvent`):
+    /// (stream handle, position there), the furthest per stream. A pool
+    /// that follows event dependencies reuses blocks freed before that.
+    pub waited: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Stream {
     pub fn new(handle: u64, ctx: u64, flags: u32, priority: i32) -> Stream {
-        Stream { handle, ctx, flags, priority, submitted: AtomicU64::new(0), completed: AtomicU64::new(0), capture: Mutex::new(None) }
+        Stream {
+            handle,
+            ctx,
+            flags,
+            priority,
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            capture: Mutex::new(None),
+            waited: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records that work queued here from now on comes after `position` of
+    /// stream `stream`.
+    pub fn wait_for(&self, stream: u64, position: u64) {
+        if stream == self.handle {
+            return;
+        }
+        let mut waited = lock(&self.waited);
+        match waited.iter_mut().find(|(s, _)| *s == stream) {
+            Some((_, p)) => *p = (*p).max(position),
+            None => waited.push((stream, position)),
+        }
+    }
+
+    /// Whether work queued here now comes after `position` of `stream`.
+    pub fn has_waited_for(&self, stream: u64, position: u64) -> bool {
+        lock(&self.waited).iter().any(|&(s, p)| s == stream && p >= position)
     }
 
     pub fn capturing(&self) -> Option<u64> {
@@ -75,6 +106,8 @@ pub struct Event {
     pub done_generation: AtomicU64,
     /// Executor of the latest record, to wait on.
     pub exec: Mutex<Option<Arc<Executor>>>,
+    /// The stream of the latest record and the record's position there.
+    pub source: Mutex<(u64, u64)>,
 }
 
 impl Event {
@@ -88,6 +121,7 @@ impl Event {
             time_ns: AtomicU64::new(0),
             done_generation: AtomicU64::new(0),
             exec: Mutex::new(None),
+            source: Mutex::new((0, 0)),
         }
     }
 }
@@ -137,7 +171,9 @@ pub enum Transfer {
 pub enum Op {
     Kernel { stream: Arc<Stream>, remaining_ns: u64 },
     Record { stream: Arc<Stream>, event: Arc<Event>, generation: u64 },
-    Free { stream: Arc<Stream>, ptr: u64 },
+    /// `cuMemFreeAsync`: `token` names a pool block that went back to its
+    /// pool at the call (see [`crate::pool`]); 0, memory freed now.
+    Free { stream: Arc<Stream>, ptr: u64, token: u64 },
     Host { stream: Arc<Stream>, call: HostCall },
     Transfer { stream: Arc<Stream>, transfer: Transfer },
     /// Waits until `event`'s record number `generation`, queued on
@@ -188,8 +224,8 @@ pub trait Host: Send + Sync + 'static {
     fn state(&self) -> &crate::state::SharedState;
     fn own_slot(&self) -> usize;
     fn slice_ns(&self) -> u64;
-    /// Performs a stream-ordered free.
-    fn free_async(&self, ptr: u64);
+    /// Performs a stream-ordered free (see [`Op::Free`]).
+    fn free_async(&self, ptr: u64, token: u64);
     /// Performs a stream-ordered copy or fill.
     fn transfer(&self, transfer: &Transfer);
 }
@@ -368,7 +404,7 @@ impl Executor {
                         }
                         event.done_generation.fetch_max(*generation, AcqRel);
                     }
-                    Op::Free { ptr, .. } => host.free_async(*ptr),
+                    Op::Free { ptr, token, .. } => host.free_async(*ptr, *token),
                     Op::Transfer { transfer, .. } => host.transfer(transfer),
                     Op::Kernel { .. } | Op::Host { .. } | Op::Wait { .. } => {}
                 }

@@ -14,7 +14,8 @@
 //! - [`procaddr`]: `cuGetProcAddress`'s table, generated from the same list
 //!   of functions that are exported, so the two cannot drift.
 //! - Safe cores: [`driver`] (handle registry, contexts), [`memory`]
-//!   (charging, the per-device reservation, VMM, arrays), [`exec`] (queues,
+//!   (charging, the per-device reservation, VMM, arrays), [`pool`]
+//!   (stream-ordered pools: reserved and used memory, reuse, release), [`exec`] (queues,
 //!   workers, streams, events), [`sched`] (cross-process time slicing),
 //!   [`state`] (the shared file), [`alloc`] (address arithmetic),
 //!   [`config`] (environment), [`image`] (the kernels a PTX, cubin or
@@ -48,6 +49,7 @@ pub mod log;
 pub mod memory;
 pub mod mig;
 pub mod nvml;
+pub mod pool;
 pub mod procaddr;
 pub mod sched;
 pub mod state;

@@ -21,7 +21,6 @@ use crate::driver::{ArrayRec, Context, CuResult, Driver, TAG_ARRAY, TAG_MIPMAP};
 use crate::exec::{lock, Transfer};
 use abi::cuda::*;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering::AcqRel;
 use std::sync::Mutex;
 
 /// `cuMemCreate`/`cuMemAddressReserve` granularity (minimum and recommended).
@@ -73,7 +72,7 @@ impl DeviceHeap {
     }
 }
 
-fn heap(d: &Driver, device: usize) -> CuResult<&DeviceHeap> {
+pub(crate) fn heap(d: &Driver, device: usize) -> CuResult<&DeviceHeap> {
     let rt = d.devices.get(device).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
     let cap = d.machine.state.device(device).capacity_bytes.load(std::sync::atomic::Ordering::Relaxed);
     rt.heap.get_or_init(|| DeviceHeap::reserve(cap)).as_ref().map_err(|e| *e)
@@ -81,11 +80,6 @@ fn heap(d: &Driver, device: usize) -> CuResult<&DeviceHeap> {
 
 /// Allocates device memory for `ctx`: charge first, then address space.
 pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
-    alloc_device_from(d, ctx, bytes, 0)
-}
-
-/// As [`alloc_device`], counted in `pool` (a handle, or 0 for none).
-pub fn alloc_device_from(d: &Driver, ctx: &Context, bytes: u64, pool: u64) -> CuResult<u64> {
     let charged = charge_size(bytes).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let h = heap(d, ctx.device)?;
     let st = &d.machine.state;
@@ -95,14 +89,7 @@ pub fn alloc_device_from(d: &Driver, ctx: &Context, bytes: u64, pool: u64) -> Cu
     let mut inner = lock(&h.inner);
     match inner.ranges.alloc(charged) {
         Some(off) => {
-            inner.blocks.insert(off, Block { ctx: ctx.handle, pool });
-            drop(inner);
-            if pool != 0 {
-                if let Some(p) = d.read().pools.get(&pool) {
-                    let used = p.used_bytes.fetch_add(charged, AcqRel) + charged;
-                    p.used_high_bytes.fetch_max(used, AcqRel);
-                }
-            }
+            inner.blocks.insert(off, Block { ctx: ctx.handle, pool: 0 });
             Ok(h.base + off)
         }
         None => {
@@ -113,31 +100,34 @@ pub fn alloc_device_from(d: &Driver, ctx: &Context, bytes: u64, pool: u64) -> Cu
     }
 }
 
-fn heap_of(d: &Driver, addr: u64) -> Option<(usize, &DeviceHeap)> {
+/// Gives the block at heap offset `off` back to device `device`: its
+/// address range, its pages and its charge. Returns its length.
+pub(crate) fn return_to_device(d: &Driver, device: usize, h: &DeviceHeap, off: u64) -> Option<u64> {
+    let len = lock(&h.inner).ranges.free(off)?;
+    if len >= RELEASE_PAGES_BYTES {
+        release_pages(h.base + off, len);
+    }
+    d.machine.state.uncharge(device, d.own_slot(), len);
+    Some(len)
+}
+
+pub(crate) fn heap_of(d: &Driver, addr: u64) -> Option<(usize, &DeviceHeap)> {
     d.devices.iter().enumerate().find_map(|(i, rt)| match rt.heap.get() {
         Some(Ok(h)) if h.contains(addr) => Some((i, h)),
         _ => None,
     })
 }
 
-/// Frees a device allocation by its start address.
+/// Frees a device allocation by its start address; a pool's allocation
+/// leaves its pool with it.
 pub fn free_device(d: &Driver, ptr: u64) -> CuResult<()> {
     let (device, h) = heap_of(d, ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let off = ptr - h.base;
-    let (len, pool) = {
-        let mut inner = lock(&h.inner);
-        let block = inner.blocks.remove(&off).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        (inner.ranges.free(off).ok_or(CUDA_ERROR_INVALID_VALUE)?, block.pool)
-    };
-    if pool != 0 {
-        if let Some(p) = d.read().pools.get(&pool) {
-            crate::state::sub_saturating(&p.used_bytes, len);
-        }
+    let block = lock(&h.inner).blocks.remove(&off).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let len = return_to_device(d, device, h, off).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if block.pool != 0 {
+        crate::pool::forget_block(d, block.pool, len);
     }
-    if len >= RELEASE_PAGES_BYTES {
-        release_pages(ptr, len);
-    }
-    d.machine.state.uncharge(device, d.own_slot(), len);
     Ok(())
 }
 
@@ -231,6 +221,7 @@ pub fn run_transfer(d: &Driver, t: &Transfer) {
 
 /// Frees everything a context owned (allocations and arrays).
 pub fn free_all_of_context(d: &Driver, ctx: &Context) {
+    crate::pool::forget_context(d, ctx);
     if let Some(Ok(h)) = d.devices.get(ctx.device).and_then(|rt| rt.heap.get()) {
         let owned: Vec<u64> = lock(&h.inner).blocks.iter().filter(|(_, b)| b.ctx == ctx.handle).map(|(off, _)| *off).collect();
         for off in owned {

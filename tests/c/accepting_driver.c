@@ -15,7 +15,14 @@
  * Two devices of 80 GiB, one primary context each, no memory behind any
  * address.
  * A pool created with maxSize == 1 cannot tell its location (its attribute
- * queries return CUDA_ERROR_NOT_SUPPORTED). Built as libcuda.so.1 by the
+ * queries return CUDA_ERROR_NOT_SUPPORTED); created pools report nothing
+ * but their location.
+ * Each device's default pool (cuDeviceGetMemPool, used by cuMemAllocAsync)
+ * grows in 32 MiB chunks, as real pools do, so it grows by more than the
+ * request; it reports RESERVED_MEM_CURRENT and USED_MEM_CURRENT, a free
+ * returns its bytes to the pool at once (work is done at once), and
+ * cuMemPoolTrimTo gives back whole chunks no allocation needs until the
+ * pool reserves fewer bytes than asked to keep. Built as libcuda.so.1 by the
  * tests (tests/support: compile_c_driver).
  */
 #include <cuda.h>
@@ -44,7 +51,20 @@ static CUdevice device_of(CUcontext ctx) { return (CUdevice)((int *)ctx - contex
 struct pool {
     CUmemLocation location;
     int answers;
+    /* The default pools: chunked growth, reserved and used bytes. */
+    int chunked;
+    unsigned long long reserved, used;
 };
+
+#define CHUNK_BYTES (32ull << 20)
+static struct pool default_pools[DEVICES] = {
+    {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 1, 1, 0, 0},
+    {{CU_MEM_LOCATION_TYPE_DEVICE, 1}, 1, 1, 0, 0},
+};
+
+/* Live allocations from the default pools. */
+#define LIVE_MAX 1024
+static struct { CUdeviceptr ptr; unsigned long long bytes; int device; } live[LIVE_MAX];
 
 CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *version) { *version = 13000; return CUDA_SUCCESS; }
@@ -130,15 +150,76 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     switch (attr) {
     case CU_MEMPOOL_ATTR_LOCATION_TYPE: *(int *)value = (int)p->location.type; return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_LOCATION_ID: *(int *)value = p->location.id; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        if (!p->chunked) return CUDA_ERROR_NOT_SUPPORTED;
+        *(cuuint64_t *)value = p->reserved;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        if (!p->chunked) return CUDA_ERROR_NOT_SUPPORTED;
+        *(cuuint64_t *)value = p->used;
+        return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
-CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, CUstream stream) { (void)stream; return cuMemAlloc_v2(ptr, bytes); }
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
+    if (device < 0 || device >= DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = (CUmemoryPool)&default_pools[device];
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep_bytes) {
+    struct pool *p = (struct pool *)pool;
+    while (p->chunked && p->reserved > 0 && p->reserved >= keep_bytes && p->reserved - CHUNK_BYTES >= p->used)
+        p->reserved -= CHUNK_BYTES;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+    (void)stream;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, CUstream stream) {
+    (void)stream;
+    if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+    int device = device_of(current);
+    struct pool *p = &default_pools[device];
+    unsigned long long size = (bytes + 511) & ~511ull;
+    int slot = -1;
+    for (int i = 0; i < LIVE_MAX && slot < 0; i++)
+        if (live[i].ptr == 0) slot = i;
+    if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (p->used + size > p->reserved) p->reserved += (size + CHUNK_BYTES - 1) / CHUNK_BYTES * CHUNK_BYTES;
+    p->used += size;
+    CUresult rc = cuMemAlloc_v2(ptr, bytes);
+    live[slot].ptr = *ptr;
+    live[slot].bytes = size;
+    live[slot].device = device;
+    return rc;
+}
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
     (void)pool; (void)stream;
     return cuMemAlloc_v2(ptr, bytes);
 }
-CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) { (void)ptr; (void)stream; return CUDA_SUCCESS; }
+CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+    (void)stream;
+    for (int i = 0; i < LIVE_MAX; i++) {
+        if (live[i].ptr == ptr && ptr != 0) {
+            default_pools[live[i].device].used -= live[i].bytes;
+            live[i].ptr = 0;
+            break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+    for (int i = 0; i < LIVE_MAX; i++) {
+        if (live[i].ptr != 0 && ptr >= live[i].ptr && ptr < live[i].ptr + live[i].bytes) {
+            if (base) *base = live[i].ptr;
+            if (size) *size = live[i].bytes;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
 
 /* cuGetProcAddress: by API name, whatever the version, so an aliased
  * family answers its one address. */

@@ -10,8 +10,11 @@
  *                         then after the stream syncs: c=rc
  *   shim_async reuse      cuMemAllocAsync 800 MiB, kernel, cuMemFreeAsync and
  *                         cuMemAllocAsync 800 MiB on the same stream
- *                         -> again=rc, other=rc (another stream): both wait
- *                         for the free; after=rc once the stream reached it
+ *                         -> again=rc (the pool reuses the freed block),
+ *                         other=rc (another stream, 800 MiB more), views
+ *                         pending/synced; then again is freed and the stream
+ *                         synchronised (the pool gives the block back):
+ *                         view released, after=rc (800 MiB anew)
  *   shim_async syncfree HOW
  *                         cuMemAlloc 300 MiB, a 300 ms kernel, cuMemFreeAsync
  *                         on its stream, then one synchronisation: HOW is
@@ -108,14 +111,17 @@ int main(int argc, char **argv) {
             if (rc == CUDA_SUCCESS) CHECK(cuMemFree(b));
             kv_rc("c", cuMemAlloc(&c2, 800 * MiB));
         } else {
-            kv_rc("other", cuMemAllocAsync(&b, 800 * MiB, other));
             CUresult again = kv_rc("again", cuMemAllocAsync(&c2, 800 * MiB, s));
+            CUresult other_rc = kv_rc("other", cuMemAllocAsync(&b, 800 * MiB, other));
             print_nvml_self_bytes();
             view("pending");
             CHECK(cuStreamSynchronize(s));
             view("synced");
             if (again == CUDA_SUCCESS) CHECK(cuMemFreeAsync(c2, s));
+            if (other_rc == CUDA_SUCCESS) CHECK(cuMemFreeAsync(b, other));
+            CHECK(cuStreamSynchronize(other));
             CHECK(cuStreamSynchronize(s));
+            view("released");
             kv_rc("after", cuMemAllocAsync(&c2, 800 * MiB, s));
             CHECK(cuStreamSynchronize(s));
         }

@@ -19,10 +19,12 @@
 //!
 //! A finding counts only once it has lasted `violation_grace` (and at least
 //! two rounds): a well-behaved tenant passes through states that look like
-//! violations for a moment, such as memory freed with `cuMemFreeAsync` that
-//! its stream has not reached yet (the shim returns it to the ledger at the
-//! call, the driver frees it later), or a process caught between creating
-//! its context and claiming its slot. Each episode is then logged and
+//! violations for a moment, such as a process caught between creating its
+//! context and claiming its slot, or between the driver's answer to an
+//! allocation and the shim's record of it. Memory a stream-ordered pool
+//! keeps after its allocations were freed is no such state: the shim
+//! charges each pool's reserved memory, so the driver's figure and the
+//! ledger's agree while a pool retains it. Each episode is then logged and
 //! counted once; with `on_violation = "kill"` the offending processes get
 //! `SIGKILL`.
 //!

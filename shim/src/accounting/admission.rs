@@ -5,8 +5,9 @@
 //! processes passes the cap. A refusal first reclaims dead processes' slots
 //! (`Ledger::reclaim_dead`) and tries once more; a refused allocation is
 //! counted once, however often it was tried. Each reservation first
-//! releases the stream-ordered frees that completed (see
-//! [`super::stream_ordered`]).
+//! releases the stream-ordered frees that completed, and a refusal first
+//! settles the stream-ordered pools' charges with what they reserve now
+//! (see [`super::stream_ordered`]).
 //!
 //! Owns the exit handshake (`Admission`): the library destructor calls
 //! [`Runtime::stop_admitting`], after which nothing is reserved or released
@@ -102,11 +103,39 @@ impl Runtime {
     /// Reserves `bytes` on ledger device `dev`; on refusal reclaims dead
     /// processes and tries once more.
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
+        self.reserve_counting(dev, bytes, true)
+    }
+
+    /// As [`Runtime::reserve`], but a refusal is not counted: the caller
+    /// has another way to make room and counts its own final refusal
+    /// ([`Runtime::count_denied`]).
+    pub(super) fn reserve_uncounted(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
+        self.reserve_counting(dev, bytes, false)
+    }
+
+    /// One refused allocation on ledger device `dev`.
+    pub(super) fn count_denied(&self, dev: usize) {
+        self.ledger.count_denied(dev);
+    }
+
+    /// Reserves `bytes` as they are, with nothing done first or on refusal:
+    /// for growth the driver already made (see [`super::stream_ordered`]),
+    /// which must not wait on anything that might call back here.
+    pub(super) fn reserve_plain(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
         let _entered = self.admission.in_ledger.enter();
         if self.admission.exiting.load(Ordering::SeqCst) {
             Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes })
         } else {
-            self.reserve_in_ledger(dev, bytes)
+            self.ledger.try_reserve_uncounted(&self.slot, dev, bytes)
+        }
+    }
+
+    fn reserve_counting(&self, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
+        let _entered = self.admission.in_ledger.enter();
+        if self.admission.exiting.load(Ordering::SeqCst) {
+            Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes })
+        } else {
+            self.reserve_in_ledger(dev, bytes, count)
         }
     }
 
@@ -132,8 +161,12 @@ impl Runtime {
         true
     }
 
-    fn reserve_in_ledger(&self, dev: usize, bytes: u64) -> Result<(), Denied> {
+    fn reserve_in_ledger(&self, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
         self.poll_pending_frees();
+        let Err(_) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
+        // Pools that gave memory back since they were last asked (the
+        // application trimmed one, or the driver did) make room too.
+        self.settle_pools();
         let Err(denied) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
         let reclaimed = self.ledger.reclaim_dead();
         for dead in &reclaimed {
@@ -142,7 +175,9 @@ impl Runtime {
         let result = if reclaimed.is_empty() { Err(denied) } else { self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) };
         if let Err(denied) = &result {
             // One refused allocation, counted once however often it was tried.
-            self.ledger.count_denied(dev);
+            if count {
+                self.ledger.count_denied(dev);
+            }
             debug!("denied {denied} on ledger device {dev}");
         }
         result

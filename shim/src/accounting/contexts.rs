@@ -8,8 +8,8 @@
 //!   it; later contexts reserve it before they are created.
 //! - Destroying a context (or the last release or a reset of a primary one)
 //!   frees the memory allocated in it, as the driver does, and the charges
-//!   go with it: its allocations ([`super::memory`]) and its pending
-//!   stream-ordered frees ([`super::stream_ordered`]). Every thread's cached
+//!   go with it: its allocations ([`super::memory`]), its pending
+//!   stream-ordered frees, and what its pools gave back ([`super::stream_ordered`]). Every thread's cached
 //!   context is forgotten (see [`super::devices`]). Before the driver
 //!   destroys it, the launches still running there are charged to the
 //!   compute limit and its timing events retired ([`super::throttle`]).
@@ -77,6 +77,10 @@ impl Runtime {
         for charge in self.pending_frees.remove_context(ctx) {
             self.release(charge.ledger_index, charge.bytes);
         }
+        // The driver gave back the pool memory of the context's
+        // allocations.
+        self.pools.remove_context(ctx);
+        self.settle_pools();
     }
 
     fn has_context_on(&self, dev: usize) -> bool {

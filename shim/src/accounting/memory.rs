@@ -270,15 +270,19 @@ impl Runtime {
     }
 
     /// Any free: forwards, and releases what was charged if the driver freed it.
+    /// A pointer not charged on its own may be a pool's allocation, whose
+    /// memory may leave its pool with it: the pools are settled.
     pub fn free(&self, kind: Kind, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
         let charge = self.allocations.tracker(kind).remove(key);
         let r = call();
-        if let Some(charge) = charge {
-            if r == CUDA_SUCCESS {
-                self.release(charge.ledger_index, charge.bytes);
-            } else {
-                self.remember(kind, key, charge);
+        match charge {
+            Some(charge) if r == CUDA_SUCCESS => self.release(charge.ledger_index, charge.bytes),
+            Some(charge) => self.remember(kind, key, charge),
+            None if r == CUDA_SUCCESS && kind == Kind::Pointer => {
+                self.forget_pool_allocation(key);
+                self.settle_pools();
             }
+            None => {}
         }
         r
     }

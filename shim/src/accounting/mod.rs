@@ -17,11 +17,12 @@
 //!   and array sizes.
 //! - [`vmm`]: `cuMemCreate` handles, charged while referenced or mapped.
 //! - [`stream_ordered`]: `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` and
-//!   `cuMemFreeAsync`, whose charge stays until the stream reaches the free.
+//!   `cuMemFreeAsync`, charged by what their pools reserve on the device;
+//!   a free of other memory stays charged until the stream reaches it.
 //! - [`contexts`]: contexts and primary contexts, each charged its
 //!   overhead; destroying one frees the memory allocated in it.
 //! - [`views`]: what `cuMemGetInfo`, `cuDeviceTotalMem` and NVML report
-//!   under a cap.
+//!   under a cap, NVML's process lists included.
 //!
 //! - [`throttle`]: the compute limit: launches on a device with a limit are
 //!   measured with timing events and held to the tenant's budget of device
@@ -34,7 +35,8 @@
 //! An allocation finds its device ([`devices`]: the current context's, the
 //! stream's, or the one its location names), reserves its bytes
 //! ([`admission`]: pending stream-ordered frees that completed are released
-//! first, and a refusal reclaims dead processes' slots once), makes the
+//! first, and a refusal settles the pools and reclaims dead processes'
+//! slots once), makes the
 //! driver call, and then remembers the charge ([`memory`], [`vmm`]) or, when
 //! the driver failed, releases the reservation. A free forgets the charge,
 //! makes the driver call, and releases exactly what was charged (or
@@ -64,8 +66,8 @@ pub use memory::{
     allocation_bytes, array_bytes, element_bytes, mipmapped_bytes, pitch_estimate_bytes, AddressHasher, Charge, Kind,
     Tracker, ALLOCATION_GRANULARITY_BYTES,
 };
-pub use stream_ordered::has_pending_frees;
-pub use views::capped_view;
+pub use stream_ordered::has_stream_ordered_state;
+pub use views::{capped_view, keep_tenant_processes};
 
 /// Everything the shim knows in a process that is accounting.
 pub struct Runtime {
@@ -79,6 +81,7 @@ pub struct Runtime {
     vmm: Mutex<vmm::Vmm>,
     contexts: contexts::Contexts,
     pending_frees: stream_ordered::PendingFrees,
+    pools: stream_ordered::Pools,
     throttle: throttle::Throttle,
 }
 
@@ -95,6 +98,7 @@ impl Runtime {
             vmm: Mutex::new(vmm::Vmm::default()),
             contexts,
             pending_frees: stream_ordered::PendingFrees::new(),
+            pools: stream_ordered::Pools::new(),
             throttle: throttle::Throttle::new(),
         }
     }

@@ -6,10 +6,21 @@
 //! memory info reports total = cap and used = the tenant's usage (see
 //! `hooks::nvml`). No value ever underflows, and none is larger than the
 //! device. Without a cap, the driver's figures pass through. Pending
-//! stream-ordered frees that completed are released before a view is
-//! taken, so that it shows them gone.
+//! stream-ordered frees that completed are released, and the pools'
+//! charges settled, before a view is taken, so that it shows them gone.
 //!
-//! Owns no state: it reads the cap and the usage from the ledger.
+//! NVML's running-process lists, under a cap, hold only the tenant's own
+//! processes ([`Runtime::tenant_pids`], [`keep_tenant_processes`]): a
+//! process is the tenant's when a live slot of its ledger records its pid
+//! as the process's own `/proc` names it (`SlotView::pid`), which is the
+//! pid NVML lists wherever that `/proc` is the host's, and is what simgpu
+//! lists everywhere. A process in a container with its own PID namespace
+//! and `/proc`, on a real driver, records its namespace pid while NVML
+//! lists host pids: such processes are then not listed, rather than other
+//! tenants' shown.
+//!
+//! Owns no state: it reads the cap, the usage and the slots from the
+//! ledger.
 
 use abi::cuda::*;
 use ledger::UNLIMITED;
@@ -29,10 +40,17 @@ pub fn capped_view(limit_bytes: u64, used_bytes: u64, free_bytes: u64, total_byt
     (free, total)
 }
 
+/// Keeps the entries of an NVML process list whose pid is one of the
+/// tenant's `pids`, in NVML's order.
+pub fn keep_tenant_processes<T>(list: &mut Vec<T>, pids: &[u32], pid_of: impl Fn(&T) -> u32) {
+    list.retain(|entry| pids.contains(&pid_of(entry)));
+}
+
 impl Runtime {
     /// The cap and usage of ledger device `dev`, for views.
     pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
         self.poll_pending_frees();
+        self.settle_pools();
         (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
     }
 
@@ -42,6 +60,12 @@ impl Runtime {
         let Some(device) = self.device_by_handle(device) else { return (free_bytes, total_bytes) };
         let (limit_bytes, used_bytes) = self.limit_and_used(device.ledger_index);
         capped_view(limit_bytes, used_bytes, free_bytes, total_bytes)
+    }
+
+    /// The pids of the tenant's live processes (this one included), as
+    /// their own `/proc` names them.
+    pub fn tenant_pids(&self) -> Vec<u32> {
+        self.ledger.slots().into_iter().filter(|slot| slot.alive).map(|slot| slot.pid).collect()
     }
 
     /// `cuDeviceTotalMem_v2` of `cu_device`, given the driver's figure.
@@ -60,6 +84,15 @@ impl Runtime {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_list_keeps_the_tenants_pids_in_order() {
+        let mut list = vec![(7u32, 1u64), (42, 2), (8, 3), (9, 4)];
+        keep_tenant_processes(&mut list, &[9, 7, 100], |entry| entry.0);
+        assert_eq!(list, vec![(7, 1), (9, 4)]);
+        keep_tenant_processes(&mut list, &[], |entry| entry.0);
+        assert!(list.is_empty());
+    }
 
     #[test]
     fn view_is_the_cap_and_never_underflows() {

@@ -82,6 +82,16 @@ async_free_hook!(cuMemFreeAsync, per_thread = false);
 async_free_hook!(cuMemFreeAsync_ptsz, per_thread = true);
 
 free_hook!(#[doc(alias = "cuMemFree")] cuMemFree_v2(dptr: CUdeviceptr) => Kind::Pointer);
+
+/// The pool's memory goes with it, except what its live allocations hold:
+/// that stays charged until each is freed.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    let real = real_or_return!(cuMemPoolDestroy);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let forward = move || unsafe { real(pool) };
+    dispatch(forward, |rt| rt.destroy_pool(pool, forward))
+}
 free_hook!(cuArrayDestroy(array: CUarray) => Kind::Array);
 free_hook!(cuMipmappedArrayDestroy(array: CUmipmappedArray) => Kind::Array);
 

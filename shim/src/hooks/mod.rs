@@ -101,6 +101,8 @@ macro_rules! hooked_functions {
                     => cuMemFreeAsync since 11020;
                 memory::cuMemFreeAsync_ptsz(CUdeviceptr, CUstream) -> CUresult
                     => cuMemFreeAsync since 11020 per_thread;
+                memory::cuMemPoolDestroy(CUmemoryPool) -> CUresult
+                    => cuMemPoolDestroy since 11020;
                 memory::cuMemRelease(CUmemGenericAllocationHandle) -> CUresult
                     => cuMemRelease since 10020;
                 memory::cuMemRetainAllocationHandle(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult
@@ -181,6 +183,16 @@ macro_rules! hooked_functions {
             nvml {
                 nvml::nvmlDeviceGetMemoryInfo(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
                 nvml::nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+                nvml::nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
             }
         }
     };

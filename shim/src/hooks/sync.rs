@@ -1,10 +1,12 @@
 //! Synchronisation (`cuStreamSynchronize`, `cuCtxSynchronize`,
 //! `cuEventSynchronize`): forwarded untouched, then, only if this process
-//! has `cuMemFreeAsync`s waiting for their stream, those the wait completed
-//! are released at once. An application that frees stream-ordered memory
-//! and synchronises has given it back, and another process of the tenant
-//! may take it from then on, not only after this process's next allocation.
-//! With nothing pending a hook costs one load after the driver's call.
+//! has stream-ordered memory, the `cuMemFreeAsync`s the wait completed are
+//! released and the pools' charges settled with what they reserve now (a
+//! synchronisation is when a pool gives memory above its release threshold
+//! back). An application that frees stream-ordered memory and synchronises
+//! has given it back, and another process of the tenant may take it from
+//! then on, not only after this process's next allocation. With nothing of
+//! the kind a hook costs one load after the driver's call.
 
 use super::real_or_return;
 use crate::accounting::throttle::{governed, streams_changed};
@@ -16,7 +18,7 @@ use abi::cuda::*;
 /// completed, if there are any.
 #[inline]
 fn after_synchronize() {
-    let frees = crate::accounting::has_pending_frees();
+    let frees = crate::accounting::has_stream_ordered_state();
     let launches = governed();
     if frees || launches {
         poll_completed(frees, launches);
@@ -30,6 +32,7 @@ fn poll_completed(frees: bool, launches: bool) {
         if let Some(Access::Ready(rt)) = crate::runtime_if_started() {
             if frees {
                 rt.poll_pending_frees();
+                rt.settle_pools();
             }
             if launches {
                 rt.charge_completed_launches();

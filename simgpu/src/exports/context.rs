@@ -89,12 +89,18 @@ cu_export!(cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
 }; cuCtxPopCurrent);
 
 cu_export!(cuCtxSynchronize() {
-    driver()?.current()?.exec.synchronize();
+    let d = driver()?;
+    let ctx = d.current()?;
+    ctx.exec.synchronize();
+    crate::pool::release_after_sync(d, ctx.device);
     Ok(())
 });
 
 cu_export!(cuCtxSynchronize_v2(ctx: CUcontext) {
-    driver()?.context(h(ctx))?.exec.synchronize();
+    let d = driver()?;
+    let ctx = d.context(h(ctx))?;
+    ctx.exec.synchronize();
+    crate::pool::release_after_sync(d, ctx.device);
     Ok(())
 });
 

@@ -41,6 +41,7 @@ cu_export!(cuEventRecord(hevent: CUevent, stream: CUstream) {
     e.complete.store(false, Release);
     e.recorded.store(true, Release);
     *lock(&e.exec) = Some(ctx.exec.clone());
+    *lock(&e.source) = (s.handle, s.submitted.load(Acquire) + 1);
     ctx.exec.submit(Op::Record { stream: s, event: e, generation });
     Ok(())
 }; cuEventRecord_ptsz);
@@ -50,14 +51,16 @@ cu_export!(cuEventQuery(hevent: CUevent) {
     if e.complete.load(Acquire) { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
 });
 
+// Waits for the latest record; then, as every synchronisation does, the
+// device's pools give back what they hold above their release threshold.
 cu_export!(cuEventSynchronize(hevent: CUevent) {
     let e = event(hevent)?;
-    if e.complete.load(Acquire) {
-        return Ok(());
-    }
     let exec = lock(&e.exec).clone();
     if let Some(exec) = exec {
-        exec.wait_until(|| e.complete.load(Acquire));
+        if !e.complete.load(Acquire) {
+            exec.wait_until(|| e.complete.load(Acquire));
+        }
+        crate::pool::release_after_sync(driver()?, exec.device);
     }
     Ok(())
 });

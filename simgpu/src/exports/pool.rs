@@ -1,21 +1,19 @@
-//! Stream-ordered allocation and memory pools.
+//! Stream-ordered allocation and memory pools: the entry points. What a
+//! pool keeps, reuses and gives back is [`crate::pool`]'s.
 //!
-//! Pools do not cache freed memory: a free, when its stream reaches it, gives
-//! the bytes straight back to the device. That is what a real pool does with
-//! its default release threshold of 0 at each synchronisation, and it keeps
-//! the device's used bytes exact; `cuMemPoolTrimTo` therefore has nothing to
-//! trim. A release threshold can be set and read back, but memory is still
-//! returned at once, so a pool's reserved bytes always equal its used bytes.
-//! `cuMemPoolGetAttribute` reports what is allocated from the pool now and at
-//! most (`USED_MEM_*`, `RESERVED_MEM_*`); setting a high-water mark to 0
-//! resets it to the current figure.
+//! `cuMemPoolGetAttribute` reports what the pool reserves on the device and
+//! what of it live allocations use, now and at most (`RESERVED_MEM_*`,
+//! `USED_MEM_*`); setting a high-water mark to 0 resets it to the current
+//! figure, any other value is refused, as cuda.h says. The release
+//! threshold and the three reuse flags are read and written as stored.
 
 use super::{h, ptr};
 use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Pool, TAG_POOL};
-use crate::exec::Op;
+use crate::exec::lock;
 use crate::ffi::{input, out};
 use crate::memory as mem;
+use crate::pool;
 use abi::cuda::*;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::Ordering::*;
@@ -54,31 +52,31 @@ cu_export!(cuMemPoolDestroy(pool: CUmemoryPool) {
         None => Err(CUDA_ERROR_INVALID_VALUE),
         Some(p) if p.default => Err(CUDA_ERROR_INVALID_VALUE),
         Some(_) => {
-            objs.pools.remove(&h(pool));
+            let Some(p) = objs.pools.remove(&h(pool)) else { return Err(CUDA_ERROR_INVALID_VALUE) };
+            drop(objs);
+            pool::destroy(d, &p);
             Ok(())
         }
     }
 });
 
 cu_export!(cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) {
-    let _ = min_bytes_to_keep;
-    let d = driver()?;
-    if d.read().pools.contains_key(&h(pool)) { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+    pool::trim_to(driver()?, h(pool), min_bytes_to_keep as u64)
 });
 
 cu_export!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) {
     let d = driver()?;
-    let (ctx, _s) = d.stream(h(stream))?;
+    let (ctx, s) = d.stream(h(stream))?;
     if dptr.is_null() || bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let p = mem::alloc_device_from(d, &ctx, bytesize as u64, d.devices[ctx.device].default_pool)?;
+    let p = pool::alloc(d, &ctx, &s, bytesize as u64, d.devices[ctx.device].default_pool)?;
     out(dptr, p)
 }; cuMemAllocAsync_ptsz);
 
 cu_export!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) {
     let d = driver()?;
-    let (ctx, _s) = d.stream(h(stream))?;
+    let (ctx, s) = d.stream(h(stream))?;
     let pool_device = d.read().pools.get(&h(pool)).map(|p| p.device).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if dptr.is_null() || bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -86,7 +84,7 @@ cu_export!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool
     if pool_device != ctx.device {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let p = mem::alloc_device_from(d, &ctx, bytesize as u64, h(pool))?;
+    let p = pool::alloc(d, &ctx, &s, bytesize as u64, h(pool))?;
     out(dptr, p)
 }; cuMemAllocFromPoolAsync_ptsz);
 
@@ -96,8 +94,7 @@ cu_export!(cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
     if !mem::is_live_allocation(d, dptr) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    ctx.exec.submit(Op::Free { stream: s, ptr: dptr });
-    Ok(())
+    pool::free_async(d, &ctx, &s, dptr)
 }; cuMemFreeAsync_ptsz);
 
 /// Reads or writes one `CUmemPool_attribute` through the caller's pointer.
@@ -124,14 +121,20 @@ unsafe fn pool_attribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void, s
             true => p.release_threshold_bytes.store(unsafe { v64.read_unaligned() }, Relaxed),
             false => unsafe { v64.write_unaligned(p.release_threshold_bytes.load(Relaxed)) },
         },
-        CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH => match set {
-            // Only 0 may be set: it resets the mark to the current figure.
-            true if unsafe { v64.read_unaligned() } != 0 => return Err(CUDA_ERROR_INVALID_VALUE),
-            true => p.used_high_bytes.store(p.used_bytes.load(Acquire), Release),
-            false => unsafe { v64.write_unaligned(p.used_high_bytes.load(Acquire)) },
-        },
+        CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH => {
+            let mut b = lock(&p.blocks);
+            let reserved = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH;
+            match set {
+                // Only 0 may be set: it resets the mark to the current figure.
+                true if unsafe { v64.read_unaligned() } != 0 => return Err(CUDA_ERROR_INVALID_VALUE),
+                true if reserved => b.reserved_high_bytes = b.reserved_bytes,
+                true => b.used_high_bytes = b.used_bytes,
+                false => unsafe { v64.write_unaligned(if reserved { b.reserved_high_bytes } else { b.used_high_bytes }) },
+            }
+        }
         _ if set => return Err(CUDA_ERROR_INVALID_VALUE),
-        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT | CU_MEMPOOL_ATTR_USED_MEM_CURRENT => unsafe { v64.write_unaligned(p.used_bytes.load(Acquire)) },
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).reserved_bytes) },
+        CU_MEMPOOL_ATTR_USED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).used_bytes) },
         CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_ALLOCATION_TYPE_PINNED) },
         CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES => unsafe { v32.write_unaligned(p.handle_types) },
         CU_MEMPOOL_ATTR_LOCATION_ID => unsafe { v32.write_unaligned(d.ordinal_of(p.device) as c_uint) },

@@ -86,6 +86,7 @@ cu_export!(cuStreamSynchronize(stream: CUstream) {
         let target = s.submitted.load(Acquire);
         ctx.exec.wait_until(|| s.completed.load(Acquire) >= target);
     }
+    crate::pool::release_after_sync(driver()?, ctx.device);
     Ok(())
 }; cuStreamSynchronize_ptsz);
 
@@ -114,6 +115,8 @@ fn wait_event(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult<()> {
     if s.capturing().is_some() {
         return Ok(());
     }
+    let (source, position) = *lock(&e.source);
+    s.wait_for(source, position);
     let generation = e.generation.load(Acquire);
     if generation == 0 || e.done_generation.load(Acquire) >= generation {
         return Ok(());
