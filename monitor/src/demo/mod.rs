@@ -109,7 +109,7 @@ fn run(args: &DemoArgs, exe: &Path, work: &Path) -> Result<ExitCode, String> {
     let seconds = args.seconds.max(8);
     let config = work.join("monitor.toml");
     std::fs::write(&config, CONFIG).map_err(|e| format!("cannot write {}: {e}", config.display()))?;
-    let simgpu = crate::libs::find_library("libsimgpu.so", "GPUSLICE_SIMGPU_LIB")?;
+    let simgpu = crate::libs::find_library("libsimgpu.so", "SIMGPU_LIB")?;
     let mut monitor = base_command(exe, work)
         .arg("monitor")
         .arg("--dir")
