@@ -2,16 +2,20 @@
 //!
 //! Each subcommand lives in its own module: `sim` (run a command on the
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
-//! monitor), `status` (what the ledgers and NVML say now).
+//! monitor), `status` (what the ledgers and NVML say now), `devices` (the
+//! GPUs and what is committed on them), `queue` and `cancel` (the admission
+//! queue that `run --queue` joins).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
 mod daemon;
+mod devices;
 mod discovery;
 mod host;
 mod libs;
 mod metrics;
 mod nvml;
+mod queue;
 mod run;
 mod sim;
 mod snapshot;
@@ -37,6 +41,12 @@ enum Command {
     Monitor(daemon::MonitorArgs),
     /// Print the tenants, devices and processes the ledgers and NVML know now.
     Status(status::StatusArgs),
+    /// List the GPUs: memory, committed caps, MIG mode, tenants and queued jobs on each.
+    Devices(devices::DevicesArgs),
+    /// List the jobs of the admission queue (`gpuslice run --queue`).
+    Queue(queue::QueueListArgs),
+    /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
+    Cancel(queue::CancelArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +56,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Monitor(args) => daemon::main(args),
         Command::Status(args) => status::main(args),
+        Command::Devices(args) => devices::main(args),
+        Command::Queue(args) => queue::list(args),
+        Command::Cancel(args) => queue::cancel(args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,5 @@
 //! `gpuslice run [--memory SIZE|LIST] [--compute-limit P|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
-//! run a command under the shim.
+//! run a command under the shim. With `--queue`, wait for room first ([`crate::queue`]).
 //!
 //! Every option is checked here as the shim would check the variable it
 //! sets, so a mistake is a clear error before the command starts rather than
@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// Run on the simulated GPU (simgpu), as `gpuslice sim` does.
     #[arg(long)]
     pub sim: bool,
+    /// (--queue) Admission order: higher first (default 0).
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    #[command(flatten)]
+    pub queue: crate::queue::QueueArgs,
     /// The command to run, and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -76,6 +81,17 @@ fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<(), String>
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
+    if args.queue.queue {
+        return crate::queue::submit(&args);
+    }
+    if args.priority.is_some() {
+        return Err("--priority orders jobs in the admission queue: use it with --queue".into());
+    }
+    Err(libs::exec(command(&args)?))
+}
+
+/// The command `args` describe, with the shim's environment set.
+pub fn command(args: &RunArgs) -> Result<Command, String> {
     let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
@@ -100,7 +116,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
         libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
     }
     libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
-    Err(libs::exec(cmd))
+    Ok(cmd)
 }
 
 #[cfg(test)]

@@ -1,0 +1,338 @@
+//! The queue on disk: `<ledger dir>/queue/`, one file per job, and a lock
+//! file that serialises every change.
+//!
+//! ```text
+//!  <dir>/queue/lock       flock'ed (exclusive) around every read-decide-write
+//!  <dir>/queue/next-id    the next job id, a decimal number
+//!  <dir>/queue/<id>.job   one job, JSON; its holder keeps it flock'ed
+//! ```
+//!
+//! A job file is created by the `gpuslice run --queue` process that waits
+//! for it, which takes an exclusive `flock` on it and keeps it: through
+//! `exec` (the descriptor is inherited, not closed) and into every child of
+//! the command. The kernel drops the lock when the last of those processes
+//! is gone, however it ends, so a job whose file is not locked is over: its
+//! file is stale and whoever holds the queue lock removes it. A waiting job
+//! killed with `kill -9` thus leaves no entry, and a running job's
+//! commitment ends with its processes. The holder rewrites its file in
+//! place (never renames over it: the lock belongs to the inode), and only
+//! under the queue lock, so readers never see half a file.
+
+use super::policy::Placement;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The subdirectory of the ledger directory holding the queue.
+pub const QUEUE_SUBDIR: &str = "queue";
+/// A job file's suffix.
+pub const JOB_SUFFIX: &str = ".job";
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for room.
+    Waiting,
+    /// Admitted: its command runs on `devices`.
+    Running,
+}
+
+/// One job, as its file holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: u64,
+    pub name: Option<String>,
+    pub priority: i32,
+    pub gpus: u32,
+    /// The cap per device; `None` asks for whole devices.
+    pub memory_bytes: Option<u64>,
+    pub placement: Placement,
+    /// The tenant its processes run as.
+    pub tenant: String,
+    pub uid: u32,
+    /// The holder: the waiting `gpuslice`, then (same pid, after exec) the command.
+    pub pid: u32,
+    pub submitted_unix_ms: u64,
+    pub state: JobState,
+    /// Device UUIDs, once running.
+    pub devices: Vec<String>,
+    pub started_unix_ms: Option<u64>,
+    pub command: Vec<String>,
+}
+
+/// The queue directory.
+pub struct Queue {
+    dir: PathBuf,
+}
+
+/// Held while the queue is read or changed; dropping it unlocks.
+pub struct QueueLock {
+    _file: File,
+}
+
+/// A job file this process holds (and keeps locked while it lives).
+pub struct HeldJob {
+    file: File,
+    path: PathBuf,
+}
+
+fn flock(file: &File, operation: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor this File owns.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Milliseconds since the epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Queue {
+    /// The queue beside the ledgers in `ledger_dir`; nothing is created.
+    pub fn at(ledger_dir: &Path) -> Queue {
+        Queue { dir: ledger_dir.join(QUEUE_SUBDIR) }
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the queue directory exists (no job was ever queued if not).
+    pub fn exists(&self) -> bool {
+        self.dir.is_dir()
+    }
+
+    /// Creates the directory if missing: sticky and open to every user (as
+    /// `/tmp`), so anyone on the host can queue and only a job's owner can
+    /// remove its file.
+    pub fn create(&self) -> Result<(), String> {
+        if self.dir.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create the queue directory {}: {e}", self.dir.display()))?;
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| format!("cannot open the queue directory {} to all users: {e}", self.dir.display()))
+    }
+
+    /// Takes the queue lock, waiting for whoever holds it.
+    pub fn lock(&self) -> Result<QueueLock, String> {
+        let path = self.dir.join("lock");
+        // Read-only: closing it then is no write that wakes waiting jobs.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(false)
+            .create(false)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .or_else(|_| create_shared(&path).and_then(|_| File::open(&path)))
+            .map_err(|e| format!("cannot open the queue lock {}: {e}", path.display()))?;
+        flock(&file, libc::LOCK_EX).map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        Ok(QueueLock { _file: file })
+    }
+
+    /// The next job id (needs the lock).
+    pub fn next_id(&self, _lock: &QueueLock) -> Result<u64, String> {
+        let path = self.dir.join("next-id");
+        let _ = create_shared(&path);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let id = text.trim().parse::<u64>().unwrap_or(1).max(1);
+        let write = |file: &mut File| -> std::io::Result<()> {
+            file.set_len(0)?;
+            file.rewind()?;
+            file.write_all(format!("{}\n", id + 1).as_bytes())
+        };
+        write(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(id)
+    }
+
+    /// Creates the file of `job` and locks it (needs the lock).
+    pub fn create_job(&self, job: &Job, lock: &QueueLock) -> Result<HeldJob, String> {
+        let path = self.dir.join(format!("{}{JOB_SUFFIX}", job.id));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| format!("cannot create the job file {}: {e}", path.display()))?;
+        flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        let held = HeldJob { file, path };
+        held.write(job, lock)?;
+        Ok(held)
+    }
+
+    /// The live jobs, by id; stale files (no holder) are removed where this
+    /// user may, and skipped. Files that cannot be read are named in the
+    /// second list. Needs the lock.
+    pub fn jobs(&self, _lock: &QueueLock) -> (Vec<Job>, Vec<String>) {
+        let mut jobs = Vec::new();
+        let mut problems = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return (jobs, problems) };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()) else {
+                continue;
+            };
+            match read_live_job(&entry.path(), id) {
+                Ok(Some(job)) => jobs.push(job),
+                Ok(None) => {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+                Err(e) => problems.push(format!("{}: {e}", entry.path().display())),
+            }
+        }
+        jobs.sort_by_key(|j| j.id);
+        (jobs, problems)
+    }
+
+    /// Removes the file of job `id` (needs the lock).
+    pub fn remove(&self, id: u64, _lock: &QueueLock) -> std::io::Result<()> {
+        std::fs::remove_file(self.dir.join(format!("{id}{JOB_SUFFIX}")))
+    }
+}
+
+/// Creates `path` if missing, readable and writable by every user.
+fn create_shared(path: &Path) -> std::io::Result<()> {
+    match OpenOptions::new().write(true).create_new(true).mode(0o666).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o666)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The job in `path` if its holder still lives, `None` if it is stale.
+fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
+    // Read-only, so that closing it wakes no waiting job.
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a plain file".into());
+    }
+    match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
+        Ok(()) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(format!("cannot test its lock: {e}")),
+    }
+    let mut text = String::new();
+    Read::by_ref(&mut file).take(64 * 1024).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let job: Job = serde_json::from_str(&text).map_err(|e| format!("not a job file: {e}"))?;
+    if job.id != id {
+        return Err(format!("its name says job {id} but it holds job {}", job.id));
+    }
+    Ok(Some(job))
+}
+
+impl HeldJob {
+    /// Rewrites the file in place (needs the lock).
+    pub fn write(&self, job: &Job, _lock: &QueueLock) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(job).map_err(|e| e.to_string())?;
+        let mut file = &self.file;
+        let result = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| file.write_all(text.as_bytes()));
+        result.map_err(|e| format!("cannot write the job file {}: {e}", self.path.display()))
+    }
+
+    /// Removes the file (needs the lock); the lock goes with the descriptor.
+    pub fn remove(self, _lock: &QueueLock) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// Lets the lock outlive `exec`: the command, and every child it
+    /// makes, inherit the descriptor, so the job lasts as long as they do.
+    pub fn keep_across_exec(&self) -> Result<(), String> {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this HeldJob owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+            return Err(format!("cannot keep the job lock across exec: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gpuslice-queue-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn job(id: u64) -> Job {
+        Job {
+            id,
+            name: Some("train".into()),
+            priority: 0,
+            gpus: 1,
+            memory_bytes: Some(1 << 30),
+            placement: Placement::Binpack,
+            tenant: format!("queue-{id}"),
+            uid: 0,
+            pid: std::process::id(),
+            submitted_unix_ms: 1,
+            state: JobState::Waiting,
+            devices: vec![],
+            started_unix_ms: None,
+            command: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn ids_count_up_and_held_jobs_are_listed_until_dropped() {
+        let dir = temp_dir("held");
+        let queue = Queue::at(&dir);
+        queue.create().unwrap();
+        let lock = queue.lock().unwrap();
+        assert_eq!((queue.next_id(&lock).unwrap(), queue.next_id(&lock).unwrap()), (1, 2));
+        let held = queue.create_job(&job(7), &lock).unwrap();
+        let (jobs, problems) = queue.jobs(&lock);
+        assert_eq!((jobs, problems.len()), (vec![job(7)], 0));
+        // The holder gone (its descriptor closed), the file is stale and removed.
+        drop(held);
+        assert_eq!(queue.jobs(&lock).0, vec![]);
+        assert!(!queue.dir().join("7.job").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_job_is_reported_not_trusted() {
+        let dir = temp_dir("bad");
+        let queue = Queue::at(&dir);
+        queue.create().unwrap();
+        let lock = queue.lock().unwrap();
+        let held = queue.create_job(&job(3), &lock).unwrap();
+        let mut bad = job(4);
+        bad.gpus = 2;
+        held.write(&bad, &lock).unwrap();
+        let (jobs, problems) = queue.jobs(&lock);
+        assert!(jobs.is_empty());
+        assert!(problems[0].contains("job 3 but it holds job 4"), "{problems:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
