@@ -256,3 +256,58 @@ fn simultaneous_submissions_never_overcommit() {
         finished += 1;
     }
 }
+
+#[test]
+fn a_small_job_passes_a_blocked_one_only_on_devices_it_does_not_wait_for() {
+    let sim = sim(2);
+    let uuids = device_uuids(&sim);
+    // Binpack fills device 0 first, then device 1: 1 GiB left on each.
+    let mut first = submit(&sim, &["--memory", "3GiB", "--name", "first"]);
+    assert_eq!(first.wait_for("visible"), uuids[0]);
+    let mut second = submit(&sim, &["--memory", "3GiB", "--name", "second"]);
+    assert_eq!(second.wait_for("visible"), uuids[1]);
+    // 2 GiB fits nowhere; it lacks as much on both and waits for device 0.
+    let mut blocked = submit(&sim, &["--memory", "2GiB", "--name", "blocked"]);
+    wait_for_states(&sim, "blocked to wait", &[("blocked", Some("waiting"))]);
+    // 1 GiB fits on both; device 0 is spoken for, so it may only take device 1.
+    let mut small = submit(&sim, &["--memory", "1GiB", "--name", "small"]);
+    assert_eq!(small.wait_for("visible"), uuids[1], "backfill onto the device the blocked job does not wait for");
+    // Another 1 GiB would have to take device 0's last GiB: it waits.
+    let mut later = submit(&sim, &["--memory", "1GiB", "--name", "later"]);
+    wait_for_states(&sim, "later to wait", &[("later", Some("waiting")), ("blocked", Some("waiting"))]);
+    assert!(!later.has_printed("started"));
+
+    first.wait().assert_success();
+    assert_eq!(blocked.wait_for("visible"), uuids[0], "the blocked job gets the device it waited for");
+    assert_eq!(later.wait_for("visible"), uuids[0], "then the rest of device 0 goes to the next");
+    for job in [second, blocked, small, later] {
+        job.wait().assert_success();
+    }
+}
+
+#[test]
+fn spread_takes_the_emptiest_device_and_jobs_without_a_cap_take_whole_ones() {
+    let sim = sim(2);
+    let uuids = device_uuids(&sim);
+    let mut whole = submit(&sim, &["--name", "whole"]);
+    assert_eq!(whole.wait_for("visible"), uuids[0]);
+    assert_eq!(whole.wait_for("cap"), "", "no cap: the whole device is the job's");
+    assert_eq!(committed(&sim), [4 * GIB, 0]);
+    let mut small = submit(&sim, &["--memory", "1GiB", "--name", "small"]);
+    assert_eq!(small.wait_for("visible"), uuids[1]);
+    // Device 1 has room, device 0 none: a whole-device job waits.
+    let mut another_whole = submit(&sim, &["--name", "another-whole"]);
+    wait_for_states(&sim, "a whole device to wait for", &[("another-whole", Some("waiting"))]);
+    whole.wait().assert_success();
+    assert_eq!(another_whole.wait_for("visible"), uuids[0]);
+    another_whole.wait().assert_success();
+    // Device 0 empty, device 1 holding 1 GiB: spread picks device 0, binpack device 1.
+    let mut spread = submit(&sim, &["--memory", "1GiB", "--placement", "spread", "--name", "spread"]);
+    assert_eq!(spread.wait_for("visible"), uuids[0]);
+    let mut packed = submit(&sim, &["--memory", "512MiB", "--name", "packed"]);
+    // Both now hold 1 GiB; ties go to the lower index.
+    assert_eq!(packed.wait_for("visible"), uuids[0]);
+    for job in [small, spread, packed] {
+        job.wait().assert_success();
+    }
+}
