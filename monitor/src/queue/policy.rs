@@ -15,12 +15,19 @@
 //! **Backfill (conservative).** Jobs are taken in order. A job that fits in
 //! the devices not yet reserved starts. A job that does not fit *reserves*
 //! the `gpus` unreserved devices on which it lacks the least memory (ties:
-//! lower index), and no job after it may start on them. So a job never
-//! passes an earlier one on a device that one is waiting for: the bound is
-//! that backfill cannot delay the start of any job ahead of it beyond the
-//! time the jobs already running on its reserved devices take to end. When
-//! a blocked job finds fewer than `gpus` unreserved devices, nothing after
-//! it starts in this pass (no backfill past it at all).
+//! lower index), and no job after it may start on them. When a blocked job
+//! finds fewer than `gpus` unreserved devices, nothing after it starts in
+//! this look (no backfill past it at all).
+//!
+//! The bound: a job that passes an earlier one never starts on a device
+//! that job reserves at that moment, so a blocked job waits only for what
+//! runs on its reserved devices when it begins to wait, plus what started
+//! before it. Reservations are not stored: every look recomputes them from
+//! what is committed now. If memory freed elsewhere makes another device
+//! the one a blocked job lacks least on, its reservation moves there, and
+//! a job backfilled onto that device earlier can then delay it, by at most
+//! that job's run time. Storing reservations would remove that case at the
+//! cost of state that outlives its reasons; the queue keeps none.
 //!
 //! **Placement.** `binpack` (default) takes the fullest devices that fit
 //! (least room left after placing), keeping other devices free for large
