@@ -38,7 +38,7 @@ use crate::nvml::{GpuInfo, GpuReader};
 use crate::run::RunArgs;
 use crate::snapshot::TenantView;
 use clap::Args;
-use policy::{Admission, Ask, DeviceRoom, Placement, Request};
+use policy::{Ask, DeviceRoom, Placement, Request};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -240,28 +240,33 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     };
     let gpus = read_devices(run.sim)?;
     let overcommit = overcommit_ratio()?;
-    if let Some(why) = policy::never_fits(&rooms(&gpus, overcommit, &HashMap::new()), submission.gpus, submission.ask()) {
+    let empty = rooms(&gpus, overcommit, &HashMap::new());
+    if let Some(why) = policy::never_fits(&empty, submission.gpus, submission.ask()) {
         eprintln!("gpuslice: job refused: it can never start on this host: {why}");
         return Ok(ExitCode::from(EXIT_REFUSED));
     }
+    let capacity_bytes = empty.into_iter().map(|d| (d.uuid, d.capacity_bytes)).collect();
     // Checked now, so that a mistake is not found after the wait.
     let mut cmd = crate::run::command(run)?;
     let queue = Queue::at(&dir);
     queue.create()?;
-    let watch = wait::QueueWatch::new(queue.dir())?;
+    let watch = wait::QueueWatch::new(queue.dir());
     let (held, mut job) = enqueue(&queue, &submission, run)?;
     eprintln!("gpuslice: queued as job {} (gpuslice queue lists it, gpuslice cancel {} ends it)", job.id, job.id);
     let deadline = submission.timeout.map(|t| Instant::now() + t);
-    let capacity: HashMap<String, u64> = rooms(&gpus, overcommit, &HashMap::new()).into_iter().map(|d| (d.uuid, d.capacity_bytes)).collect();
+    let host = Host { dir, gpus, overcommit, capacity_bytes };
     let devices = loop {
         let lock = queue.lock()?;
-        if let Some(admission) = look(&queue, &lock, &dir, &gpus, overcommit, &capacity, job.id) {
-            job.state = JobState::Running;
-            job.devices = admission.devices.clone();
-            job.started_unix_ms = Some(store::unix_ms());
-            held.write(&job, &lock)?;
-            break admission.devices;
-        }
+        let position = match look(&queue, &lock, &host, job.id) {
+            Look::Start(devices) => {
+                job.state = JobState::Running;
+                job.devices = devices.clone();
+                job.started_unix_ms = Some(store::unix_ms());
+                held.write(&job, &lock)?;
+                break devices;
+            }
+            Look::Wait { position } => position,
+        };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {
             held.remove(&lock);
@@ -269,7 +274,8 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(EXIT_TIMED_OUT));
         }
         drop(lock);
-        watch.wait(left.map_or(wait::RECHECK, |l| l.min(wait::RECHECK)));
+        let recheck = watch.recheck_after(position);
+        watch.wait(left.map_or(recheck, |l| l.min(recheck)));
     };
     cmd.env("CUDA_VISIBLE_DEVICES", devices.join(","));
     cmd.env("GPUSLICE_TENANT", &job.tenant);
@@ -299,27 +305,40 @@ fn enqueue(queue: &Queue, submission: &Submission, run: &RunArgs) -> Result<(sto
         state: JobState::Waiting,
         devices: Vec::new(),
         started_unix_ms: None,
-        command: run.command.clone(),
+        command: store::shown_command(&run.command),
     };
     let held = queue.create_job(&job, &lock)?;
     Ok((held, job))
 }
 
-/// One look under the lock: this job's admission, if it may start now.
-fn look(
-    queue: &Queue,
-    lock: &QueueLock,
-    dir: &Path,
-    gpus: &[GpuInfo],
+/// What a waiting job knows of its host, read once: the ledger directory
+/// and NVML's devices with what each can hold.
+struct Host {
+    dir: PathBuf,
+    gpus: Vec<GpuInfo>,
     overcommit: f64,
-    capacity: &HashMap<String, u64>,
-    id: u64,
-) -> Option<Admission> {
+    capacity_bytes: HashMap<String, u64>,
+}
+
+/// What one look decided for a job.
+enum Look {
+    /// Start now on these devices (UUIDs).
+    Start(Vec<String>),
+    /// Wait; `position` jobs start before it (0: it is next).
+    Wait { position: usize },
+}
+
+/// One look under the lock.
+fn look(queue: &Queue, lock: &QueueLock, host: &Host, id: u64) -> Look {
     let (jobs, _) = queue.jobs(lock);
-    let committed = committed_bytes(capacity, &jobs, &tenants(dir));
-    let rooms = rooms(gpus, overcommit, &committed);
-    let waiting: Vec<Request> = jobs.iter().filter(|j| j.state == JobState::Waiting).map(request_of).collect();
-    policy::admit(&rooms, &waiting).into_iter().find(|a| a.id == id)
+    let committed = committed_bytes(&host.capacity_bytes, &jobs, &tenants(&host.dir));
+    let rooms = rooms(&host.gpus, host.overcommit, &committed);
+    let mut waiting: Vec<Request> = jobs.iter().filter(|j| j.state == JobState::Waiting).map(request_of).collect();
+    if let Some(admission) = policy::admit(&rooms, &waiting).into_iter().find(|a| a.id == id) {
+        return Look::Start(admission.devices);
+    }
+    policy::in_order(&mut waiting);
+    Look::Wait { position: waiting.iter().position(|r| r.id == id).unwrap_or(waiting.len()) }
 }
 
 /// `gpuslice queue [--dir DIR] [--json]`.

@@ -30,6 +30,9 @@ use std::path::{Path, PathBuf};
 pub const QUEUE_SUBDIR: &str = "queue";
 /// A job file's suffix.
 pub const JOB_SUFFIX: &str = ".job";
+/// The largest job file read; a command line longer than this is cut in
+/// the file (see [`Job::command`]).
+const MAX_JOB_BYTES: usize = 64 * 1024;
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +64,27 @@ pub struct Job {
     /// Device UUIDs, once running.
     pub devices: Vec<String>,
     pub started_unix_ms: Option<u64>,
+    /// The command, for people: cut to [`MAX_COMMAND_BYTES`] (see [`shown_command`]).
     pub command: Vec<String>,
+}
+
+/// The most of a command line a job file keeps.
+pub const MAX_COMMAND_BYTES: usize = 4096;
+
+/// `command` as a job file keeps it: whole if short, else its first
+/// arguments up to [`MAX_COMMAND_BYTES`] and `…`.
+pub fn shown_command(command: &[String]) -> Vec<String> {
+    let mut shown = Vec::new();
+    let mut bytes = 0;
+    for arg in command {
+        bytes += arg.len() + 1;
+        if bytes > MAX_COMMAND_BYTES {
+            shown.push("…".to_string());
+            break;
+        }
+        shown.push(arg.clone());
+    }
+    shown
 }
 
 /// The queue directory.
@@ -236,9 +259,22 @@ fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(format!("cannot test its lock: {e}")),
     }
-    let mut text = String::new();
-    Read::by_ref(&mut file).take(64 * 1024).read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let job: Job = serde_json::from_str(&text).map_err(|e| format!("not a job file: {e}"))?;
+    // One read of what the file holds (a job is well under a page); a file
+    // larger than MAX_JOB_BYTES is not one.
+    let mut bytes = vec![0u8; MAX_JOB_BYTES + 1];
+    let mut filled = 0;
+    loop {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if filled > MAX_JOB_BYTES {
+            return Err(format!("larger than {MAX_JOB_BYTES} bytes: not a job file"));
+        }
+    }
+    let job: Job = serde_json::from_slice(&bytes[..filled]).map_err(|e| format!("not a job file: {e}"))?;
     if job.id != id {
         return Err(format!("its name says job {id} but it holds job {}", job.id));
     }
@@ -248,7 +284,7 @@ fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
 impl HeldJob {
     /// Rewrites the file in place (needs the lock).
     pub fn write(&self, job: &Job, _lock: &QueueLock) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(job).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string(job).map_err(|e| e.to_string())?;
         let mut file = &self.file;
         let result = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| file.write_all(text.as_bytes()));
         result.map_err(|e| format!("cannot write the job file {}: {e}", self.path.display()))
@@ -318,6 +354,16 @@ mod tests {
         assert_eq!(queue.jobs(&lock).0, vec![]);
         assert!(!queue.dir().join("7.job").exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn long_commands_are_cut_for_the_file() {
+        let short = vec!["python".to_string(), "train.py".to_string()];
+        assert_eq!(shown_command(&short), short);
+        let long: Vec<String> = (0..10_000).map(|i| format!("--arg{i}")).collect();
+        let shown = shown_command(&long);
+        assert_eq!(shown.last().map(String::as_str), Some("…"));
+        assert!(shown.iter().map(|a| a.len() + 1).sum::<usize>() <= MAX_COMMAND_BYTES + 4);
     }
 
     #[test]
