@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// How often a waiting job looks again when nothing in the queue changed.
 pub const RECHECK: Duration = Duration::from_secs(2);
 /// How often a waiting job without an inotify watch looks again.
-pub const RECHECK_WITHOUT_INOTIFY: Duration = Duration::from_millis(500);
+pub const RECHECK_WITHOUT_INOTIFY: Duration = Duration::from_secs(1);
 /// The longest a waiting job goes without looking.
 pub const RECHECK_CAP: Duration = Duration::from_secs(30);
 
@@ -64,14 +64,14 @@ impl QueueWatch {
 
     /// How long a job with `position` jobs before it sleeps, at most,
     /// before it looks again: the base interval (shorter without inotify,
-    /// since then the clock is all that wakes it) times 1 + position / 8,
+    /// since then the clock is all that wakes it) times 1 + position / 4,
     /// at most [`RECHECK_CAP`].
     pub fn recheck_after(&self, position: usize) -> Duration {
         let base = match self {
             QueueWatch::Inotify(_) => RECHECK,
             QueueWatch::Clock => RECHECK_WITHOUT_INOTIFY,
         };
-        let factor = 1 + u32::try_from(position / 8).unwrap_or(u32::MAX);
+        let factor = 1 + u32::try_from(position / 4).unwrap_or(u32::MAX);
         base.saturating_mul(factor).min(RECHECK_CAP)
     }
 
@@ -140,8 +140,8 @@ mod tests {
     fn jobs_further_back_look_less_often() {
         let clock = QueueWatch::Clock;
         assert_eq!(clock.recheck_after(0), RECHECK_WITHOUT_INOTIFY);
-        assert_eq!(clock.recheck_after(7), RECHECK_WITHOUT_INOTIFY);
-        assert_eq!(clock.recheck_after(8), 2 * RECHECK_WITHOUT_INOTIFY);
+        assert_eq!(clock.recheck_after(3), RECHECK_WITHOUT_INOTIFY);
+        assert_eq!(clock.recheck_after(4), 2 * RECHECK_WITHOUT_INOTIFY);
         assert_eq!(clock.recheck_after(10_000), RECHECK_CAP);
         let start = Instant::now();
         clock.wait(Duration::from_millis(10));
