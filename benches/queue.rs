@@ -105,7 +105,7 @@ fn one_run(figures: &mut Figures) {
     let start = Instant::now();
     holder.wait().assert_success();
     let mut first = None;
-    let mut started = vec![false; JOBS];
+    let mut started = [false; JOBS];
     time_until("all jobs to start", Duration::from_millis(1), || {
         for (i, job) in jobs.iter_mut().enumerate() {
             if !started[i] && job.has_printed("started") {
