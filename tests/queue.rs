@@ -81,6 +81,11 @@ fn a_job_that_fits_starts_at_once_and_one_that_does_not_waits_for_it() {
     assert_eq!(a.wait_for("cap"), "3GiB");
     assert!(a.wait_for("tenant").starts_with("queue-"), "each job is its own tenant");
     assert_eq!(committed(&sim), [3 * GIB, 3 * GIB]);
+    let out = sim.run(gpuslice(&sim).arg("devices").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()).arg("--json"));
+    let view: Value = serde_json::from_str(&out.stdout).unwrap();
+    for device in view["devices"].as_array().unwrap() {
+        assert_eq!(device["jobs"][0]["name"], "a", "gpuslice devices names the job on each of its GPUs: {device}");
+    }
 
     // 2 GiB fits on neither device while a runs.
     let mut b = submit(&sim, &["--memory", "2GiB", "--name", "b"]);
@@ -203,9 +208,11 @@ fn requests_that_can_never_fit_and_bad_input_are_refused_at_once() {
         assert!(out.stderr.contains(says), "{args:?} should say {says:?}\n{out}");
     }
     // Queue options without --queue are refused, not ignored.
-    let out = sim.run(gpuslice(&sim).args(["run", "--sim", "--gpus", "2", "--", "true"]));
-    assert_eq!(out.code(), Some(2), "{out}");
-    assert!(out.stderr.contains("--queue"), "{out}");
+    for args in [["--gpus", "2"], ["--priority", "3"]] {
+        let out = sim.run(gpuslice(&sim).args(["run", "--sim"]).args(args).args(["--", "true"]));
+        assert_eq!(out.code(), Some(2), "{out}");
+        assert!(out.stderr.contains("--queue"), "{out}");
+    }
     assert!(jobs(&sim).is_empty(), "nothing was queued");
 }
 
@@ -310,4 +317,25 @@ fn spread_takes_the_emptiest_device_and_jobs_without_a_cap_take_whole_ones() {
     for job in [small, spread, packed] {
         job.wait().assert_success();
     }
+}
+
+#[test]
+fn a_job_lasts_as_long_as_any_process_of_its_command() {
+    let sim = sim(1);
+    // The command leaves a child behind: the job (and its room) is the child's now.
+    let mut parent_cmd = gpuslice(&sim);
+    parent_cmd.args(["run", "--sim", "--queue", "--dir"]).arg(sim.ledger_dir()).args(["--memory", "3GiB", "--name", "parent", "--"]);
+    parent_cmd.args(["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo child=$!; echo started=1; read line || true"]);
+    let mut parent = sim.spawn(&mut parent_cmd);
+    let child: u32 = parent.wait_for("child").parse().unwrap();
+    let mut next = submit(&sim, &["--memory", "2GiB", "--name", "next"]);
+    wait_for_states(&sim, "next to wait", &[("next", Some("waiting"))]);
+    parent.wait().assert_success();
+    let listed = jobs(&sim);
+    assert_eq!(state_of(&listed, "parent").as_deref(), Some("running"), "the child still holds the job: {listed:?}");
+    assert!(!next.has_printed("started"));
+    // SAFETY: kill(2) on the child the job's own command reported.
+    assert_eq!(unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) }, 0);
+    assert_eq!(next.wait_for("started"), "1");
+    next.wait().assert_success();
 }
