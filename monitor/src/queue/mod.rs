@@ -21,6 +21,12 @@
 //! under device memory unless `GPUSLICE_QUEUE_OVERCOMMIT` (a ratio from 1
 //! to 10, like `1.5`) lets every device count for that much more.
 //!
+//! **What a job gets**: `CUDA_VISIBLE_DEVICES` set to its devices' UUIDs
+//! (an inherited value is replaced: the queue chooses among every GPU NVML
+//! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its
+//! own, `queue-<id>`, since a cap belongs to a tenant (with `--tenant`,
+//! jobs of one tenant share one cap).
+//!
 //! Data flow of one look (see [`wait`] for when a waiting job looks):
 //!
 //! ```text
