@@ -339,7 +339,16 @@ fn look(queue: &Queue, lock: &QueueLock, host: &Host, id: u64) -> Look {
     let (jobs, _) = queue.jobs(lock);
     let committed = committed_bytes(&host.capacity_bytes, &jobs, &tenants(&host.dir));
     let rooms = rooms(&host.gpus, host.overcommit, &committed);
-    let mut waiting: Vec<Request> = jobs.iter().filter(|j| j.state == JobState::Waiting).map(request_of).collect();
+    // A request that can never fit here (a file written by hand, or for
+    // other devices) would reserve everything and block every job behind
+    // it: it is left out.
+    let empty: Vec<DeviceRoom> = rooms.iter().map(|r| DeviceRoom { committed_bytes: 0, ..r.clone() }).collect();
+    let mut waiting: Vec<Request> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Waiting)
+        .map(request_of)
+        .filter(|r| policy::never_fits(&empty, r.gpus, r.ask).is_none())
+        .collect();
     if let Some(admission) = policy::admit(&rooms, &waiting).into_iter().find(|a| a.id == id) {
         return Look::Start(admission.devices);
     }

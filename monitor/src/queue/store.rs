@@ -141,12 +141,36 @@ impl Queue {
     /// `/tmp`), so anyone on the host can queue and only a job's owner can
     /// remove its file.
     pub fn create(&self) -> Result<(), String> {
-        if self.dir.is_dir() {
-            return Ok(());
+        if std::fs::symlink_metadata(&self.dir).is_err() {
+            std::fs::create_dir_all(&self.dir)
+                .map_err(|e| format!("cannot create the queue directory {}: {e}", self.dir.display()))?;
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o1777))
+                .map_err(|e| format!("cannot open the queue directory {} to all users: {e}", self.dir.display()))?;
         }
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create the queue directory {}: {e}", self.dir.display()))?;
-        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o1777))
-            .map_err(|e| format!("cannot open the queue directory {} to all users: {e}", self.dir.display()))
+        self.check_safe()
+    }
+
+    /// Refuses a queue directory that another user could have put there to
+    /// steer or block the queue: a link, a directory of another user (not
+    /// root), or one every user may write without the sticky bit.
+    fn check_safe(&self) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        let why = if !meta.file_type().is_dir() {
+            Some("it is not a directory (a link, or a file)".to_string())
+        } else if meta.uid() != 0 && meta.uid() != me {
+            Some(format!("it belongs to uid {}, neither root nor you", meta.uid()))
+        } else if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+            Some("every user may write it and it is not sticky (mode 1777 is)".to_string())
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(format!("the queue directory {} is not safe to use: {why}", self.dir.display())),
+            None => Ok(()),
+        }
     }
 
     /// Takes the queue lock, waiting for whoever holds it.
@@ -177,7 +201,9 @@ impl Queue {
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let id = text.trim().parse::<u64>().unwrap_or(1).max(1);
+        // Past every job file, whatever the counter says (it may have been
+        // cut short or written by someone else).
+        let id = text.trim().parse::<u64>().unwrap_or(1).max(self.highest_job_id() + 1);
         let write = |file: &mut File| -> std::io::Result<()> {
             file.set_len(0)?;
             file.rewind()?;
@@ -185,6 +211,16 @@ impl Queue {
         };
         write(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(id)
+    }
+
+    /// The highest id of a job file present, 0 if none.
+    fn highest_job_id(&self) -> u64 {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return 0 };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Creates the file of `job` and locks it (needs the lock).
@@ -353,6 +389,36 @@ mod tests {
         drop(held);
         assert_eq!(queue.jobs(&lock).0, vec![]);
         assert!(!queue.dir().join("7.job").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ids_pass_every_job_file_whatever_the_counter_says() {
+        let dir = temp_dir("ids");
+        let queue = Queue::at(&dir);
+        queue.create().unwrap();
+        let lock = queue.lock().unwrap();
+        let _held = queue.create_job(&job(41), &lock).unwrap();
+        std::fs::write(queue.dir().join("next-id"), b"garbage").unwrap();
+        assert_eq!(queue.next_id(&lock).unwrap(), 42);
+        assert_eq!(queue.next_id(&lock).unwrap(), 43);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unsafe_queue_directory_is_refused() {
+        let dir = temp_dir("unsafe");
+        std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(dir.join("elsewhere"), dir.join(QUEUE_SUBDIR)).unwrap();
+        let e = Queue::at(&dir).create().unwrap_err();
+        assert!(e.contains("not safe") && e.contains("not a directory"), "{e}");
+        std::fs::remove_file(dir.join(QUEUE_SUBDIR)).unwrap();
+        std::fs::create_dir(dir.join(QUEUE_SUBDIR)).unwrap();
+        std::fs::set_permissions(dir.join(QUEUE_SUBDIR), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Queue::at(&dir).create().unwrap_err();
+        assert!(e.contains("not sticky"), "{e}");
+        std::fs::set_permissions(dir.join(QUEUE_SUBDIR), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Queue::at(&dir).create().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
