@@ -24,8 +24,8 @@
 //! **What a job gets**: `CUDA_VISIBLE_DEVICES` set to its devices' UUIDs
 //! (an inherited value is replaced: the queue chooses among every GPU NVML
 //! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its
-//! own, `queue-<id>`, since a cap belongs to a tenant (with `--tenant`,
-//! jobs of one tenant share one cap).
+//! own, `queue-<n>` (see [`free_tenant`]), since a cap belongs to a tenant
+//! (with `--tenant`, jobs of one tenant share one cap).
 //!
 //! Data flow of one look (see [`wait`] for when a waiting job looks):
 //!
@@ -296,6 +296,10 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
 fn enqueue(queue: &Queue, submission: &Submission, run: &RunArgs) -> Result<(store::HeldJob, Job), String> {
     let lock = queue.lock()?;
     let id = queue.next_id(&lock)?;
+    let tenant = match &run.tenant {
+        Some(tenant) => tenant.clone(),
+        None => free_tenant(&queue.jobs(&lock).0),
+    };
     let job = Job {
         id,
         name: submission.name.clone(),
@@ -303,7 +307,7 @@ fn enqueue(queue: &Queue, submission: &Submission, run: &RunArgs) -> Result<(sto
         gpus: submission.gpus,
         memory_bytes: submission.memory_bytes,
         placement: submission.placement,
-        tenant: run.tenant.clone().unwrap_or_else(|| format!("queue-{id}")),
+        tenant,
         // SAFETY: getuid cannot fail.
         uid: unsafe { libc::getuid() },
         pid: std::process::id(),
@@ -332,6 +336,15 @@ enum Look {
     Start(Vec<String>),
     /// Wait; `position` jobs start before it (0: it is next).
     Wait { position: usize },
+}
+
+/// A tenant of its own for a new job: `queue-<n>`, the lowest `n` no live
+/// job uses. Numbers are reused, so the ledger directory holds as many
+/// queue tenants as jobs ever ran at once, not one ledger per job ever run;
+/// a job's first process, alone in its tenant, sets the tenant's cap anew.
+fn free_tenant(live: &[Job]) -> String {
+    let used: HashSet<&str> = live.iter().map(|j| j.tenant.as_str()).collect();
+    (0..).map(|n| format!("queue-{n}")).find(|t| !used.contains(t.as_str())).unwrap_or_default()
 }
 
 /// One look under the lock.
@@ -473,6 +486,13 @@ pub fn jobs_by_device(jobs: &[Job]) -> HashMap<String, Vec<&Job>> {
 mod tests {
     use super::*;
     use crate::snapshot::fixtures;
+
+    #[test]
+    fn each_job_gets_the_lowest_tenant_no_live_job_uses() {
+        assert_eq!(free_tenant(&[]), "queue-0");
+        let live = [running(1, "queue-0", &[], None), running(2, "queue-2", &[], None), running(3, "team-a", &[], None)];
+        assert_eq!(free_tenant(&live), "queue-1");
+    }
 
     #[test]
     fn durations_are_a_number_and_a_unit() {
