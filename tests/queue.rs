@@ -339,3 +339,33 @@ fn a_job_lasts_as_long_as_any_process_of_its_command() {
     assert_eq!(next.wait_for("started"), "1");
     next.wait().assert_success();
 }
+
+#[test]
+fn without_nvml_the_queue_says_it_cannot_see_the_gpus() {
+    let sim = sim(1);
+    let mut cmd = gpuslice(&sim);
+    // No --sim, and no NVML-like library on the path.
+    cmd.env_remove("LD_LIBRARY_PATH").args(["run", "--queue", "--dir"]).arg(sim.ledger_dir()).args(["--memory", "1GiB", "--", "true"]);
+    let out = sim.run(&mut cmd);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("the queue needs NVML to know this host's GPUs"), "{out}");
+    assert!(jobs(&sim).is_empty());
+}
+
+#[test]
+fn the_queue_table_lists_running_jobs_then_waiting_ones() {
+    let sim = sim(1);
+    let mut holder = submit(&sim, &["--memory", "3GiB", "--name", "holder"]);
+    holder.wait_for("started");
+    let waiting = submit(&sim, &["--memory", "2GiB", "--name", "second", "--priority", "-3"]);
+    wait_for_states(&sim, "second to wait", &[("second", Some("waiting"))]);
+    let out = sim.run(gpuslice(&sim).args(["queue", "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].starts_with("ID") && lines[0].contains("STATE") && lines[0].contains("DEVICES"), "{out}");
+    assert!(lines[1].contains("holder") && lines[1].contains("running") && lines[1].contains("3.0 GiB"), "{out}");
+    assert!(lines[2].contains("second") && lines[2].contains("waiting") && lines[2].contains(" -3 "), "{out}");
+    drop(waiting);
+    holder.wait().assert_success();
+}
