@@ -369,3 +369,37 @@ fn the_queue_table_lists_running_jobs_then_waiting_ones() {
     drop(waiting);
     holder.wait().assert_success();
 }
+
+#[test]
+fn cancel_sends_sigterm_to_a_running_job_and_its_room_goes_to_the_next() {
+    let sim = sim(1);
+    let running = submit(&sim, &["--memory", "3GiB", "--name", "running"]);
+    let mut running = running;
+    running.wait_for("started");
+    let mut next = submit(&sim, &["--memory", "3GiB", "--name", "next"]);
+    let listed = wait_for_states(&sim, "next to wait", &[("running", Some("running")), ("next", Some("waiting"))]);
+    let id = listed.iter().find(|j| j["name"] == "running").unwrap()["id"].as_u64().unwrap();
+    let out = sim.run(gpuslice(&sim).args(["cancel", &id.to_string(), "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(out.stdout.contains("SIGTERM sent to its command"), "{out}");
+    let ended = running.wait();
+    assert!(ended.status.is_some_and(|s| !s.success()), "{ended}");
+    assert_eq!(next.wait_for("started"), "1");
+    next.wait().assert_success();
+}
+
+#[test]
+fn overcommit_lets_caps_add_up_past_device_memory_as_configured() {
+    let sim = sim(1).env("GPUSLICE_QUEUE_OVERCOMMIT", "1.5");
+    // 3 GiB + 3 GiB on a 4 GiB device: within 1.5 × 4 GiB.
+    let mut a = submit(&sim, &["--memory", "3GiB", "--name", "a"]);
+    let mut b = submit(&sim, &["--memory", "3GiB", "--name", "b"]);
+    a.wait_for("started");
+    b.wait_for("started");
+    a.wait().assert_success();
+    b.wait().assert_success();
+    let bad = Sim::new().devices(1).memory("4GiB").env("GPUSLICE_QUEUE_OVERCOMMIT", "lots");
+    let out = bad.run(&mut submit_command(&bad, &["--memory", "1GiB"]));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("GPUSLICE_QUEUE_OVERCOMMIT=\"lots\": expected a ratio from 1 to 10"), "{out}");
+}
