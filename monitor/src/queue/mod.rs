@@ -32,7 +32,7 @@
 //! ```text
 //!  lock queue/lock ─► job files (stale ones removed) ─► ledgers ─► committed per device
 //!                  ─► policy::admit ─► this job admitted? write "running", unlock, exec
-//!                                                   else unlock, sleep until a job file changes
+//!                                      else unlock, sleep until a job leaves (or a while)
 //! ```
 
 pub mod policy;
@@ -259,29 +259,14 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     let watch = wait::QueueWatch::new(queue.dir());
     let (held, mut job) = enqueue(&queue, &submission, run)?;
     eprintln!("gpuslice: queued as job {} (gpuslice queue lists it, gpuslice cancel {} ends it)", job.id, job.id);
-    let deadline = submission.timeout.map(|t| Instant::now() + t);
     let host = Host { dir, gpus, overcommit, capacity_bytes };
-    let devices = loop {
-        let lock = queue.lock()?;
-        let position = match look(&queue, &lock, &host, job.id) {
-            Look::Start(devices) => {
-                job.state = JobState::Running;
-                job.devices = devices.clone();
-                job.started_unix_ms = Some(store::unix_ms());
-                held.write(&job, &lock)?;
-                break devices;
-            }
-            Look::Wait { position } => position,
-        };
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left.is_some_and(|l| l.is_zero()) {
-            held.remove(&lock);
+    let deadline = submission.timeout.map(|t| Instant::now() + t);
+    let devices = match wait_for_room(&queue, &held, &mut job, &host, &watch, deadline)? {
+        Waited::Admitted(devices) => devices,
+        Waited::TimedOut => {
             eprintln!("gpuslice: job {} gave up: it did not fit within --timeout", job.id);
             return Ok(ExitCode::from(EXIT_TIMED_OUT));
         }
-        drop(lock);
-        let recheck = watch.recheck_after(position);
-        watch.wait(left.map_or(recheck, |l| l.min(recheck)));
     };
     cmd.env("CUDA_VISIBLE_DEVICES", devices.join(","));
     cmd.env("GPUSLICE_TENANT", &job.tenant);
@@ -290,6 +275,46 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     let error = crate::libs::exec(cmd);
     drop(held);
     Err(error)
+}
+
+/// How a wait ended.
+enum Waited {
+    /// The job was admitted on these devices (UUIDs); its file says so.
+    Admitted(Vec<String>),
+    /// `--timeout` passed first; the job's file is gone.
+    TimedOut,
+}
+
+/// Looks, and sleeps between looks, until `job` is admitted or `deadline` passes.
+fn wait_for_room(
+    queue: &Queue,
+    held: &store::HeldJob,
+    job: &mut Job,
+    host: &Host,
+    watch: &wait::QueueWatch,
+    deadline: Option<Instant>,
+) -> Result<Waited, String> {
+    loop {
+        let lock = queue.lock()?;
+        let position = match look(queue, &lock, host, job.id) {
+            Look::Start(devices) => {
+                job.state = JobState::Running;
+                job.devices = devices.clone();
+                job.started_unix_ms = Some(store::unix_ms());
+                held.write(job, &lock)?;
+                return Ok(Waited::Admitted(devices));
+            }
+            Look::Wait { position } => position,
+        };
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            held.remove_file(&lock);
+            return Ok(Waited::TimedOut);
+        }
+        drop(lock);
+        let recheck = watch.recheck_after(position);
+        watch.wait(left.map_or(recheck, |l| l.min(recheck)));
+    }
 }
 
 /// Takes an id and writes the job's file.

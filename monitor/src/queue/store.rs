@@ -326,8 +326,9 @@ impl HeldJob {
         result.map_err(|e| format!("cannot write the job file {}: {e}", self.path.display()))
     }
 
-    /// Removes the file (needs the lock); the lock goes with the descriptor.
-    pub fn remove(self, _lock: &QueueLock) {
+    /// Removes the file (needs the lock): the job leaves the queue now,
+    /// before this process (and the file lock) ends.
+    pub fn remove_file(&self, _lock: &QueueLock) {
         let _ = std::fs::remove_file(&self.path);
     }
 
