@@ -24,8 +24,13 @@
 //! **What a job gets**: `CUDA_VISIBLE_DEVICES` set to its devices' UUIDs
 //! (an inherited value is replaced: the queue chooses among every GPU NVML
 //! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its
-//! own, `queue-<n>` (see [`free_tenant`]), since a cap belongs to a tenant
+//! own, `queue-<n>` (the lowest number no live job uses, so that ledgers are
+//! reused, not one left per job ever run), since a cap belongs to a tenant
 //! (with `--tenant`, jobs of one tenant share one cap).
+//!
+//! Files: `submit.rs` (`run --queue`), `list.rs` (`gpuslice queue`),
+//! `cancel.rs` (`gpuslice cancel`), [`policy`] (who starts, where),
+//! [`store`] (the files), [`wait`] (sleeping between looks).
 //!
 //! Data flow of one look (see [`wait`] for when a waiting job looks):
 //!
