@@ -173,8 +173,11 @@ impl Queue {
         }
     }
 
-    /// Takes the queue lock, waiting for whoever holds it.
+    /// Takes the queue lock, waiting for whoever holds it, in a directory
+    /// that passes [`Queue::check_safe`] (whoever reads or changes the
+    /// queue, not only whoever made it).
     pub fn lock(&self) -> Result<QueueLock, String> {
+        self.check_safe()?;
         let path = self.dir.join("lock");
         // Read-only: closing it then is no write that wakes waiting jobs.
         let file = OpenOptions::new()
