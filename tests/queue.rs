@@ -207,6 +207,12 @@ fn requests_that_can_never_fit_and_bad_input_are_refused_at_once() {
         assert_eq!(out.code(), Some(2), "{args:?}\n{out}");
         assert!(out.stderr.contains(says), "{args:?} should say {says:?}\n{out}");
     }
+    // A command that cannot run is found out before any wait.
+    let mut typo = gpuslice(&sim);
+    typo.args(["run", "--sim", "--queue", "--dir"]).arg(sim.ledger_dir()).args(["--", "no-such-program-here"]);
+    let out = sim.run(&mut typo);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("cannot run \"no-such-program-here\"") && out.stderr.contains("nothing was queued"), "{out}");
     // Queue options without --queue are refused, not ignored.
     for args in [["--gpus", "2"], ["--priority", "3"]] {
         let out = sim.run(gpuslice(&sim).args(["run", "--sim"]).args(args).args(["--", "true"]));

@@ -128,6 +128,7 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     let capacity_bytes = empty.into_iter().map(|d| (d.uuid, d.capacity_bytes)).collect();
     // Checked now, so that a mistake is not found after the wait.
     let mut cmd = crate::run::command(run)?;
+    check_program(&run.command[0])?;
     let queue = Queue::at(&dir);
     queue.create()?;
     let watch = wait::QueueWatch::new(queue.dir());
@@ -149,6 +150,24 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     let error = crate::libs::exec(cmd);
     drop(held);
     Err(error)
+}
+
+/// Whether `program` names something `exec` can run, as the shell would
+/// find it: a path, or a name on `PATH`. A job is not queued for hours to
+/// fail on a typo.
+fn check_program(program: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |path: &std::path::Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let found = if program.contains('/') {
+        runnable(std::path::Path::new(program))
+    } else {
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(program))))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!("cannot run {program:?}: no such executable file (on PATH, or at that path); nothing was queued"))
+    }
 }
 
 /// How a wait ended.
@@ -272,6 +291,19 @@ fn look(queue: &Queue, lock: &QueueLock, host: &Host, id: u64) -> Look {
 mod tests {
     use super::*;
     use crate::queue::tests::running;
+
+    #[test]
+    fn a_program_must_be_found_before_the_job_is_queued() {
+        assert_eq!(check_program("sh"), Ok(()));
+        assert_eq!(check_program("/bin/sh"), Ok(()));
+        let e = check_program("no-such-program-here").unwrap_err();
+        assert!(e.contains("\"no-such-program-here\"") && e.contains("nothing was queued"), "{e}");
+        let plain = std::env::temp_dir().join(format!("gpuslice-not-executable-{}", std::process::id()));
+        std::fs::write(&plain, b"echo").unwrap();
+        std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        assert!(check_program(plain.to_str().unwrap()).is_err(), "not executable");
+        let _ = std::fs::remove_file(&plain);
+    }
 
     #[test]
     fn each_job_gets_the_lowest_tenant_no_live_job_uses() {
