@@ -183,6 +183,28 @@ pub fn check_tenant(found: &Found, stored_name: &str) -> Result<(), String> {
     }
 }
 
+/// Opens one ledger per tenant in `dir` (see [`one_per_tenant`] and
+/// [`check_tenant`]). Returns the ledgers and, in words, the files that were
+/// shadowed or could not be used. A missing `dir` is the caller's to judge.
+pub fn open_ledgers(dir: &Path, preferred: Layout) -> std::io::Result<(Vec<ledger::Ledger>, Vec<String>)> {
+    let (files, shadowed) = one_per_tenant(ledger_files(dir)?, preferred);
+    let mut ledgers = Vec::new();
+    let mut problems: Vec<String> = shadowed
+        .iter()
+        .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), preferred.name()))
+        .collect();
+    for file in files {
+        match ledger::Ledger::open(&file.path) {
+            Ok(ledger) => match check_tenant(&file, &ledger.tenant()) {
+                Ok(()) => ledgers.push(ledger),
+                Err(e) => problems.push(e),
+            },
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    Ok((ledgers, problems))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

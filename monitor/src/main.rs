@@ -2,18 +2,22 @@
 //!
 //! Each subcommand lives in its own module: `sim` (run a command on the
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
-//! monitor), `status` (what the ledgers and NVML say now).
+//! monitor), `status` (what the ledgers and NVML say now), `devices` (the
+//! GPUs and what is committed on them), `queue` and `cancel` (the admission
+//! queue that `run --queue` joins).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
 mod daemon;
 mod demo;
+mod devices;
 mod discovery;
 mod driver_check;
 mod host;
 mod libs;
 mod metrics;
 mod nvml;
+mod queue;
 mod run;
 mod sim;
 mod snapshot;
@@ -65,6 +69,21 @@ enum Command {
     /// A workload of the demo (used by `gpuslice demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::WorkerArgs),
+    /// List the GPUs: memory, committed caps, MIG mode, tenants and queued jobs on each.
+    #[command(after_help = "Examples:\n  \
+      gpuslice devices\n  \
+      gpuslice devices --json")]
+    Devices(devices::DevicesArgs),
+    /// List the jobs of the admission queue (`gpuslice run --queue`).
+    #[command(after_help = "Examples:\n  \
+      gpuslice run --queue --memory 20GiB --priority 1 --name serve -- python serve.py &\n  \
+      gpuslice queue\n  \
+      gpuslice queue --json")]
+    Queue(queue::QueueListArgs),
+    /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
+    #[command(after_help = "Example:\n  \
+      gpuslice cancel 7    # the ID column of gpuslice queue")]
+    Cancel(queue::CancelArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +95,9 @@ fn main() -> ExitCode {
         Command::Status(args) => status::main(args),
         Command::Demo(args) => demo::main(args),
         Command::DemoWorker(args) => demo::worker::main(args),
+        Command::Devices(args) => devices::main(args),
+        Command::Queue(args) => queue::list(args),
+        Command::Cancel(args) => queue::cancel(args),
     };
     match result {
         Ok(code) => code,

@@ -245,6 +245,38 @@ pub fn any_uuid_bytes(text: &str) -> Option<[u8; 16]> {
     }
 }
 
+/// What a device is, beyond its figures; each `None` where the driver
+/// does not answer (simgpu, old drivers, unsupported queries).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// `NVIDIA H100 80GB HBM3`.
+    pub name: Option<String>,
+    /// `9.0`.
+    pub compute_capability: Option<String>,
+    /// `enabled` or `disabled`, with the mode pending after a reset if it differs.
+    pub mig_mode: Option<String>,
+}
+
+impl GpuReader {
+    /// The facts of device `index`, read once (they do not change while the
+    /// host runs, so the monitor's rounds do not ask for them).
+    pub fn describe(&self, index: u32) -> DeviceFacts {
+        let Ok(device) = self.nvml.device_by_index(index) else { return DeviceFacts::default() };
+        let mode = |m: u32| if m == 1 { "enabled" } else { "disabled" };
+        DeviceFacts {
+            name: device.name().ok(),
+            compute_capability: device.cuda_compute_capability().ok().map(|c| format!("{}.{}", c.major, c.minor)),
+            mig_mode: device.mig_mode().ok().map(|m| {
+                if m.current == m.pending {
+                    mode(m.current).to_string()
+                } else {
+                    format!("{} ({} after reset)", mode(m.current), mode(m.pending))
+                }
+            }),
+        }
+    }
+}
+
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` for a raw 16-byte UUID, as NVML
 /// prints it (lower case).
 pub fn uuid_string(uuid: &[u8; 16]) -> String {

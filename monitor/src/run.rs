@@ -1,5 +1,5 @@
 //! `gpuslice run [--memory SIZE|LIST] [--compute-limit P|LIST] [--compute-share P|LIST] [--priority P|LIST] [--tenant NAME] [--dir DIR] [--sim] -- CMD ARGS…`:
-//! run a command under the shim.
+//! run a command under the shim. With `--queue`, wait for room first ([`crate::queue`]).
 //!
 //! Every option is checked here as the shim would check the variable it
 //! sets, so a mistake is a clear error before the command starts rather than
@@ -32,7 +32,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "P|LIST")]
     pub compute_share: Option<String>,
     /// Scheduling priority, higher first (-1000 to 1000, default 0): one for
-    /// every device or a per-device list (`0=1,1=0`). Sets GPUSLICE_PRIORITY.
+    /// every device or a per-device list (`0=1,1=0`). Sets GPUSLICE_PRIORITY;
+    /// with --queue (one number) it also orders the queue.
     #[arg(long, value_name = "P|LIST", allow_hyphen_values = true)]
     pub priority: Option<String>,
     /// Tenant name (`[A-Za-z0-9._-]{1,63}`, not starting with `.`). Sets GPUSLICE_TENANT.
@@ -44,6 +45,8 @@ pub struct RunArgs {
     /// Run on the simulated GPU (simgpu), as `gpuslice sim` does.
     #[arg(long)]
     pub sim: bool,
+    #[command(flatten)]
+    pub queue: crate::queue::QueueArgs,
     /// The command to run, and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -84,6 +87,19 @@ fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<(), String>
     Ok(())
 }
 
+impl RunArgs {
+    /// The job's place in the admission queue: `--priority` as one number.
+    pub fn queue_priority(&self) -> Result<i32, String> {
+        match &self.priority {
+            None => Ok(0),
+            Some(p) => {
+                check_priority(p)?;
+                p.parse().map_err(|_| format!("--priority {p:?} with --queue: give one number for the job, like 1; the queue chooses the devices"))
+            }
+        }
+    }
+}
+
 /// Checks `--priority`: whole numbers from -1000 to 1000, one or per device.
 fn check_priority(priority: &str) -> Result<(), String> {
     let number = |text: &str| {
@@ -106,6 +122,14 @@ fn check_priority(priority: &str) -> Result<(), String> {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
+    if args.queue.queue {
+        return crate::queue::submit(&args);
+    }
+    Err(libs::exec(command(&args)?))
+}
+
+/// The command `args` describe, with the shim's environment set.
+pub fn command(args: &RunArgs) -> Result<Command, String> {
     let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
@@ -141,7 +165,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
         crate::driver_check::check_cuda_driver()?;
     }
     libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
-    Err(libs::exec(cmd))
+    Ok(cmd)
 }
 
 #[cfg(test)]

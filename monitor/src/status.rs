@@ -22,54 +22,60 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
-    // A ledger cut short while status reads it must not kill status.
+/// What `status` and `devices` read: the ledgers, and NVML when it answers.
+pub struct HostRead {
+    /// The ledger directory.
+    pub dir: std::path::PathBuf,
+    /// One ledger per tenant.
+    pub ledgers: Vec<Ledger>,
+    /// Ledger files not used, in words.
+    pub problems: Vec<String>,
+    /// NVML, loaded, with what it said now; `None` without it.
+    pub nvml: Option<(GpuReader, Vec<crate::nvml::GpuInfo>)>,
+    /// Why NVML is not there (`--no-nvml`, or the loader's error).
+    pub nvml_missing: Option<String>,
+}
+
+/// Opens the ledgers and NVML as `host` says, for the command `verb`
+/// (named in notes on stderr). A ledger directory named with `--dir` or
+/// `GPUSLICE_DIR` that does not exist is an error; NVML failing to load is
+/// one only where `--nvml-lib` names it.
+pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, String> {
+    // A ledger cut short while it is read must not kill the command.
     let _ = crate::daemon::sigbus::install();
-    let dir = discovery::ledger_dir(args.host.dir.as_deref());
-    let named = if args.host.dir.is_some() {
+    let dir = discovery::ledger_dir(host.dir.as_deref());
+    let named = if host.dir.is_some() {
         Some("--dir")
     } else {
         std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR")
     };
-    let files = match discovery::ledger_files(&dir) {
-        Ok(files) => files,
+    let (ledgers, problems) = match discovery::open_ledgers(&dir, host.layout) {
+        Ok(found) => found,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match named {
             Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
             None => {
-                eprintln!("gpuslice status: no ledger directory at {} yet: no tenant has run on this host", dir.display());
-                Vec::new()
+                eprintln!("gpuslice {verb}: no ledger directory at {} yet: no tenant has run on this host", dir.display());
+                (Vec::new(), Vec::new())
             }
         },
         Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
     };
-    let (files, shadowed) = discovery::one_per_tenant(files, args.host.layout);
-    let mut ledgers = Vec::new();
-    let mut problems: Vec<String> = shadowed
-        .iter()
-        .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), args.host.layout.name()))
-        .collect();
-    for file in files {
-        match Ledger::open(&file.path) {
-            Ok(ledger) => match discovery::check_tenant(&file, &ledger.tenant()) {
-                Ok(()) => ledgers.push(ledger),
-                Err(e) => problems.push(e),
-            },
-            Err(e) => problems.push(e.to_string()),
-        }
-    }
-    let gpus = if args.host.no_nvml {
-        None
+    let (nvml, nvml_missing) = if host.no_nvml {
+        (None, Some("--no-nvml".to_string()))
     } else {
-        match GpuReader::load(args.host.nvml_lib.as_deref()).and_then(|mut r| r.read()) {
-            Ok(gpus) => Some(gpus),
-            Err(e) => {
-                if args.host.nvml_lib.is_some() {
-                    return Err(format!("cannot use NVML: {e}"));
-                }
-                None
-            }
+        let loaded = GpuReader::load(host.nvml_lib.as_deref()).and_then(|mut r| r.read().map(|gpus| (r, gpus)));
+        match loaded {
+            Ok(found) => (Some(found), None),
+            Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
+            Err(e) => (None, Some(e)),
         }
     };
+    Ok(HostRead { dir, ledgers, problems, nvml, nvml_missing })
+}
+
+pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+    let HostRead { dir, ledgers, problems, nvml, .. } = read_host(&args.host, "status")?;
+    let gpus = nvml.map(|(_, gpus)| gpus);
     let refs: Vec<&Ledger> = ledgers.iter().collect();
     let mut locks = crate::host::LockCache::default();
     let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
@@ -123,7 +129,7 @@ fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
     }
 }
 
-fn render_rows(out: &mut String, rows: &[Vec<String>]) {
+pub fn render_rows(out: &mut String, rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
         (0..columns).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
