@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The quick-start demo: builds gpuslice, then runs examples/cap_demo.c on the
-# simulated GPU (a 16 GiB simgpu), first bare and then under a 1 GiB cap.
+# The quick-start demo: builds gpuslice, runs examples/cap_demo.c on the
+# simulated GPU (a 16 GiB simgpu), first bare and then under a 1 GiB cap,
+# then `gpuslice demo`: tenants sharing one simulated GPU under a monitor
+# (a training job with a share, an inference service at a higher priority,
+# a capped notebook, two queued jobs), live for about 20 s, with a summary
+# and a chart in ./gpuslice-demo.svg.
 # On a host with an NVIDIA GPU, drop --sim / `gpuslice sim` to use the real one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +21,6 @@ echo "== without gpuslice: the whole simulated GPU"
 echo
 echo "== under gpuslice, tenant 'demo' capped at 1 GiB"
 "$bin/gpuslice" run --sim --memory 1GiB --tenant demo --dir "$work/ledger" -- "$work/cap_demo"
+echo
+echo "== gpuslice demo: tenants sharing one simulated GPU"
+"$bin/gpuslice" demo
