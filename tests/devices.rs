@@ -44,8 +44,8 @@ fn two_devices_and_the_caps_of_live_tenants_committed_on_them() {
         assert_eq!(d["memory_total_bytes"].as_u64(), Some(4 * GIB));
         assert_eq!(d["memory_used_bytes"].as_u64(), Some(0));
         assert_eq!(d["memory_free_bytes"].as_u64(), Some(4 * GIB));
-        // simgpu answers neither query: said so, not guessed.
-        assert!(d["compute_capability"].is_null() && d["mig_mode"].is_null(), "{d}");
+        // What NVML answers (simgpu: an H200, MIG off).
+        assert_eq!((d["compute_capability"].as_str(), d["mig_mode"].as_str()), (Some("9.0"), Some("disabled")), "{d}");
     }
     assert_eq!(committed(&idle), [0, 0]);
     let uuid_1 = devices[1]["uuid"].as_str().unwrap().to_string();
@@ -78,7 +78,7 @@ fn two_devices_and_the_caps_of_live_tenants_committed_on_them() {
 }
 
 #[test]
-fn the_table_says_what_the_driver_does_not() {
+fn the_table_shows_what_the_driver_says() {
     let sim = sim();
     let out = sim.run(gpuslice(&sim).arg("devices").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()));
     out.assert_success();
@@ -88,7 +88,7 @@ fn the_table_says_what_the_driver_does_not() {
         assert!(lines[0].split_whitespace().any(|c| c == column), "no {column} column\n{out}");
     }
     for row in &lines[1..] {
-        assert!(row.contains(" unknown ") && row.contains(" n/a ") && row.contains("4.0 GiB"), "{row}");
+        assert!(row.contains(" 9.0 ") && row.contains(" disabled ") && row.contains("4.0 GiB"), "{row}");
     }
 }
 
