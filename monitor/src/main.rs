@@ -2,7 +2,7 @@
 //!
 //! Each subcommand lives in its own module: `sim` (run a command on the
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
-//! monitor), `status` (what the ledgers and NVML say now).
+//! monitor), `status` (what the ledgers and NVML say now), `top` (the same, live).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
@@ -17,6 +17,7 @@ mod run;
 mod sim;
 mod snapshot;
 mod status;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,7 +30,8 @@ use std::process::ExitCode;
     after_help = "Examples:\n  \
       gpuslice run --memory 8GiB --tenant team-a -- python train.py\n  \
       gpuslice run --sim --memory 1GiB -- ./my-cuda-program\n  \
-      gpuslice status\n\n\
+      gpuslice status\n  \
+      gpuslice top\n\n\
       Each verb's --help has its own examples."
 )]
 struct Cli {
@@ -59,6 +61,12 @@ enum Command {
       gpuslice status\n  \
       gpuslice status --dir /run/gpuslice --json")]
     Status(status::StatusArgs),
+    /// A live view of devices, tenants, processes and the queue; refreshes in place, q quits.
+    #[command(after_help = "Examples:\n  \
+      gpuslice top\n  \
+      gpuslice top --dir /run/gpuslice --interval 500ms\n  \
+      gpuslice top --once    # one frame as plain text, for scripts")]
+    Top(top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +76,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Monitor(args) => daemon::main(args),
         Command::Status(args) => status::main(args),
+        Command::Top(args) => top::main(args),
     };
     match result {
         Ok(code) => code,
