@@ -4,7 +4,7 @@
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
 //! monitor), `status` (what the ledgers and NVML say now), `devices` (the
 //! GPUs and what is committed on them), `queue` and `cancel` (the admission
-//! queue that `run --queue` joins).
+//! queue that `run --queue` joins), `top` (the live view), `demo`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
@@ -22,6 +22,7 @@ mod run;
 mod sim;
 mod snapshot;
 mod status;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,7 +35,8 @@ use std::process::ExitCode;
     after_help = "Examples:\n  \
       gpuslice run --memory 8GiB --tenant team-a -- python train.py\n  \
       gpuslice run --sim --memory 1GiB -- ./my-cuda-program\n  \
-      gpuslice status\n\n\
+      gpuslice status\n  \
+      gpuslice top\n\n\
       Each verb's --help has its own examples."
 )]
 struct Cli {
@@ -84,6 +86,12 @@ enum Command {
     #[command(after_help = "Example:\n  \
       gpuslice cancel 7    # the ID column of gpuslice queue")]
     Cancel(queue::CancelArgs),
+    /// A live view of devices, tenants, processes and the queue; refreshes in place, q quits.
+    #[command(after_help = "Examples:\n  \
+      gpuslice top\n  \
+      gpuslice top --dir /run/gpuslice --interval 500ms\n  \
+      gpuslice top --once    # one frame as plain text, for scripts")]
+    Top(top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +106,7 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::main(args),
         Command::Queue(args) => queue::list(args),
         Command::Cancel(args) => queue::cancel(args),
+        Command::Top(args) => top::main(args),
     };
     match result {
         Ok(code) => code,

@@ -4,19 +4,26 @@
 //! `GPUSLICE_DIR` that does not exist is an error (a typo must not look
 //! like a host where nothing runs); the default one missing only means no
 //! tenant has run here yet.
+//!
+//! [`Sampler`] is how both `status` and `top` read the host; `status`
+//! looks once ([`collect_view`]), `top` keeps one sampler and looks every
+//! refresh.
 
-use crate::discovery;
+use crate::daemon::compute::ComputeState;
+use crate::discovery::{self, HostArgs, Layout};
 use crate::nvml::GpuReader;
 use crate::snapshot::{self, Snapshot};
 use clap::Args;
 use ledger::Ledger;
 use std::fmt::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 #[derive(Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub host: discovery::HostArgs,
+    pub host: HostArgs,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -73,33 +80,143 @@ pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Str
     Ok(HostRead { dir, ledgers, problems, nvml, nvml_missing })
 }
 
-pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
-    let HostRead { dir, ledgers, problems, nvml, .. } = read_host(&args.host, "status")?;
-    let gpus = nvml.map(|(_, gpus)| gpus);
-    let refs: Vec<&Ledger> = ledgers.iter().collect();
-    let mut locks = crate::host::LockCache::default();
-    let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
-    // Device time used is a rate: where a tenant is limited, look twice.
-    let limited = snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some());
-    if limited {
-        let mut compute = crate::daemon::compute::ComputeState::default();
-        compute.fill(&mut snapshot, std::time::Instant::now());
-        std::thread::sleep(crate::daemon::ROUND);
-        snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut locks);
-        compute.fill(&mut snapshot, std::time::Instant::now());
+/// One look at the host, as `status` and `top` show it.
+pub struct View {
+    /// The ledger directory read.
+    pub dir: PathBuf,
+    /// The ledgers, NVML and the monitor's turn tables, joined.
+    pub snapshot: Snapshot,
+    /// Notes for the reader that are no fault (no ledger directory yet).
+    pub notes: Vec<String>,
+    /// Ledgers that were skipped, and why.
+    pub warnings: Vec<String>,
+}
+
+/// Reads the host again and again: the ledgers (listed anew each time, so
+/// new tenants appear), NVML (loaded once) and the monitor's turn tables.
+/// Device time used is a rate, so a sampler keeps each look's counters and
+/// gives the next look the rate since then.
+pub struct Sampler {
+    dir: PathBuf,
+    /// What named the directory (`--dir` or `GPUSLICE_DIR`), if anything.
+    named: Option<&'static str>,
+    layout: Layout,
+    gpus: Option<GpuReader>,
+    /// Whether NVML was asked for by path: then failing to read it is an error.
+    nvml_named: bool,
+    locks: crate::host::LockCache,
+    compute: ComputeState,
+}
+
+impl Sampler {
+    /// Loads NVML unless told not to; a missing default NVML means
+    /// ledger-only, a library named with `--nvml-lib` that fails is an error.
+    pub fn new(host: &HostArgs) -> Result<Sampler, String> {
+        // A ledger cut short while it is read must not kill the reader.
+        let _ = crate::daemon::sigbus::install();
+        let named = if host.dir.is_some() {
+            Some("--dir")
+        } else {
+            std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR")
+        };
+        let gpus = if host.no_nvml {
+            None
+        } else {
+            match GpuReader::load(host.nvml_lib.as_deref()) {
+                Ok(reader) => Some(reader),
+                Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
+                Err(_) => None,
+            }
+        };
+        Ok(Sampler {
+            dir: discovery::ledger_dir(host.dir.as_deref()),
+            named,
+            layout: host.layout,
+            gpus,
+            nvml_named: host.nvml_lib.is_some(),
+            locks: crate::host::LockCache::default(),
+            compute: ComputeState::default(),
+        })
     }
-    // Targets come from the monitor's turn tables, when one runs.
-    crate::daemon::compute::fill_targets_from(&mut snapshot, |uuid| {
-        ledger::broker::request(&dir, uuid).map(|t| t.table().members_view(ledger::compute::monotonic_ns())).unwrap_or_default()
-    });
-    for problem in &problems {
-        eprintln!("gpuslice status: warning: {problem}");
+
+    /// One look. A ledger directory named with `--dir` or `GPUSLICE_DIR`
+    /// that does not exist is an error; the default one missing is a note.
+    pub fn look(&mut self) -> Result<View, String> {
+        let dir = &self.dir;
+        let mut notes = Vec::new();
+        let files = match discovery::ledger_files(dir) {
+            Ok(files) => files,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match self.named {
+                Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
+                None => {
+                    notes.push(format!("no ledger directory at {} yet: no tenant has run on this host", dir.display()));
+                    Vec::new()
+                }
+            },
+            Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
+        };
+        let (files, shadowed) = discovery::one_per_tenant(files, self.layout);
+        let mut ledgers = Vec::new();
+        let mut warnings: Vec<String> = shadowed
+            .iter()
+            .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), self.layout.name()))
+            .collect();
+        for file in files {
+            match Ledger::open(&file.path) {
+                Ok(ledger) => match discovery::check_tenant(&file, &ledger.tenant()) {
+                    Ok(()) => ledgers.push(ledger),
+                    Err(e) => warnings.push(e),
+                },
+                Err(e) => warnings.push(e.to_string()),
+            }
+        }
+        let gpus = match self.gpus.as_mut().map(GpuReader::read) {
+            Some(Ok(gpus)) => Some(gpus),
+            Some(Err(e)) if self.nvml_named => return Err(format!("cannot use NVML: {e}")),
+            Some(Err(_)) | None => None,
+        };
+        let refs: Vec<&Ledger> = ledgers.iter().collect();
+        let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut self.locks);
+        self.compute.fill(&mut snapshot, Instant::now());
+        // Targets come from the monitor's turn tables, when one runs.
+        crate::daemon::compute::fill_targets_from(&mut snapshot, |uuid| {
+            ledger::broker::request(dir, uuid).map(|t| t.table().members_view(ledger::compute::monotonic_ns())).unwrap_or_default()
+        });
+        Ok(View { dir: dir.clone(), snapshot, notes, warnings })
+    }
+}
+
+/// Whether a tenant is limited or shares a device: then the device time
+/// it used is worth a second look.
+fn has_compute_policy(snapshot: &Snapshot) -> bool {
+    snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some())
+}
+
+/// One view for a reader that looks once: where a tenant has a compute
+/// policy, it looks twice, a monitor round apart, to give the rate.
+pub fn collect_view(host: &HostArgs) -> Result<View, String> {
+    let mut sampler = Sampler::new(host)?;
+    let view = sampler.look()?;
+    if !has_compute_policy(&view.snapshot) {
+        return Ok(view);
+    }
+    std::thread::sleep(crate::daemon::ROUND);
+    sampler.look()
+}
+
+pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+    let view = collect_view(&args.host)?;
+    for note in &view.notes {
+        eprintln!("gpuslice status: {note}");
+    }
+    for warning in &view.warnings {
+        eprintln!("gpuslice status: warning: {warning}");
     }
     if args.json {
-        let text = serde_json::to_string_pretty(&snapshot).map_err(|e| format!("cannot write JSON: {e}"))?;
+        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| format!("cannot write JSON: {e}"))?;
         println!("{text}");
     } else {
-        print!("{}", table(&snapshot, &dir));
+        print!("{}", table(&view.snapshot, &view.dir));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -122,7 +239,7 @@ pub fn human_bytes(bytes: u64) -> String {
 
 /// A device's name in the tables: its index, and for a MIG device its
 /// parent's index and its profile (`0 MIG 3g.71gb`).
-fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
+pub(crate) fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
     match snapshot.devices.iter().find(|d| d.uuid == uuid).and_then(|d| d.mig_profile.as_ref()) {
         Some(profile) => format!("{index} MIG {profile}"),
         None => index.to_string(),
