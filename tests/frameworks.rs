@@ -224,3 +224,31 @@ fn driver_loaders_under_a_cap() {
     check_images(&sim.run(&mut sim.py("fw_images.py")));
     assert_nothing_charged(&sim);
 }
+
+/// Two processes of one tenant, one through CuPy and one through
+/// numba-cuda, share one cap exactly: what CuPy holds is not numba's to
+/// take, numba's own library raises at the cap, and the ledger counts both
+/// processes' contexts and blocks to the byte.
+#[test]
+fn cupy_and_numba_processes_of_one_tenant_share_one_cap() {
+    let sim = capped();
+    let mut cupy_cmd = sim.py("fw_share_cupy.py");
+    cupy_cmd.arg("512");
+    let mut cupy = sim.spawn(&mut cupy_cmd);
+    cupy.wait_for("ready");
+    // 1 GiB - (64 MiB context + 512 MiB) - the numba process's 64 MiB context = 384 MiB left.
+    let mut numba_cmd = sim.py("fw_share_numba.py");
+    numba_cmd.args(["400", "320"]);
+    let mut numba = sim.spawn(&mut numba_cmd);
+    numba.wait_for("ready");
+    let used = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
+    let (numba, cupy) = (numba.wait(), cupy.wait());
+    numba.assert_success();
+    cupy.assert_success();
+    assert_eq!(cupy.u64("held_mib"), 512, "{cupy}");
+    assert_eq!(numba.u64("info.free_mib"), 384, "numba sees what the cap leaves it\n{numba}");
+    assert_eq!(numba.u64("refused"), 1, "400 MiB past the shared cap was allocated\n{numba}");
+    assert_eq!(numba.u64("held_mib"), 320, "{numba}");
+    assert_eq!(used, (2 * CONTEXT_MIB + 512 + 320) * MIB, "the tenant's usage with both processes holding");
+    assert_nothing_charged(&sim);
+}
