@@ -408,6 +408,13 @@ fn vmm_destroy_handle(d: &Driver, ph: PhysHandle) {
     }
 }
 
+/// The device a live physical handle's memory is on (`None`: host memory).
+pub fn vmm_device(d: &Driver, handle: u64) -> CuResult<Option<usize>> {
+    let v = lock(&d.vmm);
+    let ph = v.handles.get(&handle).filter(|ph| ph.refs > 0 || ph.mappings > 0).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(ph.device)
+}
+
 pub fn vmm_release(d: &Driver, handle: u64) -> CuResult<()> {
     let mut v = lock(&d.vmm);
     let ph = v.handles.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;

@@ -9,7 +9,7 @@
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` selects the `_ptsz`/`_ptds`
 //! list where a function has one.
 
-use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
+use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, unsupported::*, vmm::*};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};
@@ -109,6 +109,24 @@ proc_table! {
     cuMemPoolGetAttribute => [11020: cuMemPoolGetAttribute];
     cuMemCreate => [10020: cuMemCreate];
     cuMemRelease => [10020: cuMemRelease];
+    cuMemExportToShareableHandle => [10020: cuMemExportToShareableHandle];
+    cuMulticastCreate => [12010: cuMulticastCreate];
+    cuMulticastAddDevice => [12010: cuMulticastAddDevice];
+    cuMulticastBindMem => [12010: cuMulticastBindMem, 13010: cuMulticastBindMem_v2];
+    cuMulticastBindAddr => [12010: cuMulticastBindAddr, 13010: cuMulticastBindAddr_v2];
+    cuMulticastUnbind => [12010: cuMulticastUnbind];
+    cuGreenCtxCreate => [12040: cuGreenCtxCreate];
+    cuGreenCtxDestroy => [12040: cuGreenCtxDestroy];
+    cuCtxFromGreenCtx => [12040: cuCtxFromGreenCtx];
+    cuGreenCtxStreamCreate => [12050: cuGreenCtxStreamCreate];
+    cuDeviceGetDevResource => [12040: cuDeviceGetDevResource];
+    cuDevSmResourceSplitByCount => [12040: cuDevSmResourceSplitByCount];
+    cuDevResourceGenerateDesc => [12040: cuDevResourceGenerateDesc];
+    cuLogsRegisterCallback => [12090: cuLogsRegisterCallback];
+    cuLogsUnregisterCallback => [12090: cuLogsUnregisterCallback];
+    cuMulticastGetGranularity => [12010: cuMulticastGetGranularity];
+    cuMemGetAllocationPropertiesFromHandle => [10020: cuMemGetAllocationPropertiesFromHandle];
+    cuMemImportFromShareableHandle => [10020: cuMemImportFromShareableHandle];
     cuMemAddressReserve => [10020: cuMemAddressReserve];
     cuMemAddressFree => [10020: cuMemAddressFree];
     cuMemMap => [10020: cuMemMap];
@@ -176,6 +194,11 @@ proc_table! {
     cuStreamBeginCapture => [10000: cuStreamBeginCapture, 10010: cuStreamBeginCapture_v2] ptsz [10000: cuStreamBeginCapture_ptsz, 10010: cuStreamBeginCapture_v2_ptsz];
     cuStreamEndCapture => [10000: cuStreamEndCapture] ptsz [10000: cuStreamEndCapture_ptsz];
     cuStreamIsCapturing => [10000: cuStreamIsCapturing] ptsz [10000: cuStreamIsCapturing_ptsz];
+    cuStreamWriteValue32 => [11070: cuStreamWriteValue32_v2] ptsz [11070: cuStreamWriteValue32_v2_ptsz];
+    cuStreamWaitValue32 => [11070: cuStreamWaitValue32_v2] ptsz [11070: cuStreamWaitValue32_v2_ptsz];
+    cuStreamWriteValue64 => [11070: cuStreamWriteValue64_v2] ptsz [11070: cuStreamWriteValue64_v2_ptsz];
+    cuStreamWaitValue64 => [11070: cuStreamWaitValue64_v2] ptsz [11070: cuStreamWaitValue64_v2_ptsz];
+    cuStreamGetCaptureInfo => [10010: cuStreamGetCaptureInfo, 11030: cuStreamGetCaptureInfo_v2, 12030: cuStreamGetCaptureInfo_v3] ptsz [10010: cuStreamGetCaptureInfo_ptsz, 11030: cuStreamGetCaptureInfo_v2_ptsz, 12030: cuStreamGetCaptureInfo_v3_ptsz];
     cuEventCreate => [2000: cuEventCreate];
     cuEventRecord => [2000: cuEventRecord] ptsz [7000: cuEventRecord_ptsz];
     cuEventQuery => [2000: cuEventQuery];

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod module;
 pub mod pool;
 pub mod stream;
+pub mod unsupported;
 pub mod vmm;
 
 /// A handle as the number it is.

@@ -204,7 +204,75 @@ cu_export!(cuStreamEndCapture(stream: CUstream, phgraph: *mut CUgraph) {
     out(phgraph, ptr(g))
 }; cuStreamEndCapture_ptsz);
 
+/// `cuStreamGetCaptureInfo` in each of its versions: the stream's capture
+/// status (required), its capture's id and graph when capturing (optional
+/// outputs), and no dependency nodes or edges (simgpu's capture records
+/// whole launches, not a dependency graph).
+///
+/// # Safety
+/// Each non-null pointer must be valid for a write of its type, as cuda.h
+/// requires of the caller.
+unsafe fn capture_info(
+    stream: CUstream,
+    status: *mut c_uint,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    dependencies: *mut *const c_void,
+    edges: *mut *const c_void,
+    count: *mut usize,
+) -> CuResult<()> {
+    if status.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (_, s) = driver()?.stream(h(stream))?;
+    let capture = s.capturing();
+    // SAFETY: the caller's pointers, valid for writes or null (this
+    // function's contract); null optional ones are skipped.
+    unsafe {
+        out(status, c_uint::from(capture.is_some()))?;
+        out_opt(id, capture.unwrap_or(0));
+        out_opt(graph, capture.map_or(std::ptr::null_mut(), ptr));
+        out_opt(dependencies, std::ptr::null());
+        out_opt(edges, std::ptr::null());
+        out_opt(count, 0);
+    }
+    Ok(())
+}
+
+cu_export!(cuStreamGetCaptureInfo(stream: CUstream, status: *mut c_uint, id: *mut u64) {
+    capture_info(stream, status, id, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut())
+}; cuStreamGetCaptureInfo_ptsz);
+
+cu_export!(cuStreamGetCaptureInfo_v2(stream: CUstream, status: *mut c_uint, id: *mut u64, graph: *mut CUgraph, dependencies: *mut *const c_void, count: *mut usize) {
+    capture_info(stream, status, id, graph, dependencies, std::ptr::null_mut(), count)
+}; cuStreamGetCaptureInfo_v2_ptsz);
+
+cu_export!(cuStreamGetCaptureInfo_v3(stream: CUstream, status: *mut c_uint, id: *mut u64, graph: *mut CUgraph, dependencies: *mut *const c_void, edges: *mut *const c_void, count: *mut usize) {
+    capture_info(stream, status, id, graph, dependencies, edges, count)
+}; cuStreamGetCaptureInfo_v3_ptsz);
+
 cu_export!(cuStreamIsCapturing(stream: CUstream, status: *mut c_uint) {
     let (_, s) = driver()?.stream(h(stream))?;
     out(status, c_uint::from(s.capturing().is_some()))
 }; cuStreamIsCapturing_ptsz);
+
+// Stream memory operations (write or wait on a 32- or 64-bit value in
+// device memory from a stream): simgpu does not model them and its devices
+// say so (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 is 0), so each
+// answers CUDA_ERROR_NOT_SUPPORTED, as a real driver does on a device
+// without them. Frameworks look the entry points up and fall back.
+macro_rules! unsupported_mem_op {
+    ($($name:ident, $alias:ident, $value:ty;)*) => {$(
+        cu_export!($name(stream: CUstream, _addr: CUdeviceptr, _value: $value, _flags: c_uint) {
+            driver()?.stream(h(stream))?;
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        }; $alias);
+    )*};
+}
+
+unsupported_mem_op! {
+    cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz, u32;
+    cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz, u32;
+    cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, u64;
+    cuStreamWaitValue64_v2, cuStreamWaitValue64_v2_ptsz, u64;
+}

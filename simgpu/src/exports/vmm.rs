@@ -19,6 +19,46 @@ cu_export!(cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, p
     out(handle, hnd)
 });
 
+// Shareable handles: simgpu's devices report no handle type as supported
+// (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_*_SUPPORTED are 0), so exporting and
+// importing answer CUDA_ERROR_NOT_SUPPORTED, as a real driver does for a
+// type the device lacks; frameworks that look these entry points up (and
+// fall back when they are refused) find them.
+cu_export!(cuMemExportToShareableHandle(shareable: *mut std::ffi::c_void, _handle: CUmemGenericAllocationHandle, _kind: std::ffi::c_uint, flags: c_ulonglong) {
+    driver()?;
+    if shareable.is_null() || flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+cu_export!(cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut std::ffi::c_void, _kind: std::ffi::c_uint) {
+    driver()?;
+    if handle.is_null() || os_handle.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+cu_export!(cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmemAllocationProp, handle: CUmemGenericAllocationHandle) {
+    let d = driver()?;
+    if prop.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let location = match mem::vmm_device(d, handle)? {
+        Some(physical) => CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: d.ordinal_of(physical) },
+        None => CUmemLocation { type_: CU_MEM_LOCATION_TYPE_HOST, id: 0 },
+    };
+    let props = CUmemAllocationProp {
+        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: 0,
+        location,
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: CUmemAllocationProp_allocFlags { compressionType: 0, gpuDirectRDMACapable: 0, usage: 0, reserved: [0; 4] },
+    };
+    out(prop, props)
+});
+
 cu_export!(cuMemRelease(handle: CUmemGenericAllocationHandle) {
     mem::vmm_release(driver()?, handle)
 });
@@ -84,4 +124,23 @@ cu_export!(cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const C
     let p = input(prop)?;
     mem::check_prop(d, &p)?;
     out(granularity, VMM_GRANULARITY_BYTES as usize)
+});
+
+// Multicast objects: simgpu's devices report no multicast support
+// (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0), so creating one answers
+// CUDA_ERROR_NOT_SUPPORTED, as on a real device without NVLink multicast.
+cu_export!(cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const std::ffi::c_void) {
+    driver()?;
+    if handle.is_null() || prop.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+cu_export!(cuMulticastGetGranularity(granularity: *mut usize, prop: *const std::ffi::c_void, _option: std::ffi::c_uint) {
+    driver()?;
+    if granularity.is_null() || prop.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Err(CUDA_ERROR_NOT_SUPPORTED)
 });
