@@ -84,7 +84,7 @@ use crate::compute::WHOLE_DEVICE_RATIO_E4;
 /// `b"GPUTURNS"` read as a little-endian `u64`.
 pub const TURNS_MAGIC: u64 = u64::from_le_bytes(*b"GPUTURNS");
 /// The layout of [`TurnTable`]; any change bumps it.
-pub const TURNS_VERSION: u32 = 1;
+pub const TURNS_VERSION: u32 = 2;
 /// Tenants that can take turns on one device.
 pub const MAX_MEMBERS: usize = 62;
 /// Size of a turn table.
@@ -101,7 +101,10 @@ pub const IDLE_GRACE_NS: u64 = 2_000_000;
 /// The longest a turn counts as held without being renewed.
 pub const MAX_TURN_NS: u64 = 1_000_000_000;
 /// A chosen waiter that has not taken a free turn after this long loses it
-/// to whichever waiter comes first.
+/// to whichever waiter comes first; the member that has just released the
+/// turn waits three times as long before it takes the turn back, so that a
+/// chosen waiter that is slow to get a CPU is not robbed by the holder it
+/// follows.
 pub const HANDOFF_GRACE_NS: u64 = 10_000_000;
 /// A waiter renews its wait at least this often (each futex timeout).
 pub const WAIT_RENEW_NS: u64 = 10_000_000;
@@ -139,8 +142,8 @@ pub struct TurnHeader {
     pub holder: AtomicU32,
     /// Moves on whenever the turn changes hands: waiters sleep on it.
     pub turn_seq: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// The member that released the turn last (index + 1).
+    pub released_by: AtomicU32,
     /// When the holder's current turn began.
     pub turn_start_ns: AtomicU64,
     /// Until when the holder's queued work keeps the device busy.
@@ -434,9 +437,10 @@ impl TurnTable {
         }
         let chosen = self.best_waiter(now_ns);
         let released_ns = h.released_ns.load(Ordering::Relaxed);
-        let handoff_over = released_ns > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(released_ns) > HANDOFF_GRACE_NS;
+        let grace_ns = if h.released_by.load(Ordering::Relaxed) == me { 3 * HANDOFF_GRACE_NS } else { HANDOFF_GRACE_NS };
+        let handoff_over = released_ns > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(released_ns) > grace_ns;
         if chosen != Some(m) && !handoff_over && holder == 0 {
-            return Enter::Wait { seq, timeout_ns: HANDOFF_GRACE_NS };
+            return Enter::Wait { seq, timeout_ns: grace_ns };
         }
         if h.holder.compare_exchange(holder, me, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Enter::Wait { seq: h.turn_seq.load(Ordering::Acquire), timeout_ns: 100_000 };
@@ -526,6 +530,7 @@ impl TurnTable {
             self.mark_waiting(m, now_ns);
         }
         if h.holder.compare_exchange(m as u32 + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            h.released_by.store(m as u32 + 1, Ordering::Relaxed);
             h.released_ns.store(now_ns, Ordering::Release);
             h.turn_seq.fetch_add(1, Ordering::AcqRel);
         }
@@ -818,6 +823,22 @@ mod tests {
         t.release(a, now, true); // a still waits, then is stopped
         assert!(matches!(t.enter(b, now + 2), Enter::Wait { .. }), "a is chosen");
         assert_eq!(t.enter(b, now + HANDOFF_GRACE_NS + 3), Enter::Go);
+    }
+
+    #[test]
+    fn the_member_that_released_waits_longer_for_a_slow_chosen_waiter() {
+        let t = table();
+        let a = t.join(tenant_key("a"), claim(50, 0, 0), 0).unwrap();
+        let b = t.join(tenant_key("b"), claim(50, 0, 0), 0).unwrap();
+        let now = 10_000_000_000;
+        assert_eq!(t.enter(a, now), Enter::Go);
+        assert!(matches!(t.enter(b, now + 1), Enter::Wait { .. }));
+        t.charge(a, QUANTUM_NS, now + 2);
+        t.release(a, now + 2, true);
+        // b is chosen (less served) and slow: a waits past one grace...
+        assert!(matches!(t.enter(a, now + HANDOFF_GRACE_NS + 3), Enter::Wait { .. }));
+        // ...and takes the turn back after three.
+        assert_eq!(t.enter(a, now + 3 * HANDOFF_GRACE_NS + 3), Enter::Go);
     }
 
     #[test]
