@@ -29,9 +29,13 @@ fn overcommit_ratio() -> Result<f64, String> {
     }
 }
 
-/// What each device can hold, and what is committed on it.
+/// What each device can hold, and what is committed on it. A GPU split
+/// into MIG instances is not a device of its own: CUDA cannot use it
+/// whole, and its memory is its instances'; they are the devices.
 fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>) -> Vec<DeviceRoom> {
+    let partitioned: std::collections::HashSet<&str> = gpus.iter().filter_map(|g| g.parent_uuid.as_deref()).collect();
     gpus.iter()
+        .filter(|g| !partitioned.contains(g.uuid.as_str()))
         .map(|g| DeviceRoom {
             uuid: g.uuid.clone(),
             capacity_bytes: (g.total_bytes as f64 * overcommit) as u64,
@@ -303,6 +307,19 @@ mod tests {
         std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         assert!(check_program(plain.to_str().unwrap()).is_err(), "not executable");
         let _ = std::fs::remove_file(&plain);
+    }
+
+    #[test]
+    fn a_mig_partitioned_gpu_offers_its_instances_not_itself() {
+        let gpu = |uuid: &str, parent: Option<&str>, total_bytes| GpuInfo {
+            uuid: uuid.into(),
+            parent_uuid: parent.map(String::from),
+            total_bytes,
+            ..GpuInfo::default()
+        };
+        let gpus = [gpu("GPU-0", None, 8), gpu("MIG-a", Some("GPU-0"), 4), gpu("MIG-b", Some("GPU-0"), 2), gpu("GPU-1", None, 8)];
+        let uuids: Vec<String> = rooms(&gpus, 1.0, &HashMap::new()).into_iter().map(|r| r.uuid).collect();
+        assert_eq!(uuids, ["MIG-a", "MIG-b", "GPU-1"]);
     }
 
     #[test]
