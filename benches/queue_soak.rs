@@ -182,16 +182,17 @@ fn soak(jobs: usize, seed: u64) {
     let stderr_dir = sim.dir().join("stderr");
     std::fs::create_dir_all(&stderr_dir).unwrap();
     let mut rng = Rng(seed | 1);
-    let mut pending: Vec<Spec> = (0..jobs)
-        .map(|index| Spec {
-            index,
-            priority: PRIORITIES[rng.below(PRIORITIES.len() as u64) as usize],
-            gpus: if rng.below(10) == 0 { 2 } else { 1 },
-            memory_mib: SIZES_MIB[rng.below(SIZES_MIB.len() as u64) as usize],
-            duration_ms: 50 + rng.below(351),
-            kill_after: (rng.below(10) == 0).then(|| Duration::from_millis(rng.below(1500))),
-        })
-        .collect();
+    let mut pending: Vec<Spec> = Vec::new();
+    for index in 0..jobs {
+        let priority = PRIORITIES[rng.below(PRIORITIES.len() as u64) as usize];
+        let gpus = if rng.below(10) == 0 { 2 } else { 1 };
+        let memory_mib = SIZES_MIB[rng.below(SIZES_MIB.len() as u64) as usize];
+        let duration_ms = 50 + rng.below(351);
+        // Killed before its command would end on its own, whether it is
+        // still waiting by then or running.
+        let kill_after = (rng.below(10) == 0).then(|| Duration::from_millis(rng.below(duration_ms)));
+        pending.push(Spec { index, priority, gpus, memory_mib, duration_ms, kill_after });
+    }
     pending.reverse();
     let mut live: Vec<(Spec, Child, Instant, u128)> = Vec::new();
     let mut done: Vec<Outcome> = Vec::new();

@@ -135,12 +135,11 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     check_program(&run.command[0])?;
     let queue = Queue::at(&dir);
     queue.create()?;
-    let watch = wait::QueueWatch::new(queue.dir());
     let (held, mut job) = enqueue(&queue, &submission, run)?;
     eprintln!("gpuslice: queued as job {} (gpuslice queue lists it, gpuslice cancel {} ends it)", job.id, job.id);
     let host = Host { dir, gpus, overcommit, capacity_bytes };
     let deadline = submission.timeout.map(|t| Instant::now() + t);
-    let devices = match wait_for_room(&queue, &held, &mut job, &host, &watch, deadline)? {
+    let devices = match wait_for_room(&queue, &held, &mut job, &host, deadline)? {
         Waited::Admitted(devices) => devices,
         Waited::TimedOut => {
             eprintln!("gpuslice: job {} gave up: it did not fit within --timeout", job.id);
@@ -188,9 +187,12 @@ fn wait_for_room(
     held: &store::HeldJob,
     job: &mut Job,
     host: &Host,
-    watch: &wait::QueueWatch,
     deadline: Option<Instant>,
 ) -> Result<Waited, String> {
+    // Made only once the job has to wait: a job that fits at once never
+    // pays for one (closing an inotify watch, as `exec` does, can take
+    // milliseconds while the kernel waits for its readers).
+    let mut watch: Option<wait::QueueWatch> = None;
     loop {
         let lock = queue.lock()?;
         let position = match look(queue, &lock, host, job.id) {
@@ -209,8 +211,15 @@ fn wait_for_room(
             return Ok(Waited::TimedOut);
         }
         drop(lock);
+        let Some(watch) = &watch else {
+            // Look again now that the watch sees every later change: one
+            // made between the first look and the watch would be missed.
+            watch = Some(wait::QueueWatch::new(queue.dir()));
+            continue;
+        };
         let recheck = watch.recheck_after(position);
         watch.wait(left.map_or(recheck, |l| l.min(recheck)));
+        std::thread::sleep(wait::stagger(position));
     }
 }
 
