@@ -17,7 +17,7 @@
 //! skipped, and figures from a job file are bounded (a wait is at least 0
 //! and at most a day, priorities are i32).
 
-use crate::metrics::{QueueFigures, WaitHistogram};
+use crate::metrics::QueueFigures;
 use crate::queue::store::{Job, JobState, Queue};
 use crate::snapshot::Snapshot;
 use std::collections::{HashMap, HashSet};
@@ -87,7 +87,7 @@ impl QueueState {
             // The nearest priority already kept.
             *histograms.keys().min_by_key(|p| (i64::from(**p) - i64::from(job.priority)).abs()).unwrap_or(&job.priority)
         };
-        histograms.entry(priority).or_insert_with(WaitHistogram::default).observe(seconds);
+        histograms.entry(priority).or_default().observe(seconds);
     }
 }
 
