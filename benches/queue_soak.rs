@@ -250,13 +250,16 @@ fn soak(jobs: usize, seed: u64) {
     let (waiting, running) = queue_states(&sim);
 
     let found = markers(&marker_dir);
-    let started_ns = |index: usize| found.get(&format!("job{index}")).and_then(|v| v.iter().min().copied());
+    // A job killed between its shell creating the marker and `date` writing
+    // it leaves an empty one: it started, at an unknown time.
+    let started = |index: usize| found.contains_key(&format!("job{index}"));
+    let started_ns = |index: usize| found.get(&format!("job{index}")).and_then(|v| v.iter().copied().filter(|t| *t > 0).min());
     let twice: Vec<usize> = done.iter().map(|o| o.spec.index).filter(|i| found.get(&format!("job{i}")).is_some_and(|v| v.len() > 1)).collect();
     let lost: Vec<usize> =
         done.iter().filter(|o| o.killed.is_none() && (!o.exit_ok || started_ns(o.spec.index).is_none())).map(|o| o.spec.index).collect();
     let killed_waiting = done.iter().filter(|o| o.killed == Some(false)).count();
     let killed_running = done.iter().filter(|o| o.killed == Some(true)).count();
-    let killed_waiting_ran = done.iter().filter(|o| o.killed == Some(false) && started_ns(o.spec.index).is_some()).count();
+    let killed_waiting_ran = done.iter().filter(|o| o.killed == Some(false) && started(o.spec.index)).count();
 
     // Priority order, among jobs whose ids say which was queued first.
     let id_of = |index: usize| -> Option<u64> {
@@ -268,17 +271,24 @@ fn soak(jobs: usize, seed: u64) {
     let t0_ns = done.iter().map(|o| o.submitted_ns).min().unwrap_or(0);
     let mut passes = 0;
     let mut violations = Vec::new();
+    // The longest a job started after a later one asking no less: the
+    // stagger of the looks, not a decision of the policy, below the margin.
+    let mut longest_lag_ns = 0u128;
     for a in &done {
         let (Some(a_start), Some(a_id)) = (started_ns(a.spec.index), ids.get(&a.spec.index)) else { continue };
         for b in &done {
             let (Some(b_start), Some(b_id)) = (started_ns(b.spec.index), ids.get(&b.spec.index)) else { continue };
             // a was queued before b (so waiting when b started) and comes first in the order.
             let a_first = a_id < b_id && a.spec.priority >= b.spec.priority;
+            let asks_no_less = a.spec.gpus <= b.spec.gpus && a.spec.memory_mib <= b.spec.memory_mib;
+            if a_first && asks_no_less && b_start < a_start {
+                longest_lag_ns = longest_lag_ns.max(a_start - b_start);
+            }
             if !a_first || b_start + margin >= a_start {
                 continue;
             }
             passes += 1;
-            if a.spec.gpus <= b.spec.gpus && a.spec.memory_mib <= b.spec.memory_mib {
+            if asks_no_less {
                 let ms = |ns: u128| (ns.saturating_sub(t0_ns) / 1_000_000) as u64;
                 violations.push(format!(
                     "job {a_id} (priority {}, {} x {} MiB, submitted at {} ms, started at {} ms{}) passed by job {b_id} (priority {}, {} x {} MiB, submitted at {} ms, started at {} ms)",
@@ -298,6 +308,10 @@ fn soak(jobs: usize, seed: u64) {
         "  priority order: {passes} starts more than {} ms before a job queued earlier with no lower priority; {} of them by a job asking no less (not backfill)",
         ORDER_MARGIN.as_millis(),
         violations.len()
+    );
+    println!(
+        "  longest a job started after a later one of no higher priority asking no less: {:.1} ms (their looks' order, within the margin)",
+        longest_lag_ns as f64 / 1e6
     );
     assert!(lost.is_empty(), "jobs lost: {lost:?}");
     assert!(twice.is_empty(), "jobs run twice: {twice:?}");
@@ -327,7 +341,12 @@ fn admission_latency() -> Vec<f64> {
         .collect();
     poll_until("200 jobs to wait", Duration::from_millis(200), || queue_states(&sim) == (QUEUED, PLACES));
     std::thread::sleep(Duration::from_secs(1));
+    // inotify instances are limited per user (often 128, shared with every
+    // other process of the user): the others wait on the clock.
+    let watching = waiting.iter().filter(|c| has_inotify(c.id())).count();
+    println!("  waiting jobs with an inotify watch: {watching} of {QUEUED} (fs.inotify.max_user_instances is per user)");
     let mut latencies = Vec::new();
+    let mut breakdown: Vec<(f64, f64)> = Vec::new();
     // Whole GPUs and instances alike: the holders in the order they got their devices.
     for holder in holders.iter_mut().take(FREES) {
         let freed_ns = now_ns();
@@ -341,13 +360,47 @@ fn admission_latency() -> Vec<f64> {
         let _ = holder.wait();
         let first = first_after().unwrap_or(freed_ns);
         latencies.push((first - freed_ns) as f64 / 1e6);
+        // Where the time went: to the look that admitted it (the job file's
+        // `started_unix_ms`, ms), then to its command running (exec).
+        let admitted_ms = admissions_after(&sim, freed_ns);
+        if let Some(admitted_ms) = admitted_ms {
+            let admitted_ns = u128::from(admitted_ms) * 1_000_000;
+            breakdown.push(((admitted_ns.saturating_sub(freed_ns)) as f64 / 1e6, (first.saturating_sub(admitted_ns)) as f64 / 1e6));
+        }
         // Let the jobs that fit in the freed room start before the next one.
         std::thread::sleep(Duration::from_secs(1));
     }
     for child in holders.iter_mut().chain(waiting.iter_mut()) {
         kill_group(child);
     }
+    let cell = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
+    println!(
+        "  per free, ms: freed -> admitted (job file) [{}]; admitted -> command runs [{}]",
+        cell(&breakdown.iter().map(|b| b.0).collect::<Vec<_>>()),
+        cell(&breakdown.iter().map(|b| b.1).collect::<Vec<_>>())
+    );
     latencies
+}
+
+/// Whether process `pid` holds an inotify instance.
+fn has_inotify(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify"))))
+        .unwrap_or(false)
+}
+
+/// The earliest admission time (ms since the epoch) of a running job
+/// admitted after `after_ns`, from the job files.
+fn admissions_after(sim: &Sim, after_ns: u128) -> Option<u64> {
+    let after_ms = (after_ns / 1_000_000) as u64;
+    std::fs::read_dir(sim.ledger_dir().join("queue"))
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".job"))
+        .filter_map(|e| serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+        .filter_map(|job| job["started_unix_ms"].as_u64())
+        .filter(|t| *t >= after_ms)
+        .min()
 }
 
 /// Start-up of a job that fits at once, without and with `--queue`, in ms.
