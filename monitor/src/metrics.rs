@@ -26,7 +26,8 @@ use std::fmt;
 /// The `Content-Type` of the page [`render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Counters the monitor keeps itself (not in any ledger).
+/// Figures the monitor keeps or gathers itself (not in any ledger): its
+/// counters, and what it reads beside the ledgers (device names, the queue).
 #[derive(Debug, Clone, Default)]
 pub struct MonitorCounters {
     /// Violations found, by kind (`untracked_process`, `over_cap`).

@@ -10,9 +10,11 @@
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
 //!    checks it for bypass ([`violations`]), publishes context overheads the
 //!    shims could not measure ([`overhead`]), audits usage that no process
-//!    holds ([`audit`]) and renders `/metrics` ([`http`]), which counts the
-//!    round in `gpuslice_monitor_rounds_total` (so that whoever reads the
-//!    page can tell when a round has run after something they did).
+//!    holds ([`audit`]), peeks at the admission queue and counts what is
+//!    committed per device ([`queue`]), and renders `/metrics` ([`http`]),
+//!    which counts the round in `gpuslice_monitor_rounds_total` (so that
+//!    whoever reads the page can tell when a round has run after something
+//!    they did).
 //!
 //! All state that matters lives in the ledger files, so a restarted monitor
 //! rebuilds its view from them and loses nothing.
