@@ -26,7 +26,8 @@ use std::fmt;
 /// The `Content-Type` of the page [`render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Counters the monitor keeps itself (not in any ledger).
+/// Figures the monitor keeps or gathers itself (not in any ledger): its
+/// counters, and what it reads beside the ledgers (device names, the queue).
 #[derive(Debug, Clone, Default)]
 pub struct MonitorCounters {
     /// Violations found, by kind (`untracked_process`, `over_cap`).
@@ -44,6 +45,48 @@ pub struct MonitorCounters {
     /// shows a higher figure than an earlier one reflects a look at the
     /// ledgers and NVML taken after that earlier scrape.
     pub rounds_total: u64,
+    /// Device and MIG device names by UUID, as NVML gives them (empty
+    /// without NVML: then there is no `gpuslice_device_info`).
+    pub device_names: std::collections::HashMap<String, String>,
+    /// Memory committed per device UUID, as `gpuslice devices` and the
+    /// admission queue count it ([`crate::queue::committed_bytes`]).
+    pub committed_bytes: std::collections::HashMap<String, u64>,
+    /// The admission queue, as last read.
+    pub queue: QueueFigures,
+}
+
+/// The admission queue seen from the monitor (which plays no part in it).
+#[derive(Debug, Clone, Default)]
+pub struct QueueFigures {
+    /// Live jobs waiting for room.
+    pub waiting: u64,
+    /// Live jobs admitted and running.
+    pub running: u64,
+    /// How long admitted jobs waited, by priority.
+    pub wait_seconds: std::collections::BTreeMap<i32, WaitHistogram>,
+}
+
+/// Upper bounds of the wait-time buckets, seconds: from "started at once"
+/// to "waited an hour".
+pub const WAIT_BUCKETS_SECONDS: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+
+/// A histogram of wait times: one count per bucket of
+/// [`WAIT_BUCKETS_SECONDS`] and one past the last.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaitHistogram {
+    pub sum_seconds: f64,
+    pub count: u64,
+    pub per_bucket: [u64; WAIT_BUCKETS_SECONDS.len() + 1],
+}
+
+impl WaitHistogram {
+    /// Counts one wait.
+    pub fn observe(&mut self, seconds: f64) {
+        let bucket = WAIT_BUCKETS_SECONDS.iter().position(|upper| seconds <= *upper).unwrap_or(WAIT_BUCKETS_SECONDS.len());
+        self.per_bucket[bucket] += 1;
+        self.count += 1;
+        self.sum_seconds += seconds;
+    }
 }
 
 /// A tenant whose driver-reported memory passes its cap by more than its
@@ -298,6 +341,52 @@ impl Collector for Page {
                 family.sample(&[("result", result)], counters.config_reloads_total.get(result).copied().unwrap_or(0))?;
             }
         }
+        {
+            let mut family = Gauges::start(
+                e,
+                "gpuslice_device_info",
+                "1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.",
+            )?;
+            for d in snapshot.devices.iter().filter(|_| snapshot.nvml) {
+                let Some(name) = counters.device_names.get(&d.uuid) else { continue };
+                let index = d.index.to_string();
+                let labels = [
+                    ("device", index.as_str()),
+                    ("uuid", d.uuid.as_str()),
+                    ("name", name.as_str()),
+                    ("mig_profile", d.mig_profile.as_deref().unwrap_or("")),
+                    ("parent_uuid", d.parent_uuid.as_deref().unwrap_or("")),
+                ];
+                family.sample(&labels, 1u64)?;
+            }
+        }
+        device_gauge(
+            e,
+            snapshot,
+            "gpuslice_device_memory_committed_bytes",
+            "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.",
+            |d| Some(counters.committed_bytes.get(&d.uuid).copied().unwrap_or(0)),
+        )?;
+        {
+            let mut family = Gauges::start(e, "gpuslice_queue_jobs", "Live jobs in the host's admission queue, by state.")?;
+            family.sample(&[("state", "waiting")], counters.queue.waiting)?;
+            family.sample(&[("state", "running")], counters.queue.running)?;
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "gpuslice_queue_wait_seconds",
+                "How long admitted queue jobs waited, from submission to admission, by priority (jobs seen running by the monitor since it started).",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (priority, h) in &counters.queue.wait_seconds {
+                let priority = priority.to_string();
+                let labels = [("priority", priority.as_str())];
+                let buckets: Vec<(f64, u64)> =
+                    WAIT_BUCKETS_SECONDS.iter().copied().chain([f64::INFINITY]).zip(h.per_bucket.iter().copied()).collect();
+                family.encode_family(&labels)?.encode_histogram::<Vec<(String, String)>>(h.sum_seconds, h.count, &buckets, None)?;
+            }
+        }
         Counters::start(e, "gpuslice_monitor_rounds_total", "Monitor rounds completed, this page's included.")?
             .sample(&[], counters.rounds_total)?;
         Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?.sample(&[], u64::from(snapshot.nvml))?;
@@ -387,6 +476,13 @@ mod tests {
         counters.over_cap.push(OverCap { tenant: "team-a".into(), device: 0, uuid: "GPU-0".into(), over_bytes: 99 });
         counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 11);
         counters.rounds_total = 12345;
+        counters.device_names.insert("GPU-0".into(), "NVIDIA H200".into());
+        counters.device_names.insert("GPU-1".into(), "NVIDIA \"H200\"".into());
+        counters.committed_bytes.insert("GPU-0".into(), 4 << 30);
+        counters.queue.waiting = 3;
+        counters.queue.running = 1;
+        counters.queue.wait_seconds.entry(-2).or_default().observe(0.04);
+        counters.queue.wait_seconds.entry(-2).or_default().observe(7200.0);
         (snapshot, counters)
     }
 
@@ -476,6 +572,35 @@ gpuslice_violation_kills_total 1
 # TYPE gpuslice_config_reloads_total counter
 gpuslice_config_reloads_total{result="ok"} 0
 gpuslice_config_reloads_total{result="error"} 5
+# HELP gpuslice_device_info 1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.
+# TYPE gpuslice_device_info gauge
+gpuslice_device_info{device="0",uuid="GPU-0",name="NVIDIA H200",mig_profile="",parent_uuid=""} 1
+gpuslice_device_info{device="1",uuid="GPU-1",name="NVIDIA \"H200\"",mig_profile="",parent_uuid=""} 1
+# HELP gpuslice_device_memory_committed_bytes Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.
+# TYPE gpuslice_device_memory_committed_bytes gauge
+gpuslice_device_memory_committed_bytes{device="0",uuid="GPU-0"} 4294967296
+gpuslice_device_memory_committed_bytes{device="1",uuid="GPU-1"} 0
+# HELP gpuslice_queue_jobs Live jobs in the host's admission queue, by state.
+# TYPE gpuslice_queue_jobs gauge
+gpuslice_queue_jobs{state="waiting"} 3
+gpuslice_queue_jobs{state="running"} 1
+# HELP gpuslice_queue_wait_seconds How long admitted queue jobs waited, from submission to admission, by priority (jobs seen running by the monitor since it started).
+# TYPE gpuslice_queue_wait_seconds histogram
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="0.01"} 0
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="0.05"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="0.1"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="0.25"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="0.5"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="1"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="5"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="30"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="60"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="300"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="900"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="3600"} 1
+gpuslice_queue_wait_seconds_bucket{priority="-2",le="+Inf"} 2
+gpuslice_queue_wait_seconds_sum{priority="-2"} 7200.04
+gpuslice_queue_wait_seconds_count{priority="-2"} 2
 # HELP gpuslice_monitor_rounds_total Monitor rounds completed, this page's included.
 # TYPE gpuslice_monitor_rounds_total counter
 gpuslice_monitor_rounds_total 12345

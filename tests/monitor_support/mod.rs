@@ -185,8 +185,14 @@ impl Metrics {
                 None => panic!("no value, {}", at()),
             };
             assert!(valid_name(name), "bad sample name, {}", at());
-            assert_eq!(current.as_deref(), Some(name), "sample outside its family's block, {}", at());
-            assert!(!finished_families.contains(&name.to_string()), "family split, {}", at());
+            // A histogram's samples are its name with `_bucket`, `_sum` or `_count`.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_prefix(current.as_deref().unwrap_or("")).filter(|rest| rest == suffix))
+                .filter(|_| current.as_ref().and_then(|c| types.get(c)).is_some_and(|t| t == "histogram"))
+                .map_or(name, |_| current.as_deref().unwrap_or(name));
+            assert_eq!(current.as_deref(), Some(family), "sample outside its family's block, {}", at());
+            assert!(!finished_families.contains(&family.to_string()), "family split, {}", at());
             let mut labels = BTreeMap::new();
             let mut rest = rest;
             if let Some(body) = rest.strip_prefix('{') {

@@ -10,9 +10,11 @@
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
 //!    checks it for bypass ([`violations`]), publishes context overheads the
 //!    shims could not measure ([`overhead`]), audits usage that no process
-//!    holds ([`audit`]) and renders `/metrics` ([`http`]), which counts the
-//!    round in `gpuslice_monitor_rounds_total` (so that whoever reads the
-//!    page can tell when a round has run after something they did).
+//!    holds ([`audit`]), peeks at the admission queue and counts what is
+//!    committed per device ([`queue`]), and renders `/metrics` ([`http`]),
+//!    which counts the round in `gpuslice_monitor_rounds_total` (so that
+//!    whoever reads the page can tell when a round has run after something
+//!    they did).
 //!
 //! All state that matters lives in the ledger files, so a restarted monitor
 //! rebuilds its view from them and loses nothing.
@@ -25,6 +27,7 @@ mod ledgers;
 pub mod log;
 mod overhead;
 mod policy;
+mod queue;
 pub(crate) mod sigbus;
 mod violations;
 
@@ -168,12 +171,13 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         turns::TurnTables::default()
     });
     let mut policy_state = policy::PolicyState::new(&dir)?;
-    let mut ledgers = ledgers::LedgerSet::new(dir, &args.host)?;
+    let mut ledgers = ledgers::LedgerSet::new(dir.clone(), &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
+    let mut queue_state = queue::QueueState::default();
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
@@ -224,6 +228,15 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
+        (counters.queue, counters.committed_bytes) = queue_state.read(&dir, &snap);
+        if let Some(reader) = gpu_reader.as_ref().filter(|_| snap.nvml) {
+            // Names do not change while the host runs: asked once per device.
+            for device in &gpus_named(&snap, &counters.device_names) {
+                if let Some(name) = device_name(reader, device, &counters.device_names) {
+                    counters.device_names.insert(device.uuid.clone(), name);
+                }
+            }
+        }
         // Counted before the page is rendered, so that the page announces the
         // round whose results it shows: everything this round did (caps
         // written, slots reclaimed, processes killed) is done by then.
@@ -251,6 +264,25 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     }
     log::info("stopping");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The devices of `snapshot` whose name is not known yet, GPUs first (a
+/// MIG device's name is built from its parent's).
+fn gpus_named(snapshot: &Snapshot, names: &std::collections::HashMap<String, String>) -> Vec<snapshot::DeviceView> {
+    let mut unnamed: Vec<snapshot::DeviceView> = snapshot.devices.iter().filter(|d| !names.contains_key(&d.uuid)).cloned().collect();
+    unnamed.sort_by_key(|d| d.parent_uuid.is_some());
+    unnamed
+}
+
+/// A device's name as NVML gives it: a GPU's from NVML; a MIG device's as
+/// NVML spells it, `<GPU name> MIG <profile>` (its profile was read from
+/// that name, see [`crate::nvml::mig_profile`]).
+fn device_name(reader: &GpuReader, device: &snapshot::DeviceView, names: &std::collections::HashMap<String, String>) -> Option<String> {
+    match (&device.parent_uuid, &device.mig_profile) {
+        (Some(parent), Some(profile)) => names.get(parent).map(|gpu| format!("{gpu} MIG {profile}")),
+        (Some(_), None) => None,
+        (None, _) => reader.describe(device.index).name,
+    }
 }
 
 fn sleep_unless_signalled(duration: Duration, stop: &AtomicBool, hangup: &AtomicBool) {

@@ -282,8 +282,84 @@ fn create_shared(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// What a reader that changes nothing sees of the queue: see [`Queue::peek`].
+#[derive(Debug, Default)]
+pub struct Peek {
+    /// Jobs whose holder lives, by id.
+    pub live: Vec<Job>,
+    /// Stale files not yet removed (their holder ended), by id.
+    pub ended: Vec<Job>,
+    /// Files that are not job files, named with why.
+    pub problems: Vec<String>,
+}
+
+/// How many times [`Queue::peek`] tries the queue lock before giving up.
+const PEEK_TRIES: u32 = 5;
+/// How long [`Queue::peek`] waits between tries.
+const PEEK_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+impl Queue {
+    /// Reads the queue without changing anything (no file created, no stale
+    /// file removed) and without waiting long for the lock: a few
+    /// non-blocking tries of a shared lock, `Ok(None)` if a job held it
+    /// throughout (the reader then keeps what it saw before). For the
+    /// monitor, which must not stall its round on the queue, and which
+    /// treats every file in it as untrusted: reads are bounded as in
+    /// [`Queue::jobs`] and a file that is not a job is only reported.
+    pub fn peek(&self) -> Result<Option<Peek>, String> {
+        if !self.exists() {
+            return Ok(Some(Peek::default()));
+        }
+        self.check_safe()?;
+        let path = self.dir.join("lock");
+        // Read-only and never created: a reader leaves no trace and wakes no one.
+        let _lock = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path) {
+            Ok(file) => {
+                let mut tries = 0;
+                loop {
+                    match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
+                        Ok(()) => break Some(file),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries + 1 < PEEK_TRIES => {
+                            tries += 1;
+                            std::thread::sleep(PEEK_PAUSE);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                        Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
+                    }
+                }
+            }
+            // No lock file: no job ever took it, so no job file is being written.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("cannot open the queue lock {}: {e}", path.display())),
+        };
+        let mut peek = Peek::default();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Ok(Some(peek)) };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()) else {
+                continue;
+            };
+            match read_job(&entry.path(), id, true) {
+                Ok(Some((job, true))) => peek.live.push(job),
+                Ok(Some((job, false))) => peek.ended.push(job),
+                Ok(None) => {}
+                Err(e) => peek.problems.push(format!("{}: {e}", entry.path().display())),
+            }
+        }
+        peek.live.sort_by_key(|j| j.id);
+        peek.ended.sort_by_key(|j| j.id);
+        Ok(Some(peek))
+    }
+}
+
 /// The job in `path` if its holder still lives, `None` if it is stale.
 fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
+    Ok(read_job(path, id, false)?.map(|(job, _)| job))
+}
+
+/// The job in `path` and whether its holder lives; a stale file is read
+/// only if `stale_too` (else `None`).
+fn read_job(path: &Path, id: u64, stale_too: bool) -> Result<Option<(Job, bool)>, String> {
     // Read-only, so that closing it wakes no waiting job.
     let mut file = OpenOptions::new()
         .read(true)
@@ -293,11 +369,12 @@ fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
     if !file.metadata().map_err(|e| e.to_string())?.is_file() {
         return Err("not a plain file".into());
     }
-    match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
-        Ok(()) => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+    let live = match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
+        Ok(()) if !stale_too => return Ok(None),
+        Ok(()) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
         Err(e) => return Err(format!("cannot test its lock: {e}")),
-    }
+    };
     // One read of what the file holds (a job is well under a page); a file
     // larger than MAX_JOB_BYTES is not one.
     let mut bytes = vec![0u8; MAX_JOB_BYTES + 1];
@@ -317,7 +394,7 @@ fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
     if job.id != id {
         return Err(format!("its name says job {id} but it holds job {}", job.id));
     }
-    Ok(Some(job))
+    Ok(Some((job, live)))
 }
 
 impl HeldJob {
@@ -434,6 +511,29 @@ mod tests {
         let shown = shown_command(&long);
         assert_eq!(shown.last().map(String::as_str), Some("…"));
         assert!(shown.iter().map(|a| a.len() + 1).sum::<usize>() <= MAX_COMMAND_BYTES + 4);
+    }
+
+    #[test]
+    fn a_peek_changes_nothing_and_tells_live_from_ended() {
+        let dir = temp_dir("peek");
+        let queue = Queue::at(&dir);
+        assert_eq!(queue.peek().unwrap().map(|p| p.live.len()), Some(0), "no queue yet: nothing");
+        queue.create().unwrap();
+        let lock = queue.lock().unwrap();
+        let held = queue.create_job(&job(5), &lock).unwrap();
+        let ended = queue.create_job(&job(6), &lock).unwrap();
+        drop(ended);
+        std::fs::write(queue.dir().join("7.job"), vec![b'x'; 100_000]).unwrap();
+        // Held exclusively by a writer: the peek gives up rather than wait.
+        assert!(queue.peek().unwrap().is_none());
+        drop(lock);
+        let peek = queue.peek().unwrap().unwrap();
+        assert_eq!(peek.live, vec![job(5)]);
+        assert_eq!(peek.ended, vec![job(6)]);
+        assert!(peek.problems.len() == 1 && peek.problems[0].contains("not a job file"), "{:?}", peek.problems);
+        assert!(queue.dir().join("6.job").exists(), "a peek removes nothing");
+        drop(held);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

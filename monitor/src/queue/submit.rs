@@ -29,9 +29,13 @@ fn overcommit_ratio() -> Result<f64, String> {
     }
 }
 
-/// What each device can hold, and what is committed on it.
+/// What each device can hold, and what is committed on it. A GPU split
+/// into MIG instances is not a device of its own: CUDA cannot use it
+/// whole, and its memory is its instances'; they are the devices.
 fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>) -> Vec<DeviceRoom> {
+    let partitioned: std::collections::HashSet<&str> = gpus.iter().filter_map(|g| g.parent_uuid.as_deref()).collect();
     gpus.iter()
+        .filter(|g| !partitioned.contains(g.uuid.as_str()))
         .map(|g| DeviceRoom {
             uuid: g.uuid.clone(),
             capacity_bytes: (g.total_bytes as f64 * overcommit) as u64,
@@ -131,12 +135,11 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
     check_program(&run.command[0])?;
     let queue = Queue::at(&dir);
     queue.create()?;
-    let watch = wait::QueueWatch::new(queue.dir());
     let (held, mut job) = enqueue(&queue, &submission, run)?;
     eprintln!("gpuslice: queued as job {} (gpuslice queue lists it, gpuslice cancel {} ends it)", job.id, job.id);
     let host = Host { dir, gpus, overcommit, capacity_bytes };
     let deadline = submission.timeout.map(|t| Instant::now() + t);
-    let devices = match wait_for_room(&queue, &held, &mut job, &host, &watch, deadline)? {
+    let devices = match wait_for_room(&queue, &held, &mut job, &host, deadline)? {
         Waited::Admitted(devices) => devices,
         Waited::TimedOut => {
             eprintln!("gpuslice: job {} gave up: it did not fit within --timeout", job.id);
@@ -184,9 +187,12 @@ fn wait_for_room(
     held: &store::HeldJob,
     job: &mut Job,
     host: &Host,
-    watch: &wait::QueueWatch,
     deadline: Option<Instant>,
 ) -> Result<Waited, String> {
+    // Made only once the job has to wait: a job that fits at once never
+    // pays for one (closing an inotify watch, as `exec` does, can take
+    // milliseconds while the kernel waits for its readers).
+    let mut watch: Option<wait::QueueWatch> = None;
     loop {
         let lock = queue.lock()?;
         let position = match look(queue, &lock, host, job.id) {
@@ -205,8 +211,15 @@ fn wait_for_room(
             return Ok(Waited::TimedOut);
         }
         drop(lock);
+        let Some(watch) = &watch else {
+            // Look again now that the watch sees every later change: one
+            // made between the first look and the watch would be missed.
+            watch = Some(wait::QueueWatch::new(queue.dir()));
+            continue;
+        };
         let recheck = watch.recheck_after(position);
         watch.wait(left.map_or(recheck, |l| l.min(recheck)));
+        std::thread::sleep(wait::stagger(position));
     }
 }
 
@@ -303,6 +316,19 @@ mod tests {
         std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         assert!(check_program(plain.to_str().unwrap()).is_err(), "not executable");
         let _ = std::fs::remove_file(&plain);
+    }
+
+    #[test]
+    fn a_mig_partitioned_gpu_offers_its_instances_not_itself() {
+        let gpu = |uuid: &str, parent: Option<&str>, total_bytes| GpuInfo {
+            uuid: uuid.into(),
+            parent_uuid: parent.map(String::from),
+            total_bytes,
+            ..GpuInfo::default()
+        };
+        let gpus = [gpu("GPU-0", None, 8), gpu("MIG-a", Some("GPU-0"), 4), gpu("MIG-b", Some("GPU-0"), 2), gpu("GPU-1", None, 8)];
+        let uuids: Vec<String> = rooms(&gpus, 1.0, &HashMap::new()).into_iter().map(|r| r.uuid).collect();
+        assert_eq!(uuids, ["MIG-a", "MIG-b", "GPU-1"]);
     }
 
     #[test]

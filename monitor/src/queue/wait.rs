@@ -31,6 +31,20 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 pub const RECHECK_WITHOUT_INOTIFY: Duration = Duration::from_secs(1);
 /// The longest a waiting job goes without looking.
 pub const RECHECK_CAP: Duration = Duration::from_secs(30);
+/// How much later than the job before it a woken job looks (see [`stagger`]).
+pub const STAGGER_STEP: Duration = Duration::from_micros(500);
+/// The longest a woken job holds back its look.
+pub const STAGGER_CAP: Duration = Duration::from_millis(50);
+
+/// How long a job with `position` jobs before it waits, once woken, before
+/// it looks. One event wakes every waiting job and their looks take the
+/// queue lock one at a time, in whatever order the kernel grants it; with
+/// 200 waiting, the job at the head could be the last to look. Holding
+/// back each job by its place lets the jobs most likely to start look
+/// first, which is what the time from room freed to job started depends on.
+pub fn stagger(position: usize) -> Duration {
+    STAGGER_STEP.saturating_mul(u32::try_from(position).unwrap_or(u32::MAX)).min(STAGGER_CAP)
+}
 
 /// What a waiting job sleeps on: an inotify watch on the queue directory,
 /// or, where none can be had, the clock.
@@ -146,6 +160,13 @@ mod tests {
         let start = Instant::now();
         clock.wait(Duration::from_millis(10));
         assert!(start.elapsed() >= Duration::from_millis(10));
+    }
+
+    #[test]
+    fn the_head_of_the_queue_looks_first_once_woken() {
+        assert_eq!(stagger(0), Duration::ZERO);
+        assert_eq!(stagger(4), 4 * STAGGER_STEP);
+        assert_eq!(stagger(usize::MAX), STAGGER_CAP);
     }
 
     #[test]
