@@ -440,7 +440,10 @@ impl TurnTable {
         let grace_ns = if h.released_by.load(Ordering::Relaxed) == me { 3 * HANDOFF_GRACE_NS } else { HANDOFF_GRACE_NS };
         let handoff_over = released_ns > now_ns.saturating_add(FUTURE_SLACK_NS) || now_ns.saturating_sub(released_ns) > grace_ns;
         if chosen != Some(m) && !handoff_over && holder == 0 {
-            return Enter::Wait { seq, timeout_ns: grace_ns };
+            // Looked at again soon: the chosen one may take the turn and be
+            // done with it well within the grace.
+            let timeout_ns = released_ns.saturating_add(grace_ns).saturating_sub(now_ns).clamp(100_000, IDLE_GRACE_NS);
+            return Enter::Wait { seq, timeout_ns };
         }
         if h.holder.compare_exchange(holder, me, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Enter::Wait { seq: h.turn_seq.load(Ordering::Acquire), timeout_ns: 100_000 };
