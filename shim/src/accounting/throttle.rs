@@ -418,9 +418,30 @@ struct Joined {
     /// up on one ([`ledger::turns::BYPASS_NS`]).
     bypass_until_ns: AtomicU64,
     warned_no_turn: AtomicBool,
+    /// Whether a tenant of higher priority was active here when last looked
+    /// at, and when that was (bucket time): the look scans the whole table,
+    /// so launches reuse it for [`OUTRANKED_TTL_NS`].
+    outranked: AtomicBool,
+    outranked_at_ns: AtomicU64,
 }
 
+/// How long a launch reuses the last look at whether a tenant of higher
+/// priority is active on the device.
+const OUTRANKED_TTL_NS: u64 = 1_000_000;
+
 impl Joined {
+    /// Whether a tenant of higher priority is active on the device (see
+    /// [`TurnTable::outranked`]), looked at most once per [`OUTRANKED_TTL_NS`].
+    fn outranked(&self, table: &TurnTable, member: usize, now_ns: u64) -> bool {
+        if now_ns.saturating_sub(self.outranked_at_ns.load(Ordering::Relaxed)) < OUTRANKED_TTL_NS {
+            return self.outranked.load(Ordering::Relaxed);
+        }
+        let outranked = table.outranked(member, now_ns);
+        self.outranked.store(outranked, Ordering::Relaxed);
+        self.outranked_at_ns.store(now_ns, Ordering::Relaxed);
+        outranked
+    }
+
     /// Whether this process has waited for a turn so long that it launches
     /// without one (the holder does not give the turn up): see
     /// `ledger::turns`. Says so once.
@@ -681,7 +702,12 @@ impl Runtime {
                 return Err(format!("the turn table of device {} is full", device.ordinal));
             };
             if let Some(seat) = self.throttle.seats.get(device.ledger_index) {
-                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0), bypass_until_ns: AtomicU64::new(0), warned_no_turn: AtomicBool::new(false) });
+                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0),
+                    bypass_until_ns: AtomicU64::new(0),
+                    warned_no_turn: AtomicBool::new(false),
+                    outranked: AtomicBool::new(false),
+                    outranked_at_ns: AtomicU64::new(0),
+                });
                 joined += 1;
             }
         }
@@ -891,7 +917,7 @@ impl Runtime {
             let mut full: Option<&Lane> = None;
             for plan in plans.iter_mut().flatten() {
                 if let Route::Lane(lane) = plan.route {
-                    let outranked = self.seat(plan.dev).is_some_and(|s| s.table.outranked(s.member, compute::monotonic_ns()));
+                    let outranked = self.seat(plan.dev).is_some_and(|s| s.joined.outranked(s.table, s.member, compute::monotonic_ns()));
                     match lane.claim(outranked) {
                         Some(pos) => plan.pos = Some(pos),
                         None => {
