@@ -60,7 +60,12 @@ pub fn fill_targets_from(snapshot: &mut Snapshot, mut members_of: impl FnMut(&[u
             let table = members
                 .entry(device.uuid.clone())
                 .or_insert_with(|| crate::nvml::uuid_bytes(&device.uuid).map(|uuid| members_of(&uuid)).unwrap_or_default());
-            let turns = table.iter().find(|m| m.key == key && m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
+            // The table is the tenants' to write: a weight past the whole
+            // device is garbage, and shown as the whole device at most.
+            let turns = table
+                .iter()
+                .find(|m| m.key == key && m.active)
+                .map(|m| f64::from(m.weight_e4.min(ledger::compute::WHOLE_DEVICE_RATIO_E4)) / 10_000.0);
             device.compute_target_ratio = turns.or(device.compute_limit_ratio).or(device.compute_share_ratio);
         }
     }
