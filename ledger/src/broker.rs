@@ -1,12 +1,25 @@
-//! Handing turn tables out: the monitor owns one sealed table per device
-//! ([`crate::turns::Turns`]) and passes its descriptor to any process that
-//! asks over a Unix socket in the ledger directory ([`socket_path`]).
+//! The arbiter's wire: how a process gets a device's grant page from the
+//! monitor and says what is its own.
 //!
-//! The request is the device's UUID, 16 bytes; the answer one status byte
-//! ([`OK`] or [`REFUSED`]) carrying the memfd (`SCM_RIGHTS`) when it is
-//! [`OK`]. A descriptor is the only way to share a memfd across users and
-//! containers that share the directory, and a sealed one cannot be cut
-//! short under the others by whoever holds it.
+//! A process connects to `<dir>/.arbiter.sock` once per device it uses and
+//! keeps the connection for its life. The connection is its own: no other
+//! process can write on it, and the monitor learns the peer's pid and uid
+//! from the kernel (`SO_PEERCRED`), never from the process.
+//!
+//! 1. The process sends a [`Hello`] ([`HELLO_BYTES`]): its tenant, the
+//!    index and generation of its ledger slot, and the device's UUID.
+//! 2. The monitor checks that the device is one NVML lists, and that the
+//!    peer holds that slot's lock in that tenant's ledger (the kernel's
+//!    word); it answers [`ANSWER_BYTES`], with the page's descriptor
+//!    (`SCM_RIGHTS`) and the tenant's member index when it accepts, or a
+//!    [`Refusal`] when it does not.
+//! 3. Then [`MESSAGE_BYTES`] messages, each an [`Op`] and a sequence number
+//!    (the process's own count, so that the monitor can drop one that was
+//!    overtaken): the process sends `Want`, `Busy`, `Idle` and `Done`, the
+//!    monitor sends `Revoke`.
+//!
+//! The socket is the same in both layouts: in `tenant-dirs` each tenant's
+//! directory has its own, and the directory names the tenant.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -15,24 +28,30 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::turns::Turns;
+use crate::grants::Grants;
 
-/// The answer's status byte when a descriptor comes with it.
-pub const OK: u8 = 1;
-/// The answer's status byte when the monitor has no table to give.
-pub const REFUSED: u8 = 0;
-/// How long a client waits for the monitor's answer.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a process waits for the monitor's answer.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// `b"GSH1"`.
+const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GSH1");
+/// The hello's size.
+pub const HELLO_BYTES: usize = 96;
+/// The answer's size.
+pub const ANSWER_BYTES: usize = 8;
+/// Every later message's size.
+pub const MESSAGE_BYTES: usize = 8;
+/// The longest tenant name (`[A-Za-z0-9._-]{1,63}`).
+const TENANT_BYTES: usize = 64;
 
-/// `<dir>/.turns.sock`.
+/// `<dir>/.arbiter.sock`.
 pub fn socket_path(dir: &Path) -> PathBuf {
-    dir.join(".turns.sock")
+    dir.join(".arbiter.sock")
 }
 
 /// The longest path a Unix socket address holds, less its NUL.
 const SUN_PATH_MAX: usize = 107;
 
-/// Runs `f` with a path to `<dir>/.turns.sock` short enough for a socket
+/// Runs `f` with a path to `<dir>/.arbiter.sock` short enough for a socket
 /// address: the path itself, or, in a directory whose path is too long,
 /// the same file through `/proc/self/fd/<N>` of a descriptor of `dir`.
 pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
@@ -44,83 +63,289 @@ pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(dir)?;
-    let short = PathBuf::from(format!("/proc/self/fd/{}/.turns.sock", dir_fd.as_raw_fd()));
+    let short = PathBuf::from(format!("/proc/self/fd/{}/.arbiter.sock", dir_fd.as_raw_fd()));
     let result = f(&short);
     drop(dir_fd);
     result
 }
 
-/// Asks the monitor listening in `dir` for the turn table of `uuid`.
-pub fn request(dir: &Path, uuid: &[u8; 16]) -> Result<Turns, String> {
+/// What a process says when it connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub tenant: String,
+    pub slot: u32,
+    pub generation: u32,
+    pub uuid: [u8; 16],
+}
+
+impl Hello {
+    pub fn encode(&self) -> [u8; HELLO_BYTES] {
+        let mut out = [0u8; HELLO_BYTES];
+        out[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&1u32.to_le_bytes());
+        out[8..12].copy_from_slice(&self.slot.to_le_bytes());
+        out[12..16].copy_from_slice(&self.generation.to_le_bytes());
+        out[16..32].copy_from_slice(&self.uuid);
+        let name = self.tenant.as_bytes();
+        let n = name.len().min(TENANT_BYTES - 1);
+        out[32..32 + n].copy_from_slice(&name[..n]);
+        out
+    }
+
+    /// Reads a hello; `None` for anything malformed (wrong magic or
+    /// version, a tenant name that is not `[A-Za-z0-9._-]{1,63}`).
+    pub fn decode(bytes: &[u8; HELLO_BYTES]) -> Option<Hello> {
+        let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        if word(0) != HELLO_MAGIC || word(4) != 1 {
+            return None;
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&bytes[16..32]);
+        let name = &bytes[32..32 + TENANT_BYTES];
+        let len = name.iter().position(|&b| b == 0)?;
+        let tenant = std::str::from_utf8(&name[..len]).ok()?;
+        let valid = !tenant.is_empty() && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        valid.then(|| Hello { tenant: tenant.to_string(), slot: word(8), generation: word(12), uuid })
+    }
+}
+
+/// Why the monitor refused a hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Refusal {
+    Malformed = 1,
+    /// No device NVML lists has that UUID.
+    UnknownDevice = 2,
+    /// The peer does not hold that slot's lock in that tenant's ledger.
+    NotYourSlot = 3,
+    /// The device has [`crate::grants::MAX_MEMBERS`] tenants already.
+    Full = 4,
+    /// Too many connections from the peer's user.
+    TooMany = 5,
+    /// The monitor could not make the page.
+    Internal = 6,
+}
+
+impl Refusal {
+    pub fn from_u8(value: u8) -> Refusal {
+        match value {
+            1 => Refusal::Malformed,
+            2 => Refusal::UnknownDevice,
+            3 => Refusal::NotYourSlot,
+            4 => Refusal::Full,
+            5 => Refusal::TooMany,
+            _ => Refusal::Internal,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "the request was malformed",
+            Refusal::UnknownDevice => "the monitor does not know the device",
+            Refusal::NotYourSlot => "the monitor could not tie this process to its ledger slot",
+            Refusal::Full => "the device has the most tenants it can arbitrate",
+            Refusal::TooMany => "this user has the most connections the monitor allows",
+            Refusal::Internal => "the monitor could not make the device's grant page",
+        }
+    }
+}
+
+/// What flows after the hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// The process has work and no grant.
+    Want = b'W',
+    /// The process launches under its tenant's grant.
+    Busy = b'B',
+    /// The process launched nothing for a while and its work is done.
+    Idle = b'I',
+    /// After a revoke: the process's work is done.
+    Done = b'D',
+    /// Monitor to process: stop launching, finish your work, say `Done`.
+    Revoke = b'R',
+}
+
+impl Op {
+    pub fn from_u8(value: u8) -> Option<Op> {
+        [Op::Want, Op::Busy, Op::Idle, Op::Done, Op::Revoke].into_iter().find(|op| *op as u8 == value)
+    }
+}
+
+/// One message: an op and a sequence number.
+pub fn encode(op: Op, seq: u32) -> [u8; MESSAGE_BYTES] {
+    let mut out = [0u8; MESSAGE_BYTES];
+    out[0] = op as u8;
+    out[4..8].copy_from_slice(&seq.to_le_bytes());
+    out
+}
+
+/// Reads one message; `None` for an unknown op.
+pub fn decode(bytes: &[u8; MESSAGE_BYTES]) -> Option<(Op, u32)> {
+    Some((Op::from_u8(bytes[0])?, u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]])))
+}
+
+/// A process's connection for one device, once the monitor accepted it.
+#[derive(Debug)]
+pub struct Joined {
+    pub stream: UnixStream,
+    pub grants: Grants,
+    pub member: u32,
+}
+
+/// Connects to the monitor listening in `dir` and asks for `hello.uuid`'s
+/// grant page.
+pub fn join(dir: &Path, hello: &Hello) -> Result<Joined, String> {
+    let path = socket_path(dir);
+    let mut stream =
+        with_socket_path(dir, |p| UnixStream::connect(p)).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
+    // Only the monitor may answer: root, or the directory's owner (the
+    // monitor made it). Anybody else who bound a socket at that path while
+    // no monitor ran could hand out pages that freeze their readers.
+    let server = peer(stream.as_raw_fd()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
+    if server.uid != 0 && server.uid != owner {
+        return Err(format!(
+            "{} is served by uid {}, neither root nor the directory's owner (uid {owner}): not the monitor's, ignored",
+            path.display(),
+            server.uid
+        ));
+    }
+    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
+    stream.write_all(&hello.encode()).map_err(|e| format!("asking {}: {e}", path.display()))?;
+    let (answer, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let _ = stream.set_read_timeout(None);
+    match (answer[0], fd) {
+        (OK, Some(fd)) => {
+            let grants = Grants::from_fd(fd)?;
+            let member = u32::from_le_bytes([answer[4], answer[5], answer[6], answer[7]]);
+            if member as usize >= crate::grants::MAX_MEMBERS {
+                return Err(format!("the monitor at {} answered member {member}", path.display()));
+            }
+            Ok(Joined { stream, grants, member })
+        }
+        (_, _) => Err(format!("the monitor at {} refused: {}", path.display(), Refusal::from_u8(answer[1]).describe())),
+    }
+}
+
+/// The slot a [`Hello`] names to ask for a page only to read it (`gpuslice
+/// status`): the monitor answers its own user and root alone, with member
+/// [`VIEWER`], and closes the connection.
+pub const VIEWER_SLOT: u32 = u32::MAX;
+/// The member index a viewer is answered with.
+pub const VIEWER: u32 = u32::MAX;
+
+/// Asks the monitor listening in `dir` for `uuid`'s page, to read it.
+pub fn view(dir: &Path, uuid: &[u8; 16]) -> Result<Grants, String> {
+    let hello = Hello { tenant: "viewer".into(), slot: VIEWER_SLOT, generation: 0, uuid: *uuid };
     let path = socket_path(dir);
     let mut stream =
         with_socket_path(dir, |p| UnixStream::connect(p)).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    stream.write_all(uuid).map_err(|e| format!("asking {}: {e}", path.display()))?;
-    let (status, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    match (status, fd) {
-        (OK, Some(fd)) => Turns::from_fd(fd),
-        _ => Err(format!("the monitor at {} has no turn table for this device", path.display())),
+    stream.write_all(&hello.encode()).map_err(|e| format!("asking {}: {e}", path.display()))?;
+    match receive_fd(stream.as_raw_fd()).map_err(|e| format!("reading {}: {e}", path.display()))? {
+        (answer, Some(fd)) if answer[0] == OK => Grants::from_fd(fd),
+        (answer, _) => Err(format!("the monitor at {} refused: {}", path.display(), Refusal::from_u8(answer[1]).describe())),
     }
 }
 
-/// Reads the request of one client: the UUID it asks for.
-pub fn read_request(stream: &mut UnixStream) -> io::Result<[u8; 16]> {
-    let mut uuid = [0u8; 16];
-    stream.read_exact(&mut uuid)?;
-    Ok(uuid)
+/// The answer's status when a descriptor comes with it.
+pub const OK: u8 = 1;
+/// The answer's status for a refusal.
+pub const REFUSED: u8 = 0;
+
+/// Reads a hello from a blocking stream.
+pub fn read_hello(stream: &mut UnixStream) -> io::Result<[u8; HELLO_BYTES]> {
+    let mut hello = [0u8; HELLO_BYTES];
+    stream.read_exact(&mut hello)?;
+    Ok(hello)
 }
 
-/// Answers one client with `fd`, or with a refusal.
-pub fn answer(stream: &UnixStream, fd: Option<RawFd>) -> io::Result<()> {
-    match fd {
-        Some(fd) => send_fd(stream.as_raw_fd(), OK, fd),
-        None => {
-            let mut s = stream;
-            s.write_all(&[REFUSED])
-        }
+/// Accepts a process: its member index and the page's descriptor.
+pub fn accept(socket: RawFd, member: u32, fd: RawFd) -> io::Result<()> {
+    let mut answer = [0u8; ANSWER_BYTES];
+    answer[0] = OK;
+    answer[4..8].copy_from_slice(&member.to_le_bytes());
+    send_fd(socket, &answer, Some(fd))
+}
+
+/// Refuses a process.
+pub fn refuse(socket: RawFd, why: Refusal) -> io::Result<()> {
+    let answer = [REFUSED, why as u8, 0, 0, 0, 0, 0, 0];
+    send_fd(socket, &answer, None)
+}
+
+/// Sends one message on a connection.
+pub fn send(stream: &UnixStream, op: Op, seq: u32) -> io::Result<()> {
+    let mut s = stream;
+    s.write_all(&encode(op, seq))
+}
+
+/// The credentials the kernel holds for the other end of a Unix socket:
+/// the client's at `connect`, or, asked by a client, the server's at
+/// `listen` (pid in the asker's PID namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: u32,
+    pub uid: u32,
+}
+
+pub fn peer(socket: RawFd) -> io::Result<Peer> {
+    // SAFETY: an all-zero ucred is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a ucred of the size we pass.
+    let r = unsafe { libc::getsockopt(socket, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(Peer { pid: cred.pid as u32, uid: cred.uid })
 }
 
 const CMSG_SPACE: usize = 64;
 
-fn send_fd(socket: RawFd, status: u8, fd: RawFd) -> io::Result<()> {
-    let mut byte = [status];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+fn send_fd(socket: RawFd, bytes: &[u8; ANSWER_BYTES], fd: Option<RawFd>) -> io::Result<()> {
+    let mut data = *bytes;
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
     let mut control = [0u8; CMSG_SPACE];
     // SAFETY: an all-zero msghdr is valid; every pointer set below points
     // into live locals that outlive the sendmsg call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure computation.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    // SAFETY: msg_control points at a buffer of at least msg_controllen
-    // bytes, so the first header and its data fit.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(io::Error::from(io::ErrorKind::Other));
+    if let Some(fd) = fd {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE is a pure computation.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        // SAFETY: msg_control points at a buffer of at least msg_controllen
+        // bytes, so the first header and its data fit.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if cmsg.is_null() {
+                return Err(io::Error::from(io::ErrorKind::Other));
+            }
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
         }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
     }
     // SAFETY: a valid socket and a fully initialised msghdr.
-    let sent = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
-    if sent == 1 {
+    let sent = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if sent == ANSWER_BYTES as isize {
         Ok(())
-    } else {
+    } else if sent < 0 {
         Err(io::Error::last_os_error())
+    } else {
+        Err(io::Error::from(io::ErrorKind::WriteZero))
     }
 }
 
-fn receive_fd(socket: RawFd) -> io::Result<(u8, Option<OwnedFd>)> {
-    let mut byte = [0u8];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], Option<OwnedFd>)> {
+    let mut data = [0u8; ANSWER_BYTES];
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
     let mut control = [0u8; CMSG_SPACE];
     // SAFETY: as in send_fd.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -129,9 +354,9 @@ fn receive_fd(socket: RawFd) -> io::Result<(u8, Option<OwnedFd>)> {
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = CMSG_SPACE;
     // SAFETY: a valid socket and a msghdr whose buffers are live locals.
-    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if received != 1 {
-        return Err(if received == 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
+    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL) };
+    if received != ANSWER_BYTES as isize {
+        return Err(if received >= 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
     }
     let mut fd = None;
     // SAFETY: the kernel filled msg_control with msg_controllen bytes of
@@ -149,13 +374,12 @@ fn receive_fd(socket: RawFd) -> io::Result<(u8, Option<OwnedFd>)> {
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((byte[0], fd))
+    Ok((data, fd))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_socket_in_a_directory_with_a_long_path_is_reached_through_its_descriptor() {
@@ -169,24 +393,54 @@ mod tests {
     }
 
     #[test]
-    fn a_table_handed_over_a_socket_is_the_same_table() {
+    fn hellos_round_trip_and_malformed_ones_are_refused() {
+        let hello = Hello { tenant: "team-a.x_1".into(), slot: 7, generation: 9, uuid: [3; 16] };
+        assert_eq!(Hello::decode(&hello.encode()), Some(hello.clone()));
+        let mut bad = hello.encode();
+        bad[32] = b'/';
+        assert_eq!(Hello::decode(&bad), None, "a tenant name with a slash");
+        let mut unterminated = hello.encode();
+        unterminated[32..96].fill(b'a');
+        assert_eq!(Hello::decode(&unterminated), None, "a name of 64 bytes");
+        let mut empty = hello.encode();
+        empty[32] = 0;
+        assert_eq!(Hello::decode(&empty), None, "an empty name");
+        let mut magic = hello.encode();
+        magic[0] ^= 1;
+        assert_eq!(Hello::decode(&magic), None);
+        assert_eq!(decode(&encode(Op::Busy, 77)), Some((Op::Busy, 77)));
+        assert_eq!(decode(&[b'x', 0, 0, 0, 0, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn a_page_handed_over_a_socket_is_the_same_page_read_only() {
         let dir = std::env::temp_dir().join(format!("gpuslice-broker-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let listener = std::os::unix::net::UnixListener::bind(socket_path(&dir)).unwrap();
-        let turns = Turns::create_sealed("test").unwrap();
-        let fd = turns.fd();
+        let grants = Grants::create_sealed("test").unwrap();
+        let fd = grants.fd();
         let server = std::thread::spawn(move || {
             for (i, stream) in listener.incoming().take(2).enumerate() {
                 let mut stream = stream.unwrap();
-                let uuid = read_request(&mut stream).unwrap();
-                assert_eq!(uuid, [7; 16]);
-                answer(&stream, (i == 0).then_some(fd)).unwrap();
+                let hello = Hello::decode(&read_hello(&mut stream).unwrap()).unwrap();
+                assert_eq!(hello.uuid, [7; 16]);
+                if i == 0 {
+                    accept(stream.as_raw_fd(), 5, fd).unwrap();
+                    let mut message = [0u8; MESSAGE_BYTES];
+                    stream.read_exact(&mut message).unwrap();
+                    assert_eq!(decode(&message), Some((Op::Want, 1)));
+                } else {
+                    refuse(stream.as_raw_fd(), Refusal::NotYourSlot).unwrap();
+                }
             }
         });
-        let theirs = request(&dir, &[7; 16]).unwrap();
-        theirs.table().header.turns_total.store(42, Ordering::Relaxed);
-        assert_eq!(turns.table().header.turns_total.load(Ordering::Relaxed), 42);
-        assert!(request(&dir, &[7; 16]).unwrap_err().contains("no turn table"));
+        let hello = Hello { tenant: "t".into(), slot: 0, generation: 1, uuid: [7; 16] };
+        let joined = join(&dir, &hello).unwrap();
+        assert_eq!(joined.member, 5);
+        grants.page().header.turns_total.store(42, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(joined.grants.page().header.turns_total.load(std::sync::atomic::Ordering::Relaxed), 42);
+        send(&joined.stream, Op::Want, 1).unwrap();
+        assert!(join(&dir, &hello).unwrap_err().contains("could not tie this process"));
         server.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

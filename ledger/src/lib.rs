@@ -57,7 +57,7 @@ pub mod compute;
 mod error;
 pub mod guard;
 pub mod layout;
-pub mod turns;
+pub mod grants;
 mod ofd;
 mod open;
 pub mod process;

@@ -439,6 +439,7 @@ mod tests {
                     utilization_ratio: Some(0.25),
                     parent_uuid: None,
                     mig_profile: None,
+                    arbitrated: None,
                 },
                 DeviceView {
                     index: 1,
@@ -448,6 +449,7 @@ mod tests {
                     utilization_ratio: Some(1.0),
                     parent_uuid: None,
                     mig_profile: None,
+                    arbitrated: None,
                 },
             ],
             tenants: vec![

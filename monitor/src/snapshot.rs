@@ -29,6 +29,10 @@ pub struct DeviceView {
     /// A MIG device's profile, such as `3g.71gb` (NVML only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_profile: Option<String>,
+    /// Whether the monitor arbitrates its time (some tenant there has a
+    /// compute setting); `None` when the monitor holds no grant page for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arbitrated: Option<bool>,
 }
 
 /// A tenant on one device.
@@ -190,6 +194,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                 utilization_ratio: gpu.utilization_ratio,
                 parent_uuid: gpu.parent_uuid.clone(),
                 mig_profile: gpu.mig_profile.clone(),
+                arbitrated: None,
             },
         );
     }
@@ -211,6 +216,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                 utilization_ratio: None,
                 parent_uuid: None,
                 mig_profile: None,
+                arbitrated: None,
             });
         }
         let slots = ledger.slots();

@@ -177,11 +177,14 @@ impl Sampler {
         };
         let refs: Vec<&Ledger> = ledgers.iter().collect();
         let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut self.locks);
-        self.compute.fill(&mut snapshot, Instant::now());
-        // Targets come from the monitor's turn tables, when one runs.
-        crate::daemon::compute::fill_targets_from(&mut snapshot, |uuid| {
-            ledger::broker::request(dir, uuid).map(|t| t.table().members_view(ledger::compute::monotonic_ns())).unwrap_or_default()
+        // Settings, targets and charged time come from the monitor's grant
+        // pages, when one runs (it answers root and its own user).
+        let names: Vec<String> = snapshot.tenants.iter().map(|t| t.name.clone()).collect();
+        crate::daemon::compute::fill_from_reports(&mut snapshot, |uuid| {
+            let grants = ledger::broker::view(dir, uuid).ok()?;
+            Some(crate::daemon::arbiter::DeviceReport::from_page(grants.page(), &names))
         });
+        self.compute.fill(&mut snapshot, Instant::now());
         Ok(View { dir: dir.clone(), snapshot, notes, warnings })
     }
 }

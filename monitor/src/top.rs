@@ -532,6 +532,7 @@ mod tests {
             utilization_ratio: Some(0.25),
             parent_uuid: parent.map(Into::into),
             mig_profile: profile.map(Into::into),
+            arbitrated: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! Loaded with `LD_PRELOAD` into a tenant's processes, it holds the tenant
 //! to its memory cap on every device allocation path and shows the
 //! application the cap as if it were the whole GPU, and holds its launches
-//! to its compute limit on each device (`accounting::throttle`).
+//! to its tenant's share of each device's time (`compute`).
 //!
 //! # How a call flows
 //! A driver or NVML call reaches an exported hook (`hooks/`) by direct
@@ -55,6 +55,7 @@
 #[macro_use]
 mod log;
 pub mod accounting;
+pub mod compute;
 pub mod config;
 mod ffi;
 mod guard;
@@ -204,15 +205,11 @@ fn initialise() -> (u8, Result<(), CUresult>) {
             };
         }
     };
-    let scheduled = devices.iter().any(|d| {
-        let policy = ledger.compute_policy(d.ledger_index);
-        policy.share_ratio_e4 > 0 || policy.priority != 0
-    });
-    let governed = scheduled || devices.iter().any(|d| ledger::compute::is_limiting(ledger.compute_limit_ratio_e4(d.ledger_index)));
-    let runtime = Box::new(Runtime::new(ledger, slot, devices));
-    let joined = join_turns(&runtime, config, scheduled, !governed);
-    accounting::throttle::set_governed(governed || joined);
-    RUNTIME.store(Box::into_raw(runtime), Ordering::Release);
+    let runtime: &'static Runtime = Box::leak(Box::new(Runtime::new(ledger, slot, devices)));
+    RUNTIME.store(runtime as *const Runtime as *mut Runtime, Ordering::Release);
+    // Every device is asked for, so that whoever on it has a setting is
+    // arbitrated; the bucket governs only where the monitor does not.
+    compute::join::join_all(runtime);
     info!(
         "tenant {:?}, ledger {}, ready in {} us",
         config.tenant,
@@ -220,31 +217,6 @@ fn initialise() -> (u8, Result<(), CUresult>) {
         started.elapsed().as_micros()
     );
     (READY, Ok(()))
-}
-
-/// Takes the devices' turns (`ledger::turns`), from the monitor's tables:
-/// shares and priorities need them; a limit alone holds without. A tenant
-/// with no compute setting (`only_contended`) takes turns only where other
-/// tenants have one. Returns whether it joined any.
-fn join_turns(runtime: &Runtime, config: &Config, scheduled: bool, only_contended: bool) -> bool {
-    match runtime.join_turns(&config.tenant, &config.dir, only_contended) {
-        Ok(0) => false,
-        Ok(devices) => {
-            info!("taking turns on {devices} device(s)");
-            true
-        }
-        Err(e) if scheduled => {
-            warn!(
-                "compute shares and priorities are arbitrated by the monitor, and {e}: this process runs without them \
-                 (its compute limit, if any, still holds)"
-            );
-            false
-        }
-        Err(e) => {
-            debug!("no turn tables ({e})");
-            false
-        }
-    }
 }
 
 enum Failure {
@@ -345,6 +317,10 @@ unsafe extern "C" fn after_fork_in_child() {
         if let Some(rt) = unsafe { ptr.as_ref() } {
             ffi::close_fd(rt.ledger.lock_fd());
         }
+        // The monitor's connections are the parent's: the child closes its
+        // copies (so the parent's exit still closes them) and joins anew.
+        compute::gate::forget_all();
+        compute::helper::forget();
         if matches!(STATE.load(Ordering::Acquire), READY | INITIALISING) {
             STATE.store(UNINIT, Ordering::Release);
         }

@@ -291,6 +291,15 @@ pub fn stream_synchronize(stream: CUstream, per_thread: bool) -> CUresult {
     }
 }
 
+/// Waits for everything context `ctx` has queued, from a thread where
+/// another context (or none) is current.
+pub fn ctx_synchronize_in(ctx: CUcontext) -> CUresult {
+    match with_context(ctx, || out(call!(cuda(), cuCtxSynchronize()), ())) {
+        Ok(()) => CUDA_SUCCESS,
+        Err(r) => r,
+    }
+}
+
 /// The device of context `ctx`: pushed, asked, popped (the calling thread's
 /// current context is unchanged afterwards).
 pub fn context_device(ctx: CUcontext) -> Result<CUdevice, CUresult> {

@@ -1,13 +1,17 @@
-//! The device time each tenant's shims charged against its compute limit,
-//! as a ratio of wall time over the last round.
+//! Compute figures per tenant and device: the arbiter's settings, targets
+//! and charged device time ([`fill_from_arbiter`]), and the used ratio, the
+//! growth of charged time over wall time each round ([`ComputeState`]).
 //!
-//! The shims add what each kernel took on the device (its two events'
-//! elapsed time) to a counter in the tenant's ledger; the monitor reads the
-//! counter every round and divides its growth by the round's wall time.
-//! The counter is the tenant's to write, so the figure is for watching, not
-//! for judging.
+//! Where the arbiter knows a tenant on a device, every figure is the
+//! monitor's own. Elsewhere (a tenant that runs without the monitor's
+//! arbitration, under a limit its own processes keep) the charged time is
+//! the counter the tenant's processes write in its ledger: for watching,
+//! not for judging.
 
-use super::turns::TurnTables;
+use super::arbiter::{sched::Claim, DeviceReport, Shared};
+use crate::config::Config;
+use crate::nvml::{any_uuid_bytes, GpuInfo};
+use ledger::compute::WHOLE_DEVICE_RATIO_E4;
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -43,30 +47,71 @@ impl ComputeState {
     }
 }
 
-/// Sets each tenant device's `compute_target_ratio`: the weight the
-/// device's turn table gave the tenant while it is active there, else its
-/// limit or, failing that, its share (what it is due when it comes back).
-pub fn fill_targets(snapshot: &mut Snapshot, tables: &TurnTables) {
-    fill_targets_from(snapshot, |uuid| tables.members(uuid));
+/// Hands the arbiter what this round learnt: the devices NVML lists (kept
+/// as they were while NVML fails), the configuration's compute settings by
+/// tenant and device, and the tenants' directories.
+pub fn share_with_arbiter(shared: &Shared, config: &Config, dir: &std::path::Path, gpus: Option<&[GpuInfo]>, with_nvml: bool) {
+    if let Some(gpus) = gpus {
+        let uuids = gpus.iter().filter_map(|g| any_uuid_bytes(&g.uuid)).collect();
+        *shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()) = Some(uuids);
+    } else if !with_nvml {
+        *shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    let known: Vec<[u8; 16]> =
+        shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten().copied().collect::<Vec<_>>();
+    let index_of = |uuid: &[u8; 16]| gpus.and_then(|g| g.iter().find(|d| any_uuid_bytes(&d.uuid).as_ref() == Some(uuid)).map(|d| d.index));
+    let mut configured = HashMap::new();
+    for (tenant, tenant_config) in &config.tenants {
+        let mut devices = HashMap::new();
+        for uuid in known.iter().chain(shared.views.lock().unwrap_or_else(|e| e.into_inner()).keys()) {
+            let text = gpus
+                .and_then(|g| g.iter().find(|d| any_uuid_bytes(&d.uuid).as_ref() == Some(uuid)).map(|d| d.uuid.clone()))
+                .unwrap_or_else(|| crate::nvml::uuid_string(uuid));
+            if let Some(p) = tenant_config.compute_for(&text, index_of(uuid)) {
+                devices.insert(*uuid, Claim { share_e4: p.share_ratio_e4, limit_e4: p.limit_ratio_e4, priority: p.priority });
+            }
+        }
+        configured.insert(tenant.clone(), devices);
+    }
+    *shared.configured.lock().unwrap_or_else(|e| e.into_inner()) = configured;
+    let tenants = crate::discovery::tenants_dir(dir);
+    let dirs: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&tenants)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| Some((e.file_name().to_str()?.to_string(), e.path())))
+        .collect();
+    *shared.tenant_dirs.lock().unwrap_or_else(|e| e.into_inner()) = dirs;
 }
 
-/// [`fill_targets`] with each device's members from `members_of` (the
-/// monitor's own tables, or those `gpuslice status` asks the monitor for).
-pub fn fill_targets_from(snapshot: &mut Snapshot, mut members_of: impl FnMut(&[u8; 16]) -> Vec<ledger::turns::MemberView>) {
-    let mut members: HashMap<String, Vec<ledger::turns::MemberView>> = HashMap::new();
+/// Fills each tenant device the arbiter knows with the arbiter's figures,
+/// never the tenant's: its settings (configured or pinned), its target
+/// (its weight while active, else its limit or share), and the device time
+/// it was charged (`compute_busy_ns_total`, from which the used ratio comes).
+pub fn fill_from_arbiter(snapshot: &mut Snapshot, shared: &Shared) {
+    fill_from_reports(snapshot, |uuid| shared.report(uuid));
+}
+
+/// [`fill_from_arbiter`] with each device's report from `report_of`.
+pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8; 16]) -> Option<DeviceReport>) {
+    let mut reports: HashMap<String, Option<DeviceReport>> = HashMap::new();
+    for device in &mut snapshot.devices {
+        let report = reports.entry(device.uuid.clone()).or_insert_with(|| any_uuid_bytes(&device.uuid).and_then(|u| report_of(&u)));
+        device.arbitrated = report.as_ref().map(|r| r.arbitrated);
+    }
     for tenant in &mut snapshot.tenants {
-        let key = ledger::turns::tenant_key(&tenant.name);
         for device in &mut tenant.devices {
-            let table = members
-                .entry(device.uuid.clone())
-                .or_insert_with(|| crate::nvml::uuid_bytes(&device.uuid).map(|uuid| members_of(&uuid)).unwrap_or_default());
-            // The table is the tenants' to write: a weight past the whole
-            // device is garbage, and shown as the whole device at most.
-            let turns = table
-                .iter()
-                .find(|m| m.key == key && m.active)
-                .map(|m| f64::from(m.weight_e4.min(ledger::compute::WHOLE_DEVICE_RATIO_E4)) / 10_000.0);
-            device.compute_target_ratio = turns.or(device.compute_limit_ratio).or(device.compute_share_ratio);
+            let report = reports.entry(device.uuid.clone()).or_insert_with(|| any_uuid_bytes(&device.uuid).and_then(|u| report_of(&u)));
+            let Some(member) = report.as_ref().and_then(|r| r.members.iter().find(|(name, _)| *name == tenant.name)).map(|(_, m)| *m) else {
+                continue;
+            };
+            let ratio = |e4: u32| (e4 > 0).then(|| f64::from(e4.min(WHOLE_DEVICE_RATIO_E4)) / 10_000.0);
+            device.compute_share_ratio = ratio(member.claim.share_e4);
+            device.compute_limit_ratio = ratio(member.claim.limit_e4).filter(|_| ledger::compute::is_limiting(member.claim.limit_e4));
+            device.compute_priority = member.claim.priority;
+            device.compute_busy_ns_total = member.served_ns_total;
+            device.compute_target_ratio = if member.active { ratio(member.weight_e4) } else { device.compute_limit_ratio.or(device.compute_share_ratio) };
         }
     }
 }

@@ -20,8 +20,8 @@
 //! rebuilds its view from them and loses nothing.
 
 mod audit;
+pub(crate) mod arbiter;
 pub(crate) mod compute;
-pub(crate) mod turns;
 mod http;
 mod ledgers;
 pub mod log;
@@ -164,12 +164,13 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     println!("listen={local}");
     let _ = std::io::stdout().flush();
 
-    // Without the turn tables, limits and caps still hold; shares and
-    // priorities do not, and the tenants that have them say so.
-    let turn_tables = turns::TurnTables::serve(&dir).unwrap_or_else(|e| {
-        log::warn(&format!("{e}; compute shares and priorities are not arbitrated"));
-        turns::TurnTables::default()
-    });
+    // Without the arbiter, caps still hold; compute settings are then kept
+    // by the tenants' own processes (limits) or not at all (shares), and
+    // each process says so.
+    let arbiter_shared = Arc::new(arbiter::Shared::default());
+    if let Err(e) = arbiter::start(&dir, args.host.layout, Arc::clone(&arbiter_shared)) {
+        log::warn(&format!("{e}; device time is not arbitrated"));
+    }
     let mut policy_state = policy::PolicyState::new(&dir)?;
     let mut ledgers = ledgers::LedgerSet::new(dir.clone(), &args.host)?;
     let mut lock_cache = crate::host::LockCache::default();
@@ -216,6 +217,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             None => None,
         };
         policy_state.apply(&config, &mut ledgers, gpus.as_deref());
+        compute::share_with_arbiter(&arbiter_shared, &config, &dir, gpus.as_deref(), gpu_reader.is_some());
 
         for ledger in ledgers.ledgers() {
             reclaim(ledger);
@@ -223,8 +225,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
+        compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
-        compute::fill_targets(&mut snap, &turn_tables);
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());

@@ -150,6 +150,7 @@ mod tests {
             utilization_ratio: None,
             parent_uuid: None,
             mig_profile: None,
+            arbitrated: None,
         }];
         snapshot
     }

@@ -198,20 +198,26 @@ fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<S
     out += &format!("{:<11} {:>21}  {:>9} {:>7} {:>7}  {:>10}\n", "TENANT", "MEMORY used / cap", "SETTING", "TARGET", "USED", "HELD BACK");
     let files = crate::discovery::ledger_files(&dir).unwrap_or_default();
     let uuid = files.iter().find_map(|f| Ledger::open(&f.path).ok().and_then(|l| l.devices().first().map(|d| d.uuid)));
-    let members = uuid.and_then(|u| ledger::broker::request(&dir, &u).ok()).map(|t| t.table().members_view(ledger::compute::monotonic_ns())).unwrap_or_default();
+    let members = uuid
+        .and_then(|u| ledger::broker::view(&dir, &u).ok())
+        .map(|g| crate::daemon::arbiter::sched::MemberView::of_page(g.page()))
+        .unwrap_or_default();
     for file in &files {
         let Ok(ledger) = Ledger::open(&file.path) else { continue };
         let tenant = ledger.tenant();
         let policy = ledger.compute_policy(0);
-        let busy_ns = ledger.busy_ns_total(0);
+        let key = ledger::grants::tenant_key(&tenant);
+        let member = members.iter().find(|m| m.key == key);
+        // The monitor's charge where it arbitrates the tenant, else the
+        // tenant's own count.
+        let busy_ns = member.map_or_else(|| ledger.busy_ns_total(0), |m| m.served_ns_total);
         let entry = seen.entry(tenant.clone()).or_default();
         let used = entry.last_busy_ns.map(|b| busy_ns.saturating_sub(b) as f64 / wall_ns.max(1.0));
         entry.last_busy_ns = Some(busy_ns);
         if let Some(used) = used {
             entry.used.push((at_s, used));
         }
-        let key = ledger::turns::tenant_key(&tenant);
-        entry.target = members.iter().find(|m| m.key == key && m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
+        entry.target = member.filter(|m| m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
         let cap = ledger.memory_limit_bytes(0);
         let setting = match (policy.share_ratio_e4, policy.priority) {
             (0, 0) => "-".to_string(),

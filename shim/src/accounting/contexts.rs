@@ -21,7 +21,7 @@
 //! and never on the allocation or launch path.
 
 use abi::cuda::*;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use super::devices::contexts_changed;
 use super::{lock, Device, Kind, Runtime};
@@ -48,24 +48,49 @@ pub(super) struct Contexts {
     created: Mutex<Vec<ContextRecord>>,
     /// One per device, in the order of `Runtime::devices`.
     primaries: Vec<Mutex<Primary>>,
+    /// Held for reading while the compute helper waits for a device's
+    /// contexts ([`Runtime::drain_device`]) and for writing while one is
+    /// destroyed, so that the helper never pushes a context being
+    /// destroyed. Taken before any primary's lock.
+    drain: RwLock<()>,
 }
 
 impl Contexts {
     pub(super) fn new(device_count: usize) -> Self {
-        Self { created: Mutex::new(Vec::new()), primaries: (0..device_count).map(|_| Mutex::new(Primary::default())).collect() }
+        Self {
+            created: Mutex::new(Vec::new()),
+            primaries: (0..device_count).map(|_| Mutex::new(Primary::default())).collect(),
+            drain: RwLock::new(()),
+        }
     }
 }
 
 impl Runtime {
     /// The ledger device of context `ctx`, when it is one this process
     /// created or a charged primary context.
-    pub(super) fn context_ledger_index(&self, ctx: usize) -> Option<usize> {
+    pub(crate) fn context_ledger_index(&self, ctx: usize) -> Option<usize> {
         lock(&self.contexts.created).iter().find(|c| c.ctx == ctx).map(|c| c.ledger_index).or_else(|| {
             self.devices.iter().zip(&self.contexts.primaries).find_map(|(d, p)| {
                 let p = lock(p);
                 (p.charged && p.ctx == ctx).then_some(d.ledger_index)
             })
         })
+    }
+
+    /// Waits until every context of this process on ledger device `dev`
+    /// has run what it queued (the compute helper, after a revoke).
+    pub(crate) fn drain_device(&self, dev: usize) {
+        let _drain = self.contexts.drain.read().unwrap_or_else(|e| e.into_inner());
+        let mut contexts: Vec<usize> = lock(&self.contexts.created).iter().filter(|c| c.ledger_index == dev).map(|c| c.ctx).collect();
+        for (d, p) in self.devices.iter().zip(&self.contexts.primaries) {
+            let p = lock(p);
+            if d.ledger_index == dev && p.charged {
+                contexts.push(p.ctx);
+            }
+        }
+        for ctx in contexts {
+            let _ = real::ctx_synchronize_in(ctx as CUcontext);
+        }
     }
 
     fn release_context_memory(&self, ctx: usize) {
@@ -168,6 +193,7 @@ impl Runtime {
 
     /// `cuCtxDestroy*`.
     pub fn destroy_context(&self, ctx: CUcontext, destroy: impl FnOnce() -> CUresult) -> CUresult {
+        let _drain = self.contexts.drain.write().unwrap_or_else(|e| e.into_inner());
         let key = ctx as usize;
         self.forget_lanes_of(key);
         let record = {
@@ -241,6 +267,7 @@ impl Runtime {
     /// `cuDevicePrimaryCtxRelease*`: the last release frees the context.
     pub fn release_primary(&self, cu_device: CUdevice, release: impl FnOnce() -> CUresult) -> CUresult {
         let Some((device, primary)) = self.primary(cu_device) else { return release() };
+        let _drain = self.contexts.drain.write().unwrap_or_else(|e| e.into_inner());
         let mut p = lock(primary);
         if p.charged && p.retains == 1 {
             // The last release destroys the context.
@@ -260,6 +287,7 @@ impl Runtime {
     /// are gone; the next retain charges again.
     pub fn reset_primary(&self, cu_device: CUdevice, reset: impl FnOnce() -> CUresult) -> CUresult {
         let Some((device, primary)) = self.primary(cu_device) else { return reset() };
+        let _drain = self.contexts.drain.write().unwrap_or_else(|e| e.into_inner());
         let mut p = lock(primary);
         if p.charged {
             self.forget_lanes_of(p.ctx);

@@ -57,7 +57,6 @@ pub mod contexts;
 pub mod devices;
 pub mod memory;
 pub mod stream_ordered;
-pub mod throttle;
 pub mod views;
 pub mod vmm;
 
@@ -82,7 +81,7 @@ pub struct Runtime {
     contexts: contexts::Contexts,
     pending_frees: stream_ordered::PendingFrees,
     pools: stream_ordered::Pools,
-    throttle: throttle::Throttle,
+    pub(crate) throttle: crate::compute::bucket::Throttle,
 }
 
 impl Runtime {
@@ -99,7 +98,7 @@ impl Runtime {
             contexts,
             pending_frees: stream_ordered::PendingFrees::new(),
             pools: stream_ordered::Pools::new(),
-            throttle: throttle::Throttle::new(),
+            throttle: crate::compute::bucket::Throttle::new(),
         }
     }
 }

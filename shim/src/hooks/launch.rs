@@ -3,21 +3,21 @@
 //! `cuLaunchCooperativeKernelMultiDevice`, `cuGraphLaunch` (and `_ptsz`),
 //! and the deprecated `cuLaunch`, `cuLaunchGrid` and `cuLaunchGridAsync`.
 //!
-//! With no compute limit on any device of the process, a hook is one relaxed
-//! load ([`governed`]) and the driver's call. Otherwise the launch goes
-//! through the throttle ([`crate::accounting::throttle`]) with the streams
-//! it runs on: the stream argument, the stream of `cuLaunchKernelEx`'s
+//! A hook asks [`clear`] (no bucket governs, and every device this process
+//! joined still shows the grant it launched under: a few loads) and calls
+//! the driver. Otherwise the launch goes through the gate and the bucket
+//! ([`crate::compute`]) with the streams it runs on: the stream argument, the stream of `cuLaunchKernelEx`'s
 //! configuration, each device's stream of a multi-device launch, or the
 //! legacy default stream for `cuLaunch` and `cuLaunchGrid`. A `_ptsz` entry
 //! point's null stream is the calling thread's per-thread stream.
 
 use super::{dispatch, real_or_return};
-use crate::accounting::throttle::{governed, Target};
+use crate::compute::{clear, Target};
 use crate::ffi::CUDA_LAUNCH_PARAMS;
 use abi::cuda::*;
 use core::ffi::{c_int, c_uint, c_void};
 
-/// The throttle's path for a launch on one stream.
+/// The governed path for a launch on one stream.
 #[inline(never)]
 fn govern(stream: CUstream, per_thread: bool, forward: impl FnOnce() -> CUresult + Copy) -> CUresult {
     dispatch(forward, |rt| rt.govern_launch(&[Target { stream, per_thread }], forward))
@@ -33,7 +33,7 @@ macro_rules! launch_hook {
             let real = real_or_return!($name);
             // SAFETY: forwarding the caller's arguments unchanged.
             let forward = move || unsafe { real($($arg),*) };
-            if !governed() {
+            if clear() {
                 return forward();
             }
             govern($stream, $per_thread, forward)
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(list: *mut CUDA_LA
     let real = real_or_return!(cuLaunchCooperativeKernelMultiDevice);
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(list, count, flags) };
-    if !governed() || list.is_null() {
+    if clear() || list.is_null() {
         return forward();
     }
     dispatch(forward, |rt| {

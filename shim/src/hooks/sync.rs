@@ -9,7 +9,7 @@
 //! the kind a hook costs one load after the driver's call.
 
 use super::real_or_return;
-use crate::accounting::throttle::{governed, streams_changed};
+use crate::compute::bucket::{governed, streams_changed};
 use crate::guard::{boundary, Guard};
 use crate::Access;
 use abi::cuda::*;

@@ -1,36 +1,26 @@
-//! Compute time: holds each governed launch to the tenant's limit of the
-//! device's time and to its turns on the device (shares and priorities),
-//! with nothing but what a real driver offers (CUDA events and stream
-//! queries) to observe the device.
+//! The bucket: a compute limit kept by the tenant's own processes, for
+//! devices the monitor does not arbitrate (no monitor runs, or it has not
+//! answered yet). With a monitor, the limit is the monitor's
+//! (`super::gate`) and this module steps aside for that device.
 //!
-//! # Two mechanisms
-//! - The **limit** is a token bucket per tenant and device in the tenant's
-//!   ledger (`ledger::compute`), shared by its processes: it refills at the
-//!   limit and measured device time is taken out of it. It needs nothing
-//!   but the ledger, so it holds with no monitor running.
-//! - **Shares and priorities** are turns (`ledger::turns`): one table per
-//!   device, handed out by the monitor, in which one tenant at a time holds
-//!   the device's turn and the next turn goes by stride scheduling over
-//!   measured device time. A process governs its launches with turns when
-//!   its tenant has a share or a priority on the device, or another tenant
-//!   there has a compute setting; with no monitor to hand out tables, only
-//!   the limit holds (one warning says so).
+//! The limit is a token bucket per tenant and device in the tenant's
+//! ledger (`ledger::compute`), shared by its processes: it refills at the
+//! limit and measured device time is taken out of it. It needs nothing but
+//! the ledger, so it holds with no monitor running; it is the tenant's to
+//! write, so it holds honest processes only (the README's security
+//! section).
 //!
 //! # What is measured
-//! Every governed launch is bracketed by two timing events
-//! recorded on its own stream, just before and just after it. When the end
-//! event has completed, `cuEventElapsedTime` between the two is the device
-//! time the launch is charged: it is taken out of the tenant's bucket for
-//! that device in the ledger (`ledger::compute`) when it has a limit, and
-//! added to the tenant's virtual time in the device's turn table when it
-//! takes turns. A graph launch is one
-//! bracket around the whole graph; a multi-device cooperative launch one
-//! bracket per device, each charged to its own device.
+//! Every governed launch is bracketed by two timing events recorded on its
+//! own stream, just before and just after it. When the end event has
+//! completed, `cuEventElapsedTime` between the two is the device time the
+//! launch is charged: it is taken out of the tenant's bucket for that
+//! device. A graph launch is one bracket around the whole graph; a
+//! multi-device cooperative launch one bracket per device, each charged to
+//! its own device.
 //!
 //! # How a launch flows
-//! 1. With no limit on any device the process sees, a launch hook is one
-//!    relaxed load of [`governed`] and the driver's call.
-//! 2. The launch's stream leads to a *lane*: this process's ring of event
+//! 1. The launch's stream leads to a *lane*: this process's ring of event
 //!    pairs for one context, created on the first launch in that context
 //!    (the events are made there, since an event and the stream it is
 //!    recorded on must share a context) and recycled for ever after. The
@@ -39,29 +29,16 @@
 //!    miss asks the driver for the stream's context (`cuStreamGetCtx`) with
 //!    no lock held. The default streams mean the calling thread's context.
 //!    A stream that is capturing a graph runs nothing: its launches pass.
-//! 3. Pairs whose end event completed are charged, oldest first.
-//! 4. While the bucket is empty or in debt, the launch sleeps (`nanosleep`)
+//! 2. Pairs whose end event completed are charged, oldest first.
+//! 3. While the bucket is empty or in debt, the launch sleeps (`nanosleep`)
 //!    until the refill makes it positive, charging what completes meanwhile;
-//!    the sleep counts in `throttled_ns_total`. A tenant that holds the
-//!    device's turn gives it up first.
-//! 5. On a device with turns: a holder whose quantum ends (counting the
-//!    work it already has in flight) while another tenant waits, or for
-//!    which a tenant of higher priority that is owed time waits, ends its
-//!    turn: it waits for its own work in flight to complete (charging it),
-//!    releases the turn and wakes the waiters. A launch without the turn
-//!    sleeps on the table's futex until the turn changes hands or the
-//!    holder lapses, and the sleep counts in `throttled_ns_total`; after
-//!    `ledger::turns::MAX_TURN_WAIT_NS` without a turn it launches anyway
-//!    (a hostile holder cannot freeze it), saying so once.
-//! 6. A cell of the lane's ring is claimed. The ring bounds the process's
+//!    the sleep counts in `throttled_ns_total`.
+//! 4. A cell of the lane's ring is claimed. The ring bounds the process's
 //!    uncharged work on the device: at most [`RING`] pairs, and no more than
 //!    [`IN_FLIGHT_NS`] of work by the recent pair durations (2 pairs while
-//!    none has been measured; one alone while a tenant of higher priority
-//!    is active on the device, so that its bursts wait for one kernel at
-//!    most). At the bound the launch sleeps until the oldest pair completes.
-//! 7. Start event, the driver's launch, end event; the cell is published,
-//!    and a turn holder says until when its queued work keeps the device
-//!    busy (the lapse time of its turn).
+//!    none has been measured). At the bound the launch sleeps until the
+//!    oldest pair completes.
+//! 5. Start event, the driver's launch, end event; the cell is published.
 //!
 //! Charging also happens after each synchronisation hook, so a client that
 //! waits for every launch is charged before it launches again. The launch
@@ -76,80 +53,37 @@
 //! at most `limit × T + burst` be charged (`ledger::compute`). What is not
 //! charged yet is bounded by the ring: per process and context, at most
 //! [`RING`] pairs, and pairs worth [`IN_FLIGHT_NS`] by the recent
-//! durations, but never fewer than two. So the device time a tenant gets
-//! over `T` is at most
-//! `limit × T + burst + processes × max(IN_FLIGHT_NS + one launch, two launches)`:
-//! alone at 30 % with millisecond kernels over 10 s, 3 s + 30 ms + 21 ms,
-//! half a point. (Launches much longer than the recent ones count as they
-//! are until the average catches up: the bound is then the ring's count.)
-//! Measured on simgpu (`cargo bench --bench shim -- compute_accuracy`, 1 ms
-//! kernels back to back for 5 s, alone): the charged share came out at the
-//! limit plus 0.2, 0.6, 1.2 and 1.8 points for limits of 10, 30, 60 and
-//! 90 %, which is the burst spread over 5 s.
-//! The measurement errs on the safe side only:
+//! durations, but never fewer than two. Measured on simgpu (`cargo bench
+//! --bench shim -- compute_accuracy`, 1 ms kernels back to back for 5 s,
+//! alone): the charged share came out at the limit plus 0.2, 0.6, 1.2 and
+//! 1.8 points for limits of 10, 30, 60 and 90 %, which is the burst spread
+//! over 5 s. The measurement errs on the safe side only:
 //! - the bracket of a launch also counts time the device spent on other
-//!   contexts while the launch was queued behind them or preempted by them
-//!   (time-slicing), and time two of the process's own streams overlapped:
-//!   a busy device or a process with concurrent streams is charged more
-//!   than it used, and gets less than its limit, never more. Turns remove
-//!   the first: while a tenant holds the turn no other governed tenant has
-//!   work on the device (a holder drains its own before it releases), so
-//!   its brackets hold its own work alone. Two processes of one tenant
-//!   still time-slice the device between them within the tenant's turn, so
-//!   each is charged the other's slices too: at 30 % together they were
-//!   charged 30 % and ran about 15 % (same benchmark);
+//!   contexts while the launch was queued behind them (time-slicing), and
+//!   time two of the process's own streams overlapped: a busy device is
+//!   charged more than it used, and gets less than its limit, never more;
 //! - a pair the driver cannot time (an error) is charged the host time from
 //!   its start record to the moment it was seen complete, an upper bound of
 //!   its device time; every elapsed time is also capped by that bound;
 //! - a launch whose events cannot be had (the driver refused to create or
 //!   record them, or every lane is taken) waits for its stream to finish
 //!   (`cuStreamQuery` and sleeps) and is charged the host time from launch
-//!   to completion, which includes any work queued before it; one warning
-//!   says so, and the driver is asked for events again a second later.
+//!   to completion; one warning says so, and the driver is asked for
+//!   events again a second later.
 //!
 //! Below the limit, nothing is lost: the bucket refills whether or not the
-//! device is busy, so a tenant that waits (sleeps, or is queued behind
-//! others) is not charged for it, and a lone tenant with no limit never
-//! reaches this module. Idle time between a launch's completion and the
-//! next launch is in no bracket, so a client that synchronises after every
-//! launch is charged only its kernels.
-//!
-//! What is left: work still in flight when a context is destroyed is
-//! charged when it completes (the destroying thread waits for it, as the
-//! destruction does), but the last launches of a process that exits or is
-//! killed with them in flight are never charged (at most its ring; the
-//! driver may already be gone at exit, so the shim does not ask it then).
-//! Work submitted by means that do not reach the shim (a process that does
-//! not load it, or talks to the kernel driver directly) is not seen: the
-//! limit holds cooperating processes, as the README's security section says.
-//!
-//! # Shares: accuracy
-//! With turns, each tenant's brackets measure its own work alone, and the
-//! stride scheduler gives waiting tenants device time in proportion to
-//! their weights to within a turn or two each (`ledger::turns`): with a
-//! 20 ms quantum, a fraction of a point over 10 s. Two things move the
-//! result away from the weights, both in the direction of keeping the
-//! device busy: a tenant whose process is not on a CPU when its turn comes
-//! loses the turn after a grace (`ledger::turns::HANDOFF_GRACE_NS`) to the
-//! next waiter, and one behind by more than the bounded lag gives up the
-//! rest (`ledger::turns::MAX_LAG_NS`). `cargo bench --bench fairness`
-//! measures the result.
-//!
-//! A process decides at initialisation whether it governs launches at all
-//! ([`governed`]): a limit, share or priority that the monitor gives a
-//! tenant that had none applies to its processes started afterwards, while
-//! changed values apply at once (a limit at the next launch, a share or
-//! priority at the next turn).
+//! device is busy, and idle time between a launch's completion and the next
+//! launch is in no bracket. Work still in flight when a context is destroyed
+//! is charged when it completes; the last launches of a process that exits
+//! with them in flight are never charged (at most its ring).
 
 use abi::cuda::*;
 use ledger::compute::{self, Admit, BucketClock, ComputeBucket};
-use ledger::turns::{Enter, TurnTable, Turns};
-use std::sync::OnceLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::Runtime;
+use crate::accounting::Runtime;
 use crate::real;
 
 /// Event pairs per lane: the most launches of one process in flight and
@@ -180,7 +114,7 @@ const STREAM_PER_THREAD: usize = 0x2;
 /// Whether any device this process sees has a limit (set at initialisation).
 static GOVERNED: AtomicBool = AtomicBool::new(false);
 
-/// The launch hooks' whole fast path.
+/// Whether the bucket governs any device of this process.
 #[inline(always)]
 pub fn governed() -> bool {
     GOVERNED.load(Ordering::Relaxed)
@@ -271,23 +205,12 @@ impl Lane {
         self.state.load(Ordering::Acquire) == lane_state::READY && self.epoch.load(Ordering::Acquire) == epoch
     }
 
-    /// Pairs allowed in flight now (see the module docs); one alone when
-    /// a tenant of higher priority shares the device.
-    fn in_flight_bound(&self, outranked: bool) -> u64 {
-        if outranked {
-            return 1;
-        }
+    /// Pairs allowed in flight now (see the module docs).
+    fn in_flight_bound(&self) -> u64 {
         match self.recent_ns.load(Ordering::Relaxed) {
             0 => MIN_IN_FLIGHT,
             recent => (IN_FLIGHT_NS / recent).clamp(MIN_IN_FLIGHT, RING as u64),
         }
-    }
-
-    /// How long the work this lane has in flight keeps the device busy, by
-    /// the recent pair durations.
-    fn in_flight_ns(&self) -> u64 {
-        let pairs = self.tail.load(Ordering::Acquire).saturating_sub(self.head.load(Ordering::Acquire));
-        pairs.saturating_mul(self.recent_ns.load(Ordering::Relaxed).max(MIN_POLL_NS))
     }
 
     /// How long to sleep before looking at the oldest pair again.
@@ -310,11 +233,11 @@ impl Lane {
     }
 
     /// Claims the next cell, unless the ring is at its bound.
-    fn claim(&self, outranked: bool) -> Option<u64> {
+    fn claim(&self) -> Option<u64> {
         loop {
             let pos = self.tail.load(Ordering::Acquire);
             let head = self.head.load(Ordering::Acquire);
-            if pos.saturating_sub(head) >= self.in_flight_bound(outranked) {
+            if pos.saturating_sub(head) >= self.in_flight_bound() {
                 return None;
             }
             let seq = self.pair(pos).seq.load(Ordering::Acquire);
@@ -365,7 +288,7 @@ impl Lane {
             };
             if self.head.compare_exchange(pos, pos + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if pair.measured.load(Ordering::Relaxed) {
-                    sink.charge(busy_ns, clock);
+                    sink.charge(busy_ns);
                     let recent = self.recent_ns.load(Ordering::Relaxed);
                     let averaged = if recent == 0 { busy_ns.max(1) } else { (recent - recent / 8 + busy_ns / 8).max(1) };
                     self.recent_ns.store(averaged, Ordering::Relaxed);
@@ -377,95 +300,20 @@ impl Lane {
 }
 
 /// Where measured device time goes: the tenant's bucket (taken out of it
-/// under a limit, counted otherwise) and its member of the device's turn
-/// table, if it takes turns there.
+/// under a limit, counted otherwise).
 #[derive(Clone, Copy)]
 struct Sink<'a> {
     bucket: ComputeBucket<'a>,
     limiting: bool,
-    seat: Option<Seat<'a>>,
 }
 
 impl Sink<'_> {
-    fn charge(&self, busy_ns: u64, clock: &BucketClock) {
+    fn charge(&self, busy_ns: u64) {
         if self.limiting {
             self.bucket.charge(busy_ns);
         } else {
             self.bucket.count_busy(busy_ns);
         }
-        if let Some(seat) = self.seat {
-            seat.table.charge(seat.member, busy_ns, clock.now());
-        }
-    }
-}
-
-/// This tenant's member of one device's turn table.
-#[derive(Clone, Copy)]
-struct Seat<'a> {
-    table: &'a TurnTable,
-    member: usize,
-    joined: &'a Joined,
-}
-
-/// The turn table of one ledger device and this tenant's member in it.
-struct Joined {
-    turns: Turns,
-    member: usize,
-    /// When this process began waiting for a turn it has not had since (0:
-    /// not waiting), for [`ledger::turns::MAX_TURN_WAIT_NS`].
-    waiting_since_ns: AtomicU64,
-    /// Until when this process launches without turns here, having given
-    /// up on one ([`ledger::turns::BYPASS_NS`]).
-    bypass_until_ns: AtomicU64,
-    warned_no_turn: AtomicBool,
-    /// Whether a tenant of higher priority was active here when last looked
-    /// at, and when that was (bucket time): the look scans the whole table,
-    /// so launches reuse it for [`OUTRANKED_TTL_NS`].
-    outranked: AtomicBool,
-    outranked_at_ns: AtomicU64,
-}
-
-/// How long a launch reuses the last look at whether a tenant of higher
-/// priority is active on the device.
-const OUTRANKED_TTL_NS: u64 = 1_000_000;
-
-impl Joined {
-    /// Whether a tenant of higher priority is active on the device (see
-    /// [`TurnTable::outranked`]), looked at most once per [`OUTRANKED_TTL_NS`].
-    fn outranked(&self, table: &TurnTable, member: usize, now_ns: u64) -> bool {
-        if now_ns.saturating_sub(self.outranked_at_ns.load(Ordering::Relaxed)) < OUTRANKED_TTL_NS {
-            return self.outranked.load(Ordering::Relaxed);
-        }
-        let outranked = table.outranked(member, now_ns);
-        self.outranked.store(outranked, Ordering::Relaxed);
-        self.outranked_at_ns.store(now_ns, Ordering::Relaxed);
-        outranked
-    }
-
-    /// Whether this process has waited for a turn so long that it launches
-    /// without one (the holder does not give the turn up): see
-    /// `ledger::turns`. Says so once.
-    fn waited_too_long(&self, now_ns: u64, ordinal: usize) -> bool {
-        if now_ns < self.bypass_until_ns.load(Ordering::Relaxed) {
-            return true;
-        }
-        let since = match self.waiting_since_ns.compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => now_ns,
-            Err(since) => since,
-        };
-        let too_long = now_ns.saturating_sub(since) > ledger::turns::MAX_TURN_WAIT_NS;
-        if too_long {
-            self.bypass_until_ns.store(now_ns.saturating_add(ledger::turns::BYPASS_NS), Ordering::Relaxed);
-            self.waiting_since_ns.store(0, Ordering::Relaxed);
-        }
-        if too_long && !self.warned_no_turn.swap(true, Ordering::Relaxed) {
-            warn!(
-                "the turn on ledger device {ordinal} has not come for {} s: launching without it for {} s (the device is shared as the hardware shares it)",
-                ledger::turns::MAX_TURN_WAIT_NS / 1_000_000_000,
-                ledger::turns::BYPASS_NS / 1_000_000_000
-            );
-        }
-        too_long
     }
 }
 
@@ -541,23 +389,20 @@ fn cache_way(stream: usize) -> usize {
 }
 
 /// Every lane of the process and the clock of its buckets.
-pub(super) struct Throttle {
+pub(crate) struct Throttle {
     lanes: Box<[Lane]>,
     clock: BucketClock,
     /// Warned once that launches are measured without events.
     warned_unmeasured: AtomicBool,
     /// Bucket time before which no lane is built (the driver refused events).
     build_after_ns: AtomicU64,
-    /// By ledger device index: the device's turn table, once joined.
-    seats: Box<[OnceLock<Joined>]>,
 }
 
 impl Throttle {
-    pub(super) fn new() -> Throttle {
+    pub(crate) fn new() -> Throttle {
         // Built one lane at a time: the thread initialising may have a small stack.
         let lanes = (0..MAX_LANES).map(|_| Lane::new()).collect();
-        let seats = (0..ledger::MAX_DEVICES).map(|_| OnceLock::new()).collect();
-        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0), seats }
+        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0) }
     }
 
     fn lane(&self, index: usize, epoch: u32) -> Option<&Lane> {
@@ -607,34 +452,20 @@ fn create_events(lane: &Lane) -> Result<(), CUresult> {
     result
 }
 
-/// How long the work already in flight on a route keeps the device busy:
-/// a turn ends when that reaches the end of its quantum, so that draining
-/// it does not make the turn longer.
-fn in_flight_ns(route: Route<'_>) -> u64 {
-    match route {
-        Route::Lane(lane) => lane.in_flight_ns(),
-        _ => 0,
-    }
-}
-
-/// Why a launch waits: the longest bucket refill among its targets, or a
-/// turn (which it sleeps on first), and which targets were held back.
+/// Why a launch waits: the longest bucket refill among its targets, and
+/// which targets were held back.
 #[derive(Default)]
-struct Wait<'a> {
+struct Wait {
     bucket_ns: u64,
-    turn: Option<(&'a TurnTable, u32, u64)>,
     throttled: [bool; MAX_TARGETS],
 }
 
-impl Wait<'_> {
+impl Wait {
     /// Sleeps as the wait says, and counts the time as throttled on each
     /// target it held back.
     fn sleep(&self, rt: &Runtime, plans: &[Option<Plan<'_>>; MAX_TARGETS], clock: &BucketClock) {
         let before = clock.now();
-        match self.turn {
-            Some((table, seq, timeout_ns)) => ledger::turns::wait_for_turn(table, seq, timeout_ns),
-            None => std::thread::sleep(Duration::from_nanos(self.bucket_ns.max(1))),
-        }
+        std::thread::sleep(Duration::from_nanos(self.bucket_ns.max(1)));
         let slept_ns = clock.now().saturating_sub(before);
         for (plan, _) in plans.iter().zip(self.throttled).filter(|(_, held)| *held) {
             if let Some(bucket) = plan.as_ref().and_then(|p| rt.ledger.compute_bucket(p.dev)) {
@@ -663,59 +494,15 @@ struct Plan<'a> {
 }
 
 impl Runtime {
-    /// This tenant's member of device `dev`'s turn table, if it joined one.
-    fn seat(&self, dev: usize) -> Option<Seat<'_>> {
-        self.throttle.seats.get(dev)?.get().map(|joined| Seat { table: joined.turns.table(), member: joined.member, joined })
-    }
-
     /// Where device time measured on `dev` goes.
     fn sink(&self, dev: usize) -> Option<Sink<'_>> {
         let bucket = self.ledger.compute_bucket(dev)?;
         let limiting = compute::is_limiting(self.ledger.compute_limit_ratio_e4(dev));
-        Some(Sink { bucket, limiting, seat: self.seat(dev) })
-    }
-
-    /// Joins the turn table of every device this process sees, asking the
-    /// monitor in `dir` for it (at initialisation). With `only_contended`
-    /// (the tenant has no compute setting), only the tables where an active
-    /// tenant has one: there the others' shares are shares of what is left
-    /// by this tenant too. Returns how many devices it joined.
-    pub(crate) fn join_turns(&self, tenant: &str, dir: &std::path::Path, only_contended: bool) -> Result<usize, String> {
-        let key = ledger::turns::tenant_key(tenant);
-        let mut joined = 0;
-        for device in &self.devices {
-            let turns = ledger::broker::request(dir, &device.uuid)?;
-            let now_ns = compute::monotonic_ns();
-            let contended = turns.table().members_view(now_ns).iter().any(|m| {
-                m.key != key && m.active && (m.claim.share_e4 > 0 || m.claim.priority != 0 || compute::is_limiting(m.claim.limit_e4))
-            });
-            if only_contended && !contended {
-                continue;
-            }
-            let policy = self.ledger.compute_policy(device.ledger_index);
-            let claim = ledger::turns::Claim {
-                share_e4: policy.share_ratio_e4,
-                limit_e4: policy.limit_ratio_e4,
-                priority: policy.priority,
-            };
-            let Some(member) = turns.table().join(key, claim, compute::monotonic_ns()) else {
-                return Err(format!("the turn table of device {} is full", device.ordinal));
-            };
-            if let Some(seat) = self.throttle.seats.get(device.ledger_index) {
-                let _ = seat.set(Joined { turns, member, waiting_since_ns: AtomicU64::new(0),
-                    bypass_until_ns: AtomicU64::new(0),
-                    warned_no_turn: AtomicBool::new(false),
-                    outranked: AtomicBool::new(false),
-                    outranked_at_ns: AtomicU64::new(0),
-                });
-                joined += 1;
-            }
-        }
-        Ok(joined)
+        Some(Sink { bucket, limiting })
     }
 
     /// The ledger device of context `ctx`.
-    fn device_of_context(&self, ctx: CUcontext) -> Option<usize> {
+    pub(crate) fn device_of_context(&self, ctx: CUcontext) -> Option<usize> {
         self.context_ledger_index(ctx as usize)
             .or_else(|| real::context_device(ctx).ok().and_then(|d| self.device_by_handle(d)).map(|d| d.ledger_index))
     }
@@ -845,7 +632,8 @@ impl Runtime {
             Route::Pass => return None,
         };
         let ratio_e4 = self.ledger.compute_limit_ratio_e4(dev);
-        (compute::is_limiting(ratio_e4) || self.seat(dev).is_some()).then_some(Plan {
+        // A device the monitor arbitrates is not the bucket's to govern.
+        (compute::is_limiting(ratio_e4) && !crate::compute::arbitrates(dev)).then_some(Plan {
             route,
             stream: target.stream(),
             dev,
@@ -858,7 +646,7 @@ impl Runtime {
 
     /// Makes a launch on `targets` (one stream, or one per device) under the
     /// compute limit of each target's device: see the module docs.
-    pub fn govern_launch(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
+    pub(crate) fn govern_bucket(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
         let mut plans: [Option<Plan<'_>>; MAX_TARGETS] = [None; MAX_TARGETS];
         for (plan, target) in plans.iter_mut().zip(targets) {
             *plan = self.plan(target);
@@ -889,13 +677,9 @@ impl Runtime {
         if r != CUDA_SUCCESS {
             return r;
         }
-        let now_ns = compute::monotonic_ns();
         for plan in plans.iter().flatten() {
             if let Some(bucket) = self.ledger.compute_bucket(plan.dev) {
                 bucket.count_launches(1);
-            }
-            if let (Some(seat), Route::Lane(lane)) = (self.seat(plan.dev), plan.route) {
-                seat.table.hold(seat.member, now_ns.saturating_add(lane.in_flight_ns()), now_ns);
             }
         }
         if unmeasured {
@@ -917,8 +701,7 @@ impl Runtime {
             let mut full: Option<&Lane> = None;
             for plan in plans.iter_mut().flatten() {
                 if let Route::Lane(lane) = plan.route {
-                    let outranked = self.seat(plan.dev).is_some_and(|s| s.joined.outranked(s.table, s.member, compute::monotonic_ns()));
-                    match lane.claim(outranked) {
+                    match lane.claim() {
                         Some(pos) => plan.pos = Some(pos),
                         None => {
                             full = Some(lane);
@@ -939,9 +722,9 @@ impl Runtime {
         }
     }
 
-    /// Charges what completed, then asks each plan's bucket and turn table
-    /// whether the launch may go: `None` when every one says yes.
-    fn admit(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) -> Option<Wait<'_>> {
+    /// Charges what completed, then asks each plan's bucket whether the
+    /// launch may go: `None` when every one says yes.
+    fn admit(&self, plans: &mut [Option<Plan<'_>>; MAX_TARGETS]) -> Option<Wait> {
         let clock = &self.throttle.clock;
         let mut wait = Wait::default();
         let mut throttled = [false; MAX_TARGETS];
@@ -955,59 +738,12 @@ impl Runtime {
             }
             let now_ns = compute::monotonic_ns();
             if let Admit::Wait { ns } = sink.bucket.admit(clock, now_ns, plan.ratio_e4) {
-                // Out of budget: whoever waits for the turn may have it meanwhile.
-                if let Some(seat) = sink.seat.filter(|s| s.table.holds(s.member)) {
-                    self.end_turn(seat, plan.dev);
-                }
                 wait.bucket_ns = wait.bucket_ns.max(ns);
                 *held = true;
-                continue;
-            }
-            let Some(seat) = sink.seat else { continue };
-            if !seat.table.holds(seat.member) {
-                // A share or priority the monitor changed counts from the next turn.
-                let policy = self.ledger.compute_policy(plan.dev);
-                let claim = ledger::turns::Claim { share_e4: policy.share_ratio_e4, limit_e4: policy.limit_ratio_e4, priority: policy.priority };
-                seat.table.set_claim(seat.member, claim);
-            } else if seat.table.should_yield(seat.member, now_ns.saturating_add(in_flight_ns(plan.route))) {
-                self.end_turn(seat, plan.dev);
-            }
-            let now_ns = compute::monotonic_ns();
-            if now_ns < seat.joined.bypass_until_ns.load(Ordering::Relaxed) {
-                continue;
-            }
-            match seat.table.enter(seat.member, now_ns) {
-                Enter::Go => seat.joined.waiting_since_ns.store(0, Ordering::Relaxed),
-                Enter::Wait { .. } if seat.joined.waited_too_long(now_ns, plan.dev) => {}
-                Enter::Wait { seq, timeout_ns } => {
-                    wait.turn = Some((seat.table, seq, timeout_ns));
-                    *held = true;
-                }
             }
         }
         wait.throttled = throttled;
-        (wait.bucket_ns > 0 || wait.turn.is_some()).then_some(wait)
-    }
-
-    /// Ends this tenant's turn on `dev`: the process's work in flight there
-    /// completes (and is charged) first, so that the next holder's brackets
-    /// hold its own work alone; then the turn is released and the waiters
-    /// woken.
-    fn end_turn(&self, seat: Seat<'_>, dev: usize) {
-        let until = std::time::Instant::now() + DRAIN_WAIT;
-        for lane in self.throttle.lanes.iter() {
-            if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.dev.load(Ordering::Acquire) != dev {
-                continue;
-            }
-            while let Some(sink) = self.sink(dev) {
-                if !lane.charge_completed(sink, &self.throttle.clock) || std::time::Instant::now() >= until {
-                    break;
-                }
-                std::thread::sleep(Duration::from_nanos(lane.until_oldest_done_ns(self.throttle.clock.now())));
-            }
-        }
-        seat.table.release(seat.member, compute::monotonic_ns(), true);
-        ledger::turns::wake_waiters(seat.table);
+        (wait.bucket_ns > 0).then_some(wait)
     }
 
     /// Charges each unmeasured target the host time from `since_ns` until
@@ -1023,7 +759,7 @@ impl Runtime {
                 poll_ns = (poll_ns * 2).min(MAX_POLL_NS);
             }
             if let Some(sink) = self.sink(plan.dev) {
-                sink.charge(clock.now().saturating_sub(since_ns), clock);
+                sink.charge(clock.now().saturating_sub(since_ns));
             }
         }
         let _ = LANES.try_with(LaneCache::forget);
@@ -1045,7 +781,7 @@ impl Runtime {
     /// Before context `ctx` is destroyed (its events go with it): charges
     /// its lanes' pairs as they complete, waiting for them as the
     /// destruction would, then retires the lanes.
-    pub(super) fn forget_lanes_of(&self, ctx: usize) {
+    pub(crate) fn forget_lanes_of(&self, ctx: usize) {
         for lane in self.throttle.lanes.iter() {
             if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.ctx.load(Ordering::Acquire) != ctx {
                 continue;

@@ -1,0 +1,543 @@
+//! The arbiter: the monitor's thread that owns every device's grant page
+//! and decides, from what it observes itself, which tenant runs where
+//! ([`sched`]).
+//!
+//! It listens on `<dir>/.arbiter.sock` and, in the `tenant-dirs` layout,
+//! on `.arbiter.sock` in each tenant's directory too (a pod sees only its
+//! own), and serves every connection at once from one `poll` loop: no
+//! connection can hold up another. A connection must say its hello within
+//! [`HELLO_DEADLINE`]; a user has at most [`MAX_CONNS_PER_UID`] open and
+//! the monitor [`MAX_CONNS`]. A hello is accepted only when:
+//! - the device is one NVML lists (or, without NVML, one the tenant's
+//!   ledger registered, up to [`MAX_DEVICES`] in all);
+//! - the peer process (its pid from the kernel, `SO_PEERCRED`) holds the
+//!   lock of the slot it names in the ledger of the tenant it names (the
+//!   kernel's word again, `host::check_lock`), so no process can speak for
+//!   another tenant;
+//! - in a tenant's directory, it names that directory's tenant.
+//!
+//! A tenant's settings come from the configuration when it names the
+//! tenant, else from the tenant's policy page when its first process on
+//! the device joins, and are then kept (pinned) for as long as the tenant
+//! has a process there: rewriting the page later changes nothing.
+//!
+//! The main loop hands the arbiter what it learns each round ([`Shared`])
+//! and reads back each device's members for `/metrics` and `status`.
+
+pub mod sched;
+
+use super::log;
+use crate::discovery::{self, Layout};
+use crate::host::{self, LockCheck, SlotLock};
+use ledger::broker::{self, Hello, Op, Refusal, HELLO_BYTES, MESSAGE_BYTES};
+use ledger::grants::{tenant_key, Grants};
+use sched::{Claim, ConnId, DeviceSched, MemberView};
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a new connection has to say its hello.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(1);
+/// Connections one user may hold open.
+pub const MAX_CONNS_PER_UID: usize = 512;
+/// Connections the monitor holds open.
+pub const MAX_CONNS: usize = 8192;
+/// Devices the monitor arbitrates without NVML to list them.
+pub const MAX_DEVICES: usize = 64;
+/// The longest the loop sleeps with nothing due.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// What the main loop and the arbiter tell each other.
+#[derive(Default)]
+pub struct Shared {
+    /// The devices NVML lists; `None` without NVML.
+    pub nvml_uuids: Mutex<Option<HashSet<[u8; 16]>>>,
+    /// The configuration's settings, by tenant and device.
+    pub configured: Mutex<HashMap<String, HashMap<[u8; 16], Claim>>>,
+    /// The tenants' directories to listen in (`tenant-dirs` layout).
+    pub tenant_dirs: Mutex<Vec<(String, PathBuf)>>,
+    /// Each device's members, by tenant name, for metrics and `status`.
+    pub views: Mutex<HashMap<[u8; 16], DeviceReport>>,
+}
+
+/// One device as the arbiter last saw it.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceReport {
+    pub arbitrated: bool,
+    pub members: Vec<(String, MemberView)>,
+    /// Connected processes: (tenant, host pid).
+    pub processes: Vec<(String, u32)>,
+    /// Processes that were late to finish their work after a revoke, ever.
+    pub late_total: u64,
+    /// The last late processes: (tenant, host pid).
+    pub late: Vec<(String, u32)>,
+}
+
+impl DeviceReport {
+    /// A device's report from its page, naming the members among `tenants`.
+    pub fn from_page(page: &ledger::grants::GrantPage, tenants: &[String]) -> DeviceReport {
+        let name = |key: u64| tenants.iter().find(|t| tenant_key(t) == key).cloned().unwrap_or_default();
+        DeviceReport {
+            arbitrated: page.header.arbitrated.load(std::sync::atomic::Ordering::Relaxed) != 0,
+            members: MemberView::of_page(page).into_iter().map(|m| (name(m.key), m)).collect(),
+            ..DeviceReport::default()
+        }
+    }
+}
+
+impl Shared {
+    /// Each tenant's members, for one device.
+    pub fn report(&self, uuid: &[u8; 16]) -> Option<DeviceReport> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).get(uuid).cloned()
+    }
+}
+
+/// Binds the sockets and starts the arbiter's thread.
+pub fn start(dir: &Path, layout: Layout, shared: Arc<Shared>) -> Result<(), String> {
+    let root = bind(dir)?;
+    let mut arbiter = Arbiter {
+        dir: dir.to_path_buf(),
+        layout,
+        shared,
+        listeners: vec![Listening { listener: root, tenant: None }],
+        bound_dirs: HashSet::new(),
+        conns: HashMap::new(),
+        devices: HashMap::new(),
+        names: HashMap::new(),
+        next_id: 1,
+        started: Instant::now(),
+    };
+    std::thread::Builder::new()
+        .name("arbiter".into())
+        .spawn(move || arbiter.run())
+        .map_err(|e| format!("cannot start the arbiter's thread: {e}"))?;
+    Ok(())
+}
+
+/// Binds `<dir>/.arbiter.sock`, open to every user of the directory. What
+/// stands at that path and is not a socket of this monitor's user (a file
+/// or socket a tenant planted) is moved aside first.
+fn bind(dir: &Path) -> Result<UnixListener, String> {
+    let path = broker::socket_path(dir);
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_socket() && meta.uid() == me {
+            let _ = std::fs::remove_file(&path);
+        } else {
+            let aside = dir.join(format!(".arbiter.sock.untrusted-{}", std::process::id()));
+            std::fs::rename(&path, &aside).map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
+            log::warn(&format!("{} was not the monitor's socket (uid {}); moved to {}", path.display(), meta.uid(), aside.display()));
+        }
+    }
+    let listener = broker::with_socket_path(dir, |p| UnixListener::bind(p)).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot open {} to tenants: {e}", path.display()))?;
+    listener.set_nonblocking(true).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+struct Listening {
+    listener: UnixListener,
+    /// The tenant whose directory it is in (`tenant-dirs`).
+    tenant: Option<String>,
+}
+
+enum ConnState {
+    Hello { buf: Vec<u8>, deadline: Instant },
+    Joined { uuid: [u8; 16], tenant: String, buf: Vec<u8> },
+}
+
+struct Conn {
+    stream: UnixStream,
+    peer: broker::Peer,
+    /// The tenant of the directory it connected in, if any.
+    dir_tenant: Option<String>,
+    state: ConnState,
+}
+
+struct Arbiter {
+    dir: PathBuf,
+    layout: Layout,
+    shared: Arc<Shared>,
+    listeners: Vec<Listening>,
+    bound_dirs: HashSet<PathBuf>,
+    conns: HashMap<ConnId, Conn>,
+    devices: HashMap<[u8; 16], DeviceSched>,
+    /// Tenant names by key, for reports.
+    names: HashMap<u64, String>,
+    next_id: ConnId,
+    started: Instant,
+}
+
+fn now_ns() -> u64 {
+    ledger::compute::monotonic_ns()
+}
+
+impl Arbiter {
+    fn run(&mut self) {
+        let mut last_report = Instant::now() - Duration::from_secs(1);
+        let mut last_housekeeping = Instant::now() - Duration::from_secs(1);
+        loop {
+            if last_housekeeping.elapsed() >= Duration::from_millis(100) {
+                self.bind_tenant_dirs();
+                self.apply_configuration();
+                self.expire_hellos();
+                last_housekeeping = Instant::now();
+            }
+            let timeout = self.poll_timeout();
+            let ready = self.poll(timeout);
+            for (kind, fd_ready) in ready {
+                match kind {
+                    Source::Listener(i) => self.accept_all(i),
+                    Source::Conn(id) => self.read_conn(id, fd_ready),
+                }
+            }
+            let now = now_ns();
+            let uuids: Vec<[u8; 16]> = self.devices.keys().copied().collect();
+            for uuid in uuids {
+                self.step(uuid, now);
+            }
+            if last_report.elapsed() >= Duration::from_millis(50) {
+                self.report();
+                last_report = Instant::now();
+            }
+        }
+    }
+
+    /// Until the earliest deadline of any device, at most [`IDLE_POLL`].
+    fn poll_timeout(&self) -> Duration {
+        let now = now_ns();
+        let next = self.devices.values().filter_map(|d| d.next_deadline_ns(now)).min();
+        match next {
+            Some(at) => Duration::from_nanos(at.saturating_sub(now)).min(IDLE_POLL),
+            None => IDLE_POLL,
+        }
+    }
+
+    fn poll(&self, timeout: Duration) -> Vec<(Source, bool)> {
+        let mut fds = Vec::with_capacity(self.listeners.len() + self.conns.len());
+        let mut sources = Vec::with_capacity(fds.capacity());
+        for (i, l) in self.listeners.iter().enumerate() {
+            fds.push(libc::pollfd { fd: l.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            sources.push(Source::Listener(i));
+        }
+        for (id, c) in &self.conns {
+            fds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            sources.push(Source::Conn(*id));
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // A deadline less than a millisecond away is waited for in full.
+        let ms = if ms == 0 && !timeout.is_zero() { 1 } else { ms };
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
+            return Vec::new();
+        }
+        fds.iter().zip(sources).filter(|(f, _)| f.revents != 0).map(|(f, s)| (s, f.revents & libc::POLLIN != 0)).collect()
+    }
+
+    fn bind_tenant_dirs(&mut self) {
+        if self.layout != Layout::TenantDirs && self.shared.tenant_dirs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            return;
+        }
+        let dirs = self.shared.tenant_dirs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (tenant, dir) in dirs {
+            if self.bound_dirs.contains(&dir) || !dir.is_dir() {
+                continue;
+            }
+            match bind(&dir) {
+                Ok(listener) => {
+                    self.listeners.push(Listening { listener, tenant: Some(tenant) });
+                    self.bound_dirs.insert(dir);
+                }
+                Err(e) => {
+                    log::warn(&format!("tenant {tenant}: {e}; its processes cannot be arbitrated"));
+                    self.bound_dirs.insert(dir);
+                }
+            }
+        }
+    }
+
+    fn apply_configuration(&mut self) {
+        let configured = self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (tenant, devices) in &configured {
+            let key = tenant_key(tenant);
+            for (uuid, claim) in devices {
+                if let Some(device) = self.devices.get_mut(uuid) {
+                    device.set_claim(key, *claim);
+                }
+            }
+        }
+    }
+
+    fn expire_hellos(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<ConnId> =
+            self.conns.iter().filter(|(_, c)| matches!(&c.state, ConnState::Hello { deadline, .. } if *deadline < now)).map(|(id, _)| *id).collect();
+        for id in expired {
+            self.conns.remove(&id);
+        }
+    }
+
+    fn accept_all(&mut self, listener: usize) {
+        loop {
+            let Some(l) = self.listeners.get(listener) else { return };
+            let (stream, _) = match l.listener.accept() {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            let dir_tenant = l.tenant.clone();
+            let Ok(peer) = broker::peer(stream.as_raw_fd()) else { continue };
+            let of_uid = self.conns.values().filter(|c| c.peer.uid == peer.uid).count();
+            if of_uid >= MAX_CONNS_PER_UID || self.conns.len() >= MAX_CONNS {
+                let _ = broker::refuse(stream.as_raw_fd(), Refusal::TooMany);
+                continue;
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let state = ConnState::Hello { buf: Vec::with_capacity(HELLO_BYTES), deadline: Instant::now() + HELLO_DEADLINE };
+            self.conns.insert(id, Conn { stream, peer, dir_tenant, state });
+        }
+    }
+
+    fn read_conn(&mut self, id: ConnId, readable: bool) {
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        let mut chunk = [0u8; 512];
+        let read = if readable { conn.stream.read(&mut chunk) } else { Ok(0) };
+        let n = match read {
+            Ok(0) => return self.drop_conn(id),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => return self.drop_conn(id),
+        };
+        let bytes = chunk.get(..n).unwrap_or_default();
+        match &mut conn.state {
+            ConnState::Hello { buf, .. } => {
+                buf.extend_from_slice(bytes);
+                if buf.len() < HELLO_BYTES {
+                    return;
+                }
+                let mut hello = [0u8; HELLO_BYTES];
+                hello.copy_from_slice(&buf[..HELLO_BYTES]);
+                let rest = buf[HELLO_BYTES..].to_vec();
+                self.hello(id, &hello, rest);
+            }
+            ConnState::Joined { buf, .. } => {
+                buf.extend_from_slice(bytes);
+                self.messages(id);
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, id: ConnId) {
+        if let Some(Conn { state: ConnState::Joined { uuid, .. }, .. }) = self.conns.remove(&id) {
+            let now = now_ns();
+            if let Some(device) = self.devices.get_mut(&uuid) {
+                device.leave(id, now);
+            }
+            self.step(uuid, now);
+        }
+    }
+
+    /// Checks a hello and answers it (see the module docs).
+    fn hello(&mut self, id: ConnId, bytes: &[u8; HELLO_BYTES], rest: Vec<u8>) {
+        let Some(conn) = self.conns.get(&id) else { return };
+        let verdict = self.verify(conn, bytes);
+        let Some(conn) = self.conns.get(&id) else { return };
+        let fd = conn.stream.as_raw_fd();
+        if let Ok((hello, _)) = &verdict {
+            if hello.slot == broker::VIEWER_SLOT {
+                if let Some(device) = self.devices.get(&hello.uuid) {
+                    let _ = broker::accept(fd, broker::VIEWER, device.fd());
+                } else {
+                    let _ = broker::refuse(fd, Refusal::UnknownDevice);
+                }
+                self.conns.remove(&id);
+                return;
+            }
+        }
+        let (hello, claim) = match verdict {
+            Ok(v) => v,
+            Err(why) => {
+                let _ = broker::refuse(fd, why);
+                self.conns.remove(&id);
+                return;
+            }
+        };
+        let now = now_ns();
+        if !self.devices.contains_key(&hello.uuid) {
+            match Grants::create_sealed(&crate::nvml::uuid_string(&hello.uuid)) {
+                Ok(grants) => {
+                    self.devices.insert(hello.uuid, DeviceSched::new(grants));
+                }
+                Err(e) => {
+                    log::warn(&format!("cannot make a grant page: {e}"));
+                    let _ = broker::refuse(fd, Refusal::Internal);
+                    self.conns.remove(&id);
+                    return;
+                }
+            }
+        }
+        let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
+        let key = tenant_key(&hello.tenant);
+        let Some(member) = device.join(key, claim, id, now) else {
+            let _ = broker::refuse(fd, Refusal::Full);
+            self.conns.remove(&id);
+            return;
+        };
+        // Stepped before the page is handed over: a setting that ends the
+        // device's open grant ends it before this process can read it.
+        self.step(hello.uuid, now);
+        let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
+        if broker::accept(fd, member, device.fd()).is_err() {
+            device.leave(id, now);
+            self.conns.remove(&id);
+            return;
+        }
+        self.names.insert(key, hello.tenant.clone());
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.state = ConnState::Joined { uuid: hello.uuid, tenant: hello.tenant, buf: rest };
+        }
+        self.messages(id);
+        self.step(hello.uuid, now);
+    }
+
+    fn verify(&self, conn: &Conn, bytes: &[u8; HELLO_BYTES]) -> Result<(Hello, Claim), Refusal> {
+        let hello = Hello::decode(bytes).ok_or(Refusal::Malformed)?;
+        if conn.dir_tenant.as_ref().is_some_and(|t| *t != hello.tenant) {
+            return Err(Refusal::NotYourSlot);
+        }
+        if hello.slot == broker::VIEWER_SLOT {
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            return if conn.peer.uid == 0 || conn.peer.uid == me { Ok((hello, Claim::default())) } else { Err(Refusal::NotYourSlot) };
+        }
+        if hello.slot as usize >= ledger::MAX_SLOTS {
+            return Err(Refusal::Malformed);
+        }
+        let layout = if conn.dir_tenant.is_some() { Layout::TenantDirs } else { Layout::Flat };
+        let path = ledger::tenant_path(&discovery::tenant_ledger_dir(&self.dir, &hello.tenant, layout), &hello.tenant);
+        let ledger = ledger::Ledger::open(&path).map_err(|_| Refusal::NotYourSlot)?;
+        if ledger.tenant() != hello.tenant {
+            return Err(Refusal::NotYourSlot);
+        }
+        let lock = SlotLock::of(&ledger, hello.slot as usize).ok_or(Refusal::NotYourSlot)?;
+        if host::check_lock(Path::new("/proc"), conn.peer.pid, &lock) != LockCheck::Holds {
+            return Err(Refusal::NotYourSlot);
+        }
+        let entry = ledger.devices().into_iter().find(|d| d.uuid == hello.uuid);
+        let known = match &*self.shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(nvml) => nvml.contains(&hello.uuid),
+            None => entry.is_some() && (self.devices.contains_key(&hello.uuid) || self.devices.len() < MAX_DEVICES),
+        };
+        if !known {
+            return Err(Refusal::UnknownDevice);
+        }
+        let configured = self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
+        let claim = match configured {
+            // A configured tenant gets what the file says, and nothing
+            // where it says nothing.
+            Some(on_device) => on_device.unwrap_or_default(),
+            None => entry
+                .map(|e| {
+                    let p = ledger.compute_policy(e.index);
+                    Claim { share_e4: p.share_ratio_e4, limit_e4: p.limit_ratio_e4, priority: p.priority }
+                })
+                .unwrap_or_default(),
+        };
+        Ok((hello, claim))
+    }
+
+    fn messages(&mut self, id: ConnId) {
+        let Some(Conn { state: ConnState::Joined { uuid, buf, .. }, .. }) = self.conns.get_mut(&id) else { return };
+        let uuid = *uuid;
+        let mut parsed = Vec::new();
+        while buf.len() >= MESSAGE_BYTES {
+            let mut message = [0u8; MESSAGE_BYTES];
+            message.copy_from_slice(&buf[..MESSAGE_BYTES]);
+            buf.drain(..MESSAGE_BYTES);
+            parsed.push(broker::decode(&message));
+        }
+        let now = now_ns();
+        for message in parsed {
+            match message {
+                Some((op, seq)) if op != Op::Revoke => {
+                    if let Some(device) = self.devices.get_mut(&uuid) {
+                        device.message(id, op, seq, now);
+                    }
+                }
+                // Nonsense ends the connection (its process loses its place).
+                _ => return self.drop_conn(id),
+            }
+        }
+        self.step(uuid, now);
+    }
+
+    fn step(&mut self, uuid: [u8; 16], now: u64) {
+        let Some(device) = self.devices.get_mut(&uuid) else { return };
+        let effects = device.step(now);
+        for id in effects.revoke {
+            if let Some(conn) = self.conns.get(&id) {
+                // A process whose socket is full is stuck or hostile: it
+                // will be late, and the turn moves on without it.
+                let _ = (&conn.stream).write(&broker::encode(Op::Revoke, 0));
+            }
+        }
+        for id in effects.late {
+            if let Some(Conn { state: ConnState::Joined { tenant, .. }, peer, .. }) = self.conns.get(&id) {
+                log::warn(&format!(
+                    "tenant {tenant}: process {} did not finish its work within {} ms of the end of its turn on device {}; \
+                     the turn moved on without it",
+                    peer.pid,
+                    sched::DRAIN_LIMIT_NS / 1_000_000,
+                    crate::nvml::uuid_string(&uuid)
+                ));
+                let mut views = self.shared.views.lock().unwrap_or_else(|e| e.into_inner());
+                let report = views.entry(uuid).or_default();
+                report.late.push((tenant.clone(), peer.pid));
+                if report.late.len() > 64 {
+                    report.late.remove(0);
+                }
+            }
+        }
+    }
+
+    /// Publishes every device's members for the main loop.
+    fn report(&mut self) {
+        let mut views = self.shared.views.lock().unwrap_or_else(|e| e.into_inner());
+        for (uuid, device) in &self.devices {
+            let report = views.entry(*uuid).or_default();
+            report.arbitrated = device.page().header.arbitrated.load(std::sync::atomic::Ordering::Relaxed) != 0;
+            report.members = device
+                .members_view()
+                .into_iter()
+                .map(|m| (self.names.get(&m.key).cloned().unwrap_or_default(), m))
+                .collect();
+            report.late_total = device.late_total;
+            report.processes = self
+                .conns
+                .values()
+                .filter_map(|c| match &c.state {
+                    ConnState::Joined { uuid: u, tenant, .. } if u == uuid => Some((tenant.clone(), c.peer.pid)),
+                    _ => None,
+                })
+                .collect();
+        }
+        let _ = self.started;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Listener(usize),
+    Conn(ConnId),
+}

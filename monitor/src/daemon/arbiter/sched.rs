@@ -1,0 +1,937 @@
+//! Who may run on a device next: the monitor's scheduler of device time.
+//!
+//! One [`DeviceSched`] per device, owning the device's grant page
+//! (`ledger::grants`), which tenants can only read. Its inputs are what the
+//! monitor itself observes: which connections (processes) belong to which
+//! member (tenant), what each says of itself over its own connection
+//! (`Want`, `Busy`, `Idle`, `Done`), and the clock. Nothing a tenant writes
+//! anywhere else reaches it.
+//!
+//! # The split
+//! Each member's weight is its target fraction of the device ([`targets`]):
+//! its share, plus the spare time of the device by priority and by share
+//! within a priority, never past its limit. A member is charged the wall
+//! time of its turns while it is busy in them (from the grant, or from its
+//! `Busy`, to its last process's `Idle` or `Done`): `charge` advances its
+//! virtual time by `ns × 10 000 / weight`. When the device is free the
+//! waiting member with the least virtual time gets it (stride scheduling;
+//! ties go to the higher priority). A member that comes back after an idle
+//! spell is lifted to the least virtual time of the active members, so
+//! idling banks no credit, and a member is never owed more than
+//! [`MAX_LAG_NS`] of its own device time.
+//!
+//! # How a turn ends
+//! The holder is revoked when another member waits and the holder's
+//! [`QUANTUM_NS`] is over, or the holder went idle, or a waiting member of
+//! higher priority is owed time (its virtual time is not ahead of the
+//! holder's), or the holder's limit budget ran out. Revoking sets the grant
+//! to nobody (no process of any tenant launches) and sends `Revoke` to
+//! each of the holder's processes; each finishes its work in flight and
+//! says `Done`. The turn is charged until the last `Done`, so work that
+//! overran the turn costs the holder its next turns, not the others. A
+//! process that has not said `Done` after [`DRAIN_LIMIT_NS`] is *late*: the
+//! turn moves on without it and the monitor reports it (its work then runs
+//! outside its tenant's turns, which NVML shows).
+//!
+//! # Limits
+//! A member with a limit has a budget of device time that refills at its
+//! limit (up to [`LIMIT_BURST_NS`]) and pays for its turns; it is granted
+//! only with [`MIN_GRANT_NS`] in it and revoked when it is spent, even when
+//! nobody else waits. The budget is the monitor's: no tenant writes it.
+//!
+//! # Open devices
+//! While no member has a compute setting, the grant is `OPEN`: every
+//! process launches and the device is shared as the hardware shares it.
+//! When a member with a setting arrives, every process on the device is
+//! revoked and drained, and turns begin.
+
+use ledger::grants::{self, member_state, Grant, GrantPage, Grants, MAX_MEMBERS, NOBODY, OPEN};
+use std::sync::atomic::Ordering;
+
+/// How long a holder keeps the device while others wait: short enough that
+/// a 10 s window holds hundreds of turns, long enough that handing over
+/// costs well under a percent of the device.
+pub const QUANTUM_NS: u64 = 20_000_000;
+/// How long a revoked process may take to finish its work before the turn
+/// moves on without it.
+pub const DRAIN_LIMIT_NS: u64 = 500_000_000;
+/// A member that waited or was busy this recently is active: it takes part
+/// in the split, and its priority counts.
+pub const ACTIVE_NS: u64 = 500_000_000;
+/// The most device time a member may be owed when it is granted.
+pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
+/// The most a limit budget holds: the longest a limited member runs at once.
+pub const LIMIT_BURST_NS: u64 = 20_000_000;
+/// The least budget a limited member is granted with.
+pub const MIN_GRANT_NS: u64 = 2_000_000;
+
+const WHOLE_E4: u32 = ledger::compute::WHOLE_DEVICE_RATIO_E4;
+
+/// One member's compute settings, as the monitor holds them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Claim {
+    pub share_e4: u32,
+    pub limit_e4: u32,
+    pub priority: i32,
+}
+
+impl Claim {
+    /// Whether this is any compute setting at all.
+    pub fn any(&self) -> bool {
+        self.share_e4 > 0 || ledger::compute::is_limiting(self.limit_e4) || self.priority != 0
+    }
+    fn limited(&self) -> bool {
+        ledger::compute::is_limiting(self.limit_e4)
+    }
+}
+
+/// Each active member's target fraction of the device, ratio × 10 000, by
+/// the rules of the module docs:
+/// 1. Guarantees: each member's share; members without one split what the
+///    shares leave (at least nothing) equally. Shares that add up past the
+///    whole device are scaled down to it.
+/// 2. Each guarantee is cut to the member's limit.
+/// 3. What is left goes to the highest priority first; within a priority
+///    it is split in proportion to the guarantees (equally when those are
+///    all zero), never past a limit, and what a limit stops goes on to the
+///    others, then to the next priority.
+pub fn targets(claims: &[Claim]) -> Vec<u32> {
+    let whole = u64::from(WHOLE_E4);
+    let limit = |c: &Claim| if ledger::compute::is_limiting(c.limit_e4) { u64::from(c.limit_e4) } else { whole };
+    let shared: u64 = claims.iter().map(|c| u64::from(c.share_e4.min(WHOLE_E4))).sum();
+    let unshared = claims.iter().filter(|c| c.share_e4 == 0).count() as u64;
+    let equal = whole.saturating_sub(shared).checked_div(unshared).unwrap_or(0);
+    let scale = |share: u64| if shared > whole { share * whole / shared } else { share };
+    let guarantee: Vec<u64> = claims
+        .iter()
+        .map(|c| if c.share_e4 == 0 { equal } else { scale(u64::from(c.share_e4.min(WHOLE_E4))) })
+        .collect();
+    let mut target: Vec<u64> = claims.iter().zip(&guarantee).map(|(c, g)| (*g).min(limit(c))).collect();
+    let mut spare = whole.saturating_sub(target.iter().sum());
+    let mut priorities: Vec<i32> = claims.iter().map(|c| c.priority).collect();
+    priorities.sort_unstable_by(|a, b| b.cmp(a));
+    priorities.dedup();
+    for priority in priorities {
+        // Water-fill this priority's members up to their limits.
+        loop {
+            let open: Vec<usize> =
+                (0..claims.len()).filter(|&i| claims[i].priority == priority && target[i] < limit(&claims[i])).collect();
+            if open.is_empty() || spare == 0 {
+                break;
+            }
+            let weight_of = |i: usize| guarantee[i].max(1);
+            let total_weight: u64 = open.iter().map(|&i| weight_of(i)).sum();
+            let mut given = 0;
+            for &i in &open {
+                let portion = (spare * weight_of(i) / total_weight).max(1);
+                let room = limit(&claims[i]) - target[i];
+                let add = portion.min(room).min(spare - given);
+                target[i] += add;
+                given += add;
+            }
+            spare -= given;
+            if given == 0 {
+                break;
+            }
+        }
+    }
+    target.into_iter().map(|t| t.min(whole) as u32).collect()
+}
+
+/// A connection's id, the monitor's own.
+pub type ConnId = u64;
+
+#[derive(Debug)]
+struct Conn {
+    id: ConnId,
+    /// It said `Want` and has not been granted since.
+    waiting: bool,
+    /// It said `Busy` (or was granted while waiting) and not `Idle` or `Done` since.
+    busy: bool,
+    /// The number of its newest `Busy` or `Idle`.
+    seq: Option<u32>,
+}
+
+#[derive(Debug)]
+struct MemberState {
+    key: u64,
+    claim: Claim,
+    vtime: u64,
+    served_ns: u64,
+    weight_e4: u32,
+    conns: Vec<Conn>,
+    last_active_ns: Option<u64>,
+    budget_ns: i64,
+    budget_at_ns: u64,
+}
+
+impl MemberState {
+    fn waits(&self) -> bool {
+        self.conns.iter().any(|c| c.waiting)
+    }
+    fn busy(&self) -> bool {
+        self.conns.iter().any(|c| c.busy)
+    }
+    fn active(&self, now_ns: u64) -> bool {
+        self.waits() || self.busy() || self.last_active_ns.is_some_and(|t| now_ns.saturating_sub(t) < ACTIVE_NS)
+    }
+    fn refill(&mut self, now_ns: u64) {
+        if !self.claim.limited() {
+            return;
+        }
+        let elapsed = now_ns.saturating_sub(self.budget_at_ns);
+        let gained = (u128::from(elapsed) * u128::from(self.claim.limit_e4) / u128::from(WHOLE_E4)) as i64;
+        self.budget_ns = self.budget_ns.saturating_add(gained).min(LIMIT_BURST_NS as i64);
+        self.budget_at_ns = now_ns;
+    }
+    /// Whether its limit lets it be granted now.
+    fn eligible(&self) -> bool {
+        !self.claim.limited() || self.budget_ns >= MIN_GRANT_NS as i64
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    /// Nobody has a compute setting: everybody launches.
+    Open,
+    /// Nobody holds the device.
+    Free,
+    Held { m: usize, since_ns: u64, busy_since_ns: Option<u64> },
+    Revoking { m: Option<usize>, busy_since_ns: Option<u64>, pending: Vec<ConnId>, deadline_ns: u64 },
+}
+
+/// What the caller must do after a step.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Send `Revoke` to these connections.
+    pub revoke: Vec<ConnId>,
+    /// These connections did not say `Done` within [`DRAIN_LIMIT_NS`].
+    pub late: Vec<ConnId>,
+}
+
+/// A member as metrics and `status` show it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberView {
+    pub key: u64,
+    pub claim: Claim,
+    pub weight_e4: u32,
+    pub served_ns_total: u64,
+    pub active: bool,
+    pub holds: bool,
+    pub processes: u32,
+}
+
+impl MemberView {
+    /// The members of a grant page, read by whoever holds it (a monitor's
+    /// or a read-only one).
+    pub fn of_page(page: &GrantPage) -> Vec<MemberView> {
+        let holder = page.grant().code();
+        page.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.key.load(Ordering::Acquire) != 0)
+            .map(|(i, m)| {
+                let state = m.state.load(Ordering::Relaxed);
+                MemberView {
+                    key: m.key.load(Ordering::Relaxed),
+                    claim: Claim {
+                        share_e4: m.share_e4.load(Ordering::Relaxed),
+                        limit_e4: m.limit_e4.load(Ordering::Relaxed),
+                        priority: m.priority.load(Ordering::Relaxed),
+                    },
+                    weight_e4: m.weight_e4.load(Ordering::Relaxed),
+                    served_ns_total: m.served_ns_total.load(Ordering::Relaxed),
+                    active: state == member_state::WAITING || state == member_state::HOLDING,
+                    holds: holder == i as u32 + 1,
+                    processes: m.processes.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One device's scheduler and its page.
+pub struct DeviceSched {
+    grants: Grants,
+    members: Vec<Option<MemberState>>,
+    phase: Phase,
+    epoch: u32,
+    /// Connections that were handed the page while the grant was open, and
+    /// so may have launched without a turn.
+    launched_open: Vec<ConnId>,
+    /// Connections that were late to say `Done`, ever.
+    pub late_total: u64,
+}
+
+impl DeviceSched {
+    pub fn new(grants: Grants) -> DeviceSched {
+        DeviceSched { grants, members: (0..MAX_MEMBERS).map(|_| None).collect(), phase: Phase::Open, epoch: 1, launched_open: Vec::new(), late_total: 0 }
+    }
+
+    /// The page's descriptor, to hand to a process.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.grants.fd()
+    }
+
+    pub fn page(&self) -> &GrantPage {
+        self.grants.page()
+    }
+
+    fn member(&self, m: usize) -> Option<&MemberState> {
+        self.members.get(m).and_then(Option::as_ref)
+    }
+
+    fn member_mut(&mut self, m: usize) -> Option<&mut MemberState> {
+        self.members.get_mut(m).and_then(Option::as_mut)
+    }
+
+    fn find_conn(&self, conn: ConnId) -> Option<usize> {
+        self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.conns.iter().any(|c| c.id == conn)))
+    }
+
+    /// The least virtual time among the active members but `except`.
+    fn least_active_vtime(&self, except: usize, now_ns: u64) -> Option<u64> {
+        self.members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.as_ref().filter(|m| i != except && m.active(now_ns)).map(|m| m.vtime))
+            .min()
+    }
+
+    /// Lifts member `m`, coming back from an idle spell, to the least
+    /// virtual time of the active members: idling banks no credit.
+    fn lift(&mut self, m: usize, now_ns: u64) {
+        let least = self.least_active_vtime(m, now_ns);
+        if let (Some(least), Some(member)) = (least, self.member_mut(m)) {
+            member.vtime = member.vtime.max(least);
+        }
+    }
+
+    /// Adds connection `conn` of tenant `key` with settings `claim`;
+    /// returns its member index, or `None` when the device is full.
+    pub fn join(&mut self, key: u64, claim: Claim, conn: ConnId, now_ns: u64) -> Option<u32> {
+        let found = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key));
+        let m = match found {
+            Some(m) => m,
+            None => {
+                let free = self.members.iter().position(Option::is_none)?;
+                let state = MemberState {
+                    key,
+                    claim,
+                    vtime: 0,
+                    served_ns: 0,
+                    weight_e4: 0,
+                    conns: Vec::new(),
+                    last_active_ns: None,
+                    budget_ns: LIMIT_BURST_NS as i64,
+                    budget_at_ns: now_ns,
+                };
+                *self.members.get_mut(free)? = Some(state);
+                self.lift(free, now_ns);
+                free
+            }
+        };
+        self.member_mut(m)?.conns.push(Conn { id: conn, waiting: false, busy: false, seq: None });
+        // A newcomer under an open grant launches at once. One whose setting
+        // ends the open grant never sees it: the caller steps before it
+        // hands the page over.
+        if matches!(self.phase, Phase::Open) && !self.arbitrated() {
+            self.launched_open.push(conn);
+        }
+        self.write_page(now_ns);
+        Some(m as u32)
+    }
+
+    /// Changes tenant `key`'s settings (the configuration changed).
+    pub fn set_claim(&mut self, key: u64, claim: Claim) {
+        for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
+            member.claim = claim;
+        }
+    }
+
+    /// Connection `conn` is gone (its process closed it or died).
+    pub fn leave(&mut self, conn: ConnId, now_ns: u64) {
+        let Some(m) = self.find_conn(conn) else { return };
+        if let Phase::Revoking { pending, .. } = &mut self.phase {
+            pending.retain(|c| *c != conn);
+        }
+        self.launched_open.retain(|c| *c != conn);
+        let Some(member) = self.member_mut(m) else { return };
+        member.conns.retain(|c| c.id != conn);
+        if member.conns.is_empty() {
+            // Its last process left: whatever it held is over.
+            if let Phase::Held { m: held, busy_since_ns, .. } = self.phase {
+                if held == m {
+                    self.charge_busy(m, busy_since_ns, now_ns);
+                    self.phase = Phase::Free;
+                }
+            }
+            if let Phase::Revoking { m: revoked, .. } = &mut self.phase {
+                if *revoked == Some(m) {
+                    *revoked = None;
+                }
+            }
+            if let Some(slot) = self.members.get_mut(m) {
+                *slot = None;
+            }
+            if let Some(entry) = self.page().members.get(m) {
+                entry.key.store(0, Ordering::Release);
+                entry.state.store(member_state::FREE, Ordering::Release);
+            }
+        }
+        self.write_page(now_ns);
+    }
+
+    /// A message from connection `conn`.
+    pub fn message(&mut self, conn: ConnId, op: ledger::broker::Op, seq: u32, now_ns: u64) {
+        use ledger::broker::Op;
+        let Some(m) = self.find_conn(conn) else { return };
+        let was_active = self.member(m).is_some_and(|member| member.active(now_ns));
+        let Some(member) = self.member_mut(m) else { return };
+        let Some(c) = member.conns.iter_mut().find(|c| c.id == conn) else { return };
+        // `Busy` and `Idle` report a state that the process's threads
+        // change in turn; each report carries the change's number, and one
+        // not newer than the last was overtaken by it (numbers wrap).
+        if matches!(op, Op::Busy | Op::Idle) {
+            if c.seq.is_some_and(|last| (seq.wrapping_sub(last) as i32) <= 0) {
+                return;
+            }
+            c.seq = Some(seq);
+        }
+        match op {
+            Op::Want => c.waiting = true,
+            Op::Busy => c.busy = true,
+            Op::Idle | Op::Done => c.busy = false,
+            Op::Revoke => return,
+        }
+        member.last_active_ns = Some(now_ns);
+        if !was_active && matches!(op, Op::Want | Op::Busy) {
+            self.lift(m, now_ns);
+        }
+        if op == Op::Done {
+            if let Phase::Revoking { pending, .. } = &mut self.phase {
+                pending.retain(|p| *p != conn);
+            }
+        }
+        match (op, &mut self.phase) {
+            (Op::Busy, Phase::Held { m: held, busy_since_ns, .. }) if *held == m && busy_since_ns.is_none() => {
+                *busy_since_ns = Some(now_ns);
+            }
+            (Op::Idle, Phase::Held { m: held, busy_since_ns, .. }) if *held == m => {
+                let since = *busy_since_ns;
+                if !self.member(m).is_some_and(MemberState::busy) {
+                    if let Phase::Held { busy_since_ns, .. } = &mut self.phase {
+                        *busy_since_ns = None;
+                    }
+                    self.charge_busy(m, since, now_ns);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Charges member `m` the busy time since `since_ns`.
+    fn charge_busy(&mut self, m: usize, since_ns: Option<u64>, now_ns: u64) {
+        if let Some(since) = since_ns {
+            self.charge(m, now_ns.saturating_sub(since), now_ns);
+        }
+    }
+
+    fn charge(&mut self, m: usize, ns: u64, now_ns: u64) {
+        let Some(member) = self.member_mut(m) else { return };
+        let weight = u64::from(member.weight_e4.clamp(1, WHOLE_E4));
+        member.vtime = member.vtime.saturating_add(ns.saturating_mul(u64::from(WHOLE_E4)) / weight);
+        member.served_ns = member.served_ns.saturating_add(ns);
+        member.refill(now_ns);
+        member.budget_ns = member.budget_ns.saturating_sub(ns.min(i64::MAX as u64) as i64);
+        member.last_active_ns = Some(now_ns);
+    }
+
+    /// Every active member's weight, by [`targets`].
+    fn update_weights(&mut self, now_ns: u64) {
+        let active: Vec<usize> = (0..MAX_MEMBERS).filter(|&i| self.member(i).is_some_and(|m| m.active(now_ns))).collect();
+        let claims: Vec<Claim> = active.iter().filter_map(|&i| self.member(i).map(|m| m.claim)).collect();
+        for (i, weight) in active.into_iter().zip(targets(&claims)) {
+            if let Some(member) = self.member_mut(i) {
+                member.weight_e4 = weight.max(1);
+            }
+        }
+    }
+
+    fn arbitrated(&self) -> bool {
+        self.members.iter().flatten().any(|m| m.claim.any())
+    }
+
+    fn all_conns(&self) -> Vec<ConnId> {
+        self.members.iter().flatten().flat_map(|m| m.conns.iter().map(|c| c.id)).collect()
+    }
+
+    /// The virtual time member `m` would have if its busy time so far were charged.
+    fn vtime_with_busy(&self, m: usize, busy_since_ns: Option<u64>, now_ns: u64) -> u64 {
+        let Some(member) = self.member(m) else { return 0 };
+        let busy = busy_since_ns.map_or(0, |since| now_ns.saturating_sub(since));
+        member.vtime.saturating_add(busy.saturating_mul(u64::from(WHOLE_E4)) / u64::from(member.weight_e4.clamp(1, WHOLE_E4)))
+    }
+
+    /// The waiting member to grant next: eligible by its limit, the least
+    /// virtual time, then the higher priority.
+    fn best_waiter(&self, except: Option<usize>) -> Option<usize> {
+        (0..MAX_MEMBERS)
+            .filter(|&i| Some(i) != except)
+            .filter_map(|i| self.member(i).filter(|m| m.waits() && m.eligible()).map(|m| (i, m)))
+            .min_by(|(_, a), (_, b)| a.vtime.cmp(&b.vtime).then(b.claim.priority.cmp(&a.claim.priority)))
+            .map(|(i, _)| i)
+    }
+
+    /// Whether a member of higher priority than `m` is active.
+    fn outranked(&self, m: usize, now_ns: u64) -> bool {
+        let Some(mine) = self.member(m).map(|member| member.claim.priority) else { return false };
+        self.members.iter().enumerate().any(|(i, other)| {
+            i != m && other.as_ref().is_some_and(|o| o.claim.priority > mine && o.active(now_ns))
+        })
+    }
+
+    fn set_grant(&mut self, code: u32, shallow: bool) {
+        self.epoch = self.epoch.wrapping_add(1);
+        let word = Grant::new(self.epoch, code, shallow);
+        self.page().header.grant.store(word.0, Ordering::Release);
+        grants::wake_all(self.page());
+    }
+
+    /// Nobody has a setting any more: everybody launches.
+    fn open(&mut self) {
+        self.phase = Phase::Open;
+        self.launched_open = self.all_conns();
+        self.set_grant(OPEN, false);
+    }
+
+    fn begin_revoke(&mut self, m: Option<usize>, conns: Vec<ConnId>, busy_since_ns: Option<u64>, now_ns: u64) -> Vec<ConnId> {
+        self.set_grant(NOBODY, false);
+        self.phase = Phase::Revoking { m, busy_since_ns, pending: conns.clone(), deadline_ns: now_ns.saturating_add(DRAIN_LIMIT_NS) };
+        conns
+    }
+
+    /// Decides what happens now; call after every input and at
+    /// [`next_deadline_ns`](Self::next_deadline_ns).
+    pub fn step(&mut self, now_ns: u64) -> Effects {
+        let mut effects = Effects::default();
+        for member in self.members.iter_mut().flatten() {
+            member.refill(now_ns);
+        }
+        self.update_weights(now_ns);
+        // A few transitions can follow one another in one step (a drained
+        // revoke frees the device, which is granted at once).
+        for _ in 0..4 {
+            let before = std::mem::discriminant(&self.phase);
+            self.transition(now_ns, &mut effects);
+            if std::mem::discriminant(&self.phase) == before {
+                break;
+            }
+        }
+        self.write_page(now_ns);
+        effects
+    }
+
+    fn transition(&mut self, now_ns: u64, effects: &mut Effects) {
+        match self.phase.clone() {
+            Phase::Open => {
+                if self.arbitrated() {
+                    // Whoever launched freely until now drains first.
+                    let conns = std::mem::take(&mut self.launched_open);
+                    effects.revoke.extend(self.begin_revoke(None, conns, None, now_ns));
+                }
+            }
+            Phase::Free => {
+                if !self.arbitrated() {
+                    self.open();
+                    return;
+                }
+                let Some(m) = self.best_waiter(None) else { return };
+                // Owed at most MAX_LAG_NS of its own time.
+                let least_other = self.least_active_vtime(m, now_ns);
+                if let Some(member) = self.member_mut(m) {
+                    let lag = MAX_LAG_NS.saturating_mul(u64::from(WHOLE_E4)) / u64::from(member.weight_e4.clamp(1, WHOLE_E4));
+                    if let Some(least) = least_other {
+                        member.vtime = member.vtime.max(least.saturating_sub(lag));
+                    }
+                    for c in &mut member.conns {
+                        if c.waiting {
+                            c.waiting = false;
+                            c.busy = true;
+                        }
+                    }
+                    member.last_active_ns = Some(now_ns);
+                }
+                self.phase = Phase::Held { m, since_ns: now_ns, busy_since_ns: Some(now_ns) };
+                let shallow = self.outranked(m, now_ns);
+                self.set_grant(m as u32 + 1, shallow);
+                self.page().header.turns_total.fetch_add(1, Ordering::Relaxed);
+                self.page().header.granted_ns.store(now_ns, Ordering::Relaxed);
+            }
+            Phase::Held { m, since_ns, busy_since_ns } => {
+                if !self.arbitrated() {
+                    self.charge_busy(m, busy_since_ns, now_ns);
+                    self.open();
+                    return;
+                }
+                let Some(holder) = self.member(m) else {
+                    self.phase = Phase::Free;
+                    return;
+                };
+                let (idle, limited, budget, priority) = (!holder.busy() && !holder.waits(), holder.claim.limited(), holder.budget_ns, holder.claim.priority);
+                let spent = busy_since_ns.map_or(0, |since| now_ns.saturating_sub(since)) as i64;
+                let out_of_budget = limited && budget.saturating_sub(spent) <= 0;
+                let waiter = self.best_waiter(Some(m));
+                let my_vtime = self.vtime_with_busy(m, busy_since_ns, now_ns);
+                let preempted = (0..MAX_MEMBERS).any(|i| {
+                    i != m && self.member(i).is_some_and(|w| w.waits() && w.eligible() && w.claim.priority > priority && w.vtime <= my_vtime)
+                });
+                let quantum_over = now_ns.saturating_sub(since_ns) >= QUANTUM_NS;
+                if out_of_budget || (waiter.is_some() && (quantum_over || idle || preempted)) {
+                    let conns: Vec<ConnId> = self.member(m).map(|h| h.conns.iter().map(|c| c.id).collect()).unwrap_or_default();
+                    effects.revoke.extend(self.begin_revoke(Some(m), conns, busy_since_ns, now_ns));
+                    return;
+                }
+                // A holder keeps one launch in flight while a tenant of
+                // higher priority is active.
+                let shallow = self.outranked(m, now_ns);
+                let word = self.page().grant();
+                if word.is_shallow() != shallow {
+                    self.page().header.grant.store(Grant::new(word.epoch(), word.code(), shallow).0, Ordering::Release);
+                }
+            }
+            Phase::Revoking { m, busy_since_ns, pending, deadline_ns } => {
+                if !pending.is_empty() && now_ns < deadline_ns {
+                    return;
+                }
+                if !pending.is_empty() {
+                    self.late_total += pending.len() as u64;
+                    effects.late.extend(pending.iter().copied());
+                    // Late ones are no longer counted busy: their work runs
+                    // outside any turn now, and NVML is the judge of it.
+                    for member in self.members.iter_mut().flatten() {
+                        for c in member.conns.iter_mut().filter(|c| pending.contains(&c.id)) {
+                            c.busy = false;
+                        }
+                    }
+                }
+                if let Some(m) = m {
+                    self.charge_busy(m, busy_since_ns, now_ns);
+                    if let Some(member) = self.member_mut(m) {
+                        // A process that was busy when its turn ended has
+                        // more work, most likely; it waits for the next turn
+                        // from now, not from its next launch (a launch that
+                        // waits for its queue to drain comes too late to be
+                        // chosen). One that has none says `Idle` in its
+                        // next turn, which then ends.
+                        for c in &mut member.conns {
+                            c.waiting |= c.busy;
+                            c.busy = false;
+                        }
+                    }
+                }
+                self.phase = Phase::Free;
+                self.set_grant(NOBODY, false);
+            }
+        }
+    }
+
+    /// When [`step`](Self::step) must run next even if nothing arrives.
+    pub fn next_deadline_ns(&self, now_ns: u64) -> Option<u64> {
+        match &self.phase {
+            Phase::Open => None,
+            Phase::Free => {
+                // A limited waiter becomes eligible when its budget refills.
+                self.members
+                    .iter()
+                    .flatten()
+                    .filter(|m| m.waits() && !m.eligible() && m.claim.limit_e4 > 0)
+                    .map(|m| {
+                        let missing = (MIN_GRANT_NS as i64).saturating_sub(m.budget_ns).max(0) as u64;
+                        now_ns.saturating_add(missing.saturating_mul(u64::from(WHOLE_E4)) / u64::from(m.claim.limit_e4.max(1)) + 1)
+                    })
+                    .min()
+            }
+            Phase::Held { m, since_ns, busy_since_ns } => {
+                let mut next = None::<u64>;
+                let mut at = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
+                if self.best_waiter(Some(*m)).is_some() {
+                    at(since_ns.saturating_add(QUANTUM_NS));
+                }
+                if let Some(holder) = self.member(*m).filter(|h| h.claim.limited()) {
+                    let since = busy_since_ns.unwrap_or(now_ns);
+                    at(since.saturating_add(holder.budget_ns.max(0) as u64));
+                }
+                // Priorities and activity age.
+                at(now_ns.saturating_add(ACTIVE_NS / 4));
+                next
+            }
+            Phase::Revoking { deadline_ns, .. } => Some(*deadline_ns),
+        }
+    }
+
+    /// Publishes the members in the page (for `status`, metrics, and the
+    /// processes' `contended` hint).
+    fn write_page(&self, now_ns: u64) {
+        let page = self.page();
+        let holder = match self.phase {
+            Phase::Held { m, .. } => Some(m),
+            _ => None,
+        };
+        let mut contended = false;
+        for (i, entry) in page.members.iter().enumerate() {
+            let Some(m) = self.member(i) else { continue };
+            let state = if holder == Some(i) {
+                member_state::HOLDING
+            } else if m.waits() {
+                contended |= holder.is_some();
+                member_state::WAITING
+            } else if m.active(now_ns) {
+                member_state::WAITING
+            } else {
+                member_state::IDLE
+            };
+            let state = if state == member_state::WAITING && !m.waits() && !m.busy() && holder != Some(i) {
+                // Recently active, not waiting now.
+                member_state::IDLE
+            } else {
+                state
+            };
+            entry.key.store(m.key, Ordering::Relaxed);
+            entry.vtime.store(m.vtime, Ordering::Relaxed);
+            entry.served_ns_total.store(m.served_ns, Ordering::Relaxed);
+            entry.share_e4.store(m.claim.share_e4, Ordering::Relaxed);
+            entry.limit_e4.store(m.claim.limit_e4, Ordering::Relaxed);
+            entry.priority.store(m.claim.priority, Ordering::Relaxed);
+            entry.weight_e4.store(if m.active(now_ns) { m.weight_e4 } else { 0 }, Ordering::Relaxed);
+            entry.state.store(state, Ordering::Relaxed);
+            entry.processes.store(m.conns.len() as u32, Ordering::Release);
+        }
+        page.header.contended.store(u32::from(contended), Ordering::Release);
+        page.header.arbitrated.store(u32::from(self.arbitrated()), Ordering::Release);
+    }
+
+    /// Every member, as metrics show them.
+    pub fn members_view(&self) -> Vec<MemberView> {
+        MemberView::of_page(self.page())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledger::broker::Op;
+
+    fn claim(share: u32, limit: u32, priority: i32) -> Claim {
+        Claim { share_e4: share * 100, limit_e4: limit * 100, priority }
+    }
+
+    fn percents(claims: &[Claim]) -> Vec<u32> {
+        targets(claims).into_iter().map(|t| (t + 50) / 100).collect()
+    }
+
+    #[test]
+    fn targets_give_shares_then_spare_time_by_priority_within_limits() {
+        assert_eq!(percents(&[claim(25, 0, 0), claim(75, 0, 0)]), vec![25, 75]);
+        assert_eq!(percents(&[claim(10, 0, 0), claim(20, 0, 0), claim(30, 0, 0), claim(40, 0, 0)]), vec![10, 20, 30, 40]);
+        assert_eq!(percents(&[claim(30, 0, 0)]), vec![100]);
+        assert_eq!(percents(&[claim(30, 30, 0)]), vec![30]);
+        assert_eq!(percents(&[claim(0, 0, 0), claim(0, 0, 0)]), vec![50, 50]);
+        assert_eq!(percents(&[claim(60, 0, 0), claim(0, 0, 0), claim(0, 0, 0)]), vec![60, 20, 20]);
+        assert_eq!(percents(&[claim(20, 0, 1), claim(30, 0, 0)]), vec![70, 30]);
+        assert_eq!(percents(&[claim(20, 40, 1), claim(30, 0, 0)]), vec![40, 60]);
+        assert_eq!(percents(&[claim(10, 0, 0), claim(30, 0, 0)]), vec![25, 75]);
+        assert_eq!(percents(&[claim(80, 0, 0), claim(80, 0, 0)]), vec![50, 50]);
+        assert_eq!(percents(&[claim(0, 20, 0), claim(0, 30, 0)]), vec![20, 30]);
+        assert!(targets(&[]).is_empty());
+    }
+
+    fn sched() -> DeviceSched {
+        DeviceSched::new(Grants::create_sealed("sched-test").unwrap())
+    }
+
+    const MS: u64 = 1_000_000;
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1000);
+
+    /// Members that always have work: each revoke is drained at once and
+    /// followed by a new `Want`. Returns each member's device time.
+    fn saturate(s: &mut DeviceSched, conns: &[ConnId], from_ns: u64, until_ns: u64, drain_ns: u64) -> Vec<u64> {
+        let before: Vec<u64> = conns.iter().map(|&c| served(s, c)).collect();
+        let mut now = from_ns;
+        for &c in conns {
+            s.message(c, Op::Want, 0, now);
+        }
+        let mut pending: Vec<(u64, ConnId)> = Vec::new();
+        while now < until_ns {
+            let effects = s.step(now);
+            for c in effects.revoke {
+                pending.push((now + drain_ns, c));
+            }
+            let next_done = pending.iter().map(|p| p.0).min();
+            let next = [s.next_deadline_ns(now), next_done].into_iter().flatten().min().unwrap_or(now + MS).max(now + 1);
+            now = next.min(now + MS);
+            let (done, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
+            pending = rest;
+            for (_, c) in done {
+                s.message(c, Op::Done, 0, now);
+                s.message(c, Op::Want, 0, now);
+            }
+        }
+        // The holder's time so far is charged when it goes idle.
+        for &c in conns {
+            s.message(c, Op::Idle, SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed), until_ns);
+        }
+        s.step(until_ns);
+        conns.iter().zip(before).map(|(&c, b)| served(s, c) - b).collect()
+    }
+
+    fn served(s: &DeviceSched, conn: ConnId) -> u64 {
+        let m = s.find_conn(conn).unwrap();
+        s.member(m).unwrap().served_ns
+    }
+
+    #[test]
+    fn a_device_is_open_until_someone_has_a_setting_then_everybody_drains_first() {
+        let mut s = sched();
+        s.join(1, Claim::default(), 10, 0).unwrap();
+        assert_eq!(s.step(0), Effects::default());
+        assert!(s.page().grant().is_open());
+        s.join(2, claim(30, 0, 0), 20, MS).unwrap();
+        let effects = s.step(MS);
+        assert_eq!(effects.revoke, vec![10], "the process that launched freely drains; the newcomer never saw the open grant");
+        assert_eq!(s.page().grant().code(), NOBODY);
+        s.message(20, Op::Want, 0, MS);
+        assert!(s.step(2 * MS).revoke.is_empty());
+        assert_eq!(s.page().grant().code(), NOBODY, "the free launcher has not drained yet");
+        s.message(10, Op::Done, 0, 3 * MS);
+        s.step(3 * MS);
+        assert!(s.page().grant().lets(1) && !s.page().grant().lets(0), "the waiter holds the device");
+        // When the setting goes, the device opens again.
+        s.leave(20, 4 * MS);
+        s.step(4 * MS);
+        assert!(s.page().grant().is_open());
+    }
+
+    #[test]
+    fn saturating_members_get_their_shares_and_a_lone_one_the_device() {
+        let mut s = sched();
+        s.join(1, claim(25, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(75, 0, 0), 2, 0).unwrap();
+        let got = saturate(&mut s, &[1, 2], 0, 10_000 * MS, 0);
+        let total = (got[0] + got[1]) as f64;
+        assert!((got[0] as f64 / total - 0.25).abs() < 0.01, "{got:?}");
+        assert!(total > 9_900.0 * MS as f64, "the device idled: {got:?}");
+        // With a drain of 1 ms per turn, still in proportion.
+        let got = saturate(&mut s, &[1, 2], 10_000 * MS, 20_000 * MS, MS);
+        assert!((got[0] as f64 / (got[0] + got[1]) as f64 - 0.25).abs() < 0.01, "{got:?}");
+        // Alone, a share of 25 gets the device.
+        s.leave(2, 20_000 * MS);
+        let got = saturate(&mut s, &[1], 20_000 * MS, 25_000 * MS, 0);
+        assert!(got[0] > 4_950 * MS, "{got:?}");
+    }
+
+    #[test]
+    fn an_idle_holder_hands_over_at_once_and_idling_banks_no_credit() {
+        let mut s = sched();
+        s.join(1, claim(50, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(50, 0, 0), 2, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        assert!(s.page().grant().lets(0));
+        s.message(1, Op::Idle, 1, MS);
+        s.message(2, Op::Want, 0, MS);
+        assert_eq!(s.step(MS).revoke, vec![1], "an idle holder is revoked as soon as another waits");
+        s.message(1, Op::Done, 0, MS);
+        s.step(MS);
+        assert!(s.page().grant().lets(1));
+        // Member 1 idles for 10 s while 2 runs alone; then both saturate:
+        // 1 gets half, not ten seconds of catching up.
+        let _ = saturate(&mut s, &[2], MS, 10_000 * MS, 0);
+        let got = saturate(&mut s, &[1, 2], 10_000 * MS, 12_000 * MS, 0);
+        let ratio = got[0] as f64 / (got[0] + got[1]) as f64;
+        assert!((ratio - 0.5).abs() < 0.06, "{got:?}");
+    }
+
+    #[test]
+    fn a_higher_priority_waiter_that_is_owed_preempts_and_shallow_is_set() {
+        let mut s = sched();
+        s.join(1, claim(50, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(50, 0, 1), 2, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        assert!(s.page().grant().lets(0) && !s.page().grant().is_shallow());
+        s.message(2, Op::Want, 0, MS);
+        assert_eq!(s.step(MS).revoke, vec![1], "preempted before its quantum");
+        s.message(1, Op::Done, 0, 2 * MS);
+        s.message(1, Op::Want, 0, 2 * MS);
+        s.step(2 * MS);
+        assert!(s.page().grant().lets(1));
+        s.message(2, Op::Idle, 1, 3 * MS);
+        assert_eq!(s.step(3 * MS).revoke, vec![2]);
+        s.message(2, Op::Done, 0, 3 * MS);
+        s.step(3 * MS);
+        assert!(s.page().grant().lets(0));
+        assert!(s.page().grant().is_shallow(), "the priority member is still active: keep one launch in flight");
+        s.step(3 * MS + ACTIVE_NS + MS);
+        assert!(!s.page().grant().is_shallow());
+    }
+
+    #[test]
+    fn a_limit_holds_alone_and_no_tenant_write_changes_it() {
+        let mut s = sched();
+        s.join(1, claim(0, 30, 0), 1, 0).unwrap();
+        let got = saturate(&mut s, &[1], 0, 10_000 * MS, 0);
+        let ratio = got[0] as f64 / (10_000 * MS) as f64;
+        assert!((ratio - 0.30).abs() < 0.01, "{ratio}");
+        // With 1 ms drains (charged too), still at the limit.
+        let got = saturate(&mut s, &[1], 10_000 * MS, 20_000 * MS, MS);
+        let ratio = got[0] as f64 / (10_000 * MS) as f64;
+        assert!(ratio < 0.31, "{ratio}");
+    }
+
+    #[test]
+    fn a_process_that_does_not_drain_is_late_and_the_turn_moves_on() {
+        let mut s = sched();
+        s.join(1, claim(50, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(50, 0, 0), 2, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        s.message(2, Op::Want, 0, MS);
+        s.step(QUANTUM_NS);
+        assert_eq!(s.page().grant().code(), NOBODY);
+        assert_eq!(s.next_deadline_ns(QUANTUM_NS), Some(QUANTUM_NS + DRAIN_LIMIT_NS));
+        let effects = s.step(QUANTUM_NS + DRAIN_LIMIT_NS);
+        assert_eq!(effects.late, vec![1]);
+        assert!(s.page().grant().lets(1));
+        assert_eq!(s.late_total, 1);
+        // The late holder was charged the whole time it kept the device.
+        assert!(served(&s, 1) >= QUANTUM_NS + DRAIN_LIMIT_NS);
+    }
+
+    #[test]
+    fn a_holder_whose_last_process_leaves_frees_the_device() {
+        let mut s = sched();
+        s.join(1, claim(50, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(50, 0, 0), 2, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        s.message(2, Op::Want, 0, MS);
+        s.leave(1, 2 * MS);
+        s.step(2 * MS);
+        assert!(s.page().grant().lets(1), "the waiter holds the device");
+        assert_eq!(s.members_view().len(), 1);
+    }
+
+    #[test]
+    fn stale_state_reports_are_dropped() {
+        let mut s = sched();
+        s.join(1, claim(50, 0, 0), 1, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        s.message(1, Op::Idle, 5, MS);
+        s.message(1, Op::Busy, 4, MS);
+        assert!(!s.member(0).unwrap().busy(), "Busy 4 was overtaken by Idle 5");
+        s.message(1, Op::Busy, 6, MS);
+        assert!(s.member(0).unwrap().busy());
+    }
+}

@@ -1,0 +1,263 @@
+//! The gate: whether a launch may go now, by the monitor's grant on its
+//! device.
+//!
+//! One [`Seat`] per device this process joined: the device's grant page
+//! (mapped read-only, never unmapped), this tenant's member index there,
+//! and the grant word this process last launched under ([`Seat::announced`]).
+//! A launch whose every seat still shows the word it announced goes at once
+//! ([`clear`]: one load of the page's word and one of `announced` per seat,
+//! no syscall, no lock, no clock). Anything else takes [`pass`], which
+//! reads the new word:
+//! - a grant that lets this tenant launch is announced (and, the first time
+//!   this process launches in a turn, reported `Busy` to the monitor);
+//! - a shallow grant (a tenant of higher priority is active) lets the
+//!   launch go only once its stream has finished what it had queued, so
+//!   this process keeps one launch in flight there;
+//! - any other grant makes the launch wait: the process says `Want` once,
+//!   and sleeps on the word (a futex) until it changes.
+//!
+//! The seat's `state` counts this process's `Busy`/`Idle` reports (odd:
+//! busy); each report carries its count, so the monitor can drop one that
+//! another thread's later report overtook. The helper thread
+//! ([`super::helper`]) sends `Idle` and `Done`; launching threads send
+//! `Want` and `Busy`.
+
+use ledger::broker::Op;
+use ledger::grants::{Grant, GrantPage};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Devices one process can join.
+pub const MAX_SEATS: usize = ledger::MAX_DEVICES;
+/// The longest one sleep on the grant word; the wait then looks again (the
+/// monitor may have gone away, which the helper notices).
+const WAIT_SLICE_NS: u64 = 50_000_000;
+
+/// This process on one device.
+pub struct Seat {
+    /// The grant page; null when not joined or when the monitor went away
+    /// (the device is then not arbitrated for this process).
+    page: AtomicPtr<GrantPage>,
+    /// The grant word this process launched under; 0 sends the next launch
+    /// through [`pass`].
+    pub announced: AtomicU32,
+    /// This tenant's member index on the device.
+    member: AtomicU32,
+    /// The ledger index of the device.
+    pub dev: AtomicUsize,
+    /// `Busy`/`Idle` reports so far (odd: busy).
+    pub state: AtomicU32,
+    /// A `Want` was sent and no grant has come since.
+    wanted: AtomicBool,
+    /// The connection to the monitor (-1: none).
+    pub conn: AtomicI32,
+    /// Time launches waited here, ns.
+    pub waited_ns_total: AtomicU64,
+    /// A launch passed the gate since the helper last looked.
+    pub launched: AtomicBool,
+}
+
+impl Seat {
+    const fn new() -> Seat {
+        Seat {
+            page: AtomicPtr::new(std::ptr::null_mut()),
+            announced: AtomicU32::new(0),
+            member: AtomicU32::new(0),
+            dev: AtomicUsize::new(usize::MAX),
+            state: AtomicU32::new(0),
+            wanted: AtomicBool::new(false),
+            conn: AtomicI32::new(-1),
+            waited_ns_total: AtomicU64::new(0),
+            launched: AtomicBool::new(false),
+        }
+    }
+
+    /// The page, if the seat is joined.
+    pub fn page(&self) -> Option<&'static GrantPage> {
+        let page = self.page.load(Ordering::Acquire);
+        // SAFETY: pages are leaked read-only mappings (`Grants::leak`),
+        // never unmapped, and every bit pattern is a valid page.
+        unsafe { page.as_ref() }
+    }
+
+    pub fn member(&self) -> u32 {
+        self.member.load(Ordering::Relaxed)
+    }
+
+    /// Takes a page the monitor handed over for ledger device `dev`.
+    pub fn join(&self, page: &'static GrantPage, member: u32, dev: usize, conn: i32) {
+        self.member.store(member, Ordering::Relaxed);
+        self.dev.store(dev, Ordering::Relaxed);
+        self.conn.store(conn, Ordering::Relaxed);
+        self.state.store(0, Ordering::Relaxed);
+        self.wanted.store(false, Ordering::Relaxed);
+        self.announced.store(0, Ordering::Relaxed);
+        self.page.store(page as *const GrantPage as *mut GrantPage, Ordering::Release);
+    }
+
+    /// The monitor went away: launches here go ungoverned until it is back.
+    pub fn orphan(&self) {
+        self.page.store(std::ptr::null_mut(), Ordering::Release);
+        self.conn.store(-1, Ordering::Relaxed);
+        self.announced.store(0, Ordering::Relaxed);
+    }
+
+    /// Sends `op` to the monitor, never blocking: a monitor that does not
+    /// read is stuck, and the message would not help.
+    pub fn send(&self, op: Op, seq: u32) {
+        let fd = self.conn.load(Ordering::Relaxed);
+        if fd < 0 {
+            return;
+        }
+        let bytes = ledger::broker::encode(op, seq);
+        // SAFETY: a send of a live local buffer on a descriptor this seat
+        // owns (closed only by the helper after orphaning the seat).
+        unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    }
+
+    /// Reports `Busy`, unless this process already is.
+    pub fn report_busy(&self) {
+        let state = self.state.load(Ordering::Acquire);
+        if state % 2 == 0 && self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.send(Op::Busy, state + 1);
+        }
+    }
+
+    /// Counts this process busy without telling the monitor (it was granted
+    /// after a `Want`, which the monitor counts as busy).
+    fn mark_busy(&self) {
+        let state = self.state.load(Ordering::Acquire);
+        if state % 2 == 0 {
+            let _ = self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Counts this process idle; returns the report's number if it was busy.
+    pub fn mark_idle(&self) -> Option<u32> {
+        let state = self.state.load(Ordering::Acquire);
+        (state % 2 == 1 && self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()).then_some(state + 1)
+    }
+}
+
+static SEATS: [Seat; MAX_SEATS] = [const { Seat::new() }; MAX_SEATS];
+/// Seats in use, from the first.
+static SEAT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Every seat in use.
+pub fn seats() -> impl Iterator<Item = &'static Seat> {
+    SEATS.iter().take(SEAT_COUNT.load(Ordering::Acquire))
+}
+
+/// A free seat for ledger device `dev` (or the one it already has).
+pub fn seat_for(dev: usize) -> Option<&'static Seat> {
+    if let Some(seat) = seats().find(|s| s.dev.load(Ordering::Relaxed) == dev) {
+        return Some(seat);
+    }
+    let index = SEAT_COUNT.load(Ordering::Acquire);
+    let seat = SEATS.get(index)?;
+    seat.dev.store(dev, Ordering::Relaxed);
+    SEAT_COUNT.store(index + 1, Ordering::Release);
+    Some(seat)
+}
+
+/// The joined seat of ledger device `dev`.
+pub fn joined(dev: usize) -> Option<&'static Seat> {
+    seats().find(|s| s.dev.load(Ordering::Relaxed) == dev && s.page().is_some())
+}
+
+/// What the launch path found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Every joined device shows the grant this process launched under,
+    /// and none is arbitrated (or none is joined).
+    Open,
+    /// The same, and some device is arbitrated: the launch counts towards
+    /// the next checkpoint (`super::checkpoint`).
+    Arbitrated,
+    /// Some grant changed (or the helper asked for a look): the launch
+    /// goes through [`pass`].
+    Changed,
+}
+
+/// Whether every joined seat still shows the grant this process launched
+/// under: the launch path's whole check.
+#[inline(always)]
+pub fn check() -> Check {
+    let count = SEAT_COUNT.load(Ordering::Relaxed);
+    let mut arbitrated = false;
+    for seat in SEATS.iter().take(count) {
+        let page = seat.page.load(Ordering::Relaxed);
+        if page.is_null() {
+            continue;
+        }
+        // SAFETY: as in `Seat::page`.
+        let word = unsafe { (*page).header.grant.load(Ordering::Acquire) };
+        if word != seat.announced.load(Ordering::Relaxed) {
+            return Check::Changed;
+        }
+        arbitrated |= !Grant(word).is_open();
+    }
+    if arbitrated {
+        Check::Arbitrated
+    } else {
+        Check::Open
+    }
+}
+
+/// Whether any joined device is arbitrated now.
+pub fn any_arbitrated() -> bool {
+    seats().filter_map(Seat::page).any(|page| !page.grant().is_open())
+}
+
+/// What [`pass`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Launch.
+    Go,
+    /// Launch once the stream has finished what it queued.
+    Shallow,
+}
+
+/// Waits until `seat`'s grant lets this process launch (see the module docs).
+pub fn pass(seat: &Seat) -> Pass {
+    let mut waited_since: Option<std::time::Instant> = None;
+    let result = loop {
+        let Some(page) = seat.page() else { break Pass::Go };
+        let word = page.grant();
+        if word.lets(seat.member()) {
+            seat.launched.store(true, Ordering::Release);
+            seat.wanted.store(false, Ordering::Relaxed);
+            if !word.is_open() {
+                seat.report_busy();
+            }
+            if word.is_shallow() {
+                break Pass::Shallow;
+            }
+            seat.announced.store(word.0, Ordering::Relaxed);
+            break Pass::Go;
+        }
+        if !seat.wanted.swap(true, Ordering::AcqRel) {
+            seat.send(Op::Want, 0);
+            seat.mark_busy();
+        }
+        waited_since.get_or_insert_with(std::time::Instant::now);
+        ledger::grants::wait_for_change(page, word.0, WAIT_SLICE_NS);
+    };
+    if let Some(since) = waited_since {
+        seat.waited_ns_total.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+    result
+}
+
+/// Forgets every seat and closes its connection (a forked child, alone in
+/// its process: the connections are its parent's). Async-signal-safe.
+pub fn forget_all() {
+    for seat in &SEATS {
+        seat.page.store(std::ptr::null_mut(), Ordering::Relaxed);
+        let fd = seat.conn.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: close of a descriptor only this seat names.
+            unsafe { libc::close(fd) };
+        }
+    }
+    SEAT_COUNT.store(0, Ordering::Release);
+}

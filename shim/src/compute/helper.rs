@@ -1,0 +1,156 @@
+//! The helper thread: this process's side of the monitor's arbitration
+//! that no launching thread can do, because it happens while they launch
+//! nothing.
+//!
+//! - **Revoke.** The monitor ends this tenant's turn with a `Revoke` on a
+//!   seat's connection. The helper waits until every context of this
+//!   process on that device has run what it queued
+//!   (`Runtime::drain_device`), then says `Done`: the turn is charged until
+//!   then, and the next tenant's work never shares the device with this
+//!   one's tail.
+//! - **Idle.** While this process is busy in its tenant's turn, the helper
+//!   looks every [`PROBE`]: it clears the seat's `announced` word, so the
+//!   next launch passes through the gate and says so (`launched`). A
+//!   period with no launch means the process stopped launching; the helper
+//!   then waits for its work to finish and says `Idle`, so the monitor
+//!   stops charging the tenant and can hand the device on.
+//! - **The monitor going away.** A connection that closes orphans its seat:
+//!   launches there go ungoverned, with one warning, and the helper asks a
+//!   monitor for the device again every [`RETRY`], saying so once.
+//!
+//! It sleeps in `poll(2)` on the seats' connections the rest of the time.
+//! It never touches the launch path's state but through the seats' atomics.
+
+use super::gate::{self, Seat};
+use crate::accounting::Runtime;
+use ledger::broker::{Op, MESSAGE_BYTES};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often a busy process is looked at for idleness.
+pub const PROBE: Duration = Duration::from_millis(2);
+/// How often a seat without a monitor asks for one again.
+pub const RETRY: Duration = Duration::from_secs(1);
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the helper, once per process.
+pub fn start(rt: &'static Runtime) {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("gpuslice-arbiter".into()).stack_size(256 * 1024).spawn(move || run(rt));
+    if let Err(e) = spawned {
+        STARTED.store(false, Ordering::Release);
+        warn!("cannot start the compute helper thread ({e}): turns on the devices this process uses may be held longer than needed");
+    }
+}
+
+/// Forgets the thread (a forked child has none).
+pub fn forget() {
+    STARTED.store(false, Ordering::Release);
+}
+
+fn run(rt: &'static Runtime) {
+    let _guard = crate::guard::Guard::enter();
+    let mut armed = [false; gate::MAX_SEATS];
+    let mut last_retry = Instant::now();
+    loop {
+        let seats: Vec<(usize, &'static Seat)> = gate::seats().enumerate().filter(|(_, s)| s.page().is_some()).collect();
+        let busy = seats.iter().any(|(_, s)| holds_busy(s));
+        let timeout = if busy { PROBE } else { RETRY };
+        let mut fds: Vec<libc::pollfd> =
+            seats.iter().map(|(_, s)| libc::pollfd { fd: s.conn.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }).collect();
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
+        if n > 0 {
+            for ((_, seat), fd) in seats.iter().zip(&fds) {
+                if fd.revents != 0 {
+                    read_messages(rt, seat, fd.revents);
+                }
+            }
+        }
+        for (i, seat) in &seats {
+            if let Some(armed) = armed.get_mut(*i) {
+                probe(rt, seat, armed);
+            }
+        }
+        if last_retry.elapsed() >= RETRY {
+            last_retry = Instant::now();
+            super::join::retry(rt);
+        }
+    }
+}
+
+/// Whether this process is busy in its tenant's turn on `seat`.
+fn holds_busy(seat: &Seat) -> bool {
+    let Some(page) = seat.page() else { return false };
+    let word = page.grant();
+    seat.state.load(Ordering::Relaxed) % 2 == 1 && !word.is_open() && word.lets(seat.member())
+}
+
+/// One look for idleness (see the module docs).
+fn probe(rt: &Runtime, seat: &Seat, armed: &mut bool) {
+    let launched = &seat.launched;
+    if !holds_busy(seat) {
+        *armed = false;
+        return;
+    }
+    if *armed && !launched.load(Ordering::Acquire) {
+        // Nothing launched for a whole period: wait for what is queued.
+        rt.drain_device(seat.dev.load(Ordering::Relaxed));
+        if !launched.load(Ordering::Acquire) {
+            if let Some(n) = seat.mark_idle() {
+                seat.send(Op::Idle, n);
+            }
+            // A launch that raced with the report says so again.
+            if launched.load(Ordering::Acquire) {
+                seat.report_busy();
+            }
+        }
+        *armed = false;
+        return;
+    }
+    launched.store(false, Ordering::Release);
+    seat.announced.store(0, Ordering::Release);
+    *armed = true;
+}
+
+fn read_messages(rt: &Runtime, seat: &Seat, revents: libc::c_short) {
+    let fd = seat.conn.load(Ordering::Relaxed);
+    let mut buf = [0u8; MESSAGE_BYTES * 8];
+    // SAFETY: a read into a live local buffer of its length.
+    let n = if revents & libc::POLLIN != 0 { unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) } } else { 0 };
+    if n <= 0 {
+        if n == 0 || revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            gone(seat, fd);
+        }
+        return;
+    }
+    let count = n as usize / MESSAGE_BYTES;
+    for chunk in buf.chunks_exact(MESSAGE_BYTES).take(count) {
+        let mut message = [0u8; MESSAGE_BYTES];
+        message.copy_from_slice(chunk);
+        if let Some((Op::Revoke, _)) = ledger::broker::decode(&message) {
+            rt.drain_device(seat.dev.load(Ordering::Relaxed));
+            let _ = seat.mark_idle();
+            seat.announced.store(0, Ordering::Release);
+            seat.send(Op::Done, 0);
+        }
+    }
+}
+
+/// The monitor closed the connection: the seat is orphaned until a monitor
+/// hands the device out again. The descriptor is shut down, not closed: a
+/// launching thread may still be sending on it, and a closed number could
+/// name another file by then.
+fn gone(seat: &Seat, fd: i32) {
+    seat.orphan();
+    // SAFETY: shutdown of the connection this seat owned.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    warn!(
+        "the monitor stopped arbitrating ledger device {}: launches there are not governed until a monitor is back (looked for every {} s)",
+        seat.dev.load(Ordering::Relaxed),
+        RETRY.as_secs()
+    );
+}

@@ -1,0 +1,189 @@
+//! Compute time: which launches may go, and when.
+//!
+//! Two mechanisms, one per kind of host:
+//! - **With a monitor** (the usual case), the monitor arbitrates every
+//!   device: it keeps each device's grant page, which this process maps
+//!   read-only, and decides from what it observes itself which tenant may
+//!   launch there ([`gate`], the monitor's `daemon::arbiter`). Shares,
+//!   priorities and limits all hold through it, and nothing this process
+//!   writes can change what another tenant gets. The process joins every
+//!   device it sees ([`join`]); a helper thread answers the monitor's
+//!   revokes and says when the process goes idle ([`helper`]).
+//! - **Without one**, a limit is kept by the tenant's own processes: a
+//!   token bucket of measured device time in the tenant's ledger
+//!   ([`bucket`]). It is cooperative (the tenant can write its bucket), as
+//!   the README's security section says; shares and priorities need the
+//!   monitor.
+//!
+//! # The launch path
+//! [`clear`] is all a launch hook asks: no bucket governs any device of
+//! this process, and every joined device still shows the grant word this
+//! process last launched under. That is a relaxed load, then one acquire
+//! load of a word in a read-only page and one load of the word this
+//! process announced, per joined device: no syscall, no lock, no clock, no
+//! timing events. Otherwise the launch goes through
+//! [`Runtime::govern_launch`]: the gate of each device it runs on, then the
+//! bucket where one governs.
+//!
+//! # How much work is in flight
+//! A launch is asynchronous: work a tenant queued keeps the device busy
+//! after its turn ends, and the monitor waits for it (the helper drains it)
+//! before the next tenant's turn. So the queue must stay short, or one turn
+//! would last as long as the driver lets a queue grow (a thousand launches
+//! and more). On an arbitrated device every [`CHECKPOINT_EVERY`]th launch
+//! takes the slow path, records a checkpoint event on its stream and first
+//! waits for the checkpoint two before it ([`checkpoint`]), so a process
+//! keeps about two intervals of launches queued, and the device never
+//! idles for it (the newer checkpoint's launches are still queued). The
+//! interval adapts: from how long the device took between two checkpoints
+//! it estimates a launch's duration and keeps about [`QUEUED_NS`] queued
+//! (between 1 and [`MAX_CHECKPOINT_EVERY`] launches per checkpoint). That
+//! costs a counter on the launch path and one event per interval: one per
+//! launch only for kernels long enough that an event is nothing beside
+//! them, never a pair of timing events per launch.
+
+pub mod bucket;
+pub mod gate;
+pub mod helper;
+pub mod join;
+
+use crate::accounting::Runtime;
+use crate::real;
+use abi::cuda::*;
+pub use bucket::Target;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The most launches between two checkpoints on an arbitrated device.
+pub const MAX_CHECKPOINT_EVERY: u32 = 64;
+/// How much work a process keeps queued on an arbitrated device, by the
+/// launches' measured duration: enough that the device never idles while
+/// the launching thread waits for a checkpoint, little enough that a turn
+/// drains in a fraction of a quantum.
+pub const QUEUED_NS: u64 = 2_000_000;
+
+/// Launches left until the next checkpoint.
+static COUNTDOWN: AtomicU32 = AtomicU32::new(1);
+/// Launches between checkpoints now (adapted at each checkpoint).
+static INTERVAL: AtomicU32 = AtomicU32::new(4);
+
+/// Whether a launch may go straight to the driver.
+#[inline(always)]
+pub fn clear() -> bool {
+    if bucket::governed() {
+        return false;
+    }
+    match gate::check() {
+        gate::Check::Open => true,
+        gate::Check::Arbitrated => COUNTDOWN.fetch_sub(1, Ordering::Relaxed) > 1,
+        gate::Check::Changed => false,
+    }
+}
+
+/// Whether the monitor arbitrates ledger device `dev` for this process
+/// (then its limit is the monitor's, not the bucket's).
+pub fn arbitrates(dev: usize) -> bool {
+    gate::joined(dev).is_some()
+}
+
+/// Turns the bucket on where a device has a limit the monitor does not
+/// keep (after joining, and whenever a seat is joined or orphaned).
+pub fn refresh_mode(rt: &Runtime) {
+    let bucket = rt.devices.iter().any(|d| {
+        ledger::compute::is_limiting(rt.ledger.compute_limit_ratio_e4(d.ledger_index)) && !arbitrates(d.ledger_index)
+    });
+    bucket::set_governed(bucket);
+}
+
+impl Runtime {
+    /// Makes a launch on `targets` (one stream, or one per device) once
+    /// each device's grant lets it, then under the bucket where one governs.
+    pub fn govern_launch(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
+        for target in targets {
+            let Some(seat) = self.seat_of(target) else { continue };
+            if gate::pass(seat) == gate::Pass::Shallow {
+                // A tenant of higher priority is active: this launch waits
+                // for its stream's queue, so one launch at most is in flight.
+                let _ = real::stream_synchronize(target.stream, target.per_thread);
+            }
+        }
+        if gate::any_arbitrated() {
+            if let Some(target) = targets.first() {
+                checkpoint(target);
+            }
+        }
+        if bucket::governed() {
+            self.govern_bucket(targets, launch)
+        } else {
+            launch()
+        }
+    }
+
+    /// The joined seat of the device `target` runs on.
+    fn seat_of(&self, target: &Target) -> Option<&'static gate::Seat> {
+        let mut seats = gate::seats().filter(|s| s.page().is_some());
+        let first = seats.next()?;
+        if seats.next().is_none() && self.devices.len() == 1 {
+            return Some(first);
+        }
+        let ctx = real::stream_context(target.stream, target.per_thread).ok()?;
+        gate::joined(self.device_of_context(ctx)?)
+    }
+}
+
+/// Checkpoint events, oldest overwritten: at most this many outstanding.
+const CHECKPOINTS: usize = 4;
+static CHECKPOINT_EVENTS: [AtomicUsize; CHECKPOINTS] = [const { AtomicUsize::new(0) }; CHECKPOINTS];
+static NEXT_CHECKPOINT: AtomicUsize = AtomicUsize::new(0);
+/// When the last checkpoint waited for was seen complete (monotonic ns; 0:
+/// the last one had completed before it was looked at).
+static LAST_DONE_NS: AtomicU64 = AtomicU64::new(0);
+/// The longest a launch waits for an old checkpoint (a device that stopped
+/// running work is not this process's to wait for).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits for the checkpoint two before this one, then records this one on
+/// `target`'s stream, and sets how many launches go until the next (see
+/// the module docs). Each event has one owner at a time (taken with a
+/// swap), so threads that checkpoint at once never destroy an event
+/// another is looking at.
+fn checkpoint(target: &Target) {
+    let interval = INTERVAL.load(Ordering::Relaxed).max(1);
+    let k = NEXT_CHECKPOINT.fetch_add(1, Ordering::Relaxed);
+    let two_back = CHECKPOINT_EVENTS.get((k + CHECKPOINTS - 2) % CHECKPOINTS).map(|e| e.swap(0, Ordering::AcqRel)).unwrap_or(0);
+    let mut next = interval;
+    if two_back != 0 {
+        let event = two_back as CUevent;
+        if real::event_query(event) == CUDA_ERROR_NOT_READY {
+            // The device is behind this process: wait, and learn from the
+            // wait how long a launch runs, to keep QUEUED_NS queued.
+            let until = std::time::Instant::now() + CHECKPOINT_WAIT;
+            let mut sleep_ns = 20_000;
+            while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_nanos(sleep_ns));
+                sleep_ns = (sleep_ns * 2).min(500_000);
+            }
+            let done_ns = ledger::compute::monotonic_ns();
+            let last = LAST_DONE_NS.swap(done_ns, Ordering::Relaxed);
+            if last != 0 {
+                let per_launch_ns = (done_ns.saturating_sub(last) / u64::from(interval)).max(1);
+                next = (QUEUED_NS / 2 / per_launch_ns).clamp(1, u64::from(MAX_CHECKPOINT_EVERY)) as u32;
+            }
+        } else {
+            // The process is behind the device: checkpoints can be rarer.
+            LAST_DONE_NS.store(0, Ordering::Relaxed);
+            next = interval.saturating_mul(2).min(MAX_CHECKPOINT_EVERY);
+        }
+        real::event_destroy(event);
+    }
+    INTERVAL.store(next, Ordering::Relaxed);
+    COUNTDOWN.store(next, Ordering::Relaxed);
+    let Ok(ctx) = real::stream_context(target.stream, target.per_thread) else { return };
+    let Ok(event) = real::record_event(ctx, target.stream, target.per_thread) else { return };
+    if let Some(slot) = CHECKPOINT_EVENTS.get(k % CHECKPOINTS) {
+        let replaced = slot.swap(event as usize, Ordering::AcqRel);
+        if replaced != 0 {
+            real::event_destroy(replaced as CUevent);
+        }
+    }
+}
