@@ -329,7 +329,7 @@ impl Collector for Page {
         }
         {
             let mut family = Counters::start(e, "gpuslice_violations_total", "Violations found, by kind.")?;
-            for kind in ["untracked_process", "over_cap"] {
+            for kind in ["untracked_process", "over_cap", "outside_turns"] {
                 family.sample(&[("kind", kind)], counters.violations_total.get(kind).copied().unwrap_or(0))?;
             }
         }
@@ -567,6 +567,7 @@ gpuslice_tenant_over_cap_bytes{tenant="team-a",device="0",uuid="GPU-0"} 99
 # TYPE gpuslice_violations_total counter
 gpuslice_violations_total{kind="untracked_process"} 0
 gpuslice_violations_total{kind="over_cap"} 2
+gpuslice_violations_total{kind="outside_turns"} 0
 # HELP gpuslice_violation_kills_total Processes killed because of a violation.
 # TYPE gpuslice_violation_kills_total counter
 gpuslice_violation_kills_total 1

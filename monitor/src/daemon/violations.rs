@@ -1,6 +1,7 @@
-//! Bypass detection: memory the ledgers do not account for.
+//! Bypass detection: memory the ledgers do not account for, and device
+//! time outside a tenant's turns.
 //!
-//! Two kinds, both from NVML:
+//! Three kinds, all from NVML (the third is [`ViolationState::check_compute`]):
 //! - an *untracked process*: it uses GPU memory and no ledger slot maps to
 //!   its host pid (it did not load the shim);
 //! - a tenant *over its cap*: the driver reports more memory for its
@@ -82,7 +83,17 @@ pub struct ViolationState {
     over_cap: HashMap<(String, String), Episode>,
     /// Allowances by (tenant, uuid).
     allowances: HashMap<(String, String), Allowance>,
+    /// Device time past the monitor's charge by (tenant, uuid): an average
+    /// over rounds, and the episode while it is past the tolerance.
+    compute: HashMap<(String, String), (f64, Option<Episode>)>,
 }
+
+/// How far a tenant's processes may run past the device time the monitor
+/// charged it, as a ratio of the device (NVML samples are coarse and lag
+/// by up to a sample period, about 1/6 s).
+pub const COMPUTE_TOLERANCE: f64 = 0.15;
+/// The weight of each round in the average of the excess.
+const COMPUTE_SMOOTHING: f64 = 0.3;
 
 fn kill(pid: u32, start_time_ticks: u64, why: &str, counters: &mut MonitorCounters) {
     if pid <= 1 || pid == std::process::id() || !host::same_process(pid, start_time_ticks) {
@@ -201,6 +212,59 @@ impl ViolationState {
         self.over_cap = seen;
         self.allowances = allowances;
         counters.over_cap = over_now;
+        self.check_compute(snapshot, config, now, counters);
+    }
+
+    /// Device time outside a tenant's turns: on a device the monitor
+    /// arbitrates, a tenant's processes run only in its turns, so NVML's
+    /// per-process utilization summed over them cannot exceed the share of
+    /// the round the monitor charged the tenant (its turns' busy wall time,
+    /// which a limit bounds too). A tenant whose excess, averaged over
+    /// rounds, stays past [`COMPUTE_TOLERANCE`] for `violation_grace` ran
+    /// work outside its turns: a process that skips the shim's gate, or one
+    /// that did not finish its work when its turn ended.
+    fn check_compute(&mut self, snapshot: &Snapshot, config: &Config, now: Instant, counters: &mut MonitorCounters) {
+        let arbitrated = |uuid: &str| snapshot.devices.iter().any(|d| d.uuid == uuid && d.arbitrated == Some(true));
+        let mut seen = HashMap::new();
+        for tenant in &snapshot.tenants {
+            let own: Vec<&crate::snapshot::ProcessView> = tenant.processes.iter().filter(|p| p.alive && p.confirmed).collect();
+            for device in tenant.devices.iter().filter(|d| arbitrated(&d.uuid)) {
+                let Some(used) = device.compute_used_ratio else { continue };
+                let on_device = |p: &&&crate::snapshot::ProcessView| p.devices.iter().any(|d| d.uuid == device.uuid);
+                let ran: f64 = own.iter().filter(on_device).filter_map(|p| p.sm_utilization_ratio).sum();
+                let key = (tenant.name.clone(), device.uuid.clone());
+                let (average, previous) = self.compute.get(&key).copied().unwrap_or((0.0, None));
+                let average = average * (1.0 - COMPUTE_SMOOTHING) + (ran - used) * COMPUTE_SMOOTHING;
+                if average <= COMPUTE_TOLERANCE {
+                    if previous.is_some_and(|e| e.counted) {
+                        log::info(&format!("tenant {} runs within its turns again on device {}", tenant.name, device.uuid));
+                    }
+                    seen.insert(key, (average, None));
+                    continue;
+                }
+                let (episode, due) = Episode::advance(previous, now, config.violation_grace);
+                if due {
+                    *counters.violations_total.entry("outside_turns").or_default() += 1;
+                    log::warn(&format!(
+                        "tenant {} ran {:.0} % of device {} ({}) by NVML's count while the monitor's turns gave it {:.0} %, \
+                         for {:.1} s: work ran outside its turns (a process skipped the shim's gate or kept running after its turn)",
+                        tenant.name,
+                        ran * 100.0,
+                        device.index,
+                        device.uuid,
+                        used * 100.0,
+                        now.duration_since(episode.first_seen).as_secs_f64()
+                    ));
+                    if config.on_violation == OnViolation::Kill {
+                        for p in own.iter().filter(on_device).filter(|p| p.sm_utilization_ratio.unwrap_or(0.0) > 0.0) {
+                            kill(p.pid, p.start_time_ticks, &format!("tenant {} ran outside its turns", tenant.name), counters);
+                        }
+                    }
+                }
+                seen.insert(key, (average, Some(episode)));
+            }
+        }
+        self.compute = seen;
     }
 }
 

@@ -112,11 +112,13 @@ impl Runtime {
                 checkpoint(target);
             }
         }
-        if bucket::governed() {
-            self.govern_bucket(targets, launch)
-        } else {
-            launch()
+        let r = if bucket::governed() { self.govern_bucket(targets, launch) } else { launch() };
+        // A launch that waited here (for a grant or a checkpoint) launched:
+        // the helper must not take the wait for idleness.
+        for seat in gate::seats() {
+            seat.launched.store(true, std::sync::atomic::Ordering::Release);
         }
+        r
     }
 
     /// The joined seat of the device `target` runs on.

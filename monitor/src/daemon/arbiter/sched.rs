@@ -18,7 +18,7 @@
 //! ties go to the higher priority). A member that comes back after an idle
 //! spell is lifted to the least virtual time of the active members, so
 //! idling banks no credit, and a member is never owed more than
-//! [`MAX_LAG_NS`] of its own device time.
+//! [`MAX_LAG_NS`] at the smallest active weight.
 //!
 //! # How a turn ends
 //! The holder is revoked when another member waits and the holder's
@@ -58,10 +58,13 @@ pub const DRAIN_LIMIT_NS: u64 = 500_000_000;
 /// A member that waited or was busy this recently is active: it takes part
 /// in the split, and its priority counts.
 pub const ACTIVE_NS: u64 = 500_000_000;
-/// The most device time a member may be owed when it is granted.
+/// The most device time a member may be owed when it is granted, at the
+/// smallest weight among the active members.
 pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
 /// The most a limit budget holds: the longest a limited member runs at once.
 pub const LIMIT_BURST_NS: u64 = 20_000_000;
+/// How often a holder's busy time is charged while its turn goes on.
+pub const CHARGE_EVERY_NS: u64 = 10_000_000;
 /// The least budget a limited member is granted with.
 pub const MIN_GRANT_NS: u64 = 2_000_000;
 
@@ -518,6 +521,17 @@ impl DeviceSched {
         for member in self.members.iter_mut().flatten() {
             member.refill(now_ns);
         }
+        // A holder's busy time is charged as it goes, not only when its
+        // turn ends: a lone holder's turn may last for hours, and its
+        // charged time is what metrics, limits and the bypass check read.
+        if let Phase::Held { m, busy_since_ns: Some(since), .. } = self.phase {
+            if now_ns.saturating_sub(since) >= CHARGE_EVERY_NS {
+                self.charge(m, now_ns - since, now_ns);
+                if let Phase::Held { busy_since_ns, .. } = &mut self.phase {
+                    *busy_since_ns = Some(now_ns);
+                }
+            }
+        }
         self.update_weights(now_ns);
         // A few transitions can follow one another in one step (a drained
         // revoke frees the device, which is granted at once).
@@ -547,10 +561,14 @@ impl DeviceSched {
                     return;
                 }
                 let Some(m) = self.best_waiter(None) else { return };
-                // Owed at most MAX_LAG_NS of its own time.
+                // Owed at most MAX_LAG_NS at the smallest weight among the
+                // active members: a few of the lightest member's turns, so
+                // that a heavy member is never cut short because one light
+                // turn weighs more than a few of its own.
                 let least_other = self.least_active_vtime(m, now_ns);
+                let lightest = self.members.iter().flatten().filter(|x| x.active(now_ns)).map(|x| x.weight_e4).min().unwrap_or(WHOLE_E4);
                 if let Some(member) = self.member_mut(m) {
-                    let lag = MAX_LAG_NS.saturating_mul(u64::from(WHOLE_E4)) / u64::from(member.weight_e4.clamp(1, WHOLE_E4));
+                    let lag = MAX_LAG_NS.saturating_mul(u64::from(WHOLE_E4)) / u64::from(lightest.clamp(1, WHOLE_E4));
                     if let Some(least) = least_other {
                         member.vtime = member.vtime.max(least.saturating_sub(lag));
                     }
