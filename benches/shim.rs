@@ -23,9 +23,10 @@
 //!   tenant has a compute limit (`benches/compute/mod.rs`): passed on from a
 //!   device whose limit is 100, and bracketed by timing events on a device
 //!   limited to 50 % (zero-length kernels: nothing to throttle).
-//! - `launch_turns/share_50`: the launch of a process whose tenant has a
-//!   share, alone on the device: it holds the device's turn, and each launch
-//!   is bracketed and checks the turn. Target: ≤ 50 ns over the bare launch.
+//! - `launch_granted/share_50`: the launch of a process whose tenant has a
+//!   share, alone on a device the monitor arbitrates: it holds the grant,
+//!   and each launch reads it and counts towards the next checkpoint.
+//!   Target: ≤ 20 ns over the bare launch.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench shim`.
 //! `cargo bench --bench shim -- compute_accuracy` instead measures how close
@@ -56,7 +57,7 @@ fn shim_vs_bare(c: &mut Criterion) {
     let sides = [("bare", Driver::resolve(&simgpu_lib, &simgpu)), ("shim", Driver::resolve(&shim_lib, &shim))];
     compare_sides(c, "", sides);
     compute::limited_launches(c, "", &shim, &dir);
-    compute::turn_launches(c, "", &shim, &dir);
+    compute::granted_launches(c, "", &shim, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

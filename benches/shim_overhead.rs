@@ -59,7 +59,7 @@ fn shim_over_null_driver(c: &mut Criterion) {
     let sides = [("bare", Driver::resolve(&null_lib, &null)), ("shim", Driver::resolve(&shim_lib, &shim))];
     compare_sides(c, "null_", sides);
     compute::limited_launches(c, "null_", &shim, &dir);
-    compute::turn_launches(c, "null_", &shim, &dir);
+    compute::granted_launches(c, "null_", &shim, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -44,33 +44,40 @@ pub fn limited_launches(c: &mut Criterion, prefix: &str, shim: &Path, dir: &Path
     );
 }
 
-/// The `launch_turns/share_50` row: a third copy of the shim, whose tenant
-/// has a share of 50 % and so takes the device's turns, from a turn table
-/// this benchmark hands out as the monitor would. Alone, it holds the turn:
-/// each launch is bracketed by timing events, charged, and checks the turn.
-pub fn turn_launches(c: &mut Criterion, prefix: &str, shim: &Path, dir: &Path) {
+/// The `launch_granted/share_50` row: a third copy of the shim, whose
+/// tenant has a share of 50 %, on a device this benchmark arbitrates as the
+/// monitor would: it hands out a sealed grant page in which the tenant holds
+/// the device. Alone, each launch reads the grant and counts towards the
+/// next checkpoint; every few launches one records a checkpoint event.
+pub fn granted_launches(c: &mut Criterion, prefix: &str, shim: &Path, dir: &Path) {
+    use ledger::grants::{Grant, Grants};
     let ledger_dir = dir.join("ledger");
     std::fs::create_dir_all(&ledger_dir).expect("the ledger directory");
-    let listener = std::os::unix::net::UnixListener::bind(ledger::broker::socket_path(&ledger_dir)).expect("the turn-table socket");
-    let turns = ledger::turns::Turns::create_sealed("bench").expect("a turn table");
-    let fd = turns.fd();
+    let listener = std::os::unix::net::UnixListener::bind(ledger::broker::socket_path(&ledger_dir)).expect("the arbiter's socket");
+    let grants = Grants::create_sealed("bench").expect("a grant page");
+    grants.page().header.grant.store(Grant::new(2, 1, false).0, std::sync::atomic::Ordering::Release);
+    grants.page().header.arbitrated.store(1, std::sync::atomic::Ordering::Release);
+    let fd = grants.fd();
     std::thread::spawn(move || {
-        let _keep = turns;
+        let _keep = grants;
+        let mut open = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            if ledger::broker::read_request(&mut stream).is_ok() {
-                let _ = ledger::broker::answer(&stream, Some(fd));
+            if ledger::broker::read_hello(&mut stream).is_ok() {
+                let _ = ledger::broker::accept(std::os::fd::AsRawFd::as_raw_fd(&stream), 0, fd);
+                // Kept open, as the monitor keeps it (its messages are not read).
+                open.push(stream);
             }
         }
     });
-    let copy = dir.join("libgpuslice-turns.so");
+    let copy = dir.join("libgpuslice-granted.so");
     std::fs::copy(shim, &copy).expect("cannot copy the shim");
-    std::env::set_var("GPUSLICE_TENANT", "turns");
+    std::env::set_var("GPUSLICE_TENANT", "granted");
     std::env::set_var("GPUSLICE_COMPUTE_SHARE", "50");
     let lib = load_library(&copy);
     let driver = Driver::resolve(&lib, &copy);
     std::env::remove_var("GPUSLICE_COMPUTE_SHARE");
-    let mut group = c.benchmark_group(format!("{prefix}launch_turns"));
+    let mut group = c.benchmark_group(format!("{prefix}launch_granted"));
     group.bench_function("share_50", |b| {
         driver.make_current();
         b.iter_custom(|iters| driver.launch_zero_length(iters))

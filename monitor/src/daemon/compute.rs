@@ -104,6 +104,8 @@ pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8
         for device in &mut tenant.devices {
             let report = reports.entry(device.uuid.clone()).or_insert_with(|| any_uuid_bytes(&device.uuid).and_then(|u| report_of(&u)));
             let Some(member) = report.as_ref().and_then(|r| r.members.iter().find(|(name, _)| *name == tenant.name)).map(|(_, m)| *m) else {
+                // Not on the device now: what it is due when it comes back.
+                device.compute_target_ratio = device.compute_limit_ratio.or(device.compute_share_ratio);
                 continue;
             };
             let ratio = |e4: u32| (e4 > 0).then(|| f64::from(e4.min(WHOLE_DEVICE_RATIO_E4)) / 10_000.0);

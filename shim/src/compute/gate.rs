@@ -13,8 +13,9 @@
 //! - a shallow grant (a tenant of higher priority is active) lets the
 //!   launch go only once its stream has finished what it had queued, so
 //!   this process keeps one launch in flight there;
-//! - any other grant makes the launch wait: the process says `Want` once,
-//!   and sleeps on the word (a futex) until it changes.
+//! - any other grant makes the launch wait: the process says `Want` (again
+//!   at each change of the grant that does not let it launch), and sleeps
+//!   on the word (a futex) until it changes.
 //!
 //! The seat's `state` counts this process's `Busy`/`Idle` reports (odd:
 //! busy); each report carries its count, so the monitor can drop one that
@@ -46,8 +47,6 @@ pub struct Seat {
     pub dev: AtomicUsize,
     /// `Busy`/`Idle` reports so far (odd: busy).
     pub state: AtomicU32,
-    /// A `Want` was sent and no grant has come since.
-    wanted: AtomicBool,
     /// The connection to the monitor (-1: none).
     pub conn: AtomicI32,
     /// Time launches waited here, ns.
@@ -64,7 +63,6 @@ impl Seat {
             member: AtomicU32::new(0),
             dev: AtomicUsize::new(usize::MAX),
             state: AtomicU32::new(0),
-            wanted: AtomicBool::new(false),
             conn: AtomicI32::new(-1),
             waited_ns_total: AtomicU64::new(0),
             launched: AtomicBool::new(false),
@@ -89,7 +87,6 @@ impl Seat {
         self.dev.store(dev, Ordering::Relaxed);
         self.conn.store(conn, Ordering::Relaxed);
         self.state.store(0, Ordering::Relaxed);
-        self.wanted.store(false, Ordering::Relaxed);
         self.announced.store(0, Ordering::Relaxed);
         self.page.store(page as *const GrantPage as *mut GrantPage, Ordering::Release);
     }
@@ -220,12 +217,16 @@ pub enum Pass {
 /// Waits until `seat`'s grant lets this process launch (see the module docs).
 pub fn pass(seat: &Seat) -> Pass {
     let mut waited_since: Option<std::time::Instant> = None;
+    // The grant under which this wait last said `Want`: it says so again
+    // whenever the grant moves on without letting it launch (the monitor may
+    // have granted and revoked its tenant while this process could not run,
+    // stopped or descheduled, and then counts it as not waiting).
+    let mut asked_under: Option<u32> = None;
     let result = loop {
         let Some(page) = seat.page() else { break Pass::Go };
         let word = page.grant();
         if word.lets(seat.member()) {
             seat.launched.store(true, Ordering::Release);
-            seat.wanted.store(false, Ordering::Relaxed);
             if !word.is_open() {
                 seat.report_busy();
             }
@@ -235,9 +236,10 @@ pub fn pass(seat: &Seat) -> Pass {
             seat.announced.store(word.0, Ordering::Relaxed);
             break Pass::Go;
         }
-        if !seat.wanted.swap(true, Ordering::AcqRel) {
+        if asked_under != Some(word.0) {
             seat.send(Op::Want, 0);
             seat.mark_busy();
+            asked_under = Some(word.0);
         }
         waited_since.get_or_insert_with(std::time::Instant::now);
         ledger::grants::wait_for_change(page, word.0, WAIT_SLICE_NS);
