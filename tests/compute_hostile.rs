@@ -250,7 +250,7 @@ fn idle_connections_delay_nobody() {
     let socket = broker::socket_path(&sim.ledger_dir());
     let idle: Vec<UnixStream> = (0..200).map(|_| UnixStream::connect(&socket).expect("a connection")).collect();
     let mut slow = UnixStream::connect(&socket).unwrap();
-    slow.write_all(&[b'G']).unwrap();
+    slow.write_all(b"G").unwrap();
     let started = Instant::now();
     let out = sim.run(
         sim.py("compute_load.py").env("GPUSLICE_TENANT", "quick").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info").args(["1000", "0.3"]),

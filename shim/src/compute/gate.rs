@@ -114,7 +114,7 @@ impl Seat {
     /// Reports `Busy`, unless this process already is.
     pub fn report_busy(&self) {
         let state = self.state.load(Ordering::Acquire);
-        if state % 2 == 0 && self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if state.is_multiple_of(2) && self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.send(Op::Busy, state + 1);
         }
     }
@@ -123,7 +123,7 @@ impl Seat {
     /// after a `Want`, which the monitor counts as busy).
     fn mark_busy(&self) {
         let state = self.state.load(Ordering::Acquire);
-        if state % 2 == 0 {
+        if state.is_multiple_of(2) {
             let _ = self.state.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }

@@ -374,10 +374,10 @@ impl Arbiter {
             }
         };
         let now = now_ns();
-        if !self.devices.contains_key(&hello.uuid) {
+        if let std::collections::hash_map::Entry::Vacant(vacant) = self.devices.entry(hello.uuid) {
             match Grants::create_sealed(&crate::nvml::uuid_string(&hello.uuid)) {
                 Ok(grants) => {
-                    self.devices.insert(hello.uuid, DeviceSched::new(grants));
+                    vacant.insert(DeviceSched::new(grants));
                 }
                 Err(e) => {
                     log::warn(&format!("cannot make a grant page: {e}"));
