@@ -370,3 +370,32 @@ fn a_process_that_skips_the_gate_is_found_and_killed() {
     assert!(!out.success() && !out.stdout.contains("kernels="), "the process that skipped the gate was not killed\n{out}\n{metrics:#?}");
     vic.wait().assert_success();
 }
+
+/// A configured limit is a budget the monitor keeps: the tenant's client
+/// alone on the device gets about its limit, and rewriting the limit in its
+/// own ledger (which it can write) gains it nothing.
+#[test]
+fn a_limit_is_the_monitors_and_a_rewritten_ledger_gains_nothing() {
+    let _serial = serial();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.lim]\nlimit = 30\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let client = saturate(&sim, "lim", &[], "6");
+    let ledger = ledger::Ledger::open(&ledger::tenant_path(&sim.ledger_dir(), "lim")).expect("the tenant's ledger");
+    let rewrite = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            ledger.set_compute_limit(0, 0, ledger::PolicySource::Environment);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let out = client.wait();
+    rewrite.join().unwrap();
+    out.assert_success();
+    let got = busy_ratio(&out, 1.5, 5.5);
+    eprintln!("limit 30 with a rewritten ledger: got {got:.3} of wall time");
+    assert!(got < 0.36 && got > 0.2, "a limit of 30 delivered {got:.3}\n{out}");
+    let metrics = monitor.metrics();
+    assert_eq!(metrics.value("gpuslice_tenant_compute_target_ratio", &[("tenant", "lim"), ("device", "0")]), Some(0.3), "{metrics:#?}");
+}

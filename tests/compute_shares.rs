@@ -209,3 +209,23 @@ fn a_high_priority_burst_is_served_first() {
     assert!(shared_us < 2.5 * alone_us, "a priority burst took {shared_us:.0} us against {alone_us:.0} us alone\n{shared}");
     assert!(low_ratio > 0.45, "the low-priority tenant got {low_ratio:.3} of the device\n{low}");
 }
+
+/// A tenant with a share that started before any monitor ran is not
+/// arbitrated, and says so; once a monitor runs it joins within about a
+/// second, and /metrics shows the device arbitrated and no process left out.
+#[test]
+fn a_tenant_started_before_the_monitor_joins_it_when_it_comes() {
+    let _serial = serial();
+    let sim = sim();
+    let early = saturate(&sim, "early", &[("GPUSLICE_COMPUTE_SHARE", "50"), ("GPUSLICE_LOG", "info")], "6");
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    monitor.metrics_until("the early tenant arbitrated", |m| {
+        m.value("gpuslice_device_arbitrated", &[("device", "0")]) == Some(1.0)
+            && m.value("gpuslice_tenant_compute_unarbitrated_processes", &[("tenant", "early"), ("device", "0")]) == Some(0.0)
+    });
+    let out = early.wait();
+    out.assert_success();
+    let lines = out.shim_log_lines();
+    assert!(lines.iter().any(|l| l.contains("arbitrated by the monitor")), "it did not say it ran without the monitor\n{out}");
+    assert!(lines.iter().any(|l| l.contains("the monitor arbitrates it now")), "it did not say it joined\n{out}");
+}

@@ -264,6 +264,13 @@ impl Collector for Page {
             "Device time charged to the tenant's limit over the monitor's last round, as a ratio of wall time.",
             |_, d| d.compute_used_ratio,
         )?;
+        tenant_device_gauge(
+            e,
+            snapshot,
+            "gpuslice_tenant_compute_unarbitrated_processes",
+            "Processes of a tenant with a compute setting that the monitor does not arbitrate on the device (they could not reach it; they retry every second).",
+            |_, d| d.compute_unarbitrated_processes.map(|n| n as f64),
+        )?;
         {
             let name = "gpuslice_tenant_throttled_seconds_total";
             let mut family = Counters::start(e, name, "Time the tenant's launches were held back by its compute limit.")?;
@@ -298,6 +305,13 @@ impl Collector for Page {
             |d| d.memory_used_bytes,
         )?;
         device_gauge(e, snapshot, "gpuslice_device_memory_total_bytes", "Physical device memory.", |d| Some(d.memory_total_bytes))?;
+        device_gauge(
+            e,
+            snapshot,
+            "gpuslice_device_arbitrated",
+            "1 while the monitor arbitrates the device's time (some tenant there has a compute setting), 0 while every process there launches freely.",
+            |d| d.arbitrated.map(|a| if a { 1.0 } else { 0.0 }),
+        )?;
         device_gauge(
             e,
             snapshot,
@@ -413,6 +427,7 @@ mod tests {
             compute_share_ratio: None,
             compute_priority: 0,
             compute_target_ratio: (index == 0).then_some(0.3),
+            compute_unarbitrated_processes: None,
             kernel_launches_total: 40,
             compute_busy_ns_total: 1_500_000_000,
             throttled_ns_total: 2_500_000_000,
@@ -532,6 +547,8 @@ gpuslice_tenant_compute_target_ratio{tenant="we\\ird\"te\nnant",device="0",uuid=
 # TYPE gpuslice_tenant_compute_used_ratio gauge
 gpuslice_tenant_compute_used_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.25
 gpuslice_tenant_compute_used_ratio{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0.25
+# HELP gpuslice_tenant_compute_unarbitrated_processes Processes of a tenant with a compute setting that the monitor does not arbitrate on the device (they could not reach it; they retry every second).
+# TYPE gpuslice_tenant_compute_unarbitrated_processes gauge
 # HELP gpuslice_tenant_throttled_seconds_total Time the tenant's launches were held back by its compute limit.
 # TYPE gpuslice_tenant_throttled_seconds_total counter
 gpuslice_tenant_throttled_seconds_total{tenant="team-a",device="0",uuid="GPU-0"} 2.5
@@ -553,6 +570,8 @@ gpuslice_device_memory_used_bytes{device="0",uuid="GPU-0"} 5368709120
 # TYPE gpuslice_device_memory_total_bytes gauge
 gpuslice_device_memory_total_bytes{device="0",uuid="GPU-0"} 85899345920
 gpuslice_device_memory_total_bytes{device="1",uuid="GPU-1"} 85899345920
+# HELP gpuslice_device_arbitrated 1 while the monitor arbitrates the device's time (some tenant there has a compute setting), 0 while every process there launches freely.
+# TYPE gpuslice_device_arbitrated gauge
 # HELP gpuslice_device_utilization_ratio Share of time the device was busy over the driver's last sample period.
 # TYPE gpuslice_device_utilization_ratio gauge
 gpuslice_device_utilization_ratio{device="0",uuid="GPU-0"} 0.25

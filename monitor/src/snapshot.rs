@@ -66,6 +66,11 @@ pub struct TenantDeviceView {
     /// time: its share plus the spare time it is due, within its limit
     /// (daemon only; its limit, when it has one and takes no turns).
     pub compute_target_ratio: Option<f64>,
+    /// Processes of the tenant here that the monitor does not arbitrate
+    /// (no connection to it) although the tenant has a compute setting;
+    /// `None` when that is not known (no monitor, or `status`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_unarbitrated_processes: Option<u64>,
     /// Kernel launches on the device while it was limited.
     pub kernel_launches_total: u64,
     /// Device time charged against the limit, ns.
@@ -298,6 +303,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                     },
                     compute_priority: ledger.compute_policy(entry.index).priority,
                     compute_target_ratio: None,
+                    compute_unarbitrated_processes: None,
                     kernel_launches_total: ledger.launches_total(entry.index),
                     compute_busy_ns_total: ledger.busy_ns_total(entry.index),
                     throttled_ns_total: ledger.throttled_ns_total(entry.index),
@@ -361,6 +367,7 @@ pub mod fixtures {
             compute_share_ratio: None,
             compute_priority: 0,
             compute_target_ratio: None,
+            compute_unarbitrated_processes: None,
             kernel_launches_total: 0,
             compute_busy_ns_total: 0,
             throttled_ns_total: 0,

@@ -185,6 +185,13 @@ impl Sampler {
             Some(crate::daemon::arbiter::DeviceReport::from_page(grants.page(), &names))
         });
         self.compute.fill(&mut snapshot, Instant::now());
+        for device in &snapshot.devices {
+            match device.arbitrated {
+                Some(true) => notes.push(format!("device {}: its time is arbitrated by the monitor", device.index)),
+                Some(false) => notes.push(format!("device {}: not arbitrated (no tenant there has a compute setting)", device.index)),
+                None => {}
+            }
+        }
         Ok(View { dir: dir.clone(), snapshot, notes, warnings })
     }
 }

@@ -541,6 +541,7 @@ mod tests {
         let tenant_device = TenantDeviceView {
             compute_limit_ratio: Some(0.3),
             compute_target_ratio: Some(0.3),
+            compute_unarbitrated_processes: None,
             compute_used_ratio: Some(0.29),
             alloc_denied_total: 2,
             ..fixtures::tenant_device(GIB / 100 * 95, Some(GIB), None)

@@ -103,6 +103,16 @@ pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8
     for tenant in &mut snapshot.tenants {
         for device in &mut tenant.devices {
             let report = reports.entry(device.uuid.clone()).or_insert_with(|| any_uuid_bytes(&device.uuid).and_then(|u| report_of(&u)));
+            if let Some(report) = report.as_ref().filter(|r| r.processes_known) {
+                // Processes of a tenant with a compute setting that did not
+                // join the monitor: not arbitrated (no monitor when they
+                // started, or they cannot reach it), and said so.
+                let has_setting = device.compute_share_ratio.is_some() || device.compute_limit_ratio.is_some() || device.compute_priority != 0;
+                let joined = |pid: u32| report.processes.iter().any(|(t, p)| *t == tenant.name && *p == pid);
+                let here = tenant.processes.iter().filter(|p| p.alive && p.confirmed && p.devices.iter().any(|d| d.uuid == device.uuid));
+                let missing = here.filter(|p| !joined(p.pid)).count() as u64;
+                device.compute_unarbitrated_processes = has_setting.then_some(missing);
+            }
             let Some(member) = report.as_ref().and_then(|r| r.members.iter().find(|(name, _)| *name == tenant.name)).map(|(_, m)| *m) else {
                 // Not on the device now: what it is due when it comes back.
                 device.compute_target_ratio = device.compute_limit_ratio.or(device.compute_share_ratio);

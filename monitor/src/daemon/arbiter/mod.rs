@@ -70,8 +70,10 @@ pub struct Shared {
 pub struct DeviceReport {
     pub arbitrated: bool,
     pub members: Vec<(String, MemberView)>,
-    /// Connected processes: (tenant, host pid).
+    /// Connected processes: (tenant, host pid); known to the monitor only
+    /// (`processes_known`).
     pub processes: Vec<(String, u32)>,
+    pub processes_known: bool,
     /// Processes that were late to finish their work after a revoke, ever.
     pub late_total: u64,
     /// The last late processes: (tenant, host pid).
@@ -523,6 +525,7 @@ impl Arbiter {
                 .map(|m| (self.names.get(&m.key).cloned().unwrap_or_default(), m))
                 .collect();
             report.late_total = device.late_total;
+            report.processes_known = true;
             report.processes = self
                 .conns
                 .values()

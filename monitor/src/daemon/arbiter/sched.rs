@@ -66,7 +66,7 @@ pub const LIMIT_BURST_NS: u64 = 20_000_000;
 /// How often a holder's busy time is charged while its turn goes on.
 pub const CHARGE_EVERY_NS: u64 = 10_000_000;
 /// The least budget a limited member is granted with.
-pub const MIN_GRANT_NS: u64 = 2_000_000;
+pub const MIN_GRANT_NS: u64 = 10_000_000;
 
 const WHOLE_E4: u32 = ledger::compute::WHOLE_DEVICE_RATIO_E4;
 
