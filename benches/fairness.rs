@@ -77,6 +77,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             targets: vec![25.0, 75.0, 75.0, 25.0],
         },
+        Scenario { name: "25-75-100us", tenants: vec![t("a", Some(25), None, 100), t("b", Some(75), None, 100)], targets: vec![25.0, 75.0] },
         Scenario { name: "no-shares-3", tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)].into_iter().map(|mut x| { x.share = Some(0); x }).collect(), targets: vec![33.3, 33.3, 33.3] },
     ]
 }
@@ -149,7 +150,7 @@ fn sum(bins: &[f64], from: usize, to: usize) -> f64 {
 fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
     let devices = scenario.tenants.iter().map(|t| t.device + 1).max().unwrap_or(1);
     let sim = Sim::new().shim().devices(devices).timeout(Duration::from_secs(seconds as u64 + 120));
-    // A share needs the monitor (it hands out the device's turn table).
+    // A share needs the monitor (it arbitrates the device).
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     // Every client counts from one epoch, a moment after they are all
     // spawned, and runs past the run's end by its own start-up time.
@@ -300,6 +301,87 @@ fn priority(seconds: f64) {
     println!("  low priority got {:.1}% of wall time; the rest after the bursts is {:.1}%: {:.0}% of it", 100.0 * low_ratio, 100.0 * (1.0 - high_ratio), 100.0 * low_ratio / (1.0 - high_ratio));
 }
 
+/// Throughput with short kernels: how many 5 µs kernels one process
+/// without the shim runs, against two tenants with shares of 50 under the
+/// shim and a monitor, and two processes without the shim. The C client
+/// (`tests/c/compute_load.c`): a Python client cannot launch 5 µs kernels
+/// as fast as the device runs them.
+fn throughput(seconds: f64) {
+    let client = |sim: &Sim, tenant: &str, share: Option<&str>| {
+        let mut cmd = sim.c("compute_load");
+        cmd.env("GPUSLICE_TENANT", tenant);
+        if let Some(share) = share {
+            cmd.env("GPUSLICE_COMPUTE_SHARE", share);
+        }
+        cmd.args(["kernel", "5", &seconds.to_string()]);
+        sim.spawn(&mut cmd)
+    };
+    let rate = |outs: Vec<gpuslice_tests::Output>| -> (f64, Vec<f64>) {
+        let each: Vec<f64> = outs.iter().map(|o| o.u64("kernels") as f64 / (o.f64("wall_us") / 1e6)).collect();
+        (each.iter().sum(), each)
+    };
+    let bare = Sim::new().timeout(Duration::from_secs(seconds as u64 + 120));
+    let (one, _) = rate(vec![client(&bare, "bare", None).wait()]);
+    let bare2 = Sim::new().timeout(Duration::from_secs(seconds as u64 + 120));
+    let (two_bare, _) = rate(vec![client(&bare2, "a", None), client(&bare2, "b", None)].into_iter().map(|r| r.wait()).collect());
+    let shared = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    let _monitor = Monitor::start(&shared, MonitorOptions::default());
+    let (two_shares, each) = rate(vec![client(&shared, "a", Some("25")), client(&shared, "b", Some("75"))].into_iter().map(|r| r.wait()).collect());
+    println!("\nthroughput with 5 us kernels (kernels per second, C client):");
+    println!("  one process, no shim:             {one:9.0}");
+    println!("  two processes, no shim:           {two_bare:9.0}  ({:.2}x one)", two_bare / one);
+    println!(
+        "  two tenants, shares 25 / 75:      {two_shares:9.0}  ({:.2}x one; {:.1} % / {:.1} %)",
+        two_shares / one,
+        100.0 * each[0] / two_shares.max(1.0),
+        100.0 * each.get(1).copied().unwrap_or(0.0) / two_shares.max(1.0)
+    );
+}
+
+/// PyTorch clients (opt-in: `bash scripts/check-pytorch.sh` installs
+/// PyTorch into `.deps/torch-venv`): the op rate of a one-op loop
+/// (`tests/python/torch_oploop.py`, 5 µs kernels) bare, alone under the shim
+/// with a share of 50, and two tenants with shares of 25 and 75.
+fn pytorch(seconds: f64) {
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/torch-venv/bin/python");
+    if !python.is_file() {
+        println!("\npytorch: not run: no PyTorch at {} (bash scripts/check-pytorch.sh installs it)", python.display());
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/torch_oploop.py");
+    let client = |sim: &Sim, tenant: &str, share: Option<&str>| {
+        let mut cmd = sim.command(&python);
+        cmd.arg(&script).arg(seconds.to_string()).env("GPUSLICE_TENANT", tenant);
+        if let Some(share) = share {
+            cmd.env("GPUSLICE_COMPUTE_SHARE", share);
+        }
+        sim.spawn(&mut cmd)
+    };
+    let sim = |shim: bool| {
+        let sim = Sim::new().env("SIMGPU_KERNEL_US", "5").timeout(Duration::from_secs(seconds as u64 + 180));
+        if shim {
+            sim.shim()
+        } else {
+            sim
+        }
+    };
+    let bare_sim = sim(false);
+    let bare = client(&bare_sim, "bare", None).wait().f64("rate");
+    let alone_sim = sim(true);
+    let alone = {
+        let _monitor = Monitor::start(&alone_sim, MonitorOptions::default());
+        client(&alone_sim, "alone", Some("50")).wait().f64("rate")
+    };
+    let pair_sim = sim(true);
+    let _monitor = Monitor::start(&pair_sim, MonitorOptions::default());
+    let (a, b) = (client(&pair_sim, "a", Some("25")), client(&pair_sim, "b", Some("75")));
+    let (a, b) = (a.wait().f64("rate"), b.wait().f64("rate"));
+    println!("\npytorch one-op loop (5 us kernels), ops per second:");
+    println!("  bare:                       {bare:9.0}");
+    println!("  alone with share 50:        {alone:9.0}  ({:.3}x bare)", alone / bare);
+    println!("  two tenants, shares 25/75:  {:9.0} + {:9.0}  ({:.1} % / {:.1} %)", a, b, 100.0 * a / (a + b), 100.0 * b / (a + b));
+}
+
 fn main() {
     let args = args();
     let wanted = |name: &str| args.only.as_deref().is_none_or(|o| o == name);
@@ -311,5 +393,11 @@ fn main() {
     }
     if wanted("priority") {
         priority(args.seconds);
+    }
+    if wanted("throughput") {
+        throughput(args.seconds.min(6.0));
+    }
+    if wanted("pytorch") {
+        pytorch(args.seconds.min(8.0));
     }
 }

@@ -57,8 +57,12 @@ fn run(rt: &'static Runtime) {
     let mut last_retry = Instant::now();
     loop {
         let seats: Vec<(usize, &'static Seat)> = gate::seats().enumerate().filter(|(_, s)| s.page().is_some()).collect();
-        let busy = seats.iter().any(|(_, s)| holds_busy(s));
-        let timeout = if busy { PROBE } else { RETRY };
+        // On an arbitrated device the helper looks every PROBE: a grant can
+        // come at any moment, and the turn it starts must end as soon as the
+        // process goes idle (a 1 s sleep here kept an inference tenant's
+        // every turn for a whole quantum).
+        let arbitrated = seats.iter().any(|(_, s)| s.page().is_some_and(|p| !p.grant().is_open()));
+        let timeout = if arbitrated { PROBE } else { RETRY };
         let mut fds: Vec<libc::pollfd> =
             seats.iter().map(|(_, s)| libc::pollfd { fd: s.conn.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }).collect();
         // SAFETY: `fds` is a live array of `fds.len()` pollfd.

@@ -101,7 +101,15 @@ impl Runtime {
     pub fn govern_launch(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
         for target in targets {
             let Some(seat) = self.seat_of(target) else { continue };
-            if gate::pass(seat) == gate::Pass::Shallow {
+            let waited_before = seat.waited_ns_total.load(Ordering::Relaxed);
+            let pass = gate::pass(seat);
+            if seat.waited_ns_total.load(Ordering::Relaxed) != waited_before {
+                // The device ran others' work while this launch waited: the
+                // time to the next checkpoint says nothing of this process's
+                // launches.
+                LAST_DONE_NS.store(0, Ordering::Relaxed);
+            }
+            if pass == gate::Pass::Shallow {
                 // A tenant of higher priority is active: this launch waits
                 // for its stream's queue, so one launch at most is in flight.
                 let _ = real::stream_synchronize(target.stream, target.per_thread);
@@ -159,11 +167,13 @@ fn checkpoint(target: &Target) {
         if real::event_query(event) == CUDA_ERROR_NOT_READY {
             // The device is behind this process: wait, and learn from the
             // wait how long a launch runs, to keep QUEUED_NS queued.
+            // Sleeps grow to a quarter of the queue kept, so that the
+            // device never runs dry while this thread oversleeps.
             let until = std::time::Instant::now() + CHECKPOINT_WAIT;
-            let mut sleep_ns = 20_000;
+            let mut sleep_ns = 10_000;
             while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_nanos(sleep_ns));
-                sleep_ns = (sleep_ns * 2).min(500_000);
+                sleep_ns = (sleep_ns * 2).min(QUEUED_NS / 4);
             }
             let done_ns = ledger::compute::monotonic_ns();
             let last = LAST_DONE_NS.swap(done_ns, Ordering::Relaxed);
@@ -172,9 +182,12 @@ fn checkpoint(target: &Target) {
                 next = (QUEUED_NS / 2 / per_launch_ns).clamp(1, u64::from(MAX_CHECKPOINT_EVERY)) as u32;
             }
         } else {
-            // The process is behind the device: checkpoints can be rarer.
+            // The device kept up: checkpoints can be a little rarer. Only a
+            // little: a process that just got its turn back finds an empty
+            // queue whatever its kernels' length, and doubling here grew a
+            // queue of 5 ms kernels to a third of a second.
             LAST_DONE_NS.store(0, Ordering::Relaxed);
-            next = interval.saturating_mul(2).min(MAX_CHECKPOINT_EVERY);
+            next = interval.saturating_add(1).min(MAX_CHECKPOINT_EVERY);
         }
         real::event_destroy(event);
     }

@@ -1,0 +1,36 @@
+"""A PyTorch client of the fairness benchmark: a one-op loop (an in-place
+add on a small CUDA tensor) for SECONDS, synchronising every 1000 ops.
+
+    torch_oploop.py SECONDS
+
+Prints started=1, then ops=N, wall_s=W and rate=N/W. On simgpu each op's
+kernel runs for SIMGPU_KERNEL_US."""
+import sys
+import time
+
+import torch
+
+
+def main():
+    seconds = float(sys.argv[1])
+    x = torch.ones(16, device="cuda")
+    for _ in range(200):
+        x.add_(1)
+    torch.cuda.synchronize()
+    print("started=1", flush=True)
+    ops = 0
+    start = time.monotonic()
+    until = start + seconds
+    while time.monotonic() < until:
+        for _ in range(1000):
+            x.add_(1)
+        torch.cuda.synchronize()
+        ops += 1000
+    wall = time.monotonic() - start
+    print(f"ops={ops}")
+    print(f"wall_s={wall:.6f}")
+    print(f"rate={ops / wall:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
