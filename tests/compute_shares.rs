@@ -1,8 +1,8 @@
 //! Compute shares and priorities, end to end: tenants keep one simulated
 //! device busy with back-to-back kernels through NVIDIA's cuda-bindings
 //! (`tests/python/compute_load.py`), under the shim and a running monitor
-//! that hands out the device's turn table, and each client reports the
-//! share of the device it got (kernels × kernel duration / wall time).
+//! that arbitrates the device, and each client reports the share of the
+//! device it got (kernels × kernel duration / wall time).
 //!
 //! The bounds leave room for a loaded two-core machine; how close to its
 //! target each tenant gets is for `cargo bench --bench fairness` to say.

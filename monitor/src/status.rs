@@ -84,7 +84,7 @@ pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Str
 pub struct View {
     /// The ledger directory read.
     pub dir: PathBuf,
-    /// The ledgers, NVML and the monitor's turn tables, joined.
+    /// The ledgers, NVML and the monitor's grant pages, joined.
     pub snapshot: Snapshot,
     /// Notes for the reader that are no fault (no ledger directory yet).
     pub notes: Vec<String>,
@@ -93,7 +93,7 @@ pub struct View {
 }
 
 /// Reads the host again and again: the ledgers (listed anew each time, so
-/// new tenants appear), NVML (loaded once) and the monitor's turn tables.
+/// new tenants appear), NVML (loaded once) and the monitor's grant pages.
 /// Device time used is a rate, so a sampler keeps each look's counters and
 /// gives the next look the rate since then.
 pub struct Sampler {

@@ -16,8 +16,15 @@
 //!    whoever reads the page can tell when a round has run after something
 //!    they did).
 //!
-//! All state that matters lives in the ledger files, so a restarted monitor
-//! rebuilds its view from them and loses nothing.
+//! Beside the rounds, its arbiter thread ([`arbiter`]) owns every device's
+//! grant page and decides, continuously, which tenant may launch where; the
+//! rounds hand it NVML's devices, the configuration's compute settings and
+//! the tenants' directories, and read back what it charged each tenant.
+//!
+//! All state that matters for memory lives in the ledger files, so a
+//! restarted monitor rebuilds its view from them and loses nothing. The
+//! arbiter's state lives in its memory: a restarted monitor starts every
+//! tenant's virtual time afresh, and processes join it within a second.
 
 mod audit;
 pub(crate) mod arbiter;

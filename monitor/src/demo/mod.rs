@@ -12,8 +12,8 @@
 //!   start when room frees up.
 //!
 //! Every second it shows each tenant's memory against its cap, its compute
-//! target (from the device's turn table) against what it used (measured by
-//! its shim), time held back, and the queue. At the end it prints a summary
+//! target (from the monitor's grant page) against what it used (the device
+//! time the monitor charged it), time held back, and the queue. At the end it prints a summary
 //! and writes an SVG chart of each tenant's share of the device over time.
 //! The workloads are this binary's hidden `demo-worker` verb.
 

@@ -24,12 +24,9 @@
 //! - [`views`]: what `cuMemGetInfo`, `cuDeviceTotalMem` and NVML report
 //!   under a cap, NVML's process lists included.
 //!
-//! - [`throttle`]: the compute limit: launches on a device with a limit are
-//!   measured with timing events and held to the tenant's budget of device
-//!   time in the ledger. A launch needs only its stream's context and
-//!   device, found without a lock (the throttle's own per-thread cache, not
-//!   [`devices`]' stream lookup), and none of the memory concerns; a
-//!   context's destruction retires its events ([`contexts`]).
+//! Compute time is not this module's: launches go through `crate::compute`,
+//! which holds its bucket's state here (`Runtime::throttle`) and drains a
+//! device's contexts through [`contexts`] when the monitor ends a turn.
 //!
 //! # How a call flows
 //! An allocation finds its device ([`devices`]: the current context's, the
