@@ -229,3 +229,30 @@ fn a_tenant_started_before_the_monitor_joins_it_when_it_comes() {
     assert!(lines.iter().any(|l| l.contains("arbitrated by the monitor")), "it did not say it ran without the monitor\n{out}");
     assert!(lines.iter().any(|l| l.contains("the monitor arbitrates it now")), "it did not say it joined\n{out}");
 }
+
+/// The monitor restarting does not freeze anyone: while it is gone the
+/// tenants launch freely (each says so once), and they join the new one
+/// within about a second, which arbitrates them again.
+#[test]
+fn tenants_survive_a_monitor_restart_and_join_the_new_one() {
+    let _serial = serial();
+    let sim = sim();
+    let first = Monitor::start(&sim, MonitorOptions::default());
+    let envs = |share: &'static str| [("GPUSLICE_COMPUTE_SHARE", share), ("GPUSLICE_LOG", "info")];
+    let a = saturate(&sim, "a", &envs("25"), "7");
+    let b = saturate(&sim, "b", &envs("75"), "7");
+    std::thread::sleep(Duration::from_millis(1500));
+    first.stop();
+    std::thread::sleep(Duration::from_millis(1000));
+    let second = Monitor::start(&sim, MonitorOptions::default());
+    second.metrics_until("both tenants arbitrated by the new monitor", |m| {
+        m.value("gpuslice_device_arbitrated", &[("device", "0")]) == Some(1.0)
+            && ["a", "b"].iter().all(|t| m.value("gpuslice_tenant_compute_unarbitrated_processes", &[("tenant", t), ("device", "0")]) == Some(0.0))
+    });
+    for out in [a.wait(), b.wait()] {
+        out.assert_success();
+        let lines = out.shim_log_lines();
+        assert!(lines.iter().any(|l| l.contains("stopped arbitrating")), "it did not say the monitor went away\n{out}");
+        assert!(lines.iter().any(|l| l.contains("the monitor arbitrates it now")), "it did not join the new monitor\n{out}");
+    }
+}
