@@ -23,35 +23,43 @@ fn govern(stream: CUstream, per_thread: bool, forward: impl FnOnce() -> CUresult
     dispatch(forward, |rt| rt.govern_launch(&[Target { stream, per_thread }], forward))
 }
 
-/// A launch hook: `$name($args) on $stream`, `per_thread` for `_ptsz` forms.
+/// Whether a hook's name is a per-thread default-stream form (`_ptsz`), as
+/// the hook list (`hooks::hooked_functions!`) names them: the flag is read
+/// from the name, so it is written once, in the list.
+const fn is_per_thread(name: &str) -> bool {
+    matches!(name.as_bytes(), [.., b'_', b'p', b't', b's', b'z'])
+}
+
+/// A launch hook: `$name($args) on $stream`.
 macro_rules! launch_hook {
-    ($(#[$meta:meta])* $name:ident($($arg:ident: $ty:ty),*) on $stream:expr, per_thread: $per_thread:literal) => {
+    ($(#[$meta:meta])* $name:ident($($arg:ident: $ty:ty),*) on $stream:expr) => {
         $(#[$meta])*
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+            const PER_THREAD: bool = is_per_thread(stringify!($name));
             let real = real_or_return!($name);
             // SAFETY: forwarding the caller's arguments unchanged.
             let forward = move || unsafe { real($($arg),*) };
             if clear() {
                 return forward();
             }
-            govern($stream, $per_thread, forward)
+            govern($stream, PER_THREAD, forward)
         }
     };
 }
 
-launch_hook!(cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) on stream, per_thread: false);
-launch_hook!(#[doc(alias = "cuLaunchKernel")] cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) on stream, per_thread: true);
-launch_hook!(cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void) on stream, per_thread: false);
-launch_hook!(#[doc(alias = "cuLaunchCooperativeKernel")] cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void) on stream, per_thread: true);
-launch_hook!(cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) on config_stream(config), per_thread: false);
-launch_hook!(#[doc(alias = "cuLaunchKernelEx")] cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) on config_stream(config), per_thread: true);
-launch_hook!(cuGraphLaunch(graph: CUgraphExec, stream: CUstream) on stream, per_thread: false);
-launch_hook!(#[doc(alias = "cuGraphLaunch")] cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream) on stream, per_thread: true);
-launch_hook!(cuLaunch(f: CUfunction) on core::ptr::null_mut(), per_thread: false);
-launch_hook!(cuLaunchGrid(f: CUfunction, width: c_int, height: c_int) on core::ptr::null_mut(), per_thread: false);
-launch_hook!(cuLaunchGridAsync(f: CUfunction, width: c_int, height: c_int, stream: CUstream) on stream, per_thread: false);
+launch_hook!(cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) on stream);
+launch_hook!(#[doc(alias = "cuLaunchKernel")] cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) on stream);
+launch_hook!(cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void) on stream);
+launch_hook!(#[doc(alias = "cuLaunchCooperativeKernel")] cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void) on stream);
+launch_hook!(cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) on config_stream(config));
+launch_hook!(#[doc(alias = "cuLaunchKernelEx")] cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) on config_stream(config));
+launch_hook!(cuGraphLaunch(graph: CUgraphExec, stream: CUstream) on stream);
+launch_hook!(#[doc(alias = "cuGraphLaunch")] cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream) on stream);
+launch_hook!(cuLaunch(f: CUfunction) on core::ptr::null_mut());
+launch_hook!(cuLaunchGrid(f: CUfunction, width: c_int, height: c_int) on core::ptr::null_mut());
+launch_hook!(cuLaunchGridAsync(f: CUfunction, width: c_int, height: c_int, stream: CUstream) on stream);
 
 /// The stream of a `cuLaunchKernelEx` configuration (the null stream for a
 /// null configuration, which the driver refuses).
@@ -80,4 +88,17 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(list: *mut CUDA_LA
         }
         rt.govern_launch(targets.get(..count).unwrap_or_default(), forward)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_per_thread;
+
+    #[test]
+    fn the_per_thread_flag_comes_from_the_name() {
+        assert!(is_per_thread("cuLaunchKernel_ptsz"));
+        assert!(!is_per_thread("cuLaunchKernel"));
+        assert!(!is_per_thread("_pts"));
+        assert!(!is_per_thread("cuGraphLaunch_ptds"));
+    }
 }
