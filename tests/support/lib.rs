@@ -236,6 +236,9 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
         }
     }
     args.push("-lpthread".into());
+    // dlopen and dlvsym (tests/c/skip_gate.c): in libc since glibc 2.34,
+    // in libdl before.
+    args.push("-ldl".into());
 
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     std::hash::Hash::hash(&source, &mut hasher);
