@@ -66,6 +66,9 @@ pub const ACTIVE_NS: u64 = 500_000_000;
 pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
 /// The most a limit budget holds: the longest a limited member runs at once.
 pub const LIMIT_BURST_NS: u64 = 20_000_000;
+/// How long a tenant's state (virtual time, limit budget) is kept after its
+/// last process on the device leaves.
+pub const RETAIN_NS: u64 = 10_000_000_000;
 /// How often a holder's busy time is charged while its turn goes on.
 pub const CHARGE_EVERY_NS: u64 = 10_000_000;
 /// The least budget a limited member is granted with.
@@ -169,6 +172,8 @@ struct MemberState {
     last_active_ns: Option<u64>,
     budget_ns: i64,
     budget_at_ns: u64,
+    /// When its last connection closed (its state is kept a while).
+    left_at_ns: Option<u64>,
 }
 
 impl MemberState {
@@ -203,7 +208,7 @@ enum Phase {
     /// Nobody holds the device.
     Free,
     Held { m: usize, since_ns: u64, busy_since_ns: Option<u64> },
-    Revoking { m: Option<usize>, busy_since_ns: Option<u64>, pending: Vec<ConnId>, deadline_ns: u64 },
+    Revoking { m: Option<usize>, busy_since_ns: Option<u64>, pending: Vec<ConnId>, deadline_ns: u64, preempted_for: Option<usize> },
 }
 
 /// What the caller must do after a step.
@@ -265,13 +270,15 @@ pub struct DeviceSched {
     /// Connections that were handed the page while the grant was open, and
     /// so may have launched without a turn.
     launched_open: Vec<ConnId>,
+    /// The member to grant next, before any other (a preemptor).
+    next: Option<usize>,
     /// Connections that were late to say `Done`, ever.
     pub late_total: u64,
 }
 
 impl DeviceSched {
     pub fn new(grants: Grants) -> DeviceSched {
-        DeviceSched { grants, members: (0..MAX_MEMBERS).map(|_| None).collect(), phase: Phase::Open, epoch: 1, launched_open: Vec::new(), late_total: 0 }
+        DeviceSched { grants, members: (0..MAX_MEMBERS).map(|_| None).collect(), phase: Phase::Open, epoch: 1, launched_open: Vec::new(), next: None, late_total: 0 }
     }
 
     /// The page's descriptor, to hand to a process.
@@ -320,7 +327,15 @@ impl DeviceSched {
         let m = match found {
             Some(m) => m,
             None => {
-                let free = self.members.iter().position(Option::is_none)?;
+                // A free entry, else the one of the member gone longest.
+                let departed = (0..MAX_MEMBERS)
+                    .filter_map(|i| self.member(i).and_then(|x| x.left_at_ns).map(|t| (t, i)))
+                    .filter(|(_, i)| !matches!(self.phase, Phase::Held { m, .. } if m == *i))
+                    .filter(|(_, i)| !matches!(self.phase, Phase::Revoking { m: Some(m), .. } if m == *i))
+                    .min()
+                    .map(|(_, i)| i);
+                let free = self.members.iter().position(Option::is_none).or(departed)?;
+                self.free_member(free);
                 let state = MemberState {
                     key,
                     claim,
@@ -331,13 +346,16 @@ impl DeviceSched {
                     last_active_ns: None,
                     budget_ns: LIMIT_BURST_NS as i64,
                     budget_at_ns: now_ns,
+                    left_at_ns: None,
                 };
                 *self.members.get_mut(free)? = Some(state);
                 self.lift(free, now_ns);
                 free
             }
         };
-        self.member_mut(m)?.conns.push(Conn { id: conn, waiting: false, busy: false, seq: None });
+        let member = self.member_mut(m)?;
+        member.left_at_ns = None;
+        member.conns.push(Conn { id: conn, waiting: false, busy: false, seq: None });
         // A newcomer under an open grant launches at once. One whose setting
         // ends the open grant never sees it: the caller steps before it
         // hands the page over.
@@ -372,20 +390,43 @@ impl DeviceSched {
                     self.phase = Phase::Free;
                 }
             }
-            if let Phase::Revoking { m: revoked, .. } = &mut self.phase {
-                if *revoked == Some(m) {
-                    *revoked = None;
-                }
-            }
-            if let Some(slot) = self.members.get_mut(m) {
-                *slot = None;
-            }
-            if let Some(entry) = self.page().members.get(m) {
-                entry.key.store(0, Ordering::Release);
-                entry.state.store(member_state::FREE, Ordering::Release);
+            // Its state stays for RETAIN_NS: a tenant that closes its
+            // connections and comes back keeps its virtual time and its
+            // limit budget, so that reconnecting after each turn buys
+            // nothing.
+            if let Some(member) = self.member_mut(m) {
+                member.left_at_ns = Some(now_ns);
             }
         }
         self.write_page(now_ns);
+    }
+
+    /// Forgets members gone for [`RETAIN_NS`] (none that the phase names).
+    fn forget_departed(&mut self, now_ns: u64) {
+        let named = |phase: &Phase, i: usize| match phase {
+            Phase::Held { m, .. } => *m == i,
+            Phase::Revoking { m, preempted_for, .. } => *m == Some(i) || *preempted_for == Some(i),
+            _ => false,
+        };
+        for i in 0..MAX_MEMBERS {
+            let gone = self.member(i).and_then(|m| m.left_at_ns).is_some_and(|t| now_ns.saturating_sub(t) >= RETAIN_NS);
+            if gone && !named(&self.phase, i) {
+                self.free_member(i);
+            }
+        }
+    }
+
+    fn free_member(&mut self, i: usize) {
+        if let Some(slot) = self.members.get_mut(i) {
+            *slot = None;
+        }
+        if self.next == Some(i) {
+            self.next = None;
+        }
+        if let Some(entry) = self.page().members.get(i) {
+            entry.key.store(0, Ordering::Release);
+            entry.state.store(member_state::FREE, Ordering::Release);
+        }
     }
 
     /// A message from connection `conn`.
@@ -411,7 +452,13 @@ impl DeviceSched {
             // A `Want` of the holder's own was sent under an older grant
             // and overtaken by this one: the process is busy, not waiting
             // (counted waiting, its tenant would never be idle).
-            Op::Want if holds => c.busy = true,
+            Op::Want if holds => {
+                c.busy = true;
+                if let Phase::Held { busy_since_ns: since @ None, .. } = &mut self.phase {
+                    *since = Some(now_ns);
+                }
+                return self.member_mut(m).map_or((), |x| x.last_active_ns = Some(now_ns));
+            }
             Op::Want => c.waiting = true,
             Op::Busy => c.busy = true,
             Op::Idle | Op::Done => c.busy = false,
@@ -471,8 +518,10 @@ impl DeviceSched {
         }
     }
 
+    /// Whether a member here now has a compute setting (one that left and
+    /// is only remembered does not count).
     fn arbitrated(&self) -> bool {
-        self.members.iter().flatten().any(|m| m.claim.any())
+        self.members.iter().flatten().any(|m| m.claim.any() && !m.conns.is_empty())
     }
 
     fn all_conns(&self) -> Vec<ConnId> {
@@ -518,9 +567,15 @@ impl DeviceSched {
         self.set_grant(OPEN, false);
     }
 
-    fn begin_revoke(&mut self, m: Option<usize>, conns: Vec<ConnId>, busy_since_ns: Option<u64>, now_ns: u64) -> Vec<ConnId> {
+    /// Ends a turn. The holder is charged from then on until its last
+    /// process says `Done` (or the deadline), whatever it reported before:
+    /// the device waits for it meanwhile, so an `Idle` followed by no `Done`
+    /// costs the liar, not the others.
+    fn begin_revoke(&mut self, m: Option<usize>, conns: Vec<ConnId>, busy_since_ns: Option<u64>, preempted_for: Option<usize>, now_ns: u64) -> Vec<ConnId> {
         self.set_grant(NOBODY, false);
-        self.phase = Phase::Revoking { m, busy_since_ns, pending: conns.clone(), deadline_ns: now_ns.saturating_add(DRAIN_LIMIT_NS) };
+        let busy_since_ns = m.map(|_| busy_since_ns.unwrap_or(now_ns));
+        self.phase =
+            Phase::Revoking { m, busy_since_ns, pending: conns.clone(), deadline_ns: now_ns.saturating_add(DRAIN_LIMIT_NS), preempted_for };
         conns
     }
 
@@ -531,6 +586,7 @@ impl DeviceSched {
         for member in self.members.iter_mut().flatten() {
             member.refill(now_ns);
         }
+        self.forget_departed(now_ns);
         // A holder's busy time is charged as it goes, not only when its
         // turn ends: a lone holder's turn may last for hours, and its
         // charged time is what metrics, limits and the bypass check read.
@@ -562,7 +618,7 @@ impl DeviceSched {
                 if self.arbitrated() {
                     // Whoever launched freely until now drains first.
                     let conns = std::mem::take(&mut self.launched_open);
-                    effects.revoke.extend(self.begin_revoke(None, conns, None, now_ns));
+                    effects.revoke.extend(self.begin_revoke(None, conns, None, None, now_ns));
                 }
             }
             Phase::Free => {
@@ -570,7 +626,10 @@ impl DeviceSched {
                     self.open();
                     return;
                 }
-                let Some(m) = self.best_waiter(None) else { return };
+                // The tenant of higher priority that ended the last turn goes
+                // first, if it still waits.
+                let preemptor = self.next.take().filter(|&p| self.member(p).is_some_and(|w| w.waits() && w.eligible()));
+                let Some(m) = preemptor.or_else(|| self.best_waiter(None)) else { return };
                 // Owed at most MAX_LAG_NS at the smallest weight among the
                 // active members: a few of the lightest member's turns, so
                 // that a heavy member is never cut short because one light
@@ -611,13 +670,16 @@ impl DeviceSched {
                 let out_of_budget = limited && budget.saturating_sub(spent) <= 0;
                 let waiter = self.best_waiter(Some(m));
                 let my_vtime = self.vtime_with_busy(m, busy_since_ns, now_ns);
-                let preempted = (0..MAX_MEMBERS).any(|i| {
-                    i != m && self.member(i).is_some_and(|w| w.waits() && w.eligible() && w.claim.priority > priority && w.vtime <= my_vtime)
-                });
+                let preemptor = (0..MAX_MEMBERS)
+                    .filter(|&i| {
+                        i != m && self.member(i).is_some_and(|w| w.waits() && w.eligible() && w.claim.priority > priority && w.vtime <= my_vtime)
+                    })
+                    .max_by_key(|&i| self.member(i).map_or(i32::MIN, |w| w.claim.priority));
+                let preempted = preemptor.is_some();
                 let quantum_over = now_ns.saturating_sub(since_ns) >= QUANTUM_NS;
                 if out_of_budget || (waiter.is_some() && (quantum_over || idle || preempted)) {
                     let conns: Vec<ConnId> = self.member(m).map(|h| h.conns.iter().map(|c| c.id).collect()).unwrap_or_default();
-                    effects.revoke.extend(self.begin_revoke(Some(m), conns, busy_since_ns, now_ns));
+                    effects.revoke.extend(self.begin_revoke(Some(m), conns, busy_since_ns, preemptor, now_ns));
                     return;
                 }
                 // A holder keeps one launch in flight while a tenant of
@@ -628,7 +690,7 @@ impl DeviceSched {
                     self.page().header.grant.store(Grant::new(word.epoch(), word.code(), shallow).0, Ordering::Release);
                 }
             }
-            Phase::Revoking { m, busy_since_ns, pending, deadline_ns } => {
+            Phase::Revoking { m, busy_since_ns, pending, deadline_ns, preempted_for } => {
                 if !pending.is_empty() && now_ns < deadline_ns {
                     return;
                 }
@@ -662,6 +724,7 @@ impl DeviceSched {
                 // next when someone is granted (a change here would wake the
                 // waiters for nothing, and make them say `Want` again).
                 self.phase = Phase::Free;
+                self.next = preempted_for;
             }
         }
     }
@@ -807,9 +870,16 @@ mod tests {
                 s.message(c, Op::Want, 0, now);
             }
         }
-        // The holder's time so far is charged when it goes idle.
+        // The holder's time so far is charged when it goes idle; the work
+        // in flight is drained at once, and nobody waits any more.
+        for &(_, c) in &pending {
+            s.message(c, Op::Done, 0, until_ns);
+        }
         for &c in conns {
             s.message(c, Op::Idle, SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed), until_ns);
+        }
+        for c in s.step(until_ns).revoke {
+            s.message(c, Op::Done, 0, until_ns);
         }
         s.step(until_ns);
         conns.iter().zip(before).map(|(&c, b)| served(s, c) - b).collect()
@@ -949,7 +1019,58 @@ mod tests {
         s.leave(1, 2 * MS);
         s.step(2 * MS);
         assert!(s.page().grant().lets(1), "the waiter holds the device");
-        assert_eq!(s.members_view().len(), 1);
+        assert_eq!(s.members_view().iter().map(|m| m.processes).collect::<Vec<_>>(), vec![0, 1], "the one that left is kept a while");
+        s.step(2 * MS + RETAIN_NS);
+        assert_eq!(s.members_view().len(), 1, "and then forgotten");
+    }
+
+    #[test]
+    fn a_holder_that_says_idle_and_never_drains_pays_for_the_wait() {
+        let mut s = sched();
+        s.join(1, claim(10, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(90, 0, 0), 2, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        s.message(1, Op::Idle, 1, 10_000);
+        s.message(2, Op::Want, 0, MS);
+        assert_eq!(s.step(MS).revoke, vec![1]);
+        // It wants the device again at once, and never says Done.
+        s.message(1, Op::Want, 0, 2 * MS);
+        let effects = s.step(MS + DRAIN_LIMIT_NS);
+        assert_eq!(effects.late, vec![1]);
+        assert!(served(&s, 1) >= DRAIN_LIMIT_NS, "the wait was charged to the liar: {}", served(&s, 1));
+        assert!(s.page().grant().lets(1), "the victim goes next, not the liar");
+    }
+
+    #[test]
+    fn reconnecting_keeps_virtual_time_and_the_limit_budget() {
+        let mut s = sched();
+        s.join(1, claim(0, 10, 0), 1, 0).unwrap();
+        let _ = saturate(&mut s, &[1], 0, 1_000 * MS, 0);
+        let (vtime, budget) = (s.member(0).unwrap().vtime, s.member(0).unwrap().budget_ns);
+        s.leave(1, 1_000 * MS);
+        s.join(1, claim(0, 10, 0), 3, 1_000 * MS + 1).unwrap();
+        assert_eq!(s.member(0).unwrap().vtime, vtime);
+        assert!(s.member(0).unwrap().budget_ns <= budget + 1, "a new connection refilled the budget");
+        let got = saturate(&mut s, &[3], 1_000 * MS + 1, 2_000 * MS, 0);
+        assert!(got[0] < 110 * MS, "limit 10 over 1 s after reconnecting: {got:?}");
+    }
+
+    #[test]
+    fn a_preemptor_is_granted_before_a_lower_waiter_with_less_virtual_time() {
+        let mut s = sched();
+        s.join(1, claim(30, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(30, 0, 0), 2, 0).unwrap();
+        s.join(3, claim(40, 0, 1), 3, 0).unwrap();
+        s.message(1, Op::Want, 0, 0);
+        s.step(0);
+        s.message(2, Op::Want, 0, MS);
+        s.step(MS);
+        s.message(3, Op::Want, 0, 2 * MS);
+        assert_eq!(s.step(2 * MS).revoke, vec![1]);
+        s.message(1, Op::Done, 0, 3 * MS);
+        s.step(3 * MS);
+        assert!(s.page().grant().lets(2), "the tenant of priority 1 goes first");
     }
 
     #[test]
