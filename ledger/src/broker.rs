@@ -69,6 +69,40 @@ pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -
     result
 }
 
+/// Connects to `<dir>/.arbiter.sock` without ever waiting for the monitor
+/// to accept: a listener whose backlog is full (a monitor that is stuck, or
+/// flooded) answers at once with an error, and the caller asks again later.
+fn connect(dir: &Path) -> io::Result<UnixStream> {
+    with_socket_path(dir, |path| {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = path.as_os_str().as_bytes();
+        // SAFETY: an all-zero sockaddr_un is valid.
+        let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        if bytes.len() >= address.sun_path.len() {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        for (to, from) in address.sun_path.iter_mut().zip(bytes) {
+            *to = *from as libc::c_char;
+        }
+        // SAFETY: a new socket; its descriptor is owned below.
+        let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor we just made and own.
+        let stream = unsafe { UnixStream::from_raw_fd(raw) };
+        let length = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+        // SAFETY: connect with a valid address of `length` bytes.
+        let r = unsafe { libc::connect(raw, (&address as *const libc::sockaddr_un).cast(), length as libc::socklen_t) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        stream.set_nonblocking(false)?;
+        Ok(stream)
+    })
+}
+
 /// What a process says when it connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -197,8 +231,7 @@ pub struct Joined {
 /// grant page.
 pub fn join(dir: &Path, hello: &Hello) -> Result<Joined, String> {
     let path = socket_path(dir);
-    let mut stream =
-        with_socket_path(dir, |p| UnixStream::connect(p)).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
+    let mut stream = connect(dir).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     // Only the monitor may answer: root, or the directory's owner (the
     // monitor made it). Anybody else who bound a socket at that path while
     // no monitor ran could hand out pages that freeze their readers.
@@ -240,8 +273,7 @@ pub const VIEWER: u32 = u32::MAX;
 pub fn view(dir: &Path, uuid: &[u8; 16]) -> Result<Grants, String> {
     let hello = Hello { tenant: "viewer".into(), slot: VIEWER_SLOT, generation: 0, uuid: *uuid };
     let path = socket_path(dir);
-    let mut stream =
-        with_socket_path(dir, |p| UnixStream::connect(p)).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
+    let mut stream = connect(dir).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
     stream.write_all(&hello.encode()).map_err(|e| format!("asking {}: {e}", path.display()))?;

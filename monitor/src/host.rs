@@ -149,6 +149,11 @@ pub fn lock_line_covers(line: &str, lock: &SlotLock) -> bool {
     same_file && start <= lock.offset && covers_end
 }
 
+/// The most open files of one process looked at for a lock: a process
+/// with more (a hostile one) cannot make each look cost seconds. A process
+/// under the shim opens its ledger early, among its first descriptors.
+pub const MAX_FDS_SCANNED: usize = 4096;
+
 /// Whether host process `pid` holds `lock`, by its open files under
 /// `proc_root` (`/proc`).
 pub fn check_lock(proc_root: &Path, pid: u32, lock: &SlotLock) -> LockCheck {
@@ -158,7 +163,7 @@ pub fn check_lock(proc_root: &Path, pid: u32, lock: &SlotLock) -> LockCheck {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return LockCheck::Unknown,
         Err(_) => return LockCheck::DoesNot,
     };
-    for entry in entries.flatten() {
+    for entry in entries.flatten().take(MAX_FDS_SCANNED) {
         // The link is followed to the open file itself, renamed or not.
         let Ok(meta) = std::fs::metadata(entry.path()) else { continue };
         if meta.dev() != lock.dev || meta.ino() != lock.ino {

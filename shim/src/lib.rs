@@ -209,7 +209,7 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     RUNTIME.store(runtime as *const Runtime as *mut Runtime, Ordering::Release);
     // Every device is asked for, so that whoever on it has a setting is
     // arbitrated; the bucket governs only where the monitor does not.
-    compute::join::join_all(runtime);
+    compute::join::start(runtime);
     info!(
         "tenant {:?}, ledger {}, ready in {} us",
         config.tenant,

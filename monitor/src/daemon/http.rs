@@ -140,7 +140,13 @@ async fn connection(stream: TcpStream, pages: SharedPages) {
 fn respond<B>(request: &Request<B>, pages: &SharedPages) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET | &Method::HEAD, "/metrics") => (StatusCode::OK, crate::metrics::CONTENT_TYPE, lock(pages).metrics.clone()),
-        (&Method::GET | &Method::HEAD, "/healthz") => (StatusCode::OK, TEXT, lock(pages).health.clone()),
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            let health = lock(pages).health.clone();
+            // A monitor whose arbiter stopped is not healthy: its liveness
+            // probe restarts it.
+            let status = if health.starts_with(b"ok") { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            (status, TEXT, health)
+        }
         (&Method::GET | &Method::HEAD, _) => {
             (StatusCode::NOT_FOUND, TEXT, Bytes::from_static(b"not found: try /metrics or /healthz\n"))
         }

@@ -55,6 +55,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How often the monitor looks at everything.
 pub const ROUND: Duration = Duration::from_millis(250);
+/// How long the arbiter's loop may not go round before `/healthz` fails.
+const ARBITER_STALL: Duration = Duration::from_secs(5);
 
 #[derive(Args)]
 pub struct MonitorArgs {
@@ -189,6 +191,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
+    let mut arbiter_stalled = false;
     let started = Instant::now();
 
     while !stop.load(Ordering::Relaxed) {
@@ -254,12 +257,21 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         // main loop for no more than an assignment.
         let page = http::Pages {
             metrics: metrics::render(&snap, &counters).into(),
-            health: format!(
-                "ok\nmode: {}\nledgers: {}\nuptime_s: {}\n",
-                if snap.nvml { "nvml" } else { "ledger-only" },
-                snap.tenants.len(),
-                started.elapsed().as_secs()
-            )
+            health: match arbiter_shared.stalled_for().filter(|d| *d > ARBITER_STALL) {
+                None => format!(
+                    "ok\nmode: {}\nledgers: {}\nuptime_s: {}\n",
+                    if snap.nvml { "nvml" } else { "ledger-only" },
+                    snap.tenants.len(),
+                    started.elapsed().as_secs()
+                ),
+                Some(stalled) => {
+                    if !arbiter_stalled {
+                        log::error(&format!("the arbiter has not run for {} ms: device time is not arbitrated", stalled.as_millis()));
+                        arbiter_stalled = true;
+                    }
+                    format!("arbiter stalled for {} ms\n", stalled.as_millis())
+                }
+            }
             .into(),
         };
         *pages.lock().unwrap_or_else(|e| e.into_inner()) = page;

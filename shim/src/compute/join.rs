@@ -1,9 +1,10 @@
 //! Joining: asking the monitor for each device's grant page, at start and
 //! again whenever a device has none (no monitor yet, or it went away).
 //!
-//! Every process joins every device it sees, whatever its settings: when
-//! any tenant on a device has a compute setting, every process there takes
-//! turns, so the order in which tenants start does not matter. A process
+//! Every process joins every device it makes a context on, whatever its
+//! settings: when any tenant on a device has a compute setting, every
+//! process there takes turns, so the order in which tenants start does not
+//! matter. A process
 //! whose tenant has a compute setting on a device it could not join says
 //! so once, and keeps asking (the helper thread, every
 //! [`super::helper::RETRY`]); without settings it asks just as quietly.
@@ -17,38 +18,47 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Said once: a device with a compute setting is not arbitrated.
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Joins every device this process sees and starts the helper thread.
-pub fn join_all(rt: &'static Runtime) {
-    let Some(config) = crate::config() else { return };
-    let mut failed = None;
-    for device in &rt.devices {
-        let Some(seat) = gate::seat_for(device.ledger_index) else { continue };
-        if let Err(e) = join_one(rt, seat, device, &config.dir) {
-            failed = failed.or(Some((device.ordinal, e)));
-        }
-    }
-    if let Some((ordinal, e)) = failed {
-        if has_setting(rt) {
-            WARNED.store(true, Ordering::Relaxed);
-            warn!(
-                "compute settings are arbitrated by the monitor, and on device {ordinal} {e}: this process runs without them \
-                 there until a monitor answers (asked every {} s; a limit is kept by the tenant's own processes meanwhile)",
-                super::helper::RETRY.as_secs()
-            );
-        } else {
-            debug!("no grant page for device {ordinal} ({e})");
-        }
-    }
+/// Starts the helper thread (at initialisation). Devices are joined when
+/// the process first makes a context on them ([`join_device`]): a process
+/// that sees eight GPUs and uses one joins one, so grants on the others
+/// never send its launches down the slow path.
+pub fn start(rt: &'static Runtime) {
     super::refresh_mode(rt);
     super::helper::start(rt);
+}
+
+/// Joins the device of `cu_device` if this process has not yet (after a
+/// context was made there; the first launch comes after).
+pub fn join_device(rt: &Runtime, cu_device: abi::cuda::CUdevice) {
+    let Some(config) = crate::config() else { return };
+    let Some(device) = rt.device_by_handle(cu_device) else { return };
+    if gate::seats().any(|s| s.dev.load(Ordering::Relaxed) == device.ledger_index) {
+        return;
+    }
+    let Some(seat) = gate::seat_for(device.ledger_index) else { return };
+    match join_one(rt, seat, device, &config.dir) {
+        Ok(()) => super::refresh_mode(rt),
+        Err(e) if has_setting(rt) => {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                warn!(
+                    "compute settings are arbitrated by the monitor, and on device {} {e}: this process runs without them \
+                     there until a monitor answers (asked every {} s; a limit is kept by the tenant's own processes meanwhile)",
+                    device.ordinal,
+                    super::helper::RETRY.as_secs()
+                );
+            }
+        }
+        Err(e) => debug!("no grant page for device {} ({e})", device.ordinal),
+    }
 }
 
 /// Asks again for the devices that have no page.
 pub fn retry(rt: &Runtime) {
     let Some(config) = crate::config() else { return };
     let mut joined_any = false;
-    for device in &rt.devices {
-        let Some(seat) = gate::seat_for(device.ledger_index) else { continue };
+    for seat in gate::seats() {
+        let dev = seat.dev.load(Ordering::Relaxed);
+        let Some(device) = rt.devices.iter().find(|d| d.ledger_index == dev) else { continue };
         if seat.page().is_some() {
             continue;
         }

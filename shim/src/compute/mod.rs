@@ -6,9 +6,9 @@
 //!   read-only, and decides from what it observes itself which tenant may
 //!   launch there ([`gate`], the monitor's `daemon::arbiter`). Shares,
 //!   priorities and limits all hold through it, and nothing this process
-//!   writes can change what another tenant gets. The process joins every
-//!   device it sees ([`join`]); a helper thread answers the monitor's
-//!   revokes and says when the process goes idle ([`helper`]).
+//!   writes can change what another tenant gets. The process joins each
+//!   device it makes a context on ([`join`]); a helper thread answers the
+//!   monitor's revokes and says when the process goes idle ([`helper`]).
 //! - **Without one**, a limit is kept by the tenant's own processes: a
 //!   token bucket of measured device time in the tenant's ledger
 //!   ([`bucket`]). It is cooperative (the tenant can write its bucket), as
@@ -99,6 +99,16 @@ impl Runtime {
     /// Makes a launch on `targets` (one stream, or one per device) once
     /// each device's grant lets it, then under the bucket where one governs.
     pub fn govern_launch(&self, targets: &[Target], launch: impl FnOnce() -> CUresult) -> CUresult {
+        // A stream that is capturing a graph runs nothing: its launches are
+        // recorded, and neither a wait nor an event may touch it.
+        if targets.iter().any(|t| real::stream_capturing(t.stream).unwrap_or(false)) {
+            return if bucket::governed() { self.govern_bucket(targets, launch) } else { launch() };
+        }
+        // Launching from here on, however long the gate or a checkpoint
+        // makes it wait: the helper must not take the wait for idleness.
+        for seat in gate::seats() {
+            seat.launched.store(true, Ordering::Release);
+        }
         for target in targets {
             let Some(seat) = self.seat_of(target) else { continue };
             let waited_before = seat.waited_ns_total.load(Ordering::Relaxed);

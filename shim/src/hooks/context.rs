@@ -32,7 +32,11 @@ macro_rules! create_hook {
             let forward = move || unsafe { real(pctx, $($arg,)* dev) };
             dispatch(forward, |rt| {
                 // SAFETY: on success the driver wrote the context to `pctx`.
-                rt.create_context(dev, || ok_then(forward(), || unsafe { *pctx }))
+                let r = rt.create_context(dev, || ok_then(forward(), || unsafe { *pctx }));
+                if r == CUDA_SUCCESS {
+                    crate::compute::join::join_device(rt, dev);
+                }
+                r
             })
         }
     };
@@ -66,7 +70,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
     let forward = move || unsafe { real(pctx, dev) };
     dispatch(forward, |rt| {
         // SAFETY: on success the driver wrote the context to `pctx`.
-        rt.retain_primary(dev, || ok_then(forward(), || unsafe { *pctx }))
+        let r = rt.retain_primary(dev, || ok_then(forward(), || unsafe { *pctx }));
+        if r == CUDA_SUCCESS {
+            crate::compute::join::join_device(rt, dev);
+        }
+        r
     })
 }
 

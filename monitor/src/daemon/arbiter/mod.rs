@@ -7,7 +7,8 @@
 //! own), and serves every connection at once from one `poll` loop: no
 //! connection can hold up another. A connection must say its hello within
 //! [`HELLO_DEADLINE`]; a user has at most [`MAX_CONNS_PER_UID`] open and
-//! the monitor [`MAX_CONNS`]. A hello is accepted only when:
+//! the monitor [`MAX_CONNS`], and a process [`MAX_CONNS_PER_PID`]. A
+//! hello is accepted only when:
 //! - the device is one NVML lists (or, without NVML, one the tenant's
 //!   ledger registered, up to [`MAX_DEVICES`] in all);
 //! - the peer process (its pid from the kernel, `SO_PEERCRED`) holds the
@@ -43,10 +44,14 @@ use std::time::{Duration, Instant};
 
 /// How long a new connection has to say its hello.
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(1);
-/// Connections one user may hold open.
-pub const MAX_CONNS_PER_UID: usize = 512;
+/// Connections one process may hold open (one per device it sees, and a
+/// few viewers).
+pub const MAX_CONNS_PER_PID: usize = 80;
+/// Connections one user may hold open. In Kubernetes most pods run as
+/// root, so this is generous; the per-process bound is the one that bites.
+pub const MAX_CONNS_PER_UID: usize = 4096;
 /// Connections the monitor holds open.
-pub const MAX_CONNS: usize = 8192;
+pub const MAX_CONNS: usize = 16_384;
 /// Devices the monitor arbitrates without NVML to list them.
 pub const MAX_DEVICES: usize = 64;
 /// The longest the loop sleeps with nothing due.
@@ -63,6 +68,17 @@ pub struct Shared {
     pub tenant_dirs: Mutex<Vec<(String, PathBuf)>>,
     /// Each device's members, by tenant name, for metrics and `status`.
     pub views: Mutex<HashMap<[u8; 16], DeviceReport>>,
+    /// When the arbiter's loop last went round (monotonic ns; 0 before it
+    /// started): `/healthz` fails when it stops.
+    pub heartbeat_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// How long the arbiter's loop has not gone round, if it ever started.
+    pub fn stalled_for(&self) -> Option<Duration> {
+        let beat = self.heartbeat_ns.load(std::sync::atomic::Ordering::Relaxed);
+        (beat != 0).then(|| Duration::from_nanos(now_ns().saturating_sub(beat)))
+    }
 }
 
 /// One device as the arbiter last saw it.
@@ -132,9 +148,17 @@ fn bind(dir: &Path) -> Result<UnixListener, String> {
         if meta.file_type().is_socket() && meta.uid() == me {
             let _ = std::fs::remove_file(&path);
         } else {
-            let aside = dir.join(format!(".arbiter.sock.untrusted-{}", std::process::id()));
-            std::fs::rename(&path, &aside).map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
-            log::warn(&format!("{} was not the monitor's socket (uid {}); moved to {}", path.display(), meta.uid(), aside.display()));
+            // A name nobody can guess ahead; if even that fails (a planted
+            // name), the planted file goes: the directory is the monitor's.
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            let aside = dir.join(format!(".arbiter.sock.untrusted-{}-{nanos:09}", std::process::id()));
+            match std::fs::rename(&path, &aside) {
+                Ok(()) => log::warn(&format!("{} was not the monitor's socket (uid {}); moved to {}", path.display(), meta.uid(), aside.display())),
+                Err(_) => {
+                    std::fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+                    log::warn(&format!("{} was not the monitor's socket (uid {}); removed", path.display(), meta.uid()));
+                }
+            }
         }
     }
     let listener = broker::with_socket_path(dir, |p| UnixListener::bind(p)).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
@@ -186,6 +210,7 @@ impl Arbiter {
         let mut last_report = Instant::now() - Duration::from_secs(1);
         let mut last_housekeeping = Instant::now() - Duration::from_secs(1);
         loop {
+            self.shared.heartbeat_ns.store(now_ns(), std::sync::atomic::Ordering::Relaxed);
             if last_housekeeping.elapsed() >= Duration::from_millis(100) {
                 self.bind_tenant_dirs();
                 self.apply_configuration();
@@ -297,7 +322,8 @@ impl Arbiter {
             let dir_tenant = l.tenant.clone();
             let Ok(peer) = broker::peer(stream.as_raw_fd()) else { continue };
             let of_uid = self.conns.values().filter(|c| c.peer.uid == peer.uid).count();
-            if of_uid >= MAX_CONNS_PER_UID || self.conns.len() >= MAX_CONNS {
+            let of_pid = self.conns.values().filter(|c| c.peer.pid == peer.pid).count();
+            if of_pid >= MAX_CONNS_PER_PID || of_uid >= MAX_CONNS_PER_UID || self.conns.len() >= MAX_CONNS {
                 let _ = broker::refuse(stream.as_raw_fd(), Refusal::TooMany);
                 continue;
             }
