@@ -24,7 +24,7 @@
 use super::gate::{self, Seat};
 use crate::accounting::Runtime;
 use ledger::broker::{Op, MESSAGE_BYTES};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a busy process is looked at for idleness.
@@ -33,11 +33,29 @@ pub const PROBE: Duration = Duration::from_millis(2);
 pub const RETRY: Duration = Duration::from_secs(1);
 
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// An eventfd the helper also waits on: a seat joined, look again now (a
+/// helper asleep for a second would miss its first turns' revokes).
+static WAKE: AtomicI32 = AtomicI32::new(-1);
+
+/// Wakes the helper (a seat was joined).
+pub fn wake() {
+    let fd = WAKE.load(Ordering::Acquire);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a live local to the helper's eventfd.
+        unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+}
 
 /// Starts the helper, once per process.
 pub fn start(rt: &'static Runtime) {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
+    }
+    if WAKE.load(Ordering::Acquire) < 0 {
+        // SAFETY: eventfd with valid flags; the descriptor is kept for the
+        // life of the process.
+        WAKE.store(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }, Ordering::Release);
     }
     let spawned = std::thread::Builder::new().name("gpuslice-arbiter".into()).stack_size(256 * 1024).spawn(move || run(rt));
     if let Err(e) = spawned {
@@ -49,6 +67,8 @@ pub fn start(rt: &'static Runtime) {
 /// Forgets the thread (a forked child has none).
 pub fn forget() {
     STARTED.store(false, Ordering::Release);
+    // The eventfd is the parent's too: the child makes its own.
+    WAKE.store(-1, Ordering::Release);
 }
 
 fn run(rt: &'static Runtime) {
@@ -65,8 +85,15 @@ fn run(rt: &'static Runtime) {
         let timeout = if arbitrated { PROBE } else { RETRY };
         let mut fds: Vec<libc::pollfd> =
             seats.iter().map(|(_, s)| libc::pollfd { fd: s.conn.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }).collect();
+        let wake = WAKE.load(Ordering::Acquire);
+        fds.push(libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 });
         // SAFETY: `fds` is a live array of `fds.len()` pollfd.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
+        if fds.last().is_some_and(|f| f.revents != 0) {
+            let mut count = [0u8; 8];
+            // SAFETY: an 8-byte read into a live local from our eventfd.
+            unsafe { libc::read(wake, count.as_mut_ptr().cast(), 8) };
+        }
         if n > 0 {
             for ((_, seat), fd) in seats.iter().zip(&fds) {
                 if fd.revents != 0 {

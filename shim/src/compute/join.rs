@@ -79,6 +79,7 @@ fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::P
     let page = joined.grants.leak();
     let fd = joined.stream.into_raw_fd();
     seat.join(page, member, device.ledger_index, fd);
+    super::helper::wake();
     Ok(())
 }
 
