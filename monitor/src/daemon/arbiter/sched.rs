@@ -53,7 +53,9 @@ use std::sync::atomic::Ordering;
 /// hand-over costs the holder (its wake-up and its drain, charged as its
 /// turn) is a small part of the turn. At 20 ms a tenant of 50 µs kernels
 /// against one of 5 ms kernels, shares 25 / 75, got 19.7 / 80.3; at 40 ms,
-/// 22.2 / 77.8 (two `tests/python/compute_load.py` clients for 4 s).
+/// 22.2 / 77.8 (two `tests/python/compute_load.py` clients for 4 s, before
+/// the gate was read after the checkpoint; since, 25.0 / 75.0 in the fairness
+/// benchmark).
 pub const QUANTUM_NS: u64 = 40_000_000;
 /// How long a revoked process may take to finish its work before the turn
 /// moves on without it.
