@@ -10,55 +10,20 @@
 //! reach. Victims are NVIDIA's cuda-bindings clients under the shim
 //! (`tests/python/fairness_load.py`).
 
+#[path = "compute_support/mod.rs"]
+mod compute_support;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{compile_c, Output, Running, Sim};
+use gpuslice_tests::{compile_c, Sim};
 use ledger::broker::{self, Hello, Op};
+use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
 use monitor_support::{Monitor, MonitorOptions};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// These tests measure device time against wall time: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn sim() -> Sim {
-    Sim::new().shim().timeout(Duration::from_secs(120))
-}
-
-/// fairness_load.py saturating the device with 1 ms kernels as `tenant`.
-fn saturate(sim: &Sim, tenant: &str, envs: &[(&str, &str)], seconds: &str) -> Running {
-    let mut cmd = sim.py("fairness_load.py");
-    cmd.env("GPUSLICE_TENANT", tenant).envs(envs.iter().copied()).args(["saturate", "1000", seconds]);
-    let mut running = sim.spawn(&mut cmd);
-    running.wait_for("started");
-    running
-}
-
-/// The share of wall time a saturating client ran between `from_s` and `to_s`.
-fn busy_ratio(out: &Output, from_s: f64, to_s: f64) -> f64 {
-    let mut bins = Vec::new();
-    for line in out.stdout.lines() {
-        let mut fields = line.split_whitespace();
-        let bin = fields.next().and_then(|f| f.strip_prefix("bin=")).and_then(|b| b.parse::<usize>().ok());
-        let n = fields.next().and_then(|f| f.strip_prefix("n=")).and_then(|n| n.parse::<f64>().ok());
-        if let (Some(bin), Some(n)) = (bin, n) {
-            if bins.len() <= bin {
-                bins.resize(bin + 1, 0.0);
-            }
-            bins[bin] = n * 1000.0;
-        }
-    }
-    let (from, to) = ((from_s * 10.0) as usize, (to_s * 10.0) as usize);
-    bins.iter().skip(from).take(to - from).sum::<f64>() / ((to - from) as f64 * 100_000.0)
-}
 
 /// The UUID of the device `tenant` registered in its ledger.
 fn device_uuid(dir: &Path, tenant: &str) -> [u8; 16] {
@@ -70,6 +35,20 @@ fn device_uuid(dir: &Path, tenant: &str) -> [u8; 16] {
 fn live_slot(dir: &Path, tenant: &str) -> u32 {
     let ledger = ledger::Ledger::open(&ledger::tenant_path(dir, tenant)).expect("the tenant's ledger");
     ledger.slots().iter().find(|s| s.alive).map(|s| s.index as u32).expect("a live slot")
+}
+
+/// `cmd` run as nobody (uid and gid 65534, no groups) through `setpriv`,
+/// with the same arguments and environment.
+fn as_nobody(cmd: &Command) -> Command {
+    let mut wrapped = Command::new("setpriv");
+    wrapped.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    wrapped
 }
 
 /// This test binary run as the attacker (see the module docs).
@@ -194,16 +173,7 @@ fn a_tenant_can_neither_write_the_grant_nor_speak_for_another() {
     }
     // As another Unix user (nobody): the socket is open to it, but it has
     // no slot of any tenant, so it cannot speak for one.
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-    let inner = attack(&sim, "other-user", "att", uuid, &extra);
-    cmd.arg(inner.get_program()).args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
+    let mut cmd = as_nobody(&attack(&sim, "other-user", "att", uuid, &extra));
     let other = sim.run(&mut cmd);
     other.assert_success();
     for line in ["impersonate=refused", "borrowed_slot=refused"] {
@@ -232,7 +202,7 @@ fn a_lying_tenant_gains_nothing() {
     att.assert_success();
     liar.assert_success();
     assert!(liar.stdout.contains("lies=") && liar.stdout.contains("done=1"), "{liar}");
-    let (v, a) = (busy_ratio(&vic, 1.0, 5.0), busy_ratio(&att, 1.0, 5.0));
+    let (v, a) = (busy_ratio(&busy_bins(&vic, 1000.0), 1.0, 5.0), busy_ratio(&busy_bins(&att, 1000.0), 1.0, 5.0));
     eprintln!("shares 90/10 with a liar in the 10: vic {v:.3}, att {a:.3}");
     assert!(v > 0.7 && a < 0.2, "the liar's tenant took the victim's time: vic {v:.3}, att {a:.3}\n{vic}\n{att}\n{liar}");
     let (status, _) = monitor.get("/healthz");
@@ -299,15 +269,7 @@ fn a_socket_served_by_another_user_is_ignored() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(sim.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let inner = attack(&sim, "listen", "t", [0; 16], &[]);
-    let mut fake = Command::new("setpriv");
-    fake.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(inner.get_program()).args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => fake.env(k, v),
-            None => fake.env_remove(k),
-        };
-    }
+    let mut fake = as_nobody(&attack(&sim, "listen", "t", [0; 16], &[]));
     let mut fake = sim.spawn(&mut fake);
     fake.wait_for("listening");
     let out = sim.run(sim.py("compute_load.py").env("GPUSLICE_TENANT", "t").env("GPUSLICE_COMPUTE_SHARE", "50").args(["1000", "0.3"]));
@@ -343,7 +305,7 @@ fn the_tenant_dirs_layout_delivers_configured_shares() {
     let (small, large) = (small.wait(), large.wait());
     small.assert_success();
     large.assert_success();
-    let (s, l) = (busy_ratio(&small, 1.0, 4.5), busy_ratio(&large, 1.0, 4.5));
+    let (s, l) = (busy_ratio(&busy_bins(&small, 1000.0), 1.0, 4.5), busy_ratio(&busy_bins(&large, 1000.0), 1.0, 4.5));
     eprintln!("tenant-dirs 20/80: {s:.3}/{l:.3}");
     assert!(l > 2.5 * s, "configured 20/80 in the tenant-dirs layout, got {s:.3}/{l:.3}\n{small}\n{large}");
 }
@@ -393,7 +355,7 @@ fn a_limit_is_the_monitors_and_a_rewritten_ledger_gains_nothing() {
     let out = client.wait();
     rewrite.join().unwrap();
     out.assert_success();
-    let got = busy_ratio(&out, 1.5, 5.5);
+    let got = busy_ratio(&busy_bins(&out, 1000.0), 1.5, 5.5);
     eprintln!("limit 30 with a rewritten ledger: got {got:.3} of wall time");
     assert!(got < 0.36 && got > 0.2, "a limit of 30 delivered {got:.3}\n{out}");
     let metrics = monitor.metrics();

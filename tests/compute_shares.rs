@@ -7,27 +7,18 @@
 //! The bounds leave room for a loaded two-core machine; how close to its
 //! target each tenant gets is for `cargo bench --bench fairness` to say.
 
+#[path = "compute_support/mod.rs"]
+mod compute_support;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
 use gpuslice_tests::{cu, Output, Running, Sim};
+use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
 use monitor_support::{Monitor, MonitorOptions};
 use std::time::Duration;
 
 const KERNEL_US: &str = "1000";
 const SECONDS: &str = "4";
-
-/// These tests measure device time against wall time: one at a time, so
-/// that they do not take each other's CPU (two cores run them).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn sim() -> Sim {
-    Sim::new().shim().timeout(Duration::from_secs(120))
-}
 
 /// compute_load.py as `tenant` with `envs`, started.
 fn load(sim: &Sim, tenant: &str, envs: &[(&str, &str)], kernel_us: &str) -> Running {
@@ -85,38 +76,6 @@ fn a_share_without_a_monitor_is_reported() {
     let out = sim.run(sim.py("compute_load.py").env("GPUSLICE_TENANT", "lonely").env("GPUSLICE_COMPUTE_SHARE", "30").args(["1000", "0.2"]));
     out.assert_success().assert_rc("init", cu::SUCCESS);
     assert!(out.shim_log_lines().iter().any(|l| l.contains("arbitrated by the monitor")), "{out}");
-}
-
-/// Kernel time per 100 ms bin since the client's first launch, µs
-/// (`tests/python/fairness_load.py saturate`).
-fn busy_bins(out: &Output, kernel_us: f64) -> Vec<f64> {
-    let mut bins = Vec::new();
-    for line in out.stdout.lines() {
-        let mut fields = line.split_whitespace();
-        let bin = fields.next().and_then(|f| f.strip_prefix("bin=")).and_then(|b| b.parse::<usize>().ok());
-        let n = fields.next().and_then(|f| f.strip_prefix("n=")).and_then(|n| n.parse::<f64>().ok());
-        if let (Some(bin), Some(n)) = (bin, n) {
-            if bins.len() <= bin {
-                bins.resize(bin + 1, 0.0);
-            }
-            bins[bin] = n * kernel_us;
-        }
-    }
-    bins
-}
-
-/// The share of wall time `bins` ran between `from_s` and `to_s`.
-fn busy_ratio(bins: &[f64], from_s: f64, to_s: f64) -> f64 {
-    let (from, to) = ((from_s * 10.0) as usize, (to_s * 10.0) as usize);
-    bins.iter().skip(from).take(to - from).sum::<f64>() / ((to - from) as f64 * 100_000.0)
-}
-
-fn saturate(sim: &Sim, tenant: &str, envs: &[(&str, &str)], seconds: &str) -> Running {
-    let mut cmd = sim.py("fairness_load.py");
-    cmd.env("GPUSLICE_TENANT", tenant).envs(envs.iter().copied()).args(["saturate", "1000", seconds]);
-    let mut running = sim.spawn(&mut cmd);
-    running.wait_for("started");
-    running
 }
 
 /// A tenant stopped (SIGSTOP) while it holds the turn costs the other at
