@@ -204,7 +204,11 @@ fn a_lying_tenant_gains_nothing() {
     assert!(liar.stdout.contains("lies=") && liar.stdout.contains("done=1"), "{liar}");
     let (v, a) = (busy_ratio(&busy_bins(&vic, 1000.0), 1.0, 5.0), busy_ratio(&busy_bins(&att, 1000.0), 1.0, 5.0));
     eprintln!("shares 90/10 with a liar in the 10: vic {v:.3}, att {a:.3}");
-    assert!(v > 0.7 && a < 0.2, "the liar's tenant took the victim's time: vic {v:.3}, att {a:.3}\n{vic}\n{att}\n{liar}");
+    // Judged as the share tests judge 10/90: on the split of the time the
+    // two got, and on the device not being left idle. What one busy client
+    // can launch depends on how loaded this machine is; the split does not.
+    assert!(a / (a + v) < 0.15, "the liar's tenant took the victim's time: vic {v:.3}, att {a:.3}\n{vic}\n{att}\n{liar}");
+    assert!(a + v > 0.5, "the liar left the device idle: vic {v:.3}, att {a:.3}\n{vic}\n{att}\n{liar}");
     let (status, _) = monitor.get("/healthz");
     assert_eq!(status, 200, "the monitor stopped answering");
 }
