@@ -70,7 +70,7 @@ fn env(key: &str) -> String {
 }
 
 fn hello(tenant: &str, slot: u32, generation: u32, uuid: [u8; 16]) -> Hello {
-    Hello { tenant: tenant.into(), slot, generation, uuid }
+    Hello { tenant: tenant.into(), slot, generation, uuid, asked_cap_bytes: ledger::UNLIMITED }
 }
 
 /// The attacker's side. Prints one `name=result` line per attack.

@@ -135,6 +135,28 @@ fn a_tenant_cannot_raise_the_cap_it_started_with() {
     out.assert_success().assert_rc("big", cu::OUT_OF_MEMORY);
 }
 
+/// The same raise, made before the monitor ever saw the tenant: its page
+/// says "unlimited" by the time the monitor looks. The process is still
+/// held to the cap its environment asked for, and the monitor pins that
+/// cap from what the process said when it joined, and writes it back.
+#[test]
+fn a_cap_erased_before_the_monitor_looks_still_holds() {
+    let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
+    let mut tenant = holder(&sim, "eraser", "1GiB", &["ready", "wait", "alloc:big:2G", "mark:tried"]);
+    tenant.wait_for("ready");
+    let ledger = ledger_view::open(&sim.ledger_dir(), "eraser");
+    ledger.set_memory_limit_bytes(0, ledger::UNLIMITED, ledger::PolicySource::Unset);
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    monitor.metrics_until("the cap the process asked for, pinned", |m| {
+        m.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "eraser")]) == Some(GIB as f64)
+    });
+    assert_eq!(ledger.memory_limit_bytes(0), GIB, "the monitor wrote the asked cap back");
+    tenant.send_line("go");
+    tenant.wait_for("tried");
+    let out = tenant.wait();
+    out.assert_success().assert_rc("big", cu::OUT_OF_MEMORY);
+}
+
 /// A process of the tenant that skips the shim writes a slot for itself
 /// (holding its lock, so it is the tenant's own) and an enormous context
 /// overhead, then takes 3 GiB from the driver past a 1 GiB cap: it is the

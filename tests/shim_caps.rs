@@ -212,3 +212,19 @@ fn a_context_that_does_not_fit_is_refused_with_a_reason() {
     assert_eq!(lines.len(), 1, "{out}");
     assert!(lines[0].contains("a context on device 0 costs 67108864 bytes") && lines[0].contains("has 37748736 left"), "{out}");
 }
+
+/// A process's own page rewritten to "unlimited" (as any process of the
+/// tenant can) does not raise the cap its environment asked for: the
+/// process holds itself to it, in its allocations and in its views.
+#[test]
+fn a_page_rewritten_to_unlimited_does_not_raise_the_cap_asked_for() {
+    let sim = capped("512MiB");
+    let mut p = sim.spawn(sim.c("memctl").args(["init", "ctx", "ready", "wait", "alloc:big:1G", "info:after", "alloc:fits:100M"]));
+    p.wait_for("ready");
+    let ledger = ledger_view::open(&sim.ledger_dir(), TENANT);
+    ledger.set_memory_limit_bytes(0, ledger::UNLIMITED, ledger::PolicySource::Unset);
+    p.send_line("go");
+    let out = p.wait();
+    out.assert_success().assert_rc("big", cu::OUT_OF_MEMORY).assert_rc("fits", cu::SUCCESS);
+    assert_eq!(out.u64("after.total"), 512 * MIB, "the view still shows the cap asked for\n{out}");
+}

@@ -273,10 +273,30 @@ impl Ledger {
         devices
     }
 
-    /// The tenant's memory cap on device `dev`; [`UNLIMITED`](crate::UNLIMITED) when none is
-    /// set. An index outside the ledger reads as 0: fail closed.
+    /// The tenant's memory cap on device `dev` as this process is held to
+    /// it: the policy page's, or the cap this process holds itself to
+    /// ([`hold_cap_at_most`](Self::hold_cap_at_most)) when that is lower;
+    /// [`UNLIMITED`](crate::UNLIMITED) when neither is set. An index outside the ledger
+    /// reads as 0: fail closed.
     pub fn memory_limit_bytes(&self, dev: usize) -> u64 {
-        self.policy(dev).map_or(0, |p| p.memory_limit_bytes.load(Ordering::Acquire))
+        let held = self.held_cap_bytes.get(dev).map_or(0, |h| h.load(Ordering::Relaxed));
+        self.policy(dev).map_or(0, |p| p.memory_limit_bytes.load(Ordering::Acquire)).min(held)
+    }
+
+    /// The cap this process holds itself to on device `dev`
+    /// ([`UNLIMITED`](crate::UNLIMITED) when none).
+    pub fn held_cap_bytes(&self, dev: usize) -> u64 {
+        self.held_cap_bytes.get(dev).map_or(crate::UNLIMITED, |h| h.load(Ordering::Relaxed))
+    }
+
+    /// Holds this process to a cap of at most `limit_bytes` on device
+    /// `dev`, whatever the policy page says later: the cap its environment
+    /// asked for, once it is in force. The page can still lower it (the
+    /// monitor, or the tenant itself); no write to the page raises it.
+    pub fn hold_cap_at_most(&self, dev: usize, limit_bytes: u64) {
+        if let Some(held) = self.held_cap_bytes.get(dev) {
+            held.fetch_min(limit_bytes, Ordering::Relaxed);
+        }
     }
 
     /// Sets the cap on device `dev` (the monitor; or a tool). A cap below the
@@ -382,7 +402,7 @@ impl Ledger {
     }
 
     fn try_reserve_counting(&self, slot: &Slot, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
-        let (Some(policy), Some(usage), Some(record)) = (self.policy(dev), self.usage(dev), self.slot_record(slot.index()))
+        let (Some(_), Some(usage), Some(record)) = (self.policy(dev), self.usage(dev), self.slot_record(slot.index()))
         else {
             return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
         };
@@ -395,7 +415,7 @@ impl Ledger {
         if !self.owns(slot) {
             return Err(Denied { used_bytes: usage.used_bytes.load(Ordering::Acquire), limit_bytes: 0, requested_bytes: bytes });
         }
-        let limit_bytes = policy.memory_limit_bytes.load(Ordering::Acquire);
+        let limit_bytes = self.memory_limit_bytes(dev);
         let admitted = usage.used_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
             used.checked_add(bytes).filter(|total| *total <= limit_bytes)
         });

@@ -7,7 +7,9 @@
 //! from the kernel (`SO_PEERCRED`), never from the process.
 //!
 //! 1. The process sends a [`Hello`] ([`HELLO_BYTES`]): its tenant, the
-//!    index and generation of its ledger slot, and the device's UUID.
+//!    index and generation of its ledger slot, the device's UUID, and the
+//!    memory cap its environment asked for there (which the monitor pins
+//!    for a tenant its configuration does not name).
 //! 2. The monitor checks that the device is one NVML lists, and that the
 //!    peer holds that slot's lock in that tenant's ledger (the kernel's
 //!    word); it answers [`ANSWER_BYTES`], with the page's descriptor
@@ -35,7 +37,9 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_millis(1000);
 /// `b"GSH1"`.
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GSH1");
 /// The hello's size.
-pub const HELLO_BYTES: usize = 96;
+pub const HELLO_BYTES: usize = 104;
+/// The hello's version: 2 added the asked cap.
+const HELLO_VERSION: u32 = 2;
 /// The answer's size.
 pub const ANSWER_BYTES: usize = 8;
 /// Every later message's size.
@@ -110,19 +114,23 @@ pub struct Hello {
     pub slot: u32,
     pub generation: u32,
     pub uuid: [u8; 16],
+    /// The memory cap the process's environment asked for on the device,
+    /// bytes; [`UNLIMITED`](crate::UNLIMITED) when none.
+    pub asked_cap_bytes: u64,
 }
 
 impl Hello {
     pub fn encode(&self) -> [u8; HELLO_BYTES] {
         let mut out = [0u8; HELLO_BYTES];
         out[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-        out[4..8].copy_from_slice(&1u32.to_le_bytes());
+        out[4..8].copy_from_slice(&HELLO_VERSION.to_le_bytes());
         out[8..12].copy_from_slice(&self.slot.to_le_bytes());
         out[12..16].copy_from_slice(&self.generation.to_le_bytes());
         out[16..32].copy_from_slice(&self.uuid);
         let name = self.tenant.as_bytes();
         let n = name.len().min(TENANT_BYTES - 1);
         out[32..32 + n].copy_from_slice(&name[..n]);
+        out[96..104].copy_from_slice(&self.asked_cap_bytes.to_le_bytes());
         out
     }
 
@@ -130,7 +138,7 @@ impl Hello {
     /// version, a tenant name that is not `[A-Za-z0-9._-]{1,63}`).
     pub fn decode(bytes: &[u8; HELLO_BYTES]) -> Option<Hello> {
         let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-        if word(0) != HELLO_MAGIC || word(4) != 1 {
+        if word(0) != HELLO_MAGIC || word(4) != HELLO_VERSION {
             return None;
         }
         let mut uuid = [0u8; 16];
@@ -139,7 +147,10 @@ impl Hello {
         let len = name.iter().position(|&b| b == 0)?;
         let tenant = std::str::from_utf8(&name[..len]).ok()?;
         let valid = !tenant.is_empty() && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        valid.then(|| Hello { tenant: tenant.to_string(), slot: word(8), generation: word(12), uuid })
+        let mut asked = [0u8; 8];
+        asked.copy_from_slice(&bytes[96..104]);
+        let asked_cap_bytes = u64::from_le_bytes(asked);
+        valid.then(|| Hello { tenant: tenant.to_string(), slot: word(8), generation: word(12), uuid, asked_cap_bytes })
     }
 }
 
@@ -271,7 +282,7 @@ pub const VIEWER: u32 = u32::MAX;
 
 /// Asks the monitor listening in `dir` for `uuid`'s page, to read it.
 pub fn view(dir: &Path, uuid: &[u8; 16]) -> Result<Grants, String> {
-    let hello = Hello { tenant: "viewer".into(), slot: VIEWER_SLOT, generation: 0, uuid: *uuid };
+    let hello = Hello { tenant: "viewer".into(), slot: VIEWER_SLOT, generation: 0, uuid: *uuid, asked_cap_bytes: crate::UNLIMITED };
     let path = socket_path(dir);
     let mut stream = connect(dir).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
@@ -426,7 +437,7 @@ mod tests {
 
     #[test]
     fn hellos_round_trip_and_malformed_ones_are_refused() {
-        let hello = Hello { tenant: "team-a.x_1".into(), slot: 7, generation: 9, uuid: [3; 16] };
+        let hello = Hello { tenant: "team-a.x_1".into(), slot: 7, generation: 9, uuid: [3; 16], asked_cap_bytes: 1 << 30 };
         assert_eq!(Hello::decode(&hello.encode()), Some(hello.clone()));
         let mut bad = hello.encode();
         bad[32] = b'/';
@@ -466,7 +477,7 @@ mod tests {
                 }
             }
         });
-        let hello = Hello { tenant: "t".into(), slot: 0, generation: 1, uuid: [7; 16] };
+        let hello = Hello { tenant: "t".into(), slot: 0, generation: 1, uuid: [7; 16], asked_cap_bytes: crate::UNLIMITED };
         let joined = join(&dir, &hello).unwrap();
         assert_eq!(joined.member, 5);
         grants.page().header.turns_total.store(42, std::sync::atomic::Ordering::Relaxed);

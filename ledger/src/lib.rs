@@ -94,6 +94,13 @@ pub fn default_dir() -> PathBuf {
     first_usable_dir(candidates)
 }
 
+/// Whether `dir` is one of the directories [`default_dir`] may pick: the
+/// ones gpuslice creates itself when they are missing.
+pub fn is_default_dir(dir: &Path) -> bool {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()).map(|r| Path::new(&r).join("gpuslice"));
+    dir == Path::new("/run/gpuslice") || runtime.as_deref() == Some(dir) || dir == open::fallback_dir()
+}
+
 /// The first of `candidates` that can be created and written and is safe,
 /// else `/tmp/gpuslice-<uid>` (not created here).
 fn first_usable_dir(candidates: impl IntoIterator<Item = PathBuf>) -> PathBuf {
@@ -195,6 +202,11 @@ pub struct Ledger {
     /// Guards every lock operation, since locks of one description never
     /// conflict with each other and the kernel cannot tell our threads apart.
     owned: Mutex<[u64; MAX_SLOTS / 64]>,
+    /// The most this process's own reservations may bring the tenant's
+    /// usage to, by device: its environment's cap once applied
+    /// ([`hold_cap_at_most`](Self::hold_cap_at_most)). Process memory, not
+    /// the file: a tenant that rewrites its policy page does not raise it.
+    held_cap_bytes: [std::sync::atomic::AtomicU64; MAX_DEVICES],
 }
 
 impl Ledger {
@@ -240,12 +252,17 @@ impl Ledger {
     /// see [`OpenError`] for what else it refuses.
     pub fn open(path: &Path) -> Result<Ledger, OpenError> {
         let (file, map) = open::open_existing(path, false)?;
-        Ok(Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]) })
+        Ok(Ledger::of(map, file, path))
+    }
+
+    fn of(map: open::Mapping, file: File, path: &Path) -> Ledger {
+        let held_cap_bytes = std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(UNLIMITED));
+        Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]), held_cap_bytes }
     }
 
     fn open_waiting(path: &Path) -> Result<Ledger, OpenError> {
         let (file, map) = open::open_existing(path, true)?;
-        Ok(Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]) })
+        Ok(Ledger::of(map, file, path))
     }
 
     /// Whether the file changed under this mapping in a way no gpuslice

@@ -226,7 +226,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             }
             None => None,
         };
-        policy_state.apply(&config, &mut ledgers, gpus.as_deref());
+        policy_state.apply(&config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
         compute::share_with_arbiter(&arbiter_shared, &config, &dir, gpus.as_deref(), gpu_reader.is_some());
 
         for ledger in ledgers.ledgers() {

@@ -5,8 +5,12 @@
 //! The authority lives with the monitor:
 //! - for the tenants the configuration names, the configuration: each cap
 //!   it sets is written to the policy page with source `Monitor`;
-//! - for the others, the first cap the monitor sees in the tenant's ledger
-//!   (set from its first process's environment) is *pinned*: kept in the
+//! - for the others, the first cap the monitor sees for the tenant is
+//!   *pinned*: the least of what its ledger's page says (set from its first
+//!   process's environment) and what its processes asked for when they
+//!   joined the arbiter (each says the cap its environment asked for, before
+//!   its first allocation; a page rewritten to "unlimited" before the
+//!   monitor looked then still pins the asked cap). The pin is kept in the
 //!   monitor's own state file (`<dir>/.monitor/pinned.toml`, which no
 //!   tenant can write) for as long as the tenant has live processes, and
 //!   written back over any other value the tenant puts in its page. A
@@ -139,7 +143,7 @@ impl PolicyState {
 
     /// Pins the first cap each unnamed tenant shows, holds its page to it,
     /// and lets the pins of tenants with no live process go.
-    fn pin(&mut self, config: &Config, ledgers: &LedgerSet) {
+    fn pin(&mut self, config: &Config, ledgers: &LedgerSet, asked: &super::arbiter::Shared) {
         let mut changed = false;
         let mut present = HashSet::new();
         for ledger in ledgers.ledgers() {
@@ -150,17 +154,28 @@ impl PolicyState {
             present.insert(tenant.clone());
             if !ledger.slots().iter().any(|s| s.alive) {
                 changed |= self.pinned.remove(&tenant).is_some();
+                asked.forget_asked(&tenant);
                 continue;
             }
             for entry in ledger.devices() {
                 let uuid = uuid_string(&entry.uuid);
                 let page = ledger.memory_limit_bytes(entry.index);
                 let pinned = self.pinned.get(&tenant).and_then(|caps| caps.get(&uuid)).copied();
+                let wanted = page.min(asked.asked_cap(&tenant, &entry.uuid).unwrap_or(UNLIMITED));
                 match pinned {
-                    None if page != UNLIMITED => {
-                        self.pinned.entry(tenant.clone()).or_default().insert(uuid.clone(), page);
+                    None if wanted != UNLIMITED => {
+                        self.pinned.entry(tenant.clone()).or_default().insert(uuid.clone(), wanted);
                         changed = true;
-                        log::info(&format!("tenant {tenant} device {uuid}: memory cap {} pinned while it runs", show(page)));
+                        log::info(&format!("tenant {tenant} device {uuid}: memory cap {} pinned while it runs", show(wanted)));
+                        if page > wanted {
+                            ledger.set_memory_limit_bytes(entry.index, wanted, PolicySource::Monitor);
+                            log::warn(&format!(
+                                "tenant {tenant} device {uuid}: its ledger says a cap of {}, but its processes asked for {}; \
+                                 that is the cap",
+                                show(page),
+                                show(wanted)
+                            ));
+                        }
                     }
                     Some(cap) if page > cap => {
                         ledger.set_memory_limit_bytes(entry.index, cap, PolicySource::Monitor);
@@ -193,8 +208,10 @@ impl PolicyState {
         }
     }
 
-    pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>) {
-        self.pin(config, ledgers);
+    /// Applies the configuration and the pins; `asked` holds what the
+    /// tenants' processes asked for when they joined.
+    pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>, asked: &super::arbiter::Shared) {
+        self.pin(config, ledgers, asked);
         for (tenant, tenant_config) in &config.tenants {
             if tenant_config.is_empty() {
                 continue;

@@ -73,7 +73,13 @@ pub fn retry(rt: &Runtime) {
 }
 
 fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::Path) -> Result<(), String> {
-    let hello = Hello { tenant: rt.ledger.tenant(), slot: rt.slot.index() as u32, generation: rt.slot.generation(), uuid: device.uuid };
+    let hello = Hello {
+        tenant: rt.ledger.tenant(),
+        slot: rt.slot.index() as u32,
+        generation: rt.slot.generation(),
+        uuid: device.uuid,
+        asked_cap_bytes: rt.ledger.held_cap_bytes(device.ledger_index),
+    };
     let joined = broker::join(dir, &hello)?;
     let member = joined.member;
     let page = joined.grants.leak();

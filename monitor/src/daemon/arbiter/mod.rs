@@ -71,6 +71,31 @@ pub struct Shared {
     /// When the arbiter's loop last went round (monotonic ns; 0 before it
     /// started): `/healthz` fails when it stops.
     pub heartbeat_ns: std::sync::atomic::AtomicU64,
+    /// The least memory cap the processes of each tenant asked for in
+    /// their hellos, by device: what the policy pins for a tenant the
+    /// configuration does not name, whatever its page says by then.
+    pub asked_caps: Mutex<HashMap<String, HashMap<[u8; 16], u64>>>,
+}
+
+impl Shared {
+    /// The least cap `tenant`'s processes asked for on `uuid`, if any did.
+    pub fn asked_cap(&self, tenant: &str, uuid: &[u8; 16]) -> Option<u64> {
+        self.asked_caps.lock().unwrap_or_else(|e| e.into_inner()).get(tenant).and_then(|caps| caps.get(uuid)).copied()
+    }
+
+    /// Forgets what `tenant`'s processes asked for (its last one is gone).
+    pub fn forget_asked(&self, tenant: &str) {
+        self.asked_caps.lock().unwrap_or_else(|e| e.into_inner()).remove(tenant);
+    }
+
+    fn note_asked(&self, hello: &Hello) {
+        if hello.asked_cap_bytes == ledger::UNLIMITED {
+            return;
+        }
+        let mut asked = self.asked_caps.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = asked.entry(hello.tenant.clone()).or_default().entry(hello.uuid).or_insert(hello.asked_cap_bytes);
+        *cap = (*cap).min(hello.asked_cap_bytes);
+    }
 }
 
 impl Shared {
@@ -432,6 +457,7 @@ impl Arbiter {
             return;
         }
         self.names.insert(key, hello.tenant.clone());
+        self.shared.note_asked(&hello);
         if let Some(conn) = self.conns.get_mut(&id) {
             conn.state = ConnState::Joined { uuid: hello.uuid, tenant: hello.tenant, buf: rest };
         }
