@@ -152,9 +152,10 @@ fn bad_limits_and_a_compute_only_tenant_fail_closed() {
     let sim = Sim::new().shim().tenant(TENANT).env("GPUSLICE_DIR", "/proc/gpuslice-cannot-be-made");
     let out = sim.run(sim.c("memctl").env("GPUSLICE_COMPUTE_LIMIT", "30").args(["init", "ctx", "alloc:a:1M"]));
     out.assert_success().assert_fails_closed("a", &["/proc/gpuslice-cannot-be-made"]);
-    // Without a limit either, the same process steps aside.
+    // Without a limit either: a ledger directory named and missing is a
+    // mistake to name, not a reason to run unwatched.
     let out = sim.run(sim.c("memctl").args(["init", "ctx", "alloc:a:1M"]));
-    out.assert_success().assert_rc("init", cu::SUCCESS).assert_rc("a", cu::SUCCESS);
+    out.assert_success().assert_fails_closed("a", &["GPUSLICE_DIR", "/proc/gpuslice-cannot-be-made", "no such directory"]);
 }
 
 /// (f) Limits are per device: a tenant limited on device 0 is held there

@@ -396,11 +396,23 @@ fn a_decimal_unit_is_refused_with_what_to_write_instead() {
 #[test]
 fn a_refused_tenant_name_says_what_is_accepted() {
     let sim = Sim::new();
-    for (name, why) in [("a/b", "'/' is not allowed"), ("team\u{a0}a", "U+00A0 is not allowed"), (&"x".repeat(64) as &str, "64 characters")] {
-        let out = sim.run(sim.gpuslice().args(["run", "--sim", "--tenant", name, "--", "true"]));
+    for (name, why) in [
+        ("a/b", "'/' is not allowed"),
+        ("team\u{a0}a", "U+00A0 is not allowed"),
+        (&"x".repeat(64) as &str, "64 characters"),
+        ("-rf", "starts with '-'"),
+        ("-", "starts with '-'"),
+    ] {
+        let out = sim.run(sim.gpuslice().args(["run", "--sim", &format!("--tenant={name}"), "--", "true"]));
         assert_eq!(out.code(), Some(2), "{out}");
         assert!(out.stderr.contains(why) && out.stderr.contains(TENANT_FORMAT), "{out}");
     }
+    // The same name in the environment: the shim refuses it, naming why.
+    let sim = self::sim();
+    let holder = self::holder(&sim);
+    let out = attack(&sim, &[("GPUSLICE_TENANT", "-rf")]);
+    out.assert_fails_closed("a", &["GPUSLICE_TENANT", "starts with '-'"]);
+    holder.assert_nothing_lost(&sim, &out);
 }
 
 // --- A misspelt or unenforced variable -----------------------------------------
@@ -421,5 +433,79 @@ fn a_misspelt_variable_or_a_bad_share_or_priority_fails_closed() {
         let out = attack(&sim, &[(name, value)]);
         out.assert_fails_closed("a", &[name, says]);
         holder.assert_nothing_lost(&sim, &out);
+    }
+}
+
+// --- Smaller mistakes, each named -----------------------------------------------
+
+/// A per-device priority for a device the process does not see, a ledger
+/// directory that does not exist, and a driver library that cannot be
+/// loaded: each fails closed with one line naming it, never silently.
+#[test]
+fn a_missed_priority_a_missing_directory_and_a_bad_driver_library_are_named() {
+    let sim = sim();
+    let holder = holder(&sim);
+    let out = attack(&sim, &[("GPUSLICE_PRIORITY", "1=5")]);
+    out.assert_fails_closed("a", &["GPUSLICE_PRIORITY", "\"1=5\"", "device 1 is not a device this process sees"]);
+    holder.assert_nothing_lost(&sim, &out);
+
+    let sim = self::sim();
+    let missing = sim.dir().join("no-such-dir");
+    let out = attack(&sim, &[("GPUSLICE_DIR", missing.to_str().unwrap())]);
+    out.assert_fails_closed("a", &["GPUSLICE_DIR", "no such directory"]);
+    assert!(!missing.exists(), "the shim made the directory");
+
+    let sim = self::sim();
+    let mut cmd = sim.c("memctl");
+    cmd.env("GPUSLICE_CUDA_LIB", "/nonexistent/libcuda.so.1").args(["init"]);
+    let out = sim.run(&mut cmd);
+    assert_ne!(out.i64("init"), cu::SUCCESS, "{out}");
+    let lines = out.shim_log_lines();
+    assert_eq!(lines.len(), 1, "one line says why\n{out}");
+    assert!(lines[0].contains("GPUSLICE_CUDA_LIB=\"/nonexistent/libcuda.so.1\" is invalid"), "{out}");
+
+    // The queue's own variable, left in a queued command's environment, is
+    // not refused as a misspelt one.
+    let sim = self::sim();
+    let out = attack(&sim, &[("GPUSLICE_QUEUE_OVERCOMMIT", "1.5")]);
+    out.assert_rc("init", cu::SUCCESS).assert_rc("a", cu::SUCCESS);
+}
+
+/// Another user took a tenant's ledger name before the tenant's first
+/// process (an empty file, a link, a FIFO, in the directory every user
+/// writes). The tenant's process, with no setting of its own (its cap may
+/// come from the monitor's configuration), is refused with one line naming
+/// the file, instead of running uncapped beside it.
+#[test]
+fn a_ledger_name_taken_by_another_user_is_refused_not_stepped_around() {
+    use std::os::unix::fs::PermissionsExt;
+    const TENANT_UID: u32 = 1000;
+    const SQUATTER_UID: u32 = 1001;
+    for kind in ["empty", "link", "fifo"] {
+        let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim().tenant("cfg");
+        let mut init = sim.c("memctl");
+        init.env_remove("LD_PRELOAD").arg("init");
+        sim.run(&mut init).assert_success();
+        std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let dir = sim.ledger_dir();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let path = dir.join("cfg.ledger");
+        let squat = match kind {
+            "empty" => format!("touch {}", path.display()),
+            "link" => format!("ln -s /etc/passwd {}", path.display()),
+            _ => format!("mkfifo {}", path.display()),
+        };
+        let status = Command::new("setpriv")
+            .args([format!("--reuid={SQUATTER_UID}"), format!("--regid={SQUATTER_UID}"), "--clear-groups".into(), "--".into()])
+            .args(["sh", "-c", &squat])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{kind}: the other user could not plant {}", path.display());
+        let mut cmd = sim.command("setpriv");
+        cmd.args([format!("--reuid={TENANT_UID}"), format!("--regid={TENANT_UID}"), "--clear-groups".into(), "--".into()])
+            .arg(compile_c("memctl"))
+            .args(["init", "ctx", "alloc:a:1M"]);
+        let out = sim.run(&mut cmd);
+        out.assert_fails_closed("a", &[path.to_str().unwrap(), "uid 1001"]);
     }
 }

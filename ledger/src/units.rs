@@ -32,7 +32,7 @@ pub const MEMORY_LIMIT_FORMAT: &str =
     "one size for every device (8GiB, 512MiB, 3000m, bytes) or a per-device list like 0=8GiB,1=4GiB";
 
 /// What a tenant name may look like, for error messages.
-pub const TENANT_FORMAT: &str = "1 to 63 characters from A-Z a-z 0-9 . _ -, not starting with .";
+pub const TENANT_FORMAT: &str = "1 to 63 characters from A-Z a-z 0-9 . _ -, not starting with . or -";
 
 /// The largest device index any ledger can hold.
 const MAX_DEVICE_INDEX: u32 = MAX_DEVICES as u32 - 1;
@@ -279,6 +279,8 @@ pub fn validate_tenant_name(name: &str) -> Result<(), ParseError> {
         format!("the name has {} characters, more than 63", name.len())
     } else if name.starts_with('.') {
         "the name starts with '.', which hides its ledger from the monitor".to_string()
+    } else if name.starts_with('-') {
+        "the name starts with '-', which commands would read as an option".to_string()
     } else {
         return Ok(());
     };
@@ -428,10 +430,10 @@ mod tests {
 
     #[test]
     fn tenant_names() {
-        for good in ["a", "team-a", "ns.pod_1", "a.", "-a", "_a", &"x".repeat(63)] {
+        for good in ["a", "team-a", "ns.pod_1", "a.", "a-", "_a", &"x".repeat(63)] {
             assert_eq!(validate_tenant_name(good), Ok(()), "{good:?}");
         }
-        for bad in ["", ".", "..", ".hidden", "a/b", "a b", "ü", "a\u{a0}", &"x".repeat(64)] {
+        for bad in ["", ".", "..", ".hidden", "-", "-rf", "a/b", "a b", "ü", "a\u{a0}", &"x".repeat(64)] {
             assert!(matches!(validate_tenant_name(bad), Err(ParseError::BadTenantName(_))), "{bad:?}");
         }
     }
@@ -440,6 +442,7 @@ mod tests {
     fn a_refused_tenant_name_says_why_and_what_is_accepted() {
         for (bad, why) in [
             (".hidden", "starts with '.'"),
+            ("-rf", "starts with '-'"),
             ("a/b", "'/' is not allowed"),
             ("a\u{a0}", "U+00A0 is not allowed"),
             ("", "empty"),

@@ -200,6 +200,7 @@ proptest! {
     ) {
         let follows = (1..=63).contains(&name.len())
             && !name.starts_with('.')
+            && !name.starts_with('-')
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
         match validate_tenant_name(&name) {
             Ok(()) => prop_assert!(follows, "{:?} accepted", name),

@@ -213,6 +213,9 @@ pub struct Config {
     pub priority: Priorities,
     pub tenant: String,
     pub dir: PathBuf,
+    /// Whether `GPUSLICE_DIR` named `dir` (else it is the default, which
+    /// the shim may create).
+    pub dir_given: bool,
     pub log_level: LogLevel,
 }
 
@@ -224,9 +227,18 @@ pub struct Priorities {
     pub per_device: Vec<(u32, i32)>,
     /// The variable they came from, for messages.
     pub source: &'static str,
+    /// The variable's value as written, for messages.
+    pub value: String,
 }
 
 impl Priorities {
+    /// As [`MemoryCaps::check_ordinals`], for priorities: `1=5` in a
+    /// process that sees one device would otherwise be ignored silently.
+    pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
+        let listed = self.per_device.iter().map(|(ordinal, _)| (*ordinal, self.source, self.value.as_str()));
+        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), device_count, &devices_seen(device_count), "priority")
+    }
+
     /// The priority of device `ordinal`, if the environment sets one.
     pub fn for_device(&self, ordinal: u32) -> Option<i32> {
         self.per_device.iter().find(|(o, _)| *o == ordinal).map(|(_, p)| *p).or(self.all_devices)
@@ -406,7 +418,7 @@ fn priority_number(text: &str) -> Option<i32> {
 
 fn parse_priorities(vars: &Vars) -> Result<Priorities, ConfigError> {
     if let Some(value) = get(vars, OURS_PRIORITY)? {
-        let mut priorities = Priorities { source: OURS_PRIORITY, ..Priorities::default() };
+        let mut priorities = Priorities { source: OURS_PRIORITY, value: value.to_string(), ..Priorities::default() };
         if !value.contains('=') {
             priorities.all_devices = Some(priority_number(value).ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?);
             return Ok(priorities);
@@ -516,9 +528,11 @@ const SHIM_VARIABLES: &[&str] = &[
 ];
 
 /// `GPUSLICE_` variables of gpuslice's own tools, which the shim leaves
-/// alone: `gpuslice run`'s library override, and the test and benchmark
-/// harness's settings.
-const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
+/// alone: `gpuslice run`'s library override, the queue's overcommit ratio
+/// (read by `gpuslice run --queue`, and left in its command's environment),
+/// and the test and benchmark harness's settings.
+const TOOL_VARIABLES: &[&str] =
+    &["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
 const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
 
 /// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
@@ -598,7 +612,8 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
         },
     };
     let dir = parse_dir(vars)?;
-    Ok(Config { memory, compute, share, priority, tenant, dir, log_level })
+    let dir_given = vars.iter().any(|(k, _)| k == "GPUSLICE_DIR");
+    Ok(Config { memory, compute, share, priority, tenant, dir, dir_given, log_level })
 }
 
 fn environment() -> Vars {

@@ -66,6 +66,19 @@ pub fn open_library(path: &CStr) -> *mut c_void {
     unsafe { dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) }
 }
 
+/// `dlerror()`'s message for the last failed `dlopen` of this thread.
+pub fn last_dl_error() -> String {
+    // SAFETY: dlerror has no preconditions; it returns null or a
+    // NUL-terminated string valid until the next dl call of this thread,
+    // copied here before any.
+    let message = unsafe { libc::dlerror() };
+    if message.is_null() {
+        return "no reason given".to_string();
+    }
+    // SAFETY: non-null, NUL-terminated (see above).
+    unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+}
+
 /// Registers the fork handler that runs in the child.
 pub fn at_fork_child(child: unsafe extern "C" fn()) {
     // SAFETY: a plain function pointer with no captured state; pthread_atfork

@@ -151,6 +151,46 @@ fn refuse(message: std::fmt::Arguments<'_>) -> (u8, Result<(), CUresult>) {
     (REFUSED, Ok(()))
 }
 
+/// A `GPUSLICE_DIR` that does not exist: a typo there would otherwise make
+/// a ledger directory no monitor watches.
+fn missing_dir(config: &Config) -> Option<String> {
+    if !config.dir_given || ledger::is_default_dir(&config.dir) {
+        return None;
+    }
+    match std::fs::symlink_metadata(&config.dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "GPUSLICE_DIR={:?} is invalid: no such directory; expected the monitor's ledger directory (it creates it at \
+             start), or unset it for the default",
+            config.dir.display().to_string()
+        )),
+        _ => None,
+    }
+}
+
+/// What stands at the tenant's ledger path, when something does.
+fn name_taken(config: &Config) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let path = ledger::tenant_path(&config.dir, &config.tenant);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let kind = meta.file_type();
+    let what = if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if !kind.is_file() {
+        "a device node"
+    } else if meta.len() == 0 {
+        "an empty file"
+    } else {
+        "a file"
+    };
+    Some(format!("{} is {what} of uid {}", path.display(), meta.uid()))
+}
+
 /// Whether an open error is about the file's contents (always fail closed)
 /// rather than about reaching it.
 fn is_bad_file(e: &OpenError) -> bool {
@@ -169,9 +209,19 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     // A compute limit alone fails closed as a cap does: a ledger that
     // cannot be used must not mean no limit.
     let capped = config.memory.any() || config.compute.any() || config.share.any() || config.priority.any();
+    if let Some(problem) = missing_dir(config) {
+        return refuse(format_args!("{problem}"));
+    }
     let ledger = match Ledger::open_or_create(&config.dir, &config.tenant) {
         Ok(ledger) => ledger,
         Err(e) if capped || is_bad_file(&e) => return refuse(format_args!("{e}")),
+        // Something else stands at the ledger's name (a file of another
+        // user's, a link, a FIFO): the tenant may be one the monitor caps,
+        // so the process does not run uncapped beside it.
+        Err(e) if name_taken(config).is_some() => {
+            let what = name_taken(config).unwrap_or_default();
+            return refuse(format_args!("{e}; {what}, not a ledger this process can use (the monitor moves such a file aside)"));
+        }
         Err(e) => {
             warn!("{e}; no cap or compute limit is set, so the shim steps aside for this process");
             return (DISABLED, Ok(()));
@@ -231,6 +281,7 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
     config.memory.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     config.compute.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     config.share.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
+    config.priority.check_ordinals(count as u32).map_err(|e| Failure::Ledger(e.to_string()))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
         let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;
@@ -267,20 +318,30 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
 /// the newer intent and replaces it. A monitor's cap always stands. Every
 /// process claims its slot before it decides, so processes starting
 /// together see each other and the first decision stands for all of them.
+///
+/// The cap in force when the monitor did not set it is also held in this
+/// process's memory (`Ledger::hold_cap_at_most`): a later write of the
+/// tenant's own page (the unlimited value, say) does not raise it, and it
+/// is what the process tells the monitor when it joins, so that the
+/// monitor pins it.
 fn apply_cap(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, cap: u64, source: &str) {
     let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
     match ledger.apply_environment_cap(dev, cap, alone) {
-        ledger::CapDecision::Set | ledger::CapDecision::Same => {}
+        ledger::CapDecision::Set | ledger::CapDecision::Same => ledger.hold_cap_at_most(dev, cap),
         ledger::CapDecision::Replaced { previous_bytes } => {
+            ledger.hold_cap_at_most(dev, cap);
             info!("device {ordinal}: cap changed from {previous_bytes} to {cap} bytes ({source})");
         }
-        ledger::CapDecision::Kept { existing_bytes, source: set_by } => warn!(
-            "device {ordinal}: the tenant's cap is {existing_bytes} bytes (set by the {}); {source} asks for {cap} and is ignored",
-            match set_by {
-                ledger::PolicySource::Monitor => "monitor",
-                _ => "tenant's running processes",
+        ledger::CapDecision::Kept { existing_bytes, source: set_by } => {
+            let by_monitor = set_by == ledger::PolicySource::Monitor;
+            if !by_monitor {
+                ledger.hold_cap_at_most(dev, existing_bytes);
             }
-        ),
+            warn!(
+                "device {ordinal}: the tenant's cap is {existing_bytes} bytes (set by the {}); {source} asks for {cap} and is ignored",
+                if by_monitor { "monitor" } else { "tenant's running processes" }
+            )
+        }
     }
 }
 

@@ -150,6 +150,15 @@ fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, re
         let path = library_path(variable, default)?;
         let handle = ffi::open_library(&path);
         if handle.is_null() {
+            // Said once (the table is never loaded again): a path the
+            // administrator gave must not fail every call without a word.
+            if std::env::var_os(variable).is_some_and(|v| !v.is_empty()) {
+                let why = ffi::last_dl_error();
+                crate::log::write(
+                    crate::config::LogLevel::Error,
+                    format_args!("{variable}={:?} is invalid: it cannot be loaded ({why}); every call to it fails", path.to_string_lossy()),
+                );
+            }
             return None;
         }
         Some(resolve(handle))
