@@ -106,6 +106,7 @@ crate::hooks::hooked_functions! {
             cuEventElapsedTime_v2: fn(*mut f32, CUevent, CUevent) -> CUresult;
             cuStreamQuery: fn(CUstream) -> CUresult;
             cuStreamIsCapturing: fn(CUstream, *mut c_uint) -> CUresult;
+            cuThreadExchangeStreamCaptureMode: fn(*mut c_uint) -> CUresult;
             cuMemPoolGetAttribute: fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
             cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> CUresult;
             cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> CUresult;
@@ -307,6 +308,18 @@ pub fn ctx_synchronize_in(ctx: CUcontext) -> CUresult {
         Ok(()) => CUDA_SUCCESS,
         Err(r) => r,
     }
+}
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: c_uint = 2;
+
+/// Puts the calling thread in the relaxed stream-capture mode: its own
+/// synchronisations (a drain) are then allowed while another thread of the
+/// application captures a graph in the global mode, and do not invalidate
+/// that capture. A driver without the call has no capture to spoil.
+pub fn relax_capture_mode_of_this_thread() {
+    let mut mode: c_uint = CAPTURE_MODE_RELAXED;
+    let _ = call!(cuda(), cuThreadExchangeStreamCaptureMode(&mut mode));
 }
 
 /// The device of context `ctx`: pushed, asked, popped (the calling thread's

@@ -73,6 +73,9 @@ pub fn forget() {
 
 fn run(rt: &'static Runtime) {
     let _guard = crate::guard::Guard::enter();
+    // Its drains must neither fail nor spoil a graph the application
+    // captures meanwhile (PyTorch's CUDA graphs capture in the global mode).
+    crate::real::relax_capture_mode_of_this_thread();
     let mut armed = [false; gate::MAX_SEATS];
     let mut last_retry = Instant::now();
     loop {
