@@ -226,8 +226,11 @@ impl QueueState {
             }
         }
         // Checked against this configuration; a job refused stays refused.
+        // Each owner's groups are looked up once a round.
+        let mut groups: HashMap<u32, Vec<u32>> = HashMap::new();
         for tracked in self.tracked.values_mut().filter(|t| t.refused.is_none()) {
-            if let Err(why) = check_request(&tracked.job, config, gpus, self.overcommit) {
+            let gids = groups.entry(tracked.job.uid).or_insert_with(|| crate::host::groups_of(tracked.job.uid));
+            if let Err(why) = check_request(&tracked.job, gids, config, gpus, self.overcommit) {
                 log::info(&format!("queue job {} (uid {}) refused: {why}", tracked.job.id, tracked.job.uid));
                 tracked.refused = Some(why);
             }
@@ -490,9 +493,9 @@ fn request_of(job: &Job, arrival: u64) -> Request {
     }
 }
 
-/// Why the monitor will not queue `job` (one line, naming what was asked
-/// and what is accepted), if it will not.
-fn check_request(job: &Job, config: &Config, gpus: Option<&[GpuInfo]>, overcommit: f64) -> Result<(), String> {
+/// Why the monitor will not queue `job` of a user in groups `gids` (one
+/// line, naming what was asked and what is accepted), if it will not.
+fn check_request(job: &Job, gids: &[u32], config: &Config, gpus: Option<&[GpuInfo]>, overcommit: f64) -> Result<(), String> {
     if !(1..=MAX_GPUS).contains(&job.gpus) {
         return Err(format!("--gpus {}: expected 1 to {MAX_GPUS}", job.gpus));
     }
@@ -505,7 +508,7 @@ fn check_request(job: &Job, config: &Config, gpus: Option<&[GpuInfo]>, overcommi
     if !(-1000..=1000).contains(&job.priority) {
         return Err(format!("--priority {}: expected a whole number from -1000 to 1000", job.priority));
     }
-    let ceiling = config.priority_ceiling(job.uid, &crate::host::groups_of(job.uid));
+    let ceiling = config.priority_ceiling(job.uid, gids);
     if job.priority > ceiling {
         return Err(format!(
             "--priority {} is above uid {}'s ceiling of {ceiling} (set by [priority_ceilings] in the monitor's configuration)",
@@ -624,15 +627,15 @@ mod tests {
     fn a_priority_above_the_ceiling_is_refused_naming_both() {
         let config = crate::config::parse("[priority_ceilings]\ndefault = 2\n").unwrap();
         let mut asked = job(1, 1000, 0, None);
-        let e = check_request(&asked, &config, None, 1.0).unwrap_err();
+        let e = check_request(&asked, &[], &config, None, 1.0).unwrap_err();
         assert!(e.contains("--priority 1000") && e.contains("ceiling of 2"), "{e}");
         asked.priority = 2;
-        assert_eq!(check_request(&asked, &config, None, 1.0), Ok(()));
+        assert_eq!(check_request(&asked, &[], &config, None, 1.0), Ok(()));
         asked.uid = 0;
         asked.priority = 1000;
-        assert_eq!(check_request(&asked, &config, None, 1.0), Ok(()), "root may ask for any priority");
+        assert_eq!(check_request(&asked, &[], &config, None, 1.0), Ok(()), "root may ask for any priority");
         for (bad, says) in [(Job { gpus: 0, ..job(1, 0, 0, None) }, "--gpus 0"), (Job { memory_bytes: Some(0), ..job(1, 0, 0, None) }, "--memory 0")] {
-            assert!(check_request(&bad, &config, None, 1.0).unwrap_err().contains(says));
+            assert!(check_request(&bad, &[], &config, None, 1.0).unwrap_err().contains(says));
         }
     }
 
