@@ -36,7 +36,11 @@
 //! A benchmark, not a test: it prints figures and fails only when a check of
 //! the soak fails.
 
+#[path = "../tests/monitor_support/mod.rs"]
+mod monitor_support;
+
 use gpuslice_tests::{gpuslice_bin, simgpu_lib, Sim};
+use monitor_support::{Monitor, MonitorOptions};
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -54,10 +58,10 @@ const WINDOW: usize = 48;
 const SIZES_MIB: [u64; 5] = [256, 512, 1024, 2048, 4096];
 const PRIORITIES: [i32; 4] = [0, 0, 5, 10];
 /// How much later than a job behind it a job may start without the order
-/// check calling it passed. A job the queue's plan admits starts only at its
-/// own look, and the jobs an event wakes look one after another under the
-/// queue lock, so on a loaded 2-core machine with 48 waiting a job admitted
-/// first may start several hundred ms after one admitted with it.
+/// check calling it passed. The monitor admits jobs together, in one round,
+/// and each then reads the board and starts when it is woken, so on a
+/// loaded 2-core machine with 48 waiting a job admitted first may start
+/// several hundred ms after one admitted with it.
 const ORDER_MARGIN: Duration = Duration::from_millis(1000);
 const QUEUED: usize = 200;
 const FREES: usize = 8;
@@ -177,6 +181,8 @@ struct Outcome {
 
 fn soak(jobs: usize, seed: u64) {
     let sim = sim();
+    // The monitor admits the jobs.
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let marker_dir = sim.dir().join("markers");
     std::fs::create_dir_all(&marker_dir).unwrap();
     let stderr_dir = sim.dir().join("stderr");
@@ -322,6 +328,8 @@ fn soak(jobs: usize, seed: u64) {
 /// Admission latency with [`QUEUED`] jobs waiting, in ms, one per freed device.
 fn admission_latency() -> Vec<f64> {
     let sim = sim();
+    // The monitor admits the jobs.
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let marker_dir = sim.dir().join("markers");
     let holder_dir = sim.dir().join("holders");
     std::fs::create_dir_all(&marker_dir).unwrap();
@@ -406,6 +414,8 @@ fn admissions_after(sim: &Sim, after_ns: u128) -> Option<u64> {
 /// Start-up of a job that fits at once, without and with `--queue`, in ms.
 fn queue_overhead() -> (Vec<f64>, Vec<f64>) {
     let sim = sim();
+    // The monitor admits the jobs.
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let (mut plain, mut with_queue) = (Vec::new(), Vec::new());
     for _ in 0..OVERHEAD_RUNS {
         for queue in [false, true] {

@@ -13,6 +13,14 @@
 //! (exit 1) unless nothing went over, nothing was lost, every killed
 //! process was reclaimed and the monitor never died by itself.
 //!
+//! Beside them, the admission queue is stormed by two other Unix users
+//! ([`queue_storm`]): one (uid 1001) holds every queue file it can open
+//! locked, all along, and queues jobs that rewrite their own job file to
+//! claim almost nothing once they run; the other (uid 1002) queues short
+//! jobs with `--timeout 2s`. Every submission must end by itself (started
+//! or timed out, never hung), the monitor's committed memory must never
+//! pass the device's, and nothing may be left on the board at the end.
+//!
 //! Run: `cargo build --release --workspace && cargo bench --bench storm -- --duration 60`
 //! (default 60 s; `--seed N` repeats a storm; `STORM_DEBUG=1` shows why
 //! workers could not start). On a debug build:
@@ -312,6 +320,13 @@ fn main() {
     let mut storm = Storm { stress: compile_c("shim_stress"), sim, config, workers: Vec::new(), monitor: None, chance: Chance(args.seed | 1) };
     let _ = compile_c("memctl");
     storm.start_monitor();
+    // A shared machine's GPU: every user may use it.
+    std::fs::set_permissions(storm.sim.state_file(), std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let queue_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let queue_thread = {
+        let (template, stop) = (QueueTemplate::of(&storm.sim), std::sync::Arc::clone(&queue_stop));
+        std::thread::spawn(move || queue_storm(&template, &stop))
+    };
     let mut refused_starts = storm.top_up();
     let nvml = Nvml::load();
     let ledger_dir = storm.sim.ledger_dir();
@@ -331,7 +346,7 @@ fn main() {
     );
     let started = Instant::now();
     let (mut samples, mut worker_kills, mut monitor_kills, mut monitor_deaths) = (0u64, 0u64, 0u64, 0u64);
-    let (mut peak_ledger_over, mut peak_driver_over) = (0u64, 0u64);
+    let (mut peak_ledger_over, mut peak_driver_over, mut peak_committed_over) = (0u64, 0u64, 0u64);
     let mut hostile: HashMap<&str, u64> = HashMap::new();
     let mut hostile_made = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
@@ -352,6 +367,8 @@ fn main() {
                 let over = ledger.used_bytes(0).saturating_sub(ledger.memory_limit_bytes(0).min(cap_of(tenant)));
                 peak_ledger_over = peak_ledger_over.max(over);
             }
+            let committed = board_committed(&ledger_dir);
+            peak_committed_over = peak_committed_over.max(committed.saturating_sub(16 * GIB));
             let per_pid = nvml.per_process();
             for (tenant, _) in TENANTS {
                 let driver: u64 = storm.workers.iter().filter(|w| w.tenant == tenant).filter_map(|w| per_pid.get(&w.running.pid())).sum();
@@ -408,6 +425,8 @@ fn main() {
     }
 
     // Everything stops; a monitor runs; what is still counted is lost.
+    queue_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let queue = queue_thread.join().unwrap_or_default();
     for worker in storm.workers.drain(..) {
         let pid = worker.running.pid();
         let ledger = &ledgers.iter().find(|(t, _)| *t == worker.tenant).expect("known tenant").1;
@@ -448,6 +467,13 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let (ledger_lost, device_lost) = (counted(&ledgers), nvml.used());
+    let board_left = (0..100)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            board_jobs(&ledger_dir)
+        })
+        .find(|left| *left == 0)
+        .unwrap_or_else(|| board_jobs(&ledger_dir));
     let log = storm.monitor.take().map(|m| m.stop());
     if let Some(log) = &log {
         if !log.success() {
@@ -476,11 +502,157 @@ fn main() {
         latencies.len() as u64 + never_reclaimed,
         never_reclaimed
     );
-    let pass = peak_ledger_over == 0 && peak_driver_over == 0 && ledger_lost == 0 && device_lost == 0 && never_reclaimed == 0 && monitor_deaths == 0;
+    println!(
+        "queue: {} submissions by two other users beside one holding every queue file it can open locked \
+         ({} started, {} timed out, {} refused, {} hung, {} other failures; {} lies about their own size), \
+         peak committed over the device: {}, jobs left on the board: {board_left}",
+        queue.submitted,
+        queue.started,
+        queue.timed_out,
+        queue.refused,
+        queue.hung,
+        queue.failed,
+        queue.lies,
+        human(peak_committed_over)
+    );
+    let queue_pass = queue.hung == 0 && queue.failed == 0 && peak_committed_over == 0 && board_left == 0 && queue.started > 0;
+    let pass = peak_ledger_over == 0
+        && peak_driver_over == 0
+        && ledger_lost == 0
+        && device_lost == 0
+        && never_reclaimed == 0
+        && monitor_deaths == 0
+        && queue_pass;
     println!("result: {}", if pass { "PASS (zero over, zero lost)" } else { "FAIL" });
     drop(ledgers);
     drop(nvml);
     if !pass {
         std::process::exit(1);
     }
+}
+
+/// What the queue storm saw.
+#[derive(Default, Debug)]
+struct QueueTally {
+    submitted: u64,
+    started: u64,
+    timed_out: u64,
+    refused: u64,
+    hung: u64,
+    failed: u64,
+    lies: u64,
+}
+
+/// `gpuslice` with the storm's environment, to build commands from in
+/// another thread.
+struct QueueTemplate {
+    program: PathBuf,
+    envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>,
+    ledger_dir: PathBuf,
+}
+
+impl QueueTemplate {
+    fn of(sim: &Sim) -> QueueTemplate {
+        let mut cmd = sim.command(gpuslice_tests::gpuslice_bin());
+        cmd.env_remove("LD_PRELOAD");
+        let envs = cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect();
+        QueueTemplate { program: gpuslice_tests::gpuslice_bin(), envs, ledger_dir: sim.ledger_dir() }
+    }
+
+    /// `setpriv` as `uid` … `gpuslice run --sim --queue --dir D ARGS -- sh -c SCRIPT`.
+    fn submit_as(&self, uid: u32, args: &[&str], script: &str) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).args(["--clear-groups", "--"]).arg(&self.program);
+        cmd.args(["run", "--sim", "--queue", "--dir"]).arg(&self.ledger_dir).args(args).args(["--", "sh", "-c", script]);
+        for (key, value) in &self.envs {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        cmd
+    }
+}
+
+/// Submissions ended within this are not hung (`--timeout 2s`, one monitor
+/// restart, a loaded machine).
+const QUEUE_HANG_LIMIT: Duration = Duration::from_secs(30);
+
+/// The queue under two hostile users, until `stop`: see the module docs.
+fn queue_storm(template: &QueueTemplate, stop: &std::sync::atomic::AtomicBool) -> QueueTally {
+    let mut tally = QueueTally::default();
+    let queue_dir = template.ledger_dir.join("queue");
+    // uid 1001 holds every queue file it can open, on descriptors 3, 4, …, again each second.
+    let locker = "while :; do i=3; for f in \"$1\"/* \"$1\"/.[!.]*; do if (: <\"$f\") 2>/dev/null; then \
+                  eval \"exec $i<\\\"\\$f\\\"\"; flock -x -n $i && i=$((i+1)); fi; done; sleep 1; done";
+    let mut lock_cmd = Command::new("setpriv");
+    lock_cmd.args(["--reuid=1001", "--regid=1001", "--clear-groups", "--", "sh", "-c", locker, "sh"]).arg(&queue_dir);
+    let mut locker = lock_cmd.spawn().ok();
+    // Once running, a job of uid 1001 rewrites its own file (in place: its
+    // lock stays) to claim 1 byte, then runs a little.
+    let liar = "f=$(ls \"$0\"/*.job | while read j; do [ -O \"$j\" ] && echo \"$j\"; done | tail -1); \
+                [ -n \"$f\" ] && sed 's/\"memory_bytes\":[0-9]*/\"memory_bytes\":1/' \"$f\" > \"$f.new\" && cat \"$f.new\" > \"$f\"; rm -f \"$f.new\"; sleep 0.3";
+    let liar = liar.replace("\"$0\"", &format!("'{}'", queue_dir.display()));
+    let mut running: Vec<(std::process::Child, Instant)> = Vec::new();
+    let mut round = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) || !running.is_empty() {
+        if !stop.load(std::sync::atomic::Ordering::Relaxed) && running.len() < 6 {
+            round += 1;
+            let cmd = if round.is_multiple_of(2) {
+                tally.lies += 1;
+                template.submit_as(1001, &["--memory", "6GiB", "--timeout", "2s"], &liar)
+            } else {
+                template.submit_as(1002, &["--memory", "2GiB", "--timeout", "2s"], "sleep 0.2")
+            };
+            if let Ok(child) = { cmd }.spawn() {
+                tally.submitted += 1;
+                running.push((child, Instant::now()));
+            }
+        }
+        running.retain_mut(|(child, since)| match child.try_wait() {
+            Ok(Some(status)) => {
+                match status.code() {
+                    Some(0) => tally.started += 1,
+                    Some(75) => tally.timed_out += 1,
+                    Some(2) => tally.refused += 1,
+                    _ => tally.failed += 1,
+                }
+                false
+            }
+            Ok(None) if since.elapsed() > QUEUE_HANG_LIMIT => {
+                tally.hung += 1;
+                let _ = child.kill();
+                let _ = child.wait();
+                false
+            }
+            Ok(None) => true,
+            Err(_) => {
+                tally.failed += 1;
+                false
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Some(locker) = locker.as_mut() {
+        let _ = locker.kill();
+        let _ = locker.wait();
+    }
+    tally
+}
+
+/// The monitor's board, if any.
+fn board(ledger_dir: &std::path::Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(ledger_dir.join("queue").join("board.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Memory the board says is committed, over every device.
+fn board_committed(ledger_dir: &std::path::Path) -> u64 {
+    board(ledger_dir).and_then(|b| b["committed_bytes"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum())).unwrap_or(0)
+}
+
+/// Jobs the board lists.
+fn board_jobs(ledger_dir: &std::path::Path) -> usize {
+    board(ledger_dir).and_then(|b| b["jobs"].as_array().map(Vec::len)).unwrap_or(0)
 }

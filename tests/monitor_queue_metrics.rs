@@ -122,18 +122,20 @@ fn queued_jobs_devices_and_committed_memory_are_on_the_page() {
     monitor.stop();
 }
 
+/// Without NVML the monitor cannot see the GPUs, so it admits nothing:
+/// the job waits, says why, and is counted as waiting.
 #[test]
-fn without_nvml_there_is_no_device_info_and_the_queue_is_still_counted() {
+fn without_nvml_there_is_no_device_info_and_the_queue_admits_nothing() {
     let sim = sim();
     let monitor = Monitor::start(&sim, MonitorOptions { nvml: false, ..MonitorOptions::default() });
     let mut a = submit(&sim, &["--memory", "1GiB", "--name", "a"]);
-    a.wait_for("started");
-    let page = monitor.metrics_until("a running", |m| jobs(m, "running") == Some(1.0));
+    let page = monitor.metrics_until("a waiting", |m| jobs(m, "waiting") == Some(1.0));
     assert_eq!(page.value("gpuslice_nvml_available", &[]), Some(0.0));
     assert_eq!(page.types.get("gpuslice_device_info").map(String::as_str), Some("gauge"), "declared, with no series");
     assert!(page.find("gpuslice_device_info", &[]).is_empty(), "{page:#?}");
-    assert_eq!(waits_counted(&page), 1.0);
-    a.send_line("done");
-    a.wait().assert_success();
+    assert_eq!((jobs(&page, "running"), waits_counted(&page)), (Some(0.0), 0.0));
+    assert!(!a.has_printed("started"));
+    let out = a.kill9();
+    assert!(out.stderr.contains("the monitor has no NVML"), "{out}");
     monitor.stop();
 }

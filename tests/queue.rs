@@ -4,19 +4,49 @@
 //! the jobs and `gpuslice cancel` ends one.
 //!
 //! Every job here is a shell that prints what it was given and then waits
-//! for its stdin to close, so a test decides when a job ends.
+//! for its stdin to close, so a test decides when a job ends. Every test
+//! runs a monitor, which alone admits jobs; the tests of other Unix users
+//! (`setpriv`, uids 1001 and 1002) attack the queue as those users.
 
-use gpuslice_tests::{gpuslice_bin, poll, simgpu_lib, Running, Sim, GIB};
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+
+use gpuslice_tests::{gpuslice_bin, poll, simgpu_lib, Running, Sim, GIB, MIB};
+use monitor_support::{Monitor, MonitorOptions};
 use serde_json::Value;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Command;
+use std::time::Duration;
 
 /// What each job prints, then it waits for a line or EOF on stdin.
 const JOB_SCRIPT: &str =
     "echo visible=$CUDA_VISIBLE_DEVICES; echo tenant=$GPUSLICE_TENANT; echo cap=$GPUSLICE_MEMORY_LIMIT; echo started=1; read line || true";
 
-/// Two simulated GPUs of 4 GiB each unless a test says otherwise.
-fn sim(devices: u32) -> Sim {
-    Sim::new().devices(devices).memory("4GiB")
+/// A test's host: its simulated GPUs and the monitor that admits its jobs.
+/// (The monitor is dropped, and stopped, before the directory goes.)
+struct Host {
+    monitor: Monitor,
+    sim: Sim,
+}
+
+impl std::ops::Deref for Host {
+    type Target = Sim;
+    fn deref(&self) -> &Sim {
+        &self.sim
+    }
+}
+
+/// `devices` simulated GPUs of 4 GiB each, and a monitor.
+fn sim(devices: u32) -> Host {
+    host(Sim::new().devices(devices).memory("4GiB"), MonitorOptions::default())
+}
+
+/// A monitor on `sim`, with the simulated GPU open to every user (as a
+/// shared machine's is).
+fn host(sim: Sim, options: MonitorOptions) -> Host {
+    let monitor = Monitor::start(&sim, options);
+    std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    Host { monitor, sim }
 }
 
 fn gpuslice(sim: &Sim) -> Command {
@@ -229,8 +259,7 @@ fn timeout_gives_up_with_exit_code_75() {
     let out = sim.run(&mut submit_command(&sim, &["--memory", "2GiB", "--name", "impatient", "--timeout", "300ms"]));
     assert_eq!(out.code(), Some(75), "{out}");
     assert!(out.stderr.contains("gave up") && !out.stdout.contains("started="), "{out}");
-    let left = jobs(&sim);
-    assert_eq!(state_of(&left, "impatient"), None, "{left:?}");
+    wait_for_states(&sim, "the job to leave the queue", &[("impatient", None)]);
     holder.wait().assert_success();
 }
 
@@ -395,7 +424,7 @@ fn cancel_sends_sigterm_to_a_running_job_and_its_room_goes_to_the_next() {
 
 #[test]
 fn overcommit_lets_caps_add_up_past_device_memory_as_configured() {
-    let sim = sim(1).env("GPUSLICE_QUEUE_OVERCOMMIT", "1.5");
+    let sim = host(Sim::new().devices(1).memory("4GiB").env("GPUSLICE_QUEUE_OVERCOMMIT", "1.5"), MonitorOptions::default());
     // 3 GiB + 3 GiB on a 4 GiB device: within 1.5 × 4 GiB.
     let mut a = submit(&sim, &["--memory", "3GiB", "--name", "a"]);
     let mut b = submit(&sim, &["--memory", "3GiB", "--name", "b"]);
@@ -407,4 +436,223 @@ fn overcommit_lets_caps_add_up_past_device_memory_as_configured() {
     let out = bad.run(&mut submit_command(&bad, &["--memory", "1GiB"]));
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("GPUSLICE_QUEUE_OVERCOMMIT=\"lots\": expected a ratio from 1 to 10"), "{out}");
+}
+
+// Other Unix users. The queue is every user's: none can take it over,
+// freeze it, lie their way into room or ahead of others, or touch another's job.
+
+const ALICE: u32 = 1001;
+const BOB: u32 = 1002;
+
+/// `cmd` run as `uid` (its own gid, no other groups) through `setpriv`.
+fn as_user(uid: u32, cmd: &Command) -> Command {
+    let mut wrapped = Command::new("setpriv");
+    wrapped.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).args(["--clear-groups", "--"]);
+    wrapped.arg(cmd.get_program()).args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
+fn submit_as(sim: &Sim, uid: u32, args: &[&str]) -> Running {
+    sim.spawn(&mut as_user(uid, &submit_command(sim, args)))
+}
+
+/// Runs a shell command line as `uid`; whether it succeeded, and what it said.
+fn shell_as(uid: u32, script: &str, args: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, "sh"]).args(args);
+    let out = as_user(uid, &cmd).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn id_of(jobs: &[Value], name: &str) -> u64 {
+    jobs.iter().find(|j| j["name"] == name).and_then(|j| j["id"].as_u64()).unwrap_or_else(|| panic!("no job {name}: {jobs:?}"))
+}
+
+/// Finding 1: after one user's first job, every other user (root
+/// included) was refused with "the queue directory … belongs to uid N".
+/// Now the monitor makes the directory root's, sticky; each user's job
+/// file is theirs alone, and only its owner or root may cancel it.
+#[test]
+fn the_queue_belongs_to_no_single_user() {
+    let sim = sim(1);
+    let queue_dir = sim.ledger_dir().join("queue");
+    let meta = std::fs::symlink_metadata(&queue_dir).expect("the monitor makes the queue directory at start");
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o1777), "root's, sticky, open to all");
+    let mut alices = submit_as(&sim, ALICE, &["--memory", "1GiB", "--name", "alices"]);
+    assert_eq!(alices.wait_for("started"), "1");
+    let mut bobs = submit_as(&sim, BOB, &["--memory", "1GiB", "--name", "bobs"]);
+    assert_eq!(bobs.wait_for("started"), "1", "another user queues after the first");
+    let mut roots = submit(&sim, &["--memory", "1GiB", "--name", "roots"]);
+    assert_eq!(roots.wait_for("started"), "1", "so does root");
+    let listed = wait_for_states(&sim, "three jobs to run", &[("alices", Some("running")), ("bobs", Some("running")), ("roots", Some("running"))]);
+    let alice_id = id_of(&listed, "alices");
+    assert_eq!(listed.iter().find(|j| j["name"] == "alices").unwrap()["uid"], ALICE, "the owner is the file's");
+
+    // Alice's job is hers: Bob can neither rewrite, remove nor cancel it.
+    let file = queue_dir.join(format!("{alice_id}.job"));
+    assert_eq!((std::fs::metadata(&file).unwrap().uid(), std::fs::metadata(&file).unwrap().mode() & 0o777), (ALICE, 0o600));
+    let (wrote, said) = shell_as(BOB, "echo '{}' > \"$1\"", &[file.to_str().unwrap()]);
+    assert!(!wrote, "another user rewrote the job file: {said}");
+    let (removed, said) = shell_as(BOB, "rm -f \"$1\"", &[file.to_str().unwrap()]);
+    assert!(!removed && file.exists(), "another user removed the job file: {said}");
+    let out = sim.run(&mut as_user(BOB, gpuslice(&sim).args(["cancel", &alice_id.to_string(), "--dir"]).arg(sim.ledger_dir())));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains(&format!("belongs to uid {ALICE}, not to you")), "{out}");
+    // Root may cancel any job.
+    let out = sim.run(gpuslice(&sim).args(["cancel", &alice_id.to_string(), "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(alices.wait().status.is_some_and(|s| !s.success()), "root's cancel ends Alice's job");
+    bobs.wait().assert_success();
+    roots.wait().assert_success();
+}
+
+/// Finding 2: a user holding the (0666) queue lock froze every other
+/// user's `run --queue` past its `--timeout`, and root's `queue` and
+/// `cancel`. Now there is no lock another user can hold: Alice locks every
+/// file of the queue she can open, and nobody waits for her.
+#[test]
+fn a_user_holding_queue_files_locked_freezes_nobody() {
+    let sim = host(Sim::new().devices(1).memory("4GiB").timeout(Duration::from_secs(20)), MonitorOptions::default());
+    let mut holder = submit(&sim, &["--memory", "3GiB", "--name", "holder"]);
+    holder.wait_for("started");
+    let queue_dir = sim.ledger_dir().join("queue");
+    let mut lock_all = Command::new("sh");
+    // Every file she can open, locked exclusively on descriptors 3, 4, …, kept by `sleep`.
+    let script = "i=3; for f in \"$1\"/* \"$1\"/.[!.]*; do if (: <\"$f\") 2>/dev/null; then \
+                  eval \"exec $i<\\\"\\$f\\\"\"; flock -x -n $i && i=$((i+1)); fi; done; echo held=$((i-3)); exec sleep 600";
+    lock_all.args(["-c", script, "sh"]).arg(&queue_dir);
+    let mut locker = sim.spawn(&mut as_user(ALICE, &lock_all));
+    locker.wait_for("held");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let out = sim.run(&mut as_user(BOB, &submit_command(&sim, &["--memory", "2GiB", "--name", "bobs", "--timeout", "2s"])));
+    assert_eq!(out.code(), Some(75), "Bob's --timeout holds: {out}");
+    let listed = jobs(&sim);
+    let id = id_of(&listed, "holder");
+    let out = sim.run(gpuslice(&sim).args(["cancel", &id.to_string(), "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(holder.wait().status.is_some_and(|s| !s.success()));
+    let mut after = submit_as(&sim, BOB, &["--memory", "3GiB", "--name", "after"]);
+    assert_eq!(after.wait_for("started"), "1", "the queue goes on while Alice holds her locks");
+    after.wait().assert_success();
+    let _ = locker.kill9();
+}
+
+/// Finding 3 (a): a planted job file saying "running, whole GPU" (as
+/// Alice, holding it locked) committed the whole device, and another
+/// user's job timed out. Now a job file is only a request: this one asks
+/// a priority above Alice's ceiling, is refused, and commits nothing.
+#[test]
+fn a_planted_running_job_file_commits_nothing() {
+    let sim = host(Sim::new().devices(1).memory("4GiB").timeout(Duration::from_secs(30)), MonitorOptions::default());
+    let uuid = device_uuids(&sim).remove(0);
+    let queue_dir = sim.ledger_dir().join("queue");
+    let planted = serde_json::json!({
+        "id": 99, "name": "planted", "priority": 1000, "gpus": 1, "memory_bytes": null, "placement": "binpack",
+        "tenant": "queue-9", "uid": 0, "pid": 1, "submitted_unix_ms": 0, "state": "running",
+        "devices": [uuid], "started_unix_ms": 0, "command": ["sleep"]
+    });
+    let script = "mkdir -p \"$1\" && printf %s \"$2\" > \"$1/99.job\" && exec 3<\"$1/99.job\" && flock -x 3 && echo held=1 && exec sleep 600";
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, "sh"]).arg(&queue_dir).arg(planted.to_string());
+    let mut planter = sim.spawn(&mut as_user(ALICE, &cmd));
+    planter.wait_for("held");
+    sim.monitor.wait_rounds(2);
+    assert_eq!(committed(&sim), [0], "a job file's claim commits nothing");
+    let listed = jobs(&sim);
+    assert!(listed.iter().all(|j| j["state"] != "running"), "{listed:?}");
+    let mut bobs = submit_as(&sim, BOB, &["--memory", "3GiB", "--name", "bobs", "--timeout", "10s"]);
+    assert_eq!(bobs.wait_for("started"), "1");
+    assert_eq!(committed(&sim), [3 * GIB]);
+    bobs.wait().assert_success();
+    let _ = planter.kill9();
+}
+
+/// Finding 3 (b): a running 12 GiB job rewrote its own job file and its
+/// own cap to 512 MiB, and the queue then admitted another user's 8 GiB
+/// job on the same 16 GiB device. Now what a job commits is what the
+/// monitor gave it, and its cap is written back.
+#[test]
+fn a_job_that_rewrites_its_file_and_its_cap_keeps_its_commitment() {
+    let sim = host(Sim::new().devices(1).memory("16GiB").timeout(Duration::from_secs(30)), MonitorOptions::default());
+    let mut big = submit_as(&sim, ALICE, &["--memory", "12GiB", "--name", "big"]);
+    big.wait_for("started");
+    let listed = wait_for_states(&sim, "big to run", &[("big", Some("running"))]);
+    let entry = listed.iter().find(|j| j["name"] == "big").unwrap().clone();
+    let (id, tenant) = (entry["id"].as_u64().unwrap(), entry["tenant"].as_str().unwrap().to_string());
+    // Alice lies, in place (the file keeps its lock): 512 MiB.
+    let mut lie = entry.clone();
+    lie["memory_bytes"] = serde_json::json!(512 * MIB);
+    lie["state"] = serde_json::json!("running");
+    let file = sim.ledger_dir().join("queue").join(format!("{id}.job"));
+    let (wrote, said) = shell_as(ALICE, "printf %s \"$1\" > \"$2\"", &[&lie.to_string(), file.to_str().unwrap()]);
+    assert!(wrote, "Alice may write her own file: {said}");
+    let ledger_path = ledger::tenant_path(&sim.ledger_dir(), &tenant);
+    if let Ok(own) = ledger::Ledger::open(&ledger_path) {
+        assert_eq!(std::fs::metadata(&ledger_path).unwrap().uid(), ALICE, "the job's ledger is its owner's");
+        for device in own.devices() {
+            own.set_memory_limit_bytes(device.index, 512 * MIB, ledger::PolicySource::Environment);
+        }
+    }
+    sim.monitor.wait_rounds(2);
+    assert_eq!(committed(&sim), [12 * GIB], "the monitor counts what it gave");
+    let out = sim.run(&mut as_user(BOB, &submit_command(&sim, &["--memory", "8GiB", "--name", "bobs", "--timeout", "2s"])));
+    assert_eq!(out.code(), Some(75), "Bob's 8 GiB does not fit beside Alice's 12: {out}");
+    let own = ledger::Ledger::open(&ledger_path).expect("the monitor made the job's ledger");
+    let device = own.devices()[0].index;
+    assert_eq!(own.memory_limit_bytes(device), 12 * GIB, "the cap the monitor gave is written back");
+    big.wait().assert_success();
+}
+
+/// Finding 4: any user's `--priority 1000` passed other users' earlier
+/// jobs. Now the monitor's configuration says who may ask for what.
+#[test]
+fn priorities_above_the_callers_ceiling_are_refused() {
+    let base = Sim::new().devices(1).memory("4GiB");
+    let config = base.dir().join("monitor.toml");
+    std::fs::write(&config, format!("[priority_ceilings]\ndefault = 0\nusers = {{ \"{ALICE}\" = 5 }}\n")).unwrap();
+    let sim = host(base, MonitorOptions { config: Some(config), ..Default::default() });
+    for (uid, priority, ceiling) in [(BOB, "1000", 0), (BOB, "1", 0), (ALICE, "6", 5)] {
+        let out = sim.run(&mut as_user(uid, &submit_command(&sim, &["--memory", "1GiB", "--priority", priority])));
+        assert_eq!(out.code(), Some(2), "uid {uid} --priority {priority}: {out}");
+        let refused: Vec<&str> = out.stderr.lines().filter(|l| l.contains("refused")).collect();
+        assert_eq!(refused.len(), 1, "one line: {out}");
+        assert!(refused[0].contains(&format!("--priority {priority}")) && refused[0].contains(&format!("ceiling of {ceiling}")), "{out}");
+        assert!(!out.stdout.contains("started="), "{out}");
+    }
+    let mut within = submit_as(&sim, ALICE, &["--memory", "1GiB", "--priority", "5", "--name", "within"]);
+    assert_eq!(within.wait_for("started"), "1");
+    let mut roots = submit(&sim, &["--memory", "1GiB", "--priority", "1000", "--name", "roots"]);
+    assert_eq!(roots.wait_for("started"), "1", "root may ask for any priority");
+    within.wait().assert_success();
+    roots.wait().assert_success();
+}
+
+/// Finding 5: `gpuslice queue --dir /nonexistent` listed nothing and
+/// exited 0.
+#[test]
+fn the_queue_of_a_directory_that_does_not_exist_is_an_error() {
+    let sim = Sim::new();
+    let missing = sim.dir().join("no-such-dir");
+    let out = sim.run(gpuslice(&sim).args(["queue", "--dir"]).arg(&missing));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains(&missing.display().to_string()) && out.stdout.is_empty(), "{out}");
+}
+
+/// Without a monitor nothing is admitted: the job says why, once, and
+/// `--timeout` still holds.
+#[test]
+fn without_a_monitor_a_job_waits_and_says_why() {
+    let sim = sim(1);
+    let Host { monitor, sim } = sim;
+    monitor.stop();
+    let out = sim.run(&mut submit_command(&sim, &["--memory", "1GiB", "--timeout", "1s"]));
+    assert_eq!(out.code(), Some(75), "{out}");
+    assert_eq!(out.stderr.matches("no monitor is admitting jobs").count(), 1, "{out}");
 }

@@ -14,7 +14,16 @@
 //! # limit = { 0 = 30, all = 60 }   # or by device, with the same keys as memory
 //! share = 60                       # compute: 60 % of each device's time guaranteed while it has work
 //! priority = 1                     # higher is served first (default 0), from -1000 to 1000
+//!
+//! [priority_ceilings]              # who may ask for which priority (`gpuslice run --queue --priority`)
+//! default = 0                      # everyone not named below; default 0
+//! users = { alice = 10, "1001" = 5 }      # by user name or uid: this ceiling, whatever their groups say
+//! groups = { ml-team = 100 }       # by group name or gid: the highest of a user's groups counts
 //! ```
+//!
+//! Root may ask for any priority. A request above the caller's ceiling is
+//! refused ([`Config::priority_ceiling`]). User and group names are looked
+//! up when the file is read: a name this host does not know is an error.
 //!
 //! `limit`, `share` and `priority` each take one value for every device or
 //! a table by device. A tenant with any of them has its compute settings
@@ -188,15 +197,47 @@ pub struct Config {
     pub violation_grace: Duration,
     /// Tenants by name.
     pub tenants: BTreeMap<String, TenantConfig>,
+    /// Who may ask for which priority.
+    pub priority_ceilings: PriorityCeilings,
+}
+
+/// The highest priority each user may ask for (`[priority_ceilings]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PriorityCeilings {
+    /// For users named neither here nor through a group.
+    pub default: i32,
+    /// By uid: wins over the user's groups.
+    pub users: BTreeMap<u32, i32>,
+    /// By gid: a user in several gets the highest.
+    pub groups: BTreeMap<u32, i32>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { on_violation: OnViolation::default(), violation_grace: DEFAULT_VIOLATION_GRACE, tenants: BTreeMap::new() }
+        Config {
+            on_violation: OnViolation::default(),
+            violation_grace: DEFAULT_VIOLATION_GRACE,
+            tenants: BTreeMap::new(),
+            priority_ceilings: PriorityCeilings::default(),
+        }
     }
 }
 
 impl Config {
+    /// The highest priority user `uid`, member of `gids`, may ask for:
+    /// unlimited for root; else the user's own entry; else the highest
+    /// entry of its groups; else the default (0 unless the file says).
+    pub fn priority_ceiling(&self, uid: u32, gids: &[u32]) -> i32 {
+        let ceilings = &self.priority_ceilings;
+        if uid == 0 {
+            return i32::MAX;
+        }
+        if let Some(ceiling) = ceilings.users.get(&uid) {
+            return *ceiling;
+        }
+        gids.iter().filter_map(|gid| ceilings.groups.get(gid)).copied().max().unwrap_or(ceilings.default)
+    }
+
     /// The cap the file sets for `tenant` on a device, if it names one.
     pub fn memory_for(&self, tenant: &str, uuid: &str, host_index: Option<u32>) -> Option<u64> {
         self.tenants.get(tenant)?.memory_for(uuid, host_index)
@@ -249,6 +290,78 @@ struct RawConfig {
     violation_grace: Option<toml::Spanned<String>>,
     #[serde(default)]
     tenants: BTreeMap<String, toml::Spanned<RawTenant>>,
+    #[serde(default)]
+    priority_ceilings: Option<toml::Spanned<RawCeilings>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCeilings {
+    #[serde(default)]
+    default: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    users: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    groups: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>>,
+}
+
+/// The accepted form of a priority ceiling, for messages.
+const CEILING_FORMAT: &str = "a whole number from -1000 to 1000, like 10";
+
+/// A user (`users = { NAME = … }`) or group key: a name this host knows, or a number.
+#[derive(Clone, Copy)]
+enum Principal {
+    User,
+    Group,
+}
+
+impl Principal {
+    fn word(self) -> &'static str {
+        match self {
+            Principal::User => "user",
+            Principal::Group => "group",
+        }
+    }
+
+    /// The uid or gid `key` names.
+    fn id_of(self, key: &str) -> Result<u32, String> {
+        if let Ok(id) = key.parse::<u32>() {
+            return Ok(id);
+        }
+        let found = match self {
+            Principal::User => crate::host::uid_by_name(key),
+            Principal::Group => crate::host::gid_by_name(key),
+        };
+        found.ok_or_else(|| format!("no {} {key:?} on this host: give a {0} name it knows or a number", self.word()))
+    }
+}
+
+/// Parses `[priority_ceilings]`.
+fn priority_ceilings(
+    raw: &RawCeilings,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<PriorityCeilings, ConfigError> {
+    let ceiling = |what: String, value: &toml::Spanned<toml::Value>| {
+        priority_value(value.get_ref())
+            .ok_or_else(|| at(value.span(), format!("priority_ceilings: {what} = {}: expected {CEILING_FORMAT}", value.get_ref())))
+    };
+    let mut ceilings = PriorityCeilings::default();
+    if let Some(default) = &raw.default {
+        ceilings.default = ceiling("default".into(), default)?;
+    }
+    for (principal, entries, into) in
+        [(Principal::User, &raw.users, &mut ceilings.users), (Principal::Group, &raw.groups, &mut ceilings.groups)]
+    {
+        for (key, value) in entries {
+            let id = principal.id_of(key.get_ref()).map_err(|e| at(key.span(), format!("priority_ceilings: {e}")))?;
+            let word = principal.word();
+            let parsed = ceiling(format!("{word} {:?}", key.get_ref()), value)?;
+            if into.insert(id, parsed).is_some() {
+                return Err(at(key.span(), format!("priority_ceilings: {word} {:?} is {word} {id}, named twice", key.get_ref())));
+            }
+        }
+    }
+    Ok(ceilings)
 }
 
 #[derive(Deserialize)]
@@ -445,7 +558,11 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         }
         tenants.insert(name, config);
     }
-    Ok(Config { on_violation, violation_grace, tenants })
+    let priority_ceilings = match &raw.priority_ceilings {
+        Some(raw) => priority_ceilings(raw.get_ref(), &at)?,
+        None => PriorityCeilings::default(),
+    };
+    Ok(Config { on_violation, violation_grace, tenants, priority_ceilings })
 }
 
 /// The accepted form of a device UUID key.
@@ -761,5 +878,33 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
     fn display_is_path_line_column() {
         let e = ConfigError { path: Some("/etc/g.toml".into()), position: Some((3, 7)), message: "bad".into() };
         assert_eq!(e.to_string(), "/etc/g.toml:3:7: bad");
+    }
+
+    #[test]
+    fn priority_ceilings_by_user_then_group_then_default_and_root_unlimited() {
+        let config = parse(
+            "[priority_ceilings]\ndefault = -1\nusers = { \"1001\" = 5, root = 3 }\ngroups = { \"50\" = 100, \"51\" = 20 }\n",
+        )
+        .unwrap();
+        assert_eq!(config.priority_ceiling(0, &[]), i32::MAX, "root may ask for anything, whatever the file says");
+        assert_eq!(config.priority_ceiling(1001, &[50]), 5, "a user's own entry wins over its groups");
+        assert_eq!(config.priority_ceiling(1002, &[51, 50]), 100, "the highest of a user's groups");
+        assert_eq!(config.priority_ceiling(1003, &[7]), -1);
+        assert_eq!(Config::default().priority_ceiling(1003, &[7]), 0, "0 when the file says nothing");
+    }
+
+    #[test]
+    fn bad_priority_ceilings_are_refused_at_their_place() {
+        for (text, says) in [
+            ("[priority_ceilings]\ndefault = 1001\n", "default = 1001: expected a whole number from -1000 to 1000"),
+            ("[priority_ceilings]\nusers = { \"1001\" = \"high\" }\n", "user \"1001\" = \"high\""),
+            ("[priority_ceilings]\nusers = { no-such-user-here = 1 }\n", "no user \"no-such-user-here\" on this host"),
+            ("[priority_ceilings]\ngroups = { no-such-group-here = 1 }\n", "no group \"no-such-group-here\""),
+            ("[priority_ceilings]\nusers = { root = 1, \"0\" = 2 }\n", "named twice"),
+            ("[priority_ceilings]\nceiling = 1\n", "unknown field"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("line 2, column") && e.contains(says), "{text}: {e}");
+        }
     }
 }

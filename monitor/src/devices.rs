@@ -2,8 +2,9 @@
 //! where work fits: what it is (name, compute capability, MIG mode), its
 //! memory as the driver sees it (total, used, free), its utilisation, the
 //! memory *committed* on it (the caps of running queue jobs and of capped
-//! live tenants, as the admission queue counts them, see
-//! [`crate::queue::committed_bytes`]) and who is on it.
+//! live tenants, as the monitor counts them for the admission queue, see
+//! [`crate::queue`]; without a monitor, the caps the live tenants' ledgers
+//! show) and who is on it.
 //!
 //! NVML says what a device is and how full it is; without NVML, one line
 //! on stderr says what cannot be known, and the devices the ledgers
@@ -18,7 +19,6 @@ use crate::snapshot::TenantView;
 use crate::status::{human_bytes, read_host, HostRead};
 use clap::Args;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -88,9 +88,9 @@ fn collect(host: &HostRead) -> Result<DevicesView, String> {
     let refs: Vec<&ledger::Ledger> = host.ledgers.iter().collect();
     let gpus = host.nvml.as_ref().map(|(_, gpus)| gpus.as_slice());
     let snapshot = crate::snapshot::collect(&refs, gpus, &mut crate::host::LockCache::default());
-    let jobs = crate::queue::live_jobs(&host.dir)?;
-    let capacity: HashMap<String, u64> = snapshot.devices.iter().map(|d| (d.uuid.clone(), d.memory_total_bytes)).collect();
-    let committed = crate::queue::committed_bytes(&capacity, &jobs, &snapshot.tenants);
+    let queue = crate::queue::view(&host.dir)?;
+    let jobs = queue.jobs;
+    let committed = queue.committed_bytes.unwrap_or_else(|| crate::queue::estimated_committed_bytes(&snapshot.tenants));
     let jobs_on = crate::queue::jobs_by_device(&jobs);
     let devices = snapshot
         .devices

@@ -1,4 +1,4 @@
-//! From a ledger slot to a host pid.
+//! From a ledger slot to a host pid; and who a uid is (its name, its groups).
 //!
 //! A slot records the pid its process saw in its own `/proc` (the host pid
 //! when that `/proc` is the host's), its pid inside its PID namespace, the
@@ -217,6 +217,63 @@ pub fn same_process(pid: u32, start_time_ticks: u64) -> bool {
 /// The start time of a host process, if it exists.
 pub fn start_time_of(pid: u32) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|stat| ledger::process::start_time_ticks(&stat))
+}
+
+/// Room for the strings `getpwnam_r` and `getgrnam_r` return.
+const NSS_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The uid of user `name`, as this host's user database says.
+pub fn uid_by_name(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a zeroed passwd struct is a valid value to fill in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; NSS_BUFFER_BYTES];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and the buffer's length is given.
+    let rc = unsafe { libc::getpwnam_r(name.as_ptr(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(entry.pw_uid)
+}
+
+/// The gid of group `name`, as this host's group database says.
+pub fn gid_by_name(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a zeroed group struct is a valid value to fill in.
+    let mut entry: libc::group = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; NSS_BUFFER_BYTES];
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and the buffer's length is given.
+    let rc = unsafe { libc::getgrnam_r(name.as_ptr(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(entry.gr_gid)
+}
+
+/// The groups of user `uid` as the user database says (its primary group
+/// and every group that lists it); empty for a uid it does not know. What a
+/// user is by the host's own records, not what one of its processes claims.
+pub fn groups_of(uid: u32) -> Vec<u32> {
+    // SAFETY: a zeroed passwd struct is a valid value to fill in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; NSS_BUFFER_BYTES];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and the buffer's length is given.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if rc != 0 || found.is_null() {
+        return Vec::new();
+    }
+    let mut groups: Vec<libc::gid_t> = vec![0; 256];
+    loop {
+        let mut count = groups.len() as libc::c_int;
+        // SAFETY: pw_name points into `buffer`, alive here; `groups` holds `count` entries.
+        let rc = unsafe { libc::getgrouplist(entry.pw_name, entry.pw_gid, groups.as_mut_ptr(), &mut count) };
+        if rc >= 0 {
+            groups.truncate(count.max(0) as usize);
+            return groups;
+        }
+        if groups.len() >= 65_536 {
+            return vec![entry.pw_gid];
+        }
+        let wanted = (count.max(0) as usize).max(groups.len() * 2);
+        groups.resize(wanted, 0);
+    }
 }
 
 #[cfg(test)]

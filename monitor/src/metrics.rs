@@ -55,7 +55,7 @@ pub struct MonitorCounters {
     pub queue: QueueFigures,
 }
 
-/// The admission queue seen from the monitor (which plays no part in it).
+/// The admission queue, as the monitor decides it.
 #[derive(Debug, Clone, Default)]
 pub struct QueueFigures {
     /// Live jobs waiting for room.

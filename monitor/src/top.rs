@@ -258,8 +258,9 @@ const QUEUE_HEADER: &[&str] = &["JOB", "NAME", "TENANT", "PRIO", "MEMORY", "DEVI
 /// The admission queue's live jobs in `dir` (none when it cannot be read),
 /// running ones first, then the waiting ones in the order they will start.
 fn queued_jobs(dir: &std::path::Path) -> Vec<crate::queue::store::Job> {
-    let mut jobs = crate::queue::live_jobs(dir).unwrap_or_default();
-    jobs.sort_by_key(|j| (j.state == crate::queue::store::JobState::Waiting, std::cmp::Reverse(j.priority), j.id));
+    let mut jobs = crate::queue::view(dir).map(|v| v.jobs).unwrap_or_default();
+    // Stable: the waiting jobs keep the board's order, the order they start in.
+    jobs.sort_by_key(|j| j.state == crate::queue::store::JobState::Waiting);
     jobs
 }
 

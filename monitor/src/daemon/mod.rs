@@ -10,8 +10,8 @@
 //! 5. reads NVML (unless in ledger-only mode), builds one [`Snapshot`],
 //!    checks it for bypass ([`violations`]), publishes context overheads the
 //!    shims could not measure ([`overhead`]), audits usage that no process
-//!    holds ([`audit`]), peeks at the admission queue and counts what is
-//!    committed per device ([`queue`]), and renders `/metrics` ([`http`]),
+//!    holds ([`audit`]), decides the admission queue from what it holds
+//!    and publishes what is committed per device ([`queue`]), and renders `/metrics` ([`http`]),
 //!    which counts the round in `gpuslice_monitor_rounds_total` (so that
 //!    whoever reads the page can tell when a round has run after something
 //!    they did).
@@ -187,7 +187,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
-    let mut queue_state = queue::QueueState::default();
+    let mut queue_state = queue::QueueState::new(&dir)?;
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
@@ -226,6 +226,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             }
             None => None,
         };
+        // Before the policy pins caps: a queue job's tenant is held to its job's.
+        queue_state.enforce_caps();
         policy_state.apply(&config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
         compute::share_with_arbiter(&arbiter_shared, &config, &dir, gpus.as_deref(), gpu_reader.is_some());
 
@@ -240,7 +242,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
-        (counters.queue, counters.committed_bytes) = queue_state.read(&dir, &snap);
+        (counters.queue, counters.committed_bytes) = queue_state.round(&config, &policy_state, &snap, gpus.as_deref());
         if let Some(reader) = gpu_reader.as_ref().filter(|_| snap.nvml) {
             // Names do not change while the host runs: asked once per device.
             for device in &gpus_named(&snap, &counters.device_names) {

@@ -1,80 +1,462 @@
-//! The admission queue and committed memory, for `/metrics`: the monitor
-//! plays no part in the queue (see [`crate::queue`]); it only reads it.
+//! The admission queue's one decider (see [`crate::queue`] for the model).
 //!
-//! Each round it peeks at the queue directory ([`Queue::peek`]: no file
-//! created or removed, a few non-blocking tries of the lock, never a wait
-//! behind a job's look) and
-//! - counts the live jobs by state;
-//! - counts every admitted job once in the wait histogram, by priority,
-//!   with `started_unix_ms - submitted_unix_ms` from its file: a job seen
-//!   running (live, or ended but its file not yet cleared) for the first
-//!   time. A job that starts and ends, and whose file is cleared, between
-//!   two rounds is not seen;
-//! - computes the memory committed per device the way `gpuslice devices`
-//!   does ([`crate::queue::committed_bytes`]).
+//! Each round the monitor
+//! 1. reads the job files it has not seen ([`QueueState::scan`]), each on
+//!    a descriptor it keeps: the owner is the file's (the kernel's word,
+//!    not the file's `uid`), and the request is checked, the priority
+//!    against the owner's ceiling ([`Config::priority_ceiling`]); a job that
+//!    fails is refused with one line, which its submitter prints;
+//! 2. lets go of the jobs that ended ([`QueueState::expire`]): a waiting
+//!    job when its holder's lock is gone, an admitted job when its lock is
+//!    gone *and* its tenant has no live process (so removing or unlocking
+//!    its own file does not free a job's room while it runs);
+//! 3. counts what is committed per device from what it holds itself: what
+//!    it gave each admitted job, the cap it holds for every other tenant
+//!    with a live process ([`PolicyState::cap_for`]), and memory NVML sees
+//!    used by processes outside every tenant;
+//! 4. admits what fits ([`policy::admit`]), first making each admitted
+//!    job's tenant ledger, for its owner, with the job's cap on its devices
+//!    and 0 on the others;
+//! 5. publishes the board, when it changed, and keeps its admitted jobs in
+//!    `<dir>/.monitor/queue.json`, so a restarted monitor keeps counting
+//!    them.
 //!
-//! Job files are anyone's: a file that is not a job is logged once and
-//! skipped, and figures from a job file are bounded (a wait is at least 0
-//! and at most a day, priorities are i32).
+//! Before the policy of each round, [`QueueState::enforce_caps`] writes
+//! each admitted job's caps back over any higher value its tenant put in
+//! its page, so the cap the policy pins for the tenant is the job's.
+//!
+//! Job files are their owners': whatever they hold is bounded (a file is
+//! at most 64 KiB, at most [`MAX_NEW_JOBS_PER_ROUND`] are read a round, a
+//! wait is at least 0 and at most a day, priorities are within the
+//! ceiling) and a file that is not a job is logged once and skipped.
 
+use super::log;
+use super::policy::PolicyState;
+use crate::config::Config;
 use crate::metrics::QueueFigures;
-use crate::queue::store::{Job, JobState, Queue};
+use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
+use crate::queue::policy::{self, Ask, DeviceRoom, Request};
+use crate::queue::store::{self, Board, Job, JobState, Queue, Refusal};
 use crate::snapshot::Snapshot;
-use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use ledger::{FileAccess, Ledger, PolicySource, UNLIMITED};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
-/// The longest wait counted; a file that says more is counted at this.
+/// The longest wait counted; a longer one is counted at this.
 const MAX_WAIT_SECONDS: f64 = 86_400.0;
 /// Most distinct priorities with a histogram of their own; jobs of others
-/// are counted under the nearest one kept (the label set stays small
-/// whatever the files say).
+/// are counted under the nearest one kept.
 const MAX_PRIORITIES: usize = 32;
+/// Most job files read for the first time in one round; the rest wait for
+/// the next (a user who makes thousands slows only their own).
+pub const MAX_NEW_JOBS_PER_ROUND: usize = 4096;
+/// Most GPUs one job may ask for (as `run --gpus` accepts).
+const MAX_GPUS: u32 = 64;
+/// The monitor's record of the jobs it admitted, in its own directory.
+const STATE_FILE: &str = "queue.json";
 
-/// What the monitor remembers of the queue between rounds.
-#[derive(Debug, Default)]
+/// A job is known by its id and its file's inode: an id can be reused.
+type JobKey = (u64, u64);
+
+/// A waiting (or refused) job, on the monitor's own descriptor of its file.
+struct Tracked {
+    file: File,
+    job: Job,
+    /// Order of first sight: first come, first served within a priority.
+    arrival: u64,
+    refused: Option<String>,
+}
+
+/// A job the monitor admitted: what it gave it.
+#[derive(Serialize, Deserialize)]
+struct Admitted {
+    job: Job,
+    /// Bytes it commits on each of its devices (UUID), as given at admission.
+    committed_bytes: BTreeMap<String, u64>,
+    /// The monitor's descriptor of its file (none after a restart, if the
+    /// file had gone).
+    #[serde(skip)]
+    file: Option<File>,
+}
+
+/// What the monitor keeps across restarts.
+#[derive(Serialize, Deserialize, Default)]
+struct Kept {
+    highest_id: u64,
+    admitted: Vec<Admitted>,
+}
+
+/// The queue, as the monitor holds it.
 pub struct QueueState {
-    /// Ids of admitted jobs already counted that still have a file.
-    counted: HashSet<u64>,
-    /// Files already reported as not being jobs.
+    dir: PathBuf,
+    queue: Queue,
+    overcommit: f64,
+    state_path: PathBuf,
+    tracked: BTreeMap<JobKey, Tracked>,
+    admitted: BTreeMap<JobKey, Admitted>,
+    /// Ledgers of admitted jobs' tenants, open while the jobs live.
+    ledgers: HashMap<String, Ledger>,
+    next_arrival: u64,
+    highest_id: u64,
     reported: HashSet<String>,
-    /// The live jobs last read (kept when a peek gives up on the lock).
-    live: Vec<Job>,
     figures: QueueFigures,
+    last_board: Option<Board>,
 }
 
 impl QueueState {
-    /// Reads the queue beside `dir` and returns the figures and the memory
-    /// committed per device in `snapshot`.
-    pub fn read(&mut self, dir: &Path, snapshot: &Snapshot) -> (QueueFigures, HashMap<String, u64>) {
-        match Queue::at(dir).peek() {
-            Ok(Some(peek)) => {
-                for problem in peek.problems {
-                    if self.reported.insert(problem.clone()) {
-                        super::log::warn(&format!("queue file {problem}; skipped"));
+    /// Makes the queue directory root's (mode 1777) and reads what a
+    /// previous monitor admitted from `<dir>/.monitor/queue.json`.
+    pub fn new(dir: &Path) -> Result<QueueState, String> {
+        let queue = Queue::at(dir);
+        if let Some(done) = queue.prepare()? {
+            log::warn(&done);
+        }
+        let overcommit = crate::queue::overcommit_ratio()?;
+        let state_path = super::policy::state_dir(dir).join(STATE_FILE);
+        let kept: Kept = match std::fs::read(&state_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", state_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Kept::default(),
+            Err(e) => return Err(format!("{}: {e}", state_path.display())),
+        };
+        let mut admitted = BTreeMap::new();
+        for mut record in kept.admitted {
+            record.file = reopen(&queue, &record.job);
+            admitted.insert((record.job.id, record.job.inode), record);
+        }
+        Ok(QueueState {
+            dir: dir.to_path_buf(),
+            queue,
+            overcommit,
+            state_path,
+            tracked: BTreeMap::new(),
+            admitted,
+            ledgers: HashMap::new(),
+            next_arrival: 0,
+            highest_id: kept.highest_id,
+            reported: HashSet::new(),
+            figures: QueueFigures::default(),
+            last_board: None,
+        })
+    }
+
+    fn warn_once(&mut self, message: String) {
+        if self.reported.insert(message.clone()) {
+            log::warn(&message);
+        }
+    }
+
+    /// Holds every admitted job's tenant to the job's caps: a page above
+    /// them, or not set by the monitor, is written back.
+    pub fn enforce_caps(&mut self) {
+        for record in self.admitted.values() {
+            let tenant = &record.job.tenant;
+            if !self.ledgers.contains_key(tenant) {
+                match Ledger::open(&ledger::tenant_path(&self.dir, tenant)) {
+                    Ok(ledger) if ledger.tenant() == *tenant => {
+                        self.ledgers.insert(tenant.clone(), ledger);
                     }
+                    _ => continue,
                 }
-                let present: HashSet<u64> = peek.live.iter().chain(&peek.ended).map(|j| j.id).collect();
-                self.counted.retain(|id| present.contains(id));
-                for job in peek.live.iter().chain(&peek.ended).filter(|j| j.state == JobState::Running) {
-                    if self.counted.insert(job.id) {
-                        self.observe(job);
-                    }
-                }
-                self.figures.waiting = peek.live.iter().filter(|j| j.state == JobState::Waiting).count() as u64;
-                self.figures.running = peek.live.iter().filter(|j| j.state == JobState::Running).count() as u64;
-                self.live = peek.live;
             }
-            // A job is looking: last round's figures stand.
-            Ok(None) => {}
-            Err(e) => {
-                if self.reported.insert(e.clone()) {
-                    super::log::warn(&format!("cannot read the admission queue: {e}"));
+            let Some(ledger) = self.ledgers.get(tenant) else { continue };
+            for entry in ledger.devices() {
+                let cap = record.committed_bytes.iter().find(|(uuid, _)| any_uuid_bytes(uuid) == Some(entry.uuid)).map_or(0, |(_, b)| *b);
+                let (page, source) = (ledger.memory_limit_bytes(entry.index), ledger.policy_source(entry.index));
+                if page > cap || source != PolicySource::Monitor {
+                    ledger.set_memory_limit_bytes(entry.index, cap, PolicySource::Monitor);
+                    log::warn(&format!(
+                        "queue job {} (tenant {tenant}) device {}: its ledger said {} ({}); the job's cap of {} stays",
+                        record.job.id,
+                        uuid_string(&entry.uuid),
+                        show(page),
+                        source.name(),
+                        show(cap)
+                    ));
                 }
             }
         }
-        let capacity: HashMap<String, u64> = snapshot.devices.iter().map(|d| (d.uuid.clone(), d.memory_total_bytes)).collect();
-        let committed = crate::queue::committed_bytes(&capacity, &self.live, &snapshot.tenants);
+    }
+
+    /// One round: see the module docs. Returns the figures for `/metrics`
+    /// and the memory committed per device UUID.
+    pub fn round(&mut self, config: &Config, policy: &PolicyState, snapshot: &Snapshot, gpus: Option<&[GpuInfo]>) -> (QueueFigures, HashMap<String, u64>) {
+        self.scan(config, gpus);
+        let mut changed = self.expire(snapshot);
+        let committed = self.committed(config, policy, snapshot, gpus);
+        if let Some(gpus) = gpus {
+            changed |= self.admit(gpus, &committed, snapshot);
+        }
+        if changed {
+            self.keep();
+        }
+        let committed = if changed { self.committed(config, policy, snapshot, gpus) } else { committed };
+        self.publish(gpus.is_none(), &committed);
+        self.figures.waiting = self.tracked.values().filter(|t| t.refused.is_none()).count() as u64;
+        self.figures.running = self.admitted.len() as u64;
         (self.figures.clone(), committed)
+    }
+
+    /// Reads the job files not seen yet.
+    fn scan(&mut self, config: &Config, gpus: Option<&[GpuInfo]>) {
+        let mut ids = self.queue.job_ids();
+        ids.sort_unstable();
+        let mut read = 0;
+        for id in ids {
+            let path = self.queue.job_path(id);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let key = (id, meta.ino());
+            if self.tracked.contains_key(&key) || self.admitted.contains_key(&key) {
+                continue;
+            }
+            if read == MAX_NEW_JOBS_PER_ROUND {
+                break;
+            }
+            read += 1;
+            match self.read_new(&path, id) {
+                Ok(Some(tracked)) => {
+                    let key = (id, tracked.job.inode);
+                    self.highest_id = self.highest_id.max(id);
+                    self.tracked.insert(key, tracked);
+                }
+                Ok(None) => {}
+                Err(e) => self.warn_once(format!("queue file {}: {e}; skipped", path.display())),
+            }
+        }
+        // Checked against this configuration; a job refused stays refused.
+        // Each owner's groups are looked up once a round.
+        let mut groups: HashMap<u32, Vec<u32>> = HashMap::new();
+        for tracked in self.tracked.values_mut().filter(|t| t.refused.is_none()) {
+            let gids = groups.entry(tracked.job.uid).or_insert_with(|| crate::host::groups_of(tracked.job.uid));
+            if let Err(why) = check_request(&tracked.job, gids, config, gpus, self.overcommit) {
+                log::info(&format!("queue job {} (uid {}) refused: {why}", tracked.job.id, tracked.job.uid));
+                tracked.refused = Some(why);
+            }
+        }
+    }
+
+    /// A job file seen for the first time: `None` if its holder is gone
+    /// (the stale file is removed).
+    fn read_new(&mut self, path: &Path, id: u64) -> Result<Option<Tracked>, String> {
+        let mut file = store::open_plain(path).map_err(|e| e.to_string())?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        if !store::is_held(&file).map_err(|e| format!("cannot test its lock: {e}"))? {
+            remove_if_same(path, meta.ino());
+            return Ok(None);
+        }
+        let request = store::read_job(&mut file, id)?;
+        let job = Job {
+            id,
+            name: request.name,
+            priority: request.priority,
+            gpus: request.gpus,
+            memory_bytes: request.memory_bytes,
+            placement: request.placement,
+            tenant: String::new(),
+            uid: meta.uid(),
+            pid: request.pid,
+            submitted_unix_ms: store::unix_ms(),
+            state: JobState::Waiting,
+            devices: Vec::new(),
+            started_unix_ms: None,
+            command: store::shown_command(&request.command),
+            inode: meta.ino(),
+        };
+        self.next_arrival += 1;
+        Ok(Some(Tracked { file, job, arrival: self.next_arrival, refused: None }))
+    }
+
+    /// Lets go of the jobs that ended; whether an admitted one did.
+    fn expire(&mut self, snapshot: &Snapshot) -> bool {
+        let queue = &self.queue;
+        self.tracked.retain(|_, t| {
+            let held = store::is_held(&t.file).unwrap_or(false);
+            if !held {
+                remove_if_same(&queue.job_path(t.job.id), t.job.inode);
+            }
+            held
+        });
+        let live_tenants: HashSet<&str> =
+            snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)).map(|t| t.name.as_str()).collect();
+        let mut ended = Vec::new();
+        for (key, record) in &self.admitted {
+            let held = record.file.as_ref().is_some_and(|f| store::is_held(f).unwrap_or(false));
+            if !held && !live_tenants.contains(record.job.tenant.as_str()) {
+                ended.push(*key);
+            }
+        }
+        for key in &ended {
+            if let Some(record) = self.admitted.remove(key) {
+                remove_if_same(&self.queue.job_path(record.job.id), record.job.inode);
+                self.ledgers.remove(&record.job.tenant);
+                log::info(&format!("queue job {} (uid {}, tenant {}) ended: its room is free", record.job.id, record.job.uid, record.job.tenant));
+            }
+        }
+        !ended.is_empty()
+    }
+
+    /// Memory committed per device UUID (NVML's spelling), from what the
+    /// monitor holds: see the module docs.
+    fn committed(&self, config: &Config, policy: &PolicyState, snapshot: &Snapshot, gpus: Option<&[GpuInfo]>) -> HashMap<String, u64> {
+        let mut by_raw: HashMap<[u8; 16], u64> = HashMap::new();
+        let mut add = |uuid: &str, bytes: u64| {
+            if let Some(raw) = any_uuid_bytes(uuid) {
+                let entry = by_raw.entry(raw).or_default();
+                *entry = entry.saturating_add(bytes);
+            }
+        };
+        for record in self.admitted.values() {
+            for (uuid, bytes) in &record.committed_bytes {
+                add(uuid, *bytes);
+            }
+        }
+        let admitted_tenants: HashSet<&str> = self.admitted.values().map(|r| r.job.tenant.as_str()).collect();
+        for tenant in snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive) && !admitted_tenants.contains(t.name.as_str())) {
+            for device in &tenant.devices {
+                let Some(raw) = any_uuid_bytes(&device.uuid) else { continue };
+                let host_index = gpus.and_then(|g| g.iter().find(|g| any_uuid_bytes(&g.uuid) == Some(raw))).map(|g| g.index);
+                let cap = policy
+                    .cap_for(config, &tenant.name, &device.uuid, host_index)
+                    .or_else(|| policy.cap_for(config, &tenant.name, &uuid_string(&raw), host_index));
+                if let Some(cap) = cap.filter(|c| *c != UNLIMITED) {
+                    add(&device.uuid, cap);
+                }
+            }
+        }
+        for process in &snapshot.untracked_processes {
+            add(&process.uuid, process.memory_used_bytes);
+        }
+        let names: Vec<(String, [u8; 16])> = match gpus {
+            Some(gpus) => gpus.iter().filter_map(|g| any_uuid_bytes(&g.uuid).map(|raw| (g.uuid.clone(), raw))).collect(),
+            None => snapshot.devices.iter().filter_map(|d| any_uuid_bytes(&d.uuid).map(|raw| (d.uuid.clone(), raw))).collect(),
+        };
+        names.into_iter().filter_map(|(uuid, raw)| by_raw.get(&raw).map(|b| (uuid, *b))).collect()
+    }
+
+    /// The waiting jobs, in admission order, as the policy sees them.
+    fn requests(&self) -> Vec<(Request, JobKey)> {
+        let mut requests: Vec<(Request, JobKey)> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| t.refused.is_none())
+            .map(|(key, t)| (request_of(&t.job, t.arrival), *key))
+            .collect();
+        requests.sort_by_key(|(r, _)| (std::cmp::Reverse(r.priority), r.id));
+        requests
+    }
+
+    /// Starts what fits; whether anything started.
+    fn admit(&mut self, gpus: &[GpuInfo], committed: &HashMap<String, u64>, snapshot: &Snapshot) -> bool {
+        let rooms = crate::queue::rooms(gpus, self.overcommit, committed);
+        let requests = self.requests();
+        let by_arrival: HashMap<u64, JobKey> = requests.iter().map(|(r, key)| (r.id, *key)).collect();
+        let plain: Vec<Request> = requests.into_iter().map(|(r, _)| r).collect();
+        let mut started = false;
+        for admission in policy::admit(&rooms, &plain) {
+            let Some(key) = by_arrival.get(&admission.id).copied() else { continue };
+            started |= self.start(key, admission.devices, &rooms, gpus, snapshot);
+        }
+        started
+    }
+
+    /// Makes job `key`'s tenant and moves it to the admitted; a job whose
+    /// tenant cannot be made is refused, saying why.
+    fn start(&mut self, key: JobKey, devices: Vec<String>, rooms: &[DeviceRoom], gpus: &[GpuInfo], snapshot: &Snapshot) -> bool {
+        let Some(tracked) = self.tracked.remove(&key) else { return false };
+        let committed_bytes: BTreeMap<String, u64> = devices
+            .iter()
+            .map(|uuid| {
+                let whole = rooms.iter().find(|r| r.uuid == *uuid).map_or(0, |r| r.capacity_bytes);
+                (uuid.clone(), tracked.job.memory_bytes.unwrap_or(whole))
+            })
+            .collect();
+        let tenant = self.free_tenant(snapshot);
+        let mut job = tracked.job;
+        match make_tenant_ledger(&self.dir, &tenant, job.uid, &committed_bytes, gpus) {
+            Ok(ledger) => {
+                self.ledgers.insert(tenant.clone(), ledger);
+            }
+            Err(e) => {
+                let why = format!("the monitor cannot make the job's tenant ledger {tenant}: {e}");
+                log::error(&format!("queue job {}: {why}", job.id));
+                self.tracked.insert(key, Tracked { refused: Some(why), job, ..tracked });
+                return false;
+            }
+        }
+        job.tenant = tenant;
+        job.state = JobState::Running;
+        job.devices = devices;
+        let now = store::unix_ms();
+        job.started_unix_ms = Some(now);
+        self.observe(&job);
+        log::info(&format!(
+            "queue job {} (uid {}) admitted as tenant {} on {}: {} each",
+            job.id,
+            job.uid,
+            job.tenant,
+            job.devices.join(","),
+            job.memory_bytes.map_or("the whole device".to_string(), crate::status::human_bytes)
+        ));
+        self.admitted.insert(key, Admitted { job, committed_bytes, file: Some(tracked.file) });
+        true
+    }
+
+    /// `queue-<n>`, the lowest `n` that no admitted job uses and no live
+    /// process runs as.
+    fn free_tenant(&self, snapshot: &Snapshot) -> String {
+        let used: HashSet<&str> = self
+            .admitted
+            .values()
+            .map(|r| r.job.tenant.as_str())
+            .chain(snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)).map(|t| t.name.as_str()))
+            .collect();
+        (0..).map(|n| format!("queue-{n}")).find(|t| !used.contains(t.as_str())).unwrap_or_default()
+    }
+
+    /// Keeps the admitted jobs where a restarted monitor finds them.
+    fn keep(&mut self) {
+        #[derive(Serialize)]
+        struct KeptRef<'a> {
+            highest_id: u64,
+            admitted: Vec<&'a Admitted>,
+        }
+        let kept = KeptRef { highest_id: self.highest_id, admitted: self.admitted.values().collect() };
+        let result = serde_json::to_vec(&kept).map_err(|e| e.to_string()).and_then(|bytes| {
+            let tmp = self.state_path.with_extension("json.tmp");
+            std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &self.state_path)).map_err(|e| e.to_string())
+        });
+        if let Err(e) = result {
+            self.warn_once(format!("cannot keep the admitted queue jobs in {}: {e}", self.state_path.display()));
+        }
+    }
+
+    /// Writes the board if it changed.
+    fn publish(&mut self, no_nvml: bool, committed: &HashMap<String, u64>) {
+        let mut running: Vec<Job> = self.admitted.values().map(|r| r.job.clone()).collect();
+        running.sort_by_key(|j| (j.started_unix_ms, j.id));
+        let waiting = self.requests().into_iter().filter_map(|(_, key)| self.tracked.get(&key).map(|t| t.job.clone()));
+        let refused = self
+            .tracked
+            .values()
+            .filter_map(|t| t.refused.as_ref().map(|reason| Refusal { id: t.job.id, inode: t.job.inode, uid: t.job.uid, reason: reason.clone() }))
+            .collect();
+        let board = Board {
+            monitor_pid: std::process::id(),
+            not_admitting: no_nvml.then(|| "the monitor has no NVML, so it cannot see the GPUs and admits nothing until it has".to_string()),
+            highest_id: self.highest_id,
+            jobs: running.into_iter().chain(waiting).collect(),
+            refused,
+            committed_bytes: committed.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        };
+        if self.last_board.as_ref() == Some(&board) {
+            return;
+        }
+        match self.queue.write_board(&board) {
+            Ok(()) => self.last_board = Some(board),
+            Err(e) => self.warn_once(e),
+        }
     }
 
     fn observe(&mut self, job: &Job) {
@@ -91,6 +473,95 @@ impl QueueState {
     }
 }
 
+/// `none` or a size.
+fn show(bytes: u64) -> String {
+    if bytes == UNLIMITED {
+        "none".into()
+    } else {
+        crate::status::human_bytes(bytes)
+    }
+}
+
+/// A job as admission sees it, ordered by `arrival`.
+fn request_of(job: &Job, arrival: u64) -> Request {
+    Request {
+        id: arrival,
+        priority: job.priority,
+        gpus: job.gpus,
+        ask: job.memory_bytes.map_or(Ask::WholeDevice, Ask::Bytes),
+        placement: job.placement,
+    }
+}
+
+/// Why the monitor will not queue `job` of a user in groups `gids` (one
+/// line, naming what was asked and what is accepted), if it will not.
+fn check_request(job: &Job, gids: &[u32], config: &Config, gpus: Option<&[GpuInfo]>, overcommit: f64) -> Result<(), String> {
+    if !(1..=MAX_GPUS).contains(&job.gpus) {
+        return Err(format!("--gpus {}: expected 1 to {MAX_GPUS}", job.gpus));
+    }
+    if job.memory_bytes == Some(0) {
+        return Err("--memory 0: expected a size above 0".into());
+    }
+    if let Some(name) = &job.name {
+        ledger::units::validate_tenant_name(name).map_err(|e| format!("--name {name:?}: {e}"))?;
+    }
+    if !(-1000..=1000).contains(&job.priority) {
+        return Err(format!("--priority {}: expected a whole number from -1000 to 1000", job.priority));
+    }
+    let ceiling = config.priority_ceiling(job.uid, gids);
+    if job.priority > ceiling {
+        return Err(format!(
+            "--priority {} is above uid {}'s ceiling of {ceiling} (set by [priority_ceilings] in the monitor's configuration)",
+            job.priority, job.uid
+        ));
+    }
+    if let Some(gpus) = gpus {
+        let empty = crate::queue::rooms(gpus, overcommit, &HashMap::new());
+        let ask = job.memory_bytes.map_or(Ask::WholeDevice, Ask::Bytes);
+        if let Some(why) = policy::never_fits(&empty, job.gpus, ask) {
+            return Err(format!("it can never start on this host: {why}"));
+        }
+    }
+    Ok(())
+}
+
+/// The monitor's descriptor of `job`'s file, if it is still that file.
+fn reopen(queue: &Queue, job: &Job) -> Option<File> {
+    let file = store::open_plain(&queue.job_path(job.id)).ok()?;
+    (file.metadata().ok()?.ino() == job.inode).then_some(file)
+}
+
+/// Removes `path` if it is still the file with inode `inode`.
+fn remove_if_same(path: &Path, inode: u64) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == inode) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Makes `tenant`'s ledger afresh for a job of user `uid`: the job's cap
+/// on each of its devices (`caps`, by UUID), 0 on every other device, all
+/// set by the monitor (a process's environment cannot replace them), and
+/// the file given to `uid`. A ledger left under that name (no live process
+/// runs as the tenant: see [`QueueState::free_tenant`]) is removed first.
+fn make_tenant_ledger(dir: &Path, tenant: &str, uid: u32, caps: &BTreeMap<String, u64>, gpus: &[GpuInfo]) -> Result<Ledger, String> {
+    let path = ledger::tenant_path(dir, tenant);
+    if std::fs::symlink_metadata(&path).is_ok() {
+        std::fs::remove_file(&path).map_err(|e| format!("cannot remove the old {}: {e}", path.display()))?;
+    }
+    let ledger = Ledger::open_or_create_with(dir, tenant, FileAccess::Creator).map_err(|e| e.to_string())?;
+    for gpu in gpus {
+        let Some(raw) = any_uuid_bytes(&gpu.uuid) else { continue };
+        let cap = caps.get(&gpu.uuid).copied().unwrap_or(0);
+        match ledger.device_index(&raw, gpu.total_bytes) {
+            Ok(index) => ledger.set_memory_limit_bytes(index, cap, PolicySource::Monitor),
+            Err(e) if caps.contains_key(&gpu.uuid) => return Err(format!("cannot enter device {}: {e}", gpu.uuid)),
+            Err(e) => log::warn(&format!("tenant {tenant}: cannot enter device {} to cap it at 0: {e}", gpu.uuid)),
+        }
+    }
+    std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| format!("cannot give {} to uid {uid}: {e}", path.display()))?;
+    Ok(ledger)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,20 +576,38 @@ mod tests {
             memory_bytes: Some(10),
             placement: Default::default(),
             tenant: "queue-1".into(),
-            uid: 0,
+            uid: 1001,
             pid: 1,
             submitted_unix_ms: submitted,
             state: JobState::Running,
             devices: vec!["GPU-0".into()],
             started_unix_ms: started,
             command: vec![],
+            inode: 0,
+        }
+    }
+
+    fn state() -> QueueState {
+        let dir = std::env::temp_dir().join(format!("gpuslice-daemon-queue-{}", std::process::id()));
+        QueueState {
+            queue: Queue::at(&dir),
+            dir,
+            overcommit: 1.0,
+            state_path: PathBuf::new(),
+            tracked: BTreeMap::new(),
+            admitted: BTreeMap::new(),
+            ledgers: HashMap::new(),
+            next_arrival: 0,
+            highest_id: 0,
+            reported: HashSet::new(),
+            figures: QueueFigures::default(),
+            last_board: None,
         }
     }
 
     #[test]
     fn waits_are_counted_once_bounded_and_by_priority() {
-        let mut state = QueueState::default();
-        state.counted.insert(1);
+        let mut state = state();
         state.observe(&job(2, 5, 1_000, Some(1_040)));
         state.observe(&job(3, 5, 9_000, Some(1_000)));
         state.observe(&job(4, 0, 0, Some(u64::MAX)));
@@ -132,5 +621,33 @@ mod tests {
             state.observe(&job(p as u64, p, 0, Some(0)));
         }
         assert_eq!(state.figures.wait_seconds.len(), MAX_PRIORITIES);
+    }
+
+    #[test]
+    fn a_priority_above_the_ceiling_is_refused_naming_both() {
+        let config = crate::config::parse("[priority_ceilings]\ndefault = 2\n").unwrap();
+        let mut asked = job(1, 1000, 0, None);
+        let e = check_request(&asked, &[], &config, None, 1.0).unwrap_err();
+        assert!(e.contains("--priority 1000") && e.contains("ceiling of 2"), "{e}");
+        asked.priority = 2;
+        assert_eq!(check_request(&asked, &[], &config, None, 1.0), Ok(()));
+        asked.uid = 0;
+        asked.priority = 1000;
+        assert_eq!(check_request(&asked, &[], &config, None, 1.0), Ok(()), "root may ask for any priority");
+        for (bad, says) in [(Job { gpus: 0, ..job(1, 0, 0, None) }, "--gpus 0"), (Job { memory_bytes: Some(0), ..job(1, 0, 0, None) }, "--memory 0")] {
+            assert!(check_request(&bad, &[], &config, None, 1.0).unwrap_err().contains(says));
+        }
+    }
+
+    #[test]
+    fn first_come_is_the_monitors_order_of_first_sight_not_the_id() {
+        let mut state = state();
+        let file = || File::open("/dev/null").unwrap();
+        // Job 1 was seen after job 9: a low id chosen by its owner does not pass.
+        state.tracked.insert((9, 1), Tracked { file: file(), job: job(9, 0, 0, None), arrival: 1, refused: None });
+        state.tracked.insert((1, 1), Tracked { file: file(), job: job(1, 0, 0, None), arrival: 2, refused: None });
+        state.tracked.insert((5, 1), Tracked { file: file(), job: job(5, 3, 0, None), arrival: 3, refused: None });
+        let order: Vec<u64> = state.requests().into_iter().map(|(_, key)| key.0).collect();
+        assert_eq!(order, [5, 9, 1]);
     }
 }

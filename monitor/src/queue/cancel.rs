@@ -1,8 +1,13 @@
 //! `gpuslice cancel ID [--dir DIR]`: ends a job, waiting or running.
+//!
+//! The job's file says which process holds it; that is acted on only if
+//! the kernel agrees (the process has that very file open), and only by
+//! the file's owner or root. Nothing is locked or waited for.
 
-use super::store::{self, JobState, Queue};
+use super::store::{self, Queue};
 use crate::discovery;
 use clap::Args;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,35 +32,43 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, String> {
     if !queue.exists() {
         return Err(none());
     }
-    let lock = queue.lock()?;
-    let job = queue.jobs(&lock).0.into_iter().find(|j| j.id == id).ok_or_else(none)?;
-    let path = queue.dir().join(format!("{id}{}", store::JOB_SUFFIX));
-    let file = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    use std::os::unix::fs::MetadataExt;
+    queue.check_safe()?;
+    let path = queue.job_path(id);
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
-    if me != 0 && file.uid() != me {
-        return Err(format!("job {id} belongs to uid {}, not to you", file.uid()));
+    let owner = match std::fs::symlink_metadata(&path) {
+        Ok(meta) => meta.uid(),
+        Err(_) => return Err(none()),
+    };
+    if me != 0 && owner != me {
+        return Err(format!("job {id} belongs to uid {owner}, not to you: only its owner or root may cancel it"));
     }
+    let mut file = store::open_plain(&path).map_err(|e| format!("job {id}: cannot read {}: {e}", path.display()))?;
+    if !store::is_held(&file).map_err(|e| format!("job {id}: cannot test its lock: {e}"))? {
+        return Err(none());
+    }
+    let job = store::read_job(&mut file, id).map_err(|e| format!("job {id}: {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
     // The pid is what the file says: act only if that process has the file open.
-    if !has_open(job.pid, file.dev(), file.ino()) {
+    if !has_open(job.pid, meta.dev(), meta.ino()) {
         return Err(format!("job {id}: its process {} does not hold its file; it is ending", job.pid));
     }
+    let running = queue.live_board().is_some_and(|b| b.jobs.iter().any(|j| j.id == id && j.inode == meta.ino() && j.state == store::JobState::Running));
     // SAFETY: kill(2) on the pid checked above.
     if unsafe { libc::kill(job.pid as libc::pid_t, libc::SIGTERM) } != 0 {
         return Err(format!("job {id}: cannot signal process {}: {}", job.pid, std::io::Error::last_os_error()));
     }
-    let _ = queue.remove(id, &lock);
-    match job.state {
-        JobState::Waiting => println!("job {id} cancelled while waiting"),
-        JobState::Running => println!("job {id} cancelled: SIGTERM sent to its command (pid {})", job.pid),
+    let _ = std::fs::remove_file(&path);
+    if running {
+        println!("job {id} cancelled: SIGTERM sent to its command (pid {})", job.pid);
+    } else {
+        println!("job {id} cancelled while waiting");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Whether host process `pid` has the file (`dev`, `ino`) open.
 fn has_open(pid: u32, dev: u64, ino: u64) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
     entries.flatten().any(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino))
 }

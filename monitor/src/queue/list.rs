@@ -1,7 +1,7 @@
 //! `gpuslice queue [--dir DIR] [--json]`: the live jobs, running ones
-//! first, then waiting ones in the order they will start.
+//! first, then waiting ones in the order they will start, as the monitor's
+//! board says (see [`super::view`] for what is shown without a monitor).
 
-use super::live_jobs;
 use super::store::{self, Job, JobState};
 use crate::discovery;
 use clap::Args;
@@ -22,8 +22,18 @@ pub struct QueueListArgs {
 /// Lists the live jobs, in admission order for the waiting ones.
 pub fn list(args: QueueListArgs) -> Result<ExitCode, String> {
     let dir = discovery::ledger_dir(args.dir.as_deref());
-    let mut jobs = live_jobs(&dir)?;
-    jobs.sort_by_key(|j| (j.state == JobState::Waiting, std::cmp::Reverse(j.priority), j.id));
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(format!("the ledger directory {} is not a directory", dir.display())),
+        Err(e) => return Err(format!("cannot read the ledger directory {}: {e} (is --dir or GPUSLICE_DIR right?)", dir.display())),
+    }
+    let view = super::view(&dir)?;
+    if let Some(why) = &view.partial {
+        eprintln!("gpuslice queue: {why}");
+    }
+    let mut jobs = view.jobs;
+    // Stable: the waiting jobs keep the board's order, the order they start in.
+    jobs.sort_by_key(|j| j.state == JobState::Waiting);
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs })).map_err(|e| e.to_string())?;
         println!("{text}");

@@ -1,43 +1,52 @@
-//! The admission queue: `gpuslice run --queue … -- CMD` waits until its
-//! slice fits on this host, then runs CMD on the devices chosen for it;
+//! The admission queue: `gpuslice run --queue … -- CMD` waits until the
+//! monitor admits it, then runs CMD on the devices chosen for it;
 //! `gpuslice queue` lists the jobs, `gpuslice cancel ID` ends one.
 //!
-//! **Who runs the queue: nobody in particular.** There is no queue daemon,
-//! and the monitor plays no part: each waiting `gpuslice run --queue` is its
-//! job's holder. Every decision is taken under one lock file by whichever
-//! job looks, from what is on disk (the job files, [`store`]) and in the
-//! ledgers, with one pure policy ([`policy`]) that every job computes alike,
-//! and each job acts only on itself. So the queue works on a host where no
-//! monitor runs (as memory caps do), a monitor restart loses nothing, and
-//! a crash cannot leak a reservation: a job exists exactly as long as the
-//! kernel says its holder's file lock does, and the holder *is* the job
-//! (it execs the command, which inherits the lock, as do its children).
+//! **Who runs the queue: the monitor, and only it.** A job's owner writes
+//! a request (its job file, [`store`]), which is untrusted input: the
+//! monitor reads it, checks it (the owner as the kernel says, a priority
+//! within the owner's ceiling from the monitor's configuration), and
+//! decides with one pure policy ([`policy`]) from figures only it holds:
+//! what each admitted job was given, and the caps it holds for tenants
+//! with live processes. It publishes its decisions on the board, which
+//! only it writes; a waiting `gpuslice run --queue` reads the board and
+//! acts on its own job alone. Nothing a user writes (a job file, a ledger
+//! page, a lock) can change another user's place, and no user holds
+//! anything another waits on. The monitor's side is
+//! `monitor/src/daemon/queue.rs`.
 //!
-//! **What is committed on a device**: the caps of running jobs (a job
-//! without `--memory` commits the whole device), plus, for every tenant
-//! outside those jobs with a live process, its cap on each device in its
-//! ledger. Tenants without a cap commit nothing: the queue cannot know what
-//! they will use, and `gpuslice devices` shows them. Commitments stay at or
-//! under device memory unless `GPUSLICE_QUEUE_OVERCOMMIT` (a ratio from 1
-//! to 10, like `1.5`) lets every device count for that much more.
+//! **Without a monitor** nothing is admitted: a job waits (as long as its
+//! `--timeout` allows) and says why, once. The figures a job could compute
+//! alone come from files their owners write, so there is nothing safe to
+//! decide with. `gpuslice queue` then lists the jobs whose files the
+//! caller can read, as waiting.
+//!
+//! **What is committed on a device**: for every job the monitor admitted,
+//! what it gave the job (its `--memory`, or the whole device), for as long
+//! as the job's file lock is held or its tenant has a live process; plus,
+//! for every other tenant with a live process, the cap the monitor holds
+//! for it on each device (its configuration's, else the cap it pinned when
+//! the tenant started). Tenants without a cap commit nothing: the queue
+//! cannot know what they will use, and `gpuslice devices` shows them.
+//! Commitments stay at or under device memory unless
+//! `GPUSLICE_QUEUE_OVERCOMMIT` in the monitor's environment (a ratio from
+//! 1 to 10, like `1.5`) lets every device count for that much more.
 //!
 //! **What a job gets**: `CUDA_VISIBLE_DEVICES` set to its devices' UUIDs
 //! (an inherited value is replaced: the queue chooses among every GPU NVML
 //! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its
-//! own, `queue-<n>` (the lowest number no live job uses, so that ledgers are
-//! reused, not one left per job ever run), since a cap belongs to a tenant
-//! (with `--tenant`, jobs of one tenant share one cap).
+//! own, `queue-<n>`, whose ledger the monitor makes for the job's owner
+//! before the job starts, with the job's cap on its devices and 0 on every
+//! other, and holds there while the job lives.
 //!
 //! Files: `submit.rs` (`run --queue`), `list.rs` (`gpuslice queue`),
 //! `cancel.rs` (`gpuslice cancel`), [`policy`] (who starts, where),
-//! [`store`] (the files), [`wait`] (sleeping between looks).
-//!
-//! Data flow of one look (see [`wait`] for when a waiting job looks):
+//! [`store`] (the files), [`wait`] (sleeping between reads of the board).
 //!
 //! ```text
-//!  lock queue/lock ─► job files (stale ones removed) ─► ledgers ─► committed per device
-//!                  ─► policy::admit ─► this job admitted? write "running", unlock, exec
-//!                                      else unlock, sleep until a job leaves (or a while)
+//!  run --queue ─► <id>.job (0600, flock'ed) ─► monitor, each round: check, policy::admit,
+//!                                              make the tenant's ledger ─► board.json
+//!  run --queue ◄─ board says "running on …" ◄───────────────────────────────┘  ─► exec
 //! ```
 
 mod cancel;
@@ -51,10 +60,10 @@ pub use cancel::{cancel, CancelArgs};
 pub use list::{list, QueueListArgs};
 pub use submit::submit;
 
-use crate::discovery::{self, Layout};
+use crate::nvml::GpuInfo;
 use crate::snapshot::TenantView;
 use clap::Args;
-use policy::Placement;
+use policy::{DeviceRoom, Placement};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -99,54 +108,80 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     number.checked_mul(millis_per).map(Duration::from_millis).ok_or_else(|| format!("{text:?}: too long"))
 }
 
-/// Memory committed per device UUID: running jobs' caps (or whole devices,
-/// `capacity_bytes`), and capped live tenants outside those jobs. A tenant
-/// that is also a running job's is counted once, by the larger figure.
-pub fn committed_bytes(capacity_bytes: &HashMap<String, u64>, jobs: &[Job], tenants: &[TenantView]) -> HashMap<String, u64> {
-    let mut by_device_tenant: HashMap<(String, String), u64> = HashMap::new();
-    for job in jobs.iter().filter(|j| j.state == JobState::Running) {
-        for uuid in &job.devices {
-            let bytes = job.memory_bytes.unwrap_or_else(|| capacity_bytes.get(uuid).copied().unwrap_or(u64::MAX));
-            let entry = by_device_tenant.entry((uuid.clone(), job.tenant.clone())).or_default();
-            *entry = entry.saturating_add(bytes);
-        }
+/// `GPUSLICE_QUEUE_OVERCOMMIT`: how much more than its memory a device may
+/// have committed, as a ratio; 1 when unset.
+pub fn overcommit_ratio() -> Result<f64, String> {
+    let Some(value) = std::env::var_os("GPUSLICE_QUEUE_OVERCOMMIT") else { return Ok(1.0) };
+    let text = value.to_string_lossy();
+    match text.parse::<f64>() {
+        Ok(ratio) if (1.0..=10.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("GPUSLICE_QUEUE_OVERCOMMIT={text:?}: expected a ratio from 1 to 10, like 1.5")),
     }
+}
+
+/// What each device can hold, and what is committed on it. A GPU split
+/// into MIG instances is not a device of its own: CUDA cannot use it
+/// whole, and its memory is its instances'; they are the devices.
+pub fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>) -> Vec<DeviceRoom> {
+    let partitioned: HashSet<&str> = gpus.iter().filter_map(|g| g.parent_uuid.as_deref()).collect();
+    gpus.iter()
+        .filter(|g| !partitioned.contains(g.uuid.as_str()))
+        .map(|g| DeviceRoom {
+            uuid: g.uuid.clone(),
+            capacity_bytes: (g.total_bytes as f64 * overcommit) as u64,
+            committed_bytes: committed.get(&g.uuid).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// Memory committed per device UUID, as a user without the monitor can
+/// estimate it for `gpuslice devices`: the caps in the ledgers of tenants
+/// with a live process (what their pages say: a display, never a
+/// decision). With a monitor, its board's figures are shown instead.
+pub fn estimated_committed_bytes(tenants: &[TenantView]) -> HashMap<String, u64> {
+    let mut committed: HashMap<String, u64> = HashMap::new();
     for tenant in tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)) {
         for device in &tenant.devices {
             if let Some(cap) = device.memory_limit_bytes {
-                let entry = by_device_tenant.entry((device.uuid.clone(), tenant.name.clone())).or_default();
-                *entry = (*entry).max(cap);
+                let entry = committed.entry(device.uuid.clone()).or_default();
+                *entry = entry.saturating_add(cap);
             }
         }
-    }
-    let mut committed: HashMap<String, u64> = HashMap::new();
-    for ((uuid, _), bytes) in by_device_tenant {
-        let entry = committed.entry(uuid).or_default();
-        *entry = entry.saturating_add(bytes);
     }
     committed
 }
 
-/// The tenants of the ledgers in `dir`, as `status` sees them (no NVML).
-pub fn tenants(dir: &Path) -> Vec<TenantView> {
-    let _ = crate::daemon::sigbus::install();
-    let Ok((ledgers, _)) = discovery::open_ledgers(dir, Layout::Flat) else { return Vec::new() };
-    let refs: Vec<&ledger::Ledger> = ledgers.iter().collect();
-    crate::snapshot::collect(&refs, None, &mut crate::host::LockCache::default()).tenants
+/// What is known of the queue beside `dir`'s ledgers: the monitor's board
+/// if a monitor runs, else the jobs whose files the caller can read (all
+/// waiting, nothing committed).
+pub struct QueueView {
+    pub jobs: Vec<Job>,
+    /// Memory committed per device UUID, from the board.
+    pub committed_bytes: Option<HashMap<String, u64>>,
+    /// Why the view is partial, if it is (no monitor).
+    pub partial: Option<String>,
 }
 
-/// The live jobs of the queue beside `dir`'s ledgers (none if it was never used).
-pub fn live_jobs(dir: &Path) -> Result<Vec<Job>, String> {
+/// The queue beside `dir`'s ledgers (empty if it was never made).
+pub fn view(dir: &Path) -> Result<QueueView, String> {
     let queue = Queue::at(dir);
     if !queue.exists() {
-        return Ok(Vec::new());
+        return Ok(QueueView { jobs: Vec::new(), committed_bytes: None, partial: None });
     }
-    let lock = queue.lock()?;
-    let (jobs, problems) = queue.jobs(&lock);
+    queue.check_safe()?;
+    if let Some(board) = queue.live_board() {
+        return Ok(QueueView { jobs: board.jobs, committed_bytes: Some(board.committed_bytes.into_iter().collect()), partial: None });
+    }
+    let (mut jobs, problems) = queue.readable_jobs();
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.id));
     for problem in problems {
         eprintln!("gpuslice: warning: queue file {problem}");
     }
-    Ok(jobs)
+    let partial = format!(
+        "no monitor runs for {}: listed are the jobs whose files you can read, all waiting (only the monitor admits jobs)",
+        queue.dir().display()
+    );
+    Ok(QueueView { jobs, committed_bytes: None, partial: Some(partial) })
 }
 
 /// The jobs running on each device, by UUID: for `gpuslice devices`.
@@ -164,7 +199,6 @@ pub fn jobs_by_device(jobs: &[Job]) -> HashMap<String, Vec<&Job>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::fixtures;
 
     #[test]
     fn durations_are_a_number_and_a_unit() {
@@ -178,52 +212,16 @@ mod tests {
         }
     }
 
-    pub(super) fn running(id: u64, tenant: &str, devices: &[&str], memory_bytes: Option<u64>) -> Job {
-        Job {
-            id,
-            name: None,
-            priority: 0,
-            gpus: devices.len() as u32,
-            memory_bytes,
-            placement: Placement::Binpack,
-            tenant: tenant.into(),
-            uid: 0,
-            pid: 1,
-            submitted_unix_ms: 0,
-            state: JobState::Running,
-            devices: devices.iter().map(|d| d.to_string()).collect(),
-            started_unix_ms: Some(0),
-            command: vec![],
-        }
-    }
-
     #[test]
-    fn committed_counts_jobs_and_capped_live_tenants_once() {
-        let capacity: HashMap<String, u64> = [("GPU-0".to_string(), 100), ("GPU-1".to_string(), 100)].into();
-        let jobs = vec![running(1, "queue-1", &["GPU-0", "GPU-1"], Some(10)), running(2, "queue-2", &["GPU-1"], None)];
-        let alive = |alive| crate::snapshot::ProcessView {
-            pid: 1,
-            ns_pid: 1,
-            slot: 0,
-            alive,
-            confirmed: true,
-            memory_used_bytes: 0,
-            driver_memory_used_bytes: None,
-            sm_utilization_ratio: None,
-            start_time_ticks: 0,
-            devices: vec![],
+    fn a_mig_partitioned_gpu_offers_its_instances_not_itself() {
+        let gpu = |uuid: &str, parent: Option<&str>, total_bytes| GpuInfo {
+            uuid: uuid.into(),
+            parent_uuid: parent.map(String::from),
+            total_bytes,
+            ..GpuInfo::default()
         };
-        // team-a: capped at 30 on GPU-0, alive. queue-1's own ledger: cap 10, alive (counted once).
-        let mut tenants = fixtures::one_tenant(false, fixtures::tenant_device(0, Some(30), None), vec![alive(true)]).tenants;
-        let mut own = tenants[0].clone();
-        own.name = "queue-1".into();
-        own.devices[0].memory_limit_bytes = Some(10);
-        let mut gone = tenants[0].clone();
-        gone.name = "team-gone".into();
-        gone.processes = vec![alive(false)];
-        tenants.extend([own, gone]);
-        let committed = committed_bytes(&capacity, &jobs, &tenants);
-        assert_eq!(committed.get("GPU-0"), Some(&40));
-        assert_eq!(committed.get("GPU-1"), Some(&110), "a whole-device job commits all of it");
+        let gpus = [gpu("GPU-0", None, 8), gpu("MIG-a", Some("GPU-0"), 4), gpu("MIG-b", Some("GPU-0"), 2), gpu("GPU-1", None, 8)];
+        let uuids: Vec<String> = rooms(&gpus, 1.0, &HashMap::new()).into_iter().map(|r| r.uuid).collect();
+        assert_eq!(uuids, ["MIG-a", "MIG-b", "GPU-1"]);
     }
 }

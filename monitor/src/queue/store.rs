@@ -1,38 +1,57 @@
-//! The queue on disk: `<ledger dir>/queue/`, one file per job, and a lock
-//! file that serialises every change.
+//! The queue on disk: `<ledger dir>/queue/`, one file per job written by
+//! the job's owner, and one board written by the monitor.
 //!
 //! ```text
-//!  <dir>/queue/lock       flock'ed (exclusive) around every read-decide-write
-//!  <dir>/queue/next-id    the next job id, a decimal number
-//!  <dir>/queue/<id>.job   one job, JSON; its holder keeps it flock'ed
+//!  <dir>/queue/            root's, mode 1777 (sticky): made by the monitor at start
+//!  <dir>/queue/<id>.job    one job's request, JSON, 0600: its owner's alone; its holder keeps it flock'ed
+//!  <dir>/queue/board.json  the monitor's decisions, JSON, 0644, root's: read by everyone
 //! ```
+//!
+//! **Nothing here is shared for writing, and nothing is waited on.** A job
+//! file is its owner's (0600, in a sticky directory: no other user can
+//! open, rewrite, lock or remove it), and it is only a request: how many
+//! GPUs, how much memory, what priority. Where a job runs and what it
+//! commits is decided by the monitor and written to the board, which only
+//! the monitor (root) writes. There is no queue lock: the monitor is the
+//! one reader that decides, so there is nothing to serialise between users,
+//! and no lock another user could hold to freeze the queue.
 //!
 //! A job file is created by the `gpuslice run --queue` process that waits
 //! for it, which takes an exclusive `flock` on it and keeps it: through
-//! `exec` (the descriptor is inherited, not closed) and into every child of
-//! the command. The kernel drops the lock when the last of those processes
-//! is gone, however it ends, so a job whose file is not locked is over: its
-//! file is stale and whoever holds the queue lock removes it. A waiting job
-//! killed with `kill -9` thus leaves no entry, and a running job's
-//! commitment ends with its processes. The holder rewrites its file in
-//! place (never renames over it: the lock belongs to the inode), and only
-//! under the queue lock, so readers never see half a file.
+//! `exec` (the descriptor is inherited) and into every child of the
+//! command. The kernel drops the lock when the last of those processes is
+//! gone, however it ends, so a job whose file is not locked is over. The
+//! file is complete before it has its name: it is written under a
+//! temporary name and published with `link(2)`, which fails if the id is
+//! taken (the next id is then tried), so no reader sees half a file and no
+//! counter file is shared.
 
 use super::policy::Placement;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The subdirectory of the ledger directory holding the queue.
 pub const QUEUE_SUBDIR: &str = "queue";
 /// A job file's suffix.
 pub const JOB_SUFFIX: &str = ".job";
+/// The monitor's board, in the queue directory.
+pub const BOARD_FILE: &str = "board.json";
+/// The queue directory's mode: every user may queue, none may remove
+/// another's file.
+pub const QUEUE_DIR_MODE: u32 = 0o1777;
 /// The largest job file read; a command line longer than this is cut in
 /// the file (see [`Job::command`]).
 const MAX_JOB_BYTES: usize = 64 * 1024;
+/// The largest board read.
+const MAX_BOARD_BYTES: usize = 64 << 20;
+/// How many ids past the highest one seen a submission tries before it
+/// gives up (each taken id is a job file made by someone else meanwhile).
+const ID_TRIES: u64 = 1000;
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +63,9 @@ pub enum JobState {
     Running,
 }
 
-/// One job, as its file holds it.
+/// One job. In a job file, only the request is read (`name`, `priority`,
+/// `gpus`, `memory_bytes`, `placement`, `pid`, `command`); on the board,
+/// every field is the monitor's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: u64,
@@ -54,11 +75,13 @@ pub struct Job {
     /// The cap per device; `None` asks for whole devices.
     pub memory_bytes: Option<u64>,
     pub placement: Placement,
-    /// The tenant its processes run as.
+    /// The tenant its processes run as (the monitor's choice).
     pub tenant: String,
+    /// The owner: on the board, the job file's owner as the kernel says.
     pub uid: u32,
     /// The holder: the waiting `gpuslice`, then (same pid, after exec) the command.
     pub pid: u32,
+    /// On the board: when the monitor first saw the job.
     pub submitted_unix_ms: u64,
     pub state: JobState,
     /// Device UUIDs, once running.
@@ -66,6 +89,36 @@ pub struct Job {
     pub started_unix_ms: Option<u64>,
     /// The command, for people: cut to [`MAX_COMMAND_BYTES`] (see [`shown_command`]).
     pub command: Vec<String>,
+    /// On the board: the job file's inode, which tells this job from an
+    /// earlier one of the same id.
+    #[serde(default)]
+    pub inode: u64,
+}
+
+/// A job the monitor refused, and why (one line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub id: u64,
+    pub inode: u64,
+    pub uid: u32,
+    pub reason: String,
+}
+
+/// What the monitor publishes about the queue, each time it changes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Board {
+    /// The monitor's pid: a board whose monitor is gone is stale.
+    pub monitor_pid: u32,
+    /// Why the monitor admits nothing now (no NVML), if so.
+    pub not_admitting: Option<String>,
+    /// The highest job id the monitor has seen: new ids start past it.
+    pub highest_id: u64,
+    /// Live jobs: running ones, then waiting ones in the order they start.
+    pub jobs: Vec<Job>,
+    /// Jobs refused, until their files go.
+    pub refused: Vec<Refusal>,
+    /// Memory committed per device UUID, as the monitor counts it.
+    pub committed_bytes: BTreeMap<String, u64>,
 }
 
 /// The most of a command line a job file keeps.
@@ -92,15 +145,11 @@ pub struct Queue {
     dir: PathBuf,
 }
 
-/// Held while the queue is read or changed; dropping it unlocks.
-pub struct QueueLock {
-    _file: File,
-}
-
 /// A job file this process holds (and keeps locked while it lives).
 pub struct HeldJob {
     file: File,
     path: PathBuf,
+    inode: u64,
 }
 
 fn flock(file: &File, operation: libc::c_int) -> std::io::Result<()> {
@@ -116,9 +165,68 @@ fn flock(file: &File, operation: libc::c_int) -> std::io::Result<()> {
     }
 }
 
+/// Whether the holder of job file `file` still lives: it keeps an
+/// exclusive lock, so a shared one cannot be had. Never waits.
+pub fn is_held(file: &File) -> std::io::Result<bool> {
+    match flock(file, libc::LOCK_SH | libc::LOCK_NB) {
+        Ok(()) => {
+            flock(file, libc::LOCK_UN)?;
+            Ok(false)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
 /// Milliseconds since the epoch, now.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The id in a job file's name, `<id>.job`.
+pub fn job_id_of(name: &std::ffi::OsStr) -> Option<u64> {
+    let id = name.to_str()?.strip_suffix(JOB_SUFFIX)?;
+    // One spelling per id: no sign, no leading zeros.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || (id.len() > 1 && id.starts_with('0')) {
+        return None;
+    }
+    id.parse().ok()
+}
+
+/// Reads at most `limit` bytes of `file`; more is an error.
+fn read_bounded(file: &mut File, limit: usize) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(bytes)
+}
+
+/// Opens `path` to read, never following a link and never blocking (a
+/// FIFO put in its place cannot hold the reader up); a plain file only.
+pub fn open_plain(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a plain file"));
+    }
+    Ok(file)
+}
+
+/// The job in the open job file `file`, named `<id>.job`.
+pub fn read_job(file: &mut File, id: u64) -> Result<Job, String> {
+    file.rewind().map_err(|e| e.to_string())?;
+    let bytes = read_bounded(file, MAX_JOB_BYTES).map_err(|e| format!("not a job file: {e}"))?;
+    let job: Job = serde_json::from_slice(&bytes).map_err(|e| format!("not a job file: {e}"))?;
+    if job.id != id {
+        return Err(format!("its name says job {id} but it holds job {}", job.id));
+    }
+    Ok(job)
 }
 
 impl Queue {
@@ -132,36 +240,76 @@ impl Queue {
         &self.dir
     }
 
-    /// Whether the queue directory exists (no job was ever queued if not).
+    /// Whether the queue directory exists.
     pub fn exists(&self) -> bool {
         self.dir.is_dir()
     }
 
-    /// Creates the directory if missing: sticky and open to every user (as
-    /// `/tmp`), so anyone on the host can queue and only a job's owner can
-    /// remove its file.
-    pub fn create(&self) -> Result<(), String> {
+    /// The path of job `id`'s file.
+    pub fn job_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id}{JOB_SUFFIX}"))
+    }
+
+    /// For the monitor: makes the directory this process's (root's), mode
+    /// 1777, whatever was there. A directory of another user, or anything
+    /// that is not a directory, is moved aside (the ledger directory is
+    /// open to every user, so anyone could have made it first); returns
+    /// what was done, for the log.
+    pub fn prepare(&self) -> Result<Option<String>, String> {
+        let me = effective_uid();
+        let mut done = None;
+        if let Ok(meta) = std::fs::symlink_metadata(&self.dir) {
+            if !meta.is_dir() || meta.uid() != me {
+                let aside = self.dir.with_file_name(format!(".{QUEUE_SUBDIR}.untrusted-{}", std::process::id()));
+                std::fs::rename(&self.dir, &aside).map_err(|e| {
+                    format!("{} is not the monitor's (uid {}) and cannot be moved aside: {e}", self.dir.display(), meta.uid())
+                })?;
+                done = Some(format!("{} was not the monitor's (uid {}): moved to {}", self.dir.display(), meta.uid(), aside.display()));
+            }
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create the queue directory {}: {e}", self.dir.display())),
+        }
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(QUEUE_DIR_MODE))
+            .map_err(|e| format!("cannot set the mode of the queue directory {} to {QUEUE_DIR_MODE:04o}: {e}", self.dir.display()))?;
+        self.check_safe()?;
+        Ok(done)
+    }
+
+    /// For a submitter: the directory must be there and safe. Root, or the
+    /// owner of a ledger directory no one else may write (a per-user
+    /// fallback), may make it; any other user is told to start the monitor,
+    /// which makes it.
+    pub fn ensure_for_submitter(&self) -> Result<(), String> {
         if std::fs::symlink_metadata(&self.dir).is_err() {
-            std::fs::create_dir_all(&self.dir)
-                .map_err(|e| format!("cannot create the queue directory {}: {e}", self.dir.display()))?;
-            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o1777))
-                .map_err(|e| format!("cannot open the queue directory {} to all users: {e}", self.dir.display()))?;
+            let parent = self.dir.parent().unwrap_or(Path::new("/"));
+            let me = effective_uid();
+            let private = std::fs::metadata(parent).is_ok_and(|m| m.uid() == me && m.mode() & 0o022 == 0);
+            if me != 0 && !private {
+                return Err(format!(
+                    "the queue directory {} does not exist: the monitor makes it when it starts (gpuslice monitor --dir {}); \
+                     no job can be admitted without it",
+                    self.dir.display(),
+                    parent.display()
+                ));
+            }
+            self.prepare()?;
         }
         self.check_safe()
     }
 
     /// Refuses a queue directory that another user could have put there to
-    /// steer or block the queue: a link, a directory of another user (not
-    /// root), or one every user may write without the sticky bit.
-    fn check_safe(&self) -> Result<(), String> {
-        use std::os::unix::fs::MetadataExt;
+    /// steer the queue: a link, a directory of another user (not root), or
+    /// one every user may write without the sticky bit.
+    pub fn check_safe(&self) -> Result<(), String> {
         let meta = std::fs::symlink_metadata(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
-        // SAFETY: getuid cannot fail.
-        let me = unsafe { libc::getuid() };
+        let me = effective_uid();
         let why = if !meta.file_type().is_dir() {
             Some("it is not a directory (a link, or a file)".to_string())
         } else if meta.uid() != 0 && meta.uid() != me {
-            Some(format!("it belongs to uid {}, neither root nor you", meta.uid()))
+            Some(format!("it belongs to uid {}, neither root nor you; the monitor makes it root's when it starts", meta.uid()))
         } else if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
             Some("every user may write it and it is not sticky (mode 1777 is)".to_string())
         } else {
@@ -173,242 +321,158 @@ impl Queue {
         }
     }
 
-    /// Takes the queue lock, waiting for whoever holds it, in a directory
-    /// that passes [`Queue::check_safe`] (whoever reads or changes the
-    /// queue, not only whoever made it).
-    pub fn lock(&self) -> Result<QueueLock, String> {
-        self.check_safe()?;
-        let path = self.dir.join("lock");
-        // Read-only: closing it then is no write that wakes waiting jobs.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(false)
-            .create(false)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .or_else(|_| create_shared(&path).and_then(|_| File::open(&path)))
-            .map_err(|e| format!("cannot open the queue lock {}: {e}", path.display()))?;
-        flock(&file, libc::LOCK_EX).map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
-        Ok(QueueLock { _file: file })
+    /// The ids of the job files present, in no order.
+    pub fn job_ids(&self) -> Vec<u64> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        entries.flatten().filter_map(|e| job_id_of(&e.file_name())).collect()
     }
 
-    /// The next job id (needs the lock).
-    pub fn next_id(&self, _lock: &QueueLock) -> Result<u64, String> {
-        let path = self.dir.join("next-id");
-        let _ = create_shared(&path);
+    /// Writes `job` (its id chosen here: past every job file present and
+    /// every id the board has seen) as a new job file, locked by this
+    /// process; `job.id` is set to the id it got.
+    pub fn create_job(&self, job: &mut Job) -> Result<HeldJob, String> {
+        let tmp = self.dir.join(format!(".{}.{}.tmp", std::process::id(), unix_ms()));
+        let _ = std::fs::remove_file(&tmp);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        // Past every job file, whatever the counter says (it may have been
-        // cut short or written by someone else).
-        let id = text.trim().parse::<u64>().unwrap_or(1).max(self.highest_job_id() + 1);
-        let write = |file: &mut File| -> std::io::Result<()> {
-            file.set_len(0)?;
-            file.rewind()?;
-            file.write_all(format!("{}\n", id + 1).as_bytes())
-        };
-        write(&mut file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(id)
-    }
-
-    /// The highest id of a job file present, 0 if none.
-    fn highest_job_id(&self) -> u64 {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return 0 };
-        entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()))
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Creates the file of `job` and locks it (needs the lock).
-    pub fn create_job(&self, job: &Job, lock: &QueueLock) -> Result<HeldJob, String> {
-        let path = self.dir.join(format!("{}{JOB_SUFFIX}", job.id));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
             .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("cannot create the job file {}: {e}", path.display()))?;
-        flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
-        let held = HeldJob { file, path };
-        held.write(job, lock)?;
-        Ok(held)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| format!("cannot create a job file in {}: {e}", self.dir.display()))?;
+        let result = self.publish(&mut file, &tmp, job);
+        let _ = std::fs::remove_file(&tmp);
+        let path = result?;
+        let inode = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.ino();
+        Ok(HeldJob { file, path, inode })
     }
 
-    /// The live jobs, by id; stale files (no holder) are removed where this
-    /// user may, and skipped. Files that cannot be read are named in the
-    /// second list. Needs the lock.
-    pub fn jobs(&self, _lock: &QueueLock) -> (Vec<Job>, Vec<String>) {
-        let mut jobs = Vec::new();
-        let mut problems = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return (jobs, problems) };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()) else {
-                continue;
-            };
-            match read_live_job(&entry.path(), id) {
-                Ok(Some(job)) => jobs.push(job),
-                Ok(None) => {
-                    let _ = std::fs::remove_file(entry.path());
+    /// Locks the temporary file `tmp` and links it under the first free id.
+    fn publish(&self, file: &mut File, tmp: &Path, job: &mut Job) -> Result<PathBuf, String> {
+        flock(file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| format!("cannot lock {}: {e}", tmp.display()))?;
+        let board_highest = self.read_board().ok().flatten().map_or(0, |b| b.highest_id);
+        let first = self.job_ids().into_iter().max().unwrap_or(0).max(board_highest).saturating_add(1);
+        for id in first..first.saturating_add(ID_TRIES) {
+            job.id = id;
+            let text = serde_json::to_string(job).map_err(|e| e.to_string())?;
+            let written = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| file.write_all(text.as_bytes()));
+            written.map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            let path = self.job_path(id);
+            match std::fs::hard_link(tmp, &path) {
+                Ok(()) => return Ok(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("cannot create the job file {}: {e}", path.display())),
+            }
+        }
+        Err(format!("no free job id from {first} to {} in {}", first.saturating_add(ID_TRIES - 1), self.dir.display()))
+    }
+
+    /// The monitor's board, if there is one that the monitor wrote: a
+    /// plain file owned by the queue directory's owner (root). `Ok(None)`
+    /// when there is none.
+    pub fn read_board(&self) -> Result<Option<Board>, String> {
+        let path = self.dir.join(BOARD_FILE);
+        let mut file = match open_plain(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let dir_owner = std::fs::symlink_metadata(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?.uid();
+        let owner = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.uid();
+        if owner != dir_owner {
+            return Err(format!("{} belongs to uid {owner}, not to the monitor (uid {dir_owner}): ignored", path.display()));
+        }
+        let bytes = read_bounded(&mut file, MAX_BOARD_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: not a board: {e}", path.display()))
+    }
+
+    /// The board, if its monitor still runs.
+    pub fn live_board(&self) -> Option<Board> {
+        self.read_board().ok().flatten().filter(|b| process_exists(b.monitor_pid))
+    }
+
+    /// For the monitor: replaces the board with `board`, whole (written
+    /// under a temporary name, then renamed over it).
+    pub fn write_board(&self, board: &Board) -> Result<(), String> {
+        let text = serde_json::to_string(board).map_err(|e| e.to_string())?;
+        let tmp = self.dir.join(format!(".board.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let write = || -> std::io::Result<()> {
+            let mut file =
+                OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            file.write_all(text.as_bytes())?;
+            std::fs::rename(&tmp, self.dir.join(BOARD_FILE))
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write the queue board in {}: {e}", self.dir.display())
+        })
+    }
+
+    /// The live jobs whose files this user can read, when no monitor
+    /// publishes a board: each as its file says, waiting. Files that
+    /// cannot be read are named in the second list (other users' files,
+    /// 0600, are not: they are simply not shown).
+    pub fn readable_jobs(&self) -> (Vec<Job>, Vec<String>) {
+        let (mut jobs, mut problems) = (Vec::new(), Vec::new());
+        for id in self.job_ids() {
+            let path = self.job_path(id);
+            let mut file = match open_plain(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied || e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    problems.push(format!("{}: {e}", path.display()));
+                    continue;
                 }
-                Err(e) => problems.push(format!("{}: {e}", entry.path().display())),
+            };
+            if !is_held(&file).unwrap_or(false) {
+                continue;
+            }
+            match (read_job(&mut file, id), file.metadata()) {
+                (Ok(mut job), Ok(meta)) => {
+                    job.uid = meta.uid();
+                    job.inode = meta.ino();
+                    job.state = JobState::Waiting;
+                    job.devices.clear();
+                    job.started_unix_ms = None;
+                    jobs.push(job);
+                }
+                (Err(e), _) => problems.push(format!("{}: {e}", path.display())),
+                (_, Err(e)) => problems.push(format!("{}: {e}", path.display())),
             }
         }
         jobs.sort_by_key(|j| j.id);
         (jobs, problems)
     }
-
-    /// Removes the file of job `id` (needs the lock).
-    pub fn remove(&self, id: u64, _lock: &QueueLock) -> std::io::Result<()> {
-        std::fs::remove_file(self.dir.join(format!("{id}{JOB_SUFFIX}")))
-    }
 }
 
-/// Creates `path` if missing, readable and writable by every user.
-fn create_shared(path: &Path) -> std::io::Result<()> {
-    match OpenOptions::new().write(true).create_new(true).mode(0o666).custom_flags(libc::O_NOFOLLOW).open(path) {
-        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o666)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
+/// Whether process `pid` exists (it may be another user's).
+pub fn process_exists(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
     }
-}
-
-/// What a reader that changes nothing sees of the queue: see [`Queue::peek`].
-#[derive(Debug, Default)]
-pub struct Peek {
-    /// Jobs whose holder lives, by id.
-    pub live: Vec<Job>,
-    /// Stale files not yet removed (their holder ended), by id.
-    pub ended: Vec<Job>,
-    /// Files that are not job files, named with why.
-    pub problems: Vec<String>,
-}
-
-/// How many times [`Queue::peek`] tries the queue lock before giving up.
-const PEEK_TRIES: u32 = 5;
-/// How long [`Queue::peek`] waits between tries.
-const PEEK_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
-
-impl Queue {
-    /// Reads the queue without changing anything (no file created, no stale
-    /// file removed) and without waiting long for the lock: a few
-    /// non-blocking tries of a shared lock, `Ok(None)` if a job held it
-    /// throughout (the reader then keeps what it saw before). For the
-    /// monitor, which must not stall its round on the queue, and which
-    /// treats every file in it as untrusted: reads are bounded as in
-    /// [`Queue::jobs`] and a file that is not a job is only reported.
-    pub fn peek(&self) -> Result<Option<Peek>, String> {
-        if !self.exists() {
-            return Ok(Some(Peek::default()));
-        }
-        self.check_safe()?;
-        let path = self.dir.join("lock");
-        // Read-only and never created: a reader leaves no trace and wakes no one.
-        let _lock = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path) {
-            Ok(file) => {
-                let mut tries = 0;
-                loop {
-                    match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
-                        Ok(()) => break Some(file),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries + 1 < PEEK_TRIES => {
-                            tries += 1;
-                            std::thread::sleep(PEEK_PAUSE);
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                        Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
-                    }
-                }
-            }
-            // No lock file: no job ever took it, so no job file is being written.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(format!("cannot open the queue lock {}: {e}", path.display())),
-        };
-        let mut peek = Peek::default();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Ok(Some(peek)) };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(JOB_SUFFIX)).and_then(|n| n.parse::<u64>().ok()) else {
-                continue;
-            };
-            match read_job(&entry.path(), id, true) {
-                Ok(Some((job, true))) => peek.live.push(job),
-                Ok(Some((job, false))) => peek.ended.push(job),
-                Ok(None) => {}
-                Err(e) => peek.problems.push(format!("{}: {e}", entry.path().display())),
-            }
-        }
-        peek.live.sort_by_key(|j| j.id);
-        peek.ended.sort_by_key(|j| j.id);
-        Ok(Some(peek))
-    }
-}
-
-/// The job in `path` if its holder still lives, `None` if it is stale.
-fn read_live_job(path: &Path, id: u64) -> Result<Option<Job>, String> {
-    Ok(read_job(path, id, false)?.map(|(job, _)| job))
-}
-
-/// The job in `path` and whether its holder lives; a stale file is read
-/// only if `stale_too` (else `None`).
-fn read_job(path: &Path, id: u64, stale_too: bool) -> Result<Option<(Job, bool)>, String> {
-    // Read-only, so that closing it wakes no waiting job.
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
-        return Err("not a plain file".into());
-    }
-    let live = match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
-        Ok(()) if !stale_too => return Ok(None),
-        Ok(()) => false,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-        Err(e) => return Err(format!("cannot test its lock: {e}")),
-    };
-    // One read of what the file holds (a job is well under a page); a file
-    // larger than MAX_JOB_BYTES is not one.
-    let mut bytes = vec![0u8; MAX_JOB_BYTES + 1];
-    let mut filled = 0;
-    loop {
-        match file.read(&mut bytes[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        if filled > MAX_JOB_BYTES {
-            return Err(format!("larger than {MAX_JOB_BYTES} bytes: not a job file"));
-        }
-    }
-    let job: Job = serde_json::from_slice(&bytes[..filled]).map_err(|e| format!("not a job file: {e}"))?;
-    if job.id != id {
-        return Err(format!("its name says job {id} but it holds job {}", job.id));
-    }
-    Ok(Some((job, live)))
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 impl HeldJob {
-    /// Rewrites the file in place (needs the lock).
-    pub fn write(&self, job: &Job, _lock: &QueueLock) -> Result<(), String> {
-        let text = serde_json::to_string(job).map_err(|e| e.to_string())?;
-        let mut file = &self.file;
-        let result = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| file.write_all(text.as_bytes()));
-        result.map_err(|e| format!("cannot write the job file {}: {e}", self.path.display()))
+    /// Its inode: the board names the job by id and inode.
+    pub fn inode(&self) -> u64 {
+        self.inode
     }
 
-    /// Removes the file (needs the lock): the job leaves the queue now,
-    /// before this process (and the file lock) ends.
-    pub fn remove_file(&self, _lock: &QueueLock) {
+    /// Its path.
+    #[cfg(test)]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the file: the job leaves the queue now, before this process
+    /// (and the file lock) ends.
+    pub fn remove_file(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
 
@@ -437,7 +501,7 @@ mod tests {
         dir
     }
 
-    fn job(id: u64) -> Job {
+    pub(crate) fn job(id: u64) -> Job {
         Job {
             id,
             name: Some("train".into()),
@@ -445,7 +509,7 @@ mod tests {
             gpus: 1,
             memory_bytes: Some(1 << 30),
             placement: Placement::Binpack,
-            tenant: format!("queue-{id}"),
+            tenant: String::new(),
             uid: 0,
             pid: std::process::id(),
             submitted_unix_ms: 1,
@@ -453,54 +517,74 @@ mod tests {
             devices: vec![],
             started_unix_ms: None,
             command: vec!["true".into()],
+            inode: 0,
         }
     }
 
     #[test]
-    fn ids_count_up_and_held_jobs_are_listed_until_dropped() {
-        let dir = temp_dir("held");
-        let queue = Queue::at(&dir);
-        queue.create().unwrap();
-        let lock = queue.lock().unwrap();
-        assert_eq!((queue.next_id(&lock).unwrap(), queue.next_id(&lock).unwrap()), (1, 2));
-        let held = queue.create_job(&job(7), &lock).unwrap();
-        let (jobs, problems) = queue.jobs(&lock);
-        assert_eq!((jobs, problems.len()), (vec![job(7)], 0));
-        // The holder gone (its descriptor closed), the file is stale and removed.
-        drop(held);
-        assert_eq!(queue.jobs(&lock).0, vec![]);
-        assert!(!queue.dir().join("7.job").exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn ids_pass_every_job_file_whatever_the_counter_says() {
+    fn ids_count_up_past_every_file_and_the_board() {
         let dir = temp_dir("ids");
         let queue = Queue::at(&dir);
-        queue.create().unwrap();
-        let lock = queue.lock().unwrap();
-        let _held = queue.create_job(&job(41), &lock).unwrap();
-        std::fs::write(queue.dir().join("next-id"), b"garbage").unwrap();
-        assert_eq!(queue.next_id(&lock).unwrap(), 42);
-        assert_eq!(queue.next_id(&lock).unwrap(), 43);
+        queue.prepare().unwrap();
+        let mut first = job(0);
+        let held = queue.create_job(&mut first).unwrap();
+        assert_eq!(first.id, 1);
+        assert_eq!(std::fs::metadata(held.path()).unwrap().mode() & 0o7777, 0o600, "a job file is its owner's alone");
+        std::fs::write(queue.job_path(41), b"planted").unwrap();
+        let mut second = job(0);
+        let _held2 = queue.create_job(&mut second).unwrap();
+        assert_eq!(second.id, 42);
+        queue.write_board(&Board { highest_id: 100, monitor_pid: std::process::id(), ..Board::default() }).unwrap();
+        let mut third = job(0);
+        let _held3 = queue.create_job(&mut third).unwrap();
+        assert_eq!(third.id, 101);
+        let leftovers: Vec<_> = std::fs::read_dir(queue.dir()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        assert!(leftovers.is_empty(), "no temporary file is left: {leftovers:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn an_unsafe_queue_directory_is_refused() {
+    fn a_held_job_is_live_until_its_holder_goes() {
+        let dir = temp_dir("held");
+        let queue = Queue::at(&dir);
+        queue.prepare().unwrap();
+        let mut mine = job(0);
+        let held = queue.create_job(&mut mine).unwrap();
+        let mut reader = open_plain(held.path()).unwrap();
+        assert!(is_held(&reader).unwrap());
+        assert_eq!(read_job(&mut reader, mine.id).unwrap(), mine);
+        assert_eq!(queue.readable_jobs().0.len(), 1);
+        drop(held);
+        assert!(!is_held(&reader).unwrap(), "the holder gone, so is the lock");
+        assert!(is_held(&reader).is_ok_and(|h| !h), "testing twice changes nothing");
+        assert!(queue.readable_jobs().0.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unsafe_queue_directory_is_refused_and_the_monitor_takes_it_back() {
         let dir = temp_dir("unsafe");
         std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(dir.join("elsewhere"), dir.join(QUEUE_SUBDIR)).unwrap();
-        let e = Queue::at(&dir).create().unwrap_err();
+        let e = Queue::at(&dir).check_safe().unwrap_err();
         assert!(e.contains("not safe") && e.contains("not a directory"), "{e}");
-        std::fs::remove_file(dir.join(QUEUE_SUBDIR)).unwrap();
-        std::fs::create_dir(dir.join(QUEUE_SUBDIR)).unwrap();
+        let moved = Queue::at(&dir).prepare().unwrap();
+        assert!(moved.is_some_and(|m| m.contains("moved to")));
+        let meta = std::fs::symlink_metadata(dir.join(QUEUE_SUBDIR)).unwrap();
+        assert!(meta.is_dir() && meta.mode() & 0o7777 == QUEUE_DIR_MODE);
         std::fs::set_permissions(dir.join(QUEUE_SUBDIR), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = Queue::at(&dir).create().unwrap_err();
+        let e = Queue::at(&dir).check_safe().unwrap_err();
         assert!(e.contains("not sticky"), "{e}");
-        std::fs::set_permissions(dir.join(QUEUE_SUBDIR), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        Queue::at(&dir).create().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn job_names_have_one_spelling() {
+        use std::ffi::OsStr;
+        assert_eq!(job_id_of(OsStr::new("12.job")), Some(12));
+        for bad in ["012.job", "+1.job", ".job", "1.job.tmp", "a.job", "18446744073709551616.job"] {
+            assert_eq!(job_id_of(OsStr::new(bad)), None, "{bad}");
+        }
     }
 
     #[test]
@@ -514,41 +598,29 @@ mod tests {
     }
 
     #[test]
-    fn a_peek_changes_nothing_and_tells_live_from_ended() {
-        let dir = temp_dir("peek");
-        let queue = Queue::at(&dir);
-        assert_eq!(queue.peek().unwrap().map(|p| p.live.len()), Some(0), "no queue yet: nothing");
-        queue.create().unwrap();
-        let lock = queue.lock().unwrap();
-        let held = queue.create_job(&job(5), &lock).unwrap();
-        let ended = queue.create_job(&job(6), &lock).unwrap();
-        drop(ended);
-        std::fs::write(queue.dir().join("7.job"), vec![b'x'; 100_000]).unwrap();
-        // Held exclusively by a writer: the peek gives up rather than wait.
-        assert!(queue.peek().unwrap().is_none());
-        drop(lock);
-        let peek = queue.peek().unwrap().unwrap();
-        assert_eq!(peek.live, vec![job(5)]);
-        assert_eq!(peek.ended, vec![job(6)]);
-        assert!(peek.problems.len() == 1 && peek.problems[0].contains("not a job file"), "{:?}", peek.problems);
-        assert!(queue.dir().join("6.job").exists(), "a peek removes nothing");
-        drop(held);
+    fn a_file_that_is_not_a_job_is_reported_not_trusted() {
+        let dir = temp_dir("bad");
+        std::fs::write(dir.join("4.job"), serde_json::to_string(&job(3)).unwrap()).unwrap();
+        let mut file = open_plain(&dir.join("4.job")).unwrap();
+        assert!(read_job(&mut file, 4).unwrap_err().contains("job 4 but it holds job 3"));
+        std::fs::write(dir.join("5.job"), vec![b'x'; MAX_JOB_BYTES + 10]).unwrap();
+        let mut file = open_plain(&dir.join("5.job")).unwrap();
+        assert!(read_job(&mut file, 5).unwrap_err().contains("not a job file"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn a_file_that_is_not_a_job_is_reported_not_trusted() {
-        let dir = temp_dir("bad");
+    fn a_board_not_written_by_the_directorys_owner_is_ignored() {
+        let dir = temp_dir("board");
         let queue = Queue::at(&dir);
-        queue.create().unwrap();
-        let lock = queue.lock().unwrap();
-        let held = queue.create_job(&job(3), &lock).unwrap();
-        let mut bad = job(4);
-        bad.gpus = 2;
-        held.write(&bad, &lock).unwrap();
-        let (jobs, problems) = queue.jobs(&lock);
-        assert!(jobs.is_empty());
-        assert!(problems[0].contains("job 3 but it holds job 4"), "{problems:?}");
+        queue.prepare().unwrap();
+        assert_eq!(queue.read_board(), Ok(None));
+        let board = Board { monitor_pid: std::process::id(), highest_id: 7, ..Board::default() };
+        queue.write_board(&board).unwrap();
+        assert_eq!(queue.read_board(), Ok(Some(board.clone())));
+        assert!(queue.live_board().is_some());
+        std::os::unix::fs::chown(queue.dir().join(BOARD_FILE), Some(4242), None).unwrap();
+        assert!(queue.read_board().unwrap_err().contains("not to the monitor"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
