@@ -228,6 +228,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         };
         // Before the policy pins caps: a queue job's tenant is held to its job's.
         queue_state.enforce_caps();
+        policy_state.set_queue_caps(queue_state.caps());
         policy_state.apply(&config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
         compute::share_with_arbiter(&arbiter_shared, &config, &dir, gpus.as_deref(), gpu_reader.is_some());
 

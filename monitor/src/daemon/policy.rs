@@ -29,7 +29,7 @@ use super::log;
 use crate::config::Config;
 use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
 use ledger::{PolicySource, UNLIMITED};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -44,6 +44,10 @@ pub struct PolicyState {
     pinned: Pinned,
     /// Where the pins are kept across restarts; `None` keeps them in memory.
     pinned_path: Option<PathBuf>,
+    /// The caps of the queue's admitted jobs' tenants, by tenant, then
+    /// device UUID: an authority like the configuration (nothing pinned
+    /// from their pages).
+    queue_caps: HashMap<String, BTreeMap<String, u64>>,
 }
 
 /// `<dir>/.monitor`: the monitor's own directory, 0700, which discovery
@@ -110,16 +114,25 @@ impl PolicyState {
         }
         let path = state.join("pinned.toml");
         let pinned = load_pinned(&path)?;
-        Ok(PolicyState { warned: HashSet::new(), pinned, pinned_path: Some(path) })
+        Ok(PolicyState { warned: HashSet::new(), pinned, pinned_path: Some(path), queue_caps: HashMap::new() })
     }
 
     /// The cap the monitor holds `tenant` to on device `uuid`: the
     /// configuration's, else the pinned one; `None` when there is none.
     pub fn cap_for(&self, config: &Config, tenant: &str, uuid: &str, host_index: Option<u32>) -> Option<u64> {
+        if let Some(caps) = self.queue_caps.get(tenant) {
+            let wanted = any_uuid_bytes(uuid);
+            return Some(caps.iter().find(|(u, _)| wanted.is_some() && any_uuid_bytes(u) == wanted).map_or(0, |(_, bytes)| *bytes));
+        }
         if config.tenants.contains_key(tenant) {
             return config.memory_for(tenant, uuid, host_index);
         }
         self.pinned.get(tenant).and_then(|caps| caps.get(uuid)).copied()
+    }
+
+    /// The queue's admitted jobs' caps (`QueueState::caps`), this round's.
+    pub fn set_queue_caps(&mut self, caps: HashMap<String, BTreeMap<String, u64>>) {
+        self.queue_caps = caps;
     }
 
     /// A state holding `bytes` pinned for `tenant` on `uuid`.
@@ -148,7 +161,7 @@ impl PolicyState {
         let mut present = HashSet::new();
         for ledger in ledgers.ledgers() {
             let tenant = ledger.tenant();
-            if config.tenants.contains_key(&tenant) {
+            if config.tenants.contains_key(&tenant) || self.queue_caps.contains_key(&tenant) {
                 continue;
             }
             present.insert(tenant.clone());

@@ -150,6 +150,13 @@ impl QueueState {
 
     /// Holds every admitted job's tenant to the job's caps: a page above
     /// them, or not set by the monitor, is written back.
+    /// The caps of admitted jobs' tenants, by tenant, then device UUID
+    /// (none on a device the job was not given): the monitor's own, as a
+    /// configured tenant's are.
+    pub fn caps(&self) -> HashMap<String, BTreeMap<String, u64>> {
+        self.admitted.values().map(|record| (record.job.tenant.clone(), record.committed_bytes.clone())).collect()
+    }
+
     pub fn enforce_caps(&mut self) {
         for record in self.admitted.values() {
             let tenant = &record.job.tenant;
