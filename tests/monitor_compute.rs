@@ -72,3 +72,58 @@ fn configured_shares_set_the_targets_shown() {
         running.wait().assert_success();
     }
 }
+
+/// Priorities are not self-chosen: a tenant the configuration does not name
+/// runs at most at its user's `[priority_ceilings]` ceiling, whatever its
+/// environment asks (one line says so), root is not held, and a tenant the
+/// configuration names for memory only gets no priority from its
+/// environment.
+#[test]
+fn a_priority_above_the_users_ceiling_is_held_to_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::new().shim();
+    let mut init = sim.c("memctl");
+    init.env_remove("LD_PRELOAD").arg("init");
+    sim.run(&mut init).assert_success();
+    std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(sim.ledger_dir(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[priority_ceilings]\ndefault = 0\nusers = { \"1001\" = 3 }\n[tenants.named]\nmemory = \"1GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let hold = |tenant: &str, uid: Option<u32>| {
+        let mut cmd = match uid {
+            Some(uid) => {
+                let mut cmd = sim.command("setpriv");
+                cmd.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--".into()])
+                    .arg(gpuslice_tests::compile_c("memctl"));
+                cmd
+            }
+            None => sim.c("memctl"),
+        };
+        cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_PRIORITY", "10").args(["init", "ctx", "hold"]);
+        let mut running = sim.spawn(&mut cmd);
+        running.wait_for("ready");
+        running
+    };
+    let held = [hold("user", Some(1001)), hold("rooted", None), hold("named", None)];
+    let priority = |status: &serde_json::Value, name: &str| tenant(status, name).and_then(|t| t["devices"][0]["compute_priority"].as_i64());
+    let mut status = status_json(&sim);
+    for _ in 0..50 {
+        if [priority(&status, "user"), priority(&status, "rooted")].iter().all(Option::is_some) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        status = status_json(&sim);
+    }
+    assert_eq!(priority(&status, "user"), Some(3), "uid 1001's ceiling is 3\n{status}");
+    assert_eq!(priority(&status, "rooted"), Some(10), "root has no ceiling\n{status}");
+    assert_eq!(priority(&status, "named").unwrap_or(0), 0, "a tenant named for memory only has no priority\n{status}");
+    for mut running in held {
+        running.send_line("go");
+        running.wait().assert_success();
+    }
+    let log = monitor.stop();
+    let said: Vec<&str> = log.stderr.lines().filter(|l| l.contains("asks for compute priority 10")).collect();
+    assert_eq!(said.len(), 1, "one line for the one tenant held to its ceiling\n{log}");
+    assert!(said[0].contains("tenant user") && said[0].contains("uid 1001") && said[0].contains("runs at 3"), "{log}");
+}

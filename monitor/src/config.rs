@@ -212,6 +212,19 @@ pub struct PriorityCeilings {
     pub groups: BTreeMap<u32, i32>,
 }
 
+impl PriorityCeilings {
+    /// See [`Config::priority_ceiling`].
+    pub fn of(&self, uid: u32, gids: &[u32]) -> i32 {
+        if uid == 0 {
+            return i32::MAX;
+        }
+        if let Some(ceiling) = self.users.get(&uid) {
+            return *ceiling;
+        }
+        gids.iter().filter_map(|gid| self.groups.get(gid)).copied().max().unwrap_or(self.default)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -228,14 +241,7 @@ impl Config {
     /// unlimited for root; else the user's own entry; else the highest
     /// entry of its groups; else the default (0 unless the file says).
     pub fn priority_ceiling(&self, uid: u32, gids: &[u32]) -> i32 {
-        let ceilings = &self.priority_ceilings;
-        if uid == 0 {
-            return i32::MAX;
-        }
-        if let Some(ceiling) = ceilings.users.get(&uid) {
-            return *ceiling;
-        }
-        gids.iter().filter_map(|gid| ceilings.groups.get(gid)).copied().max().unwrap_or(ceilings.default)
+        self.priority_ceilings.of(uid, gids)
     }
 
     /// The cap the file sets for `tenant` on a device, if it names one.

@@ -74,6 +74,11 @@ pub fn share_with_arbiter(shared: &Shared, config: &Config, dir: &std::path::Pat
         configured.insert(tenant.clone(), devices);
     }
     *shared.configured.lock().unwrap_or_else(|e| e.into_inner()) = configured;
+    let mut ceilings = shared.priority_ceilings.lock().unwrap_or_else(|e| e.into_inner());
+    if *ceilings != config.priority_ceilings {
+        *ceilings = config.priority_ceilings.clone();
+    }
+    drop(ceilings);
     let tenants = crate::discovery::tenants_dir(dir);
     let dirs: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&tenants)
         .into_iter()

@@ -75,6 +75,10 @@ pub struct Shared {
     /// their hellos, by device: what the policy pins for a tenant the
     /// configuration does not name, whatever its page says by then.
     pub asked_caps: Mutex<HashMap<String, HashMap<[u8; 16], u64>>>,
+    /// Who may ask for which compute priority (`[priority_ceilings]`):
+    /// a tenant the configuration does not name runs at most at its
+    /// process's user's ceiling, whatever its page says.
+    pub priority_ceilings: Mutex<crate::config::PriorityCeilings>,
 }
 
 impl Shared {
@@ -154,6 +158,8 @@ pub fn start(dir: &Path, layout: Layout, shared: Arc<Shared>) -> Result<(), Stri
         names: HashMap::new(),
         next_id: 1,
         started: Instant::now(),
+        ceilings: HashMap::new(),
+        lowered: HashSet::new(),
     };
     std::thread::Builder::new()
         .name("arbiter".into())
@@ -224,6 +230,11 @@ struct Arbiter {
     names: HashMap<u64, String>,
     next_id: ConnId,
     started: Instant,
+    /// Each user's priority ceiling and when it was looked up: the user
+    /// database is asked once a minute per user, not once per hello.
+    ceilings: HashMap<u32, (i32, Instant)>,
+    /// Tenants already told (in the log) that their priority was lowered.
+    lowered: HashSet<String>,
 }
 
 fn now_ns() -> u64 {
@@ -407,7 +418,8 @@ impl Arbiter {
         let verdict = self.verify(conn, bytes);
         let Some(conn) = self.conns.get(&id) else { return };
         let fd = conn.stream.as_raw_fd();
-        if let Ok((hello, _)) = &verdict {
+        let peer_uid = conn.peer.uid;
+        if let Ok((hello, _, _)) = &verdict {
             if hello.slot == broker::VIEWER_SLOT {
                 if let Some(device) = self.devices.get(&hello.uuid) {
                     let _ = broker::accept(fd, broker::VIEWER, device.fd());
@@ -418,7 +430,7 @@ impl Arbiter {
                 return;
             }
         }
-        let (hello, claim) = match verdict {
+        let (hello, mut claim, self_declared) = match verdict {
             Ok(v) => v,
             Err(why) => {
                 let _ = broker::refuse(fd, why);
@@ -426,6 +438,9 @@ impl Arbiter {
                 return;
             }
         };
+        if self_declared {
+            claim.priority = self.held_to_ceiling(&hello.tenant, peer_uid, claim.priority);
+        }
         let now = now_ns();
         if let std::collections::hash_map::Entry::Vacant(vacant) = self.devices.entry(hello.uuid) {
             match Grants::create_sealed(&crate::nvml::uuid_string(&hello.uuid)) {
@@ -465,7 +480,29 @@ impl Arbiter {
         self.step(hello.uuid, now);
     }
 
-    fn verify(&self, conn: &Conn, bytes: &[u8; HELLO_BYTES]) -> Result<(Hello, Claim), Refusal> {
+    /// `priority`, or the ceiling of user `uid` when it is lower (said
+    /// once per tenant).
+    fn held_to_ceiling(&mut self, tenant: &str, uid: u32, priority: i32) -> i32 {
+        const LOOKUP_EVERY: Duration = Duration::from_secs(60);
+        let fresh = self.ceilings.get(&uid).filter(|(_, at)| at.elapsed() < LOOKUP_EVERY).map(|(c, _)| *c);
+        let ceiling = fresh.unwrap_or_else(|| {
+            let ceiling = self.shared.priority_ceilings.lock().unwrap_or_else(|e| e.into_inner()).of(uid, &host::groups_of(uid));
+            self.ceilings.insert(uid, (ceiling, Instant::now()));
+            ceiling
+        });
+        if priority <= ceiling {
+            return priority;
+        }
+        if self.lowered.len() < 4096 && self.lowered.insert(tenant.to_string()) {
+            log::warn(&format!(
+                "tenant {tenant}: its process (uid {uid}) asks for compute priority {priority}, above the {ceiling} that \
+                 [priority_ceilings] allows uid {uid}; it runs at {ceiling}"
+            ));
+        }
+        ceiling
+    }
+
+    fn verify(&self, conn: &Conn, bytes: &[u8; HELLO_BYTES]) -> Result<(Hello, Claim, bool), Refusal> {
         let hello = Hello::decode(bytes).ok_or(Refusal::Malformed)?;
         if conn.dir_tenant.as_ref().is_some_and(|t| *t != hello.tenant) {
             return Err(Refusal::NotYourSlot);
@@ -473,7 +510,7 @@ impl Arbiter {
         if hello.slot == broker::VIEWER_SLOT {
             // SAFETY: geteuid has no preconditions.
             let me = unsafe { libc::geteuid() };
-            return if conn.peer.uid == 0 || conn.peer.uid == me { Ok((hello, Claim::default())) } else { Err(Refusal::NotYourSlot) };
+            return if conn.peer.uid == 0 || conn.peer.uid == me { Ok((hello, Claim::default(), false)) } else { Err(Refusal::NotYourSlot) };
         }
         if hello.slot as usize >= ledger::MAX_SLOTS {
             return Err(Refusal::Malformed);
@@ -497,6 +534,7 @@ impl Arbiter {
             return Err(Refusal::UnknownDevice);
         }
         let configured = self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
+        let self_declared = configured.is_none();
         let claim = match configured {
             // A configured tenant gets what the file says, and nothing
             // where it says nothing.
@@ -508,7 +546,7 @@ impl Arbiter {
                 })
                 .unwrap_or_default(),
         };
-        Ok((hello, claim))
+        Ok((hello, claim, self_declared))
     }
 
     fn messages(&mut self, id: ConnId) {
