@@ -177,6 +177,19 @@ pub fn check_lock(proc_root: &Path, pid: u32, lock: &SlotLock) -> LockCheck {
     LockCheck::DoesNot
 }
 
+/// Whether host process `pid` holds an OFD lock on any file, by its open
+/// files under `proc_root` (`/proc`); a process under the shim holds its
+/// slot's. When its open files cannot be read, the answer is yes: nothing
+/// is known, and the caller acts only on a no.
+pub fn holds_any_ofd_lock(proc_root: &Path, pid: u32) -> bool {
+    let dir = proc_root.join(pid.to_string()).join("fdinfo");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return proc_root.join(pid.to_string()).exists() };
+    entries.flatten().take(MAX_FDS_SCANNED).any(|entry| {
+        std::fs::read_to_string(entry.path())
+            .is_ok_and(|info| info.lines().any(|line| line.starts_with("lock:") && line.contains("OFDLCK")))
+    })
+}
+
 /// Remembers which (process, slot lock) pairs the kernel confirmed, so
 /// each is looked up once: a process keeps its slot's lock until it exits
 /// or releases the slot, and either frees the slot (a new claim is a new
