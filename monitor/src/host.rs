@@ -237,6 +237,25 @@ mod tests {
     use super::*;
     use ledger::process::ProcessIdentity;
 
+    #[test]
+    fn a_process_holding_any_ofd_lock_is_known_by_its_fdinfo() {
+        let proc_root = std::env::temp_dir().join(format!("gpuslice-host-locks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc_root);
+        for (pid, info) in [
+            (10, "pos:\t0\nflags:\t02\nlock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128 128\n"),
+            (11, "pos:\t0\nflags:\t02\nlock:\t1: POSIX  ADVISORY  WRITE 11 fe:00:99 0 EOF\n"),
+            (12, "pos:\t0\nflags:\t02\n"),
+        ] {
+            std::fs::create_dir_all(proc_root.join(format!("{pid}/fdinfo"))).unwrap();
+            std::fs::write(proc_root.join(format!("{pid}/fdinfo/3")), info).unwrap();
+        }
+        assert!(holds_any_ofd_lock(&proc_root, 10));
+        assert!(!holds_any_ofd_lock(&proc_root, 11), "a POSIX lock is no slot's");
+        assert!(!holds_any_ofd_lock(&proc_root, 12));
+        assert!(!holds_any_ofd_lock(&proc_root, 13), "a process that is gone holds nothing");
+        let _ = std::fs::remove_dir_all(&proc_root);
+    }
+
     fn view_of(me: ProcessIdentity) -> SlotView {
         SlotView {
             index: 0,

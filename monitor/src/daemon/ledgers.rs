@@ -495,7 +495,7 @@ impl LedgerSet {
         self.check_open();
         let problem = discovery::tenants_dir_problem(&self.dir);
         if problem.is_some() && problem != self.tenants_problem {
-            log::warn(&format!("{}", problem.as_deref().unwrap_or_default()));
+            log::warn(problem.as_deref().unwrap_or_default());
         }
         self.tenants_problem = problem;
         let found = match discovery::ledger_files(&self.dir) {
