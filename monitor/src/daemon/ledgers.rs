@@ -709,6 +709,12 @@ impl LedgerSet {
                     if meta.file_type().is_file() && !refused {
                         return None;
                     }
+                    // In a tenant's own directory only its own pods write:
+                    // what is there is theirs, and is left alone.
+                    if self.layout != Layout::Flat {
+                        self.leave_alone(tenant, &path, &meta);
+                        return None;
+                    }
                     if !self.squatter_moved_aside(tenant, &path, &meta) {
                         return None;
                     }
@@ -744,6 +750,26 @@ impl LedgerSet {
             }
         };
         self.open.get(&path).and_then(|w| w.attached.as_ref())
+    }
+
+    /// Says once per change of the file that `path`, which is no ledger,
+    /// keeps configured tenant `tenant` from its ledger.
+    fn leave_alone(&mut self, tenant: &str, path: &Path, meta: &std::fs::Metadata) {
+        let now = identity(path);
+        if !meta.file_type().is_file() && now.is_some() && self.refused.get(path) != now.as_ref() {
+            log::limited(
+                &file_key(path, "configuration"),
+                Level::Warn,
+                &format!(
+                    "cannot apply the configuration of tenant {tenant}: {} is {} (links are not followed); it was left alone",
+                    path.display(),
+                    kind_of(meta)
+                ),
+            );
+            if let Some(now) = now {
+                self.refused.insert(path.to_path_buf(), now);
+            }
+        }
     }
 
     /// Moves aside what took configured tenant `tenant`'s ledger name;
