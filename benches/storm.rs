@@ -3,7 +3,9 @@
 //! monitor is killed and restarted, and hostile files (empty, garbage,
 //! half-initialised and cut-short ledgers, links, FIFOs, directories, and a
 //! watched ledger truncated under the monitor) are dropped into the ledger
-//! directory. Throughout, it samples every tenant's usage as its ledger
+//! directory, beside a standing flood: [`FLOOD_FILES`] valid ledgers of
+//! one other user and a `tenants` file in the flat directory, made before
+//! the first monitor starts. Throughout, it samples every tenant's usage as its ledger
 //! counts it and as the driver (simgpu's NVML) reports it, and times how
 //! long each killed process's memory takes to come back.
 //!
@@ -55,6 +57,11 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 const KILL_EVERY_MS: (u64, u64) = (40, 160);
 const MONITOR_KILL_EVERY: Duration = Duration::from_secs(4);
 const HOSTILE_EVERY: Duration = Duration::from_millis(500);
+/// Valid ledgers of one other user (`FLOOD_UID`) lying in the directory
+/// for the whole storm: the monitor watches its per-uid bound of them and
+/// must lose nothing of the real tenants.
+const FLOOD_FILES: usize = 1100;
+const FLOOD_UID: u32 = 2999;
 /// A killed process not reclaimed within this counts as lost.
 const RECLAIM_LIMIT: Duration = Duration::from_secs(10);
 
@@ -283,6 +290,27 @@ fn drop_hostile(storm: &mut Storm, n: usize, made: &mut Vec<PathBuf>) -> &'stati
     kind
 }
 
+/// The standing flood: [`FLOOD_FILES`] valid ledgers, each naming itself,
+/// owned by [`FLOOD_UID`], and a file named `tenants`.
+fn flood(dir: &std::path::Path, staging: &std::path::Path) {
+    std::fs::create_dir_all(staging).unwrap();
+    drop(Ledger::open_or_create_with(staging, "flood-template", ledger::FileAccess::Tenant).expect("a template ledger"));
+    let template = std::fs::read(ledger::tenant_path(staging, "flood-template")).unwrap();
+    let at = std::mem::offset_of!(ledger::layout::Header, tenant_name);
+    for n in 0..FLOOD_FILES {
+        let name = format!("flood-{n}");
+        let mut bytes = template.clone();
+        bytes[at..at + 64].fill(0);
+        bytes[at..at + name.len()].copy_from_slice(name.as_bytes());
+        let path = ledger::tenant_path(dir, &name);
+        std::fs::write(&path, bytes).unwrap();
+        std::os::unix::fs::chown(&path, Some(FLOOD_UID), Some(FLOOD_UID)).unwrap();
+    }
+    let tenants = dir.join("tenants");
+    std::fs::write(&tenants, b"").unwrap();
+    std::os::unix::fs::chown(&tenants, Some(FLOOD_UID), Some(FLOOD_UID)).unwrap();
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -319,6 +347,7 @@ fn main() {
     std::fs::write(&config, text).unwrap();
     let mut storm = Storm { stress: compile_c("shim_stress"), sim, config, workers: Vec::new(), monitor: None, chance: Chance(args.seed | 1) };
     let _ = compile_c("memctl");
+    flood(&storm.sim.ledger_dir(), &storm.sim.dir().join("staging"));
     storm.start_monitor();
     // A shared machine's GPU: every user may use it.
     std::fs::set_permissions(storm.sim.state_file(), std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
@@ -335,6 +364,15 @@ fn main() {
         .map(|(t, _)| (*t, Ledger::open(&ledger::tenant_path(&ledger_dir, t)).expect("a tenant's ledger")))
         .collect();
 
+    let watched_flood = storm
+        .monitor
+        .as_ref()
+        .and_then(|m| m.metrics().value("gpuslice_ledger_files_refused_total", &[("reason", "per_uid_bound")]))
+        .map_or(0, |refused| FLOOD_FILES as u64 - refused as u64);
+    println!(
+        "ledger flood: {FLOOD_FILES} valid ledgers of uid {FLOOD_UID} and a `tenants` file lie in the directory throughout; \
+         the first monitor watches {watched_flood} of them"
+    );
     println!(
         "storm: {} s, seed {}, {} workers ({}), monitor killed every {} s, a hostile file every {} ms",
         args.duration.as_secs(),

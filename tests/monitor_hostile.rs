@@ -181,3 +181,33 @@ fn a_process_without_the_shim_that_plants_its_own_slot_is_caught() {
     assert!(monitor.metrics().value("gpuslice_violation_kills_total", &[]).is_some_and(|kills| kills >= 1.0));
     drop(honest);
 }
+
+/// A process of tenant `a` (capped at 1 GiB) that skips the shim plants a
+/// slot for itself in `a`'s ledger and in a second ledger, `a2`, that the
+/// tenant made itself, then takes 8 GiB from the driver. A process two
+/// ledgers claimed was judged under neither, so it kept the 8 GiB. Now it is
+/// judged under each ledger that claims it, so `a`'s cap, the strictest of
+/// the two, has it killed; `a2` (no cap) gains it nothing.
+#[test]
+fn a_process_two_ledgers_claim_is_judged_under_the_strictest_cap() {
+    let sim = Sim::new().memory("16GiB").context_memory("64MiB").shim();
+    let monitor = kill_mode(&sim, "[tenants.a]\nmemory = \"1GiB\"\n");
+    let mut honest = holder(&sim, "a", "1GiB", &[]);
+    honest.wait_for("ready");
+    let mut second = sim.c("memctl");
+    second.env("GPUSLICE_TENANT", "a2").args(["init", "ctx"]);
+    sim.run(&mut second).assert_success();
+    let mut cmd = sim.c("planted_slot");
+    cmd.env_remove("LD_PRELOAD")
+        .arg(ledger::tenant_path(&sim.ledger_dir(), "a"))
+        .arg("8G")
+        .arg(ledger::tenant_path(&sim.ledger_dir(), "a2"));
+    let mut planted = sim.spawn(&mut cmd);
+    let pid = planted.pid();
+    assert_eq!(planted.wait_for("big"), cu::SUCCESS.to_string(), "the driver alone gave it 8 GiB");
+    gpuslice_tests::poll::until("the process two ledgers claim is killed", || !pid_alive(pid));
+    let out = planted.wait();
+    assert!(!out.success(), "{out}");
+    assert!(monitor.metrics().value("gpuslice_violation_kills_total", &[]).is_some_and(|kills| kills >= 1.0));
+    drop(honest);
+}

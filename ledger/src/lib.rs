@@ -14,6 +14,10 @@
 //!   monitor) survive one being cut short under it, and
 //!   [`Ledger::damage`] says when a mapped file changed in a way no writer
 //!   changes it.
+//! - [`MappedLedger`] keeps a ledger mapped without holding a descriptor
+//!   (a watcher of many ledgers, the monitor), and [`MappedLedger::attach`]
+//!   gives it one again, for as long as it needs locks, only while the
+//!   path still names the mapped file.
 //! - [`Ledger::device_index`] maps a GPU's UUID to its index in the file.
 //! - [`Ledger::claim_slot`] gives the calling process its slot, locked with
 //!   an OFD lock for as long as the process lives.
@@ -72,10 +76,11 @@ pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
 pub use open::{Damage, FileAccess, CREATION_WAIT};
 pub use slots::{lock_offset as slot_lock_offset, InvalidSlot, Reclaimed, Slot, SlotView};
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// File name suffix of ledger files.
 pub const LEDGER_SUFFIX: &str = ".ledger";
@@ -195,7 +200,7 @@ pub struct ComputePolicy {
 /// process's slot locks: dropping the `Ledger` (or exiting) drops them, and
 /// the slots become reclaimable.
 pub struct Ledger {
-    map: open::Mapping,
+    map: Arc<open::Mapping>,
     file: File,
     path: PathBuf,
     /// Slots whose lock this open file description holds (one bit each).
@@ -256,6 +261,10 @@ impl Ledger {
     }
 
     fn of(map: open::Mapping, file: File, path: &Path) -> Ledger {
+        Ledger::of_shared(Arc::new(map), file, path)
+    }
+
+    fn of_shared(map: Arc<open::Mapping>, file: File, path: &Path) -> Ledger {
         let held_cap_bytes = std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(UNLIMITED));
         Ledger { map, file, path: path.to_path_buf(), owned: Mutex::new([0; MAX_SLOTS / 64]), held_cap_bytes }
     }
@@ -297,6 +306,80 @@ impl Ledger {
     /// the parent's locks, and open its own `Ledger` if it uses the GPU.
     pub fn lock_fd(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+
+    /// This ledger's mapping, to keep without a descriptor once this
+    /// `Ledger` is dropped (see [`MappedLedger`]). Meant for a `Ledger` that
+    /// holds no slot lock: its locks go when it is dropped.
+    pub fn keep_mapped(&self) -> std::io::Result<MappedLedger> {
+        let meta = self.file.metadata()?;
+        Ok(MappedLedger { map: Arc::clone(&self.map), path: self.path.clone(), dev: meta.dev(), ino: meta.ino() })
+    }
+}
+
+/// A ledger kept mapped without an open descriptor: what a watcher of many
+/// ledgers holds between the moments it needs locks, so that the number of
+/// ledgers it watches is not bounded by its descriptor limit. Reading and
+/// writing the mapped words needs no descriptor; probing, taking or
+/// dropping a slot's lock, and checking the file's length, need a
+/// [`Ledger`], which [`attach`](Self::attach) gives.
+pub struct MappedLedger {
+    map: Arc<open::Mapping>,
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+/// Why [`MappedLedger::attach`] gave no [`Ledger`].
+#[derive(Debug)]
+pub enum AttachError {
+    /// The path could not be opened (gone, or out of descriptors).
+    Io(std::io::Error),
+    /// The path names another file than the one mapped.
+    Replaced,
+}
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttachError::Io(e) => write!(f, "cannot open it again: {e}"),
+            AttachError::Replaced => write!(f, "its path now names another file"),
+        }
+    }
+}
+
+impl MappedLedger {
+    /// Opens the file at the mapped path again (never following a link)
+    /// and, if it is still the very file mapped (same device and inode),
+    /// returns a full [`Ledger`] over the same mapping. Dropping that
+    /// `Ledger` closes the descriptor and keeps the mapping here.
+    pub fn attach(&self) -> Result<Ledger, AttachError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&self.path)
+            .map_err(AttachError::Io)?;
+        let meta = file.metadata().map_err(AttachError::Io)?;
+        if (meta.dev(), meta.ino()) != (self.dev, self.ino) {
+            return Err(AttachError::Replaced);
+        }
+        Ok(Ledger::of_shared(Arc::clone(&self.map), file, &self.path))
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The mapped file's inode.
+    pub fn inode(&self) -> u64 {
+        self.ino
+    }
+
+    /// The tenant's name, as stored in the file.
+    pub fn tenant(&self) -> String {
+        open::tenant_of(self.map.file()).unwrap_or_default()
     }
 }
 

@@ -112,26 +112,50 @@ fn is_plain_file(entry: &std::fs::DirEntry) -> bool {
     entry.file_type().map(|t| t.is_file()).unwrap_or(false)
 }
 
+/// Why `<dir>/tenants` is not read, if it is not: any local user may make
+/// an entry of that name in a flat layout's directory (mode 1777), so only
+/// a real directory (not a link) owned by root or by this process's user
+/// holds tenants' directories. `None` when it is such a directory or when
+/// there is none.
+pub fn tenants_dir_problem(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = tenants_dir(dir);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_dir() {
+        Some(format!("{} is not a directory (links are not followed): no ledger under it is read", path.display()))
+    } else if meta.uid() != 0 && meta.uid() != me {
+        Some(format!(
+            "{} belongs to uid {}, neither root nor this process's user: no ledger under it is read (remove it or give it to root)",
+            path.display(),
+            meta.uid()
+        ))
+    } else {
+        None
+    }
+}
+
 /// The ledger files in `dir`, in both layouts, sorted by tenant then layout
-/// (flat first). A missing `tenants/` subdirectory is no error; an unreadable
-/// `dir` is.
+/// (flat first). A `tenants/` subdirectory that is missing or not to be
+/// trusted ([`tenants_dir_problem`]) is skipped, and so is an entry that
+/// cannot be read; only an unreadable `dir` is an error, so that nobody
+/// who can write to `dir` can stop the listing.
 pub fn ledger_files(dir: &Path) -> std::io::Result<Vec<Found>> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+    for entry in std::fs::read_dir(dir)?.flatten() {
         let name = entry.file_name();
         let Some(tenant) = name.to_str().and_then(tenant_of_file_name) else { continue };
         if is_plain_file(&entry) {
             found.push(Found { tenant: tenant.to_string(), layout: Layout::Flat, path: entry.path() });
         }
     }
-    let tenants = match std::fs::read_dir(tenants_dir(dir)) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let tenants = match tenants_dir_problem(dir).map_or_else(|| std::fs::read_dir(tenants_dir(dir)).ok(), |_| None) {
+        Some(entries) => entries,
+        None => {
             found.sort_by(|a, b| (&a.tenant, a.layout).cmp(&(&b.tenant, b.layout)));
             return Ok(found);
         }
-        Err(e) => return Err(e),
     };
     for entry in tenants.flatten() {
         // A tenant's directory is a real directory named after the tenant.
@@ -257,6 +281,37 @@ mod tests {
         assert_eq!(found[0].layout, Layout::Flat);
         assert!(ledger_files(&dir.join("missing")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_tenants_entry_that_is_no_trusted_directory_stops_nothing() {
+        let dir = temp_dir("tenants-squatted");
+        std::fs::write(dir.join("x.ledger"), b"").unwrap();
+        // A file where `tenants/` would be.
+        std::fs::write(tenants_dir(&dir), b"").unwrap();
+        assert!(tenants_dir_problem(&dir).unwrap().contains("not a directory"));
+        assert_eq!(ledger_files(&dir).unwrap().len(), 1);
+        // A link to a directory of someone else's ledgers.
+        std::fs::remove_file(tenants_dir(&dir)).unwrap();
+        let elsewhere = temp_dir("tenants-elsewhere");
+        std::fs::create_dir_all(elsewhere.join("victim")).unwrap();
+        std::fs::write(elsewhere.join("victim/victim.ledger"), b"").unwrap();
+        symlink(&elsewhere, tenants_dir(&dir)).unwrap();
+        assert!(tenants_dir_problem(&dir).is_some());
+        assert_eq!(ledger_files(&dir).unwrap().len(), 1, "nothing is read through the link");
+        // A directory of another user.
+        std::fs::remove_file(tenants_dir(&dir)).unwrap();
+        std::fs::create_dir_all(tenants_dir(&dir).join("victim")).unwrap();
+        std::fs::write(tenants_dir(&dir).join("victim/victim.ledger"), b"").unwrap();
+        assert_eq!(ledger_files(&dir).unwrap().len(), 2);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(tenants_dir(&dir), Some(4242), None).unwrap();
+            assert!(tenants_dir_problem(&dir).unwrap().contains("uid 4242"));
+            assert_eq!(ledger_files(&dir).unwrap().len(), 1);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&elsewhere);
     }
 
     #[test]

@@ -177,6 +177,19 @@ pub fn check_lock(proc_root: &Path, pid: u32, lock: &SlotLock) -> LockCheck {
     LockCheck::DoesNot
 }
 
+/// Whether host process `pid` holds an OFD lock on any file, by its open
+/// files under `proc_root` (`/proc`); a process under the shim holds its
+/// slot's. When its open files cannot be read, the answer is yes: nothing
+/// is known, and the caller acts only on a no.
+pub fn holds_any_ofd_lock(proc_root: &Path, pid: u32) -> bool {
+    let dir = proc_root.join(pid.to_string()).join("fdinfo");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return proc_root.join(pid.to_string()).exists() };
+    entries.flatten().take(MAX_FDS_SCANNED).any(|entry| {
+        std::fs::read_to_string(entry.path())
+            .is_ok_and(|info| info.lines().any(|line| line.starts_with("lock:") && line.contains("OFDLCK")))
+    })
+}
+
 /// Remembers which (process, slot lock) pairs the kernel confirmed, so
 /// each is looked up once: a process keeps its slot's lock until it exits
 /// or releases the slot, and either frees the slot (a new claim is a new
@@ -280,6 +293,25 @@ pub fn groups_of(uid: u32) -> Vec<u32> {
 mod tests {
     use super::*;
     use ledger::process::ProcessIdentity;
+
+    #[test]
+    fn a_process_holding_any_ofd_lock_is_known_by_its_fdinfo() {
+        let proc_root = std::env::temp_dir().join(format!("gpuslice-host-locks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc_root);
+        for (pid, info) in [
+            (10, "pos:\t0\nflags:\t02\nlock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128 128\n"),
+            (11, "pos:\t0\nflags:\t02\nlock:\t1: POSIX  ADVISORY  WRITE 11 fe:00:99 0 EOF\n"),
+            (12, "pos:\t0\nflags:\t02\n"),
+        ] {
+            std::fs::create_dir_all(proc_root.join(format!("{pid}/fdinfo"))).unwrap();
+            std::fs::write(proc_root.join(format!("{pid}/fdinfo/3")), info).unwrap();
+        }
+        assert!(holds_any_ofd_lock(&proc_root, 10));
+        assert!(!holds_any_ofd_lock(&proc_root, 11), "a POSIX lock is no slot's");
+        assert!(!holds_any_ofd_lock(&proc_root, 12));
+        assert!(!holds_any_ofd_lock(&proc_root, 13), "a process that is gone holds nothing");
+        let _ = std::fs::remove_dir_all(&proc_root);
+    }
 
     fn view_of(me: ProcessIdentity) -> SlotView {
         SlotView {

@@ -53,6 +53,13 @@ pub struct MonitorCounters {
     pub committed_bytes: std::collections::HashMap<String, u64>,
     /// The admission queue, as last read.
     pub queue: QueueFigures,
+    /// Ledgers watched now.
+    pub ledgers_watched: u64,
+    /// Ledger files refused for a bound, each counted once, by reason
+    /// (`per_uid_bound`, `total_bound`).
+    pub ledger_files_refused_total: std::collections::BTreeMap<&'static str, u64>,
+    /// Ledger files not watched now because of a bound, by reason.
+    pub ledger_files_over_bound: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// The admission queue, as the monitor decides it.
@@ -403,6 +410,24 @@ impl Collector for Page {
         }
         Counters::start(e, "gpuslice_monitor_rounds_total", "Monitor rounds completed, this page's included.")?
             .sample(&[], counters.rounds_total)?;
+        Gauges::start(e, "gpuslice_ledgers_watched", "Tenant ledgers the monitor watches.")?.sample(&[], counters.ledgers_watched)?;
+        {
+            let mut family = Counters::start(
+                e,
+                "gpuslice_ledger_files_refused_total",
+                "Ledger files not watched because of a bound (--max-ledgers-per-uid, --max-ledgers), each counted once, by bound.",
+            )?;
+            for reason in ["per_uid_bound", "total_bound"] {
+                family.sample(&[("reason", reason)], counters.ledger_files_refused_total.get(reason).copied().unwrap_or(0))?;
+            }
+        }
+        {
+            let mut family =
+                Gauges::start(e, "gpuslice_ledger_files_over_bound", "Ledger files not watched now because of a bound, by bound.")?;
+            for reason in ["per_uid_bound", "total_bound"] {
+                family.sample(&[("reason", reason)], counters.ledger_files_over_bound.get(reason).copied().unwrap_or(0))?;
+            }
+        }
         Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?.sample(&[], u64::from(snapshot.nvml))?;
         Ok(())
     }
@@ -626,6 +651,17 @@ gpuslice_queue_wait_seconds_count{priority="-2"} 2
 # HELP gpuslice_monitor_rounds_total Monitor rounds completed, this page's included.
 # TYPE gpuslice_monitor_rounds_total counter
 gpuslice_monitor_rounds_total 12345
+# HELP gpuslice_ledgers_watched Tenant ledgers the monitor watches.
+# TYPE gpuslice_ledgers_watched gauge
+gpuslice_ledgers_watched 0
+# HELP gpuslice_ledger_files_refused_total Ledger files not watched because of a bound (--max-ledgers-per-uid, --max-ledgers), each counted once, by bound.
+# TYPE gpuslice_ledger_files_refused_total counter
+gpuslice_ledger_files_refused_total{reason="per_uid_bound"} 0
+gpuslice_ledger_files_refused_total{reason="total_bound"} 0
+# HELP gpuslice_ledger_files_over_bound Ledger files not watched now because of a bound, by bound.
+# TYPE gpuslice_ledger_files_over_bound gauge
+gpuslice_ledger_files_over_bound{reason="per_uid_bound"} 0
+gpuslice_ledger_files_over_bound{reason="total_bound"} 0
 # HELP gpuslice_nvml_available 1 when NVML answers, 0 in ledger-only mode.
 # TYPE gpuslice_nvml_available gauge
 gpuslice_nvml_available 1

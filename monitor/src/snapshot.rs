@@ -95,9 +95,10 @@ pub struct ProcessView {
     /// Whether it still holds its slot lock.
     pub alive: bool,
     /// Whether the kernel confirms that this host pid holds the slot's lock
-    /// (see `host`), and no other ledger's slot names it too. Only such a
-    /// process is ever acted on; a live slot whose named process does not
-    /// hold its lock is a false claim and attributes nothing.
+    /// (see `host`). Only such a process is ever acted on; a live slot whose
+    /// named process does not hold its lock is a false claim and attributes
+    /// nothing. A process that holds slots in several ledgers (only it can
+    /// take their locks) is confirmed in each, and so judged under each.
     pub confirmed: bool,
     /// Reserved in the ledger, all devices.
     pub memory_used_bytes: u64,
@@ -205,8 +206,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
     }
 
     let mut tracked_pids: HashSet<u32> = HashSet::new();
-    // Confirmed slots per host pid: a process two ledgers claim is no one's.
-    let mut confirmed_claims: HashMap<u32, u32> = HashMap::new();
     let mut tenants = Vec::new();
     for ledger in ledgers {
         let entries = ledger.devices();
@@ -241,9 +240,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
             let resolved = found.filter(|_| check != LockCheck::DoesNot);
             if let Some(pid) = resolved {
                 tracked_pids.insert(pid);
-                if check == LockCheck::Holds {
-                    *confirmed_claims.entry(pid).or_default() += 1;
-                }
             }
             let pid = resolved.unwrap_or(slot.pid);
             let mut driver_total = None;
@@ -318,11 +314,6 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
             processes,
             reclaimed_processes_total: ledger.reclaimed_processes_total(),
         });
-    }
-    for tenant in &mut tenants {
-        for p in &mut tenant.processes {
-            p.confirmed &= confirmed_claims.get(&p.pid) == Some(&1);
-        }
     }
     tenants.sort_by(|a, b| a.name.cmp(&b.name));
 

@@ -1,10 +1,11 @@
-/* planted_slot LEDGER SIZE: a hostile process of a tenant that does not
- * load the shim. It writes a slot for itself into the tenant's ledger (as
- * the shim would: it takes the slot's OFD lock and marks it alive with its
- * own identity) and claims an enormous context overhead for device 0, then
- * allocates SIZE bytes straight from the driver, none of it charged.
- * Prints slot=<index>, then big=<rc> and ready=1, and holds until a line
- * (or EOF) arrives on stdin. */
+/* planted_slot LEDGER SIZE [LEDGER...]: a hostile process of a tenant that
+ * does not load the shim. It writes a slot for itself into the tenant's
+ * ledger (as the shim would: it takes the slot's OFD lock and marks it
+ * alive with its own identity) and claims an enormous context overhead for
+ * device 0, and does the same in each further LEDGER (so that several
+ * ledgers claim it), then allocates SIZE bytes straight from the driver,
+ * none of it charged. Prints slot=<index> (the first ledger's), then
+ * big=<rc> and ready=1, and holds until a line (or EOF) arrives on stdin. */
 #define _GNU_SOURCE
 #include "common.h"
 #include "../../include/gpuslice.h"
@@ -23,13 +24,12 @@ static uint64_t start_time_ticks(void) {
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-int main(int argc, char **argv) {
-    test_init_output();
-    if (argc != 3) return 64;
-    int fd = open(argv[1], O_RDWR);
-    if (fd < 0) { perror(argv[1]); return 2; }
+/* Plants a slot for this process in the ledger at `path`; returns its index. */
+static int plant(const char *path) {
+    int fd = open(path, O_RDWR);
+    if (fd < 0) { perror(path); exit(2); }
     struct gpuslice_ledger *ledger = mmap(NULL, GPUSLICE_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (ledger == MAP_FAILED) { perror("mmap"); return 2; }
+    if (ledger == MAP_FAILED) { perror("mmap"); exit(2); }
     int index = -1;
     for (int i = 0; i < GPUSLICE_MAX_SLOTS && index < 0; i++) {
         struct gpuslice_slot *s = &ledger->slots[i];
@@ -40,16 +40,23 @@ int main(int argc, char **argv) {
         uint64_t alive = (word & 0xffffffff00000000ull) | GPUSLICE_SLOT_ALIVE;
         if (!__atomic_compare_exchange_n(&s->state_word, &word, alive, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
         struct stat ns;
-        if (stat("/proc/self/ns/pid", &ns) != 0) return 2;
+        if (stat("/proc/self/ns/pid", &ns) != 0) exit(2);
         __atomic_store_n(&s->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
         __atomic_store_n(&s->ns_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
         __atomic_store_n(&s->pidns_inode, (uint64_t)ns.st_ino, __ATOMIC_RELEASE);
         __atomic_store_n(&s->start_time_ticks, start_time_ticks(), __ATOMIC_RELEASE);
         index = i;
     }
-    if (index < 0) { fprintf(stderr, "planted_slot: no free slot\n"); return 2; }
-    printf("slot=%d\n", index);
+    if (index < 0) { fprintf(stderr, "planted_slot: no free slot in %s\n", path); exit(2); }
     __atomic_store_n(&ledger->usage.devices[0].context_overhead_bytes, 1ull << 60, __ATOMIC_RELEASE);
+    return index;
+}
+
+int main(int argc, char **argv) {
+    test_init_output();
+    if (argc < 3) return 64;
+    printf("slot=%d\n", plant(argv[1]));
+    for (int i = 3; i < argc; i++) plant(argv[i]);
 
     CUcontext ctx;
     CUdeviceptr big;

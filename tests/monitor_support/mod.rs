@@ -25,11 +25,14 @@ pub struct MonitorOptions {
     pub config: Option<PathBuf>,
     /// More arguments for `gpuslice monitor`.
     pub args: Vec<String>,
+    /// `--fix-mode`: the test made the ledger directory (mode 0755), and
+    /// the monitor gives it the mode it needs (1777, or 1770 with `--group`).
+    pub fix_mode: bool,
 }
 
 impl Default for MonitorOptions {
     fn default() -> Self {
-        MonitorOptions { nvml: true, config: None, args: Vec::new() }
+        MonitorOptions { nvml: true, config: None, args: Vec::new(), fix_mode: true }
     }
 }
 
@@ -53,6 +56,9 @@ pub fn monitor_command(sim: &Sim, options: &MonitorOptions) -> Command {
     }
     if let Some(config) = &options.config {
         cmd.arg("--config").arg(config);
+    }
+    if options.fix_mode {
+        cmd.arg("--fix-mode");
     }
     cmd.args(&options.args);
     cmd

@@ -68,6 +68,79 @@ pub struct MonitorArgs {
     /// Address for /metrics and /healthz.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
     pub listen: String,
+    /// Let the monitor give a ledger directory named by --dir or GPUSLICE_DIR
+    /// the owner and mode it needs (root's, 1777; root:GROUP 1770 with
+    /// --group). Without it, only the default directory (/run/gpuslice) or
+    /// one the monitor creates is changed; any other that needs a change is
+    /// refused.
+    #[arg(long)]
+    pub fix_mode: bool,
+    /// Ledger files of one owner (uid) watched at most; root's files and the
+    /// configured tenants' are not held to it.
+    #[arg(long, value_name = "N", default_value_t = ledgers::DEFAULT_MAX_LEDGERS_PER_UID)]
+    pub max_ledgers_per_uid: usize,
+    /// Ledger files watched at most (the configured tenants' always are).
+    #[arg(long, value_name = "N", default_value_t = ledgers::DEFAULT_MAX_LEDGERS)]
+    pub max_ledgers: usize,
+}
+
+/// Descriptors kept for everything but the ledgers: HTTP connections, NVML,
+/// `/proc`, the configuration, the arbiter's pages.
+const DESCRIPTORS_BESIDE_LEDGERS: u64 = http::MAX_CONNECTIONS as u64 + 256;
+
+/// Raises the soft limit on open descriptors to the hard one (systemd gives
+/// a service 1024 of 524288), and returns the soft limit in force.
+fn raise_descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into a valid local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        log::warn(&format!("cannot read the descriptor limit: {}", std::io::Error::last_os_error()));
+        return None;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        // SAFETY: setrlimit reads a valid local struct; raising the soft
+        // limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            log::info(&format!("descriptor limit raised from {} to {}", limit.rlim_cur, limit.rlim_max));
+            return Some(limit.rlim_max);
+        }
+        log::warn(&format!(
+            "cannot raise the descriptor limit from {} to {}: {}",
+            limit.rlim_cur,
+            limit.rlim_max,
+            std::io::Error::last_os_error()
+        ));
+    }
+    Some(limit.rlim_cur)
+}
+
+/// The bounds of `args`, the total cut to what the descriptor limit allows
+/// (each watched ledger is open for the length of a round).
+fn ledger_bounds(args: &MonitorArgs, descriptor_limit: Option<u64>) -> ledgers::Bounds {
+    let mut bounds = ledgers::Bounds { per_uid: args.max_ledgers_per_uid, total: args.max_ledgers };
+    if let Some(limit) = descriptor_limit {
+        let room = usize::try_from(limit.saturating_sub(DESCRIPTORS_BESIDE_LEDGERS)).unwrap_or(usize::MAX).max(1);
+        if bounds.total > room {
+            log::warn(&format!(
+                "--max-ledgers {} is more than the descriptor limit of {limit} allows: watching at most {room} ledgers",
+                bounds.total
+            ));
+            bounds.total = room;
+        }
+    }
+    bounds
+}
+
+/// Whether the monitor may change the ledger directory's owner and mode:
+/// the default directory, or one it creates now, or with `--fix-mode`.
+fn dir_changes(args: &MonitorArgs, dir: &Path, created_now: bool) -> ledgers::DirChanges {
+    let named = args.host.dir.is_some() || std::env::var_os("GPUSLICE_DIR").is_some_and(|v| !v.is_empty());
+    if args.fix_mode || created_now || !named || dir == Path::new(ledgers::DEFAULT_DIR) {
+        ledgers::DirChanges::Allowed
+    } else {
+        ledgers::DirChanges::Refused
+    }
 }
 
 /// What identifies a version of the configuration file on disk.
@@ -114,7 +187,9 @@ impl ConfigSource {
 }
 
 pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
+    let descriptor_limit = raise_descriptor_limit();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
+    let created_now = std::fs::symlink_metadata(&dir).is_err();
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(&dir)
@@ -126,7 +201,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     if let Some(path) = &args.config {
         config_source.stamp = file_stamp(path);
         config_source.text = std::fs::read_to_string(path).ok();
-        config = config::load(path).map_err(|e| format!("bad configuration: {e}"))?;
+        config = config::load(path).map_err(|e| log::bounded_message(&format!("bad configuration: {e}")))?;
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
@@ -181,7 +256,13 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let mut policy_state = policy::PolicyState::new(&dir)?;
-    let mut ledgers = ledgers::LedgerSet::new(dir.clone(), &args.host)?;
+    let mut ledgers = ledgers::LedgerSet::new(
+        dir.clone(),
+        &args.host,
+        dir_changes(&args, &dir, created_now),
+        ledger_bounds(&args, descriptor_limit),
+    )?;
+    ledgers.set_configured(config.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
@@ -205,6 +286,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
                 log::info(&format!("tenant {gone} is no longer configured; it keeps the caps last set"));
             }
             config = new_config;
+            ledgers.set_configured(config.tenants.keys());
             policy_state.configuration_changed();
         }
 
@@ -238,6 +320,9 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
+        if !ledgers.view_complete() {
+            violations::keep_only_lockless_untracked(&mut snap);
+        }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
         violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
@@ -256,6 +341,9 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         // round whose results it shows: everything this round did (caps
         // written, slots reclaimed, processes killed) is done by then.
         counters.rounds_total += 1;
+        counters.ledgers_watched = ledgers.watched() as u64;
+        counters.ledger_files_refused_total = ledgers.refused_total().clone();
+        counters.ledger_files_over_bound = ledgers.over_bound_now();
         // Rendered before the lock is taken, so that the server waits on the
         // main loop for no more than an assignment.
         let page = http::Pages {
@@ -283,9 +371,13 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             let _ = std::io::stdout().flush();
             first_round = false;
         }
+        drop(refs);
+        ledgers.release_descriptors();
+        log::flush_suppressed();
         let spent = round_start.elapsed();
         sleep_unless_signalled(ROUND.saturating_sub(spent), &stop, &hangup);
     }
+    log::flush_all();
     log::info("stopping");
     Ok(ExitCode::SUCCESS)
 }
@@ -323,7 +415,7 @@ fn reclaim(ledger: &Ledger) {
             .iter()
             .map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b)))
             .collect();
-        log::info(&format!(
+        log::limited(&ledgers::file_key(ledger.path(), "reclaims"), log::Level::Info, &format!(
             "tenant {}: reclaimed slot {} of dead pid {} (pid {} in its namespace): {}",
             ledger.tenant(),
             dead.slot_index,

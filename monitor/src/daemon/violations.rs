@@ -16,7 +16,17 @@
 //!
 //! Only processes the kernel ties to the tenant count as its own (they hold
 //! a slot's lock in its ledger, see `host`), and only those are killed: a
-//! slot that names another process attributes nothing and kills nothing.
+//! slot that names another process attributes nothing and kills nothing. A
+//! process that holds slots in several ledgers (only it can take those
+//! locks, so only it gains by it) is the own process of each of them and is
+//! judged under each, so the strictest of their caps holds it.
+//!
+//! When the round could not see every ledger (the directory could not be
+//! listed, a watched ledger could not be opened again), a process no
+//! watched ledger knows may be in one unseen: it is judged as untracked
+//! only if it holds no lock at all, which every process under the shim
+//! does ([`keep_only_lockless_untracked`]), so that bypass is still caught
+//! and nobody honest is killed for what the monitor could not see.
 //!
 //! A finding counts only once it has lasted `violation_grace` (and at least
 //! two rounds): a well-behaved tenant passes through states that look like
@@ -43,6 +53,13 @@ use super::overhead::OverheadState;
 use super::policy::PolicyState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// Drops from the untracked processes those that hold any OFD lock (a
+/// slot's, perhaps, in a ledger this round could not see); see the module
+/// docs.
+pub fn keep_only_lockless_untracked(snapshot: &mut Snapshot) {
+    snapshot.untracked_processes.retain(|u| !host::holds_any_ofd_lock(std::path::Path::new("/proc"), u.pid));
+}
 
 /// One finding followed across rounds.
 #[derive(Debug, Clone, Copy)]
