@@ -55,6 +55,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How often the monitor looks at everything.
 pub const ROUND: Duration = Duration::from_millis(250);
+/// The shortest round when a job file appeared or went (see the loop).
+const QUEUE_ROUND_MIN: Duration = Duration::from_millis(20);
 /// How long the arbiter's loop may not go round before `/healthz` fails.
 const ARBITER_STALL: Duration = Duration::from_secs(5);
 
@@ -374,8 +376,11 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         drop(refs);
         ledgers.release_descriptors();
         log::flush_suppressed();
-        let spent = round_start.elapsed();
-        sleep_unless_signalled(ROUND.saturating_sub(spent), &stop, &hangup);
+        // A new or ended job cuts the wait short, so that a job that fits
+        // starts in milliseconds; no sooner than QUEUE_ROUND_MIN after the
+        // last round began, so that a flood of job files costs at most a
+        // round every QUEUE_ROUND_MIN.
+        sleep_unless_signalled(round_start, &stop, &hangup, || queue_state.jobs_changed());
     }
     log::flush_all();
     log::info("stopping");
@@ -401,10 +406,17 @@ fn device_name(reader: &GpuReader, device: &snapshot::DeviceView, names: &std::c
     }
 }
 
-fn sleep_unless_signalled(duration: Duration, stop: &AtomicBool, hangup: &AtomicBool) {
-    let end = Instant::now() + duration;
+/// Sleeps until the round that began at `round_start` is over, a signal
+/// came, or (once [`QUEUE_ROUND_MIN`] has passed) `woken` says so.
+fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &AtomicBool, woken: impl Fn() -> bool) {
+    let end = round_start + ROUND;
+    let mut news = false;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) && !hangup.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10).min(end.saturating_duration_since(Instant::now())));
+        news |= woken();
+        if news && round_start.elapsed() >= QUEUE_ROUND_MIN {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5).min(end.saturating_duration_since(Instant::now())));
     }
 }
 

@@ -104,6 +104,9 @@ pub struct QueueState {
     reported: HashSet<String>,
     figures: QueueFigures,
     last_board: Option<Board>,
+    /// Job files appearing or going in the queue directory (`None` where
+    /// inotify cannot watch it: rounds alone then).
+    jobs_watch: Option<std::os::fd::OwnedFd>,
 }
 
 impl QueueState {
@@ -139,7 +142,17 @@ impl QueueState {
             reported: HashSet::new(),
             figures: QueueFigures::default(),
             last_board: None,
+            jobs_watch: crate::queue::wait::watch_dir(Queue::at(dir).dir(), libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_TO)
+                .map_err(|e| log::warn(&format!("{e}; jobs are admitted at the monitor's rounds only")))
+                .ok(),
         })
+    }
+
+    /// Whether a job file appeared or went since last asked: a job that
+    /// fits is then admitted at once rather than at the next round.
+    pub fn jobs_changed(&self) -> bool {
+        let Some(fd) = &self.jobs_watch else { return false };
+        crate::queue::wait::drain_events(fd, |name| name.ends_with(crate::queue::store::JOB_SUFFIX.as_bytes()))
     }
 
     fn warn_once(&mut self, message: String) {
@@ -609,6 +622,7 @@ mod tests {
             reported: HashSet::new(),
             figures: QueueFigures::default(),
             last_board: None,
+            jobs_watch: None,
         }
     }
 

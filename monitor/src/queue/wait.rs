@@ -33,19 +33,7 @@ impl QueueWatch {
     }
 
     fn inotify(dir: &Path) -> Result<OwnedFd, String> {
-        // SAFETY: inotify_init1 takes flags only.
-        let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if raw < 0 {
-            return Err(format!("cannot watch the queue: inotify_init1: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: a valid inotify descriptor and a NUL-terminated path.
-        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MOVED_TO) } < 0 {
-            return Err(format!("cannot watch {}: {}", dir.display(), std::io::Error::last_os_error()));
-        }
-        Ok(fd)
+        watch_dir(dir, libc::IN_MOVED_TO)
     }
 
     /// Sleeps until the board is replaced or `limit` (at most [`RECHECK`]) passes.
@@ -75,8 +63,31 @@ impl QueueWatch {
     }
 }
 
+/// A non-blocking inotify descriptor watching `dir` for the events of `mask`.
+pub fn watch_dir(dir: &Path, mask: u32) -> Result<OwnedFd, String> {
+    // SAFETY: inotify_init1 takes flags only.
+    let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    if raw < 0 {
+        return Err(format!("cannot watch the queue: inotify_init1: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` is a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+    if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), mask) } < 0 {
+        return Err(format!("cannot watch {}: {}", dir.display(), std::io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
 /// Reads every pending event of inotify descriptor `fd`; whether one named the board.
 fn drain_board_events(fd: &OwnedFd) -> bool {
+    drain_events(fd, |name| name == BOARD_FILE.as_bytes())
+}
+
+/// Reads every pending event of inotify descriptor `fd`; whether the name
+/// of one passed `wanted`.
+pub fn drain_events(fd: &OwnedFd, wanted: impl Fn(&[u8]) -> bool) -> bool {
     let mut buffer = [0u8; 4096];
     let mut any = false;
     loop {
@@ -85,12 +96,12 @@ fn drain_board_events(fd: &OwnedFd) -> bool {
         if read <= 0 {
             return any;
         }
-        any |= names_board(buffer.get(..read as usize).unwrap_or_default());
+        any |= names_any(buffer.get(..read as usize).unwrap_or_default(), &wanted);
     }
 }
 
-/// Whether a run of `inotify_event` records names the board.
-fn names_board(mut events: &[u8]) -> bool {
+/// Whether a run of `inotify_event` records names a file `wanted` passes.
+fn names_any(mut events: &[u8], wanted: &impl Fn(&[u8]) -> bool) -> bool {
     const HEADER_BYTES: usize = std::mem::size_of::<libc::inotify_event>();
     let mut any = false;
     while events.len() >= HEADER_BYTES {
@@ -99,7 +110,7 @@ fn names_board(mut events: &[u8]) -> bool {
         let name_len = u32::from_ne_bytes(len_bytes) as usize;
         let name = events.get(HEADER_BYTES..HEADER_BYTES + name_len).unwrap_or_default();
         let name = name.split(|b| *b == 0).next().unwrap_or_default();
-        any |= name == BOARD_FILE.as_bytes();
+        any |= wanted(name);
         events = events.get(HEADER_BYTES + name_len..).unwrap_or_default();
     }
     any
