@@ -30,18 +30,72 @@ cu_export!(cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
     out(pool, ptr(d.devices[i].default_pool))
 });
 
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED`.
+const CU_MEM_ALLOCATION_TYPE_MANAGED: c_uint = 2;
+
+/// The device a pool of `alloc_type` at `location` belongs to. Pools of
+/// device memory (pinned or managed) are supported; host-located pools are
+/// not, as simgpu's devices report (`HOST_MEMORY_POOLS_SUPPORTED` and
+/// `HOST_NUMA_MEMORY_POOLS_SUPPORTED` are 0), so they are refused with
+/// `CUDA_ERROR_NOT_SUPPORTED`, as a driver refuses them on such a device.
+fn pool_location(d: &crate::driver::Driver, location: &CUmemLocation, alloc_type: c_uint) -> CuResult<usize> {
+    if alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED && alloc_type != CU_MEM_ALLOCATION_TYPE_MANAGED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    match location.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => d.check_device(location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE),
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// A device's default pool of `alloc_type`.
+fn default_pool_of(d: &crate::driver::Driver, device: usize, alloc_type: c_uint) -> u64 {
+    if alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED {
+        d.devices[device].managed_pool
+    } else {
+        d.devices[device].default_pool
+    }
+}
+
+cu_export!(cuMemGetDefaultMemPool(pool: *mut CUmemoryPool, location: *mut CUmemLocation, alloc_type: c_uint) {
+    let d = driver()?;
+    let device = pool_location(d, &input(location)?, alloc_type)?;
+    out(pool, ptr(default_pool_of(d, device, alloc_type)))
+});
+
+// The current pool of a location stays its default pool, as
+// `cuDeviceSetMemPool` keeps it (see there).
+cu_export!(cuMemGetMemPool(pool: *mut CUmemoryPool, location: *mut CUmemLocation, alloc_type: c_uint) {
+    let d = driver()?;
+    let device = pool_location(d, &input(location)?, alloc_type)?;
+    out(pool, ptr(default_pool_of(d, device, alloc_type)))
+});
+
+cu_export!(cuMemSetMemPool(location: *mut CUmemLocation, alloc_type: c_uint, pool: CUmemoryPool) {
+    let d = driver()?;
+    let device = pool_location(d, &input(location)?, alloc_type)?;
+    let objs = d.read();
+    let p = objs.pools.get(&h(pool)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if p.device != device || p.managed != (alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if h(pool) != default_pool_of(d, device, alloc_type) {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    Ok(())
+});
+
 cu_export!(cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) {
     let d = driver()?;
     if pool.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let p = input(props)?;
-    if p.allocType != CU_MEM_ALLOCATION_TYPE_PINNED || p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let device = d.check_device(p.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    let managed = p.allocType == CU_MEM_ALLOCATION_TYPE_MANAGED;
+    let device = pool_location(d, &p.location, p.allocType)?;
     let hnd = d.new_handle(TAG_POOL);
-    d.write().pools.insert(hnd, Pool::new(device, false, p.handleTypes));
+    d.write().pools.insert(hnd, Pool { managed, ..Pool::new(device, false, p.handleTypes) });
     out(pool, ptr(hnd))
 });
 
@@ -135,7 +189,7 @@ unsafe fn pool_attribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void, s
         _ if set => return Err(CUDA_ERROR_INVALID_VALUE),
         CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).reserved_bytes) },
         CU_MEMPOOL_ATTR_USED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).used_bytes) },
-        CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_ALLOCATION_TYPE_PINNED) },
+        CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe { v32.write_unaligned(if p.managed { CU_MEM_ALLOCATION_TYPE_MANAGED } else { CU_MEM_ALLOCATION_TYPE_PINNED }) },
         CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES => unsafe { v32.write_unaligned(p.handle_types) },
         CU_MEMPOOL_ATTR_LOCATION_ID => unsafe { v32.write_unaligned(d.ordinal_of(p.device) as c_uint) },
         CU_MEMPOOL_ATTR_LOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_LOCATION_TYPE_DEVICE) },
