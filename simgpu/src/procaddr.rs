@@ -238,6 +238,8 @@ proc_table! {
     cuMemGetDefaultMemPool => [13000: cuMemGetDefaultMemPool];
     cuMemGetMemPool => [13000: cuMemGetMemPool];
     cuMemSetMemPool => [13000: cuMemSetMemPool];
+    cuMemPoolSetAccess => [11020: cuMemPoolSetAccess];
+    cuMemPoolGetAccess => [11020: cuMemPoolGetAccess];
     cuTensorMapEncodeTiled => [12000: cuTensorMapEncodeTiled];
     cuTensorMapEncodeIm2col => [12000: cuTensorMapEncodeIm2col];
     cuTensorMapReplaceAddress => [12000: cuTensorMapReplaceAddress];

@@ -92,7 +92,8 @@ def graph():
     for _ in range(10):
         g.replay()
     torch.cuda.synchronize()
-    print(f"graph.replays=10 graph.out_shape={tuple(y.shape)}", flush=True)
+    print("graph.replays=10", flush=True)
+    print(f"graph.out_shape={tuple(y.shape)}", flush=True)
 
 
 def devices():

@@ -109,12 +109,12 @@ impl Common {
         check(c.interleave != INTERLEAVE_32B || c.swizzle == SWIZZLE_32B)?;
         check(c.oob_fill <= OOB_FILL_NAN_REQUEST_ZERO_FMA && (c.oob_fill == 0 || is_float(c.data_type)))?;
         let address_align = if c.interleave == INTERLEAVE_32B || packed_16b(c.data_type) { 32 } else { 16 };
-        check(c.address != 0 && c.address % address_align == 0)?;
+        check(c.address != 0 && c.address.is_multiple_of(address_align))?;
         check(c.dims.iter().all(|&d| (1..=1 << 32).contains(&d)))?;
-        check(c.data_type != DATA_TYPE_16U4_ALIGN8B || c.dims[0] % 2 == 0)?;
-        check(!packed_16b(c.data_type) || c.dims[0] % 128 == 0)?;
+        check(c.data_type != DATA_TYPE_16U4_ALIGN8B || c.dims[0].is_multiple_of(2))?;
+        check(!packed_16b(c.data_type) || c.dims[0].is_multiple_of(128))?;
         let stride_align = if c.interleave == INTERLEAVE_32B || packed_16b(c.data_type) { 32 } else { 16 };
-        check(c.strides.iter().all(|&s| s % stride_align == 0 && s < 1 << 40))?;
+        check(c.strides.iter().all(|&s| s.is_multiple_of(stride_align) && s < 1 << 40))?;
         check(c.element_strides.iter().all(|&e| (1..=8).contains(&e)))
     }
 
