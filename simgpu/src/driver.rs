@@ -13,7 +13,7 @@ use crate::state::SharedState;
 use abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub type CuResult<T> = Result<T, CUresult>;
@@ -69,6 +69,34 @@ pub struct Context {
     pub charged_bytes: u64,
     pub exec: Arc<Executor>,
     pub default_stream: Arc<Stream>,
+    /// Limits, cache preference and peer access, as set on this context.
+    pub settings: ContextSettings,
+}
+
+/// What a context keeps that the application sets: its `CUlimit` values
+/// (by enum value), its cache preference and the peer contexts it may
+/// access ([`crate::exports::peer`]).
+pub struct ContextSettings {
+    pub limits: [AtomicU64; LIMIT_COUNT],
+    pub cache_config: AtomicU32,
+    pub shared_mem_config: AtomicU32,
+    pub peers: Mutex<Vec<u64>>,
+}
+
+/// `CU_LIMIT_STACK_SIZE` … `CU_LIMIT_PER_BLOCK_MEMORY_SIZE`.
+pub const LIMIT_COUNT: usize = 11;
+
+/// The limits a new context has on a data-centre GPU (cuda.h documents
+/// each; the values are what a driver reports for a fresh context): 1 KiB
+/// stack per thread, 1 MiB printf FIFO, 8 MiB device heap, sync depth 2,
+/// 2048 pending launches, 64-byte L2 fetch granularity, no persisting L2,
+/// the multiprocessor's shared memory, CIG off, and per-block memory.
+pub const LIMIT_DEFAULTS: [u64; LIMIT_COUNT] = [1024, 1 << 20, 8 << 20, 2, 2048, 64, 0, 233_472, 0, 0, 0];
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        ContextSettings { limits: LIMIT_DEFAULTS.map(AtomicU64::new), cache_config: AtomicU32::new(0), shared_mem_config: AtomicU32::new(0), peers: Mutex::new(Vec::new()) }
+    }
 }
 
 /// A module, or (with `ctx` 0) a context-independent library.
@@ -90,6 +118,36 @@ pub struct Function {
     pub c_name: std::ffi::CString,
     /// `sim_*`: runs for its first argument in microseconds.
     pub sim: bool,
+    /// The attributes `cuFuncSetAttribute` may change, as last set.
+    pub settable: FunctionSettings,
+}
+
+/// A function's settable attributes (`CU_FUNC_ATTRIBUTE_*`), each kept as
+/// the driver keeps it: what was set, or the default of a kernel that
+/// declares nothing.
+pub struct FunctionSettings {
+    /// `MAX_DYNAMIC_SHARED_SIZE_BYTES`: 48 KiB until raised.
+    pub max_dynamic_shared_bytes: AtomicI32,
+    /// `PREFERRED_SHARED_MEMORY_CARVEOUT`: -1, no preference.
+    pub carveout_percent: AtomicI32,
+    /// `REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH`: 0, none required.
+    pub cluster_dims: [AtomicI32; 3],
+    /// `NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+    pub non_portable_cluster: AtomicI32,
+    /// `CLUSTER_SCHEDULING_POLICY_PREFERENCE`.
+    pub cluster_scheduling: AtomicI32,
+}
+
+impl Default for FunctionSettings {
+    fn default() -> Self {
+        FunctionSettings {
+            max_dynamic_shared_bytes: AtomicI32::new(48 * 1024),
+            carveout_percent: AtomicI32::new(-1),
+            cluster_dims: [AtomicI32::new(0), AtomicI32::new(0), AtomicI32::new(0)],
+            non_portable_cluster: AtomicI32::new(0),
+            cluster_scheduling: AtomicI32::new(0),
+        }
+    }
 }
 
 /// A stream-ordered memory pool, kept as a real driver keeps one (see
@@ -104,11 +162,14 @@ pub struct Pool {
     /// `CU_MEMPOOL_ATTR_REUSE_*` flags, by attribute - 1.
     pub reuse: [AtomicU32; 3],
     pub blocks: Mutex<crate::pool::PoolBlocks>,
+    /// Allocates managed memory (`CU_MEM_ALLOCATION_TYPE_MANAGED`).
+    pub managed: bool,
 }
 
 impl Pool {
     pub fn new(device: usize, default: bool, handle_types: u32) -> Pool {
         Pool {
+            managed: false,
             device,
             default,
             handle_types,
@@ -125,8 +186,20 @@ pub struct ArrayRec {
     pub charged_bytes: u64,
 }
 
+/// A graph node: a kernel launch (`func` non-zero) with its simulated run
+/// time and launch shape, or an empty node (`func` 0), which only orders.
 pub struct KernelNode {
     pub duration_ns: u64,
+    pub func: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+impl KernelNode {
+    pub fn empty() -> KernelNode {
+        KernelNode { duration_ns: 0, func: 0, grid: [0; 3], block: [0; 3], shared_bytes: 0 }
+    }
 }
 
 pub struct Graph {
@@ -136,7 +209,13 @@ pub struct Graph {
 }
 
 pub struct GraphExec {
-    pub kernels_ns: Vec<u64>,
+    /// The graph's nodes at instantiation, in launch order, and each one's
+    /// simulated run time (0 for an empty node); `cuGraphExecKernelNodeSetParams`
+    /// may change a kernel's.
+    pub nodes: Vec<u64>,
+    pub kernels_ns: Mutex<Vec<u64>>,
+    /// `CUgraphInstantiate_flags` it was made with.
+    pub flags: u64,
 }
 
 #[derive(Default)]
@@ -169,6 +248,9 @@ pub struct DeviceRt {
     /// it before retaining, through its export table).
     pub primary_handle: u64,
     pub default_pool: u64,
+    /// The device's default pool of managed memory (`cuMemGetDefaultMemPool`
+    /// with `CU_MEM_ALLOCATION_TYPE_MANAGED`).
+    pub managed_pool: u64,
 }
 
 pub struct Driver {
@@ -241,8 +323,11 @@ pub fn init(flags: u32) -> CuResult<()> {
         for i in 0..machine.topology.slot_count() {
             let pool = (TAG_POOL << 40) | (i as u64 + 1);
             objects.pools.insert(pool, Pool::new(i, true, 0));
+            // Managed pools are numbered after every device's pool.
+            let managed_pool = (TAG_POOL << 40) | (machine.topology.slot_count() as u64 + i as u64 + 1);
+            objects.pools.insert(managed_pool, Pool { managed: true, ..Pool::new(i, true, 0) });
             let primary_handle = (TAG_CTX << 40) | (i as u64 + 1);
-            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), primary_handle, default_pool: pool });
+            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), primary_handle, default_pool: pool, managed_pool });
         }
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
@@ -321,7 +406,7 @@ impl Driver {
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
         {
             let mut o = self.write();
-            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).map(|(h, p)| (h, Pool::new(p.device, true, 0))).collect();
+            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).map(|(h, p)| (h, Pool { managed: p.managed, ..Pool::new(p.device, true, 0) })).collect();
             *o = Objects::default();
             o.pools.extend(pools);
         }
@@ -414,7 +499,7 @@ impl Driver {
         };
         let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
         let id = self.next_id.fetch_add(1, Relaxed);
-        let ctx = Arc::new(Context { handle, id, device, primary, flags, charged_bytes: bytes, exec, default_stream });
+        let ctx = Arc::new(Context { handle, id, device, primary, flags, charged_bytes: bytes, exec, default_stream, settings: ContextSettings::default() });
         st.proc(self.own_slot()).devices[device].contexts.fetch_add(1, AcqRel);
         self.write().contexts.insert(handle, ctx.clone());
         Ok(ctx)

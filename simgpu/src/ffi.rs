@@ -93,15 +93,16 @@ macro_rules! cu_export {
         #[no_mangle]
         #[allow(unused_unsafe, clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> abi::cuda::CUresult {
-            if $crate::log::trace_enabled() {
-                eprintln!("simgpu[{}]: trace: {}", std::process::id(), stringify!($name));
-            }
-            $crate::ffi::guard(move || -> $crate::driver::CuResult<()> {
+            let result = $crate::ffi::guard(move || -> $crate::driver::CuResult<()> {
                 // SAFETY: pointer arguments come from the application under
                 // cuda.h's contract; the helpers check null, and handles are
                 // only ever looked up in the registry, never dereferenced.
                 unsafe { $body }
-            })
+            });
+            if $crate::log::trace_enabled() {
+                eprintln!("simgpu[{}]: trace: {} -> {}", std::process::id(), stringify!($name), result);
+            }
+            result
         }
     };
     (@alias $alias:ident $name:ident ( $($arg:ident : $ty:ty),* $(,)? )) => {

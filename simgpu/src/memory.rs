@@ -34,6 +34,8 @@ pub struct Block {
     pub ctx: u64,
     /// The pool it came from (stream-ordered allocations), or 0.
     pub pool: u64,
+    /// Allocated with `cuMemAllocManaged`.
+    pub managed: bool,
 }
 
 pub struct DeviceHeap {
@@ -80,6 +82,16 @@ pub(crate) fn heap(d: &Driver, device: usize) -> CuResult<&DeviceHeap> {
 
 /// Allocates device memory for `ctx`: charge first, then address space.
 pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
+    alloc_block(d, ctx, bytes, false)
+}
+
+/// Allocates managed memory for `ctx`: device memory here (the simulated
+/// device and the host share it), marked as managed for pointer queries.
+pub fn alloc_managed(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
+    alloc_block(d, ctx, bytes, true)
+}
+
+fn alloc_block(d: &Driver, ctx: &Context, bytes: u64, managed: bool) -> CuResult<u64> {
     let charged = charge_size(bytes).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let h = heap(d, ctx.device)?;
     let st = &d.machine.state;
@@ -89,7 +101,7 @@ pub fn alloc_device(d: &Driver, ctx: &Context, bytes: u64) -> CuResult<u64> {
     let mut inner = lock(&h.inner);
     match inner.ranges.alloc(charged) {
         Some(off) => {
-            inner.blocks.insert(off, Block { ctx: ctx.handle, pool: 0 });
+            inner.blocks.insert(off, Block { ctx: ctx.handle, pool: 0, managed });
             Ok(h.base + off)
         }
         None => {
@@ -166,6 +178,37 @@ pub fn address_range(d: &Driver, ptr: u64) -> CuResult<(u64, u64)> {
         }
     }
     Err(CUDA_ERROR_NOT_FOUND)
+}
+
+/// What the driver knows of device memory at an address: the allocation
+/// (or VMM mapping) that holds it, for pointer attribute queries.
+pub struct DeviceMemoryInfo {
+    /// The physical device (slot) it lives on.
+    pub device: usize,
+    pub base: u64,
+    pub size: u64,
+    /// The owning context, or 0 for a VMM mapping.
+    pub ctx: u64,
+    pub pool: u64,
+    pub managed: bool,
+    pub vmm: bool,
+}
+
+/// The device allocation or VMM mapping containing `ptr`, if any.
+pub fn device_memory_info(d: &Driver, ptr: u64) -> Option<DeviceMemoryInfo> {
+    if let Some((device, h)) = heap_of(d, ptr) {
+        let inner = lock(&h.inner);
+        let (start, len) = inner.ranges.containing(ptr - h.base)?;
+        let block = inner.blocks.get(&start)?;
+        return Some(DeviceMemoryInfo { device, base: h.base + start, size: len, ctx: block.ctx, pool: block.pool, managed: block.managed, vmm: false });
+    }
+    let v = lock(&d.vmm);
+    let (&start, m) = v.mappings.range(..=ptr).next_back()?;
+    if ptr >= start + m.size {
+        return None;
+    }
+    let device = v.handles.get(&m.handle)?.device?;
+    Some(DeviceMemoryInfo { device, base: start, size: m.size, ctx: 0, pool: 0, managed: false, vmm: true })
 }
 
 /// Checks that `[ptr, ptr+len)` is memory a device pointer may address:

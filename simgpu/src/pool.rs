@@ -145,7 +145,7 @@ pub fn alloc(d: &Driver, ctx: &Context, stream: &Stream, bytes: u64, pool_handle
     let mut blocks = lock(&pool.blocks);
     if let Some(i) = blocks.reusable(charged, stream, Reuse::of(pool)) {
         let b = blocks.free.swap_remove(i);
-        lock(&heap.inner).blocks.insert(b.offset, Block { ctx: ctx.handle, pool: pool_handle });
+        lock(&heap.inner).blocks.insert(b.offset, Block { ctx: ctx.handle, pool: pool_handle, managed: pool.managed });
         blocks.note_used(b.len);
         return Ok(heap.base + b.offset);
     }
@@ -164,7 +164,7 @@ pub fn alloc(d: &Driver, ctx: &Context, stream: &Stream, bytes: u64, pool_handle
         st.uncharge(pool.device, d.own_slot(), charged);
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     };
-    inner.blocks.insert(offset, Block { ctx: ctx.handle, pool: pool_handle });
+    inner.blocks.insert(offset, Block { ctx: ctx.handle, pool: pool_handle, managed: pool.managed });
     drop(inner);
     blocks.note_reserved(charged);
     blocks.note_used(charged);

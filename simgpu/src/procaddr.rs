@@ -9,7 +9,7 @@
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` selects the `_ptsz`/`_ptds`
 //! list where a function has one.
 
-use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, pool::*, stream::*, unsupported::*, vmm::*};
+use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, peer::*, pointer::*, pool::*, stream::*, tensor_map::*, unsupported::*, vmm::*};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};
@@ -194,10 +194,10 @@ proc_table! {
     cuStreamBeginCapture => [10000: cuStreamBeginCapture, 10010: cuStreamBeginCapture_v2] ptsz [10000: cuStreamBeginCapture_ptsz, 10010: cuStreamBeginCapture_v2_ptsz];
     cuStreamEndCapture => [10000: cuStreamEndCapture] ptsz [10000: cuStreamEndCapture_ptsz];
     cuStreamIsCapturing => [10000: cuStreamIsCapturing] ptsz [10000: cuStreamIsCapturing_ptsz];
-    cuStreamWriteValue32 => [11070: cuStreamWriteValue32_v2] ptsz [11070: cuStreamWriteValue32_v2_ptsz];
-    cuStreamWaitValue32 => [11070: cuStreamWaitValue32_v2] ptsz [11070: cuStreamWaitValue32_v2_ptsz];
-    cuStreamWriteValue64 => [11070: cuStreamWriteValue64_v2] ptsz [11070: cuStreamWriteValue64_v2_ptsz];
-    cuStreamWaitValue64 => [11070: cuStreamWaitValue64_v2] ptsz [11070: cuStreamWaitValue64_v2_ptsz];
+    cuStreamWriteValue32 => [8000: cuStreamWriteValue32, 11070: cuStreamWriteValue32_v2] ptsz [8000: cuStreamWriteValue32_ptsz, 11070: cuStreamWriteValue32_v2_ptsz];
+    cuStreamWaitValue32 => [8000: cuStreamWaitValue32, 11070: cuStreamWaitValue32_v2] ptsz [8000: cuStreamWaitValue32_ptsz, 11070: cuStreamWaitValue32_v2_ptsz];
+    cuStreamWriteValue64 => [9000: cuStreamWriteValue64, 11070: cuStreamWriteValue64_v2] ptsz [9000: cuStreamWriteValue64_ptsz, 11070: cuStreamWriteValue64_v2_ptsz];
+    cuStreamWaitValue64 => [9000: cuStreamWaitValue64, 11070: cuStreamWaitValue64_v2] ptsz [9000: cuStreamWaitValue64_ptsz, 11070: cuStreamWaitValue64_v2_ptsz];
     cuStreamGetCaptureInfo => [10010: cuStreamGetCaptureInfo, 11030: cuStreamGetCaptureInfo_v2, 12030: cuStreamGetCaptureInfo_v3] ptsz [10010: cuStreamGetCaptureInfo_ptsz, 11030: cuStreamGetCaptureInfo_v2_ptsz, 12030: cuStreamGetCaptureInfo_v3_ptsz];
     cuEventCreate => [2000: cuEventCreate];
     cuEventRecord => [2000: cuEventRecord] ptsz [7000: cuEventRecord_ptsz];
@@ -213,6 +213,61 @@ proc_table! {
     cuGraphLaunch => [10000: cuGraphLaunch] ptsz [10000: cuGraphLaunch_ptsz];
     cuGraphExecDestroy => [10000: cuGraphExecDestroy];
     cuGraphDestroy => [10000: cuGraphDestroy];
+    cuCtxGetLimit => [3010: cuCtxGetLimit];
+    cuCtxSetLimit => [3010: cuCtxSetLimit];
+    cuCtxGetCacheConfig => [3020: cuCtxGetCacheConfig];
+    cuCtxSetCacheConfig => [3020: cuCtxSetCacheConfig];
+    cuCtxGetSharedMemConfig => [4020: cuCtxGetSharedMemConfig];
+    cuCtxSetSharedMemConfig => [4020: cuCtxSetSharedMemConfig];
+    cuCtxResetPersistingL2Cache => [11000: cuCtxResetPersistingL2Cache];
+    cuDeviceCanAccessPeer => [4000: cuDeviceCanAccessPeer];
+    cuDeviceGetP2PAttribute => [8000: cuDeviceGetP2PAttribute];
+    cuCtxEnablePeerAccess => [4000: cuCtxEnablePeerAccess];
+    cuCtxDisablePeerAccess => [4000: cuCtxDisablePeerAccess];
+    cuMemcpyPeer => [4000: cuMemcpyPeer] ptsz [7000: cuMemcpyPeer_ptds];
+    cuMemcpyPeerAsync => [4000: cuMemcpyPeerAsync] ptsz [7000: cuMemcpyPeerAsync_ptsz];
+    cuMemcpy2D => [3020: cuMemcpy2D_v2] ptsz [7000: cuMemcpy2D_v2_ptds];
+    cuMemcpy2DUnaligned => [3020: cuMemcpy2DUnaligned_v2] ptsz [7000: cuMemcpy2DUnaligned_v2_ptds];
+    cuMemcpy2DAsync => [3020: cuMemcpy2DAsync_v2] ptsz [7000: cuMemcpy2DAsync_v2_ptsz];
+    cuMemPrefetchAsync => [8000: cuMemPrefetchAsync, 12020: cuMemPrefetchAsync_v2] ptsz [8000: cuMemPrefetchAsync_ptsz, 12020: cuMemPrefetchAsync_v2_ptsz];
+    cuMemAdvise => [8000: cuMemAdvise, 12020: cuMemAdvise_v2];
+    cuMemHostGetFlags => [2030: cuMemHostGetFlags];
+    cuPointerGetAttribute => [4000: cuPointerGetAttribute];
+    cuPointerGetAttributes => [7000: cuPointerGetAttributes];
+    cuPointerSetAttribute => [6000: cuPointerSetAttribute];
+    cuMemGetDefaultMemPool => [13000: cuMemGetDefaultMemPool];
+    cuMemGetMemPool => [13000: cuMemGetMemPool];
+    cuMemSetMemPool => [13000: cuMemSetMemPool];
+    cuMemPoolSetAccess => [11020: cuMemPoolSetAccess];
+    cuMemPoolGetAccess => [11020: cuMemPoolGetAccess];
+    cuTensorMapEncodeTiled => [12000: cuTensorMapEncodeTiled];
+    cuTensorMapEncodeIm2col => [12000: cuTensorMapEncodeIm2col];
+    cuTensorMapReplaceAddress => [12000: cuTensorMapReplaceAddress];
+    cuOccupancyAvailableDynamicSMemPerBlock => [10020: cuOccupancyAvailableDynamicSMemPerBlock];
+    cuOccupancyMaxActiveClusters => [11070: cuOccupancyMaxActiveClusters];
+    cuOccupancyMaxPotentialClusterSize => [11070: cuOccupancyMaxPotentialClusterSize];
+    cuFuncGetParamInfo => [12040: cuFuncGetParamInfo];
+    cuKernelGetParamInfo => [12040: cuKernelGetParamInfo];
+    cuFuncIsLoaded => [12040: cuFuncIsLoaded];
+    cuFuncLoad => [12040: cuFuncLoad];
+    cuEventRecordWithFlags => [11010: cuEventRecordWithFlags] ptsz [11010: cuEventRecordWithFlags_ptsz];
+    cuThreadExchangeStreamCaptureMode => [10010: cuThreadExchangeStreamCaptureMode];
+    cuStreamGetId => [12000: cuStreamGetId] ptsz [12000: cuStreamGetId_ptsz];
+    cuStreamGetDevice => [12080: cuStreamGetDevice] ptsz [12080: cuStreamGetDevice_ptsz];
+    cuStreamGetAttribute => [11000: cuStreamGetAttribute] ptsz [11000: cuStreamGetAttribute_ptsz];
+    cuStreamSetAttribute => [11000: cuStreamSetAttribute] ptsz [11000: cuStreamSetAttribute_ptsz];
+    cuStreamCopyAttributes => [11000: cuStreamCopyAttributes] ptsz [11000: cuStreamCopyAttributes_ptsz];
+    cuStreamBatchMemOp => [8000: cuStreamBatchMemOp, 11070: cuStreamBatchMemOp_v2] ptsz [8000: cuStreamBatchMemOp_ptsz, 11070: cuStreamBatchMemOp_v2_ptsz];
+    cuGraphUpload => [11010: cuGraphUpload] ptsz [11010: cuGraphUpload_ptsz];
+    cuGraphInstantiateWithParams => [12000: cuGraphInstantiateWithParams] ptsz [12000: cuGraphInstantiateWithParams_ptsz];
+    cuGraphExecGetFlags => [12000: cuGraphExecGetFlags];
+    cuGraphNodeGetType => [10000: cuGraphNodeGetType];
+    cuGraphKernelNodeGetParams => [10000: cuGraphKernelNodeGetParams, 12000: cuGraphKernelNodeGetParams_v2];
+    cuGraphExecKernelNodeSetParams => [10010: cuGraphExecKernelNodeSetParams, 12000: cuGraphExecKernelNodeSetParams_v2];
+    cuGraphAddEmptyNode => [10000: cuGraphAddEmptyNode];
+    cuDeviceGetGraphMemAttribute => [11040: cuDeviceGetGraphMemAttribute];
+    cuDeviceSetGraphMemAttribute => [11040: cuDeviceSetGraphMemAttribute];
+    cuDeviceGraphMemTrim => [11040: cuDeviceGraphMemTrim];
 }
 
 pub fn table() -> &'static [Entry] {

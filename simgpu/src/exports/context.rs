@@ -8,6 +8,7 @@ use crate::exec::lock;
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::Ordering::Relaxed;
 
 const CTX_FLAGS_MASK: u32 = 0xff;
 
@@ -180,3 +181,85 @@ cu_export!(cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) {
     lock(&d.devices[i].primary).flags = flags;
     Ok(())
 }; cuDevicePrimaryCtxSetFlags);
+
+// ---- limits and cache preferences ------------------------------------------
+
+/// `CUDA_ERROR_UNSUPPORTED_LIMIT`.
+const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
+const CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: usize = 3;
+const CU_LIMIT_MAX_L2_FETCH_GRANULARITY: usize = 5;
+const CU_LIMIT_PERSISTING_L2_CACHE_SIZE: usize = 6;
+const CU_LIMIT_SHMEM_SIZE: usize = 7;
+const CU_LIMIT_CIG_ENABLED: usize = 8;
+const CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED: usize = 9;
+/// The persisting L2 set-aside a device allows
+/// (`CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE`).
+const MAX_PERSISTING_L2_BYTES: u64 = 32_505_856;
+
+fn limit_index(limit: c_uint) -> CuResult<usize> {
+    let i = limit as usize;
+    if i >= crate::driver::LIMIT_COUNT {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(i)
+}
+
+cu_export!(cuCtxGetLimit(pvalue: *mut usize, limit: c_uint) {
+    let ctx = driver()?.current()?;
+    let i = limit_index(limit)?;
+    out(pvalue, ctx.settings.limits[i].load(Relaxed) as usize)
+});
+
+// A request the driver may round or clamp (cuda.h): the L2 hints are
+// clamped to what the device has; the device-runtime sync depth applies
+// below compute capability 9.0 only, and simgpu's devices have no CIG, so
+// those are unsupported limits here; the shared-memory size is fixed.
+cu_export!(cuCtxSetLimit(limit: c_uint, value: usize) {
+    let ctx = driver()?.current()?;
+    let i = limit_index(limit)?;
+    let value = value as u64;
+    let stored = match i {
+        CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH | CU_LIMIT_CIG_ENABLED | CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED => return Err(CUDA_ERROR_UNSUPPORTED_LIMIT),
+        CU_LIMIT_SHMEM_SIZE => return Err(CUDA_ERROR_INVALID_VALUE),
+        CU_LIMIT_MAX_L2_FETCH_GRANULARITY => value.min(128),
+        CU_LIMIT_PERSISTING_L2_CACHE_SIZE => value.min(MAX_PERSISTING_L2_BYTES),
+        _ => value,
+    };
+    ctx.settings.limits[i].store(stored, Relaxed);
+    Ok(())
+});
+
+cu_export!(cuCtxGetCacheConfig(pconfig: *mut c_uint) {
+    let ctx = driver()?.current()?;
+    out(pconfig, ctx.settings.cache_config.load(Relaxed))
+});
+
+cu_export!(cuCtxSetCacheConfig(config: c_uint) {
+    let ctx = driver()?.current()?;
+    if config > 3 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    ctx.settings.cache_config.store(config, Relaxed);
+    Ok(())
+});
+
+// Shared-memory bank size: fixed at four bytes since Maxwell; the calls
+// remain and report or accept the setting.
+cu_export!(cuCtxGetSharedMemConfig(pconfig: *mut c_uint) {
+    let ctx = driver()?.current()?;
+    out(pconfig, ctx.settings.shared_mem_config.load(Relaxed))
+});
+
+cu_export!(cuCtxSetSharedMemConfig(config: c_uint) {
+    let ctx = driver()?.current()?;
+    if config > 2 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    ctx.settings.shared_mem_config.store(config, Relaxed);
+    Ok(())
+});
+
+cu_export!(cuCtxResetPersistingL2Cache() {
+    driver()?.current()?;
+    Ok(())
+});

@@ -30,7 +30,10 @@ cu_export!(cuEventCreate(phevent: *mut CUevent, flags: c_uint) {
     out(phevent, ptr(hnd))
 });
 
-cu_export!(cuEventRecord(hevent: CUevent, stream: CUstream) {
+/// Records `hevent` on `stream`: it completes when the stream reaches it.
+/// While the stream is being captured the record becomes part of the
+/// capture instead (simgpu's graphs hold kernels, so it adds nothing).
+fn record(hevent: CUevent, stream: CUstream) -> CuResult<()> {
     let d = driver()?;
     let e = event(hevent)?;
     let (ctx, s) = d.stream(h(stream))?;
@@ -44,7 +47,22 @@ cu_export!(cuEventRecord(hevent: CUevent, stream: CUstream) {
     *lock(&e.source) = (s.handle, s.submitted.load(Acquire) + 1);
     ctx.exec.submit(Op::Record { stream: s, event: e, generation });
     Ok(())
+}
+
+cu_export!(cuEventRecord(hevent: CUevent, stream: CUstream) {
+    record(hevent, stream)
 }; cuEventRecord_ptsz);
+
+/// `CU_EVENT_RECORD_EXTERNAL`: during capture, an event record node rather
+/// than an internal dependency; outside capture, an ordinary record.
+const CU_EVENT_RECORD_EXTERNAL: c_uint = 0x1;
+
+cu_export!(cuEventRecordWithFlags(hevent: CUevent, stream: CUstream, flags: c_uint) {
+    if flags & !CU_EVENT_RECORD_EXTERNAL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    record(hevent, stream)
+}; cuEventRecordWithFlags_ptsz);
 
 cu_export!(cuEventQuery(hevent: CUevent) {
     let e = event(hevent)?;

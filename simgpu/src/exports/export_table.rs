@@ -32,6 +32,7 @@
 //! | context checks | "nothing unusual" |
 //! | device extended | slot 13, a per-device byte drivers answer 0; other slots not supported |
 //! | heap access | not supported |
+//! | library services (`1734DC26…`, asked for by cuBLASLt) | not supported |
 //!
 //! Not served: `F8CFF951…`, which libcudart 13.5 asks for first, and
 //! `DA9151D3…`, which cuda-bindings asks for (both go on without them), and
@@ -89,6 +90,7 @@ const DEVICE_EXT: usize = 6;
 const INTEGRITY: usize = 7;
 const CONTEXT_CHECKS: usize = 8;
 const TOOLS_CONTEXT: usize = 9;
+const LIBRARY_SERVICES: usize = 10;
 
 /// GUIDs as the bytes of a `CUuuid`.
 const fn guid(text: &[u8; 32]) -> [u8; 16] {
@@ -111,7 +113,7 @@ const fn guid(text: &[u8; 32]) -> [u8; 16] {
 /// A served table: (name for the log, GUID, its start).
 type Served = (&'static str, [u8; 16], fn() -> *const c_void);
 
-static TABLES: [Served; 10] = [
+static TABLES: [Served; 11] = [
     ("runtime interface", guid(b"6BD5FB6C5BF4E74A8987D93912FD9DF9"), || RUNTIME_TABLE.start()),
     ("tools TLS", guid(b"42D85A8123F6CB478298F6E78A3AECDC"), || TOOLS_TLS_TABLE.start()),
     ("tools runtime callback hooks", guid(b"A094798C2E742E7493F20800200C0A66"), || TOOLS_HOOKS_TABLE.start()),
@@ -122,6 +124,7 @@ static TABLES: [Served; 10] = [
     ("integrity check", guid(b"D4082055BDE6704B8D34BA123C66E1F2"), || INTEGRITY_TABLE.start()),
     ("context checks", guid(b"263E88607CD2614392F6BBD5006DFA7E"), || CONTEXT_CHECKS_TABLE.start()),
     ("tools context", guid(b"21318C60971432488CA641FF7324C8F2"), || TOOLS_CONTEXT_TABLE.start()),
+    ("library services", guid(b"1734DC26800D47458726C0F1E7DD8BCA"), || LIBRARY_SERVICES_TABLE.start()),
 ];
 
 /// The table for `id`, if simgpu serves it.
@@ -365,6 +368,22 @@ unsafe extern "C" fn ctx_create_bypass(pctx: *mut CUcontext, flags: c_uint, dev:
 }
 
 static HEAP_TABLE: Table<3> = Table([size_word::<3>(), unknown!(HEAP, 1), unknown!(HEAP, 2)]);
+
+/// Asked for by cuBLASLt (13.x) when it picks a matmul algorithm; it calls
+/// slot 4 without checking that the table came back, so a driver without
+/// it crashes cuBLASLt. Its slots' meaning is not known; each answers
+/// "not supported", and cuBLASLt takes its fallback on that answer.
+static LIBRARY_SERVICES_TABLE: Table<9> = Table([
+    size_word::<9>(),
+    unknown!(LIBRARY_SERVICES, 1),
+    unknown!(LIBRARY_SERVICES, 2),
+    unknown!(LIBRARY_SERVICES, 3),
+    unknown!(LIBRARY_SERVICES, 4),
+    unknown!(LIBRARY_SERVICES, 5),
+    unknown!(LIBRARY_SERVICES, 6),
+    unknown!(LIBRARY_SERVICES, 7),
+    unknown!(LIBRARY_SERVICES, 8),
+]);
 
 static DEVICE_EXT_TABLE: Table<26> = Table([
     size_word::<26>(),

@@ -9,8 +9,8 @@ use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, TAG_EXEC, TA
 use crate::exec::Op;
 use crate::ffi::{input, out, out_opt};
 use abi::cuda::*;
-use std::ffi::{c_char, c_ulonglong};
-use std::sync::Arc;
+use std::ffi::{c_char, c_uint, c_ulonglong};
+use std::sync::{Arc, Mutex};
 
 cu_export!(cuGraphCreate(phgraph: *mut CUgraph, flags: std::ffi::c_uint) {
     let d = driver()?;
@@ -45,7 +45,7 @@ unsafe fn add_kernel_node(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const
     }
     let g = objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     g.nodes.push(node);
-    objs.nodes.insert(node, (h(graph), KernelNode { duration_ns }));
+    objs.nodes.insert(node, (h(graph), KernelNode { duration_ns, func: h(p.func), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }));
     drop(objs);
     // SAFETY: checked non-null.
     unsafe { out(phnode, ptr(node)) }
@@ -70,27 +70,28 @@ cu_export!(cuGraphAddKernelNode(phnode: *mut CUgraphNode, graph: CUgraph, deps: 
     add_kernel_node(phnode, graph, deps, num_deps, p)
 });
 
-fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph) -> CuResult<()> {
+/// `CUgraphInstantiate_flags`: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
+/// USE_NODE_PRIORITY.
+const INSTANTIATE_FLAGS: u64 = 0x1 | 0x2 | 0x4 | 0x8;
+
+fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<()> {
     let d = driver()?;
-    if pexec.is_null() {
+    if pexec.is_null() || flags & !INSTANTIATE_FLAGS != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let kernels_ns = {
+    let (nodes, kernels_ns): (Vec<u64>, Vec<u64>) = {
         let objs = d.read();
         let g = objs.graphs.get(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| k.duration_ns)).collect()
+        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip()
     };
     let e = d.new_handle(TAG_EXEC);
-    d.write().execs.insert(e, Arc::new(GraphExec { kernels_ns }));
+    d.write().execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags }));
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(pexec, ptr(e)) }
 }
 
 cu_export!(cuGraphInstantiateWithFlags(pexec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) {
-    if flags & !0xf != 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    instantiate(pexec, graph)
+    instantiate(pexec, graph, flags)
 });
 
 cu_export!(cuGraphInstantiate_v2(pexec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) {
@@ -98,8 +99,43 @@ cu_export!(cuGraphInstantiate_v2(pexec: *mut CUgraphExec, graph: CUgraph, error_
     if !log.is_null() && log_size > 0 {
         *log = 0;
     }
-    instantiate(pexec, graph)
+    instantiate(pexec, graph, 0)
 }; cuGraphInstantiate);
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: flags, upload stream, error node, result.
+#[repr(C)]
+pub struct GraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: CUstream,
+    pub error_node: CUgraphNode,
+    pub result: c_uint,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_SUCCESS`, `CUDA_GRAPH_INSTANTIATE_ERROR`.
+const GRAPH_INSTANTIATE_SUCCESS: c_uint = 0;
+const GRAPH_INSTANTIATE_ERROR: c_uint = 1;
+const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 0x2;
+
+// Instantiates, reporting the outcome in the parameters too; with the
+// upload flag, the upload is ordered on the given stream.
+cu_export!(cuGraphInstantiateWithParams(pexec: *mut CUgraphExec, graph: CUgraph, params: *mut GraphInstantiateParams) {
+    if params.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let flags = (*params).flags;
+    (*params).error_node = std::ptr::null_mut();
+    if flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+        driver()?.stream(h((*params).upload_stream))?;
+    }
+    let r = instantiate(pexec, graph, flags);
+    (*params).result = if r.is_ok() { GRAPH_INSTANTIATE_SUCCESS } else { GRAPH_INSTANTIATE_ERROR };
+    r
+}; cuGraphInstantiateWithParams_ptsz);
+
+cu_export!(cuGraphExecGetFlags(exec: CUgraphExec, flags: *mut u64) {
+    let ge = driver()?.read().execs.get(&h(exec)).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    out(flags, ge.flags)
+});
 
 cu_export!(cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
     let d = driver()?;
@@ -108,11 +144,115 @@ cu_export!(cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
     if s.capturing().is_some() {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
-    for &ns in &ge.kernels_ns {
+    let kernels_ns = crate::exec::lock(&ge.kernels_ns).clone();
+    for ns in kernels_ns.into_iter().filter(|&ns| ns > 0) {
         ctx.exec.submit(Op::Kernel { stream: s.clone(), remaining_ns: ns });
     }
     Ok(())
 }; cuGraphLaunch_ptsz);
+
+// The device holds nothing of a graph apart from its launches here, so
+// uploading only checks its arguments.
+cu_export!(cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
+    let d = driver()?;
+    d.read().execs.get(&h(exec)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    d.stream(h(stream))?;
+    Ok(())
+}; cuGraphUpload_ptsz);
+
+/// `CUgraphNodeType`: KERNEL and EMPTY are the kinds simgpu's graphs hold.
+const CU_GRAPH_NODE_TYPE_KERNEL: c_uint = 0;
+const CU_GRAPH_NODE_TYPE_EMPTY: c_uint = 5;
+
+cu_export!(cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_uint) {
+    let d = driver()?;
+    let objs = d.read();
+    let (_, k) = objs.nodes.get(&h(node)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    out(kind, if k.func != 0 { CU_GRAPH_NODE_TYPE_KERNEL } else { CU_GRAPH_NODE_TYPE_EMPTY })
+});
+
+// A kernel node's launch: its function, shape and shared memory. The
+// argument values are not kept, so `kernelParams` and `extra` come back null.
+cu_export!(cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS) {
+    let d = driver()?;
+    let objs = d.read();
+    let (_, k) = objs.nodes.get(&h(node)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if k.func == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(params, CUDA_KERNEL_NODE_PARAMS {
+        func: ptr(k.func), gridDimX: k.grid[0], gridDimY: k.grid[1], gridDimZ: k.grid[2],
+        blockDimX: k.block[0], blockDimY: k.block[1], blockDimZ: k.block[2], sharedMemBytes: k.shared_bytes,
+        kernelParams: std::ptr::null_mut(), extra: std::ptr::null_mut(), kern: std::ptr::null_mut(), ctx: std::ptr::null_mut(),
+    })
+}; cuGraphKernelNodeGetParams);
+
+// Changes one kernel's launch in an instantiated graph: its simulated run
+// time follows the new arguments; the function must stay a kernel.
+cu_export!(cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS) {
+    let d = driver()?;
+    let p = input(params)?;
+    let ge = d.read().execs.get(&h(exec)).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let at = ge.nodes.iter().position(|&n| n == h(node)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let func = d.read().functions.get(&h(p.func)).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let duration_ns = kernel_duration_ns(d, &func, p.kernelParams, p.extra)?;
+    if d.read().nodes.get(&h(node)).is_none_or(|(_, k)| k.func == 0) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut kernels = crate::exec::lock(&ge.kernels_ns);
+    *kernels.get_mut(at).ok_or(CUDA_ERROR_INVALID_VALUE)? = duration_ns;
+    Ok(())
+}; cuGraphExecKernelNodeSetParams);
+
+cu_export!(cuGraphAddEmptyNode(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize) {
+    let d = driver()?;
+    if phnode.is_null() || (num_deps > 0 && deps.is_null()) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let node = d.new_handle(TAG_NODE);
+    let mut objs = d.write();
+    for i in 0..num_deps {
+        let dep = h(*deps.add(i));
+        if objs.nodes.get(&dep).map(|(g, _)| *g) != Some(h(graph)) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?.nodes.push(node);
+    objs.nodes.insert(node, (h(graph), KernelNode::empty()));
+    drop(objs);
+    out(phnode, ptr(node))
+});
+
+// ---- graph memory --------------------------------------------------------
+
+/// `CUgraphMem_attribute`: USED_MEM_CURRENT, USED_MEM_HIGH,
+/// RESERVED_MEM_CURRENT, RESERVED_MEM_HIGH.
+const GRAPH_MEM_ATTR_USED_MEM_HIGH: c_uint = 1;
+const GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_uint = 3;
+
+// simgpu's graphs have no memory-allocation nodes, so no memory is ever
+// associated with graphs: every figure is 0, and a high-water mark may
+// only be reset (to 0), as cuda.h allows.
+cu_export!(cuDeviceGetGraphMemAttribute(device: CUdevice, attr: c_uint, value: *mut u64) {
+    driver()?.check_device(device)?;
+    if attr > GRAPH_MEM_ATTR_RESERVED_MEM_HIGH {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(value, 0)
+});
+
+cu_export!(cuDeviceSetGraphMemAttribute(device: CUdevice, attr: c_uint, value: *mut u64) {
+    driver()?.check_device(device)?;
+    let v = input(value)?;
+    match attr {
+        GRAPH_MEM_ATTR_USED_MEM_HIGH | GRAPH_MEM_ATTR_RESERVED_MEM_HIGH if v == 0 => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+});
+
+cu_export!(cuDeviceGraphMemTrim(device: CUdevice) {
+    driver()?.check_device(device).map(drop)
+});
 
 cu_export!(cuGraphExecDestroy(exec: CUgraphExec) {
     let d = driver()?;

@@ -123,7 +123,7 @@ pub unsafe fn launch(f: CUfunction, dims: &Dims, stream: CUstream, params: *mut 
         let mut objs = d.write();
         let g = objs.graphs.get_mut(&graph).ok_or(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)?;
         g.nodes.push(node);
-        objs.nodes.insert(node, (graph, KernelNode { duration_ns }));
+        objs.nodes.insert(node, (graph, KernelNode { duration_ns, func: h(f), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }));
         return Ok(());
     }
     ctx.exec.submit(Op::Kernel { stream: s, remaining_ns: duration_ns });

@@ -38,7 +38,7 @@ cu_export!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_u
     if dptr.is_null() || bytesize == 0 || !matches!(flags, 1 | 2) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let p = mem::alloc_device(d, &ctx, bytesize as u64)?;
+    let p = mem::alloc_managed(d, &ctx, bytesize as u64)?;
     out(dptr, p)
 });
 
@@ -338,3 +338,218 @@ legacy_32bit! {
     cuMemsetD8(dst: c_uint, value: u8, n: c_uint);
     cuMemsetD32(dst: c_uint, value: c_uint, n: c_uint);
 }
+
+// ---- copies between devices ------------------------------------------------
+
+/// The context a peer copy names: a live one, or (null) the current one.
+fn named_context(d: &Driver, ctx: CUcontext) -> CuResult<std::sync::Arc<crate::driver::Context>> {
+    let handle = ctx as u64;
+    if handle == 0 {
+        return d.current();
+    }
+    d.read().contexts.get(&handle).cloned().ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+/// Each side must be memory of its context's device.
+fn check_peer_side(d: &Driver, p: u64, n: usize, ctx: &crate::driver::Context) -> CuResult<()> {
+    check_device_range(d, p, n as u64)?;
+    match mem::device_memory_info(d, p) {
+        Some(m) if m.device != ctx.device => Err(CUDA_ERROR_INVALID_VALUE),
+        _ => Ok(()),
+    }
+}
+
+// A copy between two contexts' memory (devices share the host's memory
+// here, so it is a plain copy). Synchronous: after both contexts' queued
+// work, as the legacy stream orders it.
+cu_export!(cuMemcpyPeer(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize) {
+    let d = driver()?;
+    let (dc, sc) = (named_context(d, dst_ctx)?, named_context(d, src_ctx)?);
+    if n == 0 {
+        return Ok(());
+    }
+    check_peer_side(d, dst, n, &dc)?;
+    check_peer_side(d, src, n, &sc)?;
+    dc.exec.synchronize();
+    sc.exec.synchronize();
+    mem::run_transfer(d, &Transfer::Copy { dst, src, n, dst_host: false, src_host: false });
+    Ok(())
+}; cuMemcpyPeer_ptds);
+
+// Asynchronous: in the order of `stream`, which belongs to either context.
+cu_export!(cuMemcpyPeerAsync(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize, stream: CUstream) {
+    let d = driver()?;
+    let (dc, sc) = (named_context(d, dst_ctx)?, named_context(d, src_ctx)?);
+    d.stream(stream as u64)?;
+    if n == 0 {
+        return Ok(());
+    }
+    check_peer_side(d, dst, n, &dc)?;
+    check_peer_side(d, src, n, &sc)?;
+    enqueue(d, stream, Transfer::Copy { dst, src, n, dst_host: false, src_host: false }, false)
+}; cuMemcpyPeerAsync_ptsz);
+
+// ---- two-dimensional copies ----------------------------------------------
+
+/// `CUDA_MEMCPY2D` (the `_v2` layout, with `size_t` fields).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaMemcpy2d {
+    pub src_x_bytes: usize,
+    pub src_y: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: *mut c_void,
+    pub src_pitch: usize,
+    pub dst_x_bytes: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: *mut c_void,
+    pub dst_pitch: usize,
+    pub width_bytes: usize,
+    pub height: usize,
+}
+
+// `CUmemorytype`
+const MEMORYTYPE_HOST: c_uint = 1;
+const MEMORYTYPE_DEVICE: c_uint = 2;
+const MEMORYTYPE_ARRAY: c_uint = 3;
+const MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// One side of a 2D copy: its first byte and how it is checked.
+fn side_2d(memory_type: c_uint, host: u64, device: u64, pitch: usize, x: usize, y: usize, width: usize) -> CuResult<(u64, Side)> {
+    let (base, side) = match memory_type {
+        MEMORYTYPE_HOST => (host, Side::Host),
+        MEMORYTYPE_DEVICE => (device, Side::Device),
+        MEMORYTYPE_UNIFIED => (device, Side::Host),
+        // CUDA arrays hold no addressable bytes in simgpu.
+        MEMORYTYPE_ARRAY => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    if pitch < x.saturating_add(width) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let offset = y.checked_mul(pitch).and_then(|o| o.checked_add(x)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok((base.checked_add(offset as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?, side))
+}
+
+/// A 2D copy, one row after another in the copy's order.
+fn copy_2d(order: Order, p: &CudaMemcpy2d) -> CuResult<()> {
+    let (src, src_side) = side_2d(p.src_memory_type, p.src_host as u64, p.src_device, p.src_pitch, p.src_x_bytes, p.src_y, p.width_bytes)?;
+    let (dst, dst_side) = side_2d(p.dst_memory_type, p.dst_host as u64, p.dst_device, p.dst_pitch, p.dst_x_bytes, p.dst_y, p.width_bytes)?;
+    if p.height == 0 || p.width_bytes == 0 {
+        return Ok(());
+    }
+    for row in 0..p.height as u64 {
+        copy(order, dst + row * p.dst_pitch as u64, dst_side, src + row * p.src_pitch as u64, src_side, p.width_bytes)?;
+    }
+    Ok(())
+}
+
+cu_export!(cuMemcpy2D_v2(params: *const CudaMemcpy2d) {
+    copy_2d(Order::Sync, &crate::ffi::input(params)?)
+}; cuMemcpy2D_v2_ptds, cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds);
+
+cu_export!(cuMemcpy2DAsync_v2(params: *const CudaMemcpy2d, stream: CUstream) {
+    copy_2d(Order::Stream(stream), &crate::ffi::input(params)?)
+}; cuMemcpy2DAsync_v2_ptsz);
+
+// ---- unified memory hints --------------------------------------------------
+
+/// `CUmemLocation` as cuda.h lays it out (type, id).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemLocation {
+    pub type_: c_uint,
+    pub id: std::ffi::c_int,
+}
+
+/// Checks a prefetch or advice range: managed memory, or (with unified
+/// addressing and pageable access absent) nothing else.
+fn check_managed_range(d: &Driver, ptr: CUdeviceptr, n: usize) -> CuResult<()> {
+    if n == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_device_range(d, ptr, n as u64)?;
+    match mem::device_memory_info(d, ptr) {
+        Some(m) if m.managed => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn check_location(d: &Driver, l: MemLocation) -> CuResult<()> {
+    match l.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => d.check_device(l.id).map(drop),
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Ok(()),
+        CU_MEM_LOCATION_TYPE_HOST_NUMA if l.id == 0 => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+// Managed memory lives in one place here (host memory the device uses), so
+// a prefetch moves nothing: it is ordered on its stream and completes there.
+cu_export!(cuMemPrefetchAsync_v2(ptr: CUdeviceptr, n: usize, location: MemLocation, flags: c_uint, stream: CUstream) {
+    let d = driver()?;
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    d.stream(stream as u64)?;
+    check_location(d, location)?;
+    check_managed_range(d, ptr, n)
+}; cuMemPrefetchAsync_v2_ptsz);
+
+cu_export!(cuMemPrefetchAsync(ptr: CUdeviceptr, n: usize, device: CUdevice, stream: CUstream) {
+    let d = driver()?;
+    d.stream(stream as u64)?;
+    // CU_DEVICE_CPU (-1) names the host.
+    if device != -1 {
+        d.check_device(device)?;
+    }
+    check_managed_range(d, ptr, n)
+}; cuMemPrefetchAsync_ptsz);
+
+/// `CUmem_advise`: SET/UNSET of READ_MOSTLY, PREFERRED_LOCATION, ACCESSED_BY.
+const MEM_ADVISE_LAST: c_uint = 6;
+
+// Advice changes where a real driver places managed pages; here there is
+// one place, so it is checked and has no further effect.
+cu_export!(cuMemAdvise_v2(ptr: CUdeviceptr, n: usize, advice: c_uint, location: MemLocation) {
+    let d = driver()?;
+    if !(1..=MEM_ADVISE_LAST).contains(&advice) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_location(d, location)?;
+    check_managed_range(d, ptr, n)
+});
+
+cu_export!(cuMemAdvise(ptr: CUdeviceptr, n: usize, advice: c_uint, device: CUdevice) {
+    let d = driver()?;
+    if !(1..=MEM_ADVISE_LAST).contains(&advice) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if device != -1 {
+        d.check_device(device)?;
+    }
+    check_managed_range(d, ptr, n)
+});
+
+/// `CU_MEMHOSTALLOC_*` flags a pinned allocation reports. simgpu does not
+/// keep the flags each was made with; every pinned buffer is portable and
+/// mapped under unified addressing, so it reports those two.
+const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
+const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x02;
+
+cu_export!(cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) {
+    let d = driver()?;
+    let a = p as u64;
+    let pinned = d.read().host_allocs.iter().any(|(&b, &s)| a >= b && a < b + s as u64);
+    let registered = super::host_register::registry().find(a).map(|(_, r)| r.flags);
+    match (pinned, registered) {
+        (true, _) => out(flags, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+        (false, Some(f)) => out(flags, f),
+        (false, None) => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+});

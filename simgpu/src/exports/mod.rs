@@ -12,8 +12,11 @@ pub mod init;
 pub mod launch;
 pub mod memory;
 pub mod module;
+pub mod peer;
+pub mod pointer;
 pub mod pool;
 pub mod stream;
+pub mod tensor_map;
 pub mod unsupported;
 pub mod vmm;
 

@@ -31,6 +31,7 @@ use crate::log::simgpu_debug;
 use abi::cuda::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 /// `CUlibrary` handles (modules without a context).
@@ -129,7 +130,7 @@ fn function_of(hmod: u64, name: &str) -> CuResult<u64> {
     let f = d.new_handle(TAG_FUNC);
     module.functions.insert(name.to_string(), f);
     let c_name = CString::new(name).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    objs.functions.insert(f, Arc::new(Function { module: hmod, sim: name.starts_with("sim_"), name: name.to_string(), c_name }));
+    objs.functions.insert(f, Arc::new(Function { module: hmod, sim: name.starts_with("sim_"), name: name.to_string(), c_name, settable: Default::default() }));
     Ok(f)
 }
 
@@ -270,6 +271,30 @@ fn check_options(count: c_uint, options: *mut c_void, values: *mut *mut c_void) 
     Ok(())
 }
 
+/// `CUlibraryOption`: HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE, BINARY_IS_PRESERVED.
+const CU_LIBRARY_BINARY_IS_PRESERVED: c_uint = 1;
+const CU_LIBRARY_NUM_OPTIONS: c_uint = 2;
+
+/// Library options: known ones only; `BINARY_IS_PRESERVED` takes no value,
+/// so a list of only that option may come without a value array.
+fn check_library_options(count: c_uint, options: *const c_uint, values: *mut *mut c_void) -> CuResult<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    if options.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `options` holds `count` entries by cuda.h's contract (checked non-null).
+    let options: Vec<c_uint> = (0..count as usize).map(|i| unsafe { options.add(i).read_unaligned() }).collect();
+    if options.iter().any(|&o| o >= CU_LIBRARY_NUM_OPTIONS) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if values.is_null() && options.iter().any(|&o| o != CU_LIBRARY_BINARY_IS_PRESERVED) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
+}
+
 fn load_library(library: *mut CUlibrary, code: *const c_void) -> CuResult<()> {
     let d = driver()?;
     if library.is_null() {
@@ -286,14 +311,14 @@ fn load_library(library: *mut CUlibrary, code: *const c_void) -> CuResult<()> {
 cu_export!(cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_uint, jit_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_uint, library_values: *mut *mut c_void, num_library_options: c_uint) {
     driver()?;
     check_options(num_jit_options, jit_options.cast(), jit_values)?;
-    check_options(num_library_options, library_options.cast(), library_values)?;
+    check_library_options(num_library_options, library_options, library_values)?;
     load_library(library, code)
 });
 
 cu_export!(cuLibraryLoadFromFile(library: *mut CUlibrary, file_name: *const c_char, jit_options: *mut c_uint, jit_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_uint, library_values: *mut *mut c_void, num_library_options: c_uint) {
     driver()?;
     check_options(num_jit_options, jit_options.cast(), jit_values)?;
-    check_options(num_library_options, library_options.cast(), library_values)?;
+    check_library_options(num_library_options, library_options, library_values)?;
     let bytes = read_file(file_name)?;
     load_library(library, bytes.as_ptr().cast())
 });
@@ -369,43 +394,96 @@ cu_export!(cuFuncGetName(name: *mut *const c_char, func: CUfunction) {
     out(name, f.c_name.as_ptr())
 }; cuKernelGetName);
 
-/// What a kernel reports about itself: a small kernel compiled for sm_90.
-fn function_attribute(attrib: c_int) -> CuResult<c_int> {
+/// `CUfunction_attribute` values simgpu answers.
+const ATTR_MAX_THREADS_PER_BLOCK: c_int = 0;
+const ATTR_NUM_REGS: c_int = 4;
+const ATTR_PTX_VERSION: c_int = 5;
+const ATTR_BINARY_VERSION: c_int = 6;
+const ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+const ATTR_PREFERRED_SHARED_MEMORY_CARVEOUT: c_int = 9;
+const ATTR_CLUSTER_SIZE_MUST_BE_SET: c_int = 10;
+const ATTR_REQUIRED_CLUSTER_WIDTH: c_int = 11;
+const ATTR_REQUIRED_CLUSTER_DEPTH: c_int = 13;
+const ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: c_int = 14;
+const ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE: c_int = 15;
+const ATTR_SHARED_MEMORY_MODE: c_int = 17;
+
+/// Largest dynamic shared memory a block may opt in to (sm_90: 227 KiB).
+pub const MAX_SHARED_OPTIN_BYTES: c_int = 232_448;
+/// Shared memory of one multiprocessor, and what the system reserves per block.
+const SHARED_PER_SM_BYTES: u64 = 233_472;
+const RESERVED_SHARED_PER_BLOCK_BYTES: u64 = 1024;
+/// Threads and blocks one multiprocessor holds at once.
+const THREADS_PER_SM: u64 = 2048;
+const BLOCKS_PER_SM: u64 = 32;
+/// Blocks a cluster may span: 8 portably, 16 with the non-portable opt-in.
+const PORTABLE_CLUSTER_BLOCKS: u64 = 8;
+const NON_PORTABLE_CLUSTER_BLOCKS: u64 = 16;
+/// Multiprocessors per GPU processing cluster of a 132-SM device; a
+/// thread-block cluster runs inside one.
+const SMS_PER_GPC: [u64; 8] = [16, 16, 16, 16, 17, 17, 17, 17];
+
+/// What a kernel reports about itself: a small kernel compiled for sm_90
+/// that declares no static shared memory and no cluster shape, with the
+/// settable attributes as last set.
+fn function_attribute(f: &Function, attrib: c_int) -> CuResult<c_int> {
+    let s = &f.settable;
     Ok(match attrib {
-        0 => 1024, // MAX_THREADS_PER_BLOCK
+        ATTR_MAX_THREADS_PER_BLOCK => 1024,
         1..=3 => 0, // SHARED / CONST / LOCAL bytes
-        4 => 32,   // NUM_REGS
-        5 | 6 => 90, // PTX_VERSION, BINARY_VERSION
-        7 => 0,    // CACHE_MODE_CA
-        8 => 49152, // MAX_DYNAMIC_SHARED_SIZE_BYTES
-        9 => -1,   // PREFERRED_SHARED_MEMORY_CARVEOUT (no preference)
-        10..=17 => 0,
+        ATTR_NUM_REGS => 32,
+        ATTR_PTX_VERSION | ATTR_BINARY_VERSION => 90,
+        7 => 0, // CACHE_MODE_CA
+        ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES => s.max_dynamic_shared_bytes.load(Relaxed),
+        ATTR_PREFERRED_SHARED_MEMORY_CARVEOUT => s.carveout_percent.load(Relaxed),
+        ATTR_CLUSTER_SIZE_MUST_BE_SET => 0,
+        ATTR_REQUIRED_CLUSTER_WIDTH..=ATTR_REQUIRED_CLUSTER_DEPTH => s.cluster_dims[(attrib - ATTR_REQUIRED_CLUSTER_WIDTH) as usize].load(Relaxed),
+        ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED => s.non_portable_cluster.load(Relaxed),
+        ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE => s.cluster_scheduling.load(Relaxed),
+        16 => 0, // DEVICE_NODE_UPDATE_SUPPORTED
+        ATTR_SHARED_MEMORY_MODE => 0,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
 }
 
+/// `cuFuncSetAttribute`: the attributes cuda.h documents as settable,
+/// range-checked as the driver checks them; the read-only ones are refused.
+fn set_function_attribute(f: &Function, attrib: c_int, value: c_int) -> CuResult<()> {
+    let s = &f.settable;
+    match attrib {
+        ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES if (0..=MAX_SHARED_OPTIN_BYTES).contains(&value) => s.max_dynamic_shared_bytes.store(value, Relaxed),
+        ATTR_PREFERRED_SHARED_MEMORY_CARVEOUT if (-1..=100).contains(&value) => s.carveout_percent.store(value, Relaxed),
+        ATTR_REQUIRED_CLUSTER_WIDTH..=ATTR_REQUIRED_CLUSTER_DEPTH if (0..=NON_PORTABLE_CLUSTER_BLOCKS as c_int).contains(&value) => {
+            s.cluster_dims[(attrib - ATTR_REQUIRED_CLUSTER_WIDTH) as usize].store(value, Relaxed)
+        }
+        ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED if (0..=1).contains(&value) => s.non_portable_cluster.store(value, Relaxed),
+        ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE if (0..=2).contains(&value) => s.cluster_scheduling.store(value, Relaxed),
+        ATTR_SHARED_MEMORY_MODE if (0..=2).contains(&value) => {}
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    Ok(())
+}
+
 cu_export!(cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, func: CUfunction) {
-    function(h(func))?;
-    out(pi, function_attribute(attrib)?)
+    let f = function(h(func))?;
+    out(pi, function_attribute(&f, attrib)?)
 });
 
 cu_export!(cuKernelGetAttribute(pi: *mut c_int, attrib: c_int, kernel: CUkernel, dev: CUdevice) {
     driver()?.check_device(dev)?;
-    function(h(kernel))?;
-    out(pi, function_attribute(attrib)?)
+    let f = function(h(kernel))?;
+    out(pi, function_attribute(&f, attrib)?)
 });
 
 cu_export!(cuFuncSetAttribute(func: CUfunction, attrib: c_int, value: c_int) {
-    let _ = value;
-    function(h(func))?;
-    function_attribute(attrib).map(drop)
+    let f = function(h(func))?;
+    set_function_attribute(&f, attrib, value)
 });
 
 cu_export!(cuKernelSetAttribute(attrib: c_int, value: c_int, kernel: CUkernel, dev: CUdevice) {
-    let _ = value;
     driver()?.check_device(dev)?;
-    function(h(kernel))?;
-    function_attribute(attrib).map(drop)
+    let f = function(h(kernel))?;
+    set_function_attribute(&f, attrib, value)
 });
 
 cu_export!(cuFuncSetCacheConfig(func: CUfunction, config: c_int) {
@@ -425,51 +503,186 @@ cu_export!(cuKernelSetCacheConfig(kernel: CUkernel, config: c_int, dev: CUdevice
     Ok(())
 });
 
-/// Blocks of `block_threads` that fit on one multiprocessor (2048 threads,
-/// at most 32 blocks), as the occupancy calculator answers for a kernel
-/// that uses no shared memory and few registers.
-fn blocks_per_sm(block_threads: c_int) -> CuResult<c_int> {
+/// `CUfunctionLoadingState`: simgpu loads a module's functions with it.
+const CU_FUNCTION_LOADING_STATE_LOADED: c_uint = 1;
+
+cu_export!(cuFuncIsLoaded(state: *mut c_uint, func: CUfunction) {
+    function(h(func))?;
+    out(state, CU_FUNCTION_LOADING_STATE_LOADED)
+});
+
+cu_export!(cuFuncLoad(func: CUfunction) {
+    function(h(func)).map(drop)
+});
+
+// Parameter layouts are not read from images, so simgpu cannot say where a
+// kernel's parameters lie; a driver answers so for a function whose image
+// carries no parameter information.
+cu_export!(cuFuncGetParamInfo(func: CUfunction, index: usize, offset: *mut usize, size: *mut usize) {
+    let _ = (index, offset, size);
+    function(h(func))?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+}; cuKernelGetParamInfo);
+
+/// Blocks of `block_threads` threads, each using `dynamic_shared_bytes`,
+/// that fit on one multiprocessor at once (threads, block slots and shared
+/// memory all limit it), as the occupancy calculator answers for a kernel
+/// that uses no static shared memory and few registers.
+fn blocks_per_sm(block_threads: c_int, dynamic_shared_bytes: usize) -> CuResult<c_int> {
     if !(1..=1024).contains(&block_threads) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    Ok((2048 / block_threads).min(32))
+    if dynamic_shared_bytes > MAX_SHARED_OPTIN_BYTES as usize {
+        return Ok(0);
+    }
+    // Threads are scheduled in whole warps.
+    let warp_threads = (block_threads as u64).div_ceil(32) * 32;
+    let by_threads = THREADS_PER_SM / warp_threads;
+    let by_shared = SHARED_PER_SM_BYTES / (dynamic_shared_bytes as u64 + RESERVED_SHARED_PER_BLOCK_BYTES);
+    Ok(by_threads.min(BLOCKS_PER_SM).min(by_shared) as c_int)
 }
 
 cu_export!(cuOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut c_int, func: CUfunction, block_size: c_int, dynamic_smem: usize) {
-    let _ = dynamic_smem;
     function(h(func))?;
-    out(num_blocks, blocks_per_sm(block_size)?)
+    out(num_blocks, blocks_per_sm(block_size, dynamic_smem)?)
 });
 
 cu_export!(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks: *mut c_int, func: CUfunction, block_size: c_int, dynamic_smem: usize, flags: c_uint) {
-    let _ = (dynamic_smem, flags);
+    if flags > 1 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     function(h(func))?;
-    out(num_blocks, blocks_per_sm(block_size)?)
+    out(num_blocks, blocks_per_sm(block_size, dynamic_smem)?)
 });
 
 type BlockToSmem = Option<unsafe extern "C" fn(c_int) -> usize>;
 
-unsafe fn potential_block_size(min_grid: *mut c_int, block: *mut c_int, func: CUfunction, limit: c_int) -> CuResult<()> {
+/// The block size (a multiple of the warp, at most `limit`) that keeps the
+/// most threads resident, and the grid that fills the device with it.
+unsafe fn potential_block_size(min_grid: *mut c_int, block: *mut c_int, func: CUfunction, to_smem: BlockToSmem, dynamic_smem: usize, limit: c_int) -> CuResult<()> {
     function(h(func))?;
     if min_grid.is_null() || block.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let size = if limit > 0 { limit.min(1024) } else { 1024 };
+    let ceiling = if limit > 0 { limit.min(1024) } else { 1024 };
+    let sms = crate::exports::device::attribute(16, 0)?;
+    let mut best = (0, 0); // (resident threads, block size)
+    let mut size = ceiling - ceiling % 32;
+    while size >= 32 {
+        let smem = match to_smem {
+            // SAFETY: the caller's callback, which cuda.h says maps a block size to bytes.
+            Some(f) => unsafe { f(size) },
+            None => dynamic_smem,
+        };
+        let resident = blocks_per_sm(size, smem)? * size;
+        if resident > best.0 {
+            best = (resident, size);
+        }
+        size -= 32;
+    }
+    if best.1 == 0 {
+        best.1 = ceiling.max(1);
+    }
+    let smem = match to_smem {
+        // SAFETY: as above.
+        Some(f) => unsafe { f(best.1) },
+        None => dynamic_smem,
+    };
     // SAFETY: checked non-null; out-parameters by cuda.h's contract.
     unsafe {
-        out(block, size)?;
-        out(min_grid, blocks_per_sm(size)? * crate::exports::device::attribute(16, 0)?)
+        out(block, best.1)?;
+        out(min_grid, blocks_per_sm(best.1, smem)? * sms)
     }
 }
 
 cu_export!(cuOccupancyMaxPotentialBlockSize(min_grid: *mut c_int, block: *mut c_int, func: CUfunction, to_smem: BlockToSmem, dynamic_smem: usize, limit: c_int) {
-    let _ = (to_smem, dynamic_smem);
-    potential_block_size(min_grid, block, func, limit)
+    potential_block_size(min_grid, block, func, to_smem, dynamic_smem, limit)
 });
 
 cu_export!(cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: *mut c_int, block: *mut c_int, func: CUfunction, to_smem: BlockToSmem, dynamic_smem: usize, limit: c_int, flags: c_uint) {
-    let _ = (to_smem, dynamic_smem, flags);
-    potential_block_size(min_grid, block, func, limit)
+    if flags > 1 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    potential_block_size(min_grid, block, func, to_smem, dynamic_smem, limit)
+});
+
+// The dynamic shared memory each of `num_blocks` blocks of `block_size`
+// threads can have while all of them stay resident on one multiprocessor:
+// 0 when that many blocks cannot be resident at all.
+cu_export!(cuOccupancyAvailableDynamicSMemPerBlock(dynamic_smem: *mut usize, func: CUfunction, num_blocks: c_int, block_size: c_int) {
+    function(h(func))?;
+    if dynamic_smem.is_null() || num_blocks <= 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let fits = blocks_per_sm(block_size, 0)? >= num_blocks;
+    let per_block = (SHARED_PER_SM_BYTES / num_blocks as u64).saturating_sub(RESERVED_SHARED_PER_BLOCK_BYTES).min(MAX_SHARED_OPTIN_BYTES as u64);
+    out(dynamic_smem, if fits { per_block as usize } else { 0 })
+});
+
+/// `CUDA_ERROR_INVALID_CLUSTER_SIZE`.
+const CUDA_ERROR_INVALID_CLUSTER_SIZE: CUresult = 912;
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: c_uint = 4;
+
+/// The blocks per cluster a launch configuration asks for (its
+/// `CLUSTER_DIMENSION` attribute, else the function's required shape, else
+/// 1), checked against what the function may use.
+unsafe fn cluster_blocks(f: &Function, config: *const CUlaunchConfig) -> CuResult<(CUlaunchConfig, u64)> {
+    // SAFETY: a CUlaunchConfig by cuda.h's contract (null is checked).
+    let c = unsafe { crate::ffi::input(config) }?;
+    if c.numAttrs > 0 && c.attrs.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut dims: Option<[u64; 3]> = None;
+    for i in 0..c.numAttrs as usize {
+        // SAFETY: `attrs` holds numAttrs entries (checked non-null).
+        let a = unsafe { c.attrs.add(i).read_unaligned() };
+        if a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {
+            let v = a.value[0];
+            dims = Some([v & 0xffff_ffff, v >> 32, a.value[1] & 0xffff_ffff]);
+        }
+    }
+    let required = f.settable.cluster_dims.each_ref().map(|d| d.load(Relaxed).max(1) as u64);
+    let [x, y, z] = dims.unwrap_or(required);
+    if x == 0 || y == 0 || z == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let blocks = x * y * z;
+    let allowed = if f.settable.non_portable_cluster.load(Relaxed) != 0 { NON_PORTABLE_CLUSTER_BLOCKS } else { PORTABLE_CLUSTER_BLOCKS };
+    if blocks > allowed {
+        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    Ok((c, blocks))
+}
+
+// Clusters of the configuration's shape that can be resident at once: a
+// cluster's blocks share one processing cluster (GPC), so each GPC holds
+// as many as its multiprocessors' block slots allow.
+cu_export!(cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, func: CUfunction, config: *const CUlaunchConfig) {
+    let f = function(h(func))?;
+    if num_clusters.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (c, blocks) = cluster_blocks(&f, config)?;
+    let threads = (c.blockDimX as u64) * (c.blockDimY as u64) * (c.blockDimZ as u64);
+    if threads == 0 || threads > 1024 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let per_sm = blocks_per_sm(threads as c_int, c.sharedMemBytes as usize)? as u64;
+    let clusters: u64 = SMS_PER_GPC.iter().map(|sms| sms * per_sm / blocks).sum();
+    out(num_clusters, clusters as c_int)
+});
+
+// The largest cluster the function can be launched with: 8 blocks, or 16
+// once it has opted in to non-portable sizes.
+cu_export!(cuOccupancyMaxPotentialClusterSize(cluster_size: *mut c_int, func: CUfunction, config: *const CUlaunchConfig) {
+    let f = function(h(func))?;
+    if cluster_size.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    crate::ffi::input(config)?;
+    let allowed = if f.settable.non_portable_cluster.load(Relaxed) != 0 { NON_PORTABLE_CLUSTER_BLOCKS } else { PORTABLE_CLUSTER_BLOCKS };
+    out(cluster_size, allowed as c_int)
 });
 
 // ---- the linker -------------------------------------------------------------

@@ -41,6 +41,9 @@ cu_export!(cuStreamDestroy_v2(stream: CUstream) {
     let s = d.write().streams.remove(&h(stream)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     // Queued work still completes: ops hold the stream.
     lock(&s.capture).take();
+    if let Some(attrs) = lock(&STREAM_ATTRS).as_mut() {
+        attrs.retain(|&(stream, _), _| stream != s.handle);
+    }
     Ok(())
 }; cuStreamDestroy);
 
@@ -186,6 +189,30 @@ fn begin_capture(stream: CUstream, mode: c_uint) -> CuResult<()> {
     Ok(())
 }
 
+thread_local! {
+    /// This thread's `CUstreamCaptureMode` (`cuThreadExchangeStreamCaptureMode`).
+    static CAPTURE_MODE: std::cell::Cell<c_uint> = const { std::cell::Cell::new(CU_STREAM_CAPTURE_MODE_GLOBAL) };
+}
+
+const CU_STREAM_CAPTURE_MODE_GLOBAL: c_uint = 0;
+const CU_STREAM_CAPTURE_MODE_RELAXED: c_uint = 2;
+
+// Swaps the calling thread's capture interaction mode with `*mode`.
+// simgpu does not forbid unsafe calls during a capture in any mode, so the
+// mode is kept only to be handed back, as the runtime expects.
+cu_export!(cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) {
+    driver()?;
+    if mode.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let wanted = *mode;
+    if wanted > CU_STREAM_CAPTURE_MODE_RELAXED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let previous = CAPTURE_MODE.try_with(|m| m.replace(wanted)).map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    out(mode, previous)
+});
+
 cu_export!(cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) {
     begin_capture(stream, mode)
 }; cuStreamBeginCapture_v2_ptsz);
@@ -276,3 +303,97 @@ unsupported_mem_op! {
     cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, u64;
     cuStreamWaitValue64_v2, cuStreamWaitValue64_v2_ptsz, u64;
 }
+
+// The original (CUDA 8) memory-operation entry points, kept by the driver
+// for old binaries; unsupported here as their `_v2` forms are.
+unsupported_mem_op! {
+    cuStreamWriteValue32, cuStreamWriteValue32_ptsz, u32;
+    cuStreamWaitValue32, cuStreamWaitValue32_ptsz, u32;
+    cuStreamWriteValue64, cuStreamWriteValue64_ptsz, u64;
+    cuStreamWaitValue64, cuStreamWaitValue64_ptsz, u64;
+}
+
+cu_export!(cuStreamBatchMemOp_v2(stream: CUstream, count: c_uint, params: *mut c_void, flags: c_uint) {
+    let _ = (count, params, flags);
+    driver()?.stream(h(stream))?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+}; cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp, cuStreamBatchMemOp_ptsz);
+
+// A stream's identifier, unique in the process: its handle's counter (the
+// null and per-thread streams name their context's default stream).
+cu_export!(cuStreamGetId(stream: CUstream, id: *mut u64) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    out(id, s.handle & ((1 << 40) - 1))
+}; cuStreamGetId_ptsz);
+
+cu_export!(cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) {
+    let d = driver()?;
+    let (ctx, _) = d.stream(h(stream))?;
+    out(device, d.ordinal_of(ctx.device))
+}; cuStreamGetDevice_ptsz);
+
+/// `CUstreamAttrID` values a stream has (cuda.h's `CU_STREAM_ATTRIBUTE_*`).
+const STREAM_ATTR_ACCESS_POLICY_WINDOW: c_uint = 1;
+const STREAM_ATTR_SYNCHRONIZATION_POLICY: c_uint = 3;
+const STREAM_ATTR_PRIORITY: c_uint = 8;
+const STREAM_ATTR_MEM_SYNC_DOMAIN_MAP: c_uint = 9;
+const STREAM_ATTR_MEM_SYNC_DOMAIN: c_uint = 10;
+
+/// `CUstreamAttrValue` (`CUlaunchAttributeValue`): a 64-byte union.
+type AttrValue = [u64; 8];
+
+/// Attribute values set on streams, by (stream, attribute). Priority lives
+/// in the stream itself unless set here.
+static STREAM_ATTRS: std::sync::Mutex<Option<std::collections::HashMap<(u64, c_uint), AttrValue>>> = std::sync::Mutex::new(None);
+
+fn check_stream_attr(attr: c_uint) -> CuResult<()> {
+    match attr {
+        STREAM_ATTR_ACCESS_POLICY_WINDOW | STREAM_ATTR_SYNCHRONIZATION_POLICY | STREAM_ATTR_PRIORITY | STREAM_ATTR_MEM_SYNC_DOMAIN_MAP | STREAM_ATTR_MEM_SYNC_DOMAIN => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn stream_attr(s: &Stream, attr: c_uint) -> AttrValue {
+    let stored = lock(&STREAM_ATTRS).as_ref().and_then(|m| m.get(&(s.handle, attr)).copied());
+    stored.unwrap_or_else(|| {
+        let mut v = [0u64; 8];
+        match attr {
+            STREAM_ATTR_PRIORITY => v[0] = s.priority as u32 as u64,
+            // Domain map: default domain 0, remote domain 1.
+            STREAM_ATTR_MEM_SYNC_DOMAIN_MAP => v[0] = 1 << 8,
+            _ => {}
+        }
+        v
+    })
+}
+
+cu_export!(cuStreamGetAttribute(stream: CUstream, attr: c_uint, value: *mut AttrValue) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    check_stream_attr(attr)?;
+    out(value, stream_attr(&s, attr))
+}; cuStreamGetAttribute_ptsz);
+
+cu_export!(cuStreamSetAttribute(stream: CUstream, attr: c_uint, value: *const AttrValue) {
+    let (_, s) = driver()?.stream(h(stream))?;
+    check_stream_attr(attr)?;
+    let mut v = crate::ffi::input(value)?;
+    if attr == STREAM_ATTR_PRIORITY {
+        // Clamped to the device's range, as at creation.
+        v[0] = (v[0] as u32 as c_int).clamp(GREATEST_PRIORITY, LEAST_PRIORITY) as u32 as u64;
+    }
+    lock(&STREAM_ATTRS).get_or_insert_with(Default::default).insert((s.handle, attr), v);
+    Ok(())
+}; cuStreamSetAttribute_ptsz);
+
+cu_export!(cuStreamCopyAttributes(dst: CUstream, src: CUstream) {
+    let d = driver()?;
+    let (_, to) = d.stream(h(dst))?;
+    let (_, from) = d.stream(h(src))?;
+    let values: Vec<(c_uint, AttrValue)> = [STREAM_ATTR_ACCESS_POLICY_WINDOW, STREAM_ATTR_SYNCHRONIZATION_POLICY, STREAM_ATTR_PRIORITY, STREAM_ATTR_MEM_SYNC_DOMAIN_MAP, STREAM_ATTR_MEM_SYNC_DOMAIN].iter().map(|&a| (a, stream_attr(&from, a))).collect();
+    let mut attrs = lock(&STREAM_ATTRS);
+    let map = attrs.get_or_insert_with(Default::default);
+    for (a, v) in values {
+        map.insert((to.handle, a), v);
+    }
+    Ok(())
+}; cuStreamCopyAttributes_ptsz);

@@ -1,0 +1,69 @@
+"""cuda.core on simgpu: a managed-memory resource, a pinned-memory resource,
+closing a private pool, and a graph built by stream capture and launched.
+Prints key=value lines; a failing section prints `<name>=error ...`."""
+import sys
+import traceback
+
+from cuda.core import Device, DeviceMemoryResource, DeviceMemoryResourceOptions
+
+
+def report(name, fn):
+    try:
+        fn()
+        print(f"{name}=ok", flush=True)
+    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
+        print(f"{name}=error {type(e).__name__}: {' '.join(str(e).split())[:300]}", flush=True)
+        traceback.print_exc(file=sys.stderr)
+
+
+dev = Device(0)
+dev.set_current()
+stream = dev.create_stream()
+
+
+def managed():
+    from cuda.core import ManagedMemoryResource
+    mr = ManagedMemoryResource()
+    buf = mr.allocate(1 << 20, stream=stream)
+    stream.sync()
+    print(f"managed.size={buf.size}", flush=True)
+    print(f"managed.is_managed={int(mr.is_managed)}", flush=True)
+    buf.close(stream)
+
+
+def pinned():
+    from cuda.core import PinnedMemoryResource
+    mr = PinnedMemoryResource()
+    buf = mr.allocate(1 << 20, stream=stream)
+    stream.sync()
+    print(f"pinned.size={buf.size}", flush=True)
+    print(f"pinned.host_accessible={int(mr.is_host_accessible)}", flush=True)
+    buf.close(stream)
+
+
+def private_pool():
+    mr = DeviceMemoryResource(dev.device_id, options=DeviceMemoryResourceOptions(max_size=64 << 20))
+    buf = mr.allocate(4 << 20, stream=stream)
+    buf.close(stream)
+    stream.sync()
+    mr.close()
+    print("private_pool.closed=1", flush=True)
+
+
+def graph():
+    from cuda.core import LaunchConfig, Program, ProgramOptions, launch
+    code = 'extern "C" __global__ void ping(int x) {}'
+    kernel = Program(code, code_type="c++", options=ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin").get_kernel("ping")
+    gb = stream.create_graph_builder().begin_building()
+    for _ in range(2):
+        launch(gb, LaunchConfig(grid=4, block=128), kernel, 0)
+    g = gb.end_building().complete()
+    for _ in range(3):
+        g.launch(stream)
+    stream.sync()
+    print("graph.launches=3", flush=True)
+
+
+for section in sys.argv[1:] or ["managed", "pinned", "private_pool", "graph"]:
+    report(section, globals()[section])
+print("done=1", flush=True)

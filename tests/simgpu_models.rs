@@ -1,0 +1,121 @@
+//! Model workloads on simgpu: PyTorch training through cuBLAS and cuDNN,
+//! events and stream waits, a CUDA graph replayed, the cudaMallocAsync
+//! allocator and a copy between two simulated devices; cuda.core's managed
+//! memory resource, private pools and pinned memory. Each scenario is one
+//! real process that runs several sections and prints what each saw
+//! (`tests/python/models_*.py`); kernels compute nothing, so the checks are
+//! on what the libraries return and where memory lives, and a copy between
+//! devices is checked byte for byte (device memory is host memory here).
+//!
+//! PyTorch lives in `.deps/torch-venv`, which `scripts/check-pytorch.sh`
+//! installs (several GiB, so `scripts/setup.sh` does not): without it the
+//! PyTorch tests say so and pass without running.
+
+use gpuslice_tests::{repo_root, Output, Sim};
+use std::path::PathBuf;
+
+/// The PyTorch virtualenv's Python, if it is installed.
+fn torch_python() -> Option<PathBuf> {
+    let path = repo_root().join(".deps/torch-venv/bin/python");
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!("skipped: {} is missing; scripts/check-pytorch.sh installs PyTorch", path.display());
+        None
+    }
+}
+
+fn run_torch(sim: &Sim, sections: &[&str]) -> Option<Output> {
+    let python = torch_python()?;
+    let mut cmd = sim.command(python);
+    cmd.arg(repo_root().join("tests/python/models_torch.py")).args(sections);
+    Some(sim.run(&mut cmd))
+}
+
+fn assert_section(out: &Output, name: &str) {
+    assert_eq!(out.get(name), "ok", "section {name}\n{out}");
+}
+
+/// Two 16 GiB devices; the tests below take what they need of them.
+fn two_devices() -> Sim {
+    Sim::new().devices(2).memory("16GiB").context_memory("256MiB")
+}
+
+fn check_training(out: &Output) {
+    out.assert_success();
+    for (section, steps) in [("mlp", 3), ("conv", 3), ("conv_no_cudnn", 1)] {
+        assert_eq!(out.u64(&format!("{section}.steps")), steps, "{out}");
+        assert_eq!(out.get(&format!("{section}.state_device")), "cuda:0", "{out}");
+    }
+    assert_section(out, "mlp");
+    assert_section(out, "conv");
+    assert_eq!(out.get("mlp.fp16_matmul_shape"), "(64, 64)", "{out}");
+    assert_section(out, "graph");
+    assert_eq!(out.get("graph.replays"), "10", "{out}");
+    assert_eq!(out.get("done"), "1", "{out}");
+}
+
+#[test]
+fn pytorch_trains_an_mlp_and_a_conv_net_and_replays_a_graph() {
+    let sim = two_devices();
+    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph", "events", "devices"]) else { return };
+    check_training(&out);
+    // Events: twenty 256x256 matmuls of 5 µs simulated each lie between
+    // the two records.
+    assert_section(&out, "events");
+    let elapsed_ms = out.f64("events.elapsed_ms");
+    assert!((0.1..1000.0).contains(&elapsed_ms), "event timing measures the simulated kernels: {elapsed_ms} ms\n{out}");
+    assert_eq!(out.get("events.side_query"), "1", "{out}");
+    // Devices: peers, and a 4 MiB tensor copied there and back intact.
+    assert_section(&out, "devices");
+    assert_eq!(out.u64("devices.count"), 2, "{out}");
+    assert_eq!(out.get("devices.can_access_peer"), "1", "{out}");
+    assert_eq!(out.get("devices.copy_device"), "cuda:1", "{out}");
+    assert_eq!(out.get("devices.copy_equal"), "1", "{out}");
+    assert_eq!(out.get("devices.back_equal"), "1", "{out}");
+}
+
+#[test]
+fn pytorch_trains_under_a_memory_cap() {
+    let sim = two_devices().memory_limit("2GiB").tenant("models");
+    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph"]) else { return };
+    check_training(&out);
+}
+
+#[test]
+fn pytorch_cuda_malloc_async_reports_memory_stats() {
+    let sim = two_devices().env("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync");
+    let Some(out) = run_torch(&sim, &["async_alloc", "graph"]) else { return };
+    out.assert_success();
+    assert_section(&out, "async_alloc");
+    // One live 64 MiB tensor: the pool's used and reserved memory.
+    assert_eq!(out.u64("async_alloc.allocated_bytes"), 64 << 20, "{out}");
+    assert!(out.u64("async_alloc.reserved_bytes") >= 64 << 20, "{out}");
+    assert_section(&out, "graph");
+}
+
+fn check_cuda_core(out: &Output) {
+    out.assert_success();
+    assert_section(out, "managed");
+    assert_eq!(out.get("managed.is_managed"), "1", "{out}");
+    assert_eq!(out.u64("managed.size"), 1 << 20, "{out}");
+    assert_section(out, "private_pool");
+    assert_eq!(out.get("private_pool.closed"), "1", "{out}");
+    // simgpu's devices report no host memory pools
+    // (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED is 0), so a pinned
+    // pool is refused as a driver refuses it on such a device.
+    assert!(out.get("pinned").contains("CUDA_ERROR_NOT_SUPPORTED"), "{out}");
+    assert_eq!(out.get("done"), "1", "{out}");
+}
+
+#[test]
+fn cuda_core_managed_memory_and_private_pools() {
+    let sim = two_devices();
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+}
+
+#[test]
+fn cuda_core_managed_memory_and_private_pools_under_a_cap() {
+    let sim = two_devices().memory_limit("1GiB").tenant("models");
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+}
