@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Opt-in: what PyTorch sees on simgpu, bare and under a 1 GiB cap
 # (torch.cuda.mem_get_info, torch.empty up to torch.OutOfMemoryError,
-# torch.cuda.memory_reserved). Not part of the test command: PyTorch and the
-# CUDA libraries it pulls in are several GiB. Installs them into
-# .deps/torch-venv (pinned), builds gpuslice, and runs
+# torch.cuda.memory_reserved), for a look by hand; the test command trains
+# models with the same PyTorch (tests/simgpu_models.rs). Installs it into
+# .deps/torch-venv (pinned, as scripts/setup.sh does), builds gpuslice, and runs
 # tests/python/torch_check.py twice on a simulated 16 GiB GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."

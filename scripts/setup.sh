@@ -52,6 +52,16 @@ if ! "$deps/venv/bin/python" -c 'import cupy, numba.cuda, cuda.core' 2>/dev/null
         'numba-cuda[cu13]==0.30.4' 'cuda-core==1.2.2'
 fi
 
+# tests/simgpu_models.rs trains PyTorch models on simgpu, through cuBLAS and
+# cuDNN (torch's CUDA 13 wheels pull them in): a virtualenv of its own,
+# since it is several GiB and pins its own CUDA libraries.
+if [ ! -x "$deps/torch-venv/bin/python" ]; then
+    python3 -m venv "$deps/torch-venv"
+fi
+if ! "$deps/torch-venv/bin/python" -c 'import torch' 2>/dev/null; then
+    "$deps/torch-venv/bin/pip" install --quiet --disable-pip-version-check 'torch==2.15.0'
+fi
+
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ] || [ ! -f "$deps/lib/libcudart.so.13" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --platform manylinux2014_x86_64 \
