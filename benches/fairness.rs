@@ -59,7 +59,12 @@ fn scenarios() -> Vec<Scenario> {
         Scenario { name: "10-90", tenants: vec![t("a", Some(10), None, 1000), t("b", Some(90), None, 1000)], targets: vec![10.0, 90.0] },
         Scenario {
             name: "10-20-30-40",
-            tenants: vec![t("a", Some(10), None, 1000), t("b", Some(20), None, 1000), t("c", Some(30), None, 1000), t("d", Some(40), None, 1000)],
+            tenants: vec![
+                t("a", Some(10), None, 1000),
+                t("b", Some(20), None, 1000),
+                t("c", Some(30), None, 1000),
+                t("d", Some(40), None, 1000),
+            ],
             targets: vec![10.0, 20.0, 30.0, 40.0],
         },
         Scenario {
@@ -77,8 +82,22 @@ fn scenarios() -> Vec<Scenario> {
             ],
             targets: vec![25.0, 75.0, 75.0, 25.0],
         },
-        Scenario { name: "25-75-100us", tenants: vec![t("a", Some(25), None, 100), t("b", Some(75), None, 100)], targets: vec![25.0, 75.0] },
-        Scenario { name: "no-shares-3", tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)].into_iter().map(|mut x| { x.share = Some(0); x }).collect(), targets: vec![33.3, 33.3, 33.3] },
+        Scenario {
+            name: "25-75-100us",
+            tenants: vec![t("a", Some(25), None, 100), t("b", Some(75), None, 100)],
+            targets: vec![25.0, 75.0],
+        },
+        Scenario {
+            name: "no-shares-3",
+            tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)]
+                .into_iter()
+                .map(|mut x| {
+                    x.share = Some(0);
+                    x
+                })
+                .collect(),
+            targets: vec![33.3, 33.3, 33.3],
+        },
     ]
 }
 
@@ -105,7 +124,8 @@ fn busy_bins(out: &gpuslice_tests::Output, kernel_us: u64) -> Vec<f64> {
     let mut bins = Vec::new();
     for line in out.stdout.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(b), Some(n)) = (fields.next().and_then(|f| f.strip_prefix("bin=")), fields.next().and_then(|f| f.strip_prefix("n="))) else {
+        let (Some(b), Some(n)) = (fields.next().and_then(|f| f.strip_prefix("bin=")), fields.next().and_then(|f| f.strip_prefix("n=")))
+        else {
             continue;
         };
         let (Ok(b), Ok(n)) = (b.parse::<usize>(), n.parse::<f64>()) else { continue };
@@ -181,8 +201,7 @@ fn chart(name: &str, names: &[String], bins: &[Vec<f64>], devices: &[u32]) -> Re
         .map(|(b, device)| {
             (0..len)
                 .filter_map(|i| {
-                    let total: f64 =
-                        bins.iter().zip(devices).filter(|(_, d)| *d == device).map(|(o, _)| sum(o, i * 5, i * 5 + 5)).sum();
+                    let total: f64 = bins.iter().zip(devices).filter(|(_, d)| *d == device).map(|(o, _)| sum(o, i * 5, i * 5 + 5)).sum();
                     (total > 0.0).then(|| (i as f64 * 0.5, 100.0 * sum(b, i * 5, i * 5 + 5) / total))
                 })
                 .collect()
@@ -199,9 +218,10 @@ fn chart(name: &str, names: &[String], bins: &[Vec<f64>], devices: &[u32]) -> Re
     chart.configure_mesh().x_desc("seconds").y_desc("% of device time").draw()?;
     for (i, (points, tenant)) in series.into_iter().zip(names).enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(tenant.as_str()).legend(move |(x, y)| {
-            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-        });
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(tenant.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
     root.present()?;
@@ -262,7 +282,9 @@ fn alone(seconds: f64) {
     let wall_us = (to - from) as f64 * 100_000.0;
     let bare_ratio = sum(&bare, from, to) / wall_us;
     println!("\nalone: share of wall time (the same client without the shim: {:.1}%)", 100.0 * bare_ratio);
-    for (label, t) in [("share 30, no limit", tenant("alone", Some(30), None, 1000)), ("share 30, limit 30", tenant("alone", Some(30), Some(30), 1000))] {
+    for (label, t) in
+        [("share 30, no limit", tenant("alone", Some(30), None, 1000)), ("share 30, limit 30", tenant("alone", Some(30), Some(30), 1000))]
+    {
         let scenario = Scenario { name: "alone", tenants: vec![t], targets: vec![] };
         let bins = run(&scenario, seconds);
         let ratio = sum(&bins[0], from, to) / wall_us;
@@ -297,8 +319,18 @@ fn priority(seconds: f64) {
     let high_ratio = 20.0 * 200.0 / 50_000.0;
     println!("\npriority: bursts of 20 x 200 us every 50 ms (priority 1) against 2 ms kernels back to back (priority 0)");
     println!("  burst latency alone:     p50 {:6.0} us  p99 {:6.0} us", pct(&lone, 0.5), pct(&lone, 0.99));
-    println!("  burst latency shared:    p50 {:6.0} us  p99 {:6.0} us  (p99 {:.2}x alone)", pct(&shared, 0.5), pct(&shared, 0.99), pct(&shared, 0.99) / pct(&lone, 0.99));
-    println!("  low priority got {:.1}% of wall time; the rest after the bursts is {:.1}%: {:.0}% of it", 100.0 * low_ratio, 100.0 * (1.0 - high_ratio), 100.0 * low_ratio / (1.0 - high_ratio));
+    println!(
+        "  burst latency shared:    p50 {:6.0} us  p99 {:6.0} us  (p99 {:.2}x alone)",
+        pct(&shared, 0.5),
+        pct(&shared, 0.99),
+        pct(&shared, 0.99) / pct(&lone, 0.99)
+    );
+    println!(
+        "  low priority got {:.1}% of wall time; the rest after the bursts is {:.1}%: {:.0}% of it",
+        100.0 * low_ratio,
+        100.0 * (1.0 - high_ratio),
+        100.0 * low_ratio / (1.0 - high_ratio)
+    );
 }
 
 /// Throughput with short kernels: how many 5 µs kernels one process
@@ -326,7 +358,8 @@ fn throughput(seconds: f64) {
     let (two_bare, _) = rate(vec![client(&bare2, "a", None), client(&bare2, "b", None)].into_iter().map(|r| r.wait()).collect());
     let shared = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
     let _monitor = Monitor::start(&shared, MonitorOptions::default());
-    let (two_shares, each) = rate(vec![client(&shared, "a", Some("25")), client(&shared, "b", Some("75"))].into_iter().map(|r| r.wait()).collect());
+    let (two_shares, each) =
+        rate(vec![client(&shared, "a", Some("25")), client(&shared, "b", Some("75"))].into_iter().map(|r| r.wait()).collect());
     println!("\nthroughput with 5 us kernels (kernels per second, C client):");
     println!("  one process, no shim:             {one:9.0}");
     println!("  two processes, no shim:           {two_bare:9.0}  ({:.2}x one)", two_bare / one);

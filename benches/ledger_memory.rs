@@ -39,9 +39,8 @@ fn plant(dir: &Path, staging: &Path, prefix: &str, count: usize, uid: u32) {
 /// `VmRSS`, `RssAnon` and `RssFile` of `pid`, KiB.
 fn rss_kib(pid: u32) -> (u64, u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
-    };
+    let field =
+        |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
     (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
 }
 
@@ -97,17 +96,20 @@ fn main() {
     .map(|(what, root, flood)| measure(what, root, flood))
     .collect();
     let base = &rows[0];
-    println!("{:<26} {:>8} {:>10} {:>10} {:>10} {:>14} {:>6} {:>9}", "directory", "watched", "RSS KiB", "anon KiB", "file KiB", "KiB/ledger", "fds", "rounds/s");
+    println!(
+        "{:<26} {:>8} {:>10} {:>10} {:>10} {:>14} {:>6} {:>9}",
+        "directory", "watched", "RSS KiB", "anon KiB", "file KiB", "KiB/ledger", "fds", "rounds/s"
+    );
     for row in &rows {
-        let per_ledger = if row.watched > 0 {
-            format!("{:.0}", row.rss.0.saturating_sub(base.rss.0) as f64 / row.watched as f64)
-        } else {
-            "-".into()
-        };
+        let per_ledger =
+            if row.watched > 0 { format!("{:.0}", row.rss.0.saturating_sub(base.rss.0) as f64 / row.watched as f64) } else { "-".into() };
         println!(
             "{:<26} {:>8} {:>10} {:>10} {:>10} {:>14} {:>6} {:>9.1}",
             row.what, row.watched, row.rss.0, row.rss.1, row.rss.2, per_ledger, row.descriptors, row.rounds_per_s
         );
     }
-    println!("(a ledger file is {} KiB; KiB/ledger is the RSS above the empty directory's, per watched ledger)", ledger::layout::FILE_BYTES / 1024);
+    println!(
+        "(a ledger file is {} KiB; KiB/ledger is the RSS above the empty directory's, per watched ledger)",
+        ledger::layout::FILE_BYTES / 1024
+    );
 }

@@ -134,7 +134,13 @@ fn row(what: &str, samples: &[f64]) -> String {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
     let cell = |v: Option<&f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
-    format!("{what:<62} {:>4} {:>9} {:>9} {:>9} ms", sorted.len(), cell(sorted.first()), cell(sorted.get(sorted.len() / 2)), cell(sorted.last()))
+    format!(
+        "{what:<62} {:>4} {:>9} {:>9} {:>9} ms",
+        sorted.len(),
+        cell(sorted.first()),
+        cell(sorted.get(sorted.len() / 2)),
+        cell(sorted.last())
+    )
 }
 
 fn main() {

@@ -260,7 +260,8 @@ fn soak(jobs: usize, seed: u64) {
     // it leaves an empty one: it started, at an unknown time.
     let started = |index: usize| found.contains_key(&format!("job{index}"));
     let started_ns = |index: usize| found.get(&format!("job{index}")).and_then(|v| v.iter().copied().filter(|t| *t > 0).min());
-    let twice: Vec<usize> = done.iter().map(|o| o.spec.index).filter(|i| found.get(&format!("job{i}")).is_some_and(|v| v.len() > 1)).collect();
+    let twice: Vec<usize> =
+        done.iter().map(|o| o.spec.index).filter(|i| found.get(&format!("job{i}")).is_some_and(|v| v.len() > 1)).collect();
     let lost: Vec<usize> =
         done.iter().filter(|o| o.killed.is_none() && (!o.exit_ok || started_ns(o.spec.index).is_none())).map(|o| o.spec.index).collect();
     let killed_waiting = done.iter().filter(|o| o.killed == Some(false)).count();
@@ -307,8 +308,14 @@ fn soak(jobs: usize, seed: u64) {
     }
 
     println!("soak: {jobs} jobs (seed {seed}), {PLACES} devices, at most {WINDOW} submitted at once: {:.1} s", soak_time.as_secs_f64());
-    println!("  killed with SIGKILL: {} while waiting ({killed_waiting_ran} of them had started by the kill), {killed_running} while running", killed_waiting);
-    println!("  after the last job: committed memory 0 after {:.0} ms; queue waiting {waiting}, running {running}", drained.as_secs_f64() * 1e3);
+    println!(
+        "  killed with SIGKILL: {} while waiting ({killed_waiting_ran} of them had started by the kill), {killed_running} while running",
+        killed_waiting
+    );
+    println!(
+        "  after the last job: committed memory 0 after {:.0} ms; queue waiting {waiting}, running {running}",
+        drained.as_secs_f64() * 1e3
+    );
     println!("  jobs lost: {}; jobs run twice: {}; markers: {}", lost.len(), twice.len(), found.values().map(Vec::len).sum::<usize>());
     println!(
         "  priority order: {passes} starts more than {} ms before a job queued earlier with no lower priority; {} of them by a job asking no less (not backfill)",

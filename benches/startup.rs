@@ -162,11 +162,8 @@ fn check_holders(dir: &Path, holders: &mut [Child], when: &str) {
     }
     let pids: Vec<u32> = holders.iter().map(Child::id).collect();
     let slots = ledger_view::slots(&dir.join("ledger"), TENANT);
-    let registered: Vec<u32> = slots
-        .iter()
-        .filter(|s| s.alive && s.total_bytes() >= HOLDER_BYTES && pids.contains(&s.pid))
-        .map(|s| s.pid)
-        .collect();
+    let registered: Vec<u32> =
+        slots.iter().filter(|s| s.alive && s.total_bytes() >= HOLDER_BYTES && pids.contains(&s.pid)).map(|s| s.pid).collect();
     let missing: Vec<u32> = pids.iter().copied().filter(|pid| !registered.contains(pid)).collect();
     if !missing.is_empty() {
         stop(holders);

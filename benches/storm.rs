@@ -192,7 +192,11 @@ impl Storm {
                 let out = running.kill9();
                 if std::env::var_os("STORM_DEBUG").is_some() {
                     if let Ok(l) = Ledger::open(&ledger::tenant_path(&self.sim.ledger_dir(), tenant)) {
-                        eprintln!("{tenant}: a worker could not start with {} of {} in use\n{out}", human(l.used_bytes(0)), human(l.memory_limit_bytes(0)));
+                        eprintln!(
+                            "{tenant}: a worker could not start with {} of {} in use\n{out}",
+                            human(l.used_bytes(0)),
+                            human(l.memory_limit_bytes(0))
+                        );
                     }
                 }
                 return None;
@@ -231,7 +235,8 @@ fn cap_of(tenant: &str) -> u64 {
 }
 
 /// The hostile files, in the order they are dropped.
-const HOSTILE_KINDS: [&str; 8] = ["empty", "garbage", "half-initialised", "cut-short copy", "link", "fifo", "directory", "truncated while watched"];
+const HOSTILE_KINDS: [&str; 8] =
+    ["empty", "garbage", "half-initialised", "cut-short copy", "link", "fifo", "directory", "truncated while watched"];
 
 fn drop_hostile(storm: &mut Storm, n: usize, made: &mut Vec<PathBuf>) -> &'static str {
     let dir = storm.sim.ledger_dir();
@@ -267,11 +272,11 @@ fn drop_hostile(storm: &mut Storm, n: usize, made: &mut Vec<PathBuf>) -> &'stati
             let victim = ledger::tenant_path(&dir, "mallory");
             let _ = std::fs::remove_file(&victim);
             let mut create = storm.sim.c("memctl");
-            create
-                .env("LD_PRELOAD", shim_lib())
-                .env("GPUSLICE_DIR", &dir)
-                .env("GPUSLICE_TENANT", "mallory")
-                .args(["init", "ctx", "alloc:m:16M"]);
+            create.env("LD_PRELOAD", shim_lib()).env("GPUSLICE_DIR", &dir).env("GPUSLICE_TENANT", "mallory").args([
+                "init",
+                "ctx",
+                "alloc:m:16M",
+            ]);
             let out = storm.sim.run(&mut create);
             assert!(out.success(), "{out}");
             // Let the monitor map it before it is cut.
@@ -345,7 +350,8 @@ fn main() {
     let config = sim.dir().join("monitor.toml");
     let text: String = TENANTS.iter().map(|(t, cap)| format!("[tenants.{t}]\nmemory = \"{cap}\"\n")).collect();
     std::fs::write(&config, text).unwrap();
-    let mut storm = Storm { stress: compile_c("shim_stress"), sim, config, workers: Vec::new(), monitor: None, chance: Chance(args.seed | 1) };
+    let mut storm =
+        Storm { stress: compile_c("shim_stress"), sim, config, workers: Vec::new(), monitor: None, chance: Chance(args.seed | 1) };
     let _ = compile_c("memctl");
     flood(&storm.sim.ledger_dir(), &storm.sim.dir().join("staging"));
     storm.start_monitor();
@@ -359,10 +365,8 @@ fn main() {
     let mut refused_starts = storm.top_up();
     let nvml = Nvml::load();
     let ledger_dir = storm.sim.ledger_dir();
-    let ledgers: Vec<(&str, Ledger)> = TENANTS
-        .iter()
-        .map(|(t, _)| (*t, Ledger::open(&ledger::tenant_path(&ledger_dir, t)).expect("a tenant's ledger")))
-        .collect();
+    let ledgers: Vec<(&str, Ledger)> =
+        TENANTS.iter().map(|(t, _)| (*t, Ledger::open(&ledger::tenant_path(&ledger_dir, t)).expect("a tenant's ledger"))).collect();
 
     let watched_flood = storm
         .monitor
@@ -531,7 +535,12 @@ fn main() {
     );
     println!("hostile files: {hostile_total} ({})", kinds.join(", "));
     println!("peak over cap: ledger {}, driver {}", human(peak_ledger_over), human(peak_driver_over));
-    println!("bytes lost: {} (still counted in a ledger: {}, still used on the device: {})", ledger_lost + device_lost, human(ledger_lost), human(device_lost));
+    println!(
+        "bytes lost: {} (still counted in a ledger: {}, still used on the device: {})",
+        ledger_lost + device_lost,
+        human(ledger_lost),
+        human(device_lost)
+    );
     println!(
         "reclaim latency: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} killed processes holding a slot, {} never reclaimed)",
         percentile(&latencies, 50.0).as_secs_f64() * 1000.0,

@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# One format for the whole tree (rustfmt.toml): a difference fails here,
+# before anything is built.
+if cargo fmt --version >/dev/null 2>&1; then
+    cargo fmt --all -- --check
+else
+    echo "test: rustfmt is not installed; the format was not checked" >&2
+fi
 cargo build --workspace
 # Every crate, its tests and benchmarks are kept clippy-clean (warnings are
 # errors); the shim also denies unwrap/expect/indexing (a panic in a

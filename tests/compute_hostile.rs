@@ -15,9 +15,9 @@ mod compute_support;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
+use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
 use gpuslice_tests::{compile_c, Sim};
 use ledger::broker::{self, Hello, Op};
-use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
 use monitor_support::{Monitor, MonitorOptions};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -95,13 +95,25 @@ fn attacker() {
     // Speaking for another tenant: naming one of its live slots.
     if let Ok(victim) = std::env::var("ATTACK_VICTIM") {
         let slot: u32 = env("ATTACK_VICTIM_SLOT").parse().unwrap();
-        let said = broker::join(&dir, &hello(&victim, slot, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| if e.contains("could not tie") { "refused" } else { "error" });
+        let said = broker::join(&dir, &hello(&victim, slot, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| {
+            if e.contains("could not tie") {
+                "refused"
+            } else {
+                "error"
+            }
+        });
         println!("impersonate={said}");
     }
     if mode == "other-user" {
         // Not the tenant's user: it cannot open the tenant's ledger, so it
         // holds no slot; naming slot 0 is refused.
-        let said = broker::join(&dir, &hello(&tenant, 0, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| if e.contains("could not tie") { "refused" } else { "error" });
+        let said = broker::join(&dir, &hello(&tenant, 0, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| {
+            if e.contains("could not tie") {
+                "refused"
+            } else {
+                "error"
+            }
+        });
         println!("borrowed_slot={said}");
         return;
     }
@@ -168,7 +180,15 @@ fn a_tenant_can_neither_write_the_grant_nor_speak_for_another() {
     let extra = [("ATTACK_VICTIM", "vic".to_string()), ("ATTACK_VICTIM_SLOT", slot.to_string())];
     let out = sim.run(&mut attack(&sim, "tenant", "att", uuid, &extra));
     out.assert_success();
-    for line in ["joined=1", "mmap_writable=refused", "mprotect=refused", "pwrite=refused", "truncate=refused", "impersonate=refused", "made_up_devices_accepted=0"] {
+    for line in [
+        "joined=1",
+        "mmap_writable=refused",
+        "mprotect=refused",
+        "pwrite=refused",
+        "truncate=refused",
+        "impersonate=refused",
+        "made_up_devices_accepted=0",
+    ] {
         assert!(out.stdout.contains(line), "expected {line}\n{out}");
     }
     // As another Unix user (nobody): the socket is open to it, but it has
@@ -227,7 +247,11 @@ fn idle_connections_delay_nobody() {
     slow.write_all(b"G").unwrap();
     let started = Instant::now();
     let out = sim.run(
-        sim.py("compute_load.py").env("GPUSLICE_TENANT", "quick").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info").args(["1000", "0.3"]),
+        sim.py("compute_load.py")
+            .env("GPUSLICE_TENANT", "quick")
+            .env("GPUSLICE_COMPUTE_SHARE", "50")
+            .env("GPUSLICE_LOG", "info")
+            .args(["1000", "0.3"]),
     );
     out.assert_success();
     assert!(
@@ -278,10 +302,7 @@ fn a_socket_served_by_another_user_is_ignored() {
     fake.wait_for("listening");
     let out = sim.run(sim.py("compute_load.py").env("GPUSLICE_TENANT", "t").env("GPUSLICE_COMPUTE_SHARE", "50").args(["1000", "0.3"]));
     out.assert_success();
-    assert!(
-        out.shim_log_lines().iter().any(|l| l.contains("not the monitor's")),
-        "the shim talked to a socket another user serves\n{out}"
-    );
+    assert!(out.shim_log_lines().iter().any(|l| l.contains("not the monitor's")), "the shim talked to a socket another user serves\n{out}");
     drop(fake);
 }
 
@@ -322,7 +343,8 @@ fn a_process_that_skips_the_gate_is_found_and_killed() {
     let _serial = serial();
     let sim = sim();
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(&config, "on_violation = \"kill\"\nviolation_grace = \"1s\"\n[tenants.att]\nshare = 10\n[tenants.vic]\nshare = 90\n").unwrap();
+    std::fs::write(&config, "on_violation = \"kill\"\nviolation_grace = \"1s\"\n[tenants.att]\nshare = 10\n[tenants.vic]\nshare = 90\n")
+        .unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let vic = saturate(&sim, "vic", &[], "8");
     let mut cmd = sim.command(compile_c("skip_gate"));

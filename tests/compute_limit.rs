@@ -118,7 +118,11 @@ fn every_launch_route_is_governed() {
         let out = finished(load(&sim, &[], args));
         let share = share(&out);
         let (launches, _, throttled_ns) = ledger_counters(&sim, TENANT, 0);
-        eprintln!("limit 20, {}: share {share:.3}, {launches} launches counted, {:.0} ms throttled", args.join(" "), throttled_ns as f64 / 1e6);
+        eprintln!(
+            "limit 20, {}: share {share:.3}, {launches} launches counted, {:.0} ms throttled",
+            args.join(" "),
+            throttled_ns as f64 / 1e6
+        );
         if share > 0.32 || launches != out.u64("launches") || throttled_ns == 0 {
             failures.push(format!("{}: share {share:.3}, {launches} launches counted\n{out}", args.join(" ")));
         }
@@ -186,7 +190,14 @@ fn gpuslice_run_sets_the_compute_limit() {
     let sim = Sim::new();
     let dir = sim.ledger_dir();
     let load = gpuslice_tests::compile_c("compute_load");
-    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--compute-limit", "30", "--tenant", "cli", "--dir"]).arg(&dir).arg("--").arg(load).args(["kernel", KERNEL_US, "1.5"]));
+    let out = sim.run(
+        sim.gpuslice()
+            .args(["run", "--sim", "--compute-limit", "30", "--tenant", "cli", "--dir"])
+            .arg(&dir)
+            .arg("--")
+            .arg(load)
+            .args(["kernel", KERNEL_US, "1.5"]),
+    );
     out.assert_success();
     assert!(share(&out) <= 0.40, "--compute-limit 30 gave {:.3}\n{out}", share(&out));
     let ledger = ledger::Ledger::open(&ledger::tenant_path(&dir, "cli")).expect("the ledger lives in --dir");

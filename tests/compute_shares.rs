@@ -12,8 +12,8 @@ mod compute_support;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{cu, Output, Running, Sim};
 use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
+use gpuslice_tests::{cu, Output, Running, Sim};
 use monitor_support::{Monitor, MonitorOptions};
 use std::time::Duration;
 
@@ -98,7 +98,10 @@ fn a_stopped_tenant_does_not_freeze_the_other() {
     let bins = busy_bins(&other, 1000.0);
     let (before, during) = (busy_ratio(&bins, 0.5, 1.4), busy_ratio(&bins, 2.0, 3.4));
     eprintln!("other tenant: {before:.3} of the device before the stop, {during:.3} during it");
-    assert!(during > 0.5 && during > before * 1.3, "while the other was stopped this tenant got {during:.3} (before: {before:.3})\n{other}");
+    assert!(
+        during > 0.5 && during > before * 1.3,
+        "while the other was stopped this tenant got {during:.3} (before: {before:.3})\n{other}"
+    );
 }
 
 /// A tenant killed with kill -9 while it takes turns costs the other at
@@ -206,7 +209,9 @@ fn tenants_survive_a_monitor_restart_and_join_the_new_one() {
     let second = Monitor::start(&sim, MonitorOptions::default());
     second.metrics_until("both tenants arbitrated by the new monitor", |m| {
         m.value("gpuslice_device_arbitrated", &[("device", "0")]) == Some(1.0)
-            && ["a", "b"].iter().all(|t| m.value("gpuslice_tenant_compute_unarbitrated_processes", &[("tenant", t), ("device", "0")]) == Some(0.0))
+            && ["a", "b"]
+                .iter()
+                .all(|t| m.value("gpuslice_tenant_compute_unarbitrated_processes", &[("tenant", t), ("device", "0")]) == Some(0.0))
     });
     for out in [a.wait(), b.wait()] {
         out.assert_success();

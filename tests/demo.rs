@@ -30,7 +30,10 @@ fn the_demo_shows_caps_shares_priority_and_the_queue_and_draws_its_chart() {
     assert!(summary.contains("bursts of 20 x 200 us took"), "{summary}");
     assert!(summary.contains("share 60 %: got"), "{summary}");
     for job in ["job-1", "job-2"] {
-        assert!(summary.contains(&format!("{job}      queued for 8 GiB: started when room freed up")), "{job} did not run\n{summary}\n{stderr}");
+        assert!(
+            summary.contains(&format!("{job}      queued for 8 GiB: started when room freed up")),
+            "{job} did not run\n{summary}\n{stderr}"
+        );
     }
     let svg = std::fs::read_to_string(&chart).expect("the chart is written");
     let doc = roxmltree::Document::parse(&svg).expect("the chart is well-formed XML");

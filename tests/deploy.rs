@@ -23,11 +23,7 @@ fn manifests() -> Vec<PathBuf> {
 #[test]
 fn kubernetes_manifests_validate_strictly() {
     let validate = repo_root().join(".deps/venv/bin/kubernetes-validate");
-    assert!(
-        validate.is_file(),
-        "{} is missing: run `bash scripts/setup.sh` to install kubernetes-validate",
-        validate.display()
-    );
+    assert!(validate.is_file(), "{} is missing: run `bash scripts/setup.sh` to install kubernetes-validate", validate.display());
     for manifest in manifests() {
         let out = Command::new(&validate)
             .args(["--strict", "--quiet"])
@@ -35,12 +31,7 @@ fn kubernetes_manifests_validate_strictly() {
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", validate.display()));
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(
-            out.status.success() && !text.contains("ERROR"),
-            "{} does not validate ({}):\n{text}",
-            manifest.display(),
-            out.status
-        );
+        assert!(out.status.success() && !text.contains("ERROR"), "{} does not validate ({}):\n{text}", manifest.display(), out.status);
     }
 }
 

@@ -46,7 +46,17 @@ fn libcudart() -> String {
 fn check_cudart(out: &Output) {
     out.assert_success();
     assert_eq!(out.get("register.handle"), "1", "{out}");
-    for key in ["get_device_count", "mem_get_info", "malloc_after", "stream_create", "event_create", "launch", "stream_sync", "elapsed", "device_sync"] {
+    for key in [
+        "get_device_count",
+        "mem_get_info",
+        "malloc_after",
+        "stream_create",
+        "event_create",
+        "launch",
+        "stream_sync",
+        "elapsed",
+        "device_sync",
+    ] {
         out.assert_rc(key, 0);
     }
     assert_eq!(out.u64("device_count"), 1, "{out}");
@@ -169,10 +179,38 @@ fn check_images(out: &Output) {
     out.assert_success();
     assert_eq!(out.get("cubin.elf"), "1", "NVRTC wrote an ELF cubin\n{out}");
     let success = [
-        "init", "retain", "set_current", "ptx.load", "ptx.first", "ptx.second", "ptx.launch", "ptx.unload", "cubin.load", "cubin.first",
-        "cubin.second", "cubin.launch", "cubin.unload", "load_ex", "load_ex.first", "fatbin.load", "fatbin.second", "fatbin.launch",
-        "library.load", "library.count_rc", "library.kernel", "library.function", "library.launch", "library.launch_kernel_handle",
-        "link.create", "link.add_ptx", "link.complete", "link.load", "link.first", "link.launch", "link.destroy", "sync",
+        "init",
+        "retain",
+        "set_current",
+        "ptx.load",
+        "ptx.first",
+        "ptx.second",
+        "ptx.launch",
+        "ptx.unload",
+        "cubin.load",
+        "cubin.first",
+        "cubin.second",
+        "cubin.launch",
+        "cubin.unload",
+        "load_ex",
+        "load_ex.first",
+        "fatbin.load",
+        "fatbin.second",
+        "fatbin.launch",
+        "library.load",
+        "library.count_rc",
+        "library.kernel",
+        "library.function",
+        "library.launch",
+        "library.launch_kernel_handle",
+        "link.create",
+        "link.add_ptx",
+        "link.complete",
+        "link.load",
+        "link.first",
+        "link.launch",
+        "link.destroy",
+        "sync",
     ];
     for key in success {
         out.assert_rc(key, cu::SUCCESS);
@@ -200,8 +238,12 @@ fn check_images(out: &Output) {
         out.assert_rc(key, cu::SUCCESS);
     }
     assert_eq!(out.u64("table.size"), 13 * 8, "{out}");
-    assert_eq!(out.get("table.primary_is_retained"), "1", "the handle cuDevicePrimaryCtxRetain gave
-{out}");
+    assert_eq!(
+        out.get("table.primary_is_retained"),
+        "1",
+        "the handle cuDevicePrimaryCtxRetain gave
+{out}"
+    );
     out.assert_rc("table.unknown_slot", cu::NOT_SUPPORTED);
     out.assert_rc("table.unknown_guid", cu::INVALID_VALUE);
     assert_eq!(out.get("table.unknown_guid.null"), "1", "{out}");

@@ -110,7 +110,9 @@ fn a_cap_for_a_device_the_process_cannot_see_fails_closed() {
 #[test]
 fn a_list_that_caps_every_device_the_process_sees_may_name_more() {
     let sim = sim().devices(2).env("CUDA_VISIBLE_DEVICES", "1");
-    let out = sim.run(sim.c("memctl").env("CUDA_DEVICE_MEMORY_LIMIT_0", "512m").env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g").args(["init", "ctx", "info"]));
+    let out = sim.run(
+        sim.c("memctl").env("CUDA_DEVICE_MEMORY_LIMIT_0", "512m").env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g").args(["init", "ctx", "info"]),
+    );
     out.assert_success().assert_rc("init", cu::SUCCESS);
     assert_eq!(out.u64("info.total"), 512 * MIB, "{out}");
 }
@@ -119,11 +121,16 @@ fn a_list_that_caps_every_device_the_process_sees_may_name_more() {
 /// driver's device count does, at registration.
 #[test]
 fn a_cap_for_a_device_beyond_the_drivers_count_fails_closed() {
-    for (var, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "2=1GiB,3=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
+    for (var, value) in
+        [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "2=1GiB,3=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")]
+    {
         let sim = sim().devices(1);
         let holder = holder(&sim);
         let out = attack(&sim, &[(var, value)]);
-        out.assert_fails_closed("a", &[var, value, "is not a device this process sees (it sees 1 device, index 0", "device 0 would have no cap"]);
+        out.assert_fails_closed(
+            "a",
+            &[var, value, "is not a device this process sees (it sees 1 device, index 0", "device 0 would have no cap"],
+        );
         holder.assert_nothing_lost(&sim, &out);
     }
 }
@@ -131,7 +138,14 @@ fn a_cap_for_a_device_beyond_the_drivers_count_fails_closed() {
 #[test]
 fn gpuslice_run_refuses_a_cap_for_a_device_the_command_cannot_see() {
     let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").env("CUDA_VISIBLE_DEVICES", "1");
-    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--memory", "1=1GiB", "--tenant", TENANT, "--dir"]).arg(sim.ledger_dir()).arg("--").arg(compile_c("memctl")).args(["init", "ctx", "info"]));
+    let out = sim.run(
+        sim.gpuslice()
+            .args(["run", "--sim", "--memory", "1=1GiB", "--tenant", TENANT, "--dir"])
+            .arg(sim.ledger_dir())
+            .arg("--")
+            .arg(compile_c("memctl"))
+            .args(["init", "ctx", "info"]),
+    );
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("--memory \"1=1GiB\"") && out.stderr.contains("device 1 is not a device the command will see"), "{out}");
     assert_eq!(out.find("init"), None, "the command must not start\n{out}");
@@ -149,7 +163,12 @@ fn a_relative_ledger_directory_fails_closed() {
         let cwd = sim.dir().join(cwd);
         std::fs::create_dir_all(&cwd).unwrap();
         let mut cmd = sim.c("memctl");
-        cmd.current_dir(&cwd).env("GPUSLICE_DIR", "ledger").env("GPUSLICE_MEMORY_LIMIT", "1GiB").args(["init", "ctx", "alloc:a:900M", "info"]);
+        cmd.current_dir(&cwd).env("GPUSLICE_DIR", "ledger").env("GPUSLICE_MEMORY_LIMIT", "1GiB").args([
+            "init",
+            "ctx",
+            "alloc:a:900M",
+            "info",
+        ]);
         let out = sim.run(&mut cmd);
         out.assert_success().assert_fails_closed("a", &["GPUSLICE_DIR", "\"ledger\"", "absolute"]);
         assert!(!cwd.join("ledger").exists(), "no ledger may appear in the working directory\n{out}");
@@ -292,12 +311,8 @@ fn expected_default_tenant() -> Option<String> {
         let last = p.rsplit('/').next().unwrap_or("");
         !matches!(last, "" | "." | "..")
     })?;
-    let last: String = path
-        .rsplit('/')
-        .next()?
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
-        .collect();
+    let last: String =
+        path.rsplit('/').next()?.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
     let mut name: String = last.chars().skip(last.chars().count().saturating_sub(63)).collect();
     if name.starts_with('.') {
         name.replace_range(..1, "_");
@@ -347,7 +362,12 @@ fn a_cap_in_a_cgroup_that_tells_no_container_apart_fails_closed() {
     let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").env_remove("GPUSLICE_TENANT");
     for cap in [("GPUSLICE_MEMORY_LIMIT", "1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT", "1g")] {
         let mut cmd = sim.command("unshare");
-        cmd.env_remove("GPUSLICE_MEMORY_LIMIT").env(cap.0, cap.1).arg("--cgroup").arg(compile_c("memctl")).args(["init", "ctx", "alloc:a:1M", "info"]);
+        cmd.env_remove("GPUSLICE_MEMORY_LIMIT").env(cap.0, cap.1).arg("--cgroup").arg(compile_c("memctl")).args([
+            "init",
+            "ctx",
+            "alloc:a:1M",
+            "info",
+        ]);
         let out = sim.run(&mut cmd);
         out.assert_success().assert_fails_closed("a", &["GPUSLICE_TENANT is unset", cap.0, "/proc/self/cgroup", TENANT_FORMAT]);
         assert!(ledger_files(&sim.ledger_dir()).is_empty(), "no shared \"default\" ledger\n{out}");

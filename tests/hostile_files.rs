@@ -410,7 +410,11 @@ fn a_slot_with_an_invalid_state_is_reset_with_one_line_saying_so() {
     let log = monitor.stop();
     let lines: Vec<&str> = log.stderr.lines().filter(|l| l.contains("slot 5")).collect();
     assert_eq!(lines.len(), 1, "{log}");
-    assert!(lines[0].contains("which no writer writes") && lines[0].contains("0x300000007") && lines[0].contains("64.0 MiB"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("which no writer writes") && lines[0].contains("0x300000007") && lines[0].contains("64.0 MiB"),
+        "{}",
+        lines[0]
+    );
     assert!(!log.stderr.contains("reclaimed slot 5"), "an invalid slot is no dead process\n{log}");
 }
 

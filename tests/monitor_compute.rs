@@ -2,10 +2,10 @@
 //! written into the tenant's ledger as the monitor's, over whatever the
 //! tenant wrote, and shown in /metrics and `gpuslice status`.
 
-#[path = "monitor_support/mod.rs"]
-mod monitor_support;
 #[path = "support/ledger_view.rs"]
 mod ledger_view;
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
 
 use gpuslice_tests::Sim;
 use monitor_support::{status_json, tenant, Monitor, MonitorOptions};

@@ -29,7 +29,16 @@ fn live_reconfiguration_lowers_and_raises_a_running_tenants_cap() {
     assert_eq!(limit_of(&sim, "team-a"), (Some(1024 * MIB), "monitor".into()));
 
     let mut app = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "info:before", "alloc:a:512M", "hold", "alloc:b:512M", "info:lowered", "wait", "alloc:c:512M", "hold",
+        "init",
+        "ctx",
+        "info:before",
+        "alloc:a:512M",
+        "hold",
+        "alloc:b:512M",
+        "info:lowered",
+        "wait",
+        "alloc:c:512M",
+        "hold",
     ]));
     app.wait_for("ready");
     assert_eq!(app.wait_for("before.total"), (1024 * MIB).to_string(), "the file's cap wins over the environment's 2GiB");

@@ -176,7 +176,11 @@ fn a_flood_of_ledgers_from_one_user_blinds_nothing() {
     let log = monitor.stop();
     assert!(!log.stderr.contains("Too many open files"), "{log}");
     assert!(!log.stderr.contains("cannot read the ledger directory"), "{log}");
-    assert_eq!(lines_with(&log, &format!("uid {flood_uid}")).iter().filter(|l| l.contains("per-uid bound")).count(), 1, "the bound is logged once\n{log}");
+    assert_eq!(
+        lines_with(&log, &format!("uid {flood_uid}")).iter().filter(|l| l.contains("per-uid bound")).count(),
+        1,
+        "the bound is logged once\n{log}"
+    );
 }
 
 /// Item 1: a file named `tenants` in the flat layout's directory (any user

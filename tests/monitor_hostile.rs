@@ -5,10 +5,10 @@
 //! mode over real processes under the shim on simgpu, and writes into the
 //! attacker's ledger as the attacker could.
 
-#[path = "monitor_support/mod.rs"]
-mod monitor_support;
 #[path = "support/ledger_view.rs"]
 mod ledger_view;
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
 
 use gpuslice_tests::{cu, Running, Sim, GIB, MIB};
 use monitor_support::{pid_alive, Monitor, MonitorOptions};
@@ -25,11 +25,7 @@ fn kill_mode(sim: &Sim, extra: &str) -> Monitor {
 /// to go on. Returned once it has printed `started=1` (before `ops`).
 fn holder(sim: &Sim, tenant: &str, limit: &str, ops: &[&str]) -> Running {
     let mut cmd = sim.c("memctl");
-    cmd.env("GPUSLICE_TENANT", tenant)
-        .env("GPUSLICE_MEMORY_LIMIT", limit)
-        .args(["init", "ctx", "mark:started"])
-        .args(ops)
-        .arg("hold");
+    cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", limit).args(["init", "ctx", "mark:started"]).args(ops).arg("hold");
     let mut p = sim.spawn(&mut cmd);
     p.wait_for("started");
     p
@@ -122,9 +118,7 @@ fn a_tenant_cannot_raise_the_cap_it_started_with() {
     let monitor = kill_mode(&sim, "");
     let mut tenant = holder(&sim, "raiser", "1GiB", &["ready", "wait", "alloc:big:2G", "mark:tried"]);
     tenant.wait_for("ready");
-    monitor.metrics_until("the pinned cap", |m| {
-        m.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "raiser")]) == Some(GIB as f64)
-    });
+    monitor.metrics_until("the pinned cap", |m| m.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", "raiser")]) == Some(GIB as f64));
     let ledger = ledger_view::open(&sim.ledger_dir(), "raiser");
     ledger.set_memory_limit_bytes(0, ledger::UNLIMITED, ledger::PolicySource::Monitor);
     monitor.wait_rounds(2);

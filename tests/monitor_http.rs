@@ -58,9 +58,7 @@ fn peer(stream: &TcpStream) -> Peer {
     // caller owns; MSG_PEEK leaves the byte to be read, MSG_DONTWAIT makes
     // this one call non-blocking without changing the socket's mode, which
     // the slow client's thread shares.
-    let n = unsafe {
-        libc::recv(stream.as_raw_fd(), (&raw mut byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-    };
+    let n = unsafe { libc::recv(stream.as_raw_fd(), (&raw mut byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
     match n {
         0 => Peer::Closed,
         n if n > 0 => Peer::Answered,

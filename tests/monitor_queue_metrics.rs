@@ -27,7 +27,8 @@ fn submit(sim: &Sim, args: &[&str]) -> Running {
 }
 
 fn devices_json(sim: &Sim) -> Value {
-    let out = sim.run(gpuslice_command(sim).arg("devices").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()).arg("--json"));
+    let out =
+        sim.run(gpuslice_command(sim).arg("devices").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()).arg("--json"));
     out.assert_success();
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("devices --json is not JSON: {e}\n{out}"))
 }
@@ -83,9 +84,8 @@ fn queued_jobs_devices_and_committed_memory_are_on_the_page() {
     let mut b = submit(&sim, &["--memory", "6GiB", "--name", "b"]);
     assert_eq!(b.wait_for("visible"), uuid(4));
     let mut c = submit(&sim, &["--memory", "6GiB", "--name", "c", "--priority", "7"]);
-    let page = monitor.metrics_until("one job waiting and two running", |m| {
-        jobs(m, "waiting") == Some(1.0) && jobs(m, "running") == Some(2.0)
-    });
+    let page =
+        monitor.metrics_until("one job waiting and two running", |m| jobs(m, "waiting") == Some(1.0) && jobs(m, "running") == Some(2.0));
     assert_eq!(waits_counted(&page), 2.0, "a and b were admitted");
     assert_eq!(page.value("gpuslice_queue_wait_seconds_count", &[("priority", "0")]), Some(2.0));
     assert_eq!(page.value("gpuslice_queue_wait_seconds_bucket", &[("priority", "0"), ("le", "+Inf")]), Some(2.0));

@@ -38,7 +38,8 @@ fn status_json_lists_tenants_devices_and_processes() {
     assert_eq!(status["devices"][0]["memory_total_bytes"].as_u64(), Some(4096 * MIB));
 
     // The table: devices, then tenants, then processes.
-    let out = sim.run(gpuslice_command(&sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(gpuslice_tests::simgpu_lib()));
+    let out = sim
+        .run(gpuslice_command(&sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(gpuslice_tests::simgpu_lib()));
     out.assert_success();
     let text = &out.stdout;
     let section = |name: &str| text.find(&format!("\n{name}\n")).unwrap_or_else(|| panic!("no {name} section:\n{text}"));

@@ -74,8 +74,18 @@ fn a_tenant_briefly_over_its_cap_is_left_alone_a_lasting_one_is_killed() {
     let sim = sim();
     let monitor = kill_monitor(&sim);
     let mut app = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:a:600M", "ready", "wait", "alloc:b:600M", "wait", "free:b", "info:back", "wait",
-        "alloc:c:600M", "hold",
+        "init",
+        "ctx",
+        "alloc:a:600M",
+        "ready",
+        "wait",
+        "alloc:b:600M",
+        "wait",
+        "free:b",
+        "info:back",
+        "wait",
+        "alloc:c:600M",
+        "hold",
     ]));
     app.wait_for("ready");
     assert_eq!(app.wait_for("a"), cu::SUCCESS.to_string());
@@ -172,7 +182,8 @@ fn a_leak_is_returned_but_a_stopped_process_in_flight_is_left_alone() {
 fn a_pools_retained_memory_is_charged_and_no_violation() {
     let sim = sim();
     let monitor = kill_monitor(&sim);
-    let mut app = sim.spawn(sim.c("pools").args(["ctx", "stream:1", "threshold:max", "alloc:a:900M:1", "free:a:1", "sync:1", "attrs:kept", "hold"]));
+    let mut app =
+        sim.spawn(sim.c("pools").args(["ctx", "stream:1", "threshold:max", "alloc:a:900M:1", "free:a:1", "sync:1", "attrs:kept", "hold"]));
     app.wait_for("ready");
     assert_eq!(ledger_used_bytes(&sim), 964 * MIB, "the context and the retained block are charged");
     std::thread::sleep(GRACE + Duration::from_millis(500));

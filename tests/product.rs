@@ -38,10 +38,7 @@ fn install_into(sim: &Sim, prefix: &Path) {
 /// empty `LD_LIBRARY_PATH` (a real driver): then the no-driver test has
 /// nothing to show.
 fn host_has_a_driver() -> bool {
-    Command::new("sh")
-        .args(["-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda\\.so\\.1 '"])
-        .status()
-        .is_ok_and(|s| s.success())
+    Command::new("sh").args(["-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda\\.so\\.1 '"]).status().is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -103,18 +100,18 @@ fn entrypoint_preloads_gpuslice_lib_ahead_of_the_images_preload() {
         sim.env("GPUSLICE_DIR", ledger)
     };
     let shim = shim_lib().canonicalize().expect("the shim resolves");
-    let out = sim.run(sim.command(script("entrypoint.sh")).env("GPUSLICE_LIB", &shim).arg(compile_c("memctl")).args(["init", "ctx", "info"]));
+    let out =
+        sim.run(sim.command(script("entrypoint.sh")).env("GPUSLICE_LIB", &shim).arg(compile_c("memctl")).args(["init", "ctx", "info"]));
     out.assert_success().assert_rc("ctx", cu::SUCCESS);
     assert_eq!(out.u64("info.total"), 768 << 20, "the command ran under the shim GPUSLICE_LIB names\n{out}");
 
     // An LD_PRELOAD the image sets stays, after the shim.
     let theirs = simgpu_lib().canonicalize().expect("libsimgpu.so resolves");
-    let out = sim.run(
-        sim.command(script("entrypoint.sh"))
-            .env("GPUSLICE_LIB", &shim)
-            .env("LD_PRELOAD", &theirs)
-            .args(["sh", "-c", "echo preload=$LD_PRELOAD; echo lib=${GPUSLICE_LIB-unset}"]),
-    );
+    let out = sim.run(sim.command(script("entrypoint.sh")).env("GPUSLICE_LIB", &shim).env("LD_PRELOAD", &theirs).args([
+        "sh",
+        "-c",
+        "echo preload=$LD_PRELOAD; echo lib=${GPUSLICE_LIB-unset}",
+    ]));
     out.assert_success();
     assert_eq!(out.get("lib"), "unset", "the shim refuses GPUSLICE_ variables it does not read\n{out}");
     assert_eq!(out.get("preload"), format!("{}:{}", shim.display(), theirs.display()), "{out}");
@@ -160,7 +157,14 @@ fn run_without_a_driver_says_so_and_names_sim() {
     assert!(out.stderr.contains("GPUSLICE_CUDA_LIB=") && out.stderr.contains("--sim"), "{out}");
 
     // Where the loader finds a libcuda.so.1 (here simgpu's), the command runs.
-    let out = sim.run(sim.gpuslice().args(["run", "--memory", "1GiB", "--tenant", "driver", "--dir"]).arg(sim.ledger_dir()).arg("--").arg(compile_c("memctl")).args(["init", "ctx", "info"]));
+    let out = sim.run(
+        sim.gpuslice()
+            .args(["run", "--memory", "1GiB", "--tenant", "driver", "--dir"])
+            .arg(sim.ledger_dir())
+            .arg("--")
+            .arg(compile_c("memctl"))
+            .args(["init", "ctx", "info"]),
+    );
     out.assert_success().assert_rc("ctx", cu::SUCCESS);
     assert_eq!(out.u64("info.total"), GIB, "{out}");
     assert!(sim_lib_dir().join("libcuda.so.1").exists());

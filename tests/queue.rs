@@ -214,10 +214,9 @@ fn cancel_ends_a_waiting_job_and_names_unknown_ones() {
 #[test]
 fn requests_that_can_never_fit_and_bad_input_are_refused_at_once() {
     let sim = sim(2);
-    for (args, says) in [
-        (vec!["--memory", "5GiB"], "the largest has 4.0 GiB"),
-        (vec!["--gpus", "3", "--memory", "1GiB"], "3 GPUs and this host has 2"),
-    ] {
+    for (args, says) in
+        [(vec!["--memory", "5GiB"], "the largest has 4.0 GiB"), (vec!["--gpus", "3", "--memory", "1GiB"], "3 GPUs and this host has 2")]
+    {
         let out = sim.run(&mut submit_command(&sim, &args));
         assert_eq!(out.code(), Some(2), "{args:?}\n{out}");
         let lines: Vec<&str> = out.stderr.lines().collect();
@@ -283,9 +282,7 @@ fn simultaneous_submissions_never_overcommit() {
                 (jobs(&sim), started)
             },
             |(jobs, started)| {
-                jobs.len() == left
-                    && jobs.iter().filter(|j| j["state"] == "running").count() == left.min(2)
-                    && started.len() >= left.min(2)
+                jobs.len() == left && jobs.iter().filter(|j| j["state"] == "running").count() == left.min(2) && started.len() >= left.min(2)
             },
         );
         let running: u64 = listed.iter().filter(|j| j["state"] == "running").map(|j| j["memory_bytes"].as_u64().unwrap()).sum();
@@ -490,7 +487,8 @@ fn the_queue_belongs_to_no_single_user() {
     assert_eq!(bobs.wait_for("started"), "1", "another user queues after the first");
     let mut roots = submit(&sim, &["--memory", "1GiB", "--name", "roots"]);
     assert_eq!(roots.wait_for("started"), "1", "so does root");
-    let listed = wait_for_states(&sim, "three jobs to run", &[("alices", Some("running")), ("bobs", Some("running")), ("roots", Some("running"))]);
+    let listed =
+        wait_for_states(&sim, "three jobs to run", &[("alices", Some("running")), ("bobs", Some("running")), ("roots", Some("running"))]);
     let alice_id = id_of(&listed, "alices");
     assert_eq!(listed.iter().find(|j| j["name"] == "alices").unwrap()["uid"], ALICE, "the owner is the file's");
 
@@ -558,7 +556,8 @@ fn a_planted_running_job_file_commits_nothing() {
         "tenant": "queue-9", "uid": 0, "pid": 1, "submitted_unix_ms": 0, "state": "running",
         "devices": [uuid], "started_unix_ms": 0, "command": ["sleep"]
     });
-    let script = "mkdir -p \"$1\" && printf %s \"$2\" > \"$1/99.job\" && exec 3<\"$1/99.job\" && flock -x 3 && echo held=1 && exec sleep 600";
+    let script =
+        "mkdir -p \"$1\" && printf %s \"$2\" > \"$1/99.job\" && exec 3<\"$1/99.job\" && flock -x 3 && echo held=1 && exec sleep 600";
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script, "sh"]).arg(&queue_dir).arg(planted.to_string());
     let mut planter = sim.spawn(&mut as_user(ALICE, &cmd));

@@ -55,10 +55,7 @@ fn demo_script(heading: &str) -> DemoScript {
         .split_whitespace()
         .find_map(|w| w.strip_prefix("SIMGPU_MEMORY="))
         .unwrap_or_else(|| panic!("scripts/demo.sh sets no SIMGPU_MEMORY"));
-    DemoScript {
-        run_options: words[start + 1..end].iter().map(|w| w.to_string()).collect(),
-        simgpu_memory: simgpu_memory.to_string(),
-    }
+    DemoScript { run_options: words[start + 1..end].iter().map(|w| w.to_string()).collect(), simgpu_memory: simgpu_memory.to_string() }
 }
 
 /// Builds `examples/<name>.c` into `dir` as scripts/demo.sh does, linked
@@ -93,9 +90,7 @@ fn the_readme_shows_what_the_capped_demo_prints() {
     let sim = Sim::new().memory(&demo.simgpu_memory);
     let program = compile_example("cap_demo", sim.dir());
 
-    let out = sim.run(
-        sim.gpuslice().arg("run").args(&demo.run_options).arg("--dir").arg(sim.ledger_dir()).arg("--").arg(program),
-    );
+    let out = sim.run(sim.gpuslice().arg("run").args(&demo.run_options).arg("--dir").arg(sim.ledger_dir()).arg("--").arg(program));
     out.assert_success();
     assert!(out.stderr.is_empty(), "the demo prints nothing on stderr in the README\n{out}");
     let printed: Vec<&str> = out.stdout.lines().collect();

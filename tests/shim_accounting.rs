@@ -211,8 +211,21 @@ fn a_free_after_its_context_was_destroyed_gets_the_driver_error_and_releases_not
 
     let sim = capped("512MiB");
     let mut p = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:a:100M", "pid", "mark:held", "wait", "destroyctx", "free:a", "mark:destroyed", "wait", "ctx",
-        "info:after", "alloc:over:free+1", "alloc:b:free", "hold",
+        "init",
+        "ctx",
+        "alloc:a:100M",
+        "pid",
+        "mark:held",
+        "wait",
+        "destroyctx",
+        "free:a",
+        "mark:destroyed",
+        "wait",
+        "ctx",
+        "info:after",
+        "alloc:over:free+1",
+        "alloc:b:free",
+        "hold",
     ]));
     let pid: u32 = p.wait_for("pid").parse().expect("pid");
     p.wait_for("held");
@@ -247,9 +260,27 @@ fn a_primary_context_reset_releases_its_memory_once_and_a_new_retain_charges_aga
 
     let sim = capped("512MiB");
     let mut p = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:k:30M", "pctx", "alloc:a:100M", "managed:m:50M", "array:r:1024:1024", "pid", "mark:held",
-        "wait", "reset", "procs:driver", "free:a", "reset", "mark:reset2", "wait", "pctx", "info:after",
-        "alloc:over:free+1", "alloc:b:free", "hold",
+        "init",
+        "ctx",
+        "alloc:k:30M",
+        "pctx",
+        "alloc:a:100M",
+        "managed:m:50M",
+        "array:r:1024:1024",
+        "pid",
+        "mark:held",
+        "wait",
+        "reset",
+        "procs:driver",
+        "free:a",
+        "reset",
+        "mark:reset2",
+        "wait",
+        "pctx",
+        "info:after",
+        "alloc:over:free+1",
+        "alloc:b:free",
+        "hold",
     ]));
     let pid: u32 = p.wait_for("pid").parse().expect("pid");
     p.wait_for("held");

@@ -53,7 +53,15 @@ fn the_cap_is_exact_at_one_byte_over_and_after_frees() {
 fn views_show_the_cap_and_the_tenant_usage() {
     let sim = capped("1GiB");
     let out = sim.run(sim.c("memctl").args([
-        "init", "ctx", "info", "totalmem", "nvml", "nvml2", "alloc:a:100M", "info:after", "nvml:nvml_after",
+        "init",
+        "ctx",
+        "info",
+        "totalmem",
+        "nvml",
+        "nvml2",
+        "alloc:a:100M",
+        "info:after",
+        "nvml:nvml_after",
     ]));
     out.assert_success();
     assert_eq!(out.u64("info.total"), GIB, "{out}");
@@ -98,8 +106,19 @@ fn views(out: &Output) -> Vec<String> {
 #[test]
 fn without_a_cap_the_application_sees_what_it_sees_without_the_shim() {
     let script = [
-        "init", "ctx", "info", "totalmem", "alloc:a:100M", "info:after", "alloc:over:free+1", "nvml", "nvml2", "procs",
-        "free:a", "free:a", "freeptr:0xdead0000",
+        "init",
+        "ctx",
+        "info",
+        "totalmem",
+        "alloc:a:100M",
+        "info:after",
+        "alloc:over:free+1",
+        "nvml",
+        "nvml2",
+        "procs",
+        "free:a",
+        "free:a",
+        "freeptr:0xdead0000",
     ];
     let bare = Sim::new().memory("2GiB").context_memory("64MiB");
     let expected = bare.run(bare.c("memctl").args(script));
@@ -125,17 +144,58 @@ fn each_context_costs_its_overhead() {
 fn every_allocation_path_is_charged_and_released() {
     let sim = capped("512MiB");
     let out = sim.run(sim.c("memctl").args([
-        "init", "ctx", "gran",
-        "info:m0", "managed:m:100M", "info:m1", "free:m", "info:m2",
-        "info:p0", "pitch:p:1000:1000", "info:p1", "free:p", "info:p2",
-        "info:a0", "async:a:100M", "info:a1", "free:a", "trim", "info:a2",
-        "info:o0", "pool:o:100M", "info:o1", "free:o", "trim", "info:o2",
-        "info:v0", "vmm:v:100M", "info:v1", "free:v", "info:v2",
-        "info:h0", "vmmhost:h:100M", "info:h1",
-        "info:r0", "array:r:4096:4096", "info:r1", "free:r", "info:r2",
-        "info:d0", "array3d:d:256:256:64", "info:d1", "free:d", "info:d2",
-        "info:x0", "mipmap:x:1024:1024:4", "info:x1", "free:x", "info:x2",
-        "info:c0", "hostalloc:c:100M", "info:c1", "free:c",
+        "init",
+        "ctx",
+        "gran",
+        "info:m0",
+        "managed:m:100M",
+        "info:m1",
+        "free:m",
+        "info:m2",
+        "info:p0",
+        "pitch:p:1000:1000",
+        "info:p1",
+        "free:p",
+        "info:p2",
+        "info:a0",
+        "async:a:100M",
+        "info:a1",
+        "free:a",
+        "trim",
+        "info:a2",
+        "info:o0",
+        "pool:o:100M",
+        "info:o1",
+        "free:o",
+        "trim",
+        "info:o2",
+        "info:v0",
+        "vmm:v:100M",
+        "info:v1",
+        "free:v",
+        "info:v2",
+        "info:h0",
+        "vmmhost:h:100M",
+        "info:h1",
+        "info:r0",
+        "array:r:4096:4096",
+        "info:r1",
+        "free:r",
+        "info:r2",
+        "info:d0",
+        "array3d:d:256:256:64",
+        "info:d1",
+        "free:d",
+        "info:d2",
+        "info:x0",
+        "mipmap:x:1024:1024:4",
+        "info:x1",
+        "free:x",
+        "info:x2",
+        "info:c0",
+        "hostalloc:c:100M",
+        "info:c1",
+        "free:c",
     ]));
     out.assert_success();
     // Every view is the shim's (total = cap), so the differences are the ledger's charges.
@@ -150,7 +210,9 @@ fn every_allocation_path_is_charged_and_released() {
             "{label}: the free must give back exactly what was charged\n{out}"
         )
     };
-    for key in ["m", "p", "a", "o", "v", "r", "d", "x", "c", "free.m", "free.p", "free.a", "free.o", "free.v", "free.r", "free.d", "free.x", "trim"] {
+    for key in [
+        "m", "p", "a", "o", "v", "r", "d", "x", "c", "free.m", "free.p", "free.a", "free.o", "free.v", "free.r", "free.d", "free.x", "trim",
+    ] {
         out.assert_rc(key, cu::SUCCESS);
     }
     assert_eq!(charged("m"), 100 * MIB, "cuMemAllocManaged\n{out}");
@@ -179,10 +241,22 @@ fn every_allocation_path_is_refused_over_the_cap() {
     let sim = capped("512MiB");
     // Leave 1 MiB under the cap (the 4 GiB device has plenty), then ask each path for 2 MiB.
     let mut p = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:fill:free-1M", "info:left",
-        "alloc:plain:2M", "managed:m:2M", "pitch:p:4096:512", "async:a:2M", "pool:o:2M", "vmm:v:2M",
-        "array:r:2048:1024", "array3d:d:128:128:128", "mipmap:x:2048:1024:1", "ctx",
-        "info:end", "hold",
+        "init",
+        "ctx",
+        "alloc:fill:free-1M",
+        "info:left",
+        "alloc:plain:2M",
+        "managed:m:2M",
+        "pitch:p:4096:512",
+        "async:a:2M",
+        "pool:o:2M",
+        "vmm:v:2M",
+        "array:r:2048:1024",
+        "array3d:d:128:128:128",
+        "mipmap:x:2048:1024:1",
+        "ctx",
+        "info:end",
+        "hold",
     ]));
     p.wait_for("ready");
     let held_bytes = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);

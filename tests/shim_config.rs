@@ -148,9 +148,16 @@ fn gpuslice_run_applies_its_options() {
     let sim = Sim::new().memory("4GiB").context_memory("64MiB");
     let memctl = gpuslice_tests::compile_c("memctl");
     let dir = sim.ledger_dir();
-    let out = sim.run(sim.gpuslice().args(["run", "--sim", "--memory", "768MiB", "--tenant", "cli", "--dir"]).arg(&dir).arg("--").arg(memctl).args([
-        "init", "ctx", "info", "alloc:over:free+1", "alloc:all:free", "hold",
-    ]));
+    let out = sim.run(
+        sim.gpuslice().args(["run", "--sim", "--memory", "768MiB", "--tenant", "cli", "--dir"]).arg(&dir).arg("--").arg(memctl).args([
+            "init",
+            "ctx",
+            "info",
+            "alloc:over:free+1",
+            "alloc:all:free",
+            "hold",
+        ]),
+    );
     out.assert_success();
     assert_eq!(out.u64("info.total"), 768 * MIB, "{out}");
     assert_eq!(out.u64("info.free"), 704 * MIB, "{out}");
@@ -180,7 +187,15 @@ fn the_shim_logs_to_stderr_only() {
 fn each_device_has_its_own_cap() {
     let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").memory_limit("0=512MiB,1=1GiB").tenant("perdev");
     let out = sim.run(sim.c("memctl").args([
-        "init", "ctx:0", "info:d0", "alloc:a:free", "alloc:over:1", "ctx:1", "info:d1", "alloc:b:free", "alloc:over1:1",
+        "init",
+        "ctx:0",
+        "info:d0",
+        "alloc:a:free",
+        "alloc:over:1",
+        "ctx:1",
+        "info:d1",
+        "alloc:b:free",
+        "alloc:over1:1",
     ]));
     out.assert_success();
     assert_eq!(out.u64("d0.total"), 512 * MIB, "{out}");
@@ -196,7 +211,14 @@ fn device_indices_are_the_ordinals_after_cuda_visible_devices() {
     // Physical device 1 is the process's device 0: the cap for index 0 applies
     // to it, in gpuslice's and HAMi's variables alike.
     for (variable, value) in [("GPUSLICE_MEMORY_LIMIT", "0=512MiB,1=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "512m")] {
-        let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").shim().tenant("visible").env(variable, value).env("CUDA_VISIBLE_DEVICES", "1");
+        let sim = Sim::new()
+            .devices(2)
+            .memory("4GiB")
+            .context_memory("64MiB")
+            .shim()
+            .tenant("visible")
+            .env(variable, value)
+            .env("CUDA_VISIBLE_DEVICES", "1");
         let out = sim.run(sim.c("memctl").args(["init", "ctx:0", "info", "alloc:a:100M"]));
         out.assert_success();
         assert_eq!(out.u64("info.total"), 512 * MIB, "{variable}={value}\n{out}");

@@ -140,11 +140,7 @@ fn simgpu_pools_reuse_across_streams_as_their_policies_allow() {
         "attrs:internal",
     ]));
     out.assert_success();
-    assert_eq!(
-        [out.i64("policy.follow"), out.i64("policy.opportunistic"), out.i64("policy.internal")],
-        [0, 0, 0],
-        "{out}"
-    );
+    assert_eq!([out.i64("policy.follow"), out.i64("policy.opportunistic"), out.i64("policy.internal")], [0, 0, 0], "{out}");
     out.assert_rc("b", cu::SUCCESS).assert_rc("d", cu::SUCCESS).assert_rc("f", cu::SUCCESS);
     assert_eq!(out.u64("no_reuse.reserved"), 20 * MIB, "stream 2 could not reuse: the pool grew\n{out}");
     assert_eq!(out.u64("followed.reserved"), 20 * MIB, "d reused a's block after the event\n{out}");
@@ -159,7 +155,8 @@ fn simgpu_pools_reuse_across_streams_as_their_policies_allow() {
 #[test]
 fn same_stream_free_and_alloc_at_a_full_cap_are_all_admitted() {
     let sim = capped("256MiB");
-    let mut p = sim.spawn(sim.c("pools").args(["ctx", "stream:1", "info:start", "loop:50:192M:1", "check:looped", "sync:1", "check:synced"]));
+    let mut p =
+        sim.spawn(sim.c("pools").args(["ctx", "stream:1", "info:start", "loop:50:192M:1", "check:looped", "sync:1", "check:synced"]));
     assert_eq!(step(&sim, &mut p, "looped"), (192 * MIB, 192 * MIB));
     assert_eq!(step(&sim, &mut p, "synced"), (192 * MIB, 192 * MIB), "the last block is live");
     let out = p.wait();
@@ -314,8 +311,17 @@ fn a_destroyed_pools_live_allocations_stay_charged_until_freed() {
 fn a_pool_that_grows_past_the_cap_in_chunks_is_trimmed_back_and_refused() {
     let sim = Sim::new().driver("accepting_driver").memory_limit("90MiB").tenant(TENANT);
     let mut p = sim.spawn(sim.c("memctl").args([
-        "init", "pctx", "async:a:10M", "mark:one_chunk", "wait", "async:c:50M", "info:after_c", "mark:refused", "wait",
-        "async:d:10M", "info:end",
+        "init",
+        "pctx",
+        "async:a:10M",
+        "mark:one_chunk",
+        "wait",
+        "async:c:50M",
+        "info:after_c",
+        "mark:refused",
+        "wait",
+        "async:d:10M",
+        "info:end",
     ]));
     p.wait_for("one_chunk");
     let one_chunk = ledger_view::used_bytes(&sim.ledger_dir(), TENANT, 0);
@@ -405,6 +411,10 @@ fn concurrent_pool_allocations_never_pass_the_cap_on_the_device() {
     assert!(oom > 0 && ok > 0, "the load must reach the cap to test it: ok={ok} oom={oom}");
     assert!(max_used <= CAP_BYTES, "the ledger reached {max_used} bytes, over the cap of {CAP_BYTES}");
     assert!(device.u64("samples") > 100, "the device was hardly sampled\n{device}");
-    assert!(device.u64("max_used") <= CAP_BYTES, "the device held {} bytes for the tenant, over its cap of {CAP_BYTES}\n{device}", device.u64("max_used"));
+    assert!(
+        device.u64("max_used") <= CAP_BYTES,
+        "the device held {} bytes for the tenant, over its cap of {CAP_BYTES}\n{device}",
+        device.u64("max_used")
+    );
     assert_eq!(ledger.used_bytes(0), 0, "usage must end at exactly zero");
 }

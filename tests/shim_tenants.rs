@@ -74,19 +74,13 @@ fn tenants_never_affect_each_other() {
 #[test]
 fn concurrent_processes_and_threads_never_pass_the_cap() {
     const CAP_BYTES: u64 = 256 * MIB;
-    let sim = Sim::new()
-        .memory("4GiB")
-        .context_memory("16MiB")
-        .memory_limit("256MiB")
-        .tenant(TENANT)
-        .timeout(Duration::from_secs(120));
+    let sim = Sim::new().memory("4GiB").context_memory("16MiB").memory_limit("256MiB").tenant(TENANT).timeout(Duration::from_secs(120));
     // The device as the driver sees it, sampled by a process without the shim.
     let mut sampler_cmd = sim.c("shim_stress");
     sampler_cmd.env_remove("LD_PRELOAD").arg("sample");
     let mut sampler = sim.spawn(&mut sampler_cmd);
     sampler.wait_for("ready");
-    let mut procs: Vec<_> =
-        (0..4).map(|_| sim.spawn(sim.c("shim_stress").args(["16", "1000", "8M"]))).collect();
+    let mut procs: Vec<_> = (0..4).map(|_| sim.spawn(sim.c("shim_stress").args(["16", "1000", "8M"]))).collect();
     for p in &mut procs {
         p.wait_for("ready");
     }
@@ -150,7 +144,16 @@ fn a_double_free_gets_the_driver_error_and_leaves_the_ledger_right() {
     let expected = bare.run(bare.c("memctl").args(["init", "ctx", "alloc:a:100M", "free:a", "free:a"]));
     let sim = tenant_sim();
     let mut p = sim.spawn(sim.c("memctl").args([
-        "init", "ctx", "alloc:a:100M", "free:a", "free:a", "info", "alloc:over:free+1", "alloc:b:free", "free:b", "hold",
+        "init",
+        "ctx",
+        "alloc:a:100M",
+        "free:a",
+        "free:a",
+        "info",
+        "alloc:over:free+1",
+        "alloc:b:free",
+        "free:b",
+        "hold",
     ]));
     p.wait_for("ready");
     let held = used(&sim, TENANT);
@@ -169,7 +172,15 @@ fn a_double_free_gets_the_driver_error_and_leaves_the_ledger_right() {
 fn a_normal_exit_releases_everything_the_process_held() {
     let sim = tenant_sim();
     let out = sim.run(sim.c("memctl").args([
-        "init", "ctx", "pctx", "alloc:a:100M", "managed:m:50M", "vmm:v:20M", "array:r:1024:1024", "async:s:8M", "pid",
+        "init",
+        "ctx",
+        "pctx",
+        "alloc:a:100M",
+        "managed:m:50M",
+        "vmm:v:20M",
+        "array:r:1024:1024",
+        "async:s:8M",
+        "pid",
         "exit:0",
     ]));
     for key in ["a", "m", "v", "r", "s"] {
@@ -263,9 +274,14 @@ fn processes_starting_together_with_different_caps_all_see_one_cap() {
         let mut running: Vec<_> = (1..=PROCESSES)
             .map(|i| {
                 let mut cmd = sim.c("memctl");
-                cmd.env("GPUSLICE_MEMORY_LIMIT", format!("{}MiB", 64 * i))
-                    .env("GPUSLICE_LOG", "info")
-                    .args(["ready", "wait", "init", "hold", "totalmem:0", "totalmem:1"]);
+                cmd.env("GPUSLICE_MEMORY_LIMIT", format!("{}MiB", 64 * i)).env("GPUSLICE_LOG", "info").args([
+                    "ready",
+                    "wait",
+                    "init",
+                    "hold",
+                    "totalmem:0",
+                    "totalmem:1",
+                ]);
                 sim.spawn(&mut cmd)
             })
             .collect();
@@ -280,12 +296,9 @@ fn processes_starting_together_with_different_caps_all_see_one_cap() {
             p.wait_for("init");
         }
         let outputs: Vec<_> = running.into_iter().map(|p| p.wait()).collect();
-        let seen: Vec<Vec<u64>> = outputs
-            .iter()
-            .map(|out| out.assert_success().all("totalmem.bytes").iter().map(|v| v.parse().unwrap()).collect())
-            .collect();
-        let replaced: Vec<&str> =
-            outputs.iter().flat_map(|out| out.stderr.lines()).filter(|line| line.contains("cap changed")).collect();
+        let seen: Vec<Vec<u64>> =
+            outputs.iter().map(|out| out.assert_success().all("totalmem.bytes").iter().map(|v| v.parse().unwrap()).collect()).collect();
+        let replaced: Vec<&str> = outputs.iter().flat_map(|out| out.stderr.lines()).filter(|line| line.contains("cap changed")).collect();
         assert!(replaced.is_empty(), "round {round}: a process replaced the cap of others starting with it: {replaced:?}");
         let first = seen[0][0];
         // The first decision stands: the cap is one process's own, and every

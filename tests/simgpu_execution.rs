@@ -145,8 +145,7 @@ fn launches_block_once_about_1024_are_pending() {
 }
 
 fn contend(sim: &Sim, processes: usize) -> Vec<f64> {
-    let mut running: Vec<_> =
-        (0..processes).map(|_| sim.spawn(sim.c("sim_launch").args(["contend", "40", "20000"]))).collect();
+    let mut running: Vec<_> = (0..processes).map(|_| sim.spawn(sim.c("sim_launch").args(["contend", "40", "20000"]))).collect();
     for p in &mut running {
         p.wait_for("ready");
     }

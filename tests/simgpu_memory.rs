@@ -37,14 +37,7 @@ fn capacity_is_shared_by_processes() {
     let sim = Sim::new().memory("2GiB").context_memory("256MiB");
     let mut holder = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:512M", "hold"]));
     holder.wait_for("ready");
-    let out = sim.run(sim.c("memctl").args([
-        "init",
-        "ctx",
-        "info:seen",
-        "alloc:over:free+1",
-        "alloc:rest:free",
-        "alloc:one:1",
-    ]));
+    let out = sim.run(sim.c("memctl").args(["init", "ctx", "info:seen", "alloc:over:free+1", "alloc:rest:free", "alloc:one:1"]));
     out.assert_success();
     // The holder's context and allocation, and this process's own context.
     assert_eq!(out.u64("seen.free"), 2 * GIB - 256 * MIB - 512 * MIB - 256 * MIB, "{out}");
@@ -169,7 +162,16 @@ fn every_allocation_kind_hits_the_capacity() {
 #[test]
 fn each_device_has_its_own_capacity() {
     let sim = Sim::new().devices(2).memory("1GiB").context_memory("256MiB");
-    let out = sim.run(sim.c("memctl").args(["init", "ctx:1", "alloc:one:free", "info:one", "pctx:0", "info:zero", "alloc:zero:free", "totalmem:1"]));
+    let out = sim.run(sim.c("memctl").args([
+        "init",
+        "ctx:1",
+        "alloc:one:free",
+        "info:one",
+        "pctx:0",
+        "info:zero",
+        "alloc:zero:free",
+        "totalmem:1",
+    ]));
     out.assert_success();
     out.assert_rc("one", cu::SUCCESS).assert_rc("zero", cu::SUCCESS);
     assert_eq!(out.u64("one.free"), 0, "{out}");

@@ -192,7 +192,8 @@ fn a_tenant_capped_inside_an_instance_shows_there() {
     assert!(status["untracked_processes"].as_array().is_none_or(|p| p.is_empty()), "{status}");
 
     // The table names the instance by its parent's index and its profile.
-    let out = sim.run(gpuslice_command(&sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(gpuslice_tests::simgpu_lib()));
+    let out = sim
+        .run(gpuslice_command(&sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(gpuslice_tests::simgpu_lib()));
     out.assert_success();
     // The table lists the instances after their GPU, in NVML's order, and
     // the tenant's row on the 3g instance names it.
@@ -221,7 +222,11 @@ fn the_monitor_caps_by_mig_uuid() {
     let nv = nvml(&sim);
     let uuids = mig_uuids(&nv);
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(&config, format!("[tenants.team-cfg]\nmemory = {{ \"{}\" = \"768MiB\" }}\n", uuids[1].to_uppercase().replacen("MIG-", "mig-", 1))).unwrap();
+    std::fs::write(
+        &config,
+        format!("[tenants.team-cfg]\nmemory = {{ \"{}\" = \"768MiB\" }}\n", uuids[1].to_uppercase().replacen("MIG-", "mig-", 1)),
+    )
+    .unwrap();
     let _monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let status = status_json(&sim);
     let devices = tenant(&status, "team-cfg").expect("the tenant")["devices"].as_array().unwrap().clone();

@@ -9,7 +9,17 @@ fn a_stream_reports_the_context_it_belongs_to() {
     let sim = Sim::new().devices(2).memory("2GiB").context_memory("64MiB");
     let out = sim.run(sim.c("sim_streams").arg("getctx"));
     out.assert_success();
-    for case in ["stream_a", "stream_b", "null_is_current", "legacy_is_current", "per_thread_is_current", "v2_stream_a", "v2_green_null", "ptsz_v2_stream_a", "proc_12000_stream_b"] {
+    for case in [
+        "stream_a",
+        "stream_b",
+        "null_is_current",
+        "legacy_is_current",
+        "per_thread_is_current",
+        "v2_stream_a",
+        "v2_green_null",
+        "ptsz_v2_stream_a",
+        "proc_12000_stream_b",
+    ] {
         assert_eq!(out.i64(case), 1, "{case}\n{out}");
     }
     out.assert_rc("null_out_rc", cu::INVALID_VALUE);
@@ -99,7 +109,9 @@ fn memory_pools_report_what_is_allocated_from_them() {
     let out = sim.run(sim.c("sim_streams").arg("pools"));
     out.assert_success();
     assert_eq!(out.u64("threshold"), 1024, "{out}");
-    let step = |n: u32| [out.u64(&format!("used.{n}")), out.u64(&format!("reserved.{n}")), out.u64(&format!("high.{n}")), out.u64(&format!("dropped.{n}"))];
+    let step = |n: u32| {
+        [out.u64(&format!("used.{n}")), out.u64(&format!("reserved.{n}")), out.u64(&format!("high.{n}")), out.u64(&format!("dropped.{n}"))]
+    };
     // [used, reserved, used high-water mark, device bytes taken], in MiB:
     // the device sees what the pool reserves, and a freed block stays
     // reserved below the release threshold.

@@ -58,7 +58,8 @@ fn nvitop_shows_the_device_its_memory_and_the_process_using_it() {
     assert!(out.stdout.contains("1324MiB / 8192MiB"), "used (1 GiB + the context) and total memory\n{out}");
     assert!(out.stdout.contains("00000000:18:00.0"), "the PCI bus id\n{out}");
     assert!(out.stdout.contains(" 75W / 700W"), "idle power draw and the board's limit\n{out}");
-    let process_line = out.stdout.lines().find(|l| l.contains(&format!(" {pid} "))).unwrap_or_else(|| panic!("pid {pid} is not listed\n{out}"));
+    let process_line =
+        out.stdout.lines().find(|l| l.contains(&format!(" {pid} "))).unwrap_or_else(|| panic!("pid {pid} is not listed\n{out}"));
     assert!(process_line.contains("1324MiB"), "the process's memory\n{out}");
 }
 
@@ -176,13 +177,17 @@ fn the_tools_show_the_tenant_view_under_the_shim() {
     }
     running.wait().assert_success();
     other.wait().assert_success();
-    let listed: Vec<u64> = json["gpus"][0]["processes"].as_array().map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect()).unwrap_or_default();
+    let listed: Vec<u64> =
+        json["gpus"][0]["processes"].as_array().map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect()).unwrap_or_default();
     assert_eq!(listed, vec![u64::from(pid)], "only the tools tenant's process is listed\n{json}");
     // nvitop's process rows: the lines below its process table's header.
     let rows_with = |wanted: u32| {
-        nvitop.stdout.lines().skip_while(|line| !line.contains("COMMAND")).skip(1).any(|line| {
-            line.split(|c: char| !c.is_ascii_digit()).any(|number| number == wanted.to_string())
-        })
+        nvitop
+            .stdout
+            .lines()
+            .skip_while(|line| !line.contains("COMMAND"))
+            .skip(1)
+            .any(|line| line.split(|c: char| !c.is_ascii_digit()).any(|number| number == wanted.to_string()))
     };
     assert!(rows_with(pid), "the tenant's own process is shown\n{nvitop}");
     assert!(!rows_with(other_pid), "another tenant's process is not shown\n{nvitop}");

@@ -55,7 +55,8 @@ fn ordinals_follow_the_list_and_nvml_shows_every_device() {
 fn an_invalid_entry_ends_the_list() {
     let sim = Sim::new().devices(3).memory("1GiB").context_memory("64MiB");
     let physical = uuids(&run(&sim, None, &[]), "dev", 3);
-    for (value, expected) in [("0,2,-1,1", vec![0, 2]), ("1,7,0", vec![1]), ("2,2,0", vec![2]), ("1,GPU-zz,0", vec![1]), ("0,,1", vec![0])] {
+    for (value, expected) in [("0,2,-1,1", vec![0, 2]), ("1,7,0", vec![1]), ("2,2,0", vec![2]), ("1,GPU-zz,0", vec![1]), ("0,,1", vec![0])]
+    {
         let out = run(&sim, Some(value), &[]);
         out.assert_rc("init", cu::SUCCESS);
         let want: Vec<String> = expected.iter().map(|&i| physical[i].clone()).collect();

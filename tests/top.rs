@@ -12,12 +12,7 @@ use monitor_support::*;
 /// A tenant `team-top` capped at 1 GiB and limited to 30% of device time,
 /// holding 100 MiB plus its 64 MiB context on a 4 GiB simulated device.
 fn capped_tenant() -> (Sim, Running) {
-    let sim = Sim::new()
-        .memory("4GiB")
-        .context_memory("64MiB")
-        .memory_limit("1GiB")
-        .tenant("team-top")
-        .env("GPUSLICE_COMPUTE_LIMIT", "30");
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("team-top").env("GPUSLICE_COMPUTE_LIMIT", "30");
     let mut app = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "hold"]));
     app.wait_for("ready");
     (sim, app)
@@ -41,16 +36,11 @@ fn once_prints_one_plain_frame_without_a_terminal() {
     let uuid = status_json(&sim)["devices"][0]["uuid"].as_str().expect("a device UUID").to_string();
 
     // Standard input and output are pipes: no terminal.
-    let out = sim.run(
-        gpuslice_command(&sim).args(["top", "--once", "--dir"]).arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()),
-    );
+    let out = sim.run(gpuslice_command(&sim).args(["top", "--once", "--dir"]).arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()));
     out.assert_success();
     let text = &out.stdout;
     assert!(!text.contains('\x1b'), "escape codes in a plain frame: {text:?}");
-    assert_eq!(
-        text.lines().next(),
-        Some(format!("gpuslice top   ledger directory: {}   NVML: yes", sim.ledger_dir().display()).as_str())
-    );
+    assert_eq!(text.lines().next(), Some(format!("gpuslice top   ledger directory: {}   NVML: yes", sim.ledger_dir().display()).as_str()));
 
     let devices = section(text, "DEVICES");
     assert_eq!(cells(devices[0]), ["DEVICE", "UUID", "MEMORY USED / TOTAL", "USE", "UTIL", "TENANTS"]);
@@ -62,11 +52,7 @@ fn once_prints_one_plain_frame_without_a_terminal() {
     let tenants = section(text, "TENANTS");
     assert_eq!(tenants.len(), 2, "{text}");
     // Used: no kernel ran between the two looks.
-    assert_eq!(
-        cells(tenants[1]),
-        ["0", "team-top", "164.0 MiB", "1.0 GiB", "16%", "1", "0", "30%", "-", "0", "30%", "0%"],
-        "{text}"
-    );
+    assert_eq!(cells(tenants[1]), ["0", "team-top", "164.0 MiB", "1.0 GiB", "16%", "1", "0", "30%", "-", "0", "30%", "0%"], "{text}");
 
     let processes = section(text, "PROCESSES");
     assert_eq!(processes.len(), 2, "{text}");

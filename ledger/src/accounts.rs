@@ -249,10 +249,8 @@ impl Ledger {
         if !matches!(ofd::try_lock(self.lock_fd(), lock), Ok(true)) {
             return false;
         }
-        let emptied = entry
-            .state
-            .compare_exchange(device_state::CLAIMING, device_state::EMPTY, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
+        let emptied =
+            entry.state.compare_exchange(device_state::CLAIMING, device_state::EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok();
         let _ = ofd::unlock(self.lock_fd(), lock);
         emptied
     }
@@ -330,8 +328,7 @@ impl Ledger {
             } else {
                 CapDecision::Kept { existing_bytes, source }
             };
-            matches!(decision, CapDecision::Set | CapDecision::Replaced { .. })
-                .then_some((limit_bytes, PolicySource::Environment))
+            matches!(decision, CapDecision::Set | CapDecision::Replaced { .. }).then_some((limit_bytes, PolicySource::Environment))
         });
         decision
     }
@@ -396,14 +393,12 @@ impl Ledger {
     /// claimed. A released slot (its owner exiting while another thread is
     /// still inside an allocation) admits nothing and releases nothing.
     fn owns(&self, slot: &Slot) -> bool {
-        self.slot_record(slot.index()).is_some_and(|r| {
-            r.state_word.load(Ordering::Acquire) == state_word(slot_state::ALIVE, slot.generation())
-        })
+        self.slot_record(slot.index())
+            .is_some_and(|r| r.state_word.load(Ordering::Acquire) == state_word(slot_state::ALIVE, slot.generation()))
     }
 
     fn try_reserve_counting(&self, slot: &Slot, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
-        let (Some(_), Some(usage), Some(record)) = (self.policy(dev), self.usage(dev), self.slot_record(slot.index()))
-        else {
+        let (Some(_), Some(usage), Some(record)) = (self.policy(dev), self.usage(dev), self.slot_record(slot.index())) else {
             return Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes });
         };
         let Some(slot_bytes) = record.bytes.get(dev) else {
@@ -416,9 +411,9 @@ impl Ledger {
             return Err(Denied { used_bytes: usage.used_bytes.load(Ordering::Acquire), limit_bytes: 0, requested_bytes: bytes });
         }
         let limit_bytes = self.memory_limit_bytes(dev);
-        let admitted = usage.used_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(bytes).filter(|total| *total <= limit_bytes)
-        });
+        let admitted = usage
+            .used_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|total| *total <= limit_bytes));
         match admitted {
             Ok(_) => {
                 slot_bytes.fetch_add(bytes, Ordering::AcqRel);

@@ -114,9 +114,6 @@ impl Ledger {
     pub fn correct_unattributed(&self, dev: usize, audit: &UsageAudit) -> bool {
         let Some(usage) = self.layout().usage.devices.get(dev) else { return false };
         audit.used_bytes > audit.slots_bytes
-            && usage
-                .used_bytes
-                .compare_exchange(audit.used_bytes, audit.slots_bytes, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
+            && usage.used_bytes.compare_exchange(audit.used_bytes, audit.slots_bytes, Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }
 }

@@ -63,10 +63,7 @@ pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -
     if path.as_os_str().len() <= SUN_PATH_MAX {
         return f(&path);
     }
-    let dir_fd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(dir)?;
+    let dir_fd = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?;
     let short = PathBuf::from(format!("/proc/self/fd/{}/.arbiter.sock", dir_fd.as_raw_fd()));
     let result = f(&short);
     drop(dir_fd);

@@ -338,8 +338,7 @@ impl Ledger {
             } else {
                 LimitDecision::Kept { existing_ratio_e4, source }
             };
-            matches!(decision, LimitDecision::Set | LimitDecision::Replaced { .. })
-                .then_some((ratio_e4, PolicySource::Environment))
+            matches!(decision, LimitDecision::Set | LimitDecision::Replaced { .. }).then_some((ratio_e4, PolicySource::Environment))
         });
         decision
     }

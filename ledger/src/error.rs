@@ -99,11 +99,9 @@ impl fmt::Display for OpenError {
                  stop the processes using it or use another GPUSLICE_DIR (the file was left untouched)",
                 path.display()
             ),
-            OpenError::Truncated { path, len, expected } => write!(
-                f,
-                "ledger {} is truncated: {len} bytes, a ledger has {expected}; it was left untouched",
-                path.display()
-            ),
+            OpenError::Truncated { path, len, expected } => {
+                write!(f, "ledger {} is truncated: {len} bytes, a ledger has {expected}; it was left untouched", path.display())
+            }
             OpenError::OtherTenant { path, stored, expected } => write!(
                 f,
                 "ledger {} belongs to tenant {stored:?}, not {expected:?} (was it renamed or copied?); it was left untouched",
@@ -172,11 +170,7 @@ impl fmt::Display for LedgerError {
             LedgerError::DevicesFull => {
                 write!(f, "the ledger's device table is full ({} devices)", crate::MAX_DEVICES)
             }
-            LedgerError::SlotsFull => write!(
-                f,
-                "all {} process slots of the tenant are taken by live processes",
-                crate::MAX_SLOTS
-            ),
+            LedgerError::SlotsFull => write!(f, "all {} process slots of the tenant are taken by live processes", crate::MAX_SLOTS),
             LedgerError::NoSuchDevice { index } => {
                 write!(f, "device index {index} is outside the ledger (0..{})", crate::MAX_DEVICES)
             }
@@ -206,10 +200,6 @@ pub struct Denied {
 
 impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} bytes requested with {} of {} bytes in use",
-            self.requested_bytes, self.used_bytes, self.limit_bytes
-        )
+        write!(f, "{} bytes requested with {} of {} bytes in use", self.requested_bytes, self.used_bytes, self.limit_bytes)
     }
 }

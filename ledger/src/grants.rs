@@ -212,7 +212,8 @@ impl GrantPage {
 
 /// Sleeps until the grant word is no longer `seen`, or `timeout_ns` passed.
 pub fn wait_for_change(page: &GrantPage, seen: u32, timeout_ns: u64) {
-    let timeout = libc::timespec { tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t, tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long };
+    let timeout =
+        libc::timespec { tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t, tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long };
     // SAFETY: a futex wait on a live, aligned u32 of a shared mapping
     // (read-only mappings may be waited on), with a valid relative timeout.
     unsafe {

@@ -44,8 +44,7 @@ struct Entry {
     poisoned: AtomicBool,
 }
 
-static ENTRIES: [Entry; MAX_GUARDED] =
-    [const { Entry { start: AtomicUsize::new(0), poisoned: AtomicBool::new(false) } }; MAX_GUARDED];
+static ENTRIES: [Entry; MAX_GUARDED] = [const { Entry { start: AtomicUsize::new(0), poisoned: AtomicBool::new(false) } }; MAX_GUARDED];
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Guards every ledger this process maps from now on. Call it only after a

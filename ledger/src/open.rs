@@ -118,14 +118,7 @@ impl Mapping {
         // SAFETY: a fresh shared mapping of a file we hold open; the kernel
         // picks the address, so nothing else is overwritten.
         let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), FILE_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
         };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -339,13 +332,7 @@ fn check_contents(path: &Path, file: &LedgerFile) -> Result<(), OpenError> {
 
 /// The tenant name stored in a ledger, if it is a valid one.
 pub(crate) fn tenant_of(file: &LedgerFile) -> Option<String> {
-    let bytes: Vec<u8> = file
-        .header
-        .tenant_name
-        .iter()
-        .map(|b| b.load(Ordering::Relaxed))
-        .take_while(|b| *b != 0)
-        .collect();
+    let bytes: Vec<u8> = file.header.tenant_name.iter().map(|b| b.load(Ordering::Relaxed)).take_while(|b| *b != 0).collect();
     let name = String::from_utf8(bytes).ok()?;
     crate::units::validate_tenant_name(&name).ok()?;
     Some(name)
@@ -396,9 +383,7 @@ pub(crate) fn open_existing(path: &Path, wait: bool) -> Result<(File, Mapping), 
     // the fault (when on); the file is no ledger now.
     match damage(&file, &mapping) {
         None => {}
-        Some(Damage::Header { field, value }) => {
-            return Err(OpenError::Corrupt { path: path.to_path_buf(), field: field.into(), value })
-        }
+        Some(Damage::Header { field, value }) => return Err(OpenError::Corrupt { path: path.to_path_buf(), field: field.into(), value }),
         Some(Damage::Faulted | Damage::Length { .. }) => {
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
             return Err(OpenError::Truncated { path: path.to_path_buf(), len, expected: FILE_BYTES as u64 });
@@ -507,7 +492,10 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), OpenError> {
     let meta = if meta.file_type().is_symlink() {
         let target = std::fs::read_link(dir).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
         if private {
-            return Err(unsafe_dir(dir, format!("it is a symbolic link (to {target}), and the per-user directory must be a directory of this user's own")));
+            return Err(unsafe_dir(
+                dir,
+                format!("it is a symbolic link (to {target}), and the per-user directory must be a directory of this user's own"),
+            ));
         }
         match std::fs::metadata(dir) {
             Ok(meta) => meta,
@@ -536,10 +524,16 @@ pub(crate) fn check_dir_owner(dir: &Path, meta: &std::fs::Metadata, private: boo
     let mode = meta.mode() & 0o7777;
     if private {
         if meta.uid() != me {
-            return Err(unsafe_dir(dir, format!("it belongs to uid {}, not to this user (uid {me}); remove it or set GPUSLICE_DIR", meta.uid())));
+            return Err(unsafe_dir(
+                dir,
+                format!("it belongs to uid {}, not to this user (uid {me}); remove it or set GPUSLICE_DIR", meta.uid()),
+            ));
         }
         if mode != 0o700 {
-            return Err(unsafe_dir(dir, format!("its mode is {mode:04o}, and the per-user directory must be 0700 (chmod 0700 it, or remove it)")));
+            return Err(unsafe_dir(
+                dir,
+                format!("its mode is {mode:04o}, and the per-user directory must be 0700 (chmod 0700 it, or remove it)"),
+            ));
         }
         return Ok(());
     }
@@ -552,7 +546,9 @@ pub(crate) fn check_dir_owner(dir: &Path, meta: &std::fs::Metadata, private: boo
     if mode & 0o002 != 0 && mode & 0o1000 == 0 {
         return Err(unsafe_dir(
             dir,
-            format!("its mode is {mode:04o}: anyone may write to it and it is not sticky, so anyone could replace a ledger in it (chmod +t it)"),
+            format!(
+                "its mode is {mode:04o}: anyone may write to it and it is not sticky, so anyone could replace a ledger in it (chmod +t it)"
+            ),
         ));
     }
     Ok(())

@@ -25,7 +25,7 @@
 //! left alone (its reservations and releases stop: the slot is no longer
 //! `ALIVE` for its generation).
 
-use crate::layout::{in_flight, split_state_word, state_word, slot_state, SLOTS_OFFSET, SLOT_BYTES};
+use crate::layout::{in_flight, slot_state, split_state_word, state_word, SLOTS_OFFSET, SLOT_BYTES};
 use crate::ofd;
 use crate::process::ProcessIdentity;
 use crate::{Ledger, LedgerError, MAX_SLOTS};
@@ -204,9 +204,7 @@ impl Ledger {
         let mut owned = self.owned_bits();
         let Some(record) = self.slot_record(slot.index) else { return };
         self.drain_slot(record);
-        record
-            .state_word
-            .store(state_word(slot_state::FREE, slot.generation.wrapping_add(1)), Ordering::Release);
+        record.state_word.store(state_word(slot_state::FREE, slot.generation.wrapping_add(1)), Ordering::Release);
         let (word_index, mask) = bit(slot.index);
         if let Some(w) = owned.get_mut(word_index) {
             *w &= !mask;
@@ -232,8 +230,7 @@ impl Ledger {
                 continue;
             }
             if state_now == slot_state::FREE {
-                if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0)
-                    && matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true))
+                if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0) && matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true))
                 {
                     // Bytes of a late reservation after its owner released
                     // the slot; nobody can claim the slot while we hold its lock.

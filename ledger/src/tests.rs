@@ -137,9 +137,10 @@ fn other_layout_version_is_refused() {
     let mut bytes = file_bytes(&path);
     bytes[8..12].copy_from_slice(&(LAYOUT_VERSION + 1).to_ne_bytes());
     std::fs::write(&path, &bytes).unwrap();
-    let message = expect_error_and_untouched(&path, |e| {
-        matches!(e, OpenError::OtherVersion { found, expected, .. } if *found == LAYOUT_VERSION + 1 && *expected == LAYOUT_VERSION)
-    });
+    let message = expect_error_and_untouched(
+        &path,
+        |e| matches!(e, OpenError::OtherVersion { found, expected, .. } if *found == LAYOUT_VERSION + 1 && *expected == LAYOUT_VERSION),
+    );
     assert!(
         message.contains(&format!("version {}", LAYOUT_VERSION + 1)) && message.contains(&format!("version {LAYOUT_VERSION}")),
         "{message}"
@@ -152,9 +153,10 @@ fn truncated_file_is_refused() {
     let path = valid_file(&dir.0);
     let bytes = file_bytes(&path);
     std::fs::write(&path, &bytes[..FILE_BYTES / 2]).unwrap();
-    expect_error_and_untouched(&path, |e| {
-        matches!(e, OpenError::Truncated { len, expected, .. } if *len == (FILE_BYTES / 2) as u64 && *expected == FILE_BYTES as u64)
-    });
+    expect_error_and_untouched(
+        &path,
+        |e| matches!(e, OpenError::Truncated { len, expected, .. } if *len == (FILE_BYTES / 2) as u64 && *expected == FILE_BYTES as u64),
+    );
 }
 
 #[test]

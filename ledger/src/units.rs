@@ -24,12 +24,10 @@ use crate::layout::MAX_DEVICES;
 use std::fmt;
 
 /// What a size may look like, for error messages.
-pub const SIZE_FORMAT: &str =
-    "a size like 8GiB, 8G, 512MiB, 1.5GiB, 3000m or plain bytes (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024)";
+pub const SIZE_FORMAT: &str = "a size like 8GiB, 8G, 512MiB, 1.5GiB, 3000m or plain bytes (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024)";
 
 /// What a memory limit may look like, for error messages.
-pub const MEMORY_LIMIT_FORMAT: &str =
-    "one size for every device (8GiB, 512MiB, 3000m, bytes) or a per-device list like 0=8GiB,1=4GiB";
+pub const MEMORY_LIMIT_FORMAT: &str = "one size for every device (8GiB, 512MiB, 3000m, bytes) or a per-device list like 0=8GiB,1=4GiB";
 
 /// What a tenant name may look like, for error messages.
 pub const TENANT_FORMAT: &str = "1 to 63 characters from A-Z a-z 0-9 . _ -, not starting with . or -";
@@ -153,9 +151,7 @@ pub fn parse_size(text: &str) -> Result<u64, ParseError> {
         "m" | "mib" => 20,
         "g" | "gib" => 30,
         "t" | "tib" => 40,
-        "kb" | "mb" | "gb" | "tb" => {
-            return Err(ParseError::AmbiguousUnit { number: number.to_string(), unit: unit.to_string() })
-        }
+        "kb" | "mb" | "gb" | "tb" => return Err(ParseError::AmbiguousUnit { number: number.to_string(), unit: unit.to_string() }),
         _ => return Err(ParseError::NotASize),
     };
     if whole.len() > 1 && whole.starts_with('0') {
@@ -183,9 +179,7 @@ pub fn parse_size(text: &str) -> Result<u64, ParseError> {
 /// Parses a device index: `0` to `MAX_DEVICES - 1`, plain decimal, no sign,
 /// no leading zeros, no whitespace (trim first where it is allowed).
 pub fn parse_device_index(text: &str) -> Result<u32, ParseError> {
-    let plain = !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && (text == "0" || !text.starts_with('0'));
+    let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
     match text.parse::<u32>() {
         Ok(index) if plain && index <= MAX_DEVICE_INDEX => Ok(index),
         _ => Err(ParseError::BadDeviceIndex(text.to_string())),
@@ -342,7 +336,9 @@ mod tests {
 
     #[test]
     fn non_ascii_is_refused_and_named() {
-        for (bad, c) in [("8GiB\u{a0}", '\u{a0}'), ("\u{a0}8GiB", '\u{a0}'), ("8\u{2009}GiB", '\u{2009}'), ("８G", '８'), ("1\u{0}G", '\u{0}')] {
+        for (bad, c) in
+            [("8GiB\u{a0}", '\u{a0}'), ("\u{a0}8GiB", '\u{a0}'), ("8\u{2009}GiB", '\u{2009}'), ("８G", '８'), ("1\u{0}G", '\u{0}')]
+        {
             let expected = if c.is_ascii() { ParseError::NotASize } else { ParseError::NotAscii(c) };
             assert_eq!(parse_size(bad), Err(expected), "{bad:?}");
         }
@@ -389,10 +385,7 @@ mod tests {
 
     #[test]
     fn per_device_lists() {
-        assert_eq!(
-            parse_memory_limit("0=8GiB,1=4GiB"),
-            Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)]))
-        );
+        assert_eq!(parse_memory_limit("0=8GiB,1=4GiB"), Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)])));
         assert_eq!(parse_memory_limit(" 0 = 8GiB , 1=4GiB"), Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)])));
         let limit = parse_memory_limit("1=3000m").unwrap();
         assert_eq!(limit.for_device(1), Some(3000 * MIB));

@@ -50,8 +50,7 @@ fn line_diff(old: &str, new: &str) -> String {
     let mut common = vec![vec![0usize; new.len() + 1]; old.len() + 1];
     for i in (0..old.len()).rev() {
         for j in (0..new.len()).rev() {
-            common[i][j] =
-                if old[i] == new[j] { common[i + 1][j + 1] + 1 } else { common[i + 1][j].max(common[i][j + 1]) };
+            common[i][j] = if old[i] == new[j] { common[i + 1][j + 1] + 1 } else { common[i + 1][j].max(common[i][j + 1]) };
         }
     }
     let (mut i, mut j, mut diff) = (0, 0, String::new());

@@ -61,9 +61,8 @@ fn sound_ledger() -> &'static [u8] {
 /// What a refused file's error must say about it, by its bytes.
 fn check_error(bytes: &[u8], error: &OpenError) -> Result<(), TestCaseError> {
     let len = bytes.len();
-    let word = |at: usize, n: usize| -> Option<u64> {
-        bytes.get(at..at + n).map(|b| b.iter().rev().fold(0u64, |acc, x| (acc << 8) | *x as u64))
-    };
+    let word =
+        |at: usize, n: usize| -> Option<u64> { bytes.get(at..at + n).map(|b| b.iter().rev().fold(0u64, |acc, x| (acc << 8) | *x as u64)) };
     let message = error.to_string();
     prop_assert!(!message.is_empty());
     match error {

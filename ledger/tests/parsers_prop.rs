@@ -17,9 +17,7 @@
 //! proptest keeps the seed of any case that ever failed in
 //! `proptest-regressions/` and runs it first.
 
-use ledger::units::{
-    parse_device_index, parse_memory_limit, parse_size, validate_tenant_name, MemoryLimit, ParseError,
-};
+use ledger::units::{parse_device_index, parse_memory_limit, parse_size, validate_tenant_name, MemoryLimit, ParseError};
 use ledger::MAX_DEVICES;
 use proptest::prelude::*;
 
@@ -60,7 +58,10 @@ fn whole() -> impl Strategy<Value = u128> {
 fn junk() -> impl Strategy<Value = char> {
     prop_oneof![
         any::<char>().prop_filter("not ASCII", |c| !c.is_ascii()),
-        prop::sample::select(vec!['\u{0}', '\u{7}', '\u{1b}', '\u{7f}', '-', '+', '_', ';', ':', '/', '\\', '#', '*', '%', '!', '?', '"', '\'', 'x', 'e', 'p', 'q', 'z']),
+        prop::sample::select(vec![
+            '\u{0}', '\u{7}', '\u{1b}', '\u{7f}', '-', '+', '_', ';', ':', '/', '\\', '#', '*', '%', '!', '?', '"', '\'', 'x', 'e', 'p',
+            'q', 'z'
+        ]),
     ]
 }
 

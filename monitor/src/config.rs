@@ -178,15 +178,13 @@ impl TenantConfig {
                     DeviceKey::HostIndex(index) => index.to_string(),
                     DeviceKey::Uuid(uuid) => uuid.clone(),
                 };
-                messages.push(format!(
-                    "tenant {tenant}: the memory cap of {bytes} bytes for device {device} applies to nothing: {missing}"
-                ));
+                messages
+                    .push(format!("tenant {tenant}: the memory cap of {bytes} bytes for device {device} applies to nothing: {missing}"));
             }
         }
         messages
     }
 }
-
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -490,11 +488,8 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 
 /// Parses a configuration from text.
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
-    let at = |span: std::ops::Range<usize>, message: String| ConfigError {
-        path: None,
-        position: Some(line_column(text, span.start)),
-        message,
-    };
+    let at =
+        |span: std::ops::Range<usize>, message: String| ConfigError { path: None, position: Some(line_column(text, span.start)), message };
     let raw: RawConfig = toml::from_str(text).map_err(|e| {
         // The TOML parser says nothing more than the place for some errors
         // (`a =` with no value).
@@ -528,8 +523,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         match tenant.get_ref().memory.as_ref().map(|memory| (memory, memory.get_ref())) {
             None => {}
             Some((memory, RawMemory::AllDevices(size))) => {
-                let bytes =
-                    units::parse_size(size).map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
+                let bytes = units::parse_size(size).map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
                 config.memory_bytes.insert(DeviceKey::All, bytes);
             }
             Some((_, RawMemory::PerDevice(entries))) => {
@@ -572,7 +566,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 }
 
 /// The accepted form of a device UUID key.
-pub const UUID_FORMAT: &str = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (MIG-… for a MIG device) with hex digits, as nvidia-smi -L prints it";
+pub const UUID_FORMAT: &str =
+    "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (MIG-… for a MIG device) with hex digits, as nvidia-smi -L prints it";
 
 /// A device key of a `memory` table (see the module docs), or why it is not one.
 fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
@@ -584,17 +579,15 @@ fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
     }
     if key.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case("gpu-") || prefix.eq_ignore_ascii_case("mig-")) {
         let groups: Vec<&str> = key.get(4..).unwrap_or_default().split('-').collect();
-        let canonical = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
-            && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
+        let canonical =
+            groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]) && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
         return if canonical {
             Ok(DeviceKey::Uuid(key.to_ascii_lowercase()))
         } else {
             Err(format!("device {key:?} is not a UUID: expected {UUID_FORMAT}"))
         };
     }
-    Err(format!(
-        "device {key:?} is not a device index (0, 1, …), a UUID ({UUID_FORMAT}) or \"all\""
-    ))
+    Err(format!("device {key:?} is not a device index (0, 1, …), a UUID ({UUID_FORMAT}) or \"all\""))
 }
 
 /// Reads and parses a configuration file.
@@ -794,7 +787,10 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         let one = [gpu(0, "GPU-aaaaaaaa-4455-6677-8899-aabbccddeeff")];
         let messages = b.unmatched_devices("b", &one);
         assert_eq!(messages.len(), 2, "{messages:?}");
-        assert!(messages[0].contains("tenant b") && messages[0].contains("device 1 ") && messages[0].contains("NVML shows 1 device"), "{messages:?}");
+        assert!(
+            messages[0].contains("tenant b") && messages[0].contains("device 1 ") && messages[0].contains("NVML shows 1 device"),
+            "{messages:?}"
+        );
         assert!(messages[1].contains("gpu-00112233-4455-6677-8899-aabbccddeeff"), "{messages:?}");
         let both = [gpu(0, "GPU-aaaaaaaa-4455-6677-8899-aabbccddeeff"), gpu(1, "GPU-00112233-4455-6677-8899-aabbccddeeff")];
         assert_eq!(b.unmatched_devices("b", &both), Vec::<String>::new());
@@ -888,10 +884,9 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
 
     #[test]
     fn priority_ceilings_by_user_then_group_then_default_and_root_unlimited() {
-        let config = parse(
-            "[priority_ceilings]\ndefault = -1\nusers = { \"1001\" = 5, root = 3 }\ngroups = { \"50\" = 100, \"51\" = 20 }\n",
-        )
-        .unwrap();
+        let config =
+            parse("[priority_ceilings]\ndefault = -1\nusers = { \"1001\" = 5, root = 3 }\ngroups = { \"50\" = 100, \"51\" = 20 }\n")
+                .unwrap();
         assert_eq!(config.priority_ceiling(0, &[]), i32::MAX, "root may ask for anything, whatever the file says");
         assert_eq!(config.priority_ceiling(1001, &[50]), 5, "a user's own entry wins over its groups");
         assert_eq!(config.priority_ceiling(1002, &[51, 50]), 100, "the highest of a user's groups");

@@ -130,11 +130,9 @@ fn tenants_on(tenants: &[TenantView], uuid: &str) -> Vec<String> {
 }
 
 fn table(view: &DevicesView) -> String {
-    let mut rows = vec![[
-        "INDEX", "UUID", "NAME", "CC", "TOTAL", "USED", "FREE", "UTIL", "MIG", "COMMITTED", "TENANTS", "JOBS",
-    ]
-    .map(String::from)
-    .to_vec()];
+    let mut rows = vec![["INDEX", "UUID", "NAME", "CC", "TOTAL", "USED", "FREE", "UTIL", "MIG", "COMMITTED", "TENANTS", "JOBS"]
+        .map(String::from)
+        .to_vec()];
     let or_dash = |v: Option<u64>| v.map_or("-".into(), human_bytes);
     let list = |items: Vec<String>| if items.is_empty() { "-".to_string() } else { items.join(",") };
     for d in &view.devices {

@@ -139,8 +139,7 @@ pub fn lock_line_covers(line: &str, lock: &SlotLock) -> bool {
     let (Some(major), Some(minor), Some(ino), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    let (Ok(major), Ok(minor), Ok(ino)) = (u32::from_str_radix(major, 16), u32::from_str_radix(minor, 16), ino.parse::<u64>())
-    else {
+    let (Ok(major), Ok(minor), Ok(ino)) = (u32::from_str_radix(major, 16), u32::from_str_radix(minor, 16), ino.parse::<u64>()) else {
         return false;
     };
     let same_file = ino == lock.ino && libc::makedev(major, minor) == lock.dev;
@@ -221,9 +220,7 @@ impl LockCache {
 
 /// Whether `pid` still names the process that started at `start_time_ticks`.
 pub fn same_process(pid: u32, start_time_ticks: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| ledger::process::start_time_ticks(&stat))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|stat| ledger::process::start_time_ticks(&stat))
         == Some(start_time_ticks)
 }
 
@@ -337,9 +334,9 @@ mod tests {
             "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 129 200", // another byte
             "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010994 128 128", // another file
             "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:01:10010993 128 128", // another device
-            "lock:\t1: POSIX  ADVISORY  WRITE 77 fe:00:10010993 128 128",  // not an OFD lock
-            "lock:\t1: OFDLCK ADVISORY  READ -1 fe:00:10010993 128 128",   // a read lock
-            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128",      // cut short
+            "lock:\t1: POSIX  ADVISORY  WRITE 77 fe:00:10010993 128 128", // not an OFD lock
+            "lock:\t1: OFDLCK ADVISORY  READ -1 fe:00:10010993 128 128",  // a read lock
+            "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:10010993 128",     // cut short
             "pos:\t0",
         ] {
             assert!(!lock_line_covers(other, &lock), "{other}");

@@ -13,11 +13,7 @@ use std::process::Command;
 pub fn find_library(file_name: &str, override_var: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(override_var) {
         let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!("{override_var}={} is not a file", path.display()))
-        };
+        return if path.is_file() { Ok(path) } else { Err(format!("{override_var}={} is not a file", path.display())) };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate the gpuslice binary: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));

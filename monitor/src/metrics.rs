@@ -16,7 +16,9 @@
 use crate::snapshot::{DeviceView, Snapshot, TenantDeviceView};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::prometheus_text;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -299,7 +301,8 @@ impl Collector for Page {
             }
         }
         {
-            let mut family = Counters::start(e, "gpuslice_reclaimed_processes_total", "Dead processes whose memory was reclaimed, by tenant.")?;
+            let mut family =
+                Counters::start(e, "gpuslice_reclaimed_processes_total", "Dead processes whose memory was reclaimed, by tenant.")?;
             for tenant in &snapshot.tenants {
                 family.sample(&[("tenant", &tenant.name)], tenant.reclaimed_processes_total)?;
             }
@@ -428,7 +431,8 @@ impl Collector for Page {
                 family.sample(&[("reason", reason)], counters.ledger_files_over_bound.get(reason).copied().unwrap_or(0))?;
             }
         }
-        Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?.sample(&[], u64::from(snapshot.nvml))?;
+        Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?
+            .sample(&[], u64::from(snapshot.nvml))?;
         Ok(())
     }
 }

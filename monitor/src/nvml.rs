@@ -13,8 +13,8 @@
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
-use std::ffi::c_uint;
 use std::collections::HashMap;
+use std::ffi::c_uint;
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -85,7 +85,10 @@ impl MigFns {
         }
         // SAFETY: `lib` is a live handle; the names are NUL-terminated.
         let (max_count, handle_by_index) = unsafe {
-            (libc::dlsym(lib, c"nvmlDeviceGetMaxMigDeviceCount".as_ptr()), libc::dlsym(lib, c"nvmlDeviceGetMigDeviceHandleByIndex".as_ptr()))
+            (
+                libc::dlsym(lib, c"nvmlDeviceGetMaxMigDeviceCount".as_ptr()),
+                libc::dlsym(lib, c"nvmlDeviceGetMigDeviceHandleByIndex".as_ptr()),
+            )
         };
         // SAFETY: dropping our extra reference; the wrapper's keeps it loaded.
         unsafe { libc::dlclose(lib) };
@@ -125,7 +128,13 @@ const DEFAULT_NAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
 impl GpuReader {
     /// Loads NVML from `lib`, or by its usual names.
     pub fn load(lib: Option<&Path>) -> Result<GpuReader, String> {
-        let attempt = |name: &OsStr| Nvml::builder().lib_path(name).init().map(|nvml| (nvml, name.to_owned())).map_err(|e| format!("{}: {e}", name.to_string_lossy()));
+        let attempt = |name: &OsStr| {
+            Nvml::builder()
+                .lib_path(name)
+                .init()
+                .map(|nvml| (nvml, name.to_owned()))
+                .map_err(|e| format!("{}: {e}", name.to_string_lossy()))
+        };
         let (nvml, name) = match lib {
             Some(path) => attempt(path.as_os_str())?,
             None => {

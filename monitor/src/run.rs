@@ -94,7 +94,9 @@ impl RunArgs {
             None => Ok(0),
             Some(p) => {
                 check_priority(p)?;
-                p.parse().map_err(|_| format!("--priority {p:?} with --queue: give one number for the job, like 1; the queue chooses the devices"))
+                p.parse().map_err(|_| {
+                    format!("--priority {p:?} with --queue: give one number for the job, like 1; the queue chooses the devices")
+                })
             }
         }
     }
@@ -110,9 +112,9 @@ fn check_priority(priority: &str) -> Result<(), String> {
             && text.parse::<i32>().is_ok_and(|p| (-1000..=1000).contains(&p))
     };
     let ok = if priority.contains('=') {
-        priority.split(',').all(|entry| {
-            entry.split_once('=').is_some_and(|(index, p)| units::parse_device_index(index).is_ok() && number(p))
-        })
+        priority
+            .split(',')
+            .all(|entry| entry.split_once('=').is_some_and(|(index, p)| units::parse_device_index(index).is_ok() && number(p)))
     } else {
         number(priority)
     };
@@ -143,8 +145,9 @@ pub fn command(args: &RunArgs) -> Result<Command, String> {
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit);
     }
     if let Some(share) = &args.compute_share {
-        ledger::compute::parse_compute_limit(share)
-            .map_err(|e| format!("--compute-share {share:?}: {e}; expected a percentage from 1 to 100, like 60, or per device, like 0=60,1=25"))?;
+        ledger::compute::parse_compute_limit(share).map_err(|e| {
+            format!("--compute-share {share:?}: {e}; expected a percentage from 1 to 100, like 60, or per device, like 0=60,1=25")
+        })?;
         cmd.env("GPUSLICE_COMPUTE_SHARE", share);
     }
     if let Some(priority) = &args.priority {

@@ -169,8 +169,7 @@ pub struct Snapshot {
 /// `locks` remembers the lock checks of earlier rounds.
 pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCache) -> Snapshot {
     let mut resolver = PidResolver::new();
-    let host_index_of: HashMap<&str, u32> =
-        gpus.unwrap_or_default().iter().map(|g| (g.uuid.as_str(), g.index)).collect();
+    let host_index_of: HashMap<&str, u32> = gpus.unwrap_or_default().iter().map(|g| (g.uuid.as_str(), g.index)).collect();
     // A ledger names a device by its raw UUID; NVML names a MIG device
     // `MIG-…`, not `GPU-…`.
     let nvml_uuid_of: HashMap<[u8; 16], &str> =
@@ -250,8 +249,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                     if let Some(bytes) = driver_by_uuid_pid.get(&(uuid.as_str(), pid)) {
                         total += bytes;
                         *driver_per_device.entry(*index).or_default() += bytes;
-                        let ledger_bytes =
-                            slot.bytes_per_device.iter().find(|(dev, _)| dev == index).map_or(0, |(_, b)| *b);
+                        let ledger_bytes = slot.bytes_per_device.iter().find(|(dev, _)| dev == index).map_or(0, |(_, b)| *b);
                         process_devices.push(ProcessDeviceView { uuid: uuid.clone(), ledger_bytes, driver_bytes: *bytes });
                     }
                 }
@@ -372,12 +370,7 @@ pub mod fixtures {
         Snapshot {
             nvml,
             devices: vec![],
-            tenants: vec![TenantView {
-                name: "team-a".into(),
-                devices: vec![device],
-                processes,
-                reclaimed_processes_total: 0,
-            }],
+            tenants: vec![TenantView { name: "team-a".into(), devices: vec![device], processes, reclaimed_processes_total: 0 }],
             untracked_processes: vec![],
         }
     }

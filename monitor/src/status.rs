@@ -51,11 +51,8 @@ pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Str
     // A ledger cut short while it is read must not kill the command.
     let _ = crate::daemon::sigbus::install();
     let dir = discovery::ledger_dir(host.dir.as_deref());
-    let named = if host.dir.is_some() {
-        Some("--dir")
-    } else {
-        std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR")
-    };
+    let named =
+        if host.dir.is_some() { Some("--dir") } else { std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR") };
     let (ledgers, problems) = match discovery::open_ledgers(&dir, host.layout) {
         Ok(found) => found,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match named {
@@ -273,12 +270,7 @@ pub fn render_rows(out: &mut String, rows: &[Vec<String>]) {
 /// The human-readable form: devices, then tenants, then their processes.
 pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "ledger directory: {}   NVML: {}",
-        dir.display(),
-        if snapshot.nvml { "yes" } else { "no (ledger-only)" }
-    );
+    let _ = writeln!(out, "ledger directory: {}   NVML: {}", dir.display(), if snapshot.nvml { "yes" } else { "no (ledger-only)" });
     let _ = writeln!(out, "\nDEVICES");
     let mut rows = vec![vec!["INDEX".into(), "UUID".into(), "MEMORY USED".into(), "TOTAL".into(), "UTIL".into()]];
     for d in &snapshot.devices {

@@ -160,11 +160,7 @@ fn devices(snapshot: &Snapshot) -> Section {
             vec![
                 Cell::plain(if under_parent { format!("└ {name}") } else { name }),
                 Cell::plain(d.uuid.clone()),
-                Cell::plain(format!(
-                    "{} / {}",
-                    d.memory_used_bytes.map_or("-".into(), human_bytes),
-                    human_bytes(d.memory_total_bytes)
-                )),
+                Cell::plain(format!("{} / {}", d.memory_used_bytes.map_or("-".into(), human_bytes), human_bytes(d.memory_total_bytes))),
                 fill_cell(d.memory_used_bytes, Some(d.memory_total_bytes)),
                 Cell::plain(d.utilization_ratio.map_or("-".into(), percent)),
                 Cell::plain(tenants.to_string()),
@@ -246,7 +242,11 @@ fn untracked(snapshot: &Snapshot) -> Section {
         .untracked_processes
         .iter()
         .map(|u| {
-            vec![Cell::plain(u.device.to_string()), Cell::plain(u.pid.to_string()), Cell::toned(human_bytes(u.memory_used_bytes), Tone::Warn)]
+            vec![
+                Cell::plain(u.device.to_string()),
+                Cell::plain(u.pid.to_string()),
+                Cell::toned(human_bytes(u.memory_used_bytes), Tone::Warn),
+            ]
         })
         .collect();
     Section { title: "UNTRACKED (using a GPU without the shim)", header: &["DEVICE", "PID", "MEMORY USED"], rows, empty: "" }
@@ -372,9 +372,7 @@ fn live(mut sampler: Sampler, mut view: View, interval: Duration) -> Result<Exit
     let mut next = Instant::now() + interval;
     loop {
         let shown = footer(&view, error.as_deref());
-        tui.terminal
-            .draw(|frame| draw(frame, &view, &shown, interval))
-            .map_err(|e| format!("cannot draw: {e}"))?;
+        tui.terminal.draw(|frame| draw(frame, &view, &shown, interval)).map_err(|e| format!("cannot draw: {e}"))?;
         // Wait for a key, a resize or the next refresh.
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -475,10 +473,14 @@ fn draw_section(frame: &mut ratatui::Frame, section: &Section, area: Rect) {
     // Inside the border; the first two columns say what the row is about.
     let (widths, spacing) = fit(&widest, 2, area.width.saturating_sub(2));
     let header = Row::new(section.header.iter().copied()).style(Style::default().add_modifier(Modifier::BOLD));
-    let rows = section.rows.iter().map(|row| {
-        Row::new(row.iter().map(|cell| ratatui::widgets::Cell::from(Span::styled(cell.text.as_str(), style(cell.tone)))))
-    });
-    frame.render_widget(Table::new(rows, widths.into_iter().map(Constraint::Length)).header(header).column_spacing(spacing).block(block), area);
+    let rows = section
+        .rows
+        .iter()
+        .map(|row| Row::new(row.iter().map(|cell| ratatui::widgets::Cell::from(Span::styled(cell.text.as_str(), style(cell.tone))))));
+    frame.render_widget(
+        Table::new(rows, widths.into_iter().map(Constraint::Length)).header(header).column_spacing(spacing).block(block),
+        area,
+    );
 }
 
 /// Blanks between columns, and the fewest a narrow terminal gets.
@@ -569,7 +571,10 @@ mod tests {
         let row = text.lines().find(|l| l.starts_with("0 ") && l.contains("team-a")).unwrap_or_else(|| panic!("{text}"));
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
         assert_eq!(cells, ["0", "team-a", "972.8 MiB", "1.0 GiB", "95%", "1", "2", "30%", "-", "0", "30%", "29%"], "{row}");
-        assert!(text.contains("\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED\n"), "{text}");
+        assert!(
+            text.contains("\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED\n"),
+            "{text}"
+        );
         assert!(text.contains("\nDEVICES\n") && text.contains("1.0 GiB / 4.0 GiB"), "{text}");
         assert!(text.contains("\nPROCESSES\nno process holds a ledger slot\n"), "{text}");
         assert!(!text.contains('\x1b'), "no escape codes: {text:?}");
@@ -601,11 +606,8 @@ mod tests {
             let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
             terminal.draw(|frame| draw(frame, &view, &shown, Duration::from_secs(1))).unwrap();
             let buffer = terminal.backend().buffer();
-            let lines: Vec<String> = buffer
-                .content()
-                .chunks(usize::from(width))
-                .map(|line| line.iter().map(|c| c.symbol()).collect())
-                .collect();
+            let lines: Vec<String> =
+                buffer.content().chunks(usize::from(width)).map(|line| line.iter().map(|c| c.symbol()).collect()).collect();
             if width >= 90 {
                 let tenant_row = lines.iter().find(|l| l.contains("team-a")).unwrap_or_else(|| panic!("{lines:#?}"));
                 let words: Vec<&str> = tenant_row.split_whitespace().take(5).collect();

@@ -367,8 +367,7 @@ fn parse_limits(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
     }
     for (name, value) in vars {
         let Some(index) = name.strip_prefix(HAMI_COMPUTE).and_then(|rest| rest.strip_prefix('_')) else { continue };
-        let ordinal =
-            units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_COMPUTE_INDEX_FORMAT}: {e}")))?;
+        let ordinal = units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_COMPUTE_INDEX_FORMAT}: {e}")))?;
         get(vars, name)?;
         let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(name, value, e, HAMI_COMPUTE_FORMAT))?;
         if percent > 0 {
@@ -394,7 +393,9 @@ fn parse_shares(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
     let Some(value) = get(vars, OURS_SHARE)? else { return Ok(ComputeLimits { source: OURS_SHARE, ..ComputeLimits::default() }) };
     let share = compute::parse_compute_limit(value).map_err(|e| compute_error(OURS_SHARE, value, e, SHARE_FORMAT))?;
     Ok(match share {
-        ComputeLimit::AllDevices(percent) => ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_SHARE },
+        ComputeLimit::AllDevices(percent) => {
+            ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_SHARE }
+        }
         ComputeLimit::PerDevice(list) => ComputeLimits {
             all_devices_percent: None,
             per_device: list
@@ -606,7 +607,7 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
                          (every path is /), so the {what} would be shared with every such container as tenant \
                          \"default\"; set GPUSLICE_TENANT to name the tenant ({TENANT_FORMAT})",
                     ),
-                })
+                });
             }
             None => "default".to_string(),
         },
@@ -835,7 +836,8 @@ mod tests {
         assert_eq!((c.compute.for_device(0), c.compute.for_device(1)), (Some(25), None));
         let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "100")]).unwrap();
         assert_eq!(c.compute.for_device(0), Some(100));
-        let c = parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "50"), ("CUDA_DEVICE_SM_LIMIT_0", "60"), ("GPUSLICE_COMPUTE_LIMIT", "1=30")]).unwrap();
+        let c =
+            parse_vars(&[("CUDA_DEVICE_SM_LIMIT", "50"), ("CUDA_DEVICE_SM_LIMIT_0", "60"), ("GPUSLICE_COMPUTE_LIMIT", "1=30")]).unwrap();
         assert_eq!((c.compute.for_device(0), c.compute.for_device(1)), (None, Some(30)));
         assert_eq!(c.compute.source, "GPUSLICE_COMPUTE_LIMIT");
     }
@@ -896,7 +898,14 @@ mod tests {
 
     #[test]
     fn a_variable_set_twice_is_refused() {
-        for name in ["GPUSLICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "GPUSLICE_TENANT", "GPUSLICE_DIR", "GPUSLICE_LOG"] {
+        for name in [
+            "GPUSLICE_MEMORY_LIMIT",
+            "CUDA_DEVICE_MEMORY_LIMIT",
+            "CUDA_DEVICE_MEMORY_LIMIT_0",
+            "GPUSLICE_TENANT",
+            "GPUSLICE_DIR",
+            "GPUSLICE_LOG",
+        ] {
             let value = match name {
                 "GPUSLICE_TENANT" => "a",
                 "GPUSLICE_DIR" => "/tmp",
@@ -912,7 +921,9 @@ mod tests {
     #[test]
     fn a_cap_for_a_device_the_process_cannot_see_is_refused() {
         // CUDA_VISIBLE_DEVICES=1 shows one device, ordinal 0.
-        for (name, value) in [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "1=1GiB,2=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")] {
+        for (name, value) in
+            [("GPUSLICE_MEMORY_LIMIT", "1=1GiB"), ("GPUSLICE_MEMORY_LIMIT", "1=1GiB,2=1GiB"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")]
+        {
             let e = refused(&[(name, value), ("CUDA_VISIBLE_DEVICES", "1")]);
             assert_eq!((e.variable.as_str(), e.value.as_deref()), (name, Some(value)));
             let text = e.to_string();
@@ -941,7 +952,10 @@ mod tests {
         assert_eq!(c.memory.check_ordinals(1), Ok(()));
         let e = c.memory.check_ordinals(2).unwrap_err();
         assert_eq!(e.variable, "GPUSLICE_MEMORY_LIMIT");
-        assert!(e.to_string().contains("device 3") && e.to_string().contains("indices 0 to 1") && e.to_string().contains("device 1 would"), "{e}");
+        assert!(
+            e.to_string().contains("device 3") && e.to_string().contains("indices 0 to 1") && e.to_string().contains("device 1 would"),
+            "{e}"
+        );
         let c = parse_vars(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "1g")]).unwrap();
         let e = c.memory.check_ordinals(1).unwrap_err();
         assert_eq!((e.variable.as_str(), e.value.as_deref()), ("CUDA_DEVICE_MEMORY_LIMIT_2", Some("1g")));
@@ -1022,7 +1036,10 @@ mod tests {
                 let e = parse(&vars(&[cap]), || cgroup.clone()).unwrap_err();
                 assert_eq!((e.variable.as_str(), e.value.as_deref()), ("GPUSLICE_TENANT", None));
                 let text = e.to_string();
-                assert!(text.contains("GPUSLICE_TENANT is unset") && text.contains("/proc/self/cgroup") && text.contains(TENANT_FORMAT), "{text}");
+                assert!(
+                    text.contains("GPUSLICE_TENANT is unset") && text.contains("/proc/self/cgroup") && text.contains(TENANT_FORMAT),
+                    "{text}"
+                );
             }
         }
         // Naming the tenant is enough; no cap, no sharing to fear.

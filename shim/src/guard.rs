@@ -18,10 +18,7 @@ pub struct Guard(());
 impl Guard {
     /// `None` when the call must pass through.
     pub fn enter() -> Option<Guard> {
-        INSIDE
-            .try_with(|inside| if inside.replace(true) { None } else { Some(Guard(())) })
-            .ok()
-            .flatten()
+        INSIDE.try_with(|inside| if inside.replace(true) { None } else { Some(Guard(())) }).ok().flatten()
     }
 }
 

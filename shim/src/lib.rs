@@ -260,12 +260,7 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     // Every device is asked for, so that whoever on it has a setting is
     // arbitrated; the bucket governs only where the monitor does not.
     compute::join::start(runtime);
-    info!(
-        "tenant {:?}, ledger {}, ready in {} us",
-        config.tenant,
-        config.dir.display(),
-        started.elapsed().as_micros()
-    );
+    info!("tenant {:?}, ledger {}, ready in {} us", config.tenant, config.dir.display(), started.elapsed().as_micros());
     (READY, Ok(()))
 }
 
@@ -287,9 +282,8 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
         let cu_device = real::device_get(ordinal).map_err(Failure::Driver)?;
         let uuid = real::device_uuid(cu_device).map_err(Failure::Driver)?;
         let total = real::device_total_mem_bytes(cu_device).map_err(Failure::Driver)?;
-        let ledger_index = ledger
-            .device_index(&uuid, total)
-            .map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
+        let ledger_index =
+            ledger.device_index(&uuid, total).map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
         if let Some(cap) = config.memory.for_device(ordinal as u32) {
             apply_cap(ledger, slot, ledger_index, ordinal, cap, config.memory.source);
         }

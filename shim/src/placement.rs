@@ -30,9 +30,7 @@ pub enum Placement {
 fn host_or(location: CUmemLocation, other: Placement) -> Placement {
     match location.type_ {
         CU_MEM_LOCATION_TYPE_DEVICE => Placement::Device(location.id),
-        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
-            Placement::Host
-        }
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Placement::Host,
         _ => other,
     }
 }
@@ -46,11 +44,8 @@ pub fn of_allocation(location: CUmemLocation) -> Placement {
 /// A memory pool's location. Type 0 (`CU_MEM_LOCATION_TYPE_NONE`) is a
 /// managed pool with no preferred location.
 pub fn of_pool(location: CUmemLocation) -> Placement {
-    let other = if location.type_ == CU_MEM_LOCATION_TYPE_INVALID {
-        Placement::Unplaced
-    } else {
-        Placement::Unattributable(location.type_)
-    };
+    let other =
+        if location.type_ == CU_MEM_LOCATION_TYPE_INVALID { Placement::Unplaced } else { Placement::Unattributable(location.type_) };
     host_or(location, other)
 }
 

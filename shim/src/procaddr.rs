@@ -278,8 +278,7 @@ mod tests {
         assert!(header.len() > 500, "cudaTypedefs.h names only {} variants", header.len());
         for (base, variants) in &families() {
             let mut ours: Vec<(i32, bool)> = variants.iter().map(|v| (v.since, v.per_thread)).collect();
-            let mut theirs: Vec<(i32, bool)> =
-                header.iter().filter(|(b, _, _)| b == base).map(|(_, v, p)| (*v, *p)).collect();
+            let mut theirs: Vec<(i32, bool)> = header.iter().filter(|(b, _, _)| b == base).map(|(_, v, p)| (*v, *p)).collect();
             ours.sort();
             theirs.sort();
             assert_eq!(ours, theirs, "{base}: the shim's variants (version, per-thread) differ from cudaTypedefs.h");

@@ -132,10 +132,8 @@ thread_local! {
 }
 
 fn library_path(variable: &str, default: &str) -> Option<CString> {
-    let path = std::env::var_os(variable)
-        .filter(|p| !p.is_empty())
-        .map(|p| p.into_encoded_bytes())
-        .unwrap_or_else(|| default.as_bytes().to_vec());
+    let path =
+        std::env::var_os(variable).filter(|p| !p.is_empty()).map(|p| p.into_encoded_bytes()).unwrap_or_else(|| default.as_bytes().to_vec());
     CString::new(path).ok()
 }
 
@@ -227,11 +225,7 @@ const EVENT_DISABLE_TIMING: c_uint = 0x2;
 /// context `stream` belongs to.
 pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = core::ptr::null_mut();
-    let r = if per_thread {
-        call!(cuda(), cuStreamGetCtx_ptsz(stream, &mut ctx))
-    } else {
-        call!(cuda(), cuStreamGetCtx(stream, &mut ctx))
-    };
+    let r = if per_thread { call!(cuda(), cuStreamGetCtx_ptsz(stream, &mut ctx)) } else { call!(cuda(), cuStreamGetCtx(stream, &mut ctx)) };
     out(r, ctx)
 }
 
@@ -342,11 +336,7 @@ pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Resul
         let mut event: CUevent = core::ptr::null_mut();
         let mut r = call!(cuda(), cuEventCreate(&mut event, EVENT_DISABLE_TIMING));
         if r == CUDA_SUCCESS {
-            r = if per_thread {
-                call!(cuda(), cuEventRecord_ptsz(event, stream))
-            } else {
-                call!(cuda(), cuEventRecord(event, stream))
-            };
+            r = if per_thread { call!(cuda(), cuEventRecord_ptsz(event, stream)) } else { call!(cuda(), cuEventRecord(event, stream)) };
             if r != CUDA_SUCCESS {
                 let _ = call!(cuda(), cuEventDestroy_v2(event));
             }

@@ -3,8 +3,8 @@
 //! variable, the value and the accepted format; the caller prints it and fails
 //! initialisation, so a typo never silently means a default.
 
-use std::fmt;
 use crate::mig::{self, Partition, Topology};
+use std::fmt;
 use std::path::PathBuf;
 
 pub const MAX_DEVICES: u32 = 16;

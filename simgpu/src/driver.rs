@@ -95,7 +95,12 @@ pub const LIMIT_DEFAULTS: [u64; LIMIT_COUNT] = [1024, 1 << 20, 8 << 20, 2, 2048,
 
 impl Default for ContextSettings {
     fn default() -> Self {
-        ContextSettings { limits: LIMIT_DEFAULTS.map(AtomicU64::new), cache_config: AtomicU32::new(0), shared_mem_config: AtomicU32::new(0), peers: Mutex::new(Vec::new()) }
+        ContextSettings {
+            limits: LIMIT_DEFAULTS.map(AtomicU64::new),
+            cache_config: AtomicU32::new(0),
+            shared_mem_config: AtomicU32::new(0),
+            peers: Mutex::new(Vec::new()),
+        }
     }
 }
 
@@ -315,7 +320,11 @@ pub fn init(flags: u32) -> CuResult<()> {
     let r = DRIVER.get_or_init(|| {
         let machine = machine().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         let own_slot = machine.state.claim_proc(crate::sys::host_pid()).ok_or_else(|| {
-            eprintln!("simgpu: state file {} has no free process record (all {} in use)", machine.state.path.display(), crate::state::MAX_PROCS);
+            eprintln!(
+                "simgpu: state file {} has no free process record (all {} in use)",
+                machine.state.path.display(),
+                crate::state::MAX_PROCS
+            );
             CUDA_ERROR_OUT_OF_MEMORY
         })?;
         let mut objects = Objects::default();
@@ -327,7 +336,13 @@ pub fn init(flags: u32) -> CuResult<()> {
             let managed_pool = (TAG_POOL << 40) | (machine.topology.slot_count() as u64 + i as u64 + 1);
             objects.pools.insert(managed_pool, Pool { managed: true, ..Pool::new(i, true, 0) });
             let primary_handle = (TAG_CTX << 40) | (i as u64 + 1);
-            devices.push(DeviceRt { heap: OnceLock::new(), primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }), primary_handle, default_pool: pool, managed_pool });
+            devices.push(DeviceRt {
+                heap: OnceLock::new(),
+                primary: Mutex::new(Primary { ctx: None, refs: 0, flags: 0 }),
+                primary_handle,
+                default_pool: pool,
+                managed_pool,
+            });
         }
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
@@ -337,7 +352,15 @@ pub fn init(flags: u32) -> CuResult<()> {
             libc::pthread_atfork(None, None, Some(mark_forked));
         }
         let visible = crate::visible::visible_slots(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &enumeration(machine));
-        Ok(Driver { machine, own_slot: AtomicUsize::new(own_slot), devices, visible, objects: RwLock::new(objects), vmm: Mutex::new(VmmState::default()), next_id: AtomicU64::new(64) })
+        Ok(Driver {
+            machine,
+            own_slot: AtomicUsize::new(own_slot),
+            devices,
+            visible,
+            objects: RwLock::new(objects),
+            vmm: Mutex::new(VmmState::default()),
+            next_id: AtomicU64::new(64),
+        })
     });
     match r {
         Ok(d) if d.visible.is_empty() => Err(CUDA_ERROR_NO_DEVICE),
@@ -406,7 +429,12 @@ impl Driver {
         OWNER_PID.store(unsafe { libc::getpid() } as u32, Release);
         {
             let mut o = self.write();
-            let pools: Vec<(u64, Pool)> = o.pools.drain().filter(|(_, p)| p.default).map(|(h, p)| (h, Pool { managed: p.managed, ..Pool::new(p.device, true, 0) })).collect();
+            let pools: Vec<(u64, Pool)> = o
+                .pools
+                .drain()
+                .filter(|(_, p)| p.default)
+                .map(|(h, p)| (h, Pool { managed: p.managed, ..Pool::new(p.device, true, 0) }))
+                .collect();
             *o = Objects::default();
             o.pools.extend(pools);
         }
@@ -499,7 +527,17 @@ impl Driver {
         };
         let default_stream = Arc::new(Stream::new(self.new_handle(TAG_STREAM), handle, 0, 0));
         let id = self.next_id.fetch_add(1, Relaxed);
-        let ctx = Arc::new(Context { handle, id, device, primary, flags, charged_bytes: bytes, exec, default_stream, settings: ContextSettings::default() });
+        let ctx = Arc::new(Context {
+            handle,
+            id,
+            device,
+            primary,
+            flags,
+            charged_bytes: bytes,
+            exec,
+            default_stream,
+            settings: ContextSettings::default(),
+        });
         st.proc(self.own_slot()).devices[device].contexts.fetch_add(1, AcqRel);
         self.write().contexts.insert(handle, ctx.clone());
         Ok(ctx)
@@ -584,7 +622,12 @@ fn enumeration(machine: &Machine) -> Vec<crate::visible::Physical> {
                 .into_iter()
                 .filter_map(|slot| {
                     let i = t.instance(slot)?;
-                    Some(crate::visible::MigUnit { slot, uuid: slot_uuid_string(machine, slot), gpu_instance_id: i.gpu_instance_id(), compute_instance_id: i.compute_instance_id() })
+                    Some(crate::visible::MigUnit {
+                        slot,
+                        uuid: slot_uuid_string(machine, slot),
+                        gpu_instance_id: i.gpu_instance_id(),
+                        compute_instance_id: i.compute_instance_id(),
+                    })
                 })
                 .collect(),
         })

@@ -148,7 +148,9 @@ impl HostCall {
             // argument, as cuLaunchHostFunc/cuStreamAddCallback promise.
             HostCall::Func { func, user_data } => unsafe { func(user_data) },
             // SAFETY: as above, with the stream handle the application passed.
-            HostCall::Callback { func, stream, user_data } => unsafe { func(stream as abi::cuda::CUstream, abi::cuda::CUDA_SUCCESS, user_data) },
+            HostCall::Callback { func, stream, user_data } => unsafe {
+                func(stream as abi::cuda::CUstream, abi::cuda::CUDA_SUCCESS, user_data)
+            },
         }
     }
 }
@@ -160,33 +162,77 @@ pub enum Transfer {
     /// `memmove(dst, src, n)`; each side is checked as device or pinned host
     /// memory unless its `_host` flag says it is the application's pageable
     /// memory (whose caller waits for the copy).
-    Copy { dst: u64, src: u64, n: usize, dst_host: bool, src_host: bool },
+    Copy {
+        dst: u64,
+        src: u64,
+        n: usize,
+        dst_host: bool,
+        src_host: bool,
+    },
     /// Pageable host data, staged at the call so the caller may reuse its
     /// buffer at once, as the driver does.
-    Write { dst: u64, data: Box<[u8]> },
-    Fill8 { dst: u64, value: u8, n: usize },
-    Fill32 { dst: u64, value: u32, n: usize },
+    Write {
+        dst: u64,
+        data: Box<[u8]>,
+    },
+    Fill8 {
+        dst: u64,
+        value: u8,
+        n: usize,
+    },
+    Fill32 {
+        dst: u64,
+        value: u32,
+        n: usize,
+    },
 }
 
 pub enum Op {
-    Kernel { stream: Arc<Stream>, remaining_ns: u64 },
-    Record { stream: Arc<Stream>, event: Arc<Event>, generation: u64 },
+    Kernel {
+        stream: Arc<Stream>,
+        remaining_ns: u64,
+    },
+    Record {
+        stream: Arc<Stream>,
+        event: Arc<Event>,
+        generation: u64,
+    },
     /// `cuMemFreeAsync`: `token` names a pool block that went back to its
     /// pool at the call (see [`crate::pool`]); 0, memory freed now.
-    Free { stream: Arc<Stream>, ptr: u64, token: u64 },
-    Host { stream: Arc<Stream>, call: HostCall },
-    Transfer { stream: Arc<Stream>, transfer: Transfer },
+    Free {
+        stream: Arc<Stream>,
+        ptr: u64,
+        token: u64,
+    },
+    Host {
+        stream: Arc<Stream>,
+        call: HostCall,
+    },
+    Transfer {
+        stream: Arc<Stream>,
+        transfer: Transfer,
+    },
     /// Waits until `event`'s record number `generation`, queued on
     /// `recorder`, has completed. `None`: the record is earlier in this
     /// queue, so reaching the op is enough; the op still counts on its
     /// stream, so synchronising the stream waits for the record.
-    Wait { stream: Arc<Stream>, event: Arc<Event>, generation: u64, recorder: Option<Arc<Executor>> },
+    Wait {
+        stream: Arc<Stream>,
+        event: Arc<Event>,
+        generation: u64,
+        recorder: Option<Arc<Executor>>,
+    },
 }
 
 impl Op {
     fn stream(&self) -> &Arc<Stream> {
         match self {
-            Op::Kernel { stream, .. } | Op::Record { stream, .. } | Op::Free { stream, .. } | Op::Host { stream, .. } | Op::Wait { stream, .. } | Op::Transfer { stream, .. } => stream,
+            Op::Kernel { stream, .. }
+            | Op::Record { stream, .. }
+            | Op::Free { stream, .. }
+            | Op::Host { stream, .. }
+            | Op::Wait { stream, .. }
+            | Op::Transfer { stream, .. } => stream,
         }
     }
 
@@ -235,7 +281,14 @@ impl Executor {
         let exec = Arc::new(Executor {
             device,
             ctx,
-            queue: Mutex::new(Queue { ops: VecDeque::new(), worker_sleeping: false, waiters: 0, submitted: 0, completed: 0, shutdown: false }),
+            queue: Mutex::new(Queue {
+                ops: VecDeque::new(),
+                worker_sleeping: false,
+                waiters: 0,
+                submitted: 0,
+                completed: 0,
+                shutdown: false,
+            }),
             work: Condvar::new(),
             done: Condvar::new(),
         });

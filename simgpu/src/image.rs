@@ -477,11 +477,17 @@ pub fn elf_globals(elf: &[u8]) -> BTreeMap<String, u64> {
         let Some(strings) = sections.get(symtab.link as usize).and_then(|s| section_bytes(elf, s)) else { continue };
         let Some(entry) = usize::try_from(symtab.entry_size).ok().filter(|&e| e >= 24) else { continue };
         for sym in symbols.chunks_exact(entry) {
-            let (Some(name_at), Some(&info), Some(shndx), Some(size)) = (u32_at(sym, 0), sym.get(4), u16_at(sym, 6), u64_at(sym, 16)) else { continue };
+            let (Some(name_at), Some(&info), Some(shndx), Some(size)) = (u32_at(sym, 0), sym.get(4), u16_at(sym, 6), u64_at(sym, 16))
+            else {
+                continue;
+            };
             if info & 0xf != STT_OBJECT || size == 0 {
                 continue;
             }
-            let in_data = sections.get(shndx as usize).map(section_name).is_some_and(|s| s.starts_with(".nv.global") || s.starts_with(".nv.constant"));
+            let in_data = sections
+                .get(shndx as usize)
+                .map(section_name)
+                .is_some_and(|s| s.starts_with(".nv.global") || s.starts_with(".nv.constant"));
             match c_string_at(strings, name_at as usize) {
                 Some(name) if in_data && !name.is_empty() && !name.starts_with(['$', '.']) => {
                     found.insert(name.to_string(), size);
@@ -513,7 +519,8 @@ pub unsafe fn image_len(image: *const u8) -> Result<usize, ImageError> {
         let shoff = u64_at(header, 0x28).unwrap_or(0) as usize;
         let shentsize = u16_at(header, 0x3a).unwrap_or(0) as usize;
         let shnum = u16_at(header, 0x3c).unwrap_or(0) as usize;
-        let table_end = shentsize.checked_mul(shnum).and_then(|n| n.checked_add(shoff)).ok_or(ImageError::Invalid("malformed ELF header"))?;
+        let table_end =
+            shentsize.checked_mul(shnum).and_then(|n| n.checked_add(shoff)).ok_or(ImageError::Invalid("malformed ELF header"))?;
         if table_end > 1 << 32 {
             return Err(ImageError::Invalid("ELF section table beyond 4 GiB"));
         }
@@ -594,7 +601,8 @@ pub unsafe fn contents_at(image: *const u8) -> Result<Contents, ImageError> {
 /// A PTX text declaring `names` as entries: what the linker hands back
 /// (`cuLinkComplete`), which simgpu's loader reads like any PTX.
 pub fn linked_ptx(names: &BTreeSet<String>, globals: &BTreeMap<String, u64>) -> Vec<u8> {
-    let mut text = String::from("// linked by simgpu: entries and variables only, no code\n.version 8.0\n.target sm_90\n.address_size 64\n");
+    let mut text =
+        String::from("// linked by simgpu: entries and variables only, no code\n.version 8.0\n.target sm_90\n.address_size 64\n");
     for (name, size) in globals {
         text.push_str(&format!(".visible .global .align 8 .b8 {name}[{size}];\n"));
     }
@@ -624,7 +632,8 @@ mod tests {
             .global .align 1 .b8 bytes[3] = {1, 2, 3};\n\
             .extern .global .align 4 .u32 elsewhere;\n\
             .visible .entry k(.param .u64 p)\n{\n\t.reg .b32 %r<2>;\n\t.local .align 4 .b8 scratch[64];\n\tret;\n}\n";
-        let expected: BTreeMap<String, u64> = [("bytes", 3), ("counter", 4), ("table", 64)].iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        let expected: BTreeMap<String, u64> =
+            [("bytes", 3), ("counter", 4), ("table", 64)].iter().map(|(n, s)| (n.to_string(), *s)).collect();
         assert_eq!(globals(ptx.as_bytes()), expected);
         assert!(globals(b"any image\0").is_empty());
     }

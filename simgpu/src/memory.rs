@@ -200,7 +200,15 @@ pub fn device_memory_info(d: &Driver, ptr: u64) -> Option<DeviceMemoryInfo> {
         let inner = lock(&h.inner);
         let (start, len) = inner.ranges.containing(ptr - h.base)?;
         let block = inner.blocks.get(&start)?;
-        return Some(DeviceMemoryInfo { device, base: h.base + start, size: len, ctx: block.ctx, pool: block.pool, managed: block.managed, vmm: false });
+        return Some(DeviceMemoryInfo {
+            device,
+            base: h.base + start,
+            size: len,
+            ctx: block.ctx,
+            pool: block.pool,
+            managed: block.managed,
+            vmm: false,
+        });
     }
     let v = lock(&d.vmm);
     let (&start, m) = v.mappings.range(..=ptr).next_back()?;
@@ -300,7 +308,9 @@ pub fn alloc_host(d: &Driver, bytes: usize) -> CuResult<u64> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: fresh anonymous mapping.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
     if p == libc::MAP_FAILED {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
@@ -320,13 +330,13 @@ pub fn free_host(d: &Driver, ptr: u64) -> CuResult<()> {
 /// Bytes per element of a `CUarray_format`, or `None` if unknown.
 pub fn format_bytes(format: u32) -> Option<u64> {
     Some(match format {
-        0x01 | 0x08 => 1,           // UNSIGNED_INT8, SIGNED_INT8
-        0x02 | 0x09 | 0x10 => 2,    // UNSIGNED_INT16, SIGNED_INT16, HALF
-        0x03 | 0x0a | 0x20 => 4,    // UNSIGNED_INT32, SIGNED_INT32, FLOAT
-        0xc0 | 0xc3 => 1,           // UNORM_INT8X1, SNORM_INT8X1
+        0x01 | 0x08 => 1,               // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2,        // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4,        // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        0xc0 | 0xc3 => 1,               // UNORM_INT8X1, SNORM_INT8X1
         0xc1 | 0xc4 | 0xc6 | 0xc9 => 2, // UNORM_INT8X2, SNORM_INT8X2, UNORM_INT16X1, SNORM_INT16X1
         0xc2 | 0xc5 | 0xc7 | 0xca => 4, // UNORM_INT8X4, SNORM_INT8X4, UNORM_INT16X2, SNORM_INT16X2
-        0xc8 | 0xcb => 8,           // UNORM_INT16X4, SNORM_INT16X4
+        0xc8 | 0xcb => 8,               // UNORM_INT16X4, SNORM_INT16X4
         _ => return None,
     })
 }
@@ -364,7 +374,11 @@ pub fn create_array(d: &Driver, bytes: u64, mipmapped: bool) -> CuResult<u64> {
 pub fn destroy_array(d: &Driver, handle: u64, mipmapped: bool) -> CuResult<()> {
     let rec = {
         let mut objs = d.write();
-        if mipmapped { objs.mipmaps.remove(&handle) } else { objs.arrays.remove(&handle) }
+        if mipmapped {
+            objs.mipmaps.remove(&handle)
+        } else {
+            objs.arrays.remove(&handle)
+        }
     }
     .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     d.machine.state.uncharge(rec.device, d.own_slot(), rec.charged_bytes);
@@ -481,7 +495,16 @@ pub fn vmm_reserve(d: &Driver, size: u64, alignment: u64) -> CuResult<u64> {
     let align = alignment.max(VMM_GRANULARITY_BYTES);
     let total = size.checked_add(align).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     // SAFETY: fresh inaccessible reservation.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), total as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            total as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
@@ -518,7 +541,11 @@ pub fn vmm_free_reservation(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {
 
 pub fn vmm_map(d: &Driver, ptr: u64, size: u64, offset: u64, handle: u64) -> CuResult<()> {
     let mut v = lock(&d.vmm);
-    if size == 0 || !size.is_multiple_of(VMM_GRANULARITY_BYTES) || !offset.is_multiple_of(VMM_GRANULARITY_BYTES) || !ptr.is_multiple_of(VMM_GRANULARITY_BYTES) {
+    if size == 0
+        || !size.is_multiple_of(VMM_GRANULARITY_BYTES)
+        || !offset.is_multiple_of(VMM_GRANULARITY_BYTES)
+        || !ptr.is_multiple_of(VMM_GRANULARITY_BYTES)
+    {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let end = ptr.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -537,7 +564,14 @@ pub fn vmm_map(d: &Driver, ptr: u64, size: u64, offset: u64, handle: u64) -> CuR
     // SAFETY: the target range lies inside our own reservation and is not
     // mapped to anything else (checked above); MAP_FIXED replaces only it.
     let p = unsafe {
-        libc::mmap(ptr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, ph.memfd, offset as libc::off_t)
+        libc::mmap(
+            ptr as *mut libc::c_void,
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            ph.memfd,
+            offset as libc::off_t,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
@@ -560,7 +594,14 @@ pub fn vmm_unmap(d: &Driver, ptr: u64, size: u64) -> CuResult<()> {
         // SAFETY: replacing our own mapping with an inaccessible anonymous one,
         // keeping the reservation in place.
         unsafe {
-            libc::mmap(s as *mut libc::c_void, m.size as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED, -1, 0)
+            libc::mmap(
+                s as *mut libc::c_void,
+                m.size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
         };
         if let Some(ph) = v.handles.get_mut(&m.handle) {
             ph.mappings = ph.mappings.saturating_sub(1);

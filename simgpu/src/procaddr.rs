@@ -9,7 +9,10 @@
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` selects the `_ptsz`/`_ptds`
 //! list where a function has one.
 
-use crate::exports::{array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, peer::*, pointer::*, pool::*, stream::*, tensor_map::*, unsupported::*, vmm::*};
+use crate::exports::{
+    array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, peer::*, pointer::*,
+    pool::*, stream::*, tensor_map::*, unsupported::*, vmm::*,
+};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};
@@ -330,7 +333,13 @@ unsafe fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, cuda_ve
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
     // SAFETY: forwarding the caller's arguments under the same contract.
     unsafe { get_proc_address(symbol, pfn, cuda_version, flags, status) }
 }

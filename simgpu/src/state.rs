@@ -386,14 +386,7 @@ impl SharedState {
         // Layout), never unmapped, and Layout is valid for any bit pattern its
         // creator or a zero-filled file can hold (all atomics/integers).
         let layout: &'static Layout = unsafe { &*(p as *const Layout) };
-        Ok(SharedState {
-            layout,
-            fd: AtomicI32::new(fd),
-            path,
-            own: AtomicU32::new(0),
-            helper: Mutex::new(0),
-            reclaiming: Mutex::new(()),
-        })
+        Ok(SharedState { layout, fd: AtomicI32::new(fd), path, own: AtomicU32::new(0), helper: Mutex::new(0), reclaiming: Mutex::new(()) })
     }
 
     fn check(&self, config: &Config) -> Result<(), StateError> {
@@ -413,7 +406,13 @@ impl SharedState {
         }
         let (devices, memory_bytes) = (h.device_count.load(Acquire), h.memory_bytes.load(Acquire));
         if devices != config.device_count || memory_bytes != config.memory_bytes {
-            return Err(StateError::Mismatch { path, devices, memory_bytes, want_devices: config.device_count, want_memory_bytes: config.memory_bytes });
+            return Err(StateError::Mismatch {
+                path,
+                devices,
+                memory_bytes,
+                want_devices: config.device_count,
+                want_memory_bytes: config.memory_bytes,
+            });
         }
         if h.mig_digest.load(Acquire) != crate::mig::digest(&config.mig) {
             return Err(StateError::MigMismatch { path });
@@ -807,7 +806,15 @@ mod tests {
     use super::*;
 
     fn config(path: &Path, mem: u64) -> Config {
-        Config { device_count: 2, memory_bytes: mem, state_path: Some(path.to_path_buf()), context_memory_bytes: 0, slice_us: 2000, kernel_us: 5, mig: Vec::new() }
+        Config {
+            device_count: 2,
+            memory_bytes: mem,
+            state_path: Some(path.to_path_buf()),
+            context_memory_bytes: 0,
+            slice_us: 2000,
+            kernel_us: 5,
+            mig: Vec::new(),
+        }
     }
 
     fn temp(name: &str) -> PathBuf {

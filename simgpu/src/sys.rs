@@ -24,7 +24,8 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 
 /// Sleeps until the monotonic clock reaches `deadline_ns` (never busy-spins).
 pub fn sleep_until_ns(deadline_ns: u64) {
-    let ts = libc::timespec { tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t, tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long };
+    let ts =
+        libc::timespec { tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t, tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long };
     loop {
         // SAFETY: `ts` is a valid timespec; a null remainder is allowed with TIMER_ABSTIME.
         let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
@@ -78,7 +79,10 @@ pub fn host_pid() -> u32 {
 pub fn process_is_stopped(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
     // The state follows the command name, which is in parentheses and may hold any byte.
-    stat.rfind(')').and_then(|end| stat.get(end + 1..)).and_then(|rest| rest.split_whitespace().next()).is_some_and(|state| matches!(state, "T" | "t"))
+    stat.rfind(')')
+        .and_then(|end| stat.get(end + 1..))
+        .and_then(|rest| rest.split_whitespace().next())
+        .is_some_and(|state| matches!(state, "T" | "t"))
 }
 
 fn ofd_lock(fd: i32, cmd: libc::c_int, kind: libc::c_int, offset: u64) -> Option<libc::flock> {

@@ -105,7 +105,8 @@ pub fn visible_slots(spec: Option<&str>, devices: &[Physical]) -> Vec<usize> {
 /// machine without MIG. `uuids` are the devices' UUID strings (`GPU-…`), by
 /// index.
 pub fn visible_devices(spec: Option<&str>, uuids: &[String]) -> Vec<usize> {
-    let devices: Vec<Physical> = uuids.iter().enumerate().map(|(slot, uuid)| Physical { slot, uuid: uuid.clone(), instances: Vec::new() }).collect();
+    let devices: Vec<Physical> =
+        uuids.iter().enumerate().map(|(slot, uuid)| Physical { slot, uuid: uuid.clone(), instances: Vec::new() }).collect();
     visible_slots(spec, &devices)
 }
 
@@ -191,7 +192,14 @@ mod tests {
         let u = uuids();
         let mig = |slot: usize, uuid: &str, gi: u32| MigUnit { slot, uuid: uuid.into(), gpu_instance_id: gi, compute_instance_id: 0 };
         vec![
-            Physical { slot: 0, uuid: u[0].clone(), instances: vec![mig(3, "MIG-aaaa0000-0000-5000-8000-000000000001", 1), mig(4, "MIG-abbb0000-0000-5000-8000-000000000002", 2)] },
+            Physical {
+                slot: 0,
+                uuid: u[0].clone(),
+                instances: vec![
+                    mig(3, "MIG-aaaa0000-0000-5000-8000-000000000001", 1),
+                    mig(4, "MIG-abbb0000-0000-5000-8000-000000000002", 2),
+                ],
+            },
             Physical { slot: 1, uuid: u[1].clone(), instances: Vec::new() },
             Physical { slot: 2, uuid: u[2].clone(), instances: vec![mig(5, "MIG-cccc0000-0000-5000-8000-000000000003", 1)] },
         ]
@@ -219,7 +227,14 @@ mod tests {
             .map(|d| Physical {
                 slot: d,
                 uuid: format!("GPU-{d:08x}"),
-                instances: (0..7).map(|k| MigUnit { slot: 10 + d * 7 + k, uuid: format!("MIG-{d:04x}{k:04x}"), gpu_instance_id: k as u32 + 1, compute_instance_id: 0 }).collect(),
+                instances: (0..7)
+                    .map(|k| MigUnit {
+                        slot: 10 + d * 7 + k,
+                        uuid: format!("MIG-{d:04x}{k:04x}"),
+                        gpu_instance_id: k as u32 + 1,
+                        compute_instance_id: 0,
+                    })
+                    .collect(),
             })
             .collect();
         let v = visible_slots(None, &devices);

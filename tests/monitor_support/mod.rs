@@ -125,10 +125,7 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP head in {response:?}"));
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let length: Option<usize> = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .and_then(|v| v.trim().parse().ok());
+    let length: Option<usize> = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).and_then(|v| v.trim().parse().ok());
     assert_eq!(length, Some(body.len()), "Content-Length disagrees with the body");
     (status, body.to_string())
 }
@@ -174,11 +171,7 @@ impl Metrics {
                 assert!(valid_name(name), "bad metric name, {}", at());
                 if keyword == "TYPE" {
                     let kind = parts.next().unwrap_or("");
-                    assert!(
-                        ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
-                        "bad type, {}",
-                        at()
-                    );
+                    assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "bad type, {}", at());
                     assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "family declared twice, {}", at());
                     if let Some(previous) = current.replace(name.to_string()) {
                         finished_families.push(previous);
@@ -279,7 +272,8 @@ impl Metrics {
 
 /// `gpuslice status --json` for this test's ledger directory (with simgpu's NVML).
 pub fn status_json(sim: &Sim) -> serde_json::Value {
-    let out = sim.run(gpuslice_command(sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--json").arg("--nvml-lib").arg(simgpu_lib()));
+    let out =
+        sim.run(gpuslice_command(sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--json").arg("--nvml-lib").arg(simgpu_lib()));
     out.assert_success();
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("status --json is not JSON: {e}\n{out}"))
 }

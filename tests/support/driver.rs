@@ -136,19 +136,7 @@ impl Driver {
             // SAFETY: a function of the current context, one argument
             // pointing at a live u64, the null stream.
             let rc = unsafe {
-                (self.launch_kernel)(
-                    self.function,
-                    1,
-                    1,
-                    1,
-                    32,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
+                (self.launch_kernel)(self.function, 1, 1, 1, 32, 1, 1, 0, std::ptr::null_mut(), args.as_mut_ptr(), std::ptr::null_mut())
             };
             check("cuLaunchKernel", rc);
             if (i + 1) % LAUNCH_BATCH == 0 {

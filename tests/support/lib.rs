@@ -99,9 +99,10 @@ fn newer_source(artefact: &Path) -> Option<PathBuf> {
     let built = std::fs::metadata(artefact).and_then(|m| m.modified()).ok()?;
     let dep_info = std::fs::read_to_string(artefact.with_extension("d")).ok()?;
     let (_, sources) = dep_info.lines().next()?.split_once(": ")?;
-    sources.split_whitespace().map(PathBuf::from).find(|source| {
-        std::fs::metadata(source).and_then(|m| m.modified()).is_ok_and(|changed| changed > built)
-    })
+    sources
+        .split_whitespace()
+        .map(PathBuf::from)
+        .find(|source| std::fs::metadata(source).and_then(|m| m.modified()).is_ok_and(|changed| changed > built))
 }
 
 /// `libsimgpu.so`, the simulated GPU.
@@ -137,8 +138,7 @@ pub fn sim_lib_dir() -> PathBuf {
             // Link under a private name, then rename over: other test
             // binaries running at the same time never see a missing link.
             let tmp = dir.join(format!(".{name}.{}.{}", std::process::id(), unique()));
-            std::os::unix::fs::symlink(&simgpu, &tmp)
-                .unwrap_or_else(|e| panic!("cannot link {}: {e}", tmp.display()));
+            std::os::unix::fs::symlink(&simgpu, &tmp).unwrap_or_else(|e| panic!("cannot link {}: {e}", tmp.display()));
             std::fs::rename(&tmp, &link).unwrap_or_else(|e| panic!("cannot link {}: {e}", link.display()));
         }
         dir
@@ -150,11 +150,7 @@ pub fn sim_lib_dir() -> PathBuf {
 /// and `nvidia-ml-py`.
 pub fn python() -> PathBuf {
     let path = repo_root().join(".deps/venv/bin/python");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `bash scripts/setup.sh` to install the Python clients the tests drive",
-        path.display()
-    );
+    assert!(path.is_file(), "{} is missing: run `bash scripts/setup.sh` to install the Python clients the tests drive", path.display());
     path
 }
 
@@ -263,9 +259,7 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
         .arg("-o")
         .arg(&tmp)
         .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run gcc, which builds the C test programs ({e}): `bash scripts/setup.sh` installs it")
-        });
+        .unwrap_or_else(|e| panic!("cannot run gcc, which builds the C test programs ({e}): `bash scripts/setup.sh` installs it"));
     if !result.status.success() {
         let _ = std::fs::remove_file(&tmp);
         panic!(
@@ -635,17 +629,8 @@ impl Running {
         while let Ok(line) = self.lines.try_recv() {
             self.stdout_seen.push(line);
         }
-        let stderr = self
-            .stderr_reader
-            .take()
-            .and_then(|h| join_with_deadline(h, Duration::from_secs(5)))
-            .unwrap_or_default();
-        let output = Output {
-            program: self.program.clone(),
-            status,
-            stdout: self.stdout_seen.join("\n"),
-            stderr,
-        };
+        let stderr = self.stderr_reader.take().and_then(|h| join_with_deadline(h, Duration::from_secs(5))).unwrap_or_default();
+        let output = Output { program: self.program.clone(), status, stdout: self.stdout_seen.join("\n"), stderr };
         if timed_out {
             panic!("child did not finish within its deadline and was killed\n{output}");
         }
@@ -821,8 +806,6 @@ pub fn require_pid_namespaces() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(e) => panic!(
-            "this test needs `unshare` (util-linux) to make a PID namespace ({e}): `bash scripts/setup.sh` installs it"
-        ),
+        Err(e) => panic!("this test needs `unshare` (util-linux) to make a PID namespace ({e}): `bash scripts/setup.sh` installs it"),
     }
 }

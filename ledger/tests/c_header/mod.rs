@@ -396,8 +396,7 @@ fn constants() -> Vec<Vec<Constant>> {
         vec![
             constant!("GPUSLICE_MAGIC" = U64Hex(MAGIC)).comment(&["\"GPUSLICE\" read as a little-endian uint64_t."]),
             constant!("GPUSLICE_LAYOUT_VERSION" = U32(LAYOUT_VERSION)),
-            constant!("GPUSLICE_IN_FLIGHT_BEGIN" = U64(in_flight::BEGIN))
-                .comment(&["struct gpuslice_slot.in_flight_word increments"]),
+            constant!("GPUSLICE_IN_FLIGHT_BEGIN" = U64(in_flight::BEGIN)).comment(&["struct gpuslice_slot.in_flight_word increments"]),
             constant!("GPUSLICE_IN_FLIGHT_FINISH" = U64Hex(in_flight::FINISH)),
             constant!("GPUSLICE_INITIALISED" = U32Hex(INITIALISED))
                 .comment(&["\"INIT\" read as a little-endian uint32_t; 0 = still being created."]),
@@ -571,14 +570,8 @@ pub fn static_checks() -> String {
         for field in &record.fields {
             let what = format!("{tag}.{}", field.name);
             let element = field.c_element(tag);
-            lines.push(format!(
-                "_Static_assert(offsetof(struct {tag}, {}) == {}, \"{what}: offset\");",
-                field.name, field.offset_bytes
-            ));
-            lines.push(format!(
-                "_Static_assert(sizeof(((struct {tag} *)0)->{}) == {}, \"{what}: size\");",
-                field.name, field.size_bytes
-            ));
+            lines.push(format!("_Static_assert(offsetof(struct {tag}, {}) == {}, \"{what}: offset\");", field.name, field.offset_bytes));
+            lines.push(format!("_Static_assert(sizeof(((struct {tag} *)0)->{}) == {}, \"{what}: size\");", field.name, field.size_bytes));
             if let Element::Integer { bytes, signed } = field.element {
                 lines.push(format!("_Static_assert(sizeof({element}) == {bytes}, \"{what}: element size\");"));
                 if !field.text {
@@ -631,10 +624,7 @@ fn problems(records: &[Record], constants: &[Vec<Constant>], derived: &[Derived]
             if let Some(name) = field.len_constant {
                 let value = all_constants.iter().find(|c| c.c == name).map(|c| c.value.as_u64());
                 if value != field.len.map(|len| len as u64) {
-                    problems.push(format!(
-                        "{}.{}: has {:?} elements, but {name} is {value:?}",
-                        record.rust, field.name, field.len
-                    ));
+                    problems.push(format!("{}.{}: has {:?} elements, but {name} is {value:?}", record.rust, field.name, field.len));
                 }
             }
         }
@@ -647,12 +637,8 @@ fn problems(records: &[Record], constants: &[Vec<Constant>], derived: &[Derived]
     }
 
     let (layout_constants, layout_structs) = layout_items();
-    let described: Vec<String> = all_constants
-        .iter()
-        .map(|c| c.rust)
-        .chain(derived.iter().filter_map(|d| d.rust))
-        .map(|rust| rust.replace(' ', ""))
-        .collect();
+    let described: Vec<String> =
+        all_constants.iter().map(|c| c.rust).chain(derived.iter().filter_map(|d| d.rust)).map(|rust| rust.replace(' ', "")).collect();
     for constant in layout_constants {
         if !described.contains(&constant) {
             problems.push(format!("layout.rs has `pub const {constant}`: add it to constants() or derived()"));

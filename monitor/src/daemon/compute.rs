@@ -11,8 +11,8 @@
 use super::arbiter::{sched::Claim, DeviceReport, Shared};
 use crate::config::Config;
 use crate::nvml::{any_uuid_bytes, GpuInfo};
-use ledger::compute::WHOLE_DEVICE_RATIO_E4;
 use crate::snapshot::Snapshot;
+use ledger::compute::WHOLE_DEVICE_RATIO_E4;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -57,8 +57,7 @@ pub fn share_with_arbiter(shared: &Shared, config: &Config, dir: &std::path::Pat
     } else if !with_nvml {
         *shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
-    let known: Vec<[u8; 16]> =
-        shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten().copied().collect::<Vec<_>>();
+    let known: Vec<[u8; 16]> = shared.nvml_uuids.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten().copied().collect::<Vec<_>>();
     let index_of = |uuid: &[u8; 16]| gpus.and_then(|g| g.iter().find(|d| any_uuid_bytes(&d.uuid).as_ref() == Some(uuid)).map(|d| d.index));
     let mut configured = HashMap::new();
     for (tenant, tenant_config) in &config.tenants {
@@ -112,13 +111,15 @@ pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8
                 // Processes of a tenant with a compute setting that did not
                 // join the monitor: not arbitrated (no monitor when they
                 // started, or they cannot reach it), and said so.
-                let has_setting = device.compute_share_ratio.is_some() || device.compute_limit_ratio.is_some() || device.compute_priority != 0;
+                let has_setting =
+                    device.compute_share_ratio.is_some() || device.compute_limit_ratio.is_some() || device.compute_priority != 0;
                 let joined = |pid: u32| report.processes.iter().any(|(t, p)| *t == tenant.name && *p == pid);
                 let here = tenant.processes.iter().filter(|p| p.alive && p.confirmed && p.devices.iter().any(|d| d.uuid == device.uuid));
                 let missing = here.filter(|p| !joined(p.pid)).count() as u64;
                 device.compute_unarbitrated_processes = has_setting.then_some(missing);
             }
-            let Some(member) = report.as_ref().and_then(|r| r.members.iter().find(|(name, _)| *name == tenant.name)).map(|(_, m)| *m) else {
+            let Some(member) = report.as_ref().and_then(|r| r.members.iter().find(|(name, _)| *name == tenant.name)).map(|(_, m)| *m)
+            else {
                 // Not on the device now: what it is due when it comes back.
                 device.compute_target_ratio = device.compute_limit_ratio.or(device.compute_share_ratio);
                 continue;
@@ -128,7 +129,8 @@ pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8
             device.compute_limit_ratio = ratio(member.claim.limit_e4).filter(|_| ledger::compute::is_limiting(member.claim.limit_e4));
             device.compute_priority = member.claim.priority;
             device.compute_busy_ns_total = member.served_ns_total;
-            device.compute_target_ratio = if member.active { ratio(member.weight_e4) } else { device.compute_limit_ratio.or(device.compute_share_ratio) };
+            device.compute_target_ratio =
+                if member.active { ratio(member.weight_e4) } else { device.compute_limit_ratio.or(device.compute_share_ratio) };
         }
     }
 }

@@ -147,9 +147,7 @@ fn respond<B>(request: &Request<B>, pages: &SharedPages) -> Response<Full<Bytes>
             let status = if health.starts_with(b"ok") { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
             (status, TEXT, health)
         }
-        (&Method::GET | &Method::HEAD, _) => {
-            (StatusCode::NOT_FOUND, TEXT, Bytes::from_static(b"not found: try /metrics or /healthz\n"))
-        }
+        (&Method::GET | &Method::HEAD, _) => (StatusCode::NOT_FOUND, TEXT, Bytes::from_static(b"not found: try /metrics or /healthz\n")),
         _ => (StatusCode::METHOD_NOT_ALLOWED, TEXT, Bytes::from_static(b"only GET and HEAD are served\n")),
     };
     let mut response = Response::new(Full::new(body));

@@ -453,11 +453,8 @@ impl LedgerSet {
             }
             let key = file_key(path, "slot resets");
             for slot in ledger.reset_invalid_slots() {
-                let bytes: Vec<String> = slot
-                    .bytes_per_device
-                    .iter()
-                    .map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b)))
-                    .collect();
+                let bytes: Vec<String> =
+                    slot.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
                 log::limited(
                     &key,
                     Level::Warn,
@@ -660,7 +657,12 @@ impl LedgerSet {
                         true
                     }
                     Err(e) => {
-                        log::limited_per_owner(&key, &owner, Level::Warn, &format!("ignoring {}: {}", f.path.display(), log::bounded_message(&e)));
+                        log::limited_per_owner(
+                            &key,
+                            &owner,
+                            Level::Warn,
+                            &format!("ignoring {}: {}", f.path.display(), log::bounded_message(&e)),
+                        );
                         self.refused.insert(f.path, stat.identity());
                         false
                     }

@@ -215,7 +215,9 @@ mod tests {
     fn long_lines_and_values_are_cut_and_say_so() {
         let long = "9".repeat(50 << 20);
         let cut_line = cut(&long, MAX_LINE_BYTES);
-        assert!(cut_line.len() < MAX_LINE_BYTES + 64 && cut_line.ends_with(&format!("[{} more bytes not shown]", long.len() - MAX_LINE_BYTES)));
+        assert!(
+            cut_line.len() < MAX_LINE_BYTES + 64 && cut_line.ends_with(&format!("[{} more bytes not shown]", long.len() - MAX_LINE_BYTES))
+        );
         let value = bounded(&long);
         assert!(value.len() < MAX_VALUE_CHARS + 64 && value.ends_with(&format!("({} bytes in all)", long.len())), "{value}");
         assert_eq!(bounded("a\nb"), "a\\nb", "a value cannot start a line of its own");

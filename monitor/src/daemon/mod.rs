@@ -26,8 +26,8 @@
 //! arbiter's state lives in its memory: a restarted monitor starts every
 //! tenant's virtual time afresh, and processes join it within a second.
 
-mod audit;
 pub(crate) mod arbiter;
+mod audit;
 pub(crate) mod compute;
 mod http;
 mod ledgers;
@@ -212,11 +212,9 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
 
     let hangup = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
-    for (signal, flag) in [
-        (signal_hook::consts::SIGHUP, &hangup),
-        (signal_hook::consts::SIGTERM, &stop),
-        (signal_hook::consts::SIGINT, &stop),
-    ] {
+    for (signal, flag) in
+        [(signal_hook::consts::SIGHUP, &hangup), (signal_hook::consts::SIGTERM, &stop), (signal_hook::consts::SIGINT, &stop)]
+    {
         signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
     }
 
@@ -258,12 +256,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let mut policy_state = policy::PolicyState::new(&dir)?;
-    let mut ledgers = ledgers::LedgerSet::new(
-        dir.clone(),
-        &args.host,
-        dir_changes(&args, &dir, created_now),
-        ledger_bounds(&args, descriptor_limit),
-    )?;
+    let mut ledgers =
+        ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
     ledgers.set_configured(config.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = compute::ComputeState::default();
@@ -422,18 +416,19 @@ fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &Atom
 
 fn reclaim(ledger: &Ledger) {
     for dead in ledger.reclaim_dead() {
-        let bytes: Vec<String> = dead
-            .bytes_per_device
-            .iter()
-            .map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b)))
-            .collect();
-        log::limited(&ledgers::file_key(ledger.path(), "reclaims"), log::Level::Info, &format!(
-            "tenant {}: reclaimed slot {} of dead pid {} (pid {} in its namespace): {}",
-            ledger.tenant(),
-            dead.slot_index,
-            dead.pid,
-            dead.ns_pid,
-            if bytes.is_empty() { "no memory held".into() } else { bytes.join(", ") }
-        ));
+        let bytes: Vec<String> =
+            dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
+        log::limited(
+            &ledgers::file_key(ledger.path(), "reclaims"),
+            log::Level::Info,
+            &format!(
+                "tenant {}: reclaimed slot {} of dead pid {} (pid {} in its namespace): {}",
+                ledger.tenant(),
+                dead.slot_index,
+                dead.pid,
+                dead.ns_pid,
+                if bytes.is_empty() { "no memory held".into() } else { bytes.join(", ") }
+            ),
+        );
     }
 }

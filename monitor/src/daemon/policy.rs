@@ -86,7 +86,12 @@ impl PolicyState {
                 // every user): it is not the monitor's, so it goes aside.
                 let aside = dir.join(format!(".monitor.untrusted-{}", std::process::id()));
                 std::fs::rename(&state, &aside).map_err(|e| {
-                    format!("{} is not the monitor's (uid {}, mode {:o}) and cannot be moved aside: {e}", state.display(), meta.uid(), meta.mode() & 0o7777)
+                    format!(
+                        "{} is not the monitor's (uid {}, mode {:o}) and cannot be moved aside: {e}",
+                        state.display(),
+                        meta.uid(),
+                        meta.mode() & 0o7777
+                    )
                 })?;
                 log::warn(&format!(
                     "{} was not the monitor's (uid {}, mode {:o}): moved to {}",

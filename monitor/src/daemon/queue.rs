@@ -202,7 +202,13 @@ impl QueueState {
 
     /// One round: see the module docs. Returns the figures for `/metrics`
     /// and the memory committed per device UUID.
-    pub fn round(&mut self, config: &Config, policy: &PolicyState, snapshot: &Snapshot, gpus: Option<&[GpuInfo]>) -> (QueueFigures, HashMap<String, u64>) {
+    pub fn round(
+        &mut self,
+        config: &Config,
+        policy: &PolicyState,
+        snapshot: &Snapshot,
+        gpus: Option<&[GpuInfo]>,
+    ) -> (QueueFigures, HashMap<String, u64>) {
         self.scan(config, gpus);
         let mut changed = self.expire(snapshot);
         let committed = self.committed(config, policy, snapshot, gpus);
@@ -311,7 +317,10 @@ impl QueueState {
             if let Some(record) = self.admitted.remove(key) {
                 remove_if_same(&self.queue.job_path(record.job.id), record.job.inode);
                 self.ledgers.remove(&record.job.tenant);
-                log::info(&format!("queue job {} (uid {}, tenant {}) ended: its room is free", record.job.id, record.job.uid, record.job.tenant));
+                log::info(&format!(
+                    "queue job {} (uid {}, tenant {}) ended: its room is free",
+                    record.job.id, record.job.uid, record.job.tenant
+                ));
             }
         }
         !ended.is_empty()
@@ -333,7 +342,8 @@ impl QueueState {
             }
         }
         let admitted_tenants: HashSet<&str> = self.admitted.values().map(|r| r.job.tenant.as_str()).collect();
-        for tenant in snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive) && !admitted_tenants.contains(t.name.as_str())) {
+        for tenant in snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive) && !admitted_tenants.contains(t.name.as_str()))
+        {
             for device in &tenant.devices {
                 let Some(raw) = any_uuid_bytes(&device.uuid) else { continue };
                 let host_index = gpus.and_then(|g| g.iter().find(|g| any_uuid_bytes(&g.uuid) == Some(raw))).map(|g| g.index);
@@ -357,12 +367,8 @@ impl QueueState {
 
     /// The waiting jobs, in admission order, as the policy sees them.
     fn requests(&self) -> Vec<(Request, JobKey)> {
-        let mut requests: Vec<(Request, JobKey)> = self
-            .tracked
-            .iter()
-            .filter(|(_, t)| t.refused.is_none())
-            .map(|(key, t)| (request_of(&t.job, t.arrival), *key))
-            .collect();
+        let mut requests: Vec<(Request, JobKey)> =
+            self.tracked.iter().filter(|(_, t)| t.refused.is_none()).map(|(key, t)| (request_of(&t.job, t.arrival), *key)).collect();
         requests.sort_by_key(|(r, _)| (std::cmp::Reverse(r.priority), r.id));
         requests
     }
@@ -460,11 +466,14 @@ impl QueueState {
         let refused = self
             .tracked
             .values()
-            .filter_map(|t| t.refused.as_ref().map(|reason| Refusal { id: t.job.id, inode: t.job.inode, uid: t.job.uid, reason: reason.clone() }))
+            .filter_map(|t| {
+                t.refused.as_ref().map(|reason| Refusal { id: t.job.id, inode: t.job.inode, uid: t.job.uid, reason: reason.clone() })
+            })
             .collect();
         let board = Board {
             monitor_pid: std::process::id(),
-            not_admitting: no_nvml.then(|| "the monitor has no NVML, so it cannot see the GPUs and admits nothing until it has".to_string()),
+            not_admitting: no_nvml
+                .then(|| "the monitor has no NVML, so it cannot see the GPUs and admits nothing until it has".to_string()),
             highest_id: self.highest_id,
             jobs: running.into_iter().chain(waiting).collect(),
             refused,
@@ -655,7 +664,9 @@ mod tests {
         asked.uid = 0;
         asked.priority = 1000;
         assert_eq!(check_request(&asked, &[], &config, None, 1.0), Ok(()), "root may ask for any priority");
-        for (bad, says) in [(Job { gpus: 0, ..job(1, 0, 0, None) }, "--gpus 0"), (Job { memory_bytes: Some(0), ..job(1, 0, 0, None) }, "--memory 0")] {
+        for (bad, says) in
+            [(Job { gpus: 0, ..job(1, 0, 0, None) }, "--gpus 0"), (Job { memory_bytes: Some(0), ..job(1, 0, 0, None) }, "--memory 0")]
+        {
             assert!(check_request(&bad, &[], &config, None, 1.0).unwrap_err().contains(says));
         }
     }

@@ -45,12 +45,12 @@
 //! that allowance as the tenant frees memory, down to the cap.
 
 use super::log;
+use super::overhead::OverheadState;
+use super::policy::PolicyState;
 use crate::config::{Config, OnViolation};
 use crate::host;
 use crate::metrics::{MonitorCounters, OverCap};
 use crate::snapshot::Snapshot;
-use super::overhead::OverheadState;
-use super::policy::PolicyState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -211,12 +211,7 @@ impl ViolationState {
                     }
                 }
                 if episode.counted {
-                    over_now.push(OverCap {
-                        tenant: tenant.name.clone(),
-                        device: device.index,
-                        uuid: device.uuid.clone(),
-                        over_bytes,
-                    });
+                    over_now.push(OverCap { tenant: tenant.name.clone(), device: device.index, uuid: device.uuid.clone(), over_bytes });
                 }
                 seen.insert(key, episode);
             }
@@ -317,7 +312,8 @@ mod tests {
 
     #[test]
     fn over_cap_counts_past_the_context_overhead_once_per_episode() {
-        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let (mut state, mut counters, config, t0) =
+            (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         // Within cap + one context's overhead: fine.
         for i in 0..3 {
             judge(&mut state, &snapshot(110, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
@@ -343,7 +339,8 @@ mod tests {
 
     #[test]
     fn a_finding_shorter_than_the_grace_is_not_counted_a_longer_one_is() {
-        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(5000 * MS), Instant::now());
+        let (mut state, mut counters, config, t0) =
+            (ViolationState::default(), MonitorCounters::default(), config(5000 * MS), Instant::now());
         // Over for 3 s (e.g. a cuMemFreeAsync the stream has not reached), then back.
         for i in 0..=12 {
             judge(&mut state, &snapshot(300, 100, 100), &config, t0 + i * 250 * MS, &mut counters);
@@ -364,7 +361,8 @@ mod tests {
 
     #[test]
     fn a_cap_lowered_below_what_a_tenant_holds_is_no_violation() {
-        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let (mut state, mut counters, config, t0) =
+            (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         judge(&mut state, &snapshot(500, 1000, 500), &config, t0, &mut counters);
         // Cap lowered to 100 while 500 are held: allowed, for as long as they are held.
         for i in 1..5 {
@@ -400,7 +398,8 @@ mod tests {
 
     #[test]
     fn the_pinned_cap_wins_over_the_ledgers() {
-        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let (mut state, mut counters, config, t0) =
+            (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         let policy = PolicyState::default().with_pin("team-a", "GPU-0", 100);
         // The tenant raised the cap in its own ledger to 1000; the monitor pinned 100.
         for i in 0..3 {
@@ -411,7 +410,8 @@ mod tests {
 
     #[test]
     fn a_ledgers_claimed_context_overhead_widens_the_tolerance_only_up_to_the_bound() {
-        let (mut state, mut counters, config, t0) = (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
+        let (mut state, mut counters, config, t0) =
+            (ViolationState::default(), MonitorCounters::default(), config(Duration::ZERO), Instant::now());
         let gib = 1u64 << 30;
         let policy = PolicyState::default().with_pin("team-a", "GPU-0", gib);
         let mut snap = snapshot(gib + super::super::overhead::MAX_CONTEXT_OVERHEAD_BYTES + 1, gib, gib);

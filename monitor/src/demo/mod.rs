@@ -28,7 +28,9 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
-#[command(after_help = "Example:\n  gpuslice demo                # about 20 seconds, chart in ./gpuslice-demo.svg\n  gpuslice demo --seconds 30 --chart /tmp/demo.svg")]
+#[command(
+    after_help = "Example:\n  gpuslice demo                # about 20 seconds, chart in ./gpuslice-demo.svg\n  gpuslice demo --seconds 30 --chart /tmp/demo.svg"
+)]
 pub struct DemoArgs {
     /// How long the tenants run.
     #[arg(long, default_value_t = 20)]
@@ -259,7 +261,10 @@ fn summary(outputs: &BTreeMap<String, String>, seen: &BTreeMap<String, Seen>) ->
         (!used.is_empty()).then(|| used.iter().map(|(_, u)| u).sum::<f64>() / used.len() as f64)
     };
     if let (Some(share), Some(avg)) = (find("training", "share="), average("training")) {
-        out += &format!("training   share 60 %: got {share} of the device over its run ({:.0} % on average per second); alone otherwise\n", avg * 100.0);
+        out += &format!(
+            "training   share 60 %: got {share} of the device over its run ({:.0} % on average per second); alone otherwise\n",
+            avg * 100.0
+        );
     }
     if let (Some(p50), Some(p99)) = (find("inference", "p50_us="), find("inference", "p99_us=")) {
         out += &format!("inference  priority 1: bursts of 20 x 200 us took {p50} us (median), {p99} us (p99) beside the training job\n");
@@ -293,9 +298,10 @@ fn chart(path: &Path, seen: &BTreeMap<String, Seen>) -> Result<(), String> {
         for (i, (tenant, s)) in seen.iter().filter(|(_, s)| s.used.iter().any(|(_, u)| *u > 0.0)).enumerate() {
             let color = Palette99::pick(i).to_rgba();
             let points: Vec<(f64, f64)> = s.used.iter().map(|(t, u)| (*t, (u * 100.0).min(100.0))).collect();
-            chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(tenant.as_str()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(tenant.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         }
         chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
         root.present()?;

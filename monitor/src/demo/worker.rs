@@ -134,9 +134,8 @@ impl Device {
         let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
         // SAFETY: a kernel and stream of this context; `params` points at one
         // argument, alive for the call (the driver copies it).
-        let r = unsafe {
-            (self.cuda.launch_kernel)(self.kernel, 1, 1, 1, 32, 1, 1, 0, self.stream, params.as_mut_ptr(), std::ptr::null_mut())
-        };
+        let r =
+            unsafe { (self.cuda.launch_kernel)(self.kernel, 1, 1, 1, 32, 1, 1, 0, self.stream, params.as_mut_ptr(), std::ptr::null_mut()) };
         check("cuLaunchKernel", r)
     }
 
@@ -154,7 +153,9 @@ pub fn main(args: WorkerArgs) -> Result<ExitCode, String> {
     let job = &args.job;
     match job.first().map(String::as_str) {
         Some("train") => train(number(job, 1, "KERNEL_US")?, number(job, 2, "SECONDS")?),
-        Some("infer") => infer(number(job, 1, "KERNEL_US")?, number(job, 2, "COUNT")?, number(job, 3, "PERIOD_MS")?, number(job, 4, "SECONDS")?),
+        Some("infer") => {
+            infer(number(job, 1, "KERNEL_US")?, number(job, 2, "COUNT")?, number(job, 3, "PERIOD_MS")?, number(job, 4, "SECONDS")?)
+        }
         Some("notebook") => notebook(number(job, 1, "STEP_MIB")?, number(job, 2, "HOLD_S")?),
         _ => Err("demo-worker: expected train, infer or notebook".into()),
     }?;

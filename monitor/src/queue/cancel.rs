@@ -25,7 +25,8 @@ pub struct CancelArgs {
 /// Ends a job: a waiting one leaves the queue, a running one's command
 /// gets SIGTERM. Only the job's owner (or root) may.
 pub fn cancel(args: CancelArgs) -> Result<ExitCode, String> {
-    let id: u64 = args.id.parse().map_err(|_| format!("{:?} is not a job id: expected a whole number, as `gpuslice queue` shows", args.id))?;
+    let id: u64 =
+        args.id.parse().map_err(|_| format!("{:?} is not a job id: expected a whole number, as `gpuslice queue` shows", args.id))?;
     let dir = discovery::ledger_dir(args.dir.as_deref());
     let queue = Queue::at(&dir);
     let none = || format!("no job {id} in the queue at {} (`gpuslice queue` lists them)", queue.dir().display());
@@ -53,7 +54,9 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, String> {
     if !has_open(job.pid, meta.dev(), meta.ino()) {
         return Err(format!("job {id}: its process {} does not hold its file; it is ending", job.pid));
     }
-    let running = queue.live_board().is_some_and(|b| b.jobs.iter().any(|j| j.id == id && j.inode == meta.ino() && j.state == store::JobState::Running));
+    let running = queue
+        .live_board()
+        .is_some_and(|b| b.jobs.iter().any(|j| j.id == id && j.inode == meta.ino() && j.state == store::JobState::Running));
     // SAFETY: kill(2) on the pid checked above.
     if unsafe { libc::kill(job.pid as libc::pid_t, libc::SIGTERM) } != 0 {
         return Err(format!("job {id}: cannot signal process {}: {}", job.pid, std::io::Error::last_os_error()));

@@ -44,7 +44,8 @@ pub fn list(args: QueueListArgs) -> Result<ExitCode, String> {
 }
 
 fn table(jobs: &[Job], now_unix_ms: u64) -> String {
-    let mut rows = vec![["ID", "NAME", "STATE", "PRIORITY", "GPUS", "MEMORY", "TENANT", "SINCE", "DEVICES", "COMMAND"].map(String::from).to_vec()];
+    let mut rows =
+        vec![["ID", "NAME", "STATE", "PRIORITY", "GPUS", "MEMORY", "TENANT", "SINCE", "DEVICES", "COMMAND"].map(String::from).to_vec()];
     for job in jobs {
         let since_ms = job.started_unix_ms.unwrap_or(job.submitted_unix_ms);
         rows.push(vec![

@@ -236,10 +236,7 @@ mod tests {
     #[test]
     fn admitted_jobs_take_room_from_later_ones() {
         let rooms = devices(&[0]);
-        assert_eq!(started(&admit(&rooms, &[job(1, 0, 1, 5), job(2, 0, 1, 3), job(3, 0, 1, 1)])), [
-            (1, vec!["GPU-0"]),
-            (2, vec!["GPU-0"])
-        ]);
+        assert_eq!(started(&admit(&rooms, &[job(1, 0, 1, 5), job(2, 0, 1, 3), job(3, 0, 1, 1)])), [(1, vec!["GPU-0"]), (2, vec!["GPU-0"])]);
     }
 
     #[test]

@@ -538,7 +538,8 @@ mod tests {
         let mut third = job(0);
         let _held3 = queue.create_job(&mut third).unwrap();
         assert_eq!(third.id, 101);
-        let leftovers: Vec<_> = std::fs::read_dir(queue.dir()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        let leftovers: Vec<_> =
+            std::fs::read_dir(queue.dir()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
         assert!(leftovers.is_empty(), "no temporary file is left: {leftovers:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -249,5 +249,4 @@ mod tests {
         assert!(check_program(plain.to_str().unwrap()).is_err(), "not executable");
         let _ = std::fs::remove_file(&plain);
     }
-
 }

@@ -110,11 +110,7 @@ impl Runtime {
 
     fn has_context_on(&self, dev: usize) -> bool {
         lock(&self.contexts.created).iter().any(|c| c.ledger_index == dev)
-            || self
-                .devices
-                .iter()
-                .zip(&self.contexts.primaries)
-                .any(|(d, p)| d.ledger_index == dev && lock(p).charged)
+            || self.devices.iter().zip(&self.contexts.primaries).any(|(d, p)| d.ledger_index == dev && lock(p).charged)
     }
 
     /// Says why a context was refused: unlike an allocation (which
@@ -135,7 +131,12 @@ impl Runtime {
     /// Charges a new context on `device` around `create`. Reserves the
     /// tenant's known overhead first; if none is known and this is the
     /// process's first context there, measures it after creation.
-    fn charge_context(&self, device: &Device, first_here: bool, create: impl FnOnce() -> Result<usize, CUresult>) -> Result<(usize, u64), CUresult> {
+    fn charge_context(
+        &self,
+        device: &Device,
+        first_here: bool,
+        create: impl FnOnce() -> Result<usize, CUresult>,
+    ) -> Result<(usize, u64), CUresult> {
         let dev = device.ledger_index;
         let known_bytes = self.ledger.context_overhead_bytes(dev);
         if self.reserve(dev, known_bytes).is_err() {

@@ -86,11 +86,7 @@ impl Runtime {
         }
         let ctx = ctx as usize;
         let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
-        let cached = LAST_CONTEXT
-            .try_with(Cell::get)
-            .ok()
-            .filter(|c| c.ctx == ctx && c.generation == generation)
-            .map(|c| c.cu_device);
+        let cached = LAST_CONTEXT.try_with(Cell::get).ok().filter(|c| c.ctx == ctx && c.generation == generation).map(|c| c.cu_device);
         let cu_device = match cached {
             Some(cu_device) => cu_device,
             None => {

@@ -59,8 +59,8 @@ pub mod vmm;
 
 pub use devices::Device;
 pub use memory::{
-    allocation_bytes, array_bytes, element_bytes, mipmapped_bytes, pitch_estimate_bytes, AddressHasher, Charge, Kind,
-    Tracker, ALLOCATION_GRANULARITY_BYTES,
+    allocation_bytes, array_bytes, element_bytes, mipmapped_bytes, pitch_estimate_bytes, AddressHasher, Charge, Kind, Tracker,
+    ALLOCATION_GRANULARITY_BYTES,
 };
 pub use stream_ordered::has_stream_ordered_state;
 pub use views::{capped_view, keep_tenant_processes};

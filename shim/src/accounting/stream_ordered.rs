@@ -591,8 +591,7 @@ impl Runtime {
         if PENDING_FREES.load(Ordering::Acquire) == 0 {
             return;
         }
-        let snapshot: Vec<(u64, u64, usize)> =
-            lock(&self.pending_frees.list).iter().map(|p| (p.id, p.stream, p.event)).collect();
+        let snapshot: Vec<(u64, u64, usize)> = lock(&self.pending_frees.list).iter().map(|p| (p.id, p.stream, p.event)).collect();
         let mut waiting: Vec<u64> = Vec::new();
         let mut done: Vec<u64> = Vec::new();
         for (id, stream, event) in snapshot {

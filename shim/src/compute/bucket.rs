@@ -475,7 +475,6 @@ impl Wait {
     }
 }
 
-
 /// The most streams one launch runs on (a multi-device cooperative launch:
 /// one per device).
 const MAX_TARGETS: usize = ledger::MAX_DEVICES;
@@ -523,18 +522,19 @@ impl Runtime {
             if let Some((index, lane)) = throttle.find(ctx as usize) {
                 return (Route::Lane(lane), Some((index, lane.epoch.load(Ordering::Acquire))));
             }
-            let building = throttle.lanes.iter().any(|lane| {
-                lane.state.load(Ordering::Acquire) == lane_state::BUILDING && lane.ctx.load(Ordering::Acquire) == ctx as usize
-            });
+            let building = throttle
+                .lanes
+                .iter()
+                .any(|lane| lane.state.load(Ordering::Acquire) == lane_state::BUILDING && lane.ctx.load(Ordering::Acquire) == ctx as usize);
             if !building {
                 break;
             }
             std::thread::sleep(Duration::from_micros(100));
         }
         let claimed = throttle.lanes.iter().enumerate().find(|(_, lane)| {
-            [lane_state::EMPTY, lane_state::DEAD].into_iter().any(|from| {
-                lane.state.compare_exchange(from, lane_state::BUILDING, Ordering::AcqRel, Ordering::Acquire).is_ok()
-            })
+            [lane_state::EMPTY, lane_state::DEAD]
+                .into_iter()
+                .any(|from| lane.state.compare_exchange(from, lane_state::BUILDING, Ordering::AcqRel, Ordering::Acquire).is_ok())
         });
         let Some((index, lane)) = claimed else {
             self.warn_unmeasured(format_args!("all {MAX_LANES} lanes are taken by other contexts"));
@@ -599,11 +599,8 @@ impl Runtime {
         let key = stream as usize;
         let generation = STREAM_GENERATION.load(Ordering::Acquire);
         let way = cache_way(key);
-        let cached = LANES
-            .try_with(|c| c.streams.get(way).map(Cell::get))
-            .ok()
-            .flatten()
-            .filter(|c| c.key == key && c.generation == generation);
+        let cached =
+            LANES.try_with(|c| c.streams.get(way).map(Cell::get)).ok().flatten().filter(|c| c.key == key && c.generation == generation);
         if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
             return Route::Lane(lane);
         }

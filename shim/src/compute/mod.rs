@@ -89,9 +89,10 @@ pub fn arbitrates(dev: usize) -> bool {
 /// Turns the bucket on where a device has a limit the monitor does not
 /// keep (after joining, and whenever a seat is joined or orphaned).
 pub fn refresh_mode(rt: &Runtime) {
-    let bucket = rt.devices.iter().any(|d| {
-        ledger::compute::is_limiting(rt.ledger.compute_limit_ratio_e4(d.ledger_index)) && !arbitrates(d.ledger_index)
-    });
+    let bucket = rt
+        .devices
+        .iter()
+        .any(|d| ledger::compute::is_limiting(rt.ledger.compute_limit_ratio_e4(d.ledger_index)) && !arbitrates(d.ledger_index));
     bucket::set_governed(bucket);
 }
 

@@ -61,7 +61,10 @@ macro_rules! destroy_hook {
 }
 
 destroy_hook!(cuCtxDestroy);
-destroy_hook!(#[doc(alias = "cuCtxDestroy")] cuCtxDestroy_v2);
+destroy_hook!(
+    #[doc(alias = "cuCtxDestroy")]
+    cuCtxDestroy_v2
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {

@@ -39,7 +39,10 @@ macro_rules! free_hook {
     };
 }
 
-alloc_hook!(#[doc(alias = "cuMemAlloc")] cuMemAlloc_v2());
+alloc_hook!(
+    #[doc(alias = "cuMemAlloc")]
+    cuMemAlloc_v2()
+);
 alloc_hook!(cuMemAllocManaged(flags: c_uint));
 
 /// A stream-ordered allocation hook: charged to the stream's context, on

@@ -207,7 +207,12 @@ fn whole_list<T: ProcessRecord>(device: nvmlDevice_t, real: ProcessList<T>) -> R
 /// # Safety
 /// `count` is null or valid for reads and writes; `infos` is null or holds
 /// `*count` records.
-unsafe fn running_processes<T: ProcessRecord>(device: nvmlDevice_t, count: *mut c_uint, infos: *mut T, real: ProcessList<T>) -> nvmlReturn_t {
+unsafe fn running_processes<T: ProcessRecord>(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut T,
+    real: ProcessList<T>,
+) -> nvmlReturn_t {
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = || unsafe { real(device, count, infos) };
     if count.is_null() {

@@ -79,12 +79,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
     let real = real_or_return!(cuGetProcAddress);
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, cuda_version, flags) };

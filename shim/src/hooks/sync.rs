@@ -77,4 +77,7 @@ macro_rules! stream_destroy_hook {
 }
 
 stream_destroy_hook!(cuStreamDestroy);
-stream_destroy_hook!(#[doc(alias = "cuStreamDestroy")] cuStreamDestroy_v2);
+stream_destroy_hook!(
+    #[doc(alias = "cuStreamDestroy")]
+    cuStreamDestroy_v2
+);

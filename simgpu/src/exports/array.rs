@@ -2,8 +2,8 @@
 //! memory (simulated kernels never read them).
 
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::driver;
+use crate::ffi::cu_export;
 use crate::ffi::{input, out};
 use crate::memory::{self as mem, array_bytes};
 use abi::cuda::*;

@@ -2,9 +2,9 @@
 //! per-thread current-context stack, synchronisation.
 
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::{driver, with_ctx_stack, CuResult, Driver};
 use crate::exec::lock;
+use crate::ffi::cu_export;
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_int, c_uint, c_void};

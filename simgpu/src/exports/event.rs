@@ -3,9 +3,9 @@
 //! kernel time.
 
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, TAG_EVENT};
 use crate::exec::{lock, Event, Op};
+use crate::ffi::cu_export;
 use crate::ffi::out;
 use abi::cuda::*;
 use std::ffi::c_uint;

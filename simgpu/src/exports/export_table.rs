@@ -183,14 +183,26 @@ unsafe extern "C" fn module_from_fatbinc(result: *mut CUmodule, wrapper: *const 
 }
 
 /// The same with link options simgpu has no use for.
-unsafe extern "C" fn module_from_fatbinc_ext(result: *mut CUmodule, wrapper: *const c_void, _a3: *mut c_void, _a4: *mut c_void, _a5: c_uint) -> CUresult {
+unsafe extern "C" fn module_from_fatbinc_ext(
+    result: *mut CUmodule,
+    wrapper: *const c_void,
+    _a3: *mut c_void,
+    _a4: *mut c_void,
+    _a5: c_uint,
+) -> CUresult {
     simgpu_debug!("runtime interface: module from a registered fatbin (extended)");
     // SAFETY: as module_from_fatbinc.
     guard(|| unsafe { module::load_image(result, wrapper) })
 }
 
 /// The same from the fatbin itself (arguments in the other order).
-unsafe extern "C" fn module_from_fatbin_ext(fatbin: *const c_void, result: *mut CUmodule, _a3: *mut c_void, _a4: *mut c_void, _a5: c_uint) -> CUresult {
+unsafe extern "C" fn module_from_fatbin_ext(
+    fatbin: *const c_void,
+    result: *mut CUmodule,
+    _a3: *mut c_void,
+    _a4: *mut c_void,
+    _a5: c_uint,
+) -> CUresult {
     simgpu_debug!("runtime interface: module from a fatbin (extended)");
     // SAFETY: as module_from_fatbinc.
     guard(|| unsafe { module::load_image(result, fatbin) })
@@ -219,7 +231,8 @@ extern "C" fn load_compilers() -> CUresult {
 
 // ---- tools -------------------------------------------------------------
 
-static TOOLS_TLS_TABLE: Table<4> = Table([size_word::<4>(), unknown!(TOOLS_TLS, 1), tools_current_context as *const c_void, unknown!(TOOLS_TLS, 3)]);
+static TOOLS_TLS_TABLE: Table<4> =
+    Table([size_word::<4>(), unknown!(TOOLS_TLS, 1), tools_current_context as *const c_void, unknown!(TOOLS_TLS, 3)]);
 
 /// The calling thread's current context, as `cuCtxGetCurrent`.
 unsafe extern "C" fn tools_current_context(pctx: *mut CUcontext) -> CUresult {
@@ -540,13 +553,16 @@ pub mod integrity {
 
     /// MD2's substitution table: a permutation of 0..=255 built from the digits of pi.
     const PI_SUBST: [u8; 256] = [
-        41, 46, 67, 201, 162, 216, 124, 1, 61, 54, 84, 161, 236, 240, 6, 19, 98, 167, 5, 243, 192, 199, 115, 140, 152, 147, 43, 217, 188, 76, 130, 202, 30, 155, 87, 60, 253, 212, 224,
-        22, 103, 66, 111, 24, 138, 23, 229, 18, 190, 78, 196, 214, 218, 158, 222, 73, 160, 251, 245, 142, 187, 47, 238, 122, 169, 104, 121, 145, 21, 178, 7, 63, 148, 194, 16, 137, 11, 34,
-        95, 33, 128, 127, 93, 154, 90, 144, 50, 39, 53, 62, 204, 231, 191, 247, 151, 3, 255, 25, 48, 179, 72, 165, 181, 209, 215, 94, 146, 42, 172, 86, 170, 198, 79, 184, 56, 210, 150,
-        164, 125, 182, 118, 252, 107, 226, 156, 116, 4, 241, 69, 157, 112, 89, 100, 113, 135, 32, 134, 91, 207, 101, 230, 45, 168, 2, 27, 96, 37, 173, 174, 176, 185, 246, 28, 70, 97, 105,
-        52, 64, 126, 15, 85, 71, 163, 35, 221, 81, 175, 58, 195, 92, 249, 206, 186, 197, 234, 38, 44, 83, 13, 110, 133, 40, 132, 9, 211, 223, 205, 244, 65, 129, 77, 82, 106, 220, 55, 200,
-        108, 193, 171, 250, 36, 225, 123, 8, 12, 189, 177, 74, 120, 136, 149, 139, 227, 99, 232, 109, 233, 203, 213, 254, 59, 0, 29, 57, 242, 239, 183, 14, 102, 88, 208, 228, 166, 119,
-        114, 248, 235, 117, 75, 10, 49, 68, 80, 180, 143, 237, 31, 26, 219, 153, 141, 51, 159, 17, 131, 20,
+        41, 46, 67, 201, 162, 216, 124, 1, 61, 54, 84, 161, 236, 240, 6, 19, 98, 167, 5, 243, 192, 199, 115, 140, 152, 147, 43, 217, 188,
+        76, 130, 202, 30, 155, 87, 60, 253, 212, 224, 22, 103, 66, 111, 24, 138, 23, 229, 18, 190, 78, 196, 214, 218, 158, 222, 73, 160,
+        251, 245, 142, 187, 47, 238, 122, 169, 104, 121, 145, 21, 178, 7, 63, 148, 194, 16, 137, 11, 34, 95, 33, 128, 127, 93, 154, 90,
+        144, 50, 39, 53, 62, 204, 231, 191, 247, 151, 3, 255, 25, 48, 179, 72, 165, 181, 209, 215, 94, 146, 42, 172, 86, 170, 198, 79, 184,
+        56, 210, 150, 164, 125, 182, 118, 252, 107, 226, 156, 116, 4, 241, 69, 157, 112, 89, 100, 113, 135, 32, 134, 91, 207, 101, 230, 45,
+        168, 2, 27, 96, 37, 173, 174, 176, 185, 246, 28, 70, 97, 105, 52, 64, 126, 15, 85, 71, 163, 35, 221, 81, 175, 58, 195, 92, 249,
+        206, 186, 197, 234, 38, 44, 83, 13, 110, 133, 40, 132, 9, 211, 223, 205, 244, 65, 129, 77, 82, 106, 220, 55, 200, 108, 193, 171,
+        250, 36, 225, 123, 8, 12, 189, 177, 74, 120, 136, 149, 139, 227, 99, 232, 109, 233, 203, 213, 254, 59, 0, 29, 57, 242, 239, 183,
+        14, 102, 88, 208, 228, 166, 119, 114, 248, 235, 117, 75, 10, 49, 68, 80, 180, 143, 237, 31, 26, 219, 153, 141, 51, 159, 17, 131,
+        20,
     ];
 
     /// MD2 (RFC 1319), streaming.
@@ -627,7 +643,10 @@ pub mod integrity {
             assert_eq!(md2(b""), "8350e5a3e24c153df2275c9f80692773");
             assert_eq!(md2(b"abc"), "da853b0d3f88d99b30283a69e6ded6bb");
             assert_eq!(md2(b"message digest"), "ab4f496bfb2a530b219ff33031fe06b0");
-            assert_eq!(md2(b"12345678901234567890123456789012345678901234567890123456789012345678901234567890"), "d5976f79d83d3a0dc9806c3c66f3efd8");
+            assert_eq!(
+                md2(b"12345678901234567890123456789012345678901234567890123456789012345678901234567890"),
+                "d5976f79d83d3a0dc9806c3c66f3efd8"
+            );
         }
     }
 }

@@ -4,9 +4,9 @@
 
 use super::launch::{kernel_duration_ns, Dims};
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, TAG_EXEC, TAG_GRAPH, TAG_NODE};
 use crate::exec::Op;
+use crate::ffi::cu_export;
 use crate::ffi::{input, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_uint, c_ulonglong};
@@ -22,13 +22,20 @@ cu_export!(cuGraphCreate(phgraph: *mut CUgraph, flags: std::ffi::c_uint) {
     out(phgraph, ptr(g))
 });
 
-unsafe fn add_kernel_node(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, p: CUDA_KERNEL_NODE_PARAMS_v1) -> CuResult<()> {
+unsafe fn add_kernel_node(
+    phnode: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    num_deps: usize,
+    p: CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CuResult<()> {
     let d = driver()?;
     if phnode.is_null() || (num_deps > 0 && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let func = d.read().functions.get(&h(p.func)).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let dims = Dims { grid: [p.gridDimX, p.gridDimY, p.gridDimZ], block: [p.blockDimX, p.blockDimY, p.blockDimZ], shared_bytes: p.sharedMemBytes };
+    let dims =
+        Dims { grid: [p.gridDimX, p.gridDimY, p.gridDimZ], block: [p.blockDimX, p.blockDimY, p.blockDimZ], shared_bytes: p.sharedMemBytes };
     if dims.grid.contains(&0) || dims.block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -45,7 +52,10 @@ unsafe fn add_kernel_node(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const
     }
     let g = objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     g.nodes.push(node);
-    objs.nodes.insert(node, (h(graph), KernelNode { duration_ns, func: h(p.func), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }));
+    objs.nodes.insert(
+        node,
+        (h(graph), KernelNode { duration_ns, func: h(p.func), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }),
+    );
     drop(objs);
     // SAFETY: checked non-null.
     unsafe { out(phnode, ptr(node)) }

@@ -1,7 +1,7 @@
 //! Initialisation, versions, error strings, export table.
 
-use crate::ffi::cu_export;
 use crate::driver::{self, DRIVER_VERSION};
+use crate::ffi::cu_export;
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};

@@ -4,9 +4,9 @@
 //! is capturing).
 
 use super::h;
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver, Function, KernelNode, TAG_NODE};
 use crate::exec::Op;
+use crate::ffi::cu_export;
 use crate::ffi::input;
 use abi::cuda::*;
 use std::ffi::{c_uint, c_void};
@@ -98,7 +98,14 @@ fn check_dims(dims: &Dims, cooperative: bool) -> CuResult<()> {
 }
 
 /// The launch path: one read of the registry, one queue push.
-pub unsafe fn launch(f: CUfunction, dims: &Dims, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void, cooperative: bool) -> CuResult<()> {
+pub unsafe fn launch(
+    f: CUfunction,
+    dims: &Dims,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    cooperative: bool,
+) -> CuResult<()> {
     let d = driver()?;
     let sh = h(stream);
     let (func, ctx, s) = {
@@ -123,7 +130,10 @@ pub unsafe fn launch(f: CUfunction, dims: &Dims, stream: CUstream, params: *mut 
         let mut objs = d.write();
         let g = objs.graphs.get_mut(&graph).ok_or(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)?;
         g.nodes.push(node);
-        objs.nodes.insert(node, (graph, KernelNode { duration_ns, func: h(f), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }));
+        objs.nodes.insert(
+            node,
+            (graph, KernelNode { duration_ns, func: h(f), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }),
+        );
         return Ok(());
     }
     ctx.exec.submit(Op::Kernel { stream: s, remaining_ns: duration_ns });

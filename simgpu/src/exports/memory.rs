@@ -13,10 +13,10 @@
 //! makes the call wait until the copy has run. A stream being captured copies
 //! at the call, as before capture existed here.
 
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver};
-use crate::ffi::{out, out_opt};
 use crate::exec::{Op, Transfer};
+use crate::ffi::cu_export;
+use crate::ffi::{out, out_opt};
 use crate::memory::{self as mem, check_device_range};
 use abi::cuda::*;
 use std::ffi::{c_uint, c_void};
@@ -140,7 +140,11 @@ trait IntoResult {
 }
 impl IntoResult for CUresult {
     fn into_result(self) -> CuResult<()> {
-        if self == CUDA_SUCCESS { Ok(()) } else { Err(self) }
+        if self == CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(self)
+        }
     }
 }
 

@@ -130,7 +130,10 @@ fn function_of(hmod: u64, name: &str) -> CuResult<u64> {
     let f = d.new_handle(TAG_FUNC);
     module.functions.insert(name.to_string(), f);
     let c_name = CString::new(name).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    objs.functions.insert(f, Arc::new(Function { module: hmod, sim: name.starts_with("sim_"), name: name.to_string(), c_name, settable: Default::default() }));
+    objs.functions.insert(
+        f,
+        Arc::new(Function { module: hmod, sim: name.starts_with("sim_"), name: name.to_string(), c_name, settable: Default::default() }),
+    );
     Ok(f)
 }
 
@@ -437,7 +440,9 @@ fn function_attribute(f: &Function, attrib: c_int) -> CuResult<c_int> {
         ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES => s.max_dynamic_shared_bytes.load(Relaxed),
         ATTR_PREFERRED_SHARED_MEMORY_CARVEOUT => s.carveout_percent.load(Relaxed),
         ATTR_CLUSTER_SIZE_MUST_BE_SET => 0,
-        ATTR_REQUIRED_CLUSTER_WIDTH..=ATTR_REQUIRED_CLUSTER_DEPTH => s.cluster_dims[(attrib - ATTR_REQUIRED_CLUSTER_WIDTH) as usize].load(Relaxed),
+        ATTR_REQUIRED_CLUSTER_WIDTH..=ATTR_REQUIRED_CLUSTER_DEPTH => {
+            s.cluster_dims[(attrib - ATTR_REQUIRED_CLUSTER_WIDTH) as usize].load(Relaxed)
+        }
         ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED => s.non_portable_cluster.load(Relaxed),
         ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE => s.cluster_scheduling.load(Relaxed),
         16 => 0, // DEVICE_NODE_UPDATE_SUPPORTED
@@ -451,7 +456,9 @@ fn function_attribute(f: &Function, attrib: c_int) -> CuResult<c_int> {
 fn set_function_attribute(f: &Function, attrib: c_int, value: c_int) -> CuResult<()> {
     let s = &f.settable;
     match attrib {
-        ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES if (0..=MAX_SHARED_OPTIN_BYTES).contains(&value) => s.max_dynamic_shared_bytes.store(value, Relaxed),
+        ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES if (0..=MAX_SHARED_OPTIN_BYTES).contains(&value) => {
+            s.max_dynamic_shared_bytes.store(value, Relaxed)
+        }
         ATTR_PREFERRED_SHARED_MEMORY_CARVEOUT if (-1..=100).contains(&value) => s.carveout_percent.store(value, Relaxed),
         ATTR_REQUIRED_CLUSTER_WIDTH..=ATTR_REQUIRED_CLUSTER_DEPTH if (0..=NON_PORTABLE_CLUSTER_BLOCKS as c_int).contains(&value) => {
             s.cluster_dims[(attrib - ATTR_REQUIRED_CLUSTER_WIDTH) as usize].store(value, Relaxed)
@@ -559,7 +566,14 @@ type BlockToSmem = Option<unsafe extern "C" fn(c_int) -> usize>;
 
 /// The block size (a multiple of the warp, at most `limit`) that keeps the
 /// most threads resident, and the grid that fills the device with it.
-unsafe fn potential_block_size(min_grid: *mut c_int, block: *mut c_int, func: CUfunction, to_smem: BlockToSmem, dynamic_smem: usize, limit: c_int) -> CuResult<()> {
+unsafe fn potential_block_size(
+    min_grid: *mut c_int,
+    block: *mut c_int,
+    func: CUfunction,
+    to_smem: BlockToSmem,
+    dynamic_smem: usize,
+    limit: c_int,
+) -> CuResult<()> {
     function(h(func))?;
     if min_grid.is_null() || block.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -729,7 +743,9 @@ fn input_contents(kind: c_uint, data: &[u8]) -> CuResult<Contents> {
         CU_JIT_INPUT_CUBIN | CU_JIT_INPUT_PTX | CU_JIT_INPUT_FATBINARY => image::contents(data),
         // Host objects and archives (libcudadevrt.a) bring device helpers,
         // not kernels the application will look up by name.
-        CU_JIT_INPUT_OBJECT | CU_JIT_INPUT_LIBRARY => return Ok(Contents { kernels: Kernels::Named(BTreeSet::new()), globals: BTreeMap::new() }),
+        CU_JIT_INPUT_OBJECT | CU_JIT_INPUT_LIBRARY => {
+            return Ok(Contents { kernels: Kernels::Named(BTreeSet::new()), globals: BTreeMap::new() })
+        }
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     parsed.map_err(|image::ImageError::Invalid(why)| {

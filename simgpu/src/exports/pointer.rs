@@ -63,7 +63,16 @@ fn classify(d: &Driver, p: u64) -> Option<Pointee> {
         return None;
     }
     if let Some(m) = device_memory_info(d, p) {
-        return Some(Pointee { host: false, managed: m.managed, ordinal: d.ordinal_of(m.device), ctx: m.ctx, base: m.base, size: m.size, pool: m.pool, ipc_capable: !m.vmm && m.pool == 0 && !m.managed });
+        return Some(Pointee {
+            host: false,
+            managed: m.managed,
+            ordinal: d.ordinal_of(m.device),
+            ctx: m.ctx,
+            base: m.base,
+            size: m.size,
+            pool: m.pool,
+            ipc_capable: !m.vmm && m.pool == 0 && !m.managed,
+        });
     }
     let pinned = d.read().host_allocs.iter().find(|(&b, &s)| p >= b && p < b + s as u64).map(|(&b, &s)| (b, s as u64));
     let registered = || super::host_register::registry().find(p).map(|(b, r)| (b, r.bytes));

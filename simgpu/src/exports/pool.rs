@@ -8,9 +8,9 @@
 //! threshold and the three reuse flags are read and written as stored.
 
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Pool, TAG_POOL};
 use crate::exec::lock;
+use crate::ffi::cu_export;
 use crate::ffi::{input, out};
 use crate::memory as mem;
 use crate::pool;
@@ -49,11 +49,17 @@ fn pool_location(d: &crate::driver::Driver, location: &CUmemLocation, alloc_type
         CU_MEM_LOCATION_TYPE_DEVICE => d.check_device(location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE),
         // Managed memory has one place here, whatever location it prefers
         // (NONE: no preference): the current device's managed pool.
-        CU_MEM_LOCATION_TYPE_NONE | CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT if managed => match d.current() {
-            Ok(ctx) => Ok(ctx.device),
-            Err(_) => d.check_device(0),
-        },
-        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Err(CUDA_ERROR_NOT_SUPPORTED),
+        CU_MEM_LOCATION_TYPE_NONE | CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT
+            if managed =>
+        {
+            match d.current() {
+                Ok(ctx) => Ok(ctx.device),
+                Err(_) => d.check_device(0),
+            }
+        }
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        }
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }
@@ -173,7 +179,9 @@ unsafe fn pool_attribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void, s
     // SAFETY (all accesses below): `value` is non-null and points to the
     // attribute's value type (int, enum or cuuint64_t) by cuda.h's contract.
     match attr {
-        CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES | CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC | CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+        CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
+        | CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC
+        | CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
             let flag = &p.reuse[(attr - 1) as usize];
             match set {
                 true => flag.store(u32::from(unsafe { v32.read_unaligned() } != 0), Relaxed),
@@ -198,7 +206,9 @@ unsafe fn pool_attribute(pool: CUmemoryPool, attr: c_uint, value: *mut c_void, s
         _ if set => return Err(CUDA_ERROR_INVALID_VALUE),
         CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).reserved_bytes) },
         CU_MEMPOOL_ATTR_USED_MEM_CURRENT => unsafe { v64.write_unaligned(lock(&p.blocks).used_bytes) },
-        CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe { v32.write_unaligned(if p.managed { CU_MEM_ALLOCATION_TYPE_MANAGED } else { CU_MEM_ALLOCATION_TYPE_PINNED }) },
+        CU_MEMPOOL_ATTR_ALLOCATION_TYPE => unsafe {
+            v32.write_unaligned(if p.managed { CU_MEM_ALLOCATION_TYPE_MANAGED } else { CU_MEM_ALLOCATION_TYPE_PINNED })
+        },
         CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES => unsafe { v32.write_unaligned(p.handle_types) },
         CU_MEMPOOL_ATTR_LOCATION_ID => unsafe { v32.write_unaligned(d.ordinal_of(p.device) as c_uint) },
         CU_MEMPOOL_ATTR_LOCATION_TYPE => unsafe { v32.write_unaligned(CU_MEM_LOCATION_TYPE_DEVICE) },

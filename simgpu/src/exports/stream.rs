@@ -3,9 +3,9 @@
 //! capture.
 
 use super::{h, ptr};
-use crate::ffi::cu_export;
 use crate::driver::{driver, CuResult, Driver, Graph, TAG_GRAPH, TAG_STREAM};
 use crate::exec::{lock, HostCall, Op, Stream};
+use crate::ffi::cu_export;
 use crate::ffi::{out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_int, c_uint, c_void};
@@ -348,7 +348,11 @@ static STREAM_ATTRS: std::sync::Mutex<Option<std::collections::HashMap<(u64, c_u
 
 fn check_stream_attr(attr: c_uint) -> CuResult<()> {
     match attr {
-        STREAM_ATTR_ACCESS_POLICY_WINDOW | STREAM_ATTR_SYNCHRONIZATION_POLICY | STREAM_ATTR_PRIORITY | STREAM_ATTR_MEM_SYNC_DOMAIN_MAP | STREAM_ATTR_MEM_SYNC_DOMAIN => Ok(()),
+        STREAM_ATTR_ACCESS_POLICY_WINDOW
+        | STREAM_ATTR_SYNCHRONIZATION_POLICY
+        | STREAM_ATTR_PRIORITY
+        | STREAM_ATTR_MEM_SYNC_DOMAIN_MAP
+        | STREAM_ATTR_MEM_SYNC_DOMAIN => Ok(()),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }

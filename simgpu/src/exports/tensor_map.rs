@@ -39,10 +39,10 @@ const OOB_FILL_NAN_REQUEST_ZERO_FMA: c_uint = 1;
 /// elements; `None` for the packed 4- and 6-bit types.
 fn element_bytes(data_type: c_uint) -> Option<u64> {
     Some(match data_type {
-        0 => 1,                // UINT8
-        1 | 6 | 9 => 2,        // UINT16, FLOAT16, BFLOAT16
+        0 => 1,                   // UINT8
+        1 | 6 | 9 => 2,           // UINT16, FLOAT16, BFLOAT16
         2 | 3 | 7 | 10..=12 => 4, // UINT32, INT32, FLOAT32, FLOAT32_FTZ, TFLOAT32, TFLOAT32_FTZ
-        4 | 5 | 8 => 8,        // UINT64, INT64, FLOAT64
+        4 | 5 | 8 => 8,           // UINT64, INT64, FLOAT64
         _ => return None,
     })
 }
@@ -122,7 +122,13 @@ impl Common {
         check(!map.is_null() && (map as u64).is_multiple_of(TENSOR_MAP_ALIGN_BYTES))?;
         let mut words = [0u64; TENSOR_MAP_QWORDS];
         words[0] = self.address;
-        words[1] = MAGIC << 32 | u64::from(self.data_type) | u64::from(self.rank) << 8 | u64::from(self.interleave) << 12 | u64::from(self.swizzle) << 16 | u64::from(self.l2_promotion) << 20 | u64::from(self.oob_fill) << 24;
+        words[1] = MAGIC << 32
+            | u64::from(self.data_type)
+            | u64::from(self.rank) << 8
+            | u64::from(self.interleave) << 12
+            | u64::from(self.swizzle) << 16
+            | u64::from(self.l2_promotion) << 20
+            | u64::from(self.oob_fill) << 24;
         for (i, &d) in self.dims.iter().enumerate() {
             words[2 + i] = d;
         }
@@ -146,12 +152,24 @@ impl Common {
 /// The arrays hold `rank` (strides: `rank - 1`) values when `rank` is in
 /// range, as cuda.h requires; a null array is refused.
 #[allow(clippy::too_many_arguments)]
-unsafe fn common(data_type: c_uint, rank: u32, address: *mut c_void, dims: *const u64, strides: *const u64, element_strides: *const u32, interleave: c_uint, swizzle: c_uint, l2_promotion: c_uint, oob_fill: c_uint) -> CuResult<Common> {
+unsafe fn common(
+    data_type: c_uint,
+    rank: u32,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    element_strides: *const u32,
+    interleave: c_uint,
+    swizzle: c_uint,
+    l2_promotion: c_uint,
+    oob_fill: c_uint,
+) -> CuResult<Common> {
     check((1..=MAX_RANK).contains(&rank))?;
     let n = rank as usize;
     // SAFETY: each array holds the number of values cuda.h gives it (this
     // function's contract); null is refused.
-    let (dims, strides, element_strides) = unsafe { (read_array(dims, n)?, if n > 1 { read_array(strides, n - 1)? } else { Vec::new() }, read_array(element_strides, n)?) };
+    let (dims, strides, element_strides) =
+        unsafe { (read_array(dims, n)?, if n > 1 { read_array(strides, n - 1)? } else { Vec::new() }, read_array(element_strides, n)?) };
     Ok(Common { data_type, rank, address: address as u64, dims, strides, element_strides, interleave, swizzle, l2_promotion, oob_fill })
 }
 

@@ -1,8 +1,8 @@
 //! Virtual memory management: physical handles, address reservations,
 //! mappings, access, granularity.
 
-use crate::ffi::cu_export;
 use crate::driver::driver;
+use crate::ffi::cu_export;
 use crate::ffi::{input, out};
 use crate::memory::{self as mem, VMM_GRANULARITY_BYTES};
 use abi::cuda::*;

@@ -44,7 +44,12 @@ impl From<DeviceProcess> for ProcessInfoV1 {
 
 impl From<DeviceProcess> for ProcessInfoV2 {
     fn from(p: DeviceProcess) -> Self {
-        ProcessInfoV2 { pid: p.pid, usedGpuMemory: p.used_bytes, gpuInstanceId: p.gpu_instance_id, computeInstanceId: p.compute_instance_id }
+        ProcessInfoV2 {
+            pid: p.pid,
+            usedGpuMemory: p.used_bytes,
+            gpuInstanceId: p.gpu_instance_id,
+            computeInstanceId: p.compute_instance_id,
+        }
     }
 }
 
@@ -61,7 +66,12 @@ fn slot_processes(st: &SharedState, i: usize, ids: (u32, u32)) -> Vec<DeviceProc
     (0..crate::state::MAX_PROCS)
         .map(|s| st.proc(s))
         .filter(|r| r.state.load(Acquire) == PROC_ALIVE && r.devices[i].contexts.load(Acquire) > 0)
-        .map(|r| DeviceProcess { pid: r.host_pid.load(Relaxed), used_bytes: r.devices[i].used_bytes.load(Acquire), gpu_instance_id: ids.0, compute_instance_id: ids.1 })
+        .map(|r| DeviceProcess {
+            pid: r.host_pid.load(Relaxed),
+            used_bytes: r.devices[i].used_bytes.load(Acquire),
+            gpu_instance_id: ids.0,
+            compute_instance_id: ids.1,
+        })
         .collect()
 }
 
@@ -70,7 +80,8 @@ fn slot_processes(st: &SharedState, i: usize, ids: (u32, u32)) -> Vec<DeviceProc
 /// with its instance's ids (as NVML lists them on the parent).
 fn compute_processes(m: &Machine, s: usize) -> Vec<DeviceProcess> {
     m.state.reclaim_dead(None);
-    let ids = |slot: usize| m.topology.instance(slot).map_or((NO_INSTANCE, NO_INSTANCE), |i| (i.gpu_instance_id(), i.compute_instance_id()));
+    let ids =
+        |slot: usize| m.topology.instance(slot).map_or((NO_INSTANCE, NO_INSTANCE), |i| (i.gpu_instance_id(), i.compute_instance_id()));
     let instances = m.topology.instance_slots(s);
     if instances.is_empty() {
         return slot_processes(&m.state, s, ids(s));
@@ -89,7 +100,12 @@ fn processes(m: &Machine, s: usize, kind: ProcessKind) -> Vec<DeviceProcess> {
 /// holds and gets back how many there are; too small an array (the usual
 /// first call passes 0 and null) is `NVML_ERROR_INSUFFICIENT_SIZE` with the
 /// needed count written.
-unsafe fn running_processes<T: From<DeviceProcess>>(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut T, kind: ProcessKind) -> NvResult<()> {
+unsafe fn running_processes<T: From<DeviceProcess>>(
+    dev: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut T,
+    kind: ProcessKind,
+) -> NvResult<()> {
     let (m, s) = ready_slot(dev)?;
     if count.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -185,14 +201,26 @@ fn process_samples(st: &SharedState, i: usize, last_seen_us: u64) -> Vec<nvmlPro
             }
         }
         if let Some(mean) = sum.checked_div(n) {
-            out.push(nvmlProcessUtilizationSample_t { pid: r.host_pid.load(Relaxed), timeStamp: newest, smUtil: mean as c_uint, memUtil: 0, encUtil: 0, decUtil: 0 });
+            out.push(nvmlProcessUtilizationSample_t {
+                pid: r.host_pid.load(Relaxed),
+                timeStamp: newest,
+                smUtil: mean as c_uint,
+                memUtil: 0,
+                encUtil: 0,
+                decUtil: 0,
+            });
         }
     }
     out
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(dev: nvmlDevice_t, utilization: *mut nvmlProcessUtilizationSample_t, count: *mut c_uint, last_seen_us: u64) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    dev: nvmlDevice_t,
+    utilization: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen_us: u64,
+) -> nvmlReturn_t {
     guard(|| {
         let (m, i) = ready_device(dev)?;
         if count.is_null() {

@@ -103,9 +103,8 @@ unsafe fn handle_by_pci_bus_id(pci_bus_id: *const c_char, dev: *mut nvmlDevice_t
     // SAFETY: a NUL-terminated string by nvml.h's contract.
     let text = unsafe { c_string(pci_bus_id) }?;
     let address = super::identity::PciAddress::parse(&text).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
-    let index = (0..m.state.device_count() as usize)
-        .find(|&i| super::identity::PciAddress::of_device(i) == address)
-        .ok_or(NVML_ERROR_NOT_FOUND)?;
+    let index =
+        (0..m.state.device_count() as usize).find(|&i| super::identity::PciAddress::of_device(i) == address).ok_or(NVML_ERROR_NOT_FOUND)?;
     // SAFETY: out-pointer by nvml.h's contract.
     unsafe { out(dev, handle(index)) }
 }

@@ -184,7 +184,12 @@ fn bind(dir: &Path) -> Result<UnixListener, String> {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
             let aside = dir.join(format!(".arbiter.sock.untrusted-{}-{nanos:09}", std::process::id()));
             match std::fs::rename(&path, &aside) {
-                Ok(()) => log::warn(&format!("{} was not the monitor's socket (uid {}); moved to {}", path.display(), meta.uid(), aside.display())),
+                Ok(()) => log::warn(&format!(
+                    "{} was not the monitor's socket (uid {}); moved to {}",
+                    path.display(),
+                    meta.uid(),
+                    aside.display()
+                )),
                 Err(_) => {
                     std::fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
                     log::warn(&format!("{} was not the monitor's socket (uid {}); removed", path.display(), meta.uid()));
@@ -192,7 +197,8 @@ fn bind(dir: &Path) -> Result<UnixListener, String> {
             }
         }
     }
-    let listener = broker::with_socket_path(dir, |p| UnixListener::bind(p)).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let listener =
+        broker::with_socket_path(dir, |p| UnixListener::bind(p)).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
         .map_err(|e| format!("cannot open {} to tenants: {e}", path.display()))?;
     listener.set_nonblocking(true).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -341,8 +347,12 @@ impl Arbiter {
 
     fn expire_hellos(&mut self) {
         let now = Instant::now();
-        let expired: Vec<ConnId> =
-            self.conns.iter().filter(|(_, c)| matches!(&c.state, ConnState::Hello { deadline, .. } if *deadline < now)).map(|(id, _)| *id).collect();
+        let expired: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(&c.state, ConnState::Hello { deadline, .. } if *deadline < now))
+            .map(|(id, _)| *id)
+            .collect();
         for id in expired {
             self.conns.remove(&id);
         }
@@ -510,7 +520,11 @@ impl Arbiter {
         if hello.slot == broker::VIEWER_SLOT {
             // SAFETY: geteuid has no preconditions.
             let me = unsafe { libc::geteuid() };
-            return if conn.peer.uid == 0 || conn.peer.uid == me { Ok((hello, Claim::default(), false)) } else { Err(Refusal::NotYourSlot) };
+            return if conn.peer.uid == 0 || conn.peer.uid == me {
+                Ok((hello, Claim::default(), false))
+            } else {
+                Err(Refusal::NotYourSlot)
+            };
         }
         if hello.slot as usize >= ledger::MAX_SLOTS {
             return Err(Refusal::Malformed);
@@ -533,7 +547,8 @@ impl Arbiter {
         if !known {
             return Err(Refusal::UnknownDevice);
         }
-        let configured = self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
+        let configured =
+            self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
         let self_declared = configured.is_none();
         let claim = match configured {
             // A configured tenant gets what the file says, and nothing
@@ -609,11 +624,7 @@ impl Arbiter {
         for (uuid, device) in &self.devices {
             let report = views.entry(*uuid).or_default();
             report.arbitrated = device.page().header.arbitrated.load(std::sync::atomic::Ordering::Relaxed) != 0;
-            report.members = device
-                .members_view()
-                .into_iter()
-                .map(|m| (self.names.get(&m.key).cloned().unwrap_or_default(), m))
-                .collect();
+            report.members = device.members_view().into_iter().map(|m| (self.names.get(&m.key).cloned().unwrap_or_default(), m)).collect();
             report.late_total = device.late_total;
             report.processes_known = true;
             report.processes = self

@@ -113,10 +113,8 @@ pub fn targets(claims: &[Claim]) -> Vec<u32> {
     let unshared = claims.iter().filter(|c| c.share_e4 == 0).count() as u64;
     let equal = whole.saturating_sub(shared).checked_div(unshared).unwrap_or(0);
     let scale = |share: u64| if shared > whole { share * whole / shared } else { share };
-    let guarantee: Vec<u64> = claims
-        .iter()
-        .map(|c| if c.share_e4 == 0 { equal } else { scale(u64::from(c.share_e4.min(WHOLE_E4))) })
-        .collect();
+    let guarantee: Vec<u64> =
+        claims.iter().map(|c| if c.share_e4 == 0 { equal } else { scale(u64::from(c.share_e4.min(WHOLE_E4))) }).collect();
     let mut target: Vec<u64> = claims.iter().zip(&guarantee).map(|(c, g)| (*g).min(limit(c))).collect();
     let mut spare = whole.saturating_sub(target.iter().sum());
     let mut priorities: Vec<i32> = claims.iter().map(|c| c.priority).collect();
@@ -125,8 +123,7 @@ pub fn targets(claims: &[Claim]) -> Vec<u32> {
     for priority in priorities {
         // Water-fill this priority's members up to their limits.
         loop {
-            let open: Vec<usize> =
-                (0..claims.len()).filter(|&i| claims[i].priority == priority && target[i] < limit(&claims[i])).collect();
+            let open: Vec<usize> = (0..claims.len()).filter(|&i| claims[i].priority == priority && target[i] < limit(&claims[i])).collect();
             if open.is_empty() || spare == 0 {
                 break;
             }
@@ -209,8 +206,18 @@ enum Phase {
     Open,
     /// Nobody holds the device.
     Free,
-    Held { m: usize, since_ns: u64, busy_since_ns: Option<u64> },
-    Revoking { m: Option<usize>, busy_since_ns: Option<u64>, pending: Vec<ConnId>, deadline_ns: u64, preempted_for: Option<usize> },
+    Held {
+        m: usize,
+        since_ns: u64,
+        busy_since_ns: Option<u64>,
+    },
+    Revoking {
+        m: Option<usize>,
+        busy_since_ns: Option<u64>,
+        pending: Vec<ConnId>,
+        deadline_ns: u64,
+        preempted_for: Option<usize>,
+    },
 }
 
 /// What the caller must do after a step.
@@ -280,7 +287,15 @@ pub struct DeviceSched {
 
 impl DeviceSched {
     pub fn new(grants: Grants) -> DeviceSched {
-        DeviceSched { grants, members: (0..MAX_MEMBERS).map(|_| None).collect(), phase: Phase::Open, epoch: 1, launched_open: Vec::new(), next: None, late_total: 0 }
+        DeviceSched {
+            grants,
+            members: (0..MAX_MEMBERS).map(|_| None).collect(),
+            phase: Phase::Open,
+            epoch: 1,
+            launched_open: Vec::new(),
+            next: None,
+            late_total: 0,
+        }
     }
 
     /// The page's descriptor, to hand to a process.
@@ -306,11 +321,7 @@ impl DeviceSched {
 
     /// The least virtual time among the active members but `except`.
     fn least_active_vtime(&self, except: usize, now_ns: u64) -> Option<u64> {
-        self.members
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| m.as_ref().filter(|m| i != except && m.active(now_ns)).map(|m| m.vtime))
-            .min()
+        self.members.iter().enumerate().filter_map(|(i, m)| m.as_ref().filter(|m| i != except && m.active(now_ns)).map(|m| m.vtime)).min()
     }
 
     /// Lifts member `m`, coming back from an idle spell, to the least
@@ -550,9 +561,10 @@ impl DeviceSched {
     /// Whether a member of higher priority than `m` is active.
     fn outranked(&self, m: usize, now_ns: u64) -> bool {
         let Some(mine) = self.member(m).map(|member| member.claim.priority) else { return false };
-        self.members.iter().enumerate().any(|(i, other)| {
-            i != m && other.as_ref().is_some_and(|o| o.claim.priority > mine && o.active(now_ns))
-        })
+        self.members
+            .iter()
+            .enumerate()
+            .any(|(i, other)| i != m && other.as_ref().is_some_and(|o| o.claim.priority > mine && o.active(now_ns)))
     }
 
     fn set_grant(&mut self, code: u32, shallow: bool) {
@@ -573,7 +585,14 @@ impl DeviceSched {
     /// process says `Done` (or the deadline), whatever it reported before:
     /// the device waits for it meanwhile, so an `Idle` followed by no `Done`
     /// costs the liar, not the others.
-    fn begin_revoke(&mut self, m: Option<usize>, conns: Vec<ConnId>, busy_since_ns: Option<u64>, preempted_for: Option<usize>, now_ns: u64) -> Vec<ConnId> {
+    fn begin_revoke(
+        &mut self,
+        m: Option<usize>,
+        conns: Vec<ConnId>,
+        busy_since_ns: Option<u64>,
+        preempted_for: Option<usize>,
+        now_ns: u64,
+    ) -> Vec<ConnId> {
         self.set_grant(NOBODY, false);
         let busy_since_ns = m.map(|_| busy_since_ns.unwrap_or(now_ns));
         self.phase =
@@ -667,14 +686,18 @@ impl DeviceSched {
                     self.phase = Phase::Free;
                     return;
                 };
-                let (idle, limited, budget, priority) = (!holder.busy() && !holder.waits(), holder.claim.limited(), holder.budget_ns, holder.claim.priority);
+                let (idle, limited, budget, priority) =
+                    (!holder.busy() && !holder.waits(), holder.claim.limited(), holder.budget_ns, holder.claim.priority);
                 let spent = busy_since_ns.map_or(0, |since| now_ns.saturating_sub(since)) as i64;
                 let out_of_budget = limited && budget.saturating_sub(spent) <= 0;
                 let waiter = self.best_waiter(Some(m));
                 let my_vtime = self.vtime_with_busy(m, busy_since_ns, now_ns);
                 let preemptor = (0..MAX_MEMBERS)
                     .filter(|&i| {
-                        i != m && self.member(i).is_some_and(|w| w.waits() && w.eligible() && w.claim.priority > priority && w.vtime <= my_vtime)
+                        i != m
+                            && self
+                                .member(i)
+                                .is_some_and(|w| w.waits() && w.eligible() && w.claim.priority > priority && w.vtime <= my_vtime)
                     })
                     .max_by_key(|&i| self.member(i).map_or(i32::MIN, |w| w.claim.priority));
                 let preempted = preemptor.is_some();
