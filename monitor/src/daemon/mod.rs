@@ -56,7 +56,10 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often the monitor looks at everything.
 pub const ROUND: Duration = Duration::from_millis(250);
 /// The shortest round when a job file appeared or went (see the loop).
-const QUEUE_ROUND_MIN: Duration = Duration::from_millis(20);
+const QUEUE_ROUND_MIN: Duration = Duration::from_millis(2);
+/// The most rounds a second that job files may start early: a flood of
+/// them costs the monitor at most this many extra rounds.
+const EARLY_ROUNDS_PER_S: u32 = 40;
 /// How long the arbiter's loop may not go round before `/healthz` fails.
 const ARBITER_STALL: Duration = Duration::from_secs(5);
 
@@ -271,6 +274,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     let mut arbiter_stalled = false;
     let started = Instant::now();
 
+    // When the current second of early rounds began, and how many it had.
+    let mut early_rounds = (Instant::now(), 0u32);
     while !stop.load(Ordering::Relaxed) {
         let round_start = Instant::now();
         let forced = hangup.swap(false, Ordering::Relaxed);
@@ -371,10 +376,16 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         ledgers.release_descriptors();
         log::flush_suppressed();
         // A new or ended job cuts the wait short, so that a job that fits
-        // starts in milliseconds; no sooner than QUEUE_ROUND_MIN after the
-        // last round began, so that a flood of job files costs at most a
-        // round every QUEUE_ROUND_MIN.
-        sleep_unless_signalled(round_start, &stop, &hangup, || queue_state.jobs_changed());
+        // starts, and an ended one makes room, in milliseconds; at most
+        // EARLY_ROUNDS_PER_S times a second, so that a flood of job files
+        // costs a bounded number of extra rounds.
+        if early_rounds.0.elapsed() >= Duration::from_secs(1) {
+            early_rounds = (Instant::now(), 0);
+        }
+        let may_wake = early_rounds.1 < EARLY_ROUNDS_PER_S;
+        if sleep_unless_signalled(round_start, &stop, &hangup, || may_wake && queue_state.jobs_changed()) {
+            early_rounds.1 += 1;
+        }
     }
     log::flush_all();
     log::info("stopping");
@@ -401,17 +412,19 @@ fn device_name(reader: &GpuReader, device: &snapshot::DeviceView, names: &std::c
 }
 
 /// Sleeps until the round that began at `round_start` is over, a signal
-/// came, or (once [`QUEUE_ROUND_MIN`] has passed) `woken` says so.
-fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &AtomicBool, woken: impl Fn() -> bool) {
+/// came, or (once [`QUEUE_ROUND_MIN`] has passed) `woken` says so;
+/// whether `woken` ended it.
+fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &AtomicBool, mut woken: impl FnMut() -> bool) -> bool {
     let end = round_start + ROUND;
     let mut news = false;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) && !hangup.load(Ordering::Relaxed) {
         news |= woken();
         if news && round_start.elapsed() >= QUEUE_ROUND_MIN {
-            return;
+            return true;
         }
-        std::thread::sleep(Duration::from_millis(5).min(end.saturating_duration_since(Instant::now())));
+        std::thread::sleep(Duration::from_millis(2).min(end.saturating_duration_since(Instant::now())));
     }
+    false
 }
 
 fn reclaim(ledger: &Ledger) {

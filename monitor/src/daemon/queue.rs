@@ -107,6 +107,8 @@ pub struct QueueState {
     /// Job files appearing or going in the queue directory (`None` where
     /// inotify cannot watch it: rounds alone then).
     jobs_watch: Option<std::os::fd::OwnedFd>,
+    /// Admitted jobs whose end `jobs_changed` told already.
+    told_ended: HashSet<JobKey>,
 }
 
 impl QueueState {
@@ -145,14 +147,28 @@ impl QueueState {
             jobs_watch: crate::queue::wait::watch_dir(Queue::at(dir).dir(), libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_TO)
                 .map_err(|e| log::warn(&format!("{e}; jobs are admitted at the monitor's rounds only")))
                 .ok(),
+            told_ended: HashSet::new(),
         })
     }
 
-    /// Whether a job file appeared or went since last asked: a job that
-    /// fits is then admitted at once rather than at the next round.
-    pub fn jobs_changed(&self) -> bool {
-        let Some(fd) = &self.jobs_watch else { return false };
-        crate::queue::wait::drain_events(fd, |name| name.ends_with(crate::queue::store::JOB_SUFFIX.as_bytes()))
+    /// Whether a job file appeared or went, or an admitted job's holder
+    /// let its file go, since last asked: a job that fits then starts, and
+    /// a job that ended makes room, at once rather than at the next round.
+    /// An admitted job's end is told once (its tenant's processes may
+    /// outlive it for a while).
+    pub fn jobs_changed(&mut self) -> bool {
+        let files = self
+            .jobs_watch
+            .as_ref()
+            .is_some_and(|fd| crate::queue::wait::drain_events(fd, |name| name.ends_with(crate::queue::store::JOB_SUFFIX.as_bytes())));
+        let mut ended = false;
+        for (key, record) in &self.admitted {
+            let gone = record.file.as_ref().is_some_and(|f| matches!(crate::queue::store::is_held(f), Ok(false)));
+            if gone && self.told_ended.insert(*key) {
+                ended = true;
+            }
+        }
+        files || ended
     }
 
     fn warn_once(&mut self, message: String) {
@@ -314,6 +330,7 @@ impl QueueState {
             }
         }
         for key in &ended {
+            self.told_ended.remove(key);
             if let Some(record) = self.admitted.remove(key) {
                 remove_if_same(&self.queue.job_path(record.job.id), record.job.inode);
                 self.ledgers.remove(&record.job.tenant);
@@ -632,6 +649,7 @@ mod tests {
             figures: QueueFigures::default(),
             last_board: None,
             jobs_watch: None,
+            told_ended: HashSet::new(),
         }
     }
 
