@@ -75,6 +75,20 @@ fn pytorch_trains_an_mlp_and_a_conv_net_and_replays_a_graph() {
     assert_eq!(out.get("devices.back_equal"), "1", "{out}");
 }
 
+/// `torch.compile`: Inductor's Triton kernels are compiled on the CPU and
+/// loaded and launched through simgpu, bare and under a cap.
+#[test]
+fn pytorch_compiles_a_function_and_runs_it() {
+    for sim in [two_devices(), two_devices().memory_limit("2GiB").tenant("compiled")] {
+        let Some(out) = run_torch(&sim, &["compiled"]) else { return };
+        out.assert_success();
+        assert_section(&out, "compiled");
+        assert_eq!(out.get("compiled.device"), "cuda:0", "{out}");
+        assert_eq!(out.get("compiled.shape"), "(4096,)", "{out}");
+        assert_eq!(out.u64("compiled.graphs"), 1, "one graph compiled\n{out}");
+    }
+}
+
 #[test]
 fn pytorch_trains_under_a_memory_cap() {
     let sim = two_devices().memory_limit("2GiB").tenant("models");

@@ -3,7 +3,8 @@ stream waits, a CUDA graph, the cudaMallocAsync allocator and a copy
 between two devices. Each section prints key=value lines; a section that
 fails prints `<section>=error <message>` and the script goes on, so one
 run reports every section. The sections to run are the arguments (all by
-default)."""
+default). `compiled` (torch.compile) is not in the default set: its first
+run compiles for tens of seconds."""
 import os
 import sys
 import traceback
@@ -118,6 +119,24 @@ def async_alloc():
     print(f"async_alloc.reserved_bytes={stats['reserved_bytes.all.current']}", flush=True)
     print(f"async_alloc.allocated_bytes={stats['allocated_bytes.all.current']}", flush=True)
     del t
+
+
+def compiled():
+    # torch.compile: Inductor generates Triton kernels, compiles them to a
+    # cubin on the CPU, and loads and launches them through the driver.
+    import torch._dynamo
+
+    @torch.compile
+    def fused(x, y):
+        return torch.sin(x) * y + 1
+
+    x = torch.randn(4096, device="cuda")
+    y = torch.randn(4096, device="cuda")
+    z = fused(x, y)
+    torch.cuda.synchronize()
+    print(f"compiled.device={z.device}", flush=True)
+    print(f"compiled.shape={tuple(z.shape)}", flush=True)
+    print(f"compiled.graphs={torch._dynamo.utils.counters['stats']['unique_graphs']}", flush=True)
 
 
 print(f"torch={torch.__version__} allocator={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', 'native')}", flush=True)
