@@ -15,8 +15,9 @@
 
 use crate::discovery::HostArgs;
 use crate::queue::store::Job;
+use crate::sampler::{read_host, HostRead};
 use crate::snapshot::TenantView;
-use crate::status::{human_bytes, read_host, HostRead};
+use crate::text::human_bytes;
 use clap::Args;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -152,6 +153,6 @@ fn table(view: &DevicesView) -> String {
         ]);
     }
     let mut out = String::new();
-    crate::status::render_rows(&mut out, &rows);
+    crate::text::render_rows(&mut out, &rows);
     out
 }

@@ -13,8 +13,9 @@
 
 use crate::config;
 use crate::discovery::HostArgs;
+use crate::sampler::{self, Sampler, View};
 use crate::snapshot::Snapshot;
-use crate::status::{self, human_bytes, Sampler, View};
+use crate::text::{self, human_bytes};
 use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -56,7 +57,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 
 pub fn main(args: TopArgs) -> Result<ExitCode, String> {
     if args.once {
-        let view = status::collect_view(&args.host)?;
+        let view = sampler::collect_view(&args.host)?;
         for note in &view.notes {
             eprintln!("gpuslice top: {note}");
         }
@@ -153,7 +154,7 @@ fn devices(snapshot: &Snapshot) -> Section {
         .devices
         .iter()
         .map(|d| {
-            let name = status::device_name(snapshot, d.index, &d.uuid);
+            let name = text::device_name(snapshot, d.index, &d.uuid);
             // A MIG instance hangs under its parent when the parent is listed.
             let under_parent = d.parent_uuid.as_ref().is_some_and(|p| snapshot.devices.iter().any(|other| &other.uuid == p));
             let tenants = snapshot.tenants.iter().filter(|t| t.devices.iter().any(|td| td.uuid == d.uuid)).count();
@@ -183,7 +184,7 @@ fn tenants(snapshot: &Snapshot) -> Section {
     pairs.sort_by_key(|(t, d)| (order(&d.uuid), t.name.as_str()));
     for (t, d) in pairs {
         rows.push(vec![
-            Cell::plain(status::device_name(snapshot, d.index, &d.uuid)),
+            Cell::plain(text::device_name(snapshot, d.index, &d.uuid)),
             Cell::plain(t.name.clone()),
             Cell::plain(human_bytes(d.memory_used_bytes)),
             Cell::plain(d.memory_limit_bytes.map_or("none".into(), human_bytes)),
@@ -276,7 +277,7 @@ fn queue_rows(jobs: &[crate::queue::store::Job]) -> Vec<Vec<Cell>> {
                 Cell::plain(job.name.clone().unwrap_or_else(|| "-".into())),
                 Cell::plain(job.tenant.clone()),
                 Cell::plain(job.priority.to_string()),
-                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), crate::status::human_bytes)),
+                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), crate::text::human_bytes)),
                 Cell::plain(if job.devices.is_empty() { "-".into() } else { job.devices.len().to_string() }),
                 Cell::plain(format!("{:?}", job.state).to_lowercase()),
                 Cell::plain(format!("{}s", now_ms.saturating_sub(since_ms) / 1000)),
@@ -309,7 +310,7 @@ fn text(view: &View) -> String {
         }
         let mut rows = vec![section.header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
         rows.extend(section.rows.iter().map(|row| row.iter().map(|c| c.text.clone()).collect()));
-        status::render_rows(&mut out, &rows);
+        text::render_rows(&mut out, &rows);
     }
     out
 }

@@ -12,7 +12,7 @@
 //!   [`UNINITIALISED_GRACE`];
 //! - a ledger cut short, resized or whose header was overwritten while
 //!   watched is dropped with one error line (a fault on a page past its new
-//!   end is absorbed by the `SIGBUS` handler of [`sigbus`](super::sigbus),
+//!   end is absorbed by the `SIGBUS` handler of [`sigbus`](crate::sigbus),
 //!   which this set installs);
 //! - a slot holding a state no writer writes is reset to free when nobody
 //!   holds its lock, with one line per slot saying so
@@ -35,8 +35,8 @@
 //! whole model.
 
 use super::log::{self, Level};
-use super::sigbus;
 use crate::discovery::{self, Found, HostArgs, Layout};
+use crate::sigbus;
 use ledger::{AttachError, FileAccess, Ledger, MappedLedger};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -454,7 +454,7 @@ impl LedgerSet {
             let key = file_key(path, "slot resets");
             for slot in ledger.reset_invalid_slots() {
                 let bytes: Vec<String> =
-                    slot.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
+                    slot.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::text::human_bytes(*b))).collect();
                 log::limited(
                     &key,
                     Level::Warn,

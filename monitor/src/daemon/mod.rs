@@ -35,14 +35,13 @@ pub mod log;
 mod overhead;
 mod policy;
 mod queue;
-pub(crate) mod sigbus;
 mod violations;
 
 use crate::config::{self, Config};
 use crate::discovery;
 use crate::metrics::{self, MonitorCounters};
 use crate::nvml::GpuReader;
-use crate::snapshot::{self, Snapshot};
+use crate::snapshot::{self, Snapshot, ROUND};
 use clap::Args;
 use ledger::Ledger;
 use std::io::Write;
@@ -53,8 +52,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How often the monitor looks at everything.
-pub const ROUND: Duration = Duration::from_millis(250);
 /// The shortest round when a job file appeared or went (see the loop).
 const QUEUE_ROUND_MIN: Duration = Duration::from_millis(20);
 /// How long the arbiter's loop may not go round before `/healthz` fails.
@@ -260,7 +257,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
         ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
     ledgers.set_configured(config.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
-    let mut compute_state = compute::ComputeState::default();
+    let mut compute_state = crate::compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
@@ -417,7 +414,7 @@ fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &Atom
 fn reclaim(ledger: &Ledger) {
     for dead in ledger.reclaim_dead() {
         let bytes: Vec<String> =
-            dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
+            dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::text::human_bytes(*b))).collect();
         log::limited(
             &ledgers::file_key(ledger.path(), "reclaims"),
             log::Level::Info,

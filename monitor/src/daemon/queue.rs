@@ -423,7 +423,7 @@ impl QueueState {
             job.uid,
             job.tenant,
             job.devices.join(","),
-            job.memory_bytes.map_or("the whole device".to_string(), crate::status::human_bytes)
+            job.memory_bytes.map_or("the whole device".to_string(), crate::text::human_bytes)
         ));
         self.admitted.insert(key, Admitted { job, committed_bytes, file: Some(tracked.file) });
         true
@@ -507,7 +507,7 @@ fn show(bytes: u64) -> String {
     if bytes == UNLIMITED {
         "none".into()
     } else {
-        crate::status::human_bytes(bytes)
+        crate::text::human_bytes(bytes)
     }
 }
 

@@ -200,10 +200,8 @@ fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<S
     out += &format!("{:<11} {:>21}  {:>9} {:>7} {:>7}  {:>10}\n", "TENANT", "MEMORY used / cap", "SETTING", "TARGET", "USED", "HELD BACK");
     let files = crate::discovery::ledger_files(&dir).unwrap_or_default();
     let uuid = files.iter().find_map(|f| Ledger::open(&f.path).ok().and_then(|l| l.devices().first().map(|d| d.uuid)));
-    let members = uuid
-        .and_then(|u| ledger::broker::view(&dir, &u).ok())
-        .map(|g| crate::daemon::arbiter::sched::MemberView::of_page(g.page()))
-        .unwrap_or_default();
+    let members =
+        uuid.and_then(|u| ledger::broker::view(&dir, &u).ok()).map(|g| crate::compute::MemberView::of_page(g.page())).unwrap_or_default();
     for file in &files {
         let Ok(ledger) = Ledger::open(&file.path) else { continue };
         let tenant = ledger.tenant();

@@ -4,8 +4,8 @@
 //! the kernel agrees (the process has that very file open), and only by
 //! the file's owner or root. Nothing is locked or waited for.
 
-use super::store::{self, Queue};
 use crate::discovery;
+use crate::queue::store::{self, Queue};
 use clap::Args;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;

@@ -1,9 +1,9 @@
 //! `gpuslice queue [--dir DIR] [--json]`: the live jobs, running ones
 //! first, then waiting ones in the order they will start, as the monitor's
-//! board says (see [`super::view`] for what is shown without a monitor).
+//! board says (see [`crate::queue::view`] for what is shown without a monitor).
 
-use super::store::{self, Job, JobState};
 use crate::discovery;
+use crate::queue::store::{self, Job, JobState};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ pub fn list(args: QueueListArgs) -> Result<ExitCode, String> {
         Ok(_) => return Err(format!("the ledger directory {} is not a directory", dir.display())),
         Err(e) => return Err(format!("cannot read the ledger directory {}: {e} (is --dir or GPUSLICE_DIR right?)", dir.display())),
     }
-    let view = super::view(&dir)?;
+    let view = crate::queue::view(&dir)?;
     if let Some(why) = &view.partial {
         eprintln!("gpuslice queue: {why}");
     }
@@ -54,7 +54,7 @@ fn table(jobs: &[Job], now_unix_ms: u64) -> String {
             format!("{:?}", job.state).to_lowercase(),
             job.priority.to_string(),
             job.gpus.to_string(),
-            job.memory_bytes.map_or("whole GPU".into(), crate::status::human_bytes),
+            job.memory_bytes.map_or("whole GPU".into(), crate::text::human_bytes),
             job.tenant.clone(),
             format!("{}s", now_unix_ms.saturating_sub(since_ms) / 1000),
             if job.devices.is_empty() { "-".into() } else { job.devices.join(",") },
@@ -62,6 +62,6 @@ fn table(jobs: &[Job], now_unix_ms: u64) -> String {
         ]);
     }
     let mut out = String::new();
-    crate::status::render_rows(&mut out, &rows);
+    crate::text::render_rows(&mut out, &rows);
     out
 }
