@@ -140,7 +140,11 @@ impl ComputeState {
     }
 }
 
-/// [`fill_from_arbiter`] with each device's report from `report_of`.
+/// Fills each tenant device that `report_of` (the monitor's arbiter, or a
+/// device's grant page) knows with the arbiter's figures, never the
+/// tenant's: its settings (configured or pinned), its target (its weight
+/// while active, else its limit or share), and the device time it was
+/// charged (`compute_busy_ns_total`, from which the used ratio comes).
 pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8; 16]) -> Option<DeviceReport>) {
     let mut reports: HashMap<String, Option<DeviceReport>> = HashMap::new();
     for device in &mut snapshot.devices {
