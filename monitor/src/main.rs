@@ -25,6 +25,7 @@ mod compute;
 mod config;
 mod discovery;
 mod driver_check;
+mod error;
 mod host;
 mod libs;
 mod metrics;
@@ -36,6 +37,7 @@ mod snapshot;
 mod text;
 
 use clap::{Parser, Subcommand};
+use error::Error;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -109,7 +111,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
-        Command::Run(args) => run::main(args),
+        // `run` keeps exit 2 for every failure of its own (see `error`).
+        Command::Run(args) => run::main(args).map_err(Error::Usage),
         Command::Monitor(args) => daemon::main(args),
         Command::Status(args) => status::main(args),
         Command::Demo(args) => demo::main(args),
@@ -121,9 +124,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
-            eprintln!("gpuslice: {message}");
-            ExitCode::from(2)
+        Err(error) => {
+            eprintln!("gpuslice: {error}");
+            error.exit_code()
         }
     }
 }

@@ -11,6 +11,7 @@
 
 use crate::compute::ComputeState;
 use crate::discovery::{self, HostArgs, Layout};
+use crate::error::Error;
 use crate::nvml::GpuReader;
 use crate::snapshot::{self, Snapshot};
 use ledger::Ledger;
@@ -35,7 +36,7 @@ pub struct HostRead {
 /// (named in notes on stderr). A ledger directory named with `--dir` or
 /// `GPUSLICE_DIR` that does not exist is an error; NVML failing to load is
 /// one only where `--nvml-lib` names it.
-pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, String> {
+pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Error> {
     // A ledger cut short while it is read must not kill the command.
     let _ = crate::sigbus::install();
     let dir = discovery::ledger_dir(host.dir.as_deref());
@@ -44,13 +45,13 @@ pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Str
     let (ledgers, problems) = match discovery::open_ledgers(&dir, host.layout) {
         Ok(found) => found,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match named {
-            Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
+            Some(source) => return Err(Error::Usage(format!("the ledger directory {} ({source}) does not exist", dir.display()))),
             None => {
                 eprintln!("gpuslice {verb}: no ledger directory at {} yet: no tenant has run on this host", dir.display());
                 (Vec::new(), Vec::new())
             }
         },
-        Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
+        Err(e) => return Err(Error::Failed(format!("cannot read the ledger directory {}: {e}", dir.display()))),
     };
     let (nvml, nvml_missing) = if host.no_nvml {
         (None, Some("--no-nvml".to_string()))
@@ -58,7 +59,7 @@ pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, Str
         let loaded = GpuReader::load(host.nvml_lib.as_deref()).and_then(|mut r| r.read().map(|gpus| (r, gpus)));
         match loaded {
             Ok(found) => (Some(found), None),
-            Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
+            Err(e) if host.nvml_lib.is_some() => return Err(Error::Failed(format!("cannot use NVML: {e}"))),
             Err(e) => (None, Some(e)),
         }
     };
@@ -96,7 +97,7 @@ pub struct Sampler {
 impl Sampler {
     /// Loads NVML unless told not to; a missing default NVML means
     /// ledger-only, a library named with `--nvml-lib` that fails is an error.
-    pub fn new(host: &HostArgs) -> Result<Sampler, String> {
+    pub fn new(host: &HostArgs) -> Result<Sampler, Error> {
         // A ledger cut short while it is read must not kill the reader.
         let _ = crate::sigbus::install();
         let named = if host.dir.is_some() {
@@ -109,7 +110,7 @@ impl Sampler {
         } else {
             match GpuReader::load(host.nvml_lib.as_deref()) {
                 Ok(reader) => Some(reader),
-                Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
+                Err(e) if host.nvml_lib.is_some() => return Err(Error::Failed(format!("cannot use NVML: {e}"))),
                 Err(_) => None,
             }
         };
@@ -126,19 +127,19 @@ impl Sampler {
 
     /// One look. A ledger directory named with `--dir` or `GPUSLICE_DIR`
     /// that does not exist is an error; the default one missing is a note.
-    pub fn look(&mut self) -> Result<View, String> {
+    pub fn look(&mut self) -> Result<View, Error> {
         let dir = &self.dir;
         let mut notes = Vec::new();
         let files = match discovery::ledger_files(dir) {
             Ok(files) => files,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match self.named {
-                Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
+                Some(source) => return Err(Error::Usage(format!("the ledger directory {} ({source}) does not exist", dir.display()))),
                 None => {
                     notes.push(format!("no ledger directory at {} yet: no tenant has run on this host", dir.display()));
                     Vec::new()
                 }
             },
-            Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
+            Err(e) => return Err(Error::Failed(format!("cannot read the ledger directory {}: {e}", dir.display()))),
         };
         let (files, shadowed) = discovery::one_per_tenant(files, self.layout);
         let mut ledgers = Vec::new();
@@ -157,7 +158,7 @@ impl Sampler {
         }
         let gpus = match self.gpus.as_mut().map(GpuReader::read) {
             Some(Ok(gpus)) => Some(gpus),
-            Some(Err(e)) if self.nvml_named => return Err(format!("cannot use NVML: {e}")),
+            Some(Err(e)) if self.nvml_named => return Err(Error::Failed(format!("cannot use NVML: {e}"))),
             Some(Err(_)) | None => None,
         };
         let refs: Vec<&Ledger> = ledgers.iter().collect();
@@ -189,7 +190,7 @@ fn has_compute_policy(snapshot: &Snapshot) -> bool {
 
 /// One view for a reader that looks once: where a tenant has a compute
 /// policy, it looks twice, a monitor round apart, to give the rate.
-pub fn collect_view(host: &HostArgs) -> Result<View, String> {
+pub fn collect_view(host: &HostArgs) -> Result<View, Error> {
     let mut sampler = Sampler::new(host)?;
     let view = sampler.look()?;
     if !has_compute_policy(&view.snapshot) {

@@ -6,6 +6,7 @@
 //! tenant has run here yet. The host is read as [`crate::sampler`] reads it.
 
 use crate::discovery::HostArgs;
+use crate::error::Error;
 use crate::sampler::collect_view;
 use crate::snapshot::Snapshot;
 use crate::text::{device_name, human_bytes, render_rows};
@@ -22,7 +23,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
     let view = collect_view(&args.host)?;
     for note in &view.notes {
         eprintln!("gpuslice status: {note}");
@@ -31,7 +32,7 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         eprintln!("gpuslice status: warning: {warning}");
     }
     if args.json {
-        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| format!("cannot write JSON: {e}"))?;
+        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", table(&view.snapshot, &view.dir));

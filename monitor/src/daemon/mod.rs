@@ -39,6 +39,7 @@ mod violations;
 
 use crate::config::{self, Config};
 use crate::discovery;
+use crate::error::Error;
 use crate::metrics::{self, MonitorCounters};
 use crate::nvml::GpuReader;
 use crate::snapshot::{self, Snapshot, ROUND};
@@ -185,14 +186,14 @@ impl ConfigSource {
     }
 }
 
-pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
+pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
     let descriptor_limit = raise_descriptor_limit();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let created_now = std::fs::symlink_metadata(&dir).is_err();
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(&dir)
-        .map_err(|e| format!("cannot create the ledger directory {}: {e}", dir.display()))?;
+        .map_err(|e| Error::Failed(format!("cannot create the ledger directory {}: {e}", dir.display())))?;
 
     // A bad configuration refuses to start, with line and column.
     let mut config_source = ConfigSource { path: args.config.clone(), stamp: None, text: None };
@@ -200,19 +201,19 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     if let Some(path) = &args.config {
         config_source.stamp = file_stamp(path);
         config_source.text = std::fs::read_to_string(path).ok();
-        config = config::load(path).map_err(|e| log::bounded_message(&format!("bad configuration: {e}")))?;
+        config = config::load(path).map_err(|e| Error::Usage(log::bounded_message(&format!("bad configuration: {e}"))))?;
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
-    let listener = TcpListener::bind(&args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let listener = TcpListener::bind(&args.listen).map_err(|e| Error::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let local = listener.local_addr().map_err(|e| Error::Failed(format!("cannot read the listening address: {e}")))?;
 
     let hangup = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     for (signal, flag) in
         [(signal_hook::consts::SIGHUP, &hangup), (signal_hook::consts::SIGTERM, &stop), (signal_hook::consts::SIGINT, &stop)]
     {
-        signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
+        signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| Error::Failed(format!("cannot handle signal {signal}: {e}")))?;
     }
 
     let mut gpu_reader = if args.host.no_nvml {
@@ -223,7 +224,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             Ok(reader) => Some(reader),
             Err(e) => {
                 if args.host.nvml_lib.is_some() {
-                    return Err(format!("cannot load NVML from --nvml-lib: {e}"));
+                    return Err(Error::Failed(format!("cannot load NVML from --nvml-lib: {e}")));
                 }
                 log::warn(&format!(
                     "NVML is not available ({e}); running in ledger-only mode: caps and reclaim work, \
@@ -235,7 +236,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     };
 
     let pages: http::SharedPages = Arc::new(Mutex::new(http::Pages::default()));
-    http::serve(listener, Arc::clone(&pages))?;
+    http::serve(listener, Arc::clone(&pages)).map_err(Error::Failed)?;
     log::info(&format!(
         "watching {} ({} layout) ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
@@ -252,7 +253,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     if let Err(e) = arbiter::start(&dir, args.host.layout, Arc::clone(&arbiter_shared)) {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
-    let mut policy_state = policy::PolicyState::new(&dir)?;
+    let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
     let mut ledgers =
         ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
     ledgers.set_configured(config.tenants.keys());

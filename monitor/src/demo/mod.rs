@@ -71,11 +71,16 @@ struct Seen {
     target: Option<f64>,
 }
 
-pub fn main(args: DemoArgs) -> Result<ExitCode, String> {
+pub fn main(args: DemoArgs) -> Result<ExitCode, crate::error::Error> {
+    run_in_work_dir(&args).map_err(crate::error::Error::Failed)
+}
+
+/// The demo, in a working directory of its own that it removes after.
+fn run_in_work_dir(args: &DemoArgs) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let work = std::env::temp_dir().join(format!("gpuslice-demo-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-    let result = run(&args, &exe, &work);
+    let result = run(args, &exe, &work);
     let _ = std::fs::remove_dir_all(&work);
     result
 }

@@ -13,6 +13,7 @@
 //!   refuses, says so, frees everything, allocates once more (it survived)
 //!   and holds that for HOLD_S.
 
+use crate::error::Error;
 use clap::Args;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::process::ExitCode;
@@ -145,11 +146,11 @@ impl Device {
     }
 }
 
-fn number<T: std::str::FromStr>(job: &[String], i: usize, what: &str) -> Result<T, String> {
-    job.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| format!("demo-worker: {what} expected as argument {i}"))
+fn number<T: std::str::FromStr>(job: &[String], i: usize, what: &str) -> Result<T, Error> {
+    job.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| Error::Usage(format!("demo-worker: {what} expected as argument {i}")))
 }
 
-pub fn main(args: WorkerArgs) -> Result<ExitCode, String> {
+pub fn main(args: WorkerArgs) -> Result<ExitCode, Error> {
     let job = &args.job;
     match job.first().map(String::as_str) {
         Some("train") => train(number(job, 1, "KERNEL_US")?, number(job, 2, "SECONDS")?),
@@ -157,8 +158,9 @@ pub fn main(args: WorkerArgs) -> Result<ExitCode, String> {
             infer(number(job, 1, "KERNEL_US")?, number(job, 2, "COUNT")?, number(job, 3, "PERIOD_MS")?, number(job, 4, "SECONDS")?)
         }
         Some("notebook") => notebook(number(job, 1, "STEP_MIB")?, number(job, 2, "HOLD_S")?),
-        _ => Err("demo-worker: expected train, infer or notebook".into()),
-    }?;
+        _ => return Err(Error::Usage("demo-worker: expected train, infer or notebook".into())),
+    }
+    .map_err(Error::Failed)?;
     Ok(ExitCode::SUCCESS)
 }
 
