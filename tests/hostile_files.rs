@@ -195,7 +195,8 @@ fn the_directory_a_monitor_makes_takes_every_users_ledger() {
         metrics.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "victim")]) == Some(((128 + 64) * MIB) as f64)
     });
     assert!(tracked.is_some(), "the tenant's ledger was never watched: {metrics:#?}");
-    std::thread::sleep(Duration::from_millis(600));
+    // Rounds that saw the tracked process had their chance to call it untracked.
+    monitor.wait_rounds(2);
     assert!(monitor.metrics().find("gpuslice_untracked_process_memory_bytes", &[]).is_empty(), "an honest process shows as untracked");
     let status = status_json(&sim);
     assert_eq!(tenant(&status, "victim").unwrap()["processes"][0]["pid"].as_u64(), Some(process.pid() as u64), "{status:#}");
@@ -349,13 +350,16 @@ fn empty_and_half_initialised_files_do_not_slow_reclaim() {
     for i in 0..8 {
         std::fs::write(sim.ledger_dir().join(format!("half-{i}.ledger")), &half).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(600));
+    // Rounds that began after the files were written.
+    monitor.wait_rounds(2);
     assert_eq!(tenant_used_bytes(&sim, "victim"), Some((256 + 64) * MIB));
     tenant_process.kill9();
     let took = within(Duration::from_secs(20), || tenant_used_bytes(&sim, "victim") == Some(0));
     let took = took.expect("never reclaimed");
     assert!(took < Duration::from_secs(1), "reclaim took {took:?} with 20 hostile files in the directory");
-    std::thread::sleep(ledger_grace() + Duration::from_millis(800));
+    // The grace is wall time; then rounds that began after it refuse the files.
+    std::thread::sleep(ledger_grace());
+    monitor.wait_rounds(3);
     assert!(monitor_alive(&monitor));
     let log = monitor.stop();
     for name in (0..12).map(|i| format!("empty-{i}.ledger")).chain((0..8).map(|i| format!("half-{i}.ledger"))) {
@@ -406,7 +410,8 @@ fn a_slot_with_an_invalid_state_is_reset_with_one_line_saying_so() {
     }
     let returned = within(Duration::from_secs(5), || tenant_used_bytes(&sim, "victim") == Some(0));
     assert!(returned.is_some(), "the slot's bytes never came back");
-    std::thread::sleep(Duration::from_millis(600));
+    // Later rounds had their chance to say it again.
+    monitor.wait_rounds(2);
     let log = monitor.stop();
     let lines: Vec<&str> = log.stderr.lines().filter(|l| l.contains("slot 5")).collect();
     assert_eq!(lines.len(), 1, "{log}");

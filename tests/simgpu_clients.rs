@@ -44,9 +44,7 @@ fn cuda_bindings_sees_capacity_copies_and_asynchronous_launches() {
     assert!(elapsed_us >= KERNEL_US * 0.9, "the events must time at least the kernel between them\n{out}");
     assert!(elapsed_us <= lived_us, "the events cannot be further apart than their process lived ({lived_us} us)\n{out}");
     out.assert_rc("proc_unknown", cu::NOT_FOUND);
-    if let Some(status) = out.find("proc_unknown.status") {
-        assert_eq!(status, "1", "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND\n{out}");
-    }
+    assert_eq!(out.get("proc_unknown.status"), "1", "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND\n{out}");
 }
 
 #[test]

@@ -251,3 +251,31 @@ pub const CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES: c_uint = 10;
 pub const CU_MEMPOOL_ATTR_LOCATION_ID: c_uint = 11;
 pub const CU_MEMPOOL_ATTR_LOCATION_TYPE: c_uint = 12;
 pub const CU_MEMPOOL_ATTR_MAX_POOL_SIZE: c_uint = 13;
+
+/// Driver entry points as function pointer types, for programs that look
+/// them up with `dlsym` or `cuGetProcAddress` (`cudaTypedefs.h` names them
+/// `PFN_<symbol>_v<version>`; here the version is left off).
+pub type PFN_cuInit = unsafe extern "C" fn(flags: c_uint) -> CUresult;
+pub type PFN_cuDeviceGet = unsafe extern "C" fn(device: *mut CUdevice, ordinal: c_int) -> CUresult;
+pub type PFN_cuDevicePrimaryCtxRetain = unsafe extern "C" fn(pctx: *mut CUcontext, dev: CUdevice) -> CUresult;
+pub type PFN_cuCtxSetCurrent = unsafe extern "C" fn(ctx: CUcontext) -> CUresult;
+pub type PFN_cuModuleLoadData = unsafe extern "C" fn(module: *mut CUmodule, image: *const c_void) -> CUresult;
+pub type PFN_cuModuleGetFunction = unsafe extern "C" fn(hfunc: *mut CUfunction, hmod: CUmodule, name: *const c_char) -> CUresult;
+pub type PFN_cuStreamCreate = unsafe extern "C" fn(phStream: *mut CUstream, Flags: c_uint) -> CUresult;
+pub type PFN_cuLaunchKernel = unsafe extern "C" fn(
+    f: CUfunction,
+    gridDimX: c_uint,
+    gridDimY: c_uint,
+    gridDimZ: c_uint,
+    blockDimX: c_uint,
+    blockDimY: c_uint,
+    blockDimZ: c_uint,
+    sharedMemBytes: c_uint,
+    hStream: CUstream,
+    kernelParams: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult;
+pub type PFN_cuStreamSynchronize = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
+pub type PFN_cuMemAlloc_v2 = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult;
+pub type PFN_cuMemFree_v2 = unsafe extern "C" fn(dptr: CUdeviceptr) -> CUresult;
+pub type PFN_cuMemGetInfo_v2 = unsafe extern "C" fn(free: *mut usize, total: *mut usize) -> CUresult;

@@ -14,9 +14,11 @@
 //! JSON it is `null`.
 
 use crate::discovery::HostArgs;
+use crate::error::Error;
 use crate::queue::store::Job;
+use crate::sampler::{read_host, HostRead};
 use crate::snapshot::TenantView;
-use crate::status::{human_bytes, read_host, HostRead};
+use crate::text::human_bytes;
 use clap::Args;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -63,7 +65,7 @@ pub struct DevicesView {
     pub devices: Vec<DeviceRow>,
 }
 
-pub fn main(args: DevicesArgs) -> Result<ExitCode, String> {
+pub fn main(args: DevicesArgs) -> Result<ExitCode, Error> {
     let host = read_host(&args.host, "devices")?;
     for problem in &host.problems {
         eprintln!("gpuslice devices: warning: {problem}");
@@ -75,7 +77,7 @@ pub fn main(args: DevicesArgs) -> Result<ExitCode, String> {
     }
     let view = collect(&host)?;
     if args.json {
-        let text = serde_json::to_string_pretty(&view).map_err(|e| format!("cannot write JSON: {e}"))?;
+        let text = serde_json::to_string_pretty(&view).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", table(&view));
@@ -84,11 +86,11 @@ pub fn main(args: DevicesArgs) -> Result<ExitCode, String> {
 }
 
 /// Joins NVML, the ledgers and the queue by device UUID.
-fn collect(host: &HostRead) -> Result<DevicesView, String> {
+fn collect(host: &HostRead) -> Result<DevicesView, Error> {
     let refs: Vec<&ledger::Ledger> = host.ledgers.iter().collect();
     let gpus = host.nvml.as_ref().map(|(_, gpus)| gpus.as_slice());
     let snapshot = crate::snapshot::collect(&refs, gpus, &mut crate::host::LockCache::default());
-    let queue = crate::queue::view(&host.dir)?;
+    let queue = crate::queue::view(&host.dir).map_err(Error::Failed)?;
     let jobs = queue.jobs;
     let committed = queue.committed_bytes.unwrap_or_else(|| crate::queue::estimated_committed_bytes(&snapshot.tenants));
     let jobs_on = crate::queue::jobs_by_device(&jobs);
@@ -152,6 +154,6 @@ fn table(view: &DevicesView) -> String {
         ]);
     }
     let mut out = String::new();
-    crate::status::render_rows(&mut out, &rows);
+    crate::text::render_rows(&mut out, &rows);
     out
 }

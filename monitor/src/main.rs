@@ -1,30 +1,43 @@
 //! `gpuslice`: the command-line front of gpuslice.
 //!
-//! Each subcommand lives in its own module: `sim` (run a command on the
+//! Each verb lives in its own module: `sim` (run a command on the
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
 //! monitor), `status` (what the ledgers and NVML say now), `devices` (the
-//! GPUs and what is committed on them), `queue` and `cancel` (the admission
-//! queue that `run --queue` joins), `top` (the live view), `demo`.
+//! GPUs and what is committed on them), `queue_list` and `cancel` (the
+//! admission queue that `run --queue` joins), `top` (the live view), `demo`.
+//! A verb depends on the shared modules, never on another verb, and the
+//! shared modules on no verb; this file puts them together.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod config;
+// The verbs.
+mod cancel;
 mod daemon;
 mod demo;
 mod devices;
+mod queue_list;
+mod run;
+mod sim;
+mod status;
+mod top;
+
+// Shared by the verbs.
+mod compute;
+mod config;
 mod discovery;
 mod driver_check;
+mod error;
 mod host;
 mod libs;
 mod metrics;
 mod nvml;
 mod queue;
-mod run;
-mod sim;
+mod sampler;
+mod sigbus;
 mod snapshot;
-mod status;
-mod top;
+mod text;
 
 use clap::{Parser, Subcommand};
+use error::Error;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -81,11 +94,11 @@ enum Command {
       gpuslice run --queue --memory 20GiB --priority 1 --name serve -- python serve.py &\n  \
       gpuslice queue\n  \
       gpuslice queue --json")]
-    Queue(queue::QueueListArgs),
+    Queue(queue_list::QueueListArgs),
     /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
     #[command(after_help = "Example:\n  \
       gpuslice cancel 7    # the ID column of gpuslice queue")]
-    Cancel(queue::CancelArgs),
+    Cancel(cancel::CancelArgs),
     /// A live view of devices, tenants, processes and the queue; refreshes in place, q quits.
     #[command(after_help = "Examples:\n  \
       gpuslice top\n  \
@@ -98,21 +111,45 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
-        Command::Run(args) => run::main(args),
+        // `run` keeps exit 2 for every failure of its own (see `error`).
+        Command::Run(args) => run::main(args).map_err(Error::Usage),
         Command::Monitor(args) => daemon::main(args),
         Command::Status(args) => status::main(args),
         Command::Demo(args) => demo::main(args),
         Command::DemoWorker(args) => demo::worker::main(args),
         Command::Devices(args) => devices::main(args),
-        Command::Queue(args) => queue::list(args),
-        Command::Cancel(args) => queue::cancel(args),
+        Command::Queue(args) => queue_list::list(args),
+        Command::Cancel(args) => cancel::cancel(args),
         Command::Top(args) => top::main(args),
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
-            eprintln!("gpuslice: {message}");
-            ExitCode::from(2)
+        Err(error) => {
+            eprintln!("gpuslice: {error}");
+            error.exit_code()
         }
+    }
+}
+
+/// `run --queue` hands itself to the queue as a [`queue::QueuedRun`].
+impl queue::QueuedRun for run::RunArgs {
+    fn options(&self) -> queue::RunOptions<'_> {
+        queue::RunOptions {
+            memory: self.memory.as_deref(),
+            compute_limit: self.compute_limit.as_deref(),
+            tenant: self.tenant.as_deref(),
+            dir: self.dir.as_deref(),
+            sim: self.sim,
+            queue: &self.queue,
+            command: &self.command,
+        }
+    }
+
+    fn priority(&self) -> Result<i32, String> {
+        self.queue_priority()
+    }
+
+    fn command(&self) -> Result<std::process::Command, String> {
+        run::command(self)
     }
 }

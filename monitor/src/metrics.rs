@@ -13,16 +13,17 @@
 //! process, no tenant over its cap) still gets its HELP and TYPE lines, so
 //! that a scraper can tell "none" from "not exported".
 
-use crate::snapshot::{DeviceView, Snapshot, TenantDeviceView};
+use crate::snapshot::{DeviceView, Snapshot, TenantDeviceView, TenantView, UntrackedView};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder,
+    CounterValueEncoder, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder,
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// The `Content-Type` of the page [`render`] writes.
@@ -129,311 +130,350 @@ struct Page {
     counters: MonitorCounters,
 }
 
-/// A gauge family being written.
-struct Gauges<'e>(MetricEncoder<'e>);
-
-impl<'e> Gauges<'e> {
-    fn start(encoder: &'e mut DescriptorEncoder, name: &'static str, help: &str) -> Result<Self, fmt::Error> {
-        Ok(Gauges(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?))
-    }
-
-    fn sample(&mut self, labels: &[(&str, &str)], value: impl EncodeGaugeValue) -> fmt::Result {
-        ConstGauge::new(value).encode(self.0.encode_family(&labels)?)
-    }
+/// A sample's value, encoded as its type says: whole numbers exactly,
+/// ratios and seconds as floats, a memory cap as its bytes or `+Inf` when
+/// there is none.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Whole(u64),
+    Real(f64),
+    Cap(Option<u64>),
 }
 
-/// A counter family being written.
-struct Counters<'e>(MetricEncoder<'e>);
-
-impl<'e> Counters<'e> {
-    /// `name` is spelled as on the page; the encoder adds the `_total` of a
-    /// counter's name itself, so it is taken off here.
-    fn start(encoder: &'e mut DescriptorEncoder, name: &'static str, help: &str) -> Result<Self, fmt::Error> {
-        let stem = name.strip_suffix("_total").unwrap_or(name);
-        Ok(Counters(encoder.encode_descriptor(stem, help, None, MetricType::Counter)?))
-    }
-
-    fn sample(&mut self, labels: &[(&str, &str)], value: impl EncodeCounterValue) -> fmt::Result {
-        ConstCounter::new(value).encode(self.0.encode_family(&labels)?)
-    }
-}
-
-/// A memory cap as a gauge value: its bytes, exact, or `+Inf` when there is
-/// none.
-struct Cap(Option<u64>);
-
-impl EncodeGaugeValue for Cap {
+impl EncodeGaugeValue for Value {
     fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
-        match self.0 {
-            Some(bytes) => EncodeGaugeValue::encode(&bytes, encoder),
-            None => EncodeGaugeValue::encode(&f64::INFINITY, encoder),
+        match *self {
+            Value::Whole(n) | Value::Cap(Some(n)) => EncodeGaugeValue::encode(&n, encoder),
+            Value::Real(x) => EncodeGaugeValue::encode(&x, encoder),
+            Value::Cap(None) => EncodeGaugeValue::encode(&f64::INFINITY, encoder),
         }
     }
 }
 
-/// One gauge family with a series per tenant and device, labelled tenant,
-/// device and uuid; a device where `value` has nothing has no series.
-fn tenant_device_gauge<V: EncodeGaugeValue>(
-    encoder: &mut DescriptorEncoder,
-    snapshot: &Snapshot,
+impl EncodeCounterValue for Value {
+    fn encode(&self, encoder: &mut CounterValueEncoder) -> fmt::Result {
+        match *self {
+            Value::Whole(n) | Value::Cap(Some(n)) => EncodeCounterValue::encode(&n, encoder),
+            Value::Real(x) => EncodeCounterValue::encode(&x, encoder),
+            Value::Cap(None) => EncodeCounterValue::encode(&f64::INFINITY, encoder),
+        }
+    }
+}
+
+/// Labels of one series, in the order they are written.
+type Labels = Vec<(&'static str, String)>;
+
+/// Which series a family has, and where each one's value comes from.
+enum Series {
+    /// One per tenant and device, labelled tenant, device and uuid; none
+    /// where the value is `None`.
+    TenantDevice(fn(&Page, &TenantView, &TenantDeviceView) -> Option<Value>),
+    /// One per tenant, labelled tenant.
+    Tenant(fn(&TenantView) -> Value),
+    /// One per device, labelled device and uuid; none where the value is `None`.
+    Device(fn(&Page, &DeviceView) -> Option<Value>),
+    /// One series without labels.
+    One(fn(&Page) -> Value),
+    /// The series the function lists, with their labels.
+    Listed(fn(&Page) -> Vec<(Labels, Value)>),
+    /// The queue's wait histogram, one per priority.
+    QueueWaits,
+}
+
+/// One family of the page: its name as scrapers see it, HELP, TYPE, series.
+struct Family {
     name: &'static str,
-    help: &str,
-    value: impl Fn(&str, &TenantDeviceView) -> Option<V>,
-) -> fmt::Result {
-    let mut family = Gauges::start(encoder, name, help)?;
-    for tenant in &snapshot.tenants {
-        for device in &tenant.devices {
-            if let Some(v) = value(&tenant.name, device) {
-                let index = device.index.to_string();
-                family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &device.uuid)], v)?;
+    help: &'static str,
+    kind: MetricType,
+    series: Series,
+}
+
+/// The page's families, in the order they are written.
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuslice_tenant_memory_used_bytes",
+        help: "Device memory reserved by the tenant's processes, as the ledger counts it.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.memory_used_bytes))),
+    },
+    Family {
+        name: "gpuslice_tenant_memory_limit_bytes",
+        help: "The tenant's memory cap on the device (+Inf when uncapped).",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Cap(d.memory_limit_bytes))),
+    },
+    Family {
+        name: "gpuslice_tenant_processes",
+        help: "Live processes of the tenant holding memory on the device.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.processes))),
+    },
+    Family {
+        name: "gpuslice_tenant_alloc_denied_total",
+        help: "Allocations refused because they would pass the tenant's cap.",
+        kind: MetricType::Counter,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.alloc_denied_total))),
+    },
+    Family {
+        name: "gpuslice_tenant_unattributed_bytes",
+        help: "Memory the tenant's usage counts that no process holds (a process killed while reserving).",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|page, t, d| {
+            Some(Value::Whole(page.counters.unattributed_bytes.get(&(t.name.clone(), d.uuid.clone())).copied().unwrap_or(0)))
+        }),
+    },
+    Family {
+        name: "gpuslice_tenant_driver_memory_used_bytes",
+        help: "Device memory the driver (NVML) reports for the tenant's processes.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| d.driver_memory_used_bytes.map(Value::Whole)),
+    },
+    Family {
+        name: "gpuslice_tenant_compute_target_ratio",
+        help: "The tenant's compute target on the device as a ratio of device time: its share plus the spare time due to it by priority, within its limit; no series for a tenant with no compute setting.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| d.compute_target_ratio.map(Value::Real)),
+    },
+    Family {
+        name: "gpuslice_tenant_compute_used_ratio",
+        help: "Device time charged to the tenant's limit over the monitor's last round, as a ratio of wall time.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| d.compute_used_ratio.map(Value::Real)),
+    },
+    Family {
+        name: "gpuslice_tenant_compute_unarbitrated_processes",
+        help: "Processes of a tenant with a compute setting that the monitor does not arbitrate on the device (they could not reach it; they retry every second).",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| d.compute_unarbitrated_processes.map(|n| Value::Real(n as f64))),
+    },
+    Family {
+        name: "gpuslice_tenant_throttled_seconds_total",
+        help: "Time the tenant's launches were held back by its compute limit.",
+        kind: MetricType::Counter,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Real(d.throttled_ns_total as f64 / 1e9))),
+    },
+    Family {
+        name: "gpuslice_tenant_kernel_launches_total",
+        help: "Kernel launches of the tenant on the device while a compute limit governed it.",
+        kind: MetricType::Counter,
+        series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.kernel_launches_total))),
+    },
+    Family {
+        name: "gpuslice_reclaimed_processes_total",
+        help: "Dead processes whose memory was reclaimed, by tenant.",
+        kind: MetricType::Counter,
+        series: Series::Tenant(|t| Value::Whole(t.reclaimed_processes_total)),
+    },
+    Family {
+        name: "gpuslice_device_memory_used_bytes",
+        help: "Device memory in use by all processes, as the driver (NVML) reports it.",
+        kind: MetricType::Gauge,
+        series: Series::Device(|_, d| d.memory_used_bytes.map(Value::Whole)),
+    },
+    Family {
+        name: "gpuslice_device_memory_total_bytes",
+        help: "Physical device memory.",
+        kind: MetricType::Gauge,
+        series: Series::Device(|_, d| Some(Value::Whole(d.memory_total_bytes))),
+    },
+    Family {
+        name: "gpuslice_device_arbitrated",
+        help: "1 while the monitor arbitrates the device's time (some tenant there has a compute setting), 0 while every process there launches freely.",
+        kind: MetricType::Gauge,
+        series: Series::Device(|_, d| d.arbitrated.map(|a| Value::Real(if a { 1.0 } else { 0.0 }))),
+    },
+    Family {
+        name: "gpuslice_device_utilization_ratio",
+        help: "Share of time the device was busy over the driver's last sample period.",
+        kind: MetricType::Gauge,
+        series: Series::Device(|_, d| d.utilization_ratio.map(Value::Real)),
+    },
+    Family {
+        name: "gpuslice_untracked_process_memory_bytes",
+        help: "Device memory of processes that no tenant ledger knows (they bypassed the shim).",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            let processes = &page.snapshot.untracked_processes;
+            let labels = |p: &UntrackedView| vec![("device", p.device.to_string()), ("uuid", p.uuid.clone()), ("pid", p.pid.to_string())];
+            processes.iter().map(|p| (labels(p), Value::Whole(p.memory_used_bytes))).collect()
+        }),
+    },
+    Family {
+        name: "gpuslice_tenant_over_cap_bytes",
+        help: "Driver-reported memory of a tenant past its cap, when that passes its context overhead.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            let labels = |o: &OverCap| vec![("tenant", o.tenant.clone()), ("device", o.device.to_string()), ("uuid", o.uuid.clone())];
+            page.counters.over_cap.iter().map(|o| (labels(o), Value::Whole(o.over_bytes))).collect()
+        }),
+    },
+    Family {
+        name: "gpuslice_violations_total",
+        help: "Violations found, by kind.",
+        kind: MetricType::Counter,
+        series: Series::Listed(|page| by_key("kind", &["untracked_process", "over_cap", "outside_turns"], &page.counters.violations_total)),
+    },
+    Family {
+        name: "gpuslice_violation_kills_total",
+        help: "Processes killed because of a violation.",
+        kind: MetricType::Counter,
+        series: Series::One(|page| Value::Whole(page.counters.violation_kills_total)),
+    },
+    Family {
+        name: "gpuslice_config_reloads_total",
+        help: "Configuration reloads, by result.",
+        kind: MetricType::Counter,
+        series: Series::Listed(|page| by_key("result", &["ok", "error"], &page.counters.config_reloads_total)),
+    },
+    Family {
+        name: "gpuslice_device_info",
+        help: "1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            let Page { snapshot, counters } = page;
+            let devices = snapshot.devices.iter().filter(|_| snapshot.nvml);
+            let named = devices.filter_map(|d| Some((d, counters.device_names.get(&d.uuid)?)));
+            named
+                .map(|(d, name)| {
+                    let labels = vec![
+                        ("device", d.index.to_string()),
+                        ("uuid", d.uuid.clone()),
+                        ("name", name.clone()),
+                        ("mig_profile", d.mig_profile.clone().unwrap_or_default()),
+                        ("parent_uuid", d.parent_uuid.clone().unwrap_or_default()),
+                    ];
+                    (labels, Value::Whole(1))
+                })
+                .collect()
+        }),
+    },
+    Family {
+        name: "gpuslice_device_memory_committed_bytes",
+        help: "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.",
+        kind: MetricType::Gauge,
+        series: Series::Device(|page, d| Some(Value::Whole(page.counters.committed_bytes.get(&d.uuid).copied().unwrap_or(0)))),
+    },
+    Family {
+        name: "gpuslice_queue_jobs",
+        help: "Live jobs in the host's admission queue, by state.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            let queue = &page.counters.queue;
+            vec![(vec![("state", "waiting".into())], Value::Whole(queue.waiting)), (vec![("state", "running".into())], Value::Whole(queue.running))]
+        }),
+    },
+    Family {
+        name: "gpuslice_queue_wait_seconds",
+        help: "How long admitted queue jobs waited, from submission to admission, by priority (jobs seen running by the monitor since it started).",
+        kind: MetricType::Histogram,
+        series: Series::QueueWaits,
+    },
+    Family {
+        name: "gpuslice_monitor_rounds_total",
+        help: "Monitor rounds completed, this page's included.",
+        kind: MetricType::Counter,
+        series: Series::One(|page| Value::Whole(page.counters.rounds_total)),
+    },
+    Family {
+        name: "gpuslice_ledgers_watched",
+        help: "Tenant ledgers the monitor watches.",
+        kind: MetricType::Gauge,
+        series: Series::One(|page| Value::Whole(page.counters.ledgers_watched)),
+    },
+    Family {
+        name: "gpuslice_ledger_files_refused_total",
+        help: "Ledger files not watched because of a bound (--max-ledgers-per-uid, --max-ledgers), each counted once, by bound.",
+        kind: MetricType::Counter,
+        series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_refused_total)),
+    },
+    Family {
+        name: "gpuslice_ledger_files_over_bound",
+        help: "Ledger files not watched now because of a bound, by bound.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_over_bound)),
+    },
+    Family {
+        name: "gpuslice_nvml_available",
+        help: "1 when NVML answers, 0 in ledger-only mode.",
+        kind: MetricType::Gauge,
+        series: Series::One(|page| Value::Whole(u64::from(page.snapshot.nvml))),
+    },
+];
+
+/// One series per key of `keys`, labelled `label`, with the count `counts`
+/// holds for it (0 when none).
+fn by_key(label: &'static str, keys: &[&'static str], counts: &BTreeMap<&'static str, u64>) -> Vec<(Labels, Value)> {
+    keys.iter().map(|key| (vec![(label, key.to_string())], Value::Whole(counts.get(key).copied().unwrap_or(0)))).collect()
+}
+
+/// Writes one sample of a gauge or counter family.
+fn sample(family: &mut MetricEncoder, kind: MetricType, labels: &[(&str, &str)], value: Value) -> fmt::Result {
+    let encoder = family.encode_family(&labels)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(encoder),
+        _ => ConstGauge::new(value).encode(encoder),
+    }
+}
+
+impl Page {
+    /// Writes `family`'s HELP and TYPE lines, then its series.
+    fn encode_family(&self, encoder: &mut DescriptorEncoder, family: &Family) -> fmt::Result {
+        // The encoder adds the `_total` of a counter's name itself, so it is
+        // taken off the name as scrapers see it.
+        let name = match family.kind {
+            MetricType::Counter => family.name.strip_suffix("_total").unwrap_or(family.name),
+            _ => family.name,
+        };
+        let mut out = encoder.encode_descriptor(name, family.help, None, family.kind)?;
+        let kind = family.kind;
+        match family.series {
+            Series::TenantDevice(value_of) => {
+                for tenant in &self.snapshot.tenants {
+                    for device in &tenant.devices {
+                        if let Some(value) = value_of(self, tenant, device) {
+                            let index = device.index.to_string();
+                            sample(&mut out, kind, &[("tenant", &tenant.name), ("device", &index), ("uuid", &device.uuid)], value)?;
+                        }
+                    }
+                }
+            }
+            Series::Tenant(value_of) => {
+                for tenant in &self.snapshot.tenants {
+                    sample(&mut out, kind, &[("tenant", &tenant.name)], value_of(tenant))?;
+                }
+            }
+            Series::Device(value_of) => {
+                for device in &self.snapshot.devices {
+                    if let Some(value) = value_of(self, device) {
+                        let index = device.index.to_string();
+                        sample(&mut out, kind, &[("device", &index), ("uuid", &device.uuid)], value)?;
+                    }
+                }
+            }
+            Series::One(value_of) => sample(&mut out, kind, &[], value_of(self))?,
+            Series::Listed(list) => {
+                for (labels, value) in list(self) {
+                    let labels: Vec<(&str, &str)> = labels.iter().map(|(name, value)| (*name, value.as_str())).collect();
+                    sample(&mut out, kind, &labels, value)?;
+                }
+            }
+            Series::QueueWaits => {
+                for (priority, h) in &self.counters.queue.wait_seconds {
+                    let priority = priority.to_string();
+                    let labels = [("priority", priority.as_str())];
+                    let buckets: Vec<(f64, u64)> =
+                        WAIT_BUCKETS_SECONDS.iter().copied().chain([f64::INFINITY]).zip(h.per_bucket.iter().copied()).collect();
+                    out.encode_family(&labels)?.encode_histogram::<Vec<(String, String)>>(h.sum_seconds, h.count, &buckets, None)?;
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
-}
-
-/// One gauge family with a series per device, labelled device and uuid.
-fn device_gauge<V: EncodeGaugeValue>(
-    encoder: &mut DescriptorEncoder,
-    snapshot: &Snapshot,
-    name: &'static str,
-    help: &str,
-    value: impl Fn(&DeviceView) -> Option<V>,
-) -> fmt::Result {
-    let mut family = Gauges::start(encoder, name, help)?;
-    for device in &snapshot.devices {
-        if let Some(v) = value(device) {
-            let index = device.index.to_string();
-            family.sample(&[("device", &index), ("uuid", &device.uuid)], v)?;
-        }
-    }
-    Ok(())
 }
 
 impl Collector for Page {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let Page { snapshot, counters } = self;
-        let e = &mut encoder;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_memory_used_bytes",
-            "Device memory reserved by the tenant's processes, as the ledger counts it.",
-            |_, d| Some(d.memory_used_bytes),
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_memory_limit_bytes",
-            "The tenant's memory cap on the device (+Inf when uncapped).",
-            |_, d| Some(Cap(d.memory_limit_bytes)),
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_processes",
-            "Live processes of the tenant holding memory on the device.",
-            |_, d| Some(d.processes),
-        )?;
-        {
-            let name = "gpuslice_tenant_alloc_denied_total";
-            let mut family = Counters::start(e, name, "Allocations refused because they would pass the tenant's cap.")?;
-            for tenant in &snapshot.tenants {
-                for d in &tenant.devices {
-                    let index = d.index.to_string();
-                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.alloc_denied_total)?;
-                }
-            }
-        }
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_unattributed_bytes",
-            "Memory the tenant's usage counts that no process holds (a process killed while reserving).",
-            |tenant, d| Some(counters.unattributed_bytes.get(&(tenant.to_string(), d.uuid.clone())).copied().unwrap_or(0)),
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_driver_memory_used_bytes",
-            "Device memory the driver (NVML) reports for the tenant's processes.",
-            |_, d| d.driver_memory_used_bytes,
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_compute_target_ratio",
-            "The tenant's compute target on the device as a ratio of device time: its share plus the spare time due to it by priority, within its limit; no series for a tenant with no compute setting.",
-            |_, d| d.compute_target_ratio,
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_compute_used_ratio",
-            "Device time charged to the tenant's limit over the monitor's last round, as a ratio of wall time.",
-            |_, d| d.compute_used_ratio,
-        )?;
-        tenant_device_gauge(
-            e,
-            snapshot,
-            "gpuslice_tenant_compute_unarbitrated_processes",
-            "Processes of a tenant with a compute setting that the monitor does not arbitrate on the device (they could not reach it; they retry every second).",
-            |_, d| d.compute_unarbitrated_processes.map(|n| n as f64),
-        )?;
-        {
-            let name = "gpuslice_tenant_throttled_seconds_total";
-            let mut family = Counters::start(e, name, "Time the tenant's launches were held back by its compute limit.")?;
-            for tenant in &snapshot.tenants {
-                for d in &tenant.devices {
-                    let index = d.index.to_string();
-                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.throttled_ns_total as f64 / 1e9)?;
-                }
-            }
-        }
-        {
-            let name = "gpuslice_tenant_kernel_launches_total";
-            let mut family = Counters::start(e, name, "Kernel launches of the tenant on the device while a compute limit governed it.")?;
-            for tenant in &snapshot.tenants {
-                for d in &tenant.devices {
-                    let index = d.index.to_string();
-                    family.sample(&[("tenant", &tenant.name), ("device", &index), ("uuid", &d.uuid)], d.kernel_launches_total)?;
-                }
-            }
-        }
-        {
-            let mut family =
-                Counters::start(e, "gpuslice_reclaimed_processes_total", "Dead processes whose memory was reclaimed, by tenant.")?;
-            for tenant in &snapshot.tenants {
-                family.sample(&[("tenant", &tenant.name)], tenant.reclaimed_processes_total)?;
-            }
-        }
-        device_gauge(
-            e,
-            snapshot,
-            "gpuslice_device_memory_used_bytes",
-            "Device memory in use by all processes, as the driver (NVML) reports it.",
-            |d| d.memory_used_bytes,
-        )?;
-        device_gauge(e, snapshot, "gpuslice_device_memory_total_bytes", "Physical device memory.", |d| Some(d.memory_total_bytes))?;
-        device_gauge(
-            e,
-            snapshot,
-            "gpuslice_device_arbitrated",
-            "1 while the monitor arbitrates the device's time (some tenant there has a compute setting), 0 while every process there launches freely.",
-            |d| d.arbitrated.map(|a| if a { 1.0 } else { 0.0 }),
-        )?;
-        device_gauge(
-            e,
-            snapshot,
-            "gpuslice_device_utilization_ratio",
-            "Share of time the device was busy over the driver's last sample period.",
-            |d| d.utilization_ratio,
-        )?;
-        {
-            let mut family = Gauges::start(
-                e,
-                "gpuslice_untracked_process_memory_bytes",
-                "Device memory of processes that no tenant ledger knows (they bypassed the shim).",
-            )?;
-            for p in &snapshot.untracked_processes {
-                let (device, pid) = (p.device.to_string(), p.pid.to_string());
-                family.sample(&[("device", &device), ("uuid", &p.uuid), ("pid", &pid)], p.memory_used_bytes)?;
-            }
-        }
-        {
-            let mut family = Gauges::start(
-                e,
-                "gpuslice_tenant_over_cap_bytes",
-                "Driver-reported memory of a tenant past its cap, when that passes its context overhead.",
-            )?;
-            for o in &counters.over_cap {
-                let device = o.device.to_string();
-                family.sample(&[("tenant", &o.tenant), ("device", &device), ("uuid", &o.uuid)], o.over_bytes)?;
-            }
-        }
-        {
-            let mut family = Counters::start(e, "gpuslice_violations_total", "Violations found, by kind.")?;
-            for kind in ["untracked_process", "over_cap", "outside_turns"] {
-                family.sample(&[("kind", kind)], counters.violations_total.get(kind).copied().unwrap_or(0))?;
-            }
-        }
-        Counters::start(e, "gpuslice_violation_kills_total", "Processes killed because of a violation.")?
-            .sample(&[], counters.violation_kills_total)?;
-        {
-            let mut family = Counters::start(e, "gpuslice_config_reloads_total", "Configuration reloads, by result.")?;
-            for result in ["ok", "error"] {
-                family.sample(&[("result", result)], counters.config_reloads_total.get(result).copied().unwrap_or(0))?;
-            }
-        }
-        {
-            let mut family = Gauges::start(
-                e,
-                "gpuslice_device_info",
-                "1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.",
-            )?;
-            for d in snapshot.devices.iter().filter(|_| snapshot.nvml) {
-                let Some(name) = counters.device_names.get(&d.uuid) else { continue };
-                let index = d.index.to_string();
-                let labels = [
-                    ("device", index.as_str()),
-                    ("uuid", d.uuid.as_str()),
-                    ("name", name.as_str()),
-                    ("mig_profile", d.mig_profile.as_deref().unwrap_or("")),
-                    ("parent_uuid", d.parent_uuid.as_deref().unwrap_or("")),
-                ];
-                family.sample(&labels, 1u64)?;
-            }
-        }
-        device_gauge(
-            e,
-            snapshot,
-            "gpuslice_device_memory_committed_bytes",
-            "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.",
-            |d| Some(counters.committed_bytes.get(&d.uuid).copied().unwrap_or(0)),
-        )?;
-        {
-            let mut family = Gauges::start(e, "gpuslice_queue_jobs", "Live jobs in the host's admission queue, by state.")?;
-            family.sample(&[("state", "waiting")], counters.queue.waiting)?;
-            family.sample(&[("state", "running")], counters.queue.running)?;
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "gpuslice_queue_wait_seconds",
-                "How long admitted queue jobs waited, from submission to admission, by priority (jobs seen running by the monitor since it started).",
-                None,
-                MetricType::Histogram,
-            )?;
-            for (priority, h) in &counters.queue.wait_seconds {
-                let priority = priority.to_string();
-                let labels = [("priority", priority.as_str())];
-                let buckets: Vec<(f64, u64)> =
-                    WAIT_BUCKETS_SECONDS.iter().copied().chain([f64::INFINITY]).zip(h.per_bucket.iter().copied()).collect();
-                family.encode_family(&labels)?.encode_histogram::<Vec<(String, String)>>(h.sum_seconds, h.count, &buckets, None)?;
-            }
-        }
-        Counters::start(e, "gpuslice_monitor_rounds_total", "Monitor rounds completed, this page's included.")?
-            .sample(&[], counters.rounds_total)?;
-        Gauges::start(e, "gpuslice_ledgers_watched", "Tenant ledgers the monitor watches.")?.sample(&[], counters.ledgers_watched)?;
-        {
-            let mut family = Counters::start(
-                e,
-                "gpuslice_ledger_files_refused_total",
-                "Ledger files not watched because of a bound (--max-ledgers-per-uid, --max-ledgers), each counted once, by bound.",
-            )?;
-            for reason in ["per_uid_bound", "total_bound"] {
-                family.sample(&[("reason", reason)], counters.ledger_files_refused_total.get(reason).copied().unwrap_or(0))?;
-            }
-        }
-        {
-            let mut family =
-                Gauges::start(e, "gpuslice_ledger_files_over_bound", "Ledger files not watched now because of a bound, by bound.")?;
-            for reason in ["per_uid_bound", "total_bound"] {
-                family.sample(&[("reason", reason)], counters.ledger_files_over_bound.get(reason).copied().unwrap_or(0))?;
-            }
-        }
-        Gauges::start(e, "gpuslice_nvml_available", "1 when NVML answers, 0 in ledger-only mode.")?
-            .sample(&[], u64::from(snapshot.nvml))?;
-        Ok(())
+        FAMILIES.iter().try_for_each(|family| self.encode_family(&mut encoder, family))
     }
 }
 

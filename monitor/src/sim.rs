@@ -1,5 +1,6 @@
 //! `gpuslice sim -- CMD ARGS…`: run a command on the simulated GPU, no shim.
 
+use crate::error::Error;
 use crate::libs;
 use clap::Args;
 use std::process::{Command, ExitCode};
@@ -11,10 +12,10 @@ pub struct SimArgs {
     pub command: Vec<String>,
 }
 
-pub fn main(args: SimArgs) -> Result<ExitCode, String> {
-    let (program, rest) = args.command.split_first().ok_or("no command given after --")?;
+pub fn main(args: SimArgs) -> Result<ExitCode, Error> {
+    let (program, rest) = args.command.split_first().ok_or_else(|| Error::Usage("no command given after --".into()))?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
-    libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
-    Err(libs::exec(cmd))
+    libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir().map_err(Error::Failed)?);
+    Err(Error::Failed(libs::exec(cmd)))
 }

@@ -9,6 +9,11 @@ use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
 use ledger::{Ledger, UNLIMITED};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// How often the monitor takes a snapshot and acts on it: its round. A
+/// reader that needs a rate (`status`) looks twice, a round apart.
+pub const ROUND: Duration = Duration::from_millis(250);
 
 /// A device as the host sees it.
 #[derive(Debug, Clone, Serialize)]

@@ -3,22 +3,16 @@
 //! without a running monitor. A ledger directory named with `--dir` or
 //! `GPUSLICE_DIR` that does not exist is an error (a typo must not look
 //! like a host where nothing runs); the default one missing only means no
-//! tenant has run here yet.
-//!
-//! [`Sampler`] is how both `status` and `top` read the host; `status`
-//! looks once ([`collect_view`]), `top` keeps one sampler and looks every
-//! refresh.
+//! tenant has run here yet. The host is read as [`crate::sampler`] reads it.
 
-use crate::daemon::compute::ComputeState;
-use crate::discovery::{self, HostArgs, Layout};
-use crate::nvml::GpuReader;
-use crate::snapshot::{self, Snapshot};
+use crate::discovery::HostArgs;
+use crate::error::Error;
+use crate::sampler::collect_view;
+use crate::snapshot::Snapshot;
+use crate::text::{device_name, human_bytes, render_rows};
 use clap::Args;
-use ledger::Ledger;
 use std::fmt::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -29,189 +23,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// What `status` and `devices` read: the ledgers, and NVML when it answers.
-pub struct HostRead {
-    /// The ledger directory.
-    pub dir: std::path::PathBuf,
-    /// One ledger per tenant.
-    pub ledgers: Vec<Ledger>,
-    /// Ledger files not used, in words.
-    pub problems: Vec<String>,
-    /// NVML, loaded, with what it said now; `None` without it.
-    pub nvml: Option<(GpuReader, Vec<crate::nvml::GpuInfo>)>,
-    /// Why NVML is not there (`--no-nvml`, or the loader's error).
-    pub nvml_missing: Option<String>,
-}
-
-/// Opens the ledgers and NVML as `host` says, for the command `verb`
-/// (named in notes on stderr). A ledger directory named with `--dir` or
-/// `GPUSLICE_DIR` that does not exist is an error; NVML failing to load is
-/// one only where `--nvml-lib` names it.
-pub fn read_host(host: &discovery::HostArgs, verb: &str) -> Result<HostRead, String> {
-    // A ledger cut short while it is read must not kill the command.
-    let _ = crate::daemon::sigbus::install();
-    let dir = discovery::ledger_dir(host.dir.as_deref());
-    let named =
-        if host.dir.is_some() { Some("--dir") } else { std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR") };
-    let (ledgers, problems) = match discovery::open_ledgers(&dir, host.layout) {
-        Ok(found) => found,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match named {
-            Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
-            None => {
-                eprintln!("gpuslice {verb}: no ledger directory at {} yet: no tenant has run on this host", dir.display());
-                (Vec::new(), Vec::new())
-            }
-        },
-        Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
-    };
-    let (nvml, nvml_missing) = if host.no_nvml {
-        (None, Some("--no-nvml".to_string()))
-    } else {
-        let loaded = GpuReader::load(host.nvml_lib.as_deref()).and_then(|mut r| r.read().map(|gpus| (r, gpus)));
-        match loaded {
-            Ok(found) => (Some(found), None),
-            Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
-            Err(e) => (None, Some(e)),
-        }
-    };
-    Ok(HostRead { dir, ledgers, problems, nvml, nvml_missing })
-}
-
-/// One look at the host, as `status` and `top` show it.
-pub struct View {
-    /// The ledger directory read.
-    pub dir: PathBuf,
-    /// The ledgers, NVML and the monitor's grant pages, joined.
-    pub snapshot: Snapshot,
-    /// Notes for the reader that are no fault (no ledger directory yet).
-    pub notes: Vec<String>,
-    /// Ledgers that were skipped, and why.
-    pub warnings: Vec<String>,
-}
-
-/// Reads the host again and again: the ledgers (listed anew each time, so
-/// new tenants appear), NVML (loaded once) and the monitor's grant pages.
-/// Device time used is a rate, so a sampler keeps each look's counters and
-/// gives the next look the rate since then.
-pub struct Sampler {
-    dir: PathBuf,
-    /// What named the directory (`--dir` or `GPUSLICE_DIR`), if anything.
-    named: Option<&'static str>,
-    layout: Layout,
-    gpus: Option<GpuReader>,
-    /// Whether NVML was asked for by path: then failing to read it is an error.
-    nvml_named: bool,
-    locks: crate::host::LockCache,
-    compute: ComputeState,
-}
-
-impl Sampler {
-    /// Loads NVML unless told not to; a missing default NVML means
-    /// ledger-only, a library named with `--nvml-lib` that fails is an error.
-    pub fn new(host: &HostArgs) -> Result<Sampler, String> {
-        // A ledger cut short while it is read must not kill the reader.
-        let _ = crate::daemon::sigbus::install();
-        let named = if host.dir.is_some() {
-            Some("--dir")
-        } else {
-            std::env::var_os("GPUSLICE_DIR").filter(|v| !v.is_empty()).map(|_| "GPUSLICE_DIR")
-        };
-        let gpus = if host.no_nvml {
-            None
-        } else {
-            match GpuReader::load(host.nvml_lib.as_deref()) {
-                Ok(reader) => Some(reader),
-                Err(e) if host.nvml_lib.is_some() => return Err(format!("cannot use NVML: {e}")),
-                Err(_) => None,
-            }
-        };
-        Ok(Sampler {
-            dir: discovery::ledger_dir(host.dir.as_deref()),
-            named,
-            layout: host.layout,
-            gpus,
-            nvml_named: host.nvml_lib.is_some(),
-            locks: crate::host::LockCache::default(),
-            compute: ComputeState::default(),
-        })
-    }
-
-    /// One look. A ledger directory named with `--dir` or `GPUSLICE_DIR`
-    /// that does not exist is an error; the default one missing is a note.
-    pub fn look(&mut self) -> Result<View, String> {
-        let dir = &self.dir;
-        let mut notes = Vec::new();
-        let files = match discovery::ledger_files(dir) {
-            Ok(files) => files,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match self.named {
-                Some(source) => return Err(format!("the ledger directory {} ({source}) does not exist", dir.display())),
-                None => {
-                    notes.push(format!("no ledger directory at {} yet: no tenant has run on this host", dir.display()));
-                    Vec::new()
-                }
-            },
-            Err(e) => return Err(format!("cannot read the ledger directory {}: {e}", dir.display())),
-        };
-        let (files, shadowed) = discovery::one_per_tenant(files, self.layout);
-        let mut ledgers = Vec::new();
-        let mut warnings: Vec<String> = shadowed
-            .iter()
-            .map(|f| format!("tenant {} also has {}, not shown ({} layout preferred)", f.tenant, f.path.display(), self.layout.name()))
-            .collect();
-        for file in files {
-            match Ledger::open(&file.path) {
-                Ok(ledger) => match discovery::check_tenant(&file, &ledger.tenant()) {
-                    Ok(()) => ledgers.push(ledger),
-                    Err(e) => warnings.push(e),
-                },
-                Err(e) => warnings.push(e.to_string()),
-            }
-        }
-        let gpus = match self.gpus.as_mut().map(GpuReader::read) {
-            Some(Ok(gpus)) => Some(gpus),
-            Some(Err(e)) if self.nvml_named => return Err(format!("cannot use NVML: {e}")),
-            Some(Err(_)) | None => None,
-        };
-        let refs: Vec<&Ledger> = ledgers.iter().collect();
-        let mut snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut self.locks);
-        // Settings, targets and charged time come from the monitor's grant
-        // pages, when one runs (it answers root and its own user).
-        let names: Vec<String> = snapshot.tenants.iter().map(|t| t.name.clone()).collect();
-        crate::daemon::compute::fill_from_reports(&mut snapshot, |uuid| {
-            let grants = ledger::broker::view(dir, uuid).ok()?;
-            Some(crate::daemon::arbiter::DeviceReport::from_page(grants.page(), &names))
-        });
-        self.compute.fill(&mut snapshot, Instant::now());
-        for device in &snapshot.devices {
-            match device.arbitrated {
-                Some(true) => notes.push(format!("device {}: its time is arbitrated by the monitor", device.index)),
-                Some(false) => notes.push(format!("device {}: not arbitrated (no tenant there has a compute setting)", device.index)),
-                None => {}
-            }
-        }
-        Ok(View { dir: dir.clone(), snapshot, notes, warnings })
-    }
-}
-
-/// Whether a tenant is limited or shares a device: then the device time
-/// it used is worth a second look.
-fn has_compute_policy(snapshot: &Snapshot) -> bool {
-    snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some())
-}
-
-/// One view for a reader that looks once: where a tenant has a compute
-/// policy, it looks twice, a monitor round apart, to give the rate.
-pub fn collect_view(host: &HostArgs) -> Result<View, String> {
-    let mut sampler = Sampler::new(host)?;
-    let view = sampler.look()?;
-    if !has_compute_policy(&view.snapshot) {
-        return Ok(view);
-    }
-    std::thread::sleep(crate::daemon::ROUND);
-    sampler.look()
-}
-
-pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
+pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
     let view = collect_view(&args.host)?;
     for note in &view.notes {
         eprintln!("gpuslice status: {note}");
@@ -220,51 +32,12 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, String> {
         eprintln!("gpuslice status: warning: {warning}");
     }
     if args.json {
-        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| format!("cannot write JSON: {e}"))?;
+        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", table(&view.snapshot, &view.dir));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A size for people: `512.0 MiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
-/// A device's name in the tables: its index, and for a MIG device its
-/// parent's index and its profile (`0 MIG 3g.71gb`).
-pub(crate) fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
-    match snapshot.devices.iter().find(|d| d.uuid == uuid).and_then(|d| d.mig_profile.as_ref()) {
-        Some(profile) => format!("{index} MIG {profile}"),
-        None => index.to_string(),
-    }
-}
-
-pub fn render_rows(out: &mut String, rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..columns).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
-    for row in rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let width = widths.get(c).copied().unwrap_or(0);
-            let _ = write!(line, "{cell:<width$}  ");
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
 }
 
 /// The human-readable form: devices, then tenants, then their processes.
@@ -360,16 +133,4 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
         render_rows(&mut out, &rows);
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_for_people() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(512 << 20), "512.0 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-    }
 }

@@ -13,8 +13,10 @@
 
 use crate::config;
 use crate::discovery::HostArgs;
+use crate::error::Error;
+use crate::sampler::{self, Sampler, View};
 use crate::snapshot::Snapshot;
-use crate::status::{self, human_bytes, Sampler, View};
+use crate::text::{device_name, human_bytes, render_rows};
 use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -54,9 +56,9 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     }
 }
 
-pub fn main(args: TopArgs) -> Result<ExitCode, String> {
+pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
     if args.once {
-        let view = status::collect_view(&args.host)?;
+        let view = sampler::collect_view(&args.host)?;
         for note in &view.notes {
             eprintln!("gpuslice top: {note}");
         }
@@ -67,13 +69,13 @@ pub fn main(args: TopArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     if !std::io::stdout().is_terminal() {
-        return Err("standard output is not a terminal; use `gpuslice top --once` for one frame as text".into());
+        return Err(Error::Usage("standard output is not a terminal; use `gpuslice top --once` for one frame as text".into()));
     }
     // The first look's errors (no such directory, NVML named but broken)
     // are printed as plain lines, before the screen is taken over.
     let mut sampler = Sampler::new(&args.host)?;
     let view = sampler.look()?;
-    live(sampler, view, args.interval)
+    live(sampler, view, args.interval).map_err(Error::Failed)
 }
 
 /// How a cell stands out on the screen; plain text ignores it.
@@ -153,7 +155,7 @@ fn devices(snapshot: &Snapshot) -> Section {
         .devices
         .iter()
         .map(|d| {
-            let name = status::device_name(snapshot, d.index, &d.uuid);
+            let name = device_name(snapshot, d.index, &d.uuid);
             // A MIG instance hangs under its parent when the parent is listed.
             let under_parent = d.parent_uuid.as_ref().is_some_and(|p| snapshot.devices.iter().any(|other| &other.uuid == p));
             let tenants = snapshot.tenants.iter().filter(|t| t.devices.iter().any(|td| td.uuid == d.uuid)).count();
@@ -183,7 +185,7 @@ fn tenants(snapshot: &Snapshot) -> Section {
     pairs.sort_by_key(|(t, d)| (order(&d.uuid), t.name.as_str()));
     for (t, d) in pairs {
         rows.push(vec![
-            Cell::plain(status::device_name(snapshot, d.index, &d.uuid)),
+            Cell::plain(device_name(snapshot, d.index, &d.uuid)),
             Cell::plain(t.name.clone()),
             Cell::plain(human_bytes(d.memory_used_bytes)),
             Cell::plain(d.memory_limit_bytes.map_or("none".into(), human_bytes)),
@@ -276,7 +278,7 @@ fn queue_rows(jobs: &[crate::queue::store::Job]) -> Vec<Vec<Cell>> {
                 Cell::plain(job.name.clone().unwrap_or_else(|| "-".into())),
                 Cell::plain(job.tenant.clone()),
                 Cell::plain(job.priority.to_string()),
-                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), crate::status::human_bytes)),
+                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), crate::text::human_bytes)),
                 Cell::plain(if job.devices.is_empty() { "-".into() } else { job.devices.len().to_string() }),
                 Cell::plain(format!("{:?}", job.state).to_lowercase()),
                 Cell::plain(format!("{}s", now_ms.saturating_sub(since_ms) / 1000)),
@@ -309,7 +311,7 @@ fn text(view: &View) -> String {
         }
         let mut rows = vec![section.header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
         rows.extend(section.rows.iter().map(|row| row.iter().map(|c| c.text.clone()).collect()));
-        status::render_rows(&mut out, &rows);
+        render_rows(&mut out, &rows);
     }
     out
 }
@@ -385,7 +387,7 @@ fn live(mut sampler: Sampler, mut view: View, interval: Duration) -> Result<Exit
                         view = fresh;
                         error = None;
                     }
-                    Err(e) => error = Some(e),
+                    Err(e) => error = Some(e.to_string()),
                 }
                 // Late refreshes do not pile up: the next is an interval on.
                 next = Instant::now() + interval;

@@ -597,7 +597,7 @@ impl Running {
 
     fn kill_and_collect(&mut self) -> Output {
         if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
+            kill_tree(child);
         }
         self.finish(false)
     }
@@ -612,7 +612,7 @@ impl Running {
                     Ok(Some(status)) => break Some(status),
                     Ok(None) if enforce_deadline && Instant::now() >= self.deadline => {
                         timed_out = true;
-                        let _ = child.kill();
+                        kill_tree(child);
                         break child.wait().ok();
                     }
                     Ok(None) => std::thread::sleep(Duration::from_millis(2)),
@@ -650,12 +650,49 @@ fn join_with_deadline<T: Send + 'static>(handle: JoinHandle<T>, limit: Duration)
 }
 
 impl Drop for Running {
+    /// A child still running when its test ends, passed or failed, is
+    /// killed with everything it started, and reaped.
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
+            kill_tree(child);
             let _ = child.wait();
         }
     }
+}
+
+/// Kills `child` and every process descended from it (a monitor a demo
+/// started, a command behind `sh -c`), descendants first so that none is
+/// handed to init on the way. `child` is not reaped yet, so no pid here
+/// can have been reused.
+fn kill_tree(child: &mut Child) {
+    for pid in descendants(child.id()).into_iter().rev() {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+}
+
+/// The processes descended from `pid` (its children, theirs, …), as
+/// `/proc` lists them now.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(process) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid …`: the command may hold spaces and ')'.
+        let Some((_, fields)) = stat.rsplit_once(')') else { continue };
+        if let Some(parent) = fields.split_whitespace().nth(1).and_then(|f| f.parse::<u32>().ok()) {
+            parent_of.push((process, parent));
+        }
+    }
+    let mut found = vec![pid];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(parent_of.iter().filter(|(_, p)| *p == parent).map(|(child, _)| *child));
+        next += 1;
+    }
+    found.split_off(1)
 }
 
 fn value_of<'a>(line: &'a str, key: &str) -> Option<&'a str> {

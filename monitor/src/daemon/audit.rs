@@ -52,7 +52,7 @@ impl AuditState {
                              held (a process killed while reserving or releasing)",
                             key.0,
                             key.1,
-                            crate::status::human_bytes(leaked)
+                            crate::text::human_bytes(leaked)
                         ));
                         continue;
                     }

@@ -12,7 +12,7 @@
 //!   [`UNINITIALISED_GRACE`];
 //! - a ledger cut short, resized or whose header was overwritten while
 //!   watched is dropped with one error line (a fault on a page past its new
-//!   end is absorbed by the `SIGBUS` handler of [`sigbus`](super::sigbus),
+//!   end is absorbed by the `SIGBUS` handler of [`sigbus`](crate::sigbus),
 //!   which this set installs);
 //! - a slot holding a state no writer writes is reset to free when nobody
 //!   holds its lock, with one line per slot saying so
@@ -35,8 +35,9 @@
 //! whole model.
 
 use super::log::{self, Level};
-use super::sigbus;
 use crate::discovery::{self, Found, HostArgs, Layout};
+use crate::error::Error;
+use crate::sigbus;
 use ledger::{AttachError, FileAccess, Ledger, MappedLedger};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -370,17 +371,19 @@ impl LedgerSet {
     /// mode (where `changes` allows), installs the fault handler that keeps
     /// the monitor alive when a ledger is cut short, and with
     /// [`Layout::TenantDirs`] makes `<dir>/tenants` private.
-    pub fn new(dir: PathBuf, host: &HostArgs, changes: DirChanges, bounds: Bounds) -> Result<LedgerSet, String> {
-        let group = host.group.as_deref().map(group_id).transpose()?;
-        if let Some(changed) = prepare_ledger_dir(&dir, group, changes)? {
+    /// A `--group` that names no group is a usage mistake; the rest are
+    /// failures of the host.
+    pub fn new(dir: PathBuf, host: &HostArgs, changes: DirChanges, bounds: Bounds) -> Result<LedgerSet, Error> {
+        let group = host.group.as_deref().map(group_id).transpose().map_err(Error::Usage)?;
+        if let Some(changed) = prepare_ledger_dir(&dir, group, changes).map_err(Error::Failed)? {
             log::info(&format!("ledger directory {}: {changed}", dir.display()));
         }
-        sigbus::install().map_err(|e| format!("cannot handle SIGBUS: {e}"))?;
+        sigbus::install().map_err(|e| Error::Failed(format!("cannot handle SIGBUS: {e}")))?;
         let layout = host.layout;
         if layout == Layout::TenantDirs {
             let tenants = discovery::tenants_dir(&dir);
             ensure_dir_mode(&tenants, TENANTS_DIR_MODE)
-                .map_err(|e| format!("cannot make the tenants' directory {} (mode 0700): {e}", tenants.display()))?;
+                .map_err(|e| Error::Failed(format!("cannot make the tenants' directory {} (mode 0700): {e}", tenants.display())))?;
         }
         Ok(LedgerSet {
             dir,
@@ -454,7 +457,7 @@ impl LedgerSet {
             let key = file_key(path, "slot resets");
             for slot in ledger.reset_invalid_slots() {
                 let bytes: Vec<String> =
-                    slot.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
+                    slot.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::text::human_bytes(*b))).collect();
                 log::limited(
                     &key,
                     Level::Warn,

@@ -35,14 +35,14 @@ pub mod log;
 mod overhead;
 mod policy;
 mod queue;
-pub(crate) mod sigbus;
 mod violations;
 
 use crate::config::{self, Config};
 use crate::discovery;
+use crate::error::Error;
 use crate::metrics::{self, MonitorCounters};
 use crate::nvml::GpuReader;
-use crate::snapshot::{self, Snapshot};
+use crate::snapshot::{self, Snapshot, ROUND};
 use clap::Args;
 use ledger::Ledger;
 use std::io::Write;
@@ -53,8 +53,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How often the monitor looks at everything.
-pub const ROUND: Duration = Duration::from_millis(250);
 /// The shortest round when a job file appeared or went (see the loop).
 const QUEUE_ROUND_MIN: Duration = Duration::from_millis(2);
 /// The most rounds a second that job files may start early: a flood of
@@ -191,14 +189,14 @@ impl ConfigSource {
     }
 }
 
-pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
+pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
     let descriptor_limit = raise_descriptor_limit();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let created_now = std::fs::symlink_metadata(&dir).is_err();
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(&dir)
-        .map_err(|e| format!("cannot create the ledger directory {}: {e}", dir.display()))?;
+        .map_err(|e| Error::Failed(format!("cannot create the ledger directory {}: {e}", dir.display())))?;
 
     // A bad configuration refuses to start, with line and column.
     let mut config_source = ConfigSource { path: args.config.clone(), stamp: None, text: None };
@@ -206,19 +204,19 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     if let Some(path) = &args.config {
         config_source.stamp = file_stamp(path);
         config_source.text = std::fs::read_to_string(path).ok();
-        config = config::load(path).map_err(|e| log::bounded_message(&format!("bad configuration: {e}")))?;
+        config = config::load(path).map_err(|e| Error::Usage(log::bounded_message(&format!("bad configuration: {e}"))))?;
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
-    let listener = TcpListener::bind(&args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let listener = TcpListener::bind(&args.listen).map_err(|e| Error::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let local = listener.local_addr().map_err(|e| Error::Failed(format!("cannot read the listening address: {e}")))?;
 
     let hangup = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     for (signal, flag) in
         [(signal_hook::consts::SIGHUP, &hangup), (signal_hook::consts::SIGTERM, &stop), (signal_hook::consts::SIGINT, &stop)]
     {
-        signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
+        signal_hook::flag::register(signal, Arc::clone(flag)).map_err(|e| Error::Failed(format!("cannot handle signal {signal}: {e}")))?;
     }
 
     let mut gpu_reader = if args.host.no_nvml {
@@ -229,7 +227,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
             Ok(reader) => Some(reader),
             Err(e) => {
                 if args.host.nvml_lib.is_some() {
-                    return Err(format!("cannot load NVML from --nvml-lib: {e}"));
+                    return Err(Error::Failed(format!("cannot load NVML from --nvml-lib: {e}")));
                 }
                 log::warn(&format!(
                     "NVML is not available ({e}); running in ledger-only mode: caps and reclaim work, \
@@ -241,7 +239,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     };
 
     let pages: http::SharedPages = Arc::new(Mutex::new(http::Pages::default()));
-    http::serve(listener, Arc::clone(&pages))?;
+    http::serve(listener, Arc::clone(&pages)).map_err(Error::Failed)?;
     log::info(&format!(
         "watching {} ({} layout) ; serving http://{local}/metrics and /healthz ; NVML {}",
         dir.display(),
@@ -258,12 +256,12 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, String> {
     if let Err(e) = arbiter::start(&dir, args.host.layout, Arc::clone(&arbiter_shared)) {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
-    let mut policy_state = policy::PolicyState::new(&dir)?;
+    let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
     let mut ledgers =
         ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
     ledgers.set_configured(config.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
-    let mut compute_state = compute::ComputeState::default();
+    let mut compute_state = crate::compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
@@ -430,7 +428,7 @@ fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &Atom
 fn reclaim(ledger: &Ledger) {
     for dead in ledger.reclaim_dead() {
         let bytes: Vec<String> =
-            dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::status::human_bytes(*b))).collect();
+            dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::text::human_bytes(*b))).collect();
         log::limited(
             &ledgers::file_key(ledger.path(), "reclaims"),
             log::Level::Info,

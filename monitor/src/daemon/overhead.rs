@@ -113,7 +113,7 @@ impl OverheadState {
             log::info(&format!(
                 "tenant {tenant} device {uuid}: context overhead measured at {} ({bytes} bytes) from the driver's \
                  figures; its processes' new contexts are charged for it",
-                crate::status::human_bytes(bytes)
+                crate::text::human_bytes(bytes)
             ));
         }
     }

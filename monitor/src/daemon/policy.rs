@@ -68,7 +68,7 @@ fn show(bytes: u64) -> String {
     if bytes == UNLIMITED {
         "none".into()
     } else {
-        crate::status::human_bytes(bytes)
+        crate::text::human_bytes(bytes)
     }
 }
 

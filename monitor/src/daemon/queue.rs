@@ -33,6 +33,7 @@
 use super::log;
 use super::policy::PolicyState;
 use crate::config::Config;
+use crate::error::Error;
 use crate::metrics::QueueFigures;
 use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
 use crate::queue::policy::{self, Ask, DeviceRoom, Request};
@@ -114,17 +115,19 @@ pub struct QueueState {
 impl QueueState {
     /// Makes the queue directory root's (mode 1777) and reads what a
     /// previous monitor admitted from `<dir>/.monitor/queue.json`.
-    pub fn new(dir: &Path) -> Result<QueueState, String> {
+    /// `GPUSLICE_QUEUE_OVERCOMMIT` out of range is a usage mistake; the rest
+    /// are failures of the host.
+    pub fn new(dir: &Path) -> Result<QueueState, Error> {
         let queue = Queue::at(dir);
-        if let Some(done) = queue.prepare()? {
+        if let Some(done) = queue.prepare().map_err(Error::Failed)? {
             log::warn(&done);
         }
-        let overcommit = crate::queue::overcommit_ratio()?;
+        let overcommit = crate::queue::overcommit_ratio().map_err(Error::Usage)?;
         let state_path = super::policy::state_dir(dir).join(STATE_FILE);
         let kept: Kept = match std::fs::read(&state_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", state_path.display()))?,
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Failed(format!("{}: {e}", state_path.display())))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Kept::default(),
-            Err(e) => return Err(format!("{}: {e}", state_path.display())),
+            Err(e) => return Err(Error::Failed(format!("{}: {e}", state_path.display()))),
         };
         let mut admitted = BTreeMap::new();
         for mut record in kept.admitted {
@@ -440,7 +443,7 @@ impl QueueState {
             job.uid,
             job.tenant,
             job.devices.join(","),
-            job.memory_bytes.map_or("the whole device".to_string(), crate::status::human_bytes)
+            job.memory_bytes.map_or("the whole device".to_string(), crate::text::human_bytes)
         ));
         self.admitted.insert(key, Admitted { job, committed_bytes, file: Some(tracked.file) });
         true
@@ -524,7 +527,7 @@ fn show(bytes: u64) -> String {
     if bytes == UNLIMITED {
         "none".into()
     } else {
-        crate::status::human_bytes(bytes)
+        crate::text::human_bytes(bytes)
     }
 }
 

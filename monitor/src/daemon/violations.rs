@@ -153,7 +153,7 @@ impl ViolationState {
                 log::warn(&format!(
                     "pid {} uses {} on device {} ({}) but no tenant ledger knows it: it bypassed the shim",
                     u.pid,
-                    crate::status::human_bytes(u.memory_used_bytes),
+                    crate::text::human_bytes(u.memory_used_bytes),
                     u.device,
                     u.uuid
                 ));
@@ -196,11 +196,11 @@ impl ViolationState {
                         "tenant {} uses {} on device {} ({}) by the driver's count, over its cap of {} by more than \
                          its context overhead ({}) for {:.1} s: memory escaped the shim",
                         tenant.name,
-                        crate::status::human_bytes(driver),
+                        crate::text::human_bytes(driver),
                         device.index,
                         device.uuid,
-                        crate::status::human_bytes(allowed_bytes),
-                        crate::status::human_bytes(overhead_bytes),
+                        crate::text::human_bytes(allowed_bytes),
+                        crate::text::human_bytes(overhead_bytes),
                         now.duration_since(episode.first_seen).as_secs_f64()
                     ));
                     if on_violation == OnViolation::Kill {

@@ -71,11 +71,16 @@ struct Seen {
     target: Option<f64>,
 }
 
-pub fn main(args: DemoArgs) -> Result<ExitCode, String> {
+pub fn main(args: DemoArgs) -> Result<ExitCode, crate::error::Error> {
+    run_in_work_dir(&args).map_err(crate::error::Error::Failed)
+}
+
+/// The demo, in a working directory of its own that it removes after.
+fn run_in_work_dir(args: &DemoArgs) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let work = std::env::temp_dir().join(format!("gpuslice-demo-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-    let result = run(&args, &exe, &work);
+    let result = run(args, &exe, &work);
     let _ = std::fs::remove_dir_all(&work);
     result
 }
@@ -200,10 +205,8 @@ fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<S
     out += &format!("{:<11} {:>21}  {:>9} {:>7} {:>7}  {:>10}\n", "TENANT", "MEMORY used / cap", "SETTING", "TARGET", "USED", "HELD BACK");
     let files = crate::discovery::ledger_files(&dir).unwrap_or_default();
     let uuid = files.iter().find_map(|f| Ledger::open(&f.path).ok().and_then(|l| l.devices().first().map(|d| d.uuid)));
-    let members = uuid
-        .and_then(|u| ledger::broker::view(&dir, &u).ok())
-        .map(|g| crate::daemon::arbiter::sched::MemberView::of_page(g.page()))
-        .unwrap_or_default();
+    let members =
+        uuid.and_then(|u| ledger::broker::view(&dir, &u).ok()).map(|g| crate::compute::MemberView::of_page(g.page())).unwrap_or_default();
     for file in &files {
         let Ok(ledger) = Ledger::open(&file.path) else { continue };
         let tenant = ledger.tenant();

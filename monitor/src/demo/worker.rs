@@ -13,8 +13,10 @@
 //!   refuses, says so, frees everything, allocates once more (it survived)
 //!   and holds that for HOLD_S.
 
+use crate::error::Error;
+use abi::cuda::{self, CUdeviceptr, CUfunction, CUresult, CUstream, CUDA_SUCCESS};
 use clap::Args;
-use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::ffi::{c_void, CString};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -25,35 +27,21 @@ pub struct WorkerArgs {
     pub job: Vec<String>,
 }
 
-type CuResult = c_int;
-
-/// The driver entry points the workloads use.
+/// The driver entry points the workloads use, with the types `cuda.h`
+/// declares ([`abi::cuda`]).
 struct Cuda {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
-    primary_retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult,
-    ctx_set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
-    module_get_function: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
-    stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
-    #[allow(clippy::type_complexity)]
-    launch_kernel: unsafe extern "C" fn(
-        *mut c_void,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        *mut c_void,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CuResult,
-    stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(u64) -> CuResult,
-    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    init: cuda::PFN_cuInit,
+    device_get: cuda::PFN_cuDeviceGet,
+    primary_retain: cuda::PFN_cuDevicePrimaryCtxRetain,
+    ctx_set_current: cuda::PFN_cuCtxSetCurrent,
+    module_load_data: cuda::PFN_cuModuleLoadData,
+    module_get_function: cuda::PFN_cuModuleGetFunction,
+    stream_create: cuda::PFN_cuStreamCreate,
+    launch_kernel: cuda::PFN_cuLaunchKernel,
+    stream_synchronize: cuda::PFN_cuStreamSynchronize,
+    mem_alloc: cuda::PFN_cuMemAlloc_v2,
+    mem_free: cuda::PFN_cuMemFree_v2,
+    mem_get_info: cuda::PFN_cuMemGetInfo_v2,
 }
 
 fn symbol<T: Copy>(handle: *mut c_void, name: &str) -> Result<T, String> {
@@ -93,8 +81,8 @@ impl Cuda {
     }
 }
 
-fn check(what: &str, r: CuResult) -> Result<(), String> {
-    if r == 0 {
+fn check(what: &str, r: CUresult) -> Result<(), String> {
+    if r == CUDA_SUCCESS {
         Ok(())
     } else {
         Err(format!("{what} failed: CUresult {r}"))
@@ -104,8 +92,8 @@ fn check(what: &str, r: CuResult) -> Result<(), String> {
 /// A context on device 0 with the `sim_sleep` kernel and a stream.
 struct Device {
     cuda: Cuda,
-    kernel: *mut c_void,
-    stream: *mut c_void,
+    kernel: CUfunction,
+    stream: CUstream,
 }
 
 impl Device {
@@ -145,11 +133,11 @@ impl Device {
     }
 }
 
-fn number<T: std::str::FromStr>(job: &[String], i: usize, what: &str) -> Result<T, String> {
-    job.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| format!("demo-worker: {what} expected as argument {i}"))
+fn number<T: std::str::FromStr>(job: &[String], i: usize, what: &str) -> Result<T, Error> {
+    job.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| Error::Usage(format!("demo-worker: {what} expected as argument {i}")))
 }
 
-pub fn main(args: WorkerArgs) -> Result<ExitCode, String> {
+pub fn main(args: WorkerArgs) -> Result<ExitCode, Error> {
     let job = &args.job;
     match job.first().map(String::as_str) {
         Some("train") => train(number(job, 1, "KERNEL_US")?, number(job, 2, "SECONDS")?),
@@ -157,8 +145,9 @@ pub fn main(args: WorkerArgs) -> Result<ExitCode, String> {
             infer(number(job, 1, "KERNEL_US")?, number(job, 2, "COUNT")?, number(job, 3, "PERIOD_MS")?, number(job, 4, "SECONDS")?)
         }
         Some("notebook") => notebook(number(job, 1, "STEP_MIB")?, number(job, 2, "HOLD_S")?),
-        _ => Err("demo-worker: expected train, infer or notebook".into()),
-    }?;
+        _ => return Err(Error::Usage("demo-worker: expected train, infer or notebook".into())),
+    }
+    .map_err(Error::Failed)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -206,10 +195,10 @@ fn notebook(step_mib: usize, hold_s: u64) -> Result<(), String> {
     println!("sees total={} MiB free={} MiB", total >> 20, free >> 20);
     let mut held = Vec::new();
     loop {
-        let mut ptr = 0u64;
+        let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out-pointer.
         let r = unsafe { (cuda.mem_alloc)(&mut ptr, step_mib << 20) };
-        if r != 0 {
+        if r != CUDA_SUCCESS {
             println!("refused at {} MiB: CUresult {r} (CUDA_ERROR_OUT_OF_MEMORY is 2), the notebook goes on", held.len() * step_mib);
             break;
         }
@@ -222,7 +211,7 @@ fn notebook(step_mib: usize, hold_s: u64) -> Result<(), String> {
         // SAFETY: memory this process allocated and has not freed.
         unsafe { (cuda.mem_free)(ptr) };
     }
-    let mut ptr = 0u64;
+    let mut ptr: CUdeviceptr = 0;
     // SAFETY: a valid out-pointer.
     check("cuMemAlloc after the refusal", unsafe { (cuda.mem_alloc)(&mut ptr, step_mib << 20) })?;
     println!("allocated {step_mib} MiB again after freeing: still running");

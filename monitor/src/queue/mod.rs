@@ -39,9 +39,11 @@
 //! before the job starts, with the job's cap on its devices and 0 on every
 //! other, and holds there while the job lives.
 //!
-//! Files: `submit.rs` (`run --queue`), `list.rs` (`gpuslice queue`),
-//! `cancel.rs` (`gpuslice cancel`), [`policy`] (who starts, where),
+//! Files: `submit.rs` (`run --queue`), [`policy`] (who starts, where),
 //! [`store`] (the files), [`wait`] (sleeping between reads of the board).
+//! The verbs that read the queue are their own modules:
+//! [`crate::queue_list`] (`gpuslice queue`), [`crate::cancel`]
+//! (`gpuslice cancel`).
 //!
 //! ```text
 //!  run --queue ─► <id>.job (0600, flock'ed) ─► monitor, each round: check, policy::admit,
@@ -49,16 +51,12 @@
 //!  run --queue ◄─ board says "running on …" ◄───────────────────────────────┘  ─► exec
 //! ```
 
-mod cancel;
-mod list;
 pub mod policy;
 pub mod store;
 mod submit;
 pub mod wait;
 
-pub use cancel::{cancel, CancelArgs};
-pub use list::{list, QueueListArgs};
-pub use submit::submit;
+pub use submit::{submit, QueuedRun, RunOptions};
 
 use crate::nvml::GpuInfo;
 use crate::snapshot::TenantView;

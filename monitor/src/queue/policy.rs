@@ -122,8 +122,8 @@ pub fn never_fits(devices: &[DeviceRoom], gpus: u32, ask: Ask) -> Option<String>
             let largest = devices.iter().map(|d| d.capacity_bytes).max().unwrap_or(0);
             Some(format!(
                 "it asks for {} on each of {gpus} GPU(s), and {big_enough} device(s) have that much memory (the largest has {})",
-                crate::status::human_bytes(bytes),
-                crate::status::human_bytes(largest)
+                crate::text::human_bytes(bytes),
+                crate::text::human_bytes(largest)
             ))
         }
         _ => None,

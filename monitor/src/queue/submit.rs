@@ -6,13 +6,12 @@
 
 use super::policy::{self, Ask, Placement};
 use super::store::{self, Job, JobState, Queue};
-use super::{overcommit_ratio, rooms, wait};
+use super::{overcommit_ratio, rooms, wait, QueueArgs};
 use crate::discovery;
 use crate::nvml::{GpuInfo, GpuReader};
-use crate::run::RunArgs;
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 /// `gpuslice run` exits with this when `--timeout` passes first (EX_TEMPFAIL).
@@ -20,6 +19,31 @@ pub const EXIT_TIMED_OUT: u8 = 75;
 /// `gpuslice run` exits with this when the request can never fit here, or
 /// the monitor refuses it.
 pub const EXIT_REFUSED: u8 = 2;
+
+/// What `gpuslice run --queue` hands the queue: its options as the queue
+/// reads them, and its command as `run` would start it. The `run` verb
+/// implements it where the verbs are put together (`main.rs`), so that the
+/// queue, which the monitor shares, depends on no verb.
+pub trait QueuedRun {
+    /// The options, as given.
+    fn options(&self) -> RunOptions<'_>;
+    /// `--priority` as one number for the job, checked.
+    fn priority(&self) -> Result<i32, String>;
+    /// The command with the shim's environment set, every option checked.
+    fn command(&self) -> Result<Command, String>;
+}
+
+/// The options of `gpuslice run` that the queue reads.
+pub struct RunOptions<'a> {
+    pub memory: Option<&'a str>,
+    pub compute_limit: Option<&'a str>,
+    pub tenant: Option<&'a str>,
+    pub dir: Option<&'a Path>,
+    pub sim: bool,
+    pub queue: &'a QueueArgs,
+    /// The command and its arguments.
+    pub command: &'a [String],
+}
 
 /// The job `run` describes, before it has an id.
 struct Submission {
@@ -32,8 +56,8 @@ struct Submission {
 }
 
 impl Submission {
-    fn from_args(run: &RunArgs) -> Result<Submission, String> {
-        let memory_bytes = match &run.memory {
+    fn from_args(run: &RunOptions, priority: impl FnOnce() -> Result<i32, String>) -> Result<Submission, String> {
+        let memory_bytes = match run.memory {
             None => None,
             Some(text) => match ledger::units::parse_memory_limit(text).map_err(|e| format!("--memory {text:?}: {e}"))? {
                 ledger::units::MemoryLimit::AllDevices(bytes) => Some(bytes),
@@ -53,14 +77,14 @@ impl Submission {
         if let Some(name) = &run.queue.name {
             ledger::units::validate_tenant_name(name).map_err(|e| format!("--name {name:?}: {e}"))?;
         }
-        if run.compute_limit.as_deref().is_some_and(|l| l.contains('=')) {
+        if run.compute_limit.is_some_and(|l| l.contains('=')) {
             return Err("--compute-limit with --queue: give one percentage for every GPU (like 30); the queue chooses the devices".into());
         }
         Ok(Submission {
             gpus: run.queue.gpus.unwrap_or(1),
             memory_bytes,
             placement: run.queue.placement.unwrap_or_default(),
-            priority: run.queue_priority()?,
+            priority: priority()?,
             name: run.queue.name.clone(),
             timeout: run.queue.timeout,
         })
@@ -85,12 +109,13 @@ fn read_devices(sim: bool) -> Result<Vec<GpuInfo>, String> {
 
 /// `gpuslice run --queue …`: waits for the monitor to admit the job, then
 /// execs the command.
-pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
-    let submission = Submission::from_args(run)?;
+pub fn submit(queued: &impl QueuedRun) -> Result<ExitCode, String> {
+    let run = queued.options();
+    let submission = Submission::from_args(&run, || queued.priority())?;
     if run.command.is_empty() {
         return Err("no command given after --".into());
     }
-    let dir = match &run.dir {
+    let dir = match run.dir {
         Some(dir) => std::path::absolute(dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?,
         None => discovery::ledger_dir(None),
     };
@@ -103,11 +128,11 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(EXIT_REFUSED));
     }
     // Checked now, so that a mistake is not found after the wait.
-    let mut cmd = crate::run::command(run)?;
+    let mut cmd = queued.command()?;
     check_program(&run.command[0])?;
     let queue = Queue::at(&dir);
     queue.ensure_for_submitter()?;
-    let mut job = new_job(&submission, run);
+    let mut job = new_job(&submission, run.command);
     // Made before the job exists, so that no board about it is missed.
     let watch = wait::QueueWatch::new(queue.dir());
     let held = queue.create_job(&mut job)?;
@@ -138,7 +163,7 @@ pub fn submit(run: &RunArgs) -> Result<ExitCode, String> {
 }
 
 /// The job file `run` asks for (its id is chosen as it is written).
-fn new_job(submission: &Submission, run: &RunArgs) -> Job {
+fn new_job(submission: &Submission, command: &[String]) -> Job {
     Job {
         id: 0,
         name: submission.name.clone(),
@@ -154,7 +179,7 @@ fn new_job(submission: &Submission, run: &RunArgs) -> Job {
         state: JobState::Waiting,
         devices: Vec::new(),
         started_unix_ms: None,
-        command: store::shown_command(&run.command),
+        command: store::shown_command(command),
         inode: 0,
     }
 }

@@ -28,11 +28,12 @@
 pub mod sched;
 
 use super::log;
+use crate::compute::{Claim, DeviceReport};
 use crate::discovery::{self, Layout};
 use crate::host::{self, LockCheck, SlotLock};
 use ledger::broker::{self, Hello, Op, Refusal, HELLO_BYTES, MESSAGE_BYTES};
 use ledger::grants::{tenant_key, Grants};
-use sched::{Claim, ConnId, DeviceSched, MemberView};
+use sched::{ConnId, DeviceSched};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -107,33 +108,6 @@ impl Shared {
     pub fn stalled_for(&self) -> Option<Duration> {
         let beat = self.heartbeat_ns.load(std::sync::atomic::Ordering::Relaxed);
         (beat != 0).then(|| Duration::from_nanos(now_ns().saturating_sub(beat)))
-    }
-}
-
-/// One device as the arbiter last saw it.
-#[derive(Debug, Clone, Default)]
-pub struct DeviceReport {
-    pub arbitrated: bool,
-    pub members: Vec<(String, MemberView)>,
-    /// Connected processes: (tenant, host pid); known to the monitor only
-    /// (`processes_known`).
-    pub processes: Vec<(String, u32)>,
-    pub processes_known: bool,
-    /// Processes that were late to finish their work after a revoke, ever.
-    pub late_total: u64,
-    /// The last late processes: (tenant, host pid).
-    pub late: Vec<(String, u32)>,
-}
-
-impl DeviceReport {
-    /// A device's report from its page, naming the members among `tenants`.
-    pub fn from_page(page: &ledger::grants::GrantPage, tenants: &[String]) -> DeviceReport {
-        let name = |key: u64| tenants.iter().find(|t| tenant_key(t) == key).cloned().unwrap_or_default();
-        DeviceReport {
-            arbitrated: page.header.arbitrated.load(std::sync::atomic::Ordering::Relaxed) != 0,
-            members: MemberView::of_page(page).into_iter().map(|m| (name(m.key), m)).collect(),
-            ..DeviceReport::default()
-        }
     }
 }
 

@@ -45,6 +45,7 @@
 //! When a member with a setting arrives, every process on the device is
 //! revoked and drained, and turns begin.
 
+use crate::compute::{Claim, MemberView};
 use ledger::grants::{self, member_state, Grant, GrantPage, Grants, MAX_MEMBERS, NOBODY, OPEN};
 use std::sync::atomic::Ordering;
 
@@ -77,24 +78,6 @@ pub const CHARGE_EVERY_NS: u64 = 10_000_000;
 pub const MIN_GRANT_NS: u64 = 10_000_000;
 
 const WHOLE_E4: u32 = ledger::compute::WHOLE_DEVICE_RATIO_E4;
-
-/// One member's compute settings, as the monitor holds them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Claim {
-    pub share_e4: u32,
-    pub limit_e4: u32,
-    pub priority: i32,
-}
-
-impl Claim {
-    /// Whether this is any compute setting at all.
-    pub fn any(&self) -> bool {
-        self.share_e4 > 0 || ledger::compute::is_limiting(self.limit_e4) || self.priority != 0
-    }
-    fn limited(&self) -> bool {
-        ledger::compute::is_limiting(self.limit_e4)
-    }
-}
 
 /// Each active member's target fraction of the device, ratio × 10 000, by
 /// the rules of the module docs:
@@ -227,47 +210,6 @@ pub struct Effects {
     pub revoke: Vec<ConnId>,
     /// These connections did not say `Done` within [`DRAIN_LIMIT_NS`].
     pub late: Vec<ConnId>,
-}
-
-/// A member as metrics and `status` show it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MemberView {
-    pub key: u64,
-    pub claim: Claim,
-    pub weight_e4: u32,
-    pub served_ns_total: u64,
-    pub active: bool,
-    pub holds: bool,
-    pub processes: u32,
-}
-
-impl MemberView {
-    /// The members of a grant page, read by whoever holds it (a monitor's
-    /// or a read-only one).
-    pub fn of_page(page: &GrantPage) -> Vec<MemberView> {
-        let holder = page.grant().code();
-        page.members
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.key.load(Ordering::Acquire) != 0)
-            .map(|(i, m)| {
-                let state = m.state.load(Ordering::Relaxed);
-                MemberView {
-                    key: m.key.load(Ordering::Relaxed),
-                    claim: Claim {
-                        share_e4: m.share_e4.load(Ordering::Relaxed),
-                        limit_e4: m.limit_e4.load(Ordering::Relaxed),
-                        priority: m.priority.load(Ordering::Relaxed),
-                    },
-                    weight_e4: m.weight_e4.load(Ordering::Relaxed),
-                    served_ns_total: m.served_ns_total.load(Ordering::Relaxed),
-                    active: state == member_state::WAITING || state == member_state::HOLDING,
-                    holds: holder == i as u32 + 1,
-                    processes: m.processes.load(Ordering::Relaxed),
-                }
-            })
-            .collect()
-    }
 }
 
 /// One device's scheduler and its page.

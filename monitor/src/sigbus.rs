@@ -1,15 +1,17 @@
-//! The monitor's `SIGBUS` handler: a tenant that cuts its ledger short
-//! while the monitor has it mapped must not kill the monitor.
+//! The `SIGBUS` handler of every gpuslice process that maps ledgers (the
+//! monitor, `status`, `devices`, `top`): a tenant that cuts its ledger
+//! short while one of them has it mapped must not kill it.
 //!
 //! An access past the end of a shortened file faults with `SIGBUS`. The
 //! handler hands the fault to the ledger crate's guard
 //! (`ledger::guard::absorb_fault`), which maps zero pages over that
 //! ledger's mapping and marks it; the access then runs again and reads
-//! zeros, and [`LedgerSet`](super::ledgers::LedgerSet) drops the ledger
-//! with one error line next round. A fault anywhere else is not ours: the
+//! zeros, and the reader finds the ledger marked (the monitor drops it
+//! with one error line next round). A fault anywhere else is not ours: the
 //! previous disposition is put back and the access, run again, meets it.
 //!
-//! Only the monitor installs this (the shim never installs signal handlers).
+//! Only the `gpuslice` command installs this (the shim never installs
+//! signal handlers).
 
 use std::io;
 use std::sync::atomic::{AtomicPtr, Ordering};

@@ -4,8 +4,9 @@
 //! the kernel agrees (the process has that very file open), and only by
 //! the file's owner or root. Nothing is locked or waited for.
 
-use super::store::{self, Queue};
 use crate::discovery;
+use crate::error::Error;
+use crate::queue::store::{self, Queue};
 use clap::Args;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -24,16 +25,18 @@ pub struct CancelArgs {
 
 /// Ends a job: a waiting one leaves the queue, a running one's command
 /// gets SIGTERM. Only the job's owner (or root) may.
-pub fn cancel(args: CancelArgs) -> Result<ExitCode, String> {
-    let id: u64 =
-        args.id.parse().map_err(|_| format!("{:?} is not a job id: expected a whole number, as `gpuslice queue` shows", args.id))?;
+pub fn cancel(args: CancelArgs) -> Result<ExitCode, Error> {
+    let id: u64 = args
+        .id
+        .parse()
+        .map_err(|_| Error::Usage(format!("{:?} is not a job id: expected a whole number, as `gpuslice queue` shows", args.id)))?;
     let dir = discovery::ledger_dir(args.dir.as_deref());
     let queue = Queue::at(&dir);
-    let none = || format!("no job {id} in the queue at {} (`gpuslice queue` lists them)", queue.dir().display());
+    let none = || Error::Usage(format!("no job {id} in the queue at {} (`gpuslice queue` lists them)", queue.dir().display()));
     if !queue.exists() {
         return Err(none());
     }
-    queue.check_safe()?;
+    queue.check_safe().map_err(Error::Failed)?;
     let path = queue.job_path(id);
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
@@ -42,24 +45,24 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, String> {
         Err(_) => return Err(none()),
     };
     if me != 0 && owner != me {
-        return Err(format!("job {id} belongs to uid {owner}, not to you: only its owner or root may cancel it"));
+        return Err(Error::Usage(format!("job {id} belongs to uid {owner}, not to you: only its owner or root may cancel it")));
     }
-    let mut file = store::open_plain(&path).map_err(|e| format!("job {id}: cannot read {}: {e}", path.display()))?;
-    if !store::is_held(&file).map_err(|e| format!("job {id}: cannot test its lock: {e}"))? {
+    let mut file = store::open_plain(&path).map_err(|e| Error::Failed(format!("job {id}: cannot read {}: {e}", path.display())))?;
+    if !store::is_held(&file).map_err(|e| Error::Failed(format!("job {id}: cannot test its lock: {e}")))? {
         return Err(none());
     }
-    let job = store::read_job(&mut file, id).map_err(|e| format!("job {id}: {}: {e}", path.display()))?;
-    let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    let job = store::read_job(&mut file, id).map_err(|e| Error::Failed(format!("job {id}: {}: {e}", path.display())))?;
+    let meta = file.metadata().map_err(|e| Error::Failed(format!("{}: {e}", path.display())))?;
     // The pid is what the file says: act only if that process has the file open.
     if !has_open(job.pid, meta.dev(), meta.ino()) {
-        return Err(format!("job {id}: its process {} does not hold its file; it is ending", job.pid));
+        return Err(Error::Failed(format!("job {id}: its process {} does not hold its file; it is ending", job.pid)));
     }
     let running = queue
         .live_board()
         .is_some_and(|b| b.jobs.iter().any(|j| j.id == id && j.inode == meta.ino() && j.state == store::JobState::Running));
     // SAFETY: kill(2) on the pid checked above.
     if unsafe { libc::kill(job.pid as libc::pid_t, libc::SIGTERM) } != 0 {
-        return Err(format!("job {id}: cannot signal process {}: {}", job.pid, std::io::Error::last_os_error()));
+        return Err(Error::Failed(format!("job {id}: cannot signal process {}: {}", job.pid, std::io::Error::last_os_error())));
     }
     let _ = std::fs::remove_file(&path);
     if running {

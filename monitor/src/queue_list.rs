@@ -1,9 +1,10 @@
 //! `gpuslice queue [--dir DIR] [--json]`: the live jobs, running ones
 //! first, then waiting ones in the order they will start, as the monitor's
-//! board says (see [`super::view`] for what is shown without a monitor).
+//! board says (see [`crate::queue::view`] for what is shown without a monitor).
 
-use super::store::{self, Job, JobState};
 use crate::discovery;
+use crate::error::Error;
+use crate::queue::store::{self, Job, JobState};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,14 +21,17 @@ pub struct QueueListArgs {
 }
 
 /// Lists the live jobs, in admission order for the waiting ones.
-pub fn list(args: QueueListArgs) -> Result<ExitCode, String> {
+pub fn list(args: QueueListArgs) -> Result<ExitCode, Error> {
     let dir = discovery::ledger_dir(args.dir.as_deref());
     match std::fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return Err(format!("the ledger directory {} is not a directory", dir.display())),
-        Err(e) => return Err(format!("cannot read the ledger directory {}: {e} (is --dir or GPUSLICE_DIR right?)", dir.display())),
+        Ok(_) => return Err(Error::Usage(format!("the ledger directory {} is not a directory", dir.display()))),
+        Err(e) => {
+            let message = format!("cannot read the ledger directory {}: {e} (is --dir or GPUSLICE_DIR right?)", dir.display());
+            return Err(if e.kind() == std::io::ErrorKind::NotFound { Error::Usage(message) } else { Error::Failed(message) });
+        }
     }
-    let view = super::view(&dir)?;
+    let view = crate::queue::view(&dir).map_err(Error::Failed)?;
     if let Some(why) = &view.partial {
         eprintln!("gpuslice queue: {why}");
     }
@@ -35,7 +39,7 @@ pub fn list(args: QueueListArgs) -> Result<ExitCode, String> {
     // Stable: the waiting jobs keep the board's order, the order they start in.
     jobs.sort_by_key(|j| j.state == JobState::Waiting);
     if args.json {
-        let text = serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs })).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs })).map_err(|e| Error::Failed(e.to_string()))?;
         println!("{text}");
     } else {
         print!("{}", table(&jobs, store::unix_ms()));
@@ -54,7 +58,7 @@ fn table(jobs: &[Job], now_unix_ms: u64) -> String {
             format!("{:?}", job.state).to_lowercase(),
             job.priority.to_string(),
             job.gpus.to_string(),
-            job.memory_bytes.map_or("whole GPU".into(), crate::status::human_bytes),
+            job.memory_bytes.map_or("whole GPU".into(), crate::text::human_bytes),
             job.tenant.clone(),
             format!("{}s", now_unix_ms.saturating_sub(since_ms) / 1000),
             if job.devices.is_empty() { "-".into() } else { job.devices.join(",") },
@@ -62,6 +66,6 @@ fn table(jobs: &[Job], now_unix_ms: u64) -> String {
         ]);
     }
     let mut out = String::new();
-    crate::status::render_rows(&mut out, &rows);
+    crate::text::render_rows(&mut out, &rows);
     out
 }
