@@ -427,7 +427,7 @@ fn reclaim_skips_live_slots_of_this_and_other_open_files() {
 }
 
 /// The ledger directory `child_process_helper` opens.
-const CHILD_DIR_VAR: &str = "GPUSLICE_LEDGER_TEST_CHILD_DIR";
+const CHILD_DIR_VAR: &str = "GS_TEST_LEDGER_CHILD_DIR";
 
 /// Not a test on its own: the child process of
 /// `reclaim_returns_the_bytes_of_a_killed_process`, which runs it by name

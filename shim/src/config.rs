@@ -419,12 +419,11 @@ const SHIM_VARIABLES: &[&str] = &[
 ];
 
 /// `GPUSLICE_` variables of gpuslice's own tools, which the shim leaves
-/// alone: `gpuslice run`'s library override, the queue's overcommit ratio
-/// (read by `gpuslice run --queue`, and left in its command's environment),
-/// and the test and benchmark harness's settings.
-const TOOL_VARIABLES: &[&str] =
-    &["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
-const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
+/// alone: `gpuslice run`'s library override and the queue's overcommit
+/// ratio (read by the monitor, and possibly left in a queued command's
+/// environment). Nothing else: the test and benchmark harness's settings
+/// are named `GS_TEST_…`, outside the product's prefix.
+const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT"];
 
 /// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
 /// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a share
@@ -432,7 +431,7 @@ const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
 fn check_names(vars: &Vars) -> Result<(), ConfigError> {
     for (name, value) in vars.iter().filter(|(k, _)| k.starts_with("GPUSLICE_")) {
         let name = name.as_str();
-        if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) || TOOL_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) {
             continue;
         }
         let expected = format!(
@@ -668,8 +667,13 @@ mod tests {
             assert_eq!(e.variable, name);
             assert!(e.to_string().contains(says), "{e}");
         }
-        for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_TEST_WAIT_S", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
+        for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
             assert!(parse_vars(&[(name, "x")]).is_ok(), "{name}");
+        }
+        // The test harness's settings are not the product's.
+        for name in ["GPUSLICE_TEST_WAIT_S", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"] {
+            let e = refused(&[(name, "1")]);
+            assert!(e.variable == name && e.to_string().contains("not a gpuslice variable"), "{e}");
         }
         assert!(parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]).is_ok());
     }
