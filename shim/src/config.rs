@@ -527,33 +527,6 @@ pub fn get_config() -> &'static Result<Config, ConfigError> {
     CONFIG.get_or_init(|| parse(&environment(), || std::fs::read_to_string("/proc/self/cgroup").ok()))
 }
 
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the form NVML uses.
-pub fn format_uuid(uuid: &[u8; 16]) -> String {
-    let mut text = String::from("GPU-");
-    for (i, b) in uuid.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        text.push_str(&format!("{b:02x}"));
-    }
-    text
-}
-
-/// Parses NVML's UUID text back into bytes (any prefix before the hex, such
-/// as `GPU-` or `MIG-`, is skipped).
-pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let hex: Vec<u8> = text.split_once('-').map(|(_, rest)| rest).unwrap_or(text).bytes().filter(|b| *b != b'-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (slot, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        let pair = std::str::from_utf8(pair).ok()?;
-        *slot = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
@@ -941,14 +914,5 @@ mod tests {
         assert_eq!(c.tenant, "a");
         let c = parse(&vars(&[]), || Some(all_root.into())).unwrap();
         assert_eq!(c.tenant, "default");
-    }
-
-    #[test]
-    fn uuids_round_trip_through_nvml_text() {
-        let uuid: [u8; 16] = core::array::from_fn(|i| (i * 17) as u8);
-        let text = format_uuid(&uuid);
-        assert_eq!(text.len(), 40);
-        assert_eq!(parse_uuid(&text), Some(uuid));
-        assert_eq!(parse_uuid("GPU-123"), None);
     }
 }

@@ -19,6 +19,7 @@ use crate::ffi;
 use crate::ffi::CUDA_LAUNCH_PARAMS;
 use abi::cuda::*;
 use abi::nvml::*;
+use abi::uuid::{UuidKind, UuidText};
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::cell::Cell;
 use std::ffi::CString;
@@ -486,12 +487,10 @@ pub fn nvml_init() -> nvmlReturn_t {
 /// or a walk over NVML's devices comparing their UUIDs when NVML does not
 /// take that spelling.
 pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Option<nvmlDevice_t> {
-    let gpu = crate::config::format_uuid(uuid);
     // A MIG device's `cuDeviceGetUuid` bytes are its `MIG-…` UUID's, and
     // NVML finds it only by that name.
-    let mig = format!("MIG-{}", gpu.get(4..).unwrap_or_default());
-    for text in [gpu, mig] {
-        let Ok(text) = CString::new(text) else { continue };
+    for kind in [UuidKind::Gpu, UuidKind::Mig] {
+        let Ok(text) = CString::new(UuidText { kind, bytes: *uuid }.to_string()) else { continue };
         let mut dev: nvmlDevice_t = core::ptr::null_mut();
         if nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev)) == NVML_SUCCESS {
             return Some(dev);
@@ -516,7 +515,7 @@ pub fn nvml_device_uuid(dev: nvmlDevice_t) -> Option<[u8; 16]> {
         return None;
     }
     let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-    crate::config::parse_uuid(std::str::from_utf8(&bytes).ok()?)
+    abi::uuid::parse_uuid(std::str::from_utf8(&bytes).ok()?).map(|uuid| uuid.bytes)
 }
 
 /// The memory NVML reports for process `pid` on `dev`
