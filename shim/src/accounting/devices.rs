@@ -58,10 +58,6 @@ pub(super) fn contexts_changed() {
     CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
-/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
-pub(super) const STREAM_LEGACY: u64 = 0x1;
-pub(super) const STREAM_PER_THREAD: u64 = 0x2;
-
 impl Runtime {
     pub fn device_by_handle(&self, cu_device: CUdevice) -> Option<&Device> {
         self.devices.iter().find(|d| d.cu_device == cu_device)
@@ -103,7 +99,7 @@ impl Runtime {
     /// (`cuStreamGetCtx`); the null, legacy and per-thread streams, or a
     /// driver without `cuStreamGetCtx`, mean the calling thread's context.
     pub(super) fn stream_context(&self, stream: CUstream, per_thread: bool) -> Result<(usize, &Device), CUresult> {
-        if matches!(stream as u64, 0 | STREAM_LEGACY | STREAM_PER_THREAD) {
+        if is_default_stream(stream) {
             return self.current();
         }
         let ctx = match real::stream_context(stream, per_thread) {

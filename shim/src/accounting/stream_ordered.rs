@@ -103,7 +103,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::devices::{STREAM_LEGACY, STREAM_PER_THREAD};
 use super::memory::allocation_bytes;
 use super::{lock, Charge, Kind, Runtime};
 use crate::placement::{self, Placement};
@@ -192,7 +191,7 @@ struct Overdrawn;
 /// Whether `stream` captures a graph (where nothing may synchronise it);
 /// a stream the driver cannot tell about counts as capturing.
 fn capturing(stream: CUstream, per_thread: bool) -> bool {
-    let stream = if per_thread && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    let stream = if per_thread && stream.is_null() { CU_STREAM_PER_THREAD as CUstream } else { stream };
     real::stream_capturing(stream).unwrap_or(true)
 }
 
@@ -211,8 +210,8 @@ fn pool_unused_bytes(pool: CUmemoryPool) -> u64 {
 /// per-thread one for `_ptsz` callers.
 fn stream_key(stream: CUstream, per_thread: bool) -> u64 {
     match stream as u64 {
-        0 if per_thread => STREAM_PER_THREAD,
-        0 => STREAM_LEGACY,
+        0 if per_thread => CU_STREAM_PER_THREAD as u64,
+        0 => CU_STREAM_LEGACY as u64,
         other => other,
     }
 }

@@ -107,10 +107,6 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// asking it again.
 const EVENTS_RETRY_NS: u64 = 1_000_000_000;
 
-/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
-const STREAM_LEGACY: usize = 0x1;
-const STREAM_PER_THREAD: usize = 0x2;
-
 /// Whether any device this process sees has a limit (set at initialisation).
 static GOVERNED: AtomicBool = AtomicBool::new(false);
 
@@ -342,14 +338,14 @@ impl Target {
     /// The stream the launch runs on, as the plain entry points name it.
     fn stream(&self) -> CUstream {
         if self.per_thread && self.stream.is_null() {
-            STREAM_PER_THREAD as CUstream
+            CU_STREAM_PER_THREAD as CUstream
         } else {
             self.stream
         }
     }
 
     fn is_default(&self) -> bool {
-        matches!(self.stream() as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
+        is_default_stream(self.stream())
     }
 }
 
@@ -573,7 +569,7 @@ impl Runtime {
     /// Where a launch on `target` goes (see the module docs, step 2).
     fn route(&self, target: &Target) -> Route<'_> {
         let stream = target.stream();
-        if stream as usize != 0 && stream as usize != STREAM_LEGACY {
+        if stream as usize != 0 && stream as usize != CU_STREAM_LEGACY {
             // The legacy stream cannot capture; any other may.
             match real::stream_capturing(stream) {
                 Ok(false) | Err(CUDA_ERROR_NOT_FOUND) => {}
