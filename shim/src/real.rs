@@ -192,9 +192,11 @@ macro_rules! call {
     };
 }
 
-fn out<T: Copy>(result: CUresult, value: T) -> Result<T, CUresult> {
+/// `Ok(value())` when the driver call succeeded, `Err(result)` otherwise:
+/// `value` (which reads what the call wrote) runs only after a success.
+pub fn ok_then<T>(result: CUresult, value: impl FnOnce() -> T) -> Result<T, CUresult> {
     if result == CUDA_SUCCESS {
-        Ok(value)
+        Ok(value())
     } else {
         Err(result)
     }
@@ -209,14 +211,14 @@ pub fn init(flags: c_uint) -> CUresult {
 pub fn current_context() -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = core::ptr::null_mut();
     let r = call!(cuda(), cuCtxGetCurrent(&mut ctx));
-    out(r, ctx)
+    ok_then(r, || ctx)
 }
 
 /// `cuCtxGetDevice`: the device of the calling thread's context.
 pub fn current_device() -> Result<CUdevice, CUresult> {
     let mut dev: CUdevice = 0;
     let r = call!(cuda(), cuCtxGetDevice(&mut dev));
-    out(r, dev)
+    ok_then(r, || dev)
 }
 
 /// `CU_EVENT_DISABLE_TIMING`.
@@ -227,7 +229,7 @@ const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = core::ptr::null_mut();
     let r = if per_thread { call!(cuda(), cuStreamGetCtx_ptsz(stream, &mut ctx)) } else { call!(cuda(), cuStreamGetCtx(stream, &mut ctx)) };
-    out(r, ctx)
+    ok_then(r, || ctx)
 }
 
 /// Where a memory pool takes its memory from (`CU_MEMPOOL_ATTR_LOCATION_*`),
@@ -251,7 +253,7 @@ pub fn pool_location(pool: CUmemoryPool) -> Result<CUmemLocation, CUresult> {
 pub fn pool_bytes(pool: CUmemoryPool, attribute: c_uint) -> Result<u64, CUresult> {
     let mut bytes: u64 = 0;
     let r = call!(cuda(), cuMemPoolGetAttribute(pool, attribute, (&mut bytes as *mut u64).cast()));
-    out(r, bytes)
+    ok_then(r, || bytes)
 }
 
 /// `cuMemPoolTrimTo`: the pool gives back unused memory until it reserves
@@ -265,7 +267,7 @@ pub fn pool_trim_to(pool: CUmemoryPool, keep_bytes: u64) -> CUresult {
 pub fn device_mem_pool(device: CUdevice) -> Result<CUmemoryPool, CUresult> {
     let mut pool: CUmemoryPool = core::ptr::null_mut();
     let r = call!(cuda(), cuDeviceGetMemPool(&mut pool, device));
-    out(r, pool)
+    ok_then(r, || pool)
 }
 
 /// The size of the allocation that starts at `ptr` (`cuMemGetAddressRange_v2`);
@@ -299,7 +301,7 @@ pub fn stream_synchronize(stream: CUstream, per_thread: bool) -> CUresult {
 /// Waits for everything context `ctx` has queued, from a thread where
 /// another context (or none) is current.
 pub fn ctx_synchronize_in(ctx: CUcontext) -> CUresult {
-    match with_context(ctx, || out(call!(cuda(), cuCtxSynchronize()), ())) {
+    match with_context(ctx, || ok_then(call!(cuda(), cuCtxSynchronize()), || ())) {
         Ok(()) => CUDA_SUCCESS,
         Err(r) => r,
     }
@@ -342,7 +344,7 @@ pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Resul
                 let _ = call!(cuda(), cuEventDestroy_v2(event));
             }
         }
-        out(r, event)
+        ok_then(r, || event)
     })
 }
 
@@ -369,7 +371,7 @@ pub fn with_context<T>(ctx: CUcontext, f: impl FnOnce() -> Result<T, CUresult>) 
 pub fn event_create_timed() -> Result<CUevent, CUresult> {
     let mut event: CUevent = core::ptr::null_mut();
     let r = call!(cuda(), cuEventCreate(&mut event, 0));
-    out(r, event)
+    ok_then(r, || event)
 }
 
 /// `cuEventRecord` (`stream` as the launch named it: `CU_STREAM_PER_THREAD`
@@ -406,7 +408,7 @@ pub fn stream_query(stream: CUstream) -> CUresult {
 pub fn stream_capturing(stream: CUstream) -> Result<bool, CUresult> {
     let mut status: c_uint = 0;
     let r = call!(cuda(), cuStreamIsCapturing(stream, &mut status));
-    out(r, status != 0)
+    ok_then(r, || status != 0)
 }
 
 /// `cuEventQuery`: `CUDA_SUCCESS` once the stream passed it,
@@ -424,14 +426,14 @@ pub fn event_destroy(event: CUevent) {
 pub fn device_count() -> Result<c_int, CUresult> {
     let mut count: c_int = 0;
     let r = call!(cuda(), cuDeviceGetCount(&mut count));
-    out(r, count)
+    ok_then(r, || count)
 }
 
 /// `cuDeviceGet`: the handle of device `ordinal`.
 pub fn device_get(ordinal: c_int) -> Result<CUdevice, CUresult> {
     let mut dev: CUdevice = 0;
     let r = call!(cuda(), cuDeviceGet(&mut dev, ordinal));
-    out(r, dev)
+    ok_then(r, || dev)
 }
 
 /// `cuDeviceGetUuid_v2` (or the first version when the driver lacks it).
@@ -441,14 +443,14 @@ pub fn device_uuid(dev: CUdevice) -> Result<[u8; 16], CUresult> {
     if r == CUDA_ERROR_NOT_FOUND {
         r = call!(cuda(), cuDeviceGetUuid(&mut uuid, dev));
     }
-    out(r, uuid.bytes.map(|b| b as u8))
+    ok_then(r, || uuid.bytes.map(|b| b as u8))
 }
 
 /// `cuDeviceTotalMem_v2`: physical memory of `dev` in bytes.
 pub fn device_total_mem_bytes(dev: CUdevice) -> Result<u64, CUresult> {
     let mut bytes: usize = 0;
     let r = call!(cuda(), cuDeviceTotalMem_v2(&mut bytes, dev));
-    out(r, bytes as u64)
+    ok_then(r, || bytes as u64)
 }
 
 /// `cuMemFree_v2`, used to undo an allocation the cap cannot hold.

@@ -1,7 +1,8 @@
 //! `cuInit` and contexts: each context is charged its overhead.
 
-use super::{dispatch, ok_then, real_or_return};
+use super::{dispatch, real_or_return};
 use crate::guard::{boundary, Guard};
+use crate::real::ok_then;
 use crate::Access;
 use abi::cuda::*;
 use core::ffi::{c_int, c_uint, c_void};

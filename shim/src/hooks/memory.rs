@@ -1,8 +1,9 @@
 //! Device allocations and their frees. Each hook forwards with the caller's
 //! arguments; the accounting core decides around the call.
 
-use super::{dispatch, ok_then, real_or_return};
+use super::{dispatch, real_or_return};
 use crate::accounting::{array_bytes, mipmapped_bytes, Kind};
+use crate::real::ok_then;
 use abi::cuda::*;
 use core::ffi::{c_uint, c_void};
 

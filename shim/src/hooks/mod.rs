@@ -270,12 +270,3 @@ pub fn dispatch(forward: impl FnOnce() -> CUresult, account: impl FnOnce(&'stati
         Ok(Access::Ready(rt)) => account(rt),
     })
 }
-
-/// `Ok(value)` when the driver call succeeded.
-pub fn ok_then<T>(r: CUresult, value: impl FnOnce() -> T) -> Result<T, CUresult> {
-    if r == CUDA_SUCCESS {
-        Ok(value())
-    } else {
-        Err(r)
-    }
-}
