@@ -228,15 +228,7 @@ impl PendingFrees {
     /// (their events went with the context too, so they are not destroyed).
     pub(super) fn remove_context(&self, ctx: usize) -> Vec<Charge> {
         let mut pending = lock(&self.list);
-        let mut gone = Vec::new();
-        pending.retain(|p| {
-            if p.charge.ctx == ctx {
-                gone.push(p.charge);
-                false
-            } else {
-                true
-            }
-        });
+        let gone: Vec<Charge> = pending.extract_if(.., |p| p.charge.ctx == ctx).map(|p| p.charge).collect();
         PENDING_FREES.store(pending.len(), Ordering::Release);
         gone
     }
@@ -610,15 +602,7 @@ impl Runtime {
         }
         let finished: Vec<PendingFree> = {
             let mut pending = lock(&self.pending_frees.list);
-            let mut finished = Vec::new();
-            pending.retain(|p| {
-                if done.contains(&p.id) {
-                    finished.push(*p);
-                    false
-                } else {
-                    true
-                }
-            });
+            let finished: Vec<PendingFree> = pending.extract_if(.., |p| done.contains(&p.id)).collect();
             PENDING_FREES.store(pending.len(), Ordering::Release);
             finished
         };
