@@ -5,12 +5,8 @@
 //! account twice: it passes straight through. A thread whose thread-locals
 //! are already destroyed (exit) passes through too.
 
+use crate::thread;
 use abi::cuda::{CUresult, CUDA_ERROR_UNKNOWN};
-use std::cell::Cell;
-
-thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
 
 /// Held while the shim works on this thread's call.
 pub struct Guard(());
@@ -18,13 +14,13 @@ pub struct Guard(());
 impl Guard {
     /// `None` when the call must pass through.
     pub fn enter() -> Option<Guard> {
-        INSIDE.try_with(|inside| if inside.replace(true) { None } else { Some(Guard(())) }).ok().flatten()
+        thread::with(|t| if t.inside.replace(true) { None } else { Some(Guard(())) }).flatten()
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|inside| inside.set(false));
+        thread::with(|t| t.inside.set(false));
     }
 }
 

@@ -64,6 +64,7 @@ mod overhead;
 pub mod placement;
 pub mod procaddr;
 mod real;
+mod thread;
 
 use abi::cuda::*;
 use accounting::{Device, Runtime};

@@ -21,7 +21,6 @@ use abi::cuda::*;
 use abi::nvml::*;
 use abi::uuid::{UuidKind, UuidText};
 use core::ffi::{c_char, c_int, c_uint, c_void};
-use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::OnceLock;
 
@@ -126,12 +125,6 @@ crate::hooks::hooked_functions! {
 static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
 static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
 
-thread_local! {
-    /// Set while this thread resolves a table, so that a call back into the
-    /// shim from a library constructor gets `None` instead of a deadlock.
-    static RESOLVING: Cell<bool> = const { Cell::new(false) };
-}
-
 fn library_path(variable: &str, default: &str) -> Option<CString> {
     let path =
         std::env::var_os(variable).filter(|p| !p.is_empty()).map(|p| p.into_encoded_bytes()).unwrap_or_else(|| default.as_bytes().to_vec());
@@ -142,10 +135,12 @@ fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, re
     if let Some(loaded) = cell.get() {
         return loaded.as_ref();
     }
-    if RESOLVING.try_with(Cell::get).unwrap_or(true) {
+    // A thread resolving a table (a library constructor calling back into
+    // the shim) gets `None` instead of a deadlock.
+    if crate::thread::with(|t| t.resolving.get()).unwrap_or(true) {
         return None;
     }
-    let _ = RESOLVING.try_with(|r| r.set(true));
+    crate::thread::with(|t| t.resolving.set(true));
     let loaded = cell.get_or_init(|| {
         let path = library_path(variable, default)?;
         let handle = ffi::open_library(&path);
@@ -163,7 +158,7 @@ fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, re
         }
         Some(resolve(handle))
     });
-    let _ = RESOLVING.try_with(|r| r.set(false));
+    crate::thread::with(|t| t.resolving.set(false));
     loaded.as_ref()
 }
 
