@@ -123,7 +123,7 @@ pub fn runtime() -> Result<Access, CUresult> {
                 if STATE.compare_exchange(UNINIT, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     // A panic must not leave the state at Initialising, where
                     // every other thread would wait for ever: fail closed.
-                    let (next, result) = std::panic::catch_unwind(initialise).unwrap_or((REFUSED, Ok(())));
+                    let (next, result) = guard::boundary(guard::Or((REFUSED, Ok(()))), initialise);
                     STATE.store(next, Ordering::Release);
                     result?;
                 }
@@ -365,7 +365,7 @@ fn apply_environment<P: ledger::PolicyPair>(
 /// A panic never unwinds out of it (that would abort the child); catching
 /// allocates nothing unless one happens.
 unsafe extern "C" fn after_fork_in_child() {
-    let _ = std::panic::catch_unwind(|| {
+    guard::boundary((), || {
         let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: see ready_runtime; the pointer is leaked, never freed.
         if let Some(rt) = unsafe { ptr.as_ref() } {
@@ -385,7 +385,7 @@ unsafe extern "C" fn after_fork_in_child() {
 /// the real `dlsym` (cheap; nothing CUDA happens here).
 extern "C" fn on_load() {
     // No panic may unwind into the loader.
-    let _ = std::panic::catch_unwind(|| {
+    guard::boundary((), || {
         ffi::at_fork_child(after_fork_in_child);
         let _ = ffi::real_dlsym();
     });
@@ -405,7 +405,7 @@ extern "C" fn on_load() {
 extern "C" fn on_unload() {
     // No panic may unwind into exit (a ledger bug must not abort the
     // process): the slot is then left to reclaim.
-    let _ = std::panic::catch_unwind(release_at_exit);
+    guard::boundary((), release_at_exit);
 }
 
 fn release_at_exit() {
