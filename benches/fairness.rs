@@ -15,7 +15,7 @@
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench fairness`
 //! (`-- --seconds N` for shorter runs, `-- --only NAME` for one scenario).
-//! On a debug build: `GPUSLICE_TARGET_DIR=target/debug cargo bench --bench fairness`.
+//! On a debug build: `GS_TEST_TARGET_DIR=target/debug cargo bench --bench fairness`.
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;

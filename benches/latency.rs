@@ -9,7 +9,7 @@
 //! test once asserted, for comparison.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench latency`
-//! (the artefacts are taken from `target/release`, or `GPUSLICE_TARGET_DIR`).
+//! (the artefacts are taken from `target/release`, or `GS_TEST_TARGET_DIR`).
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;

@@ -8,7 +8,7 @@
 //! Prints one table row per directory.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench ledger_memory`
-//! (on a debug build: `cargo build --workspace && GPUSLICE_TARGET_DIR=target/debug cargo bench --bench ledger_memory`).
+//! (on a debug build: `cargo build --workspace && GS_TEST_TARGET_DIR=target/debug cargo bench --bench ledger_memory`).
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;

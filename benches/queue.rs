@@ -10,7 +10,7 @@
 //!   for 2 s with nothing happening (the cost of waiting, not spinning).
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench queue`
-//! (artefacts from `target/release`, or `GPUSLICE_TARGET_DIR=target/debug`).
+//! (artefacts from `target/release`, or `GS_TEST_TARGET_DIR=target/debug`).
 //!
 //! A monitor runs, and admits the jobs. The run below was measured when
 //! each waiting job decided for itself, before the monitor admitted them:

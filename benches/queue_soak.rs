@@ -32,7 +32,7 @@
 //!    queue, medians of alternating runs (target ≤ 10 ms added).
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench queue_soak`
-//! (artefacts from `target/release`, or `GPUSLICE_TARGET_DIR=target/debug`).
+//! (artefacts from `target/release`, or `GS_TEST_TARGET_DIR=target/debug`).
 //! A benchmark, not a test: it prints figures and fails only when a check of
 //! the soak fails.
 

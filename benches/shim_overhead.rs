@@ -45,7 +45,8 @@ fn build_null_driver(dir: &Path) -> PathBuf {
 
 fn shim_over_null_driver(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("gpuslice-bench-overhead-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
+    // The shim refuses a GPUSLICE_DIR that does not exist.
+    std::fs::create_dir_all(dir.join("ledger")).expect("cannot create the benchmark directory");
     let null = build_null_driver(&dir);
     let shim = gpuslice_tests::shim_lib();
     // Set before the shim reads its configuration, while only this thread runs.

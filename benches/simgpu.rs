@@ -5,7 +5,7 @@
 //! simulator.
 //!
 //! Run: `cargo build --release -p simgpu && cargo bench --bench simgpu`
-//! (the library is taken from `target/release`, or `GPUSLICE_TARGET_DIR`).
+//! (the library is taken from `target/release`, or `GS_TEST_TARGET_DIR`).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpuslice_tests::driver::{load_library, Driver};

@@ -26,7 +26,7 @@
 //! Run: `cargo build --release --workspace && cargo bench --bench storm -- --duration 60`
 //! (default 60 s; `--seed N` repeats a storm; `STORM_DEBUG=1` shows why
 //! workers could not start). On a debug build:
-//! `cargo build --workspace && GPUSLICE_TARGET_DIR=target/debug cargo bench --bench storm -- --duration 10`.
+//! `cargo build --workspace && GS_TEST_TARGET_DIR=target/debug cargo bench --bench storm -- --duration 10`.
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;

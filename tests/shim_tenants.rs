@@ -311,7 +311,7 @@ fn processes_starting_together_with_different_caps_all_see_one_cap() {
             for device in 0..2 {
                 let kept = format!(
                     "device {device}: the tenant's cap is {first} bytes (set by the tenant's running processes); \
-                     GPUSLICE_MEMORY_LIMIT asks for {} and is ignored",
+                     GPUSLICE_MEMORY_LIMIT asks for {} bytes and is ignored",
                     requested(i)
                 );
                 let told = out.stderr.contains(&kept);

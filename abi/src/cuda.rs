@@ -68,6 +68,18 @@ opaque_handle! {
     CUkernel => CUkern_st,
 }
 
+/// `CU_STREAM_LEGACY`: the handle value that names the legacy default stream.
+pub const CU_STREAM_LEGACY: usize = 0x1;
+/// `CU_STREAM_PER_THREAD`: the handle value that names the calling thread's
+/// default stream.
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
+/// Whether a stream handle names a default stream (null, legacy or
+/// per-thread) rather than a stream of its own.
+pub fn is_default_stream(stream: CUstream) -> bool {
+    matches!(stream as usize, 0 | CU_STREAM_LEGACY | CU_STREAM_PER_THREAD)
+}
+
 /// `CUuuid`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

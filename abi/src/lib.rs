@@ -11,3 +11,4 @@
 
 pub mod cuda;
 pub mod nvml;
+pub mod uuid;

@@ -61,34 +61,85 @@ pub(crate) fn saturating_take(counter: &AtomicU64, bytes: u64) -> u64 {
 /// takes the record over (the other died between its claim and its stores).
 const POLICY_WRITER_WAIT: Duration = Duration::from_millis(200);
 
-/// What [`Ledger::apply_environment_cap`] did.
+/// What applying a process's environment setting to the ledger
+/// ([`Ledger::apply_environment`]) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CapDecision {
-    /// No cap was set: this one is now.
+pub enum Decision<V> {
+    /// Nobody had set one: this one is now.
     Set,
-    /// The same cap was already in force.
+    /// The same value was already in force.
     Same,
-    /// An environment's cap was replaced (the caller is the only live process).
-    Replaced { previous_bytes: u64 },
-    /// Another cap stays in force.
-    Kept { existing_bytes: u64, source: PolicySource },
+    /// An environment's value was replaced (the caller is the only live process).
+    Replaced { previous: V },
+    /// Another value stays in force, set by `source`.
+    Kept { existing: V, source: PolicySource },
 }
 
-/// Writes a (value, source) pair of a policy record as one decision, under
-/// its epoch word: `decide` sees the pair in force (`read`) and returns the
-/// pair to `write`, or `None` to leave it. The decision holds because the
-/// write claims `epoch` with a CAS from the even value read before the pair:
-/// any writer in between moved the epoch, and the decision is taken again
-/// on what it wrote. The epoch is odd while a writer is between its claim
-/// and its last store; one that stays odd past `POLICY_WRITER_WAIT` belongs
-/// to a writer that died there, and is taken over. Returns whether it wrote.
-/// The memory cap (`policy_epoch`) and the compute limit (`compute_epoch`)
-/// are both written this way.
-pub(crate) fn write_pair_under_epoch<V: Copy>(
+/// A (value, source) pair of a policy record that a process's environment
+/// may set, decided and written as one under its epoch word
+/// ([`write_under_epoch`]): the memory cap ([`MemoryCap`]) and the compute
+/// limit ([`ComputeLimit`]).
+pub trait PolicyPair {
+    /// The value: bytes, or a ratio × 10 000.
+    type Value: Copy + PartialEq + Default;
+    /// The word that orders the pair's writers.
+    fn epoch(policy: &PolicyRecord) -> &AtomicU64;
+    /// The pair in force.
+    fn read(policy: &PolicyRecord) -> (Self::Value, PolicySource);
+    /// Stores the pair (the caller holds the epoch).
+    fn write(policy: &PolicyRecord, value: Self::Value, source: PolicySource);
+}
+
+/// The memory cap in bytes ([`UNLIMITED`](crate::UNLIMITED) when none), on `policy_epoch`.
+pub struct MemoryCap;
+
+impl PolicyPair for MemoryCap {
+    type Value = u64;
+    fn epoch(policy: &PolicyRecord) -> &AtomicU64 {
+        &policy.policy_epoch
+    }
+    fn read(policy: &PolicyRecord) -> (u64, PolicySource) {
+        (policy.memory_limit_bytes.load(Ordering::SeqCst), PolicySource::from_u32(policy.policy_source.load(Ordering::SeqCst)))
+    }
+    fn write(policy: &PolicyRecord, value: u64, source: PolicySource) {
+        policy.memory_limit_bytes.store(value, Ordering::SeqCst);
+        policy.policy_source.store(source.as_u32(), Ordering::SeqCst);
+    }
+}
+
+/// The compute limit, a ratio × 10 000 (0: none), on `compute_epoch`.
+pub struct ComputeLimit;
+
+impl PolicyPair for ComputeLimit {
+    type Value = u32;
+    fn epoch(policy: &PolicyRecord) -> &AtomicU64 {
+        &policy.compute_epoch
+    }
+    fn read(policy: &PolicyRecord) -> (u32, PolicySource) {
+        let source = PolicySource::from_u32(policy.compute_limit_source.load(Ordering::SeqCst));
+        (policy.compute_limit_ratio_e4.load(Ordering::SeqCst), source)
+    }
+    fn write(policy: &PolicyRecord, value: u32, source: PolicySource) {
+        policy.compute_limit_ratio_e4.store(value, Ordering::SeqCst);
+        policy.compute_limit_source.store(source.as_u32(), Ordering::SeqCst);
+    }
+}
+
+/// Writes fields of a policy record as one decision, under its epoch
+/// word: `decide` sees what `read` returns and returns what `write` is to
+/// store, or `None` to leave it. The decision holds because the write
+/// claims `epoch` with a CAS from the even value read before `read`: any
+/// writer in between moved the epoch, and the decision is taken again on
+/// what it wrote. The epoch is odd while a writer is between its claim and
+/// its last store; one that stays odd past `POLICY_WRITER_WAIT` belongs to
+/// a writer that died there, and is taken over. Returns whether it wrote.
+/// The memory cap's pair is written on `policy_epoch`; the compute limit's
+/// pair, and the share and priority beside it, on `compute_epoch`.
+pub(crate) fn write_under_epoch<S, W>(
     epoch_word: &AtomicU64,
-    read: impl Fn() -> (V, PolicySource),
-    mut decide: impl FnMut(V, PolicySource) -> Option<(V, PolicySource)>,
-    write: impl Fn(V, PolicySource),
+    read: impl Fn() -> S,
+    mut decide: impl FnMut(S) -> Option<W>,
+    write: impl FnOnce(W),
 ) -> bool {
     let mut odd_since: Option<(u64, Instant)> = None;
     loop {
@@ -108,9 +159,8 @@ pub(crate) fn write_pair_under_epoch<V: Copy>(
             }
             // It died there: take over with a new odd epoch below.
         }
-        let (value, source) = read();
-        let Some((new_value, new_source)) = decide(value, source) else {
-            // Decided on a pair no writer was changing (the epoch was even)
+        let Some(stores) = decide(read()) else {
+            // Decided on fields no writer was changing (the epoch was even)
             // or a dead writer's leftovers; either way nothing to write.
             if epoch_word.load(Ordering::SeqCst) == epoch {
                 return false;
@@ -121,23 +171,22 @@ pub(crate) fn write_pair_under_epoch<V: Copy>(
         if epoch_word.compare_exchange(epoch, claim, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             continue;
         }
-        write(new_value, new_source);
+        write(stores);
         let _ = epoch_word.compare_exchange(claim, claim.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst);
         return true;
     }
 }
 
-/// Writes a policy record's memory cap and its source as one decision (see
-/// [`write_pair_under_epoch`]).
-fn write_policy(policy: &PolicyRecord, decide: impl FnMut(u64, PolicySource) -> Option<(u64, PolicySource)>) -> bool {
-    write_pair_under_epoch(
-        &policy.policy_epoch,
-        || (policy.memory_limit_bytes.load(Ordering::SeqCst), PolicySource::from_u32(policy.policy_source.load(Ordering::SeqCst))),
-        decide,
-        |limit, source| {
-            policy.memory_limit_bytes.store(limit, Ordering::SeqCst);
-            policy.policy_source.store(source.as_u32(), Ordering::SeqCst);
-        },
+/// Writes a policy pair as one decision (see [`write_under_epoch`]).
+pub(crate) fn write_pair<P: PolicyPair>(
+    policy: &PolicyRecord,
+    mut decide: impl FnMut(P::Value, PolicySource) -> Option<(P::Value, PolicySource)>,
+) -> bool {
+    write_under_epoch(
+        P::epoch(policy),
+        || P::read(policy),
+        |(value, source)| decide(value, source),
+        |(value, source)| P::write(policy, value, source),
     )
 }
 
@@ -160,7 +209,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl Ledger {
-    fn policy(&self, dev: usize) -> Option<&PolicyRecord> {
+    pub(crate) fn policy(&self, dev: usize) -> Option<&PolicyRecord> {
         self.layout().policy.devices.get(dev)
     }
 
@@ -301,36 +350,48 @@ impl Ledger {
     /// current usage refuses new reservations and leaves existing ones alone.
     pub fn set_memory_limit_bytes(&self, dev: usize, limit_bytes: u64, source: PolicySource) {
         if let Some(policy) = self.policy(dev) {
-            write_policy(policy, |_, _| Some((limit_bytes, source)));
+            write_pair::<MemoryCap>(policy, |_, _| Some((limit_bytes, source)));
         }
     }
 
-    /// Applies a process's environment cap to device `dev`, decided in one
-    /// step against the cap in force: nobody set one yet → it is set; the
-    /// same cap → nothing to do; a cap from an environment and
-    /// `may_replace()` (the caller is the tenant's only live process) → it
-    /// replaces it; otherwise (the monitor's cap, or other processes live)
-    /// the existing cap stays. A writer that changed the cap between the
-    /// reading and the write makes the decision be taken again on its cap
-    /// (so `may_replace` may be called more than once).
-    pub fn apply_environment_cap(&self, dev: usize, limit_bytes: u64, mut may_replace: impl FnMut() -> bool) -> CapDecision {
+    /// Applies a process's environment setting `P` (its memory cap or its
+    /// compute limit) to device `dev`, decided in one step against the
+    /// value in force: nobody set one yet → it is set; the same value →
+    /// nothing to do; a value from an environment and `may_replace()` (the
+    /// caller is the tenant's only live process) → it replaces it;
+    /// otherwise (the monitor's value, or other processes live) the
+    /// existing value stays. A writer that changed the pair between the
+    /// reading and the write makes the decision be taken again on its value
+    /// (so `may_replace` may be called more than once). A device outside
+    /// the ledger keeps nothing (`Kept` with the default value, `Unset`).
+    pub fn apply_environment<P: PolicyPair>(
+        &self,
+        dev: usize,
+        value: P::Value,
+        mut may_replace: impl FnMut() -> bool,
+    ) -> Decision<P::Value> {
         let Some(policy) = self.policy(dev) else {
-            return CapDecision::Kept { existing_bytes: 0, source: PolicySource::Unset };
+            return Decision::Kept { existing: P::Value::default(), source: PolicySource::Unset };
         };
-        let mut decision = CapDecision::Same;
-        write_policy(policy, |existing_bytes, source| {
+        let mut decision = Decision::Same;
+        write_pair::<P>(policy, |existing, source| {
             decision = if source == PolicySource::Unset {
-                CapDecision::Set
-            } else if existing_bytes == limit_bytes {
-                CapDecision::Same
+                Decision::Set
+            } else if existing == value {
+                Decision::Same
             } else if source == PolicySource::Environment && may_replace() {
-                CapDecision::Replaced { previous_bytes: existing_bytes }
+                Decision::Replaced { previous: existing }
             } else {
-                CapDecision::Kept { existing_bytes, source }
+                Decision::Kept { existing, source }
             };
-            matches!(decision, CapDecision::Set | CapDecision::Replaced { .. }).then_some((limit_bytes, PolicySource::Environment))
+            matches!(decision, Decision::Set | Decision::Replaced { .. }).then_some((value, PolicySource::Environment))
         });
         decision
+    }
+
+    /// [`apply_environment`](Self::apply_environment) for the memory cap.
+    pub fn apply_environment_cap(&self, dev: usize, limit_bytes: u64, may_replace: impl FnMut() -> bool) -> Decision<u64> {
+        self.apply_environment::<MemoryCap>(dev, limit_bytes, may_replace)
     }
 
     /// Who set the cap on device `dev`.

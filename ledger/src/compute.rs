@@ -7,7 +7,7 @@
 //! 10 000 (the whole device). Who set it is kept beside it
 //! ([`PolicyRecord::compute_limit_source`]), and a process's environment
 //! applies its limit by the rule a memory cap follows
-//! ([`Ledger::apply_environment_compute_limit`]): one decision, taken
+//! ([`Ledger::apply_environment`]): one decision, taken
 //! against the limit in force, so processes of one tenant starting together
 //! agree on one limit, and the monitor's limit always stands.
 //!
@@ -59,7 +59,9 @@
 //! difference on from then on, so that it refills again at the tenant's
 //! pace instead of waiting for its own clock to catch up.
 
+use crate::accounts::{write_pair, write_under_epoch, ComputeLimit, Decision, PolicyPair};
 use crate::layout::{ComputeRecord, PolicyRecord};
+use crate::units::{parse_per_device, ListError, PerDevice};
 use crate::{Ledger, PolicySource, MAX_DEVICES};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -258,40 +260,9 @@ impl<'a> ComputeBucket<'a> {
     }
 }
 
-/// What [`Ledger::apply_environment_compute_limit`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitDecision {
-    /// No limit was set: this one is now.
-    Set,
-    /// The same limit was already in force.
-    Same,
-    /// An environment's limit was replaced (the caller is the only live process).
-    Replaced { previous_ratio_e4: u32 },
-    /// Another limit stays in force.
-    Kept { existing_ratio_e4: u32, source: PolicySource },
-}
-
-/// Writes a record's compute limit and its source as one decision, by the
-/// protocol of the memory cap (see `accounts::write_pair_under_epoch`), on
-/// `compute_epoch`. Returns whether it wrote.
-fn write_limit(policy: &PolicyRecord, decide: impl FnMut(u32, PolicySource) -> Option<(u32, PolicySource)>) -> bool {
-    crate::accounts::write_pair_under_epoch(
-        &policy.compute_epoch,
-        || {
-            let source = PolicySource::from_u32(policy.compute_limit_source.load(Ordering::SeqCst));
-            (policy.compute_limit_ratio_e4.load(Ordering::SeqCst), source)
-        },
-        decide,
-        |limit, source| {
-            policy.compute_limit_ratio_e4.store(limit, Ordering::SeqCst);
-            policy.compute_limit_source.store(source.as_u32(), Ordering::SeqCst);
-        },
-    )
-}
-
 impl Ledger {
     fn compute_policy_record(&self, dev: usize) -> Option<&PolicyRecord> {
-        self.layout().policy.devices.get(dev)
+        self.policy(dev)
     }
 
     fn compute_record(&self, dev: usize) -> Option<&ComputeRecord> {
@@ -313,34 +284,14 @@ impl Ledger {
     /// Sets the compute limit on device `dev` (the monitor, or a tool).
     pub fn set_compute_limit(&self, dev: usize, ratio_e4: u32, source: PolicySource) {
         if let Some(policy) = self.compute_policy_record(dev) {
-            write_limit(policy, |_, _| Some((ratio_e4, source)));
+            write_pair::<ComputeLimit>(policy, |_, _| Some((ratio_e4, source)));
         }
     }
 
-    /// Applies a process's environment limit to device `dev`, as
-    /// [`apply_environment_cap`](Ledger::apply_environment_cap) applies a
-    /// memory cap: nobody set one → it is set; the same → nothing to do; a
-    /// limit from an environment and `may_replace()` (the caller is the
-    /// tenant's only live process) → it replaces it; otherwise the existing
-    /// limit stays.
-    pub fn apply_environment_compute_limit(&self, dev: usize, ratio_e4: u32, mut may_replace: impl FnMut() -> bool) -> LimitDecision {
-        let Some(policy) = self.compute_policy_record(dev) else {
-            return LimitDecision::Kept { existing_ratio_e4: 0, source: PolicySource::Unset };
-        };
-        let mut decision = LimitDecision::Same;
-        write_limit(policy, |existing_ratio_e4, source| {
-            decision = if source == PolicySource::Unset {
-                LimitDecision::Set
-            } else if existing_ratio_e4 == ratio_e4 {
-                LimitDecision::Same
-            } else if source == PolicySource::Environment && may_replace() {
-                LimitDecision::Replaced { previous_ratio_e4: existing_ratio_e4 }
-            } else {
-                LimitDecision::Kept { existing_ratio_e4, source }
-            };
-            matches!(decision, LimitDecision::Set | LimitDecision::Replaced { .. }).then_some((ratio_e4, PolicySource::Environment))
-        });
-        decision
+    /// [`apply_environment`](Ledger::apply_environment) for the compute
+    /// limit, a ratio × 10 000: the rule a memory cap follows.
+    pub fn apply_environment_compute_limit(&self, dev: usize, ratio_e4: u32, may_replace: impl FnMut() -> bool) -> Decision<u32> {
+        self.apply_environment::<ComputeLimit>(dev, ratio_e4, may_replace)
     }
 
     /// The compute settings of device `dev` (all zero until set).
@@ -353,29 +304,52 @@ impl Ledger {
     }
 
     /// Sets the compute settings of device `dev`, the limit as the monitor's.
+    /// All of them are written under the compute epoch, so that a process
+    /// applying its environment's share and priority
+    /// ([`apply_environment_claim`](Self::apply_environment_claim)) either
+    /// finishes before or sees the monitor's settings and stands back.
     pub fn set_compute_policy(&self, dev: usize, compute: crate::ComputePolicy) {
         if let Some(policy) = self.compute_policy_record(dev) {
-            policy.compute_share_ratio_e4.store(compute.share_ratio_e4, Ordering::Release);
-            policy.priority.store(compute.priority, Ordering::Release);
-            write_limit(policy, |_, _| Some((compute.limit_ratio_e4, PolicySource::Monitor)));
+            write_under_epoch(
+                &policy.compute_epoch,
+                || (),
+                Some,
+                |()| {
+                    policy.compute_share_ratio_e4.store(compute.share_ratio_e4, Ordering::SeqCst);
+                    policy.priority.store(compute.priority, Ordering::SeqCst);
+                    ComputeLimit::write(policy, compute.limit_ratio_e4, PolicySource::Monitor);
+                },
+            );
         }
     }
 
     /// Applies a process's environment share and priority to device `dev`
     /// (each when given), unless the monitor set the device's compute
-    /// settings: its configuration stands. Returns whether it applied them.
+    /// settings: its configuration stands. Decided on the compute limit's
+    /// source and written under the compute epoch, as the limit is
+    /// ([`write_under_epoch`]): a monitor that sets the device's settings
+    /// meanwhile makes the decision be taken again. Returns whether it
+    /// applied them.
     pub fn apply_environment_claim(&self, dev: usize, share_ratio_e4: Option<u32>, priority: Option<i32>) -> bool {
         let Some(policy) = self.compute_policy_record(dev) else { return false };
-        if self.compute_limit_source(dev) == PolicySource::Monitor {
-            return false;
-        }
-        if let Some(share) = share_ratio_e4 {
-            policy.compute_share_ratio_e4.store(share.min(WHOLE_DEVICE_RATIO_E4), Ordering::Release);
-        }
-        if let Some(priority) = priority {
-            policy.priority.store(priority, Ordering::Release);
-        }
-        true
+        let mut applied = false;
+        write_under_epoch(
+            &policy.compute_epoch,
+            || ComputeLimit::read(policy).1,
+            |source| {
+                applied = source != PolicySource::Monitor;
+                applied.then_some(())
+            },
+            |()| {
+                if let Some(share) = share_ratio_e4 {
+                    policy.compute_share_ratio_e4.store(share.min(WHOLE_DEVICE_RATIO_E4), Ordering::SeqCst);
+                }
+                if let Some(priority) = priority {
+                    policy.priority.store(priority, Ordering::SeqCst);
+                }
+            },
+        );
+        applied
     }
 
     /// The bucket of device `dev`.
@@ -403,38 +377,7 @@ impl Ledger {
 pub const COMPUTE_LIMIT_FORMAT: &str =
     "a percentage of device time from 1 to 100 for every device (30) or a per-device list like 0=30,1=60";
 
-/// A compute limit as written: one for all devices, or one per device, in
-/// percent of the device's time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ComputeLimit {
-    /// The same limit on every device.
-    AllDevices(u32),
-    /// Limits by device ordinal (as the process sees it, after
-    /// `CUDA_VISIBLE_DEVICES`); devices not listed have none.
-    PerDevice(Vec<(u32, u32)>),
-}
-
-impl ComputeLimit {
-    /// The limit of device `ordinal` in percent, if it has one.
-    pub fn for_device(&self, ordinal: u32) -> Option<u32> {
-        match self {
-            ComputeLimit::AllDevices(percent) => Some(*percent),
-            ComputeLimit::PerDevice(list) => list.iter().find(|(i, _)| *i == ordinal).map(|(_, p)| *p),
-        }
-    }
-
-    /// As [`MemoryLimit::missed_device`](crate::units::MemoryLimit::missed_device):
-    /// a listed device the process does not see, paired with a device it sees
-    /// that the list leaves without a limit.
-    pub fn missed_device(&self, visible: u32) -> Option<(u32, u32)> {
-        let ComputeLimit::PerDevice(list) = self else { return None };
-        let unseen = list.iter().map(|(i, _)| *i).find(|i| *i >= visible)?;
-        let unlimited = (0..visible.min(MAX_DEVICES as u32)).find(|ordinal| self.for_device(*ordinal).is_none())?;
-        Some((unseen, unlimited))
-    }
-}
-
-/// Why a compute limit was refused.
+/// Why a compute setting (a limit, a share or a priority) was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputeLimitError {
     /// The text holds a character that is not ASCII.
@@ -445,6 +388,8 @@ pub enum ComputeLimitError {
     LeadingZero(String),
     /// A percentage outside the range accepted (as written, and that range).
     OutOfRange { value: String, low: u32 },
+    /// Not a whole number in [`PRIORITY_RANGE`] (as written).
+    NotAPriority(String),
     /// A per-device entry is not `INDEX=PERCENT`.
     BadEntry(String),
     /// A device index (as written) that is not plain decimal below `MAX_DEVICES`.
@@ -464,6 +409,9 @@ impl fmt::Display for ComputeLimitError {
                  without leading zeros"
             ),
             ComputeLimitError::OutOfRange { value, low } => write!(f, "{value} is not a percentage from {low} to 100"),
+            ComputeLimitError::NotAPriority(text) => {
+                write!(f, "{text:?} is not a whole number from {} to {}", PRIORITY_RANGE.start(), PRIORITY_RANGE.end())
+            }
             ComputeLimitError::BadEntry(entry) => write!(f, "entry {entry:?} is not INDEX=PERCENT"),
             ComputeLimitError::BadDeviceIndex(index) => write!(
                 f,
@@ -476,6 +424,17 @@ impl fmt::Display for ComputeLimitError {
 }
 
 impl std::error::Error for ComputeLimitError {}
+
+impl From<ListError> for ComputeLimitError {
+    fn from(e: ListError) -> Self {
+        match e {
+            ListError::NotAscii(c) => ComputeLimitError::NotAscii(c),
+            ListError::BadEntry(entry) => ComputeLimitError::BadEntry(entry),
+            ListError::BadDeviceIndex(index) => ComputeLimitError::BadDeviceIndex(index),
+            ListError::DuplicateDevice(index) => ComputeLimitError::DuplicateDevice(index),
+        }
+    }
+}
 
 /// Parses a whole percentage from `low` to 100: ASCII digits, no sign, no
 /// leading zeros, ASCII whitespace around it allowed.
@@ -496,32 +455,44 @@ pub fn parse_percent(text: &str, low: u32) -> Result<u32, ComputeLimitError> {
     }
 }
 
-/// Parses `GPUSLICE_COMPUTE_LIMIT`: `30` or `0=30,1=60`, each percentage
-/// from 1 to 100. Devices follow the rules of memory lists
-/// ([`crate::units`]): plain decimal below `MAX_DEVICES`, each once.
-pub fn parse_compute_limit(text: &str) -> Result<ComputeLimit, ComputeLimitError> {
+/// Parses `GPUSLICE_COMPUTE_LIMIT` (and `GPUSLICE_COMPUTE_SHARE`): `30` or
+/// `0=30,1=60`, each percentage from 1 to 100 (see [`parse_per_device`]).
+pub fn parse_compute_limit(text: &str) -> Result<PerDevice<u32>, ComputeLimitError> {
+    parse_per_device(text, |percent| parse_percent(percent, 1))
+}
+
+/// The priorities a tenant may have; higher is served first, 0 by default.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+
+/// What a priority may look like, for error messages.
+pub const PRIORITY_FORMAT: &str =
+    "a whole number from -1000 to 1000 (higher is served first; default 0) for every device, like 1, or per device, like 0=1,1=0";
+
+/// A priority given as a number (the configuration's), if it is in [`PRIORITY_RANGE`].
+pub fn priority_in_range(value: i64) -> Option<i32> {
+    i32::try_from(value).ok().filter(|p| PRIORITY_RANGE.contains(p))
+}
+
+/// Parses one priority: a whole number in [`PRIORITY_RANGE`], an optional
+/// `-`, no `+`, no leading zeros, ASCII whitespace around it allowed.
+pub fn parse_priority(text: &str) -> Result<i32, ComputeLimitError> {
     if let Some(c) = text.chars().find(|c| !c.is_ascii()) {
         return Err(ComputeLimitError::NotAscii(c));
     }
-    if !text.contains('=') {
-        return parse_percent(text, 1).map(ComputeLimit::AllDevices);
+    let number = text.trim_ascii();
+    let digits = number.strip_prefix('-').unwrap_or(number);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ComputeLimitError::NotAPriority(number.to_string()));
     }
-    let mut list: Vec<(u32, u32)> = Vec::new();
-    for entry in text.split(',') {
-        let bad_entry = || ComputeLimitError::BadEntry(entry.to_string());
-        let (index, percent) = entry.split_once('=').ok_or_else(bad_entry)?;
-        let index = index.trim_ascii();
-        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad_entry());
-        }
-        let index = crate::units::parse_device_index(index).map_err(|_| ComputeLimitError::BadDeviceIndex(index.to_string()))?;
-        let percent = parse_percent(percent, 1)?;
-        if list.iter().any(|(i, _)| *i == index) {
-            return Err(ComputeLimitError::DuplicateDevice(index));
-        }
-        list.push((index, percent));
+    if digits.len() > 1 && digits.starts_with('0') {
+        return Err(ComputeLimitError::LeadingZero(number.to_string()));
     }
-    Ok(ComputeLimit::PerDevice(list))
+    number.parse().ok().and_then(priority_in_range).ok_or_else(|| ComputeLimitError::NotAPriority(number.to_string()))
+}
+
+/// Parses `GPUSLICE_PRIORITY`: `1` or `0=1,1=0` (see [`parse_per_device`]).
+pub fn parse_priorities(text: &str) -> Result<PerDevice<i32>, ComputeLimitError> {
+    parse_per_device(text, parse_priority)
 }
 
 /// A percentage as the ledger's ratio × 10 000.
@@ -696,9 +667,9 @@ mod tests {
 
     #[test]
     fn compute_limits_parse_strictly() {
-        assert_eq!(parse_compute_limit("30"), Ok(ComputeLimit::AllDevices(30)));
-        assert_eq!(parse_compute_limit(" 100 "), Ok(ComputeLimit::AllDevices(100)));
-        assert_eq!(parse_compute_limit("0=30,1=60"), Ok(ComputeLimit::PerDevice(vec![(0, 30), (1, 60)])));
+        assert_eq!(parse_compute_limit("30"), Ok(PerDevice::all_devices(30)));
+        assert_eq!(parse_compute_limit(" 100 "), Ok(PerDevice::all_devices(100)));
+        assert_eq!(parse_compute_limit("0=30,1=60").map(|l| l.devices), Ok(vec![(0, 30), (1, 60)]));
         assert_eq!(parse_compute_limit("15=1").unwrap().for_device(15), Some(1));
         for (bad, error) in [
             ("", ComputeLimitError::NotAPercent(String::new())),
@@ -728,6 +699,35 @@ mod tests {
     }
 
     #[test]
+    fn priorities_parse_strictly() {
+        assert_eq!(parse_priorities("-3"), Ok(PerDevice::all_devices(-3)));
+        assert_eq!(parse_priorities("0=1,1=0").map(|p| p.devices), Ok(vec![(0, 1), (1, 0)]));
+        assert_eq!(parse_priorities(" 1000 "), Ok(PerDevice::all_devices(1000)));
+        assert_eq!(parse_priorities("-1000"), Ok(PerDevice::all_devices(-1000)));
+        for (bad, error) in [
+            ("", ComputeLimitError::NotAPriority(String::new())),
+            ("1001", ComputeLimitError::NotAPriority("1001".into())),
+            ("-1001", ComputeLimitError::NotAPriority("-1001".into())),
+            ("99999999999", ComputeLimitError::NotAPriority("99999999999".into())),
+            ("+1", ComputeLimitError::NotAPriority("+1".into())),
+            ("--1", ComputeLimitError::NotAPriority("--1".into())),
+            ("-", ComputeLimitError::NotAPriority("-".into())),
+            ("high", ComputeLimitError::NotAPriority("high".into())),
+            ("1.5", ComputeLimitError::NotAPriority("1.5".into())),
+            ("01", ComputeLimitError::LeadingZero("01".into())),
+            ("-01", ComputeLimitError::LeadingZero("-01".into())),
+            ("0=1,0=2", ComputeLimitError::DuplicateDevice(0)),
+            ("0=1,x=2", ComputeLimitError::BadEntry("x=2".into())),
+            ("1\u{a0}", ComputeLimitError::NotAscii('\u{a0}')),
+        ] {
+            assert_eq!(parse_priorities(bad), Err(error), "{bad:?}");
+        }
+        let message = parse_priorities("1001").unwrap_err().to_string();
+        assert!(message.contains("-1000 to 1000"), "{message}");
+        assert_eq!((priority_in_range(-1000), priority_in_range(1001), priority_in_range(i64::MIN)), (Some(-1000), None, None));
+    }
+
+    #[test]
     fn a_list_that_missed_its_device_is_found() {
         let list = parse_compute_limit("1=30").unwrap();
         assert_eq!(list.missed_device(1), Some((1, 0)));
@@ -747,19 +747,19 @@ mod tests {
     fn environment_limits_follow_the_one_decision_rule() {
         let (dir, ledger) = fresh("decide");
         assert_eq!(ledger.compute_limit_ratio_e4(0), 0);
-        assert_eq!(ledger.apply_environment_compute_limit(0, 3000, || false), LimitDecision::Set);
+        assert_eq!(ledger.apply_environment_compute_limit(0, 3000, || false), Decision::Set);
         assert_eq!(ledger.compute_limit_source(0), PolicySource::Environment);
-        assert_eq!(ledger.apply_environment_compute_limit(0, 3000, || false), LimitDecision::Same);
+        assert_eq!(ledger.apply_environment_compute_limit(0, 3000, || false), Decision::Same);
         assert_eq!(
             ledger.apply_environment_compute_limit(0, 5000, || false),
-            LimitDecision::Kept { existing_ratio_e4: 3000, source: PolicySource::Environment }
+            Decision::Kept { existing: 3000, source: PolicySource::Environment }
         );
-        assert_eq!(ledger.apply_environment_compute_limit(0, 5000, || true), LimitDecision::Replaced { previous_ratio_e4: 3000 });
+        assert_eq!(ledger.apply_environment_compute_limit(0, 5000, || true), Decision::Replaced { previous: 3000 });
         assert_eq!(ledger.compute_limit_ratio_e4(0), 5000);
         ledger.set_compute_limit(0, 2000, PolicySource::Monitor);
         assert_eq!(
             ledger.apply_environment_compute_limit(0, 5000, || true),
-            LimitDecision::Kept { existing_ratio_e4: 2000, source: PolicySource::Monitor }
+            Decision::Kept { existing: 2000, source: PolicySource::Monitor }
         );
         // Each device has its own.
         assert_eq!(ledger.compute_limit_ratio_e4(1), 0);
@@ -773,9 +773,37 @@ mod tests {
     }
 
     #[test]
+    fn an_environment_claim_stands_back_for_the_monitor_and_waits_for_its_writer() {
+        let (dir, ledger) = fresh("claim");
+        assert!(ledger.apply_environment_claim(0, Some(6000), Some(3)));
+        assert_eq!(ledger.compute_policy(0), crate::ComputePolicy { share_ratio_e4: 6000, limit_ratio_e4: 0, priority: 3 });
+        assert!(ledger.apply_environment_claim(0, Some(20_000), None), "a share above the whole device is the whole device");
+        assert_eq!(ledger.compute_policy(0).share_ratio_e4, WHOLE_DEVICE_RATIO_E4);
+        ledger.set_compute_policy(0, crate::ComputePolicy { share_ratio_e4: 1000, limit_ratio_e4: 0, priority: -1 });
+        assert!(!ledger.apply_environment_claim(0, Some(6000), Some(3)));
+        assert_eq!(ledger.compute_policy(0), crate::ComputePolicy { share_ratio_e4: 1000, limit_ratio_e4: 0, priority: -1 });
+        assert!(!ledger.apply_environment_claim(MAX_DEVICES, Some(1), None));
+        // A writer between its claim and its stores: the claim waits for it
+        // and decides on what it wrote.
+        let policy = &ledger.layout().policy.devices[1];
+        let epoch = policy.compute_epoch.load(Ordering::SeqCst);
+        policy.compute_epoch.store(epoch + 1, Ordering::SeqCst);
+        std::thread::scope(|scope| {
+            let claim = scope.spawn(|| ledger.apply_environment_claim(1, Some(5000), Some(2)));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!claim.is_finished(), "the claim waits while the epoch is odd");
+            ComputeLimit::write(policy, 2000, PolicySource::Monitor);
+            policy.compute_epoch.store(epoch + 2, Ordering::SeqCst);
+            assert!(!claim.join().unwrap(), "the monitor's settings stand");
+        });
+        assert_eq!(ledger.compute_policy(1), crate::ComputePolicy { share_ratio_e4: 0, limit_ratio_e4: 2000, priority: 0 });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn processes_starting_together_agree_on_one_limit() {
         let (dir, ledger) = fresh("together");
-        let decisions: Vec<LimitDecision> = std::thread::scope(|scope| {
+        let decisions: Vec<Decision<u32>> = std::thread::scope(|scope| {
             let handles: Vec<_> = [3000, 5000, 7000, 9000]
                 .into_iter()
                 .map(|ratio| {
@@ -785,11 +813,11 @@ mod tests {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert_eq!(decisions.iter().filter(|d| **d == LimitDecision::Set).count(), 1, "{decisions:?}");
+        assert_eq!(decisions.iter().filter(|d| **d == Decision::Set).count(), 1, "{decisions:?}");
         let kept = ledger.compute_limit_ratio_e4(2);
         for d in decisions {
-            if let LimitDecision::Kept { existing_ratio_e4, .. } = d {
-                assert_eq!(existing_ratio_e4, kept);
+            if let Decision::Kept { existing, .. } = d {
+                assert_eq!(existing, kept);
             }
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -68,9 +68,9 @@ pub mod process;
 mod slots;
 pub mod units;
 
-pub use accounts::CapDecision;
+pub use accounts::{ComputeLimit, Decision, MemoryCap, PolicyPair};
 pub use audit::UsageAudit;
-pub use compute::{Admit, BucketClock, ComputeBucket, ComputeLimit, LimitDecision};
+pub use compute::{Admit, BucketClock, ComputeBucket};
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
 pub use open::{Damage, FileAccess, CREATION_WAIT};

@@ -273,21 +273,18 @@ fn out_of_range_device_fails_closed() {
 #[test]
 fn an_environment_cap_is_set_once_and_replaced_only_when_allowed() {
     let (_dir, ledger, dev) = one_device_ledger();
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), Decision::Set);
     assert_eq!(ledger.policy_source(dev), PolicySource::Environment);
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || true), CapDecision::Same);
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || true), Decision::Same);
     assert_eq!(
         ledger.apply_environment_cap(dev, 9 * MIB, || false),
-        CapDecision::Kept { existing_bytes: 8 * MIB, source: PolicySource::Environment }
+        Decision::Kept { existing: 8 * MIB, source: PolicySource::Environment }
     );
     assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
-    assert_eq!(ledger.apply_environment_cap(dev, 9 * MIB, || true), CapDecision::Replaced { previous_bytes: 8 * MIB });
+    assert_eq!(ledger.apply_environment_cap(dev, 9 * MIB, || true), Decision::Replaced { previous: 8 * MIB });
     assert_eq!(ledger.memory_limit_bytes(dev), 9 * MIB);
     ledger.set_memory_limit_bytes(dev, 2 * MIB, PolicySource::Monitor);
-    assert_eq!(
-        ledger.apply_environment_cap(dev, 8 * MIB, || true),
-        CapDecision::Kept { existing_bytes: 2 * MIB, source: PolicySource::Monitor }
-    );
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || true), Decision::Kept { existing: 2 * MIB, source: PolicySource::Monitor });
     assert_eq!(ledger.policy_source(dev), PolicySource::Monitor);
     assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
 }
@@ -295,7 +292,7 @@ fn an_environment_cap_is_set_once_and_replaced_only_when_allowed() {
 #[test]
 fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decision() {
     let (_dir, ledger, dev) = one_device_ledger();
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), Decision::Set);
     let monitor = Ledger::open(ledger.path()).unwrap();
     // The process has read an environment's cap and finds itself alone; at
     // that moment the monitor sets its cap. The process must decide again.
@@ -307,7 +304,7 @@ fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decisio
         }
         true
     });
-    assert_eq!(decision, CapDecision::Kept { existing_bytes: 3 * MIB, source: PolicySource::Monitor });
+    assert_eq!(decision, Decision::Kept { existing: 3 * MIB, source: PolicySource::Monitor });
     assert_eq!((ledger.memory_limit_bytes(dev), ledger.policy_source(dev)), (3 * MIB, PolicySource::Monitor));
     // Two processes deciding together: exactly one decision wins.
     let other = Ledger::open(ledger.path()).unwrap();
@@ -318,7 +315,7 @@ fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decisio
     });
     assert_eq!(
         decision,
-        CapDecision::Replaced { previous_bytes: 10 * MIB },
+        Decision::Replaced { previous: 10 * MIB },
         "the decision taken on a cap that changed under it was taken again, on the new cap"
     );
     assert_eq!(ledger.memory_limit_bytes(dev), 9 * MIB);
@@ -330,7 +327,7 @@ fn a_policy_writer_that_died_mid_write_is_taken_over() {
     // Claimed the record (odd epoch) and died before its stores.
     ledger.layout().policy.devices[dev].policy_epoch.store(1, Ordering::SeqCst);
     let started = std::time::Instant::now();
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), Decision::Set);
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
     assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
@@ -430,7 +427,7 @@ fn reclaim_skips_live_slots_of_this_and_other_open_files() {
 }
 
 /// The ledger directory `child_process_helper` opens.
-const CHILD_DIR_VAR: &str = "GPUSLICE_LEDGER_TEST_CHILD_DIR";
+const CHILD_DIR_VAR: &str = "GS_TEST_LEDGER_CHILD_DIR";
 
 /// Not a test on its own: the child process of
 /// `reclaim_returns_the_bytes_of_a_killed_process`, which runs it by name

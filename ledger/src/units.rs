@@ -23,6 +23,9 @@
 use crate::layout::MAX_DEVICES;
 use std::fmt;
 
+mod per_device;
+pub use per_device::{parse_per_device, DuplicateDevice, ListError, PerDevice};
+
 /// What a size may look like, for error messages.
 pub const SIZE_FORMAT: &str = "a size like 8GiB, 8G, 512MiB, 1.5GiB, 3000m or plain bytes (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024)";
 
@@ -119,6 +122,17 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+impl From<ListError> for ParseError {
+    fn from(e: ListError) -> Self {
+        match e {
+            ListError::NotAscii(c) => ParseError::NotAscii(c),
+            ListError::BadEntry(entry) => ParseError::BadEntry(entry),
+            ListError::BadDeviceIndex(index) => ParseError::BadDeviceIndex(index),
+            ListError::DuplicateDevice(index) => ParseError::DuplicateDevice(index),
+        }
+    }
+}
+
 fn refuse_non_ascii(text: &str) -> Result<(), ParseError> {
     match text.chars().find(|c| !c.is_ascii()) {
         Some(c) => Err(ParseError::NotAscii(c)),
@@ -200,64 +214,31 @@ pub fn visible_devices_at_most(cuda_visible_devices: &str) -> u32 {
     }
 }
 
-/// A memory limit as written: one size for all devices, or one per device.
+/// Parses `GPUSLICE_MEMORY_LIMIT`: `8GiB` or `0=8GiB,1=4GiB` (see
+/// [`parse_per_device`]).
+pub fn parse_memory(text: &str) -> Result<PerDevice<u64>, ParseError> {
+    parse_per_device(text, parse_size)
+}
+
+/// A memory limit in the two forms it is written in, for a caller that
+/// takes only the first (`gpuslice run --queue` chooses the job's devices,
+/// so a per-device list cannot name them). Everything else reads
+/// [`parse_memory`]'s [`PerDevice`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemoryLimit {
     /// The same cap on every device.
     AllDevices(u64),
-    /// Caps by device ordinal (as the process sees it, after
-    /// `CUDA_VISIBLE_DEVICES`); devices not listed are not capped.
+    /// Caps by device ordinal.
     PerDevice(Vec<(u32, u64)>),
 }
 
-impl MemoryLimit {
-    /// The cap of device `ordinal`, if it has one.
-    pub fn for_device(&self, ordinal: u32) -> Option<u64> {
-        match self {
-            MemoryLimit::AllDevices(bytes) => Some(*bytes),
-            MemoryLimit::PerDevice(list) => list.iter().find(|(i, _)| *i == ordinal).map(|(_, b)| *b),
-        }
-    }
-
-    /// For a process that sees `visible` devices (or at most that many): a
-    /// listed device it does not see, paired with a device it sees that the
-    /// list leaves without a cap. Such a list missed its device (`1=1GiB`
-    /// where the process's only device is 0): the typo would mean "no cap".
-    /// A list that caps every device the process sees and names more (one
-    /// list shared by processes that each see some of the host's devices)
-    /// misses nothing.
-    pub fn missed_device(&self, visible: u32) -> Option<(u32, u32)> {
-        let MemoryLimit::PerDevice(list) = self else { return None };
-        let unseen = list.iter().map(|(i, _)| *i).find(|i| *i >= visible)?;
-        // Listed indices are below MAX_DEVICES, so `visible` is too here.
-        let uncapped = (0..visible).find(|ordinal| self.for_device(*ordinal).is_none())?;
-        Some((unseen, uncapped))
-    }
-}
-
-/// Parses `GPUSLICE_MEMORY_LIMIT`: `8GiB` or `0=8GiB,1=4GiB`. Each device
-/// appears once; indices follow [`parse_device_index`].
+/// [`parse_memory`], in the form of [`MemoryLimit`].
 pub fn parse_memory_limit(text: &str) -> Result<MemoryLimit, ParseError> {
-    refuse_non_ascii(text)?;
-    if !text.contains('=') {
-        return parse_size(text).map(MemoryLimit::AllDevices);
-    }
-    let mut list: Vec<(u32, u64)> = Vec::new();
-    for entry in text.split(',') {
-        let bad_entry = || ParseError::BadEntry(entry.to_string());
-        let (index, size) = entry.split_once('=').ok_or_else(bad_entry)?;
-        let index = index.trim_ascii();
-        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad_entry());
-        }
-        let index = parse_device_index(index)?;
-        let bytes = parse_size(size)?;
-        if list.iter().any(|(i, _)| *i == index) {
-            return Err(ParseError::DuplicateDevice(index));
-        }
-        list.push((index, bytes));
-    }
-    Ok(MemoryLimit::PerDevice(list))
+    let limit = parse_memory(text)?;
+    Ok(match limit.single() {
+        Some(bytes) => MemoryLimit::AllDevices(bytes),
+        None => MemoryLimit::PerDevice(limit.devices),
+    })
 }
 
 /// Checks a tenant name: `[A-Za-z0-9._-]{1,63}`, not starting with `.`. The
@@ -344,7 +325,7 @@ mod tests {
         }
         let message = parse_size("8GiB\u{a0}").unwrap_err().to_string();
         assert!(message.contains("U+00A0") && message.contains("not ASCII"), "{message}");
-        assert_eq!(parse_memory_limit("0=1G\u{a0}"), Err(ParseError::NotAscii('\u{a0}')));
+        assert_eq!(parse_memory("0=1G\u{a0}"), Err(ParseError::NotAscii('\u{a0}')));
     }
 
     #[test]
@@ -385,40 +366,42 @@ mod tests {
 
     #[test]
     fn per_device_lists() {
+        assert_eq!(parse_memory("0=8GiB,1=4GiB").unwrap().devices, vec![(0, 8 * GIB), (1, 4 * GIB)]);
+        assert_eq!(parse_memory(" 0 = 8GiB , 1=4GiB").unwrap().devices, vec![(0, 8 * GIB), (1, 4 * GIB)]);
         assert_eq!(parse_memory_limit("0=8GiB,1=4GiB"), Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)])));
-        assert_eq!(parse_memory_limit(" 0 = 8GiB , 1=4GiB"), Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)])));
-        let limit = parse_memory_limit("1=3000m").unwrap();
+        assert_eq!(parse_memory_limit("8GiB"), Ok(MemoryLimit::AllDevices(8 * GIB)));
+        let limit = parse_memory("1=3000m").unwrap();
         assert_eq!(limit.for_device(1), Some(3000 * MIB));
         assert_eq!(limit.for_device(0), None);
-        assert_eq!(parse_memory_limit("2GiB").unwrap().for_device(7), Some(2 * GIB));
-        assert_eq!(parse_memory_limit("0=1G,0=2G"), Err(ParseError::DuplicateDevice(0)));
-        assert!(matches!(parse_memory_limit("0=1G,x=2G"), Err(ParseError::BadEntry(_))));
-        assert!(matches!(parse_memory_limit("0=1G,"), Err(ParseError::BadEntry(_))));
-        assert!(matches!(parse_memory_limit("+1=1G"), Err(ParseError::BadEntry(_))));
-        assert!(matches!(parse_memory_limit("0=1G=2G"), Err(ParseError::NotASize)));
-        assert_eq!(parse_memory_limit("0=1GG"), Err(ParseError::NotASize));
+        assert_eq!(parse_memory("2GiB").unwrap().for_device(7), Some(2 * GIB));
+        assert_eq!(parse_memory("0=1G,0=2G"), Err(ParseError::DuplicateDevice(0)));
+        assert!(matches!(parse_memory("0=1G,x=2G"), Err(ParseError::BadEntry(_))));
+        assert!(matches!(parse_memory("0=1G,"), Err(ParseError::BadEntry(_))));
+        assert!(matches!(parse_memory("+1=1G"), Err(ParseError::BadEntry(_))));
+        assert!(matches!(parse_memory("0=1G=2G"), Err(ParseError::NotASize)));
+        assert_eq!(parse_memory("0=1GG"), Err(ParseError::NotASize));
     }
 
     #[test]
     fn a_device_written_two_ways_or_beyond_any_ledger_is_refused() {
-        assert_eq!(parse_memory_limit("0=1G,00=2G"), Err(ParseError::BadDeviceIndex("00".into())));
-        assert_eq!(parse_memory_limit("99=1GiB"), Err(ParseError::BadDeviceIndex("99".into())));
-        assert_eq!(parse_memory_limit("16=1GiB"), Err(ParseError::BadDeviceIndex("16".into())));
-        assert_eq!(parse_memory_limit("15=1GiB").unwrap().for_device(15), Some(GIB));
+        assert_eq!(parse_memory("0=1G,00=2G"), Err(ParseError::BadDeviceIndex("00".into())));
+        assert_eq!(parse_memory("99=1GiB"), Err(ParseError::BadDeviceIndex("99".into())));
+        assert_eq!(parse_memory("16=1GiB"), Err(ParseError::BadDeviceIndex("16".into())));
+        assert_eq!(parse_memory("15=1GiB").unwrap().for_device(15), Some(GIB));
     }
 
     #[test]
     fn a_list_that_missed_its_device_is_found() {
-        let list = parse_memory_limit("1=2G").unwrap();
+        let list = parse_memory("1=2G").unwrap();
         assert_eq!(list.missed_device(1), Some((1, 0)), "device 0 uncapped, device 1 unseen");
         assert_eq!(list.missed_device(2), None, "device 1 is seen: capping only it is what the list says");
-        let list = parse_memory_limit("0=1G,2=2G").unwrap();
+        let list = parse_memory("0=1G,2=2G").unwrap();
         assert_eq!(list.missed_device(2), Some((2, 1)));
         assert_eq!(list.missed_device(3), None);
         // Every device seen has a cap: the other entries are for other processes.
-        assert_eq!(parse_memory_limit("0=1G,1=2G").unwrap().missed_device(1), None);
-        assert_eq!(parse_memory_limit("0=1G").unwrap().missed_device(0), None);
-        assert_eq!(parse_memory_limit("1G").unwrap().missed_device(0), None);
+        assert_eq!(parse_memory("0=1G,1=2G").unwrap().missed_device(1), None);
+        assert_eq!(parse_memory("0=1G").unwrap().missed_device(0), None);
+        assert_eq!(parse_memory("1G").unwrap().missed_device(0), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! proptest keeps the seed of any case that ever failed in
 //! `proptest-regressions/` and runs it first.
 
-use ledger::units::{parse_device_index, parse_memory_limit, parse_size, validate_tenant_name, MemoryLimit, ParseError};
+use ledger::units::{parse_device_index, parse_memory, parse_size, validate_tenant_name, ParseError};
 use ledger::MAX_DEVICES;
 use proptest::prelude::*;
 
@@ -85,7 +85,7 @@ proptest! {
     #[test]
     fn any_text_never_panics(text in any::<String>()) {
         let _ = parse_size(&text);
-        let _ = parse_memory_limit(&text);
+        let _ = parse_memory(&text);
         let _ = parse_device_index(&text);
         let _ = validate_tenant_name(&text);
     }
@@ -102,7 +102,8 @@ proptest! {
             prop_assert!(!leading_zero, "{text:?} has a leading zero and was accepted as {bytes}");
             prop_assert_eq!(parse_size(&bytes.to_string()), Ok(bytes), "the plain-bytes form round-trips");
         }
-        if let Ok(MemoryLimit::PerDevice(list)) = parse_memory_limit(&text) {
+        if let Ok(limit) = parse_memory(&text) {
+            let list = limit.devices;
             let mut indices: Vec<u32> = list.iter().map(|(i, _)| *i).collect();
             indices.sort_unstable();
             indices.dedup();
@@ -152,7 +153,7 @@ proptest! {
         text.insert(at, c);
         let text: String = text.into_iter().collect();
         prop_assert!(parse_size(&text).is_err(), "{:?} was accepted as {:?}", text, parse_size(&text));
-        prop_assert!(parse_memory_limit(&text).is_err(), "{:?}", text);
+        prop_assert!(parse_memory(&text).is_err(), "{:?}", text);
     }
 
     #[test]
@@ -165,8 +166,8 @@ proptest! {
     fn per_device_lists_round_trip(caps in prop::collection::btree_map(0u32..MAX_DEVICES as u32, 1u64..u64::MAX, 1..MAX_DEVICES)) {
         let text: Vec<String> = caps.iter().map(|(i, b)| format!("{i}={b}")).collect();
         let text = text.join(",");
-        let list = match parse_memory_limit(&text) {
-            Ok(MemoryLimit::PerDevice(list)) => list,
+        let list = match parse_memory(&text) {
+            Ok(limit) if limit.all.is_none() => limit.devices,
             other => return Err(TestCaseError::fail(format!("{text:?}: {other:?}"))),
         };
         prop_assert_eq!(list, caps.into_iter().collect::<Vec<_>>());
@@ -180,7 +181,7 @@ proptest! {
     ) {
         let again = format!("{}{}{index}{}", " ".repeat(padding), "0".repeat(leading_zeros), " ".repeat(padding));
         let text = format!("{index}=1G,{again}=2G");
-        prop_assert!(parse_memory_limit(&text).is_err(), "{:?}", text);
+        prop_assert!(parse_memory(&text).is_err(), "{:?}", text);
     }
 
     #[test]
@@ -258,7 +259,7 @@ fn the_corpus_gets_its_verdicts() {
         let at = format!("parsers_corpus.txt:{}: {kind} {text:?}", number + 1);
         let accepted = match kind {
             "size" => parse_size(&text).map(Some),
-            "limit" => parse_memory_limit(&text).map(|_| None),
+            "limit" => parse_memory(&text).map(|_| None),
             "index" => parse_device_index(&text).map(|_| None),
             "tenant" => validate_tenant_name(&text).map(|_| None),
             other => panic!("{at}: unknown kind {other}"),

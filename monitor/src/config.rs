@@ -50,7 +50,7 @@
 //! cap in it unenforced on the hosts where it does not fit.
 
 use crate::nvml::GpuInfo;
-use ledger::units;
+use ledger::units::{self, DuplicateDevice, PerDevice};
 use serde::de::{self, MapAccess};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -78,11 +78,9 @@ pub enum OnViolation {
     Kill,
 }
 
-/// Which device a cap applies to.
+/// Which single device a setting applies to (`all` is [`PerDevice::all`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DeviceKey {
-    /// Every device.
-    All,
     /// The host's device index, as NVML and `nvidia-smi` number them.
     HostIndex(u32),
     /// A device UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, or a MIG
@@ -93,27 +91,21 @@ pub enum DeviceKey {
 /// One tenant the file governs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TenantConfig {
-    /// Memory caps; a device-specific entry wins over `All`.
-    pub memory_bytes: BTreeMap<DeviceKey, u64>,
+    /// Memory caps; a device-specific entry wins over the one for all.
+    pub memory_bytes: PerDevice<u64, DeviceKey>,
     /// Compute limits (hard ceilings on device time), ratio × 10 000; a
-    /// device-specific entry wins over `All`.
-    pub compute_limit_ratio_e4: BTreeMap<DeviceKey, u32>,
+    /// device-specific entry wins over the one for all.
+    pub compute_limit_ratio_e4: PerDevice<u32, DeviceKey>,
     /// Compute shares (guaranteed device time), ratio × 10 000.
-    pub compute_share_ratio_e4: BTreeMap<DeviceKey, u32>,
+    pub compute_share_ratio_e4: PerDevice<u32, DeviceKey>,
     /// Priorities (higher first).
-    pub priority: BTreeMap<DeviceKey, i32>,
+    pub priority: PerDevice<i32, DeviceKey>,
 }
 
 impl TenantConfig {
     /// The cap for a device known by UUID and (with NVML) host index.
     pub fn memory_for(&self, uuid: &str, host_index: Option<u32>) -> Option<u64> {
-        if let Some(bytes) = self.memory_bytes.get(&DeviceKey::Uuid(uuid.to_ascii_lowercase())) {
-            return Some(*bytes);
-        }
-        if let Some(bytes) = host_index.and_then(|i| self.memory_bytes.get(&DeviceKey::HostIndex(i))) {
-            return Some(*bytes);
-        }
-        self.memory_bytes.get(&DeviceKey::All).copied()
+        by_device(&self.memory_bytes, uuid, host_index)
     }
 
     /// The compute limit for a device, ratio × 10 000.
@@ -136,10 +128,10 @@ impl TenantConfig {
 
     /// Whether the file gives the tenant any setting.
     pub fn is_empty(&self) -> bool {
-        self.memory_bytes.is_empty()
-            && self.compute_limit_ratio_e4.is_empty()
-            && self.compute_share_ratio_e4.is_empty()
-            && self.priority.is_empty()
+        !(self.memory_bytes.is_set()
+            || self.compute_limit_ratio_e4.is_set()
+            || self.compute_share_ratio_e4.is_set()
+            || self.priority.is_set())
     }
 
     /// Whether some cap needs NVML to know which device it means.
@@ -163,9 +155,8 @@ impl TenantConfig {
             n => format!("NVML shows {n} devices"),
         };
         let mut messages = Vec::new();
-        for (key, bytes) in &self.memory_bytes {
+        for (key, bytes) in &self.memory_bytes.devices {
             let missing = match key {
-                DeviceKey::All => None,
                 DeviceKey::HostIndex(index) => {
                     (!gpus.iter().any(|g| g.index == *index)).then(|| format!("this host has no device {index} ({shown})"))
                 }
@@ -174,7 +165,6 @@ impl TenantConfig {
             };
             if let Some(missing) = missing {
                 let device = match key {
-                    DeviceKey::All => "all".to_string(),
                     DeviceKey::HostIndex(index) => index.to_string(),
                     DeviceKey::Uuid(uuid) => uuid.clone(),
                 };
@@ -382,11 +372,24 @@ struct RawTenant {
 }
 
 /// A device-keyed setting: the UUID's entry, else the host index's, else `all`.
-fn by_device<T: Copy>(map: &BTreeMap<DeviceKey, T>, uuid: &str, host_index: Option<u32>) -> Option<T> {
-    let keyed = |key: DeviceKey| map.get(&key).copied();
-    keyed(DeviceKey::Uuid(uuid.to_ascii_lowercase()))
-        .or_else(|| host_index.and_then(|i| keyed(DeviceKey::HostIndex(i))))
-        .or_else(|| keyed(DeviceKey::All))
+fn by_device<T: Copy>(setting: &PerDevice<T, DeviceKey>, uuid: &str, host_index: Option<u32>) -> Option<T> {
+    setting
+        .listed(&DeviceKey::Uuid(uuid.to_ascii_lowercase()))
+        .or_else(|| host_index.and_then(|i| setting.listed(&DeviceKey::HostIndex(i))))
+        .or(setting.all)
+}
+
+/// Gives `device` (`None`: every device) its value; a device named twice
+/// is refused (`Err`), the first value kept.
+fn set_device<T: Copy>(setting: &mut PerDevice<T, DeviceKey>, device: Option<DeviceKey>, value: T) -> Result<(), DuplicateDevice> {
+    match device {
+        None if setting.all.is_some() => Err(DuplicateDevice),
+        None => {
+            setting.all = Some(value);
+            Ok(())
+        }
+        Some(device) => setting.insert(device, value),
+    }
 }
 
 /// The accepted forms of `share`, for messages.
@@ -395,38 +398,36 @@ const SHARE_FORMAT: &str = "a whole percentage from 1 to 100, like 60, or a tabl
 const PRIORITY_FORMAT: &str = "a whole number from -1000 to 1000 (higher first, default 0), or a table like { 0 = 1, all = 0 }";
 
 fn priority_value(value: &toml::Value) -> Option<i32> {
-    let priority = value.as_integer()?;
-    (-1000..=1000).contains(&priority).then_some(priority as i32)
+    ledger::compute::priority_in_range(value.as_integer()?)
 }
 
 /// Parses one device-keyed setting (`limit`, `share`, `priority`): one
 /// value for every device or a table by device.
-fn device_setting<T>(
+fn device_setting<T: Copy>(
     name: &str,
     setting: &str,
     format: &str,
     raw: &toml::Spanned<toml::Value>,
     value_of: impl Fn(&toml::Value) -> Option<T>,
     at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<BTreeMap<DeviceKey, T>, ConfigError> {
+) -> Result<PerDevice<T, DeviceKey>, ConfigError> {
     let bad = |what: String| at(raw.span(), format!("tenant {name}: {setting} {what}: expected {format}"));
-    let mut map = BTreeMap::new();
+    let mut values = PerDevice::default();
     match raw.get_ref() {
         toml::Value::Table(entries) => {
             for (key, value) in entries {
                 let device = parse_device_key(key).map_err(|e| at(raw.span(), format!("tenant {name}: {setting}: {e}")))?;
                 let parsed = value_of(value).ok_or_else(|| bad(format!("for device {key:?} = {value}")))?;
-                if map.insert(device, parsed).is_some() {
-                    return Err(bad(format!("names device {key:?} twice")));
-                }
+                set_device(&mut values, device, parsed).map_err(|DuplicateDevice| bad(format!("names device {key:?} twice")))?;
             }
         }
         value => {
             let parsed = value_of(value).ok_or_else(|| bad(format!("= {value}")))?;
-            map.insert(DeviceKey::All, parsed);
+            values.all = Some(parsed);
         }
     }
-    Ok(map)
+    values.devices.sort_by(|(a, _), (b, _)| a.cmp(b));
+    Ok(values)
 }
 
 /// The accepted forms of `limit`, for messages.
@@ -524,11 +525,11 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             None => {}
             Some((memory, RawMemory::AllDevices(size))) => {
                 let bytes = units::parse_size(size).map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
-                config.memory_bytes.insert(DeviceKey::All, bytes);
+                config.memory_bytes.all = Some(bytes);
             }
             Some((_, RawMemory::PerDevice(entries))) => {
                 // The first spelling of each device, to name both on a duplicate.
-                let mut spelled: BTreeMap<DeviceKey, &str> = BTreeMap::new();
+                let mut spelled: BTreeMap<Option<DeviceKey>, &str> = BTreeMap::new();
                 for (key, size) in entries {
                     let device = parse_device_key(key.get_ref()).map_err(|e| at(key.span(), format!("tenant {name}: {e}")))?;
                     let text = size.get_ref().as_str().ok_or_else(|| {
@@ -542,8 +543,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                             format!("tenant {name}: device {:?} is given twice (also as {first:?})", key.get_ref()),
                         ));
                     }
-                    config.memory_bytes.insert(device, bytes);
+                    // A device spelled once is set once.
+                    let _ = set_device(&mut config.memory_bytes, device, bytes);
                 }
+                config.memory_bytes.devices.sort_by(|(a, _), (b, _)| a.cmp(b));
             }
         }
         let raw = tenant.get_ref();
@@ -569,20 +572,21 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 pub const UUID_FORMAT: &str =
     "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (MIG-… for a MIG device) with hex digits, as nvidia-smi -L prints it";
 
-/// A device key of a `memory` table (see the module docs), or why it is not one.
-fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
+/// A device key of a per-device table (see the module docs; `None` for
+/// `all`), or why it is not one.
+fn parse_device_key(key: &str) -> Result<Option<DeviceKey>, String> {
     if key.eq_ignore_ascii_case("all") || key == "*" {
-        return Ok(DeviceKey::All);
+        return Ok(None);
     }
     if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
-        return units::parse_device_index(key).map(DeviceKey::HostIndex).map_err(|e| e.to_string());
+        return units::parse_device_index(key).map(|index| Some(DeviceKey::HostIndex(index))).map_err(|e| e.to_string());
     }
     if key.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case("gpu-") || prefix.eq_ignore_ascii_case("mig-")) {
         let groups: Vec<&str> = key.get(4..).unwrap_or_default().split('-').collect();
         let canonical =
             groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]) && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
         return if canonical {
-            Ok(DeviceKey::Uuid(key.to_ascii_lowercase()))
+            Ok(Some(DeviceKey::Uuid(key.to_ascii_lowercase())))
         } else {
             Err(format!("device {key:?} is not a UUID: expected {UUID_FORMAT}"))
         };
@@ -610,7 +614,7 @@ mod limit_tests {
         assert_eq!(config.tenants["a"].compute_limit_for("GPU-x", Some(3)), Some(3000));
         assert_eq!(config.tenants["b"].compute_limit_for("GPU-x", Some(0)), Some(2000));
         assert_eq!(config.tenants["b"].compute_limit_for("GPU-x", Some(1)), Some(5000));
-        assert!(config.tenants["a"].memory_bytes.is_empty());
+        assert!(!config.tenants["a"].memory_bytes.is_set());
     }
 
     #[test]
@@ -844,7 +848,7 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
                 Ok(config) => {
                     for (name, tenant) in &config.tenants {
                         prop_assert!(units::validate_tenant_name(name).is_ok(), "{name:?}");
-                        prop_assert!(tenant.memory_bytes.values().all(|b| *b > 0));
+                        prop_assert!(tenant.memory_bytes.devices.iter().map(|(_, b)| b).chain(&tenant.memory_bytes.all).all(|b| *b > 0));
                     }
                 }
                 Err(e) => {

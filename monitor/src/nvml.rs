@@ -248,10 +248,7 @@ pub fn mig_profile(name: &str) -> Option<String> {
 /// devices by `cuDeviceGetUuid`'s bytes, which for a MIG device are its
 /// `MIG-…` UUID's.
 pub fn any_uuid_bytes(text: &str) -> Option<[u8; 16]> {
-    match text.get(..4) {
-        Some(p) if p.eq_ignore_ascii_case("mig-") => uuid_bytes(&format!("GPU-{}", text.get(4..)?)),
-        _ => uuid_bytes(text),
-    }
+    abi::uuid::parse_uuid(text).map(|uuid| uuid.bytes)
 }
 
 /// What a device is, beyond its figures; each `None` where the driver
@@ -289,21 +286,12 @@ impl GpuReader {
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` for a raw 16-byte UUID, as NVML
 /// prints it (lower case).
 pub fn uuid_string(uuid: &[u8; 16]) -> String {
-    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    abi::uuid::gpu_uuid(uuid).to_string()
 }
 
 /// The raw bytes of a `GPU-…` UUID string.
 pub fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
-    let hex: Vec<u8> = text.get(4..)?.bytes().filter(|b| *b != b'-').collect();
-    if !text.get(..4)?.eq_ignore_ascii_case("gpu-") || hex.len() != 32 {
-        return None;
-    }
-    let mut bytes = [0u8; 16];
-    for (byte, pair) in bytes.iter_mut().zip(hex.chunks(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(bytes)
+    abi::uuid::parse_uuid(text).filter(|uuid| uuid.kind == abi::uuid::UuidKind::Gpu).map(|uuid| uuid.bytes)
 }
 
 #[cfg(test)]

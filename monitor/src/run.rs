@@ -4,15 +4,16 @@
 //! Every option is checked here as the shim would check the variable it
 //! sets, so a mistake is a clear error before the command starts rather than
 //! a command whose GPU is refused: sizes and names follow
-//! [`ledger::units`] (compute limits [`ledger::compute`]), a per-device list must not miss the devices the
+//! [`ledger::units`] (compute settings [`ledger::compute`]), a per-device list must not miss the devices the
 //! command sees under the `CUDA_VISIBLE_DEVICES` it inherits (see
-//! [`MemoryLimit::missed_device`](ledger::units::MemoryLimit::missed_device)), and a relative `--dir`
+//! [`PerDevice::missed_device`]), and a relative `--dir`
 //! is made absolute (the shim refuses a relative `GPUSLICE_DIR`, which would
 //! give the tenant a ledger per working directory).
 
 use crate::libs;
 use clap::Args;
-use ledger::units;
+use ledger::compute;
+use ledger::units::{self, PerDevice};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -52,39 +53,57 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Checks `--memory` as the shim will: the grammar, then that a per-device
-/// cap names a device the command can see under `visible` (its inherited
-/// `CUDA_VISIBLE_DEVICES`).
-fn check_memory(memory: &str, visible: Option<&str>) -> Result<(), String> {
-    let limit = units::parse_memory_limit(memory).map_err(|e| format!("--memory {memory:?}: {e}"))?;
+/// Checks a per-device option (`--memory`, `--compute-limit`, …) as the
+/// shim checks the variable it sets: the grammar (`parse`, whose error
+/// `expected` completes), then that a per-device list gives a `what` to every
+/// device the command can see under `visible` (its inherited
+/// `CUDA_VISIBLE_DEVICES`) when it names one the command cannot see.
+fn check_per_device<T: Copy, E: std::fmt::Display>(
+    option: &str,
+    text: &str,
+    parse: impl Fn(&str) -> Result<PerDevice<T>, E>,
+    expected: Option<&str>,
+    what: &str,
+    visible: Option<&str>,
+) -> Result<PerDevice<T>, String> {
+    let setting = parse(text).map_err(|e| match expected {
+        Some(format) => format!("{option} {text:?}: {e}; expected {format}"),
+        None => format!("{option} {text:?}: {e}"),
+    })?;
     if let Some(visible) = visible {
         let bound = units::visible_devices_at_most(visible);
-        if let Some((index, uncapped)) = limit.missed_device(bound) {
+        if let Some((index, unset)) = setting.missed_device(bound) {
             return Err(format!(
-                "--memory {memory:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
-                 shows it at most {bound}, numbered from 0), and its device {uncapped} would have no cap; \
+                "{option} {text:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
+                 shows it at most {bound}, numbered from 0), and its device {unset} would have no {what}; \
                  indices are the ordinals after CUDA_VISIBLE_DEVICES"
             ));
         }
     }
-    Ok(())
+    Ok(setting)
 }
 
-/// Checks `--compute-limit` as the shim will, as [`check_memory`] does.
-fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<(), String> {
-    let parsed = ledger::compute::parse_compute_limit(limit)
-        .map_err(|e| format!("--compute-limit {limit:?}: {e}; expected {}", ledger::compute::COMPUTE_LIMIT_FORMAT))?;
-    if let Some(visible) = visible {
-        let bound = units::visible_devices_at_most(visible);
-        if let Some((index, unlimited)) = parsed.missed_device(bound) {
-            return Err(format!(
-                "--compute-limit {limit:?}: device {index} is not a device the command will see (CUDA_VISIBLE_DEVICES={visible:?} \
-                 shows it at most {bound}, numbered from 0), and its device {unlimited} would have no limit; \
-                 indices are the ordinals after CUDA_VISIBLE_DEVICES"
-            ));
-        }
-    }
-    Ok(())
+/// Checks `--memory` as the shim will.
+fn check_memory(memory: &str, visible: Option<&str>) -> Result<PerDevice<u64>, String> {
+    check_per_device("--memory", memory, units::parse_memory, None, "cap", visible)
+}
+
+/// Checks `--compute-limit` as the shim will.
+fn check_compute_limit(limit: &str, visible: Option<&str>) -> Result<PerDevice<u32>, String> {
+    check_per_device("--compute-limit", limit, compute::parse_compute_limit, Some(compute::COMPUTE_LIMIT_FORMAT), "limit", visible)
+}
+
+/// What `--compute-share` may look like, for error messages.
+const SHARE_FORMAT: &str = "a percentage from 1 to 100, like 60, or per device, like 0=60,1=25";
+
+/// Checks `--compute-share` as the shim will.
+fn check_compute_share(share: &str, visible: Option<&str>) -> Result<PerDevice<u32>, String> {
+    check_per_device("--compute-share", share, compute::parse_compute_limit, Some(SHARE_FORMAT), "share", visible)
+}
+
+/// Checks `--priority`: whole numbers from -1000 to 1000, one or per device.
+fn check_priority(priority: &str, visible: Option<&str>) -> Result<PerDevice<i32>, String> {
+    check_per_device("--priority", priority, compute::parse_priorities, Some(compute::PRIORITY_FORMAT), "priority", visible)
 }
 
 impl RunArgs {
@@ -92,35 +111,11 @@ impl RunArgs {
     pub fn queue_priority(&self) -> Result<i32, String> {
         match &self.priority {
             None => Ok(0),
-            Some(p) => {
-                check_priority(p)?;
-                p.parse().map_err(|_| {
-                    format!("--priority {p:?} with --queue: give one number for the job, like 1; the queue chooses the devices")
-                })
-            }
+            Some(p) => check_priority(p, None)?.single().ok_or_else(|| {
+                format!("--priority {p:?} with --queue: give one number for the job, like 1; the queue chooses the devices")
+            }),
         }
     }
-}
-
-/// Checks `--priority`: whole numbers from -1000 to 1000, one or per device.
-fn check_priority(priority: &str) -> Result<(), String> {
-    let number = |text: &str| {
-        let digits = text.strip_prefix('-').unwrap_or(text);
-        !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && !(digits.len() > 1 && digits.starts_with('0'))
-            && text.parse::<i32>().is_ok_and(|p| (-1000..=1000).contains(&p))
-    };
-    let ok = if priority.contains('=') {
-        priority
-            .split(',')
-            .all(|entry| entry.split_once('=').is_some_and(|(index, p)| units::parse_device_index(index).is_ok() && number(p)))
-    } else {
-        number(priority)
-    };
-    ok.then_some(()).ok_or_else(|| {
-        format!("--priority {priority:?}: expected a whole number from -1000 to 1000 (higher first), like 1, or per device, like 0=1,1=0")
-    })
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode, String> {
@@ -145,13 +140,11 @@ pub fn command(args: &RunArgs) -> Result<Command, String> {
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit);
     }
     if let Some(share) = &args.compute_share {
-        ledger::compute::parse_compute_limit(share).map_err(|e| {
-            format!("--compute-share {share:?}: {e}; expected a percentage from 1 to 100, like 60, or per device, like 0=60,1=25")
-        })?;
+        check_compute_share(share, visible.as_deref())?;
         cmd.env("GPUSLICE_COMPUTE_SHARE", share);
     }
     if let Some(priority) = &args.priority {
-        check_priority(priority)?;
+        check_priority(priority, visible.as_deref())?;
         cmd.env("GPUSLICE_PRIORITY", priority);
     }
     if let Some(tenant) = &args.tenant {
@@ -177,10 +170,10 @@ mod tests {
 
     #[test]
     fn memory_is_checked_as_the_shim_checks_it() {
-        assert_eq!(check_memory("1GiB", None), Ok(()));
-        assert_eq!(check_memory("0=1GiB", Some("1")), Ok(()));
-        assert_eq!(check_memory("1GiB", Some("")), Ok(()));
-        assert_eq!(check_memory("0=1GiB,1=2GiB", Some("1")), Ok(()), "every device it sees has a cap");
+        assert!(check_memory("1GiB", None).is_ok());
+        assert!(check_memory("0=1GiB", Some("1")).is_ok());
+        assert!(check_memory("1GiB", Some("")).is_ok());
+        assert!(check_memory("0=1GiB,1=2GiB", Some("1")).is_ok(), "every device it sees has a cap");
         let e = check_memory("1=1GiB", Some("1")).unwrap_err();
         assert!(e.contains("device 1 is not a device the command will see") && e.contains("CUDA_VISIBLE_DEVICES=\"1\""), "{e}");
         assert!(e.contains("device 0 would have no cap"), "{e}");
@@ -192,22 +185,29 @@ mod tests {
     #[test]
     fn priorities_are_whole_numbers_in_range() {
         for good in ["0", "1", "-5", "1000", "0=1,1=0"] {
-            assert_eq!(check_priority(good), Ok(()), "{good}");
+            assert!(check_priority(good, None).is_ok(), "{good}");
         }
         for bad in ["", "01", "+1", "1001", "high", "0=1,x=2", "1.5"] {
-            assert!(check_priority(bad).unwrap_err().contains("-1000 to 1000"), "{bad}");
+            let e = check_priority(bad, None).unwrap_err();
+            assert!(e.starts_with(&format!("--priority {bad:?}: ")) && e.contains("-1000 to 1000"), "{e}");
         }
+        let e = check_priority("1=5", Some("0")).unwrap_err();
+        assert!(e.contains("device 1 is not a device the command will see") && e.contains("device 0 would have no priority"), "{e}");
     }
 
     #[test]
     fn compute_limits_are_checked_as_the_shim_checks_them() {
-        assert_eq!(check_compute_limit("30", None), Ok(()));
-        assert_eq!(check_compute_limit("0=30,1=100", Some("1")), Ok(()));
+        assert!(check_compute_limit("30", None).is_ok());
+        assert!(check_compute_limit("0=30,1=100", Some("1")).is_ok());
         let e = check_compute_limit("1=30", Some("1")).unwrap_err();
         assert!(e.contains("device 1 is not a device the command will see") && e.contains("device 0 would have no limit"), "{e}");
         for (bad, says) in [("0", "from 1 to 100"), ("30%", "not a whole number"), ("030", "leading zero"), ("0=30,0=40", "twice")] {
             let e = check_compute_limit(bad, None).unwrap_err();
             assert!(e.starts_with(&format!("--compute-limit {bad:?}")) && e.contains(says) && e.contains("0=30,1=60"), "{e}");
         }
+        let e = check_compute_share("1=60", Some("0")).unwrap_err();
+        assert!(e.contains("device 1 is not a device the command will see") && e.contains("device 0 would have no share"), "{e}");
+        let e = check_compute_share("0", None).unwrap_err();
+        assert!(e.starts_with("--compute-share \"0\"") && e.contains("from 1 to 100") && e.contains("0=60,1=25"), "{e}");
     }
 }

@@ -30,7 +30,7 @@
 //!   `CUDA_VISIBLE_DEVICES=1`, `CUDA_DEVICE_MEMORY_LIMIT_7` on a one-GPU
 //!   process), since the typo would mean "no cap": refused here when
 //!   `CUDA_VISIBLE_DEVICES` already shows it, and by
-//!   [`MemoryCaps::check_ordinals`] once the driver has counted the devices.
+//!   [`Setting::check_ordinals`] once the driver has counted the devices.
 //!   A list that caps every device the process sees may name more: one list
 //!   is often shared by processes that each see part of the host's (or the
 //!   pod's) devices, as launchers that set `CUDA_VISIBLE_DEVICES` per worker
@@ -58,8 +58,8 @@
 //! container is gone and change when it restarts, and the hostname or a pod
 //! name in the environment is no more authoritative than `GPUSLICE_TENANT`.
 
-use ledger::compute::{self, ComputeLimit, ComputeLimitError, COMPUTE_LIMIT_FORMAT};
-use ledger::units::{self, MemoryLimit, MEMORY_LIMIT_FORMAT, TENANT_FORMAT};
+use ledger::compute::{self, ComputeLimitError, COMPUTE_LIMIT_FORMAT, PRIORITY_FORMAT};
+use ledger::units::{self, PerDevice, MEMORY_LIMIT_FORMAT, TENANT_FORMAT};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -83,48 +83,76 @@ const OURS_COMPUTE: &str = "GPUSLICE_COMPUTE_LIMIT";
 const HAMI_COMPUTE: &str = "CUDA_DEVICE_SM_LIMIT";
 const VISIBLE: &str = "CUDA_VISIBLE_DEVICES";
 
-/// The cap of one device, with the variable that set it (for messages).
+/// A per-device setting the environment asks for (a memory cap, a compute
+/// limit or share, a priority), with where each value was written, for
+/// messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceCap {
-    pub ordinal: u32,
-    pub bytes: u64,
-    pub variable: String,
-    pub value: String,
-}
-
-/// The memory caps the environment asks for, by device ordinal.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemoryCaps {
-    /// Cap of every device not listed in `per_device`.
-    pub all_devices_bytes: Option<u64>,
-    /// Caps of single devices, by ordinal.
-    pub per_device: Vec<DeviceCap>,
-    /// The variable the caps came from, for messages.
+pub struct Setting<T> {
+    /// The values, by device ordinal.
+    pub values: PerDevice<T>,
+    /// The variable the setting came from: ours, or HAMi-core's (for every
+    /// device, whose `…_<i>` variables may add single devices).
     pub source: &'static str,
+    /// The value of `source` as written (empty when it is unset).
+    pub value: String,
+    /// The variables that set single devices on their own (HAMi-core's
+    /// `…_<i>`): ordinal, variable and value.
+    pub device_variables: Vec<(u32, String, String)>,
+    /// What the setting is, for messages: `cap`, `compute limit`, …
+    pub what: &'static str,
 }
 
-impl MemoryCaps {
-    /// The cap of device `ordinal`, if the environment sets one.
-    pub fn for_device(&self, ordinal: u32) -> Option<u64> {
-        self.per_device.iter().find(|c| c.ordinal == ordinal).map(|c| c.bytes).or(self.all_devices_bytes)
+/// The memory caps the environment asks for, bytes.
+pub type MemoryCaps = Setting<u64>;
+/// The compute limits (or shares) the environment asks for, percent.
+pub type ComputeLimits = Setting<u32>;
+/// The scheduling priorities the environment asks for: higher first.
+pub type Priorities = Setting<i32>;
+
+impl<T: Copy> Setting<T> {
+    /// Nothing set, from `source`.
+    fn unset(source: &'static str, what: &'static str) -> Self {
+        Setting { values: PerDevice::default(), source, value: String::new(), device_variables: Vec::new(), what }
     }
 
-    /// Whether any device has a cap.
+    /// The value of device `ordinal`, if the environment sets one.
+    pub fn for_device(&self, ordinal: u32) -> Option<T> {
+        self.values.for_device(ordinal)
+    }
+
+    /// Whether any device has a value.
     pub fn any(&self) -> bool {
-        self.all_devices_bytes.is_some() || !self.per_device.is_empty()
+        self.values.is_set()
     }
 
-    /// Refuses a per-device cap that missed its device, now that the driver
-    /// says the process sees `device_count` devices: a cap for a device it
-    /// does not see while one it sees has no cap (see the module docs). Call
-    /// it at registration, before any cap is applied.
+    /// Refuses a per-device value that missed its device, now that the
+    /// driver says the process sees `device_count` devices: a value for a
+    /// device it does not see while one it sees has none (see the module
+    /// docs; `1=5` in a process that sees one device would otherwise be
+    /// ignored silently). Call it at registration, before anything is
+    /// applied.
     pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
         self.check_below(device_count, &devices_seen(device_count))
     }
 
+    /// Refuses a value for a device at or above `visible` while a device
+    /// below it has none: the list missed its device, and the typo would
+    /// mean no cap (or limit, …).
     fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
-        let listed = self.per_device.iter().map(|c| (c.ordinal, c.variable.as_str(), c.value.as_str()));
-        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), visible, seen, "cap")
+        let Some((ordinal, unset)) = self.values.missed_device(visible) else { return Ok(()) };
+        let (variable, value) = match self.device_variables.iter().find(|(o, _, _)| *o == ordinal) {
+            Some((_, variable, value)) => (variable.as_str(), value.as_str()),
+            None => (self.source, self.value.as_str()),
+        };
+        Err(ConfigError {
+            variable: variable.to_string(),
+            value: Some(value.to_string()),
+            expected: format!(
+                "device {ordinal} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
+                 and its device {unset} would have no {}",
+                self.what
+            ),
+        })
     }
 }
 
@@ -134,72 +162,6 @@ fn devices_seen(device_count: u32) -> String {
         0 => "it sees no device".to_string(),
         1 => "it sees 1 device, index 0".to_string(),
         n => format!("it sees {n} devices, indices 0 to {}", n - 1),
-    }
-}
-
-/// Refuses a per-device setting (`listed`: ordinal, variable, value) for a
-/// device at or above `visible` while a device below it has none (`set`):
-/// the list missed its device, and the typo would mean no `what`.
-fn check_listed_devices<'a>(
-    mut listed: impl Iterator<Item = (u32, &'a str, &'a str)>,
-    set: impl Fn(u32) -> bool,
-    visible: u32,
-    seen: &str,
-    what: &str,
-) -> Result<(), ConfigError> {
-    let Some((ordinal, variable, value)) = listed.find(|(ordinal, _, _)| *ordinal >= visible) else { return Ok(()) };
-    // Listed ordinals are below MAX_DEVICES, so `visible` is too here.
-    let Some(unset) = (0..visible).find(|ordinal| !set(*ordinal)) else { return Ok(()) };
-    Err(ConfigError {
-        variable: variable.to_string(),
-        value: Some(value.to_string()),
-        expected: format!(
-            "device {ordinal} is not a device this process sees ({seen}; indices are the ordinals after {VISIBLE}), \
-             and its device {unset} would have no {what}"
-        ),
-    })
-}
-
-/// The compute limit of one device, with the variable that set it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceLimit {
-    pub ordinal: u32,
-    /// Percent of the device's time.
-    pub percent: u32,
-    pub variable: String,
-    pub value: String,
-}
-
-/// The compute limits the environment asks for, by device ordinal.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ComputeLimits {
-    /// Limit of every device not listed in `per_device`, percent.
-    pub all_devices_percent: Option<u32>,
-    /// Limits of single devices, by ordinal.
-    pub per_device: Vec<DeviceLimit>,
-    /// The variable the limits came from, for messages.
-    pub source: &'static str,
-}
-
-impl ComputeLimits {
-    /// The limit of device `ordinal` in percent, if the environment sets one.
-    pub fn for_device(&self, ordinal: u32) -> Option<u32> {
-        self.per_device.iter().find(|l| l.ordinal == ordinal).map(|l| l.percent).or(self.all_devices_percent)
-    }
-
-    /// Whether any device has a limit.
-    pub fn any(&self) -> bool {
-        self.all_devices_percent.is_some() || !self.per_device.is_empty()
-    }
-
-    /// As [`MemoryCaps::check_ordinals`], for limits.
-    pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
-        self.check_below(device_count, &devices_seen(device_count))
-    }
-
-    fn check_below(&self, visible: u32, seen: &str) -> Result<(), ConfigError> {
-        let listed = self.per_device.iter().map(|l| (l.ordinal, l.variable.as_str(), l.value.as_str()));
-        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), visible, seen, "compute limit")
     }
 }
 
@@ -217,36 +179,6 @@ pub struct Config {
     /// the shim may create).
     pub dir_given: bool,
     pub log_level: LogLevel,
-}
-
-/// Scheduling priorities from the environment: higher first.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Priorities {
-    pub all_devices: Option<i32>,
-    /// By ordinal.
-    pub per_device: Vec<(u32, i32)>,
-    /// The variable they came from, for messages.
-    pub source: &'static str,
-    /// The variable's value as written, for messages.
-    pub value: String,
-}
-
-impl Priorities {
-    /// As [`MemoryCaps::check_ordinals`], for priorities: `1=5` in a
-    /// process that sees one device would otherwise be ignored silently.
-    pub fn check_ordinals(&self, device_count: u32) -> Result<(), ConfigError> {
-        let listed = self.per_device.iter().map(|(ordinal, _)| (*ordinal, self.source, self.value.as_str()));
-        check_listed_devices(listed, |ordinal| self.for_device(ordinal).is_some(), device_count, &devices_seen(device_count), "priority")
-    }
-
-    /// The priority of device `ordinal`, if the environment sets one.
-    pub fn for_device(&self, ordinal: u32) -> Option<i32> {
-        self.per_device.iter().find(|(o, _)| *o == ordinal).map(|(_, p)| *p).or(self.all_devices)
-    }
-
-    pub fn any(&self) -> bool {
-        self.all_devices.is_some() || !self.per_device.is_empty()
-    }
 }
 
 /// A variable whose value (or absence) the shim refuses.
@@ -294,46 +226,66 @@ fn get<'a>(vars: &'a Vars, name: &str) -> Result<Option<&'a str>, ConfigError> {
     }
 }
 
-/// How a per-device index is written after `CUDA_DEVICE_MEMORY_LIMIT_`.
-const HAMI_INDEX_FORMAT: &str = "the suffix of CUDA_DEVICE_MEMORY_LIMIT_<i> must be a device index";
-
-fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
-    if let Some(value) = get(vars, OURS)? {
-        let limit = units::parse_memory_limit(value).map_err(|e| match e {
-            units::ParseError::NotASize => invalid(OURS, value, format!("expected {MEMORY_LIMIT_FORMAT}")),
-            other => invalid(OURS, value, other),
-        })?;
-        return Ok(match limit {
-            MemoryLimit::AllDevices(bytes) => MemoryCaps { all_devices_bytes: Some(bytes), per_device: Vec::new(), source: OURS },
-            MemoryLimit::PerDevice(list) => MemoryCaps {
-                all_devices_bytes: None,
-                per_device: list
-                    .into_iter()
-                    .map(|(ordinal, bytes)| DeviceCap { ordinal, bytes, variable: OURS.into(), value: value.into() })
-                    .collect(),
-                source: OURS,
-            },
-        });
-    }
-    let mut caps = MemoryCaps { source: HAMI, ..MemoryCaps::default() };
-    if let Some(value) = get(vars, HAMI)? {
-        caps.all_devices_bytes = Some(units::parse_size(value).map_err(|e| invalid(HAMI, value, e))?);
-    }
-    for (name, value) in vars {
-        let Some(index) = name.strip_prefix(HAMI).and_then(|rest| rest.strip_prefix('_')) else { continue };
-        // HAMi-core reads CUDA_DEVICE_MEMORY_LIMIT_0, never _00: one spelling
-        // per device, so two variables cannot name the same one.
-        let ordinal = units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_INDEX_FORMAT}: {e}")))?;
-        get(vars, name)?;
-        let bytes = units::parse_size(value).map_err(|e| invalid(name, value, e))?;
-        caps.per_device.push(DeviceCap { ordinal, bytes, variable: name.clone(), value: value.clone() });
-    }
-    caps.per_device.sort_unstable_by_key(|c| c.ordinal);
-    Ok(caps)
+/// Reads one of our per-device variables, `name`, with `parse` (each
+/// follows [`ledger::units::parse_per_device`]); `message` says what was
+/// wrong and what is accepted. `None` when it is unset.
+fn ours<T: Copy, E>(
+    vars: &Vars,
+    name: &'static str,
+    what: &'static str,
+    parse: impl Fn(&str) -> Result<PerDevice<T>, E>,
+    message: impl Fn(E) -> String,
+) -> Result<Option<Setting<T>>, ConfigError> {
+    let Some(value) = get(vars, name)? else { return Ok(None) };
+    let values = parse(value).map_err(|e| invalid(name, value, message(e)))?;
+    Ok(Some(Setting { values, value: value.to_string(), ..Setting::unset(name, what) }))
 }
 
-/// How a per-device index is written after `CUDA_DEVICE_SM_LIMIT_`.
-const HAMI_COMPUTE_INDEX_FORMAT: &str = "the suffix of CUDA_DEVICE_SM_LIMIT_<i> must be a device index";
+/// Reads one of HAMi-core's per-device settings: `name` for every device
+/// and `name_<i>` for device `i`, which wins over it. `value` parses one
+/// value of a variable (`None`: the value means no setting, and a device's
+/// leaves the one for every device).
+fn hami<T: Copy>(
+    vars: &Vars,
+    name: &'static str,
+    what: &'static str,
+    value: impl Fn(&str, &str) -> Result<Option<T>, ConfigError>,
+) -> Result<Setting<T>, ConfigError> {
+    let mut setting = Setting::unset(name, what);
+    if let Some(written) = get(vars, name)? {
+        setting.values.all = value(name, written)?;
+        setting.value = written.to_string();
+    }
+    let mut devices = Vec::new();
+    for (variable, written) in vars {
+        let Some(index) = variable.strip_prefix(name).and_then(|rest| rest.strip_prefix('_')) else { continue };
+        // HAMi-core reads CUDA_DEVICE_MEMORY_LIMIT_0, never _00: one spelling
+        // per device, so two variables cannot name the same one.
+        let ordinal = units::parse_device_index(index)
+            .map_err(|e| invalid(variable, written, format!("the suffix of {name}_<i> must be a device index: {e}")))?;
+        get(vars, variable)?;
+        if let Some(parsed) = value(variable, written)? {
+            devices.push((ordinal, parsed, variable, written));
+        }
+    }
+    devices.sort_unstable_by_key(|(ordinal, ..)| *ordinal);
+    for (ordinal, parsed, variable, written) in devices {
+        setting.values.insert(ordinal, parsed).map_err(|_| invalid(variable, written, format!("device {ordinal} is given twice")))?;
+        setting.device_variables.push((ordinal, variable.clone(), written.clone()));
+    }
+    Ok(setting)
+}
+
+fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
+    let message = |e| match e {
+        units::ParseError::NotASize => format!("expected {MEMORY_LIMIT_FORMAT}"),
+        other => other.to_string(),
+    };
+    if let Some(caps) = ours(vars, OURS, "cap", units::parse_memory, message)? {
+        return Ok(caps);
+    }
+    hami(vars, HAMI, "cap", |variable, value| units::parse_size(value).map(Some).map_err(|e| invalid(variable, value, e)))
+}
 
 /// What HAMi-core's `CUDA_DEVICE_SM_LIMIT*` may look like, for error messages.
 const HAMI_COMPUTE_FORMAT: &str = "a percentage of device time from 0 (no limit) to 100";
@@ -343,39 +295,15 @@ fn compute_error(variable: &str, value: &str, e: ComputeLimitError, format: &str
 }
 
 fn parse_limits(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
-    if let Some(value) = get(vars, OURS_COMPUTE)? {
-        let limit = compute::parse_compute_limit(value).map_err(|e| compute_error(OURS_COMPUTE, value, e, COMPUTE_LIMIT_FORMAT))?;
-        return Ok(match limit {
-            ComputeLimit::AllDevices(percent) => {
-                ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_COMPUTE }
-            }
-            ComputeLimit::PerDevice(list) => ComputeLimits {
-                all_devices_percent: None,
-                per_device: list
-                    .into_iter()
-                    .map(|(ordinal, percent)| DeviceLimit { ordinal, percent, variable: OURS_COMPUTE.into(), value: value.into() })
-                    .collect(),
-                source: OURS_COMPUTE,
-            },
-        });
+    let message = |e| format!("{e}; expected {COMPUTE_LIMIT_FORMAT}");
+    if let Some(limits) = ours(vars, OURS_COMPUTE, "compute limit", compute::parse_compute_limit, message)? {
+        return Ok(limits);
     }
     // HAMi-core: 0 is no limit; a per-device 0 leaves the one for every device.
-    let mut limits = ComputeLimits { source: HAMI_COMPUTE, ..ComputeLimits::default() };
-    if let Some(value) = get(vars, HAMI_COMPUTE)? {
-        let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(HAMI_COMPUTE, value, e, HAMI_COMPUTE_FORMAT))?;
-        limits.all_devices_percent = (percent > 0).then_some(percent);
-    }
-    for (name, value) in vars {
-        let Some(index) = name.strip_prefix(HAMI_COMPUTE).and_then(|rest| rest.strip_prefix('_')) else { continue };
-        let ordinal = units::parse_device_index(index).map_err(|e| invalid(name, value, format!("{HAMI_COMPUTE_INDEX_FORMAT}: {e}")))?;
-        get(vars, name)?;
-        let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(name, value, e, HAMI_COMPUTE_FORMAT))?;
-        if percent > 0 {
-            limits.per_device.push(DeviceLimit { ordinal, percent, variable: name.clone(), value: value.clone() });
-        }
-    }
-    limits.per_device.sort_unstable_by_key(|l| l.ordinal);
-    Ok(limits)
+    hami(vars, HAMI_COMPUTE, "compute limit", |variable, value| {
+        let percent = compute::parse_percent(value, 0).map_err(|e| compute_error(variable, value, e, HAMI_COMPUTE_FORMAT))?;
+        Ok((percent > 0).then_some(percent))
+    })
 }
 
 const OURS_SHARE: &str = "GPUSLICE_COMPUTE_SHARE";
@@ -383,66 +311,28 @@ const OURS_PRIORITY: &str = "GPUSLICE_PRIORITY";
 const HAMI_PRIORITY: &str = "CUDA_TASK_PRIORITY";
 /// What `GPUSLICE_COMPUTE_SHARE` may look like, for error messages.
 const SHARE_FORMAT: &str = "a percentage of device time from 1 to 100 for every device, like 60, or per device, like 0=60,1=25";
-/// What `GPUSLICE_PRIORITY` may look like, for error messages.
-const PRIORITY_FORMAT: &str =
-    "a whole number from -1000 to 1000 (higher is served first; default 0) for every device, like 1, or per device, like 0=1,1=0";
 /// What HAMi-core's `CUDA_TASK_PRIORITY` may be, for error messages.
 const HAMI_PRIORITY_FORMAT: &str = "0 (HAMi's high priority, gpuslice priority 1) or 1 (low, gpuslice priority 0)";
 
 fn parse_shares(vars: &Vars) -> Result<ComputeLimits, ConfigError> {
-    let Some(value) = get(vars, OURS_SHARE)? else { return Ok(ComputeLimits { source: OURS_SHARE, ..ComputeLimits::default() }) };
-    let share = compute::parse_compute_limit(value).map_err(|e| compute_error(OURS_SHARE, value, e, SHARE_FORMAT))?;
-    Ok(match share {
-        ComputeLimit::AllDevices(percent) => {
-            ComputeLimits { all_devices_percent: Some(percent), per_device: Vec::new(), source: OURS_SHARE }
-        }
-        ComputeLimit::PerDevice(list) => ComputeLimits {
-            all_devices_percent: None,
-            per_device: list
-                .into_iter()
-                .map(|(ordinal, percent)| DeviceLimit { ordinal, percent, variable: OURS_SHARE.into(), value: value.into() })
-                .collect(),
-            source: OURS_SHARE,
-        },
-    })
-}
-
-/// One priority as written: a plain integer in range.
-fn priority_number(text: &str) -> Option<i32> {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
-        return None;
-    }
-    let value: i32 = text.parse().ok()?;
-    (-1000..=1000).contains(&value).then_some(value)
+    let shares = ours(vars, OURS_SHARE, "share", compute::parse_compute_limit, |e| format!("{e}; expected {SHARE_FORMAT}"))?;
+    Ok(shares.unwrap_or_else(|| Setting::unset(OURS_SHARE, "share")))
 }
 
 fn parse_priorities(vars: &Vars) -> Result<Priorities, ConfigError> {
-    if let Some(value) = get(vars, OURS_PRIORITY)? {
-        let mut priorities = Priorities { source: OURS_PRIORITY, value: value.to_string(), ..Priorities::default() };
-        if !value.contains('=') {
-            priorities.all_devices = Some(priority_number(value).ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?);
-            return Ok(priorities);
-        }
-        for entry in value.split(',') {
-            let (index, number) = entry.split_once('=').ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?;
-            let ordinal = units::parse_device_index(index).map_err(|e| invalid(OURS_PRIORITY, value, format!("{PRIORITY_FORMAT}: {e}")))?;
-            let priority = priority_number(number).ok_or_else(|| invalid(OURS_PRIORITY, value, PRIORITY_FORMAT))?;
-            if priorities.per_device.iter().any(|(o, _)| *o == ordinal) {
-                return Err(invalid(OURS_PRIORITY, value, format!("device {ordinal} is given twice; {PRIORITY_FORMAT}")));
-            }
-            priorities.per_device.push((ordinal, priority));
-        }
+    let message = |e| format!("{e}; expected {PRIORITY_FORMAT}");
+    if let Some(priorities) = ours(vars, OURS_PRIORITY, "priority", compute::parse_priorities, message)? {
         return Ok(priorities);
     }
     // HAMi-core: 0 is its high tier, 1 its low one.
-    let mut priorities = Priorities { source: HAMI_PRIORITY, ..Priorities::default() };
+    let mut priorities = Setting::unset(HAMI_PRIORITY, "priority");
     if let Some(value) = get(vars, HAMI_PRIORITY)? {
-        priorities.all_devices = Some(match value {
+        priorities.values.all = Some(match value {
             "0" => 1,
             "1" => 0,
             _ => return Err(invalid(HAMI_PRIORITY, value, HAMI_PRIORITY_FORMAT)),
         });
+        priorities.value = value.to_string();
     }
     Ok(priorities)
 }
@@ -529,12 +419,11 @@ const SHIM_VARIABLES: &[&str] = &[
 ];
 
 /// `GPUSLICE_` variables of gpuslice's own tools, which the shim leaves
-/// alone: `gpuslice run`'s library override, the queue's overcommit ratio
-/// (read by `gpuslice run --queue`, and left in its command's environment),
-/// and the test and benchmark harness's settings.
-const TOOL_VARIABLES: &[&str] =
-    &["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"];
-const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
+/// alone: `gpuslice run`'s library override and the queue's overcommit
+/// ratio (read by the monitor, and possibly left in a queued command's
+/// environment). Nothing else: the test and benchmark harness's settings
+/// are named `GS_TEST_…`, outside the product's prefix.
+const TOOL_VARIABLES: &[&str] = &["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT"];
 
 /// Refuses a `GPUSLICE_` variable the shim would not apply: a misspelt
 /// name (`GPUSLICE_MEMORY_LIMT`) would otherwise mean no cap, and a share
@@ -542,7 +431,7 @@ const TOOL_PREFIXES: &[&str] = &["GPUSLICE_TEST_"];
 fn check_names(vars: &Vars) -> Result<(), ConfigError> {
     for (name, value) in vars.iter().filter(|(k, _)| k.starts_with("GPUSLICE_")) {
         let name = name.as_str();
-        if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) || TOOL_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        if SHIM_VARIABLES.contains(&name) || TOOL_VARIABLES.contains(&name) {
             continue;
         }
         let expected = format!(
@@ -636,33 +525,6 @@ static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 /// The configuration, parsed on first use.
 pub fn get_config() -> &'static Result<Config, ConfigError> {
     CONFIG.get_or_init(|| parse(&environment(), || std::fs::read_to_string("/proc/self/cgroup").ok()))
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the form NVML uses.
-pub fn format_uuid(uuid: &[u8; 16]) -> String {
-    let mut text = String::from("GPU-");
-    for (i, b) in uuid.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        text.push_str(&format!("{b:02x}"));
-    }
-    text
-}
-
-/// Parses NVML's UUID text back into bytes (any prefix before the hex, such
-/// as `GPU-` or `MIG-`, is skipped).
-pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let hex: Vec<u8> = text.split_once('-').map(|(_, rest)| rest).unwrap_or(text).bytes().filter(|b| *b != b'-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (slot, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        let pair = std::str::from_utf8(pair).ok()?;
-        *slot = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -778,8 +640,13 @@ mod tests {
             assert_eq!(e.variable, name);
             assert!(e.to_string().contains(says), "{e}");
         }
-        for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_TEST_WAIT_S", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
+        for name in ["GPUSLICE_SHIM_LIB", "GPUSLICE_QUEUE_OVERCOMMIT", "GPUSLICE_CUDA_LIB", "GPUSLICE_NVML_LIB"] {
             assert!(parse_vars(&[(name, "x")]).is_ok(), "{name}");
+        }
+        // The test harness's settings are not the product's.
+        for name in ["GPUSLICE_TEST_WAIT_S", "GPUSLICE_TARGET_DIR", "GPUSLICE_BLESS", "GPUSLICE_LEDGER_TEST_CHILD_DIR"] {
+            let e = refused(&[(name, "1")]);
+            assert!(e.variable == name && e.to_string().contains("not a gpuslice variable"), "{e}");
         }
         assert!(parse_vars(&[("GPUSLICE_COMPUTE_LIMIT", "30")]).is_ok());
     }
@@ -1047,14 +914,5 @@ mod tests {
         assert_eq!(c.tenant, "a");
         let c = parse(&vars(&[]), || Some(all_root.into())).unwrap();
         assert_eq!(c.tenant, "default");
-    }
-
-    #[test]
-    fn uuids_round_trip_through_nvml_text() {
-        let uuid: [u8; 16] = core::array::from_fn(|i| (i * 17) as u8);
-        let text = format_uuid(&uuid);
-        assert_eq!(text.len(), 40);
-        assert_eq!(parse_uuid(&text), Some(uuid));
-        assert_eq!(parse_uuid("GPU-123"), None);
     }
 }

@@ -64,11 +64,12 @@ mod overhead;
 pub mod placement;
 pub mod procaddr;
 mod real;
+mod thread;
 
 use abi::cuda::*;
 use accounting::{Device, Runtime};
 use config::Config;
-use ledger::{Ledger, OpenError};
+use ledger::{Decision, Ledger, OpenError};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::time::Instant;
 
@@ -122,7 +123,7 @@ pub fn runtime() -> Result<Access, CUresult> {
                 if STATE.compare_exchange(UNINIT, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     // A panic must not leave the state at Initialising, where
                     // every other thread would wait for ever: fail closed.
-                    let (next, result) = std::panic::catch_unwind(initialise).unwrap_or((REFUSED, Ok(())));
+                    let (next, result) = guard::boundary(guard::Or((REFUSED, Ok(()))), initialise);
                     STATE.store(next, Ordering::Release);
                     result?;
                 }
@@ -284,11 +285,26 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
         let total = real::device_total_mem_bytes(cu_device).map_err(Failure::Driver)?;
         let ledger_index =
             ledger.device_index(&uuid, total).map_err(|e| Failure::Ledger(format!("ledger {}: {e}", ledger.path().display())))?;
+        let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
         if let Some(cap) = config.memory.for_device(ordinal as u32) {
-            apply_cap(ledger, slot, ledger_index, ordinal, cap, config.memory.source);
+            let decision = apply_environment::<ledger::MemoryCap>(ledger, ledger_index, ordinal, cap, &config.memory, alone, |bytes| {
+                format!("{bytes} bytes")
+            });
+            // The cap in force, unless the monitor set it, is held in this
+            // process's memory too.
+            match decision {
+                Decision::Set | Decision::Same | Decision::Replaced { .. } => ledger.hold_cap_at_most(ledger_index, cap),
+                Decision::Kept { existing, source } if source != ledger::PolicySource::Monitor => {
+                    ledger.hold_cap_at_most(ledger_index, existing)
+                }
+                Decision::Kept { .. } => {}
+            }
         }
         if let Some(percent) = config.compute.for_device(ordinal as u32) {
-            apply_limit(ledger, slot, ledger_index, ordinal, percent, config.compute.source);
+            let ratio_e4 = ledger::compute::percent_ratio_e4(percent);
+            apply_environment::<ledger::ComputeLimit>(ledger, ledger_index, ordinal, ratio_e4, &config.compute, alone, |ratio_e4| {
+                format!("{}%", f64::from(ratio_e4) / 100.0)
+            });
         }
         let share = config.share.for_device(ordinal as u32).map(ledger::compute::percent_ratio_e4);
         let priority = config.priority.for_device(ordinal as u32);
@@ -304,61 +320,44 @@ fn register_devices(ledger: &Ledger, slot: &ledger::Slot, config: &Config) -> Re
     Ok(devices)
 }
 
-/// Puts the environment's cap in the ledger, as one decision against the
-/// cap in force (`Ledger::apply_environment_cap`). The first process of a
-/// tenant sets it; a later process with a different value keeps the
-/// tenant's cap (one cap per tenant), unless it is the only live process of
-/// the tenant and the cap came from an environment: then its own value is
-/// the newer intent and replaces it. A monitor's cap always stands. Every
-/// process claims its slot before it decides, so processes starting
-/// together see each other and the first decision stands for all of them.
+/// Puts one of the environment's settings (its memory cap or its compute
+/// limit, `asked` for device `ordinal`) in the ledger, as one decision
+/// against the value in force (`Ledger::apply_environment`). The first
+/// process of a tenant sets it; a later process with a different value
+/// keeps the tenant's (one value per tenant), unless it is the only live
+/// process of the tenant (`alone`) and the value came from an environment:
+/// then its own value is the newer intent and replaces it. A monitor's
+/// value always stands. Every process claims its slot before it decides,
+/// so processes starting together see each other and the first decision
+/// stands for all of them. `show` writes a value for the log.
 ///
-/// The cap in force when the monitor did not set it is also held in this
-/// process's memory (`Ledger::hold_cap_at_most`): a later write of the
-/// tenant's own page (the unlimited value, say) does not raise it, and it
-/// is what the process tells the monitor when it joins, so that the
-/// monitor pins it.
-fn apply_cap(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, cap: u64, source: &str) {
-    let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
-    match ledger.apply_environment_cap(dev, cap, alone) {
-        ledger::CapDecision::Set | ledger::CapDecision::Same => ledger.hold_cap_at_most(dev, cap),
-        ledger::CapDecision::Replaced { previous_bytes } => {
-            ledger.hold_cap_at_most(dev, cap);
-            info!("device {ordinal}: cap changed from {previous_bytes} to {cap} bytes ({source})");
-        }
-        ledger::CapDecision::Kept { existing_bytes, source: set_by } => {
-            let by_monitor = set_by == ledger::PolicySource::Monitor;
-            if !by_monitor {
-                ledger.hold_cap_at_most(dev, existing_bytes);
-            }
-            warn!(
-                "device {ordinal}: the tenant's cap is {existing_bytes} bytes (set by the {}); {source} asks for {cap} and is ignored",
-                if by_monitor { "monitor" } else { "tenant's running processes" }
-            )
-        }
-    }
-}
-
-/// Puts the environment's compute limit in the ledger by the rule
-/// [`apply_cap`] follows for caps (`Ledger::apply_environment_compute_limit`).
-fn apply_limit(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, percent: u32, source: &str) {
-    let alone = || !ledger.slots().iter().any(|s| s.alive && s.index != slot.index());
-    let ratio_e4 = ledger::compute::percent_ratio_e4(percent);
-    let percent_of = |ratio_e4: u32| f64::from(ratio_e4) / 100.0;
-    match ledger.apply_environment_compute_limit(dev, ratio_e4, alone) {
-        ledger::LimitDecision::Set | ledger::LimitDecision::Same => {}
-        ledger::LimitDecision::Replaced { previous_ratio_e4 } => {
-            info!("device {ordinal}: compute limit changed from {}% to {percent}% ({source})", percent_of(previous_ratio_e4));
-        }
-        ledger::LimitDecision::Kept { existing_ratio_e4, source: set_by } => warn!(
-            "device {ordinal}: the tenant's compute limit is {}% (set by the {}); {source} asks for {percent}% and is ignored",
-            percent_of(existing_ratio_e4),
-            match set_by {
-                ledger::PolicySource::Monitor => "monitor",
-                _ => "tenant's running processes",
-            }
+/// For the memory cap, the caller also holds the process to the cap in
+/// force when the monitor did not set it (`Ledger::hold_cap_at_most`): a
+/// later write of the tenant's own page (the unlimited value, say) does not
+/// raise it, and it is what the process tells the monitor when it joins,
+/// so that the monitor pins it.
+fn apply_environment<P: ledger::PolicyPair>(
+    ledger: &Ledger,
+    dev: usize,
+    ordinal: i32,
+    asked: P::Value,
+    setting: &config::Setting<impl Copy>,
+    alone: impl FnMut() -> bool,
+    show: impl Fn(P::Value) -> String,
+) -> Decision<P::Value> {
+    let (what, source) = (setting.what, setting.source);
+    let decision = ledger.apply_environment::<P>(dev, asked, alone);
+    match decision {
+        Decision::Set | Decision::Same => {}
+        Decision::Replaced { previous } => info!("device {ordinal}: {what} changed from {} to {} ({source})", show(previous), show(asked)),
+        Decision::Kept { existing, source: set_by } => warn!(
+            "device {ordinal}: the tenant's {what} is {} (set by the {}); {source} asks for {} and is ignored",
+            show(existing),
+            if set_by == ledger::PolicySource::Monitor { "monitor" } else { "tenant's running processes" },
+            show(asked)
         ),
     }
+    decision
 }
 
 /// `pthread_atfork` child handler: see the module docs. Only closes a
@@ -366,7 +365,7 @@ fn apply_limit(ledger: &Ledger, slot: &ledger::Slot, dev: usize, ordinal: i32, p
 /// A panic never unwinds out of it (that would abort the child); catching
 /// allocates nothing unless one happens.
 unsafe extern "C" fn after_fork_in_child() {
-    let _ = std::panic::catch_unwind(|| {
+    guard::boundary((), || {
         let ptr = RUNTIME.swap(core::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: see ready_runtime; the pointer is leaked, never freed.
         if let Some(rt) = unsafe { ptr.as_ref() } {
@@ -386,7 +385,7 @@ unsafe extern "C" fn after_fork_in_child() {
 /// the real `dlsym` (cheap; nothing CUDA happens here).
 extern "C" fn on_load() {
     // No panic may unwind into the loader.
-    let _ = std::panic::catch_unwind(|| {
+    guard::boundary((), || {
         ffi::at_fork_child(after_fork_in_child);
         let _ = ffi::real_dlsym();
     });
@@ -406,7 +405,7 @@ extern "C" fn on_load() {
 extern "C" fn on_unload() {
     // No panic may unwind into exit (a ledger bug must not abort the
     // process): the slot is then left to reclaim.
-    let _ = std::panic::catch_unwind(release_at_exit);
+    guard::boundary((), release_at_exit);
 }
 
 fn release_at_exit() {

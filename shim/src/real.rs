@@ -19,8 +19,8 @@ use crate::ffi;
 use crate::ffi::CUDA_LAUNCH_PARAMS;
 use abi::cuda::*;
 use abi::nvml::*;
+use abi::uuid::{UuidKind, UuidText};
 use core::ffi::{c_char, c_int, c_uint, c_void};
-use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::OnceLock;
 
@@ -125,12 +125,6 @@ crate::hooks::hooked_functions! {
 static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
 static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
 
-thread_local! {
-    /// Set while this thread resolves a table, so that a call back into the
-    /// shim from a library constructor gets `None` instead of a deadlock.
-    static RESOLVING: Cell<bool> = const { Cell::new(false) };
-}
-
 fn library_path(variable: &str, default: &str) -> Option<CString> {
     let path =
         std::env::var_os(variable).filter(|p| !p.is_empty()).map(|p| p.into_encoded_bytes()).unwrap_or_else(|| default.as_bytes().to_vec());
@@ -141,10 +135,12 @@ fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, re
     if let Some(loaded) = cell.get() {
         return loaded.as_ref();
     }
-    if RESOLVING.try_with(Cell::get).unwrap_or(true) {
+    // A thread resolving a table (a library constructor calling back into
+    // the shim) gets `None` instead of a deadlock.
+    if crate::thread::with(|t| t.resolving.get()).unwrap_or(true) {
         return None;
     }
-    let _ = RESOLVING.try_with(|r| r.set(true));
+    crate::thread::with(|t| t.resolving.set(true));
     let loaded = cell.get_or_init(|| {
         let path = library_path(variable, default)?;
         let handle = ffi::open_library(&path);
@@ -162,7 +158,7 @@ fn load<T>(cell: &'static OnceLock<Option<T>>, variable: &str, default: &str, re
         }
         Some(resolve(handle))
     });
-    let _ = RESOLVING.try_with(|r| r.set(false));
+    crate::thread::with(|t| t.resolving.set(false));
     loaded.as_ref()
 }
 
@@ -191,9 +187,11 @@ macro_rules! call {
     };
 }
 
-fn out<T: Copy>(result: CUresult, value: T) -> Result<T, CUresult> {
+/// `Ok(value())` when the driver call succeeded, `Err(result)` otherwise:
+/// `value` (which reads what the call wrote) runs only after a success.
+pub fn ok_then<T>(result: CUresult, value: impl FnOnce() -> T) -> Result<T, CUresult> {
     if result == CUDA_SUCCESS {
-        Ok(value)
+        Ok(value())
     } else {
         Err(result)
     }
@@ -208,14 +206,14 @@ pub fn init(flags: c_uint) -> CUresult {
 pub fn current_context() -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = core::ptr::null_mut();
     let r = call!(cuda(), cuCtxGetCurrent(&mut ctx));
-    out(r, ctx)
+    ok_then(r, || ctx)
 }
 
 /// `cuCtxGetDevice`: the device of the calling thread's context.
 pub fn current_device() -> Result<CUdevice, CUresult> {
     let mut dev: CUdevice = 0;
     let r = call!(cuda(), cuCtxGetDevice(&mut dev));
-    out(r, dev)
+    ok_then(r, || dev)
 }
 
 /// `CU_EVENT_DISABLE_TIMING`.
@@ -226,7 +224,7 @@ const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub fn stream_context(stream: CUstream, per_thread: bool) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = core::ptr::null_mut();
     let r = if per_thread { call!(cuda(), cuStreamGetCtx_ptsz(stream, &mut ctx)) } else { call!(cuda(), cuStreamGetCtx(stream, &mut ctx)) };
-    out(r, ctx)
+    ok_then(r, || ctx)
 }
 
 /// Where a memory pool takes its memory from (`CU_MEMPOOL_ATTR_LOCATION_*`),
@@ -250,7 +248,7 @@ pub fn pool_location(pool: CUmemoryPool) -> Result<CUmemLocation, CUresult> {
 pub fn pool_bytes(pool: CUmemoryPool, attribute: c_uint) -> Result<u64, CUresult> {
     let mut bytes: u64 = 0;
     let r = call!(cuda(), cuMemPoolGetAttribute(pool, attribute, (&mut bytes as *mut u64).cast()));
-    out(r, bytes)
+    ok_then(r, || bytes)
 }
 
 /// `cuMemPoolTrimTo`: the pool gives back unused memory until it reserves
@@ -264,7 +262,7 @@ pub fn pool_trim_to(pool: CUmemoryPool, keep_bytes: u64) -> CUresult {
 pub fn device_mem_pool(device: CUdevice) -> Result<CUmemoryPool, CUresult> {
     let mut pool: CUmemoryPool = core::ptr::null_mut();
     let r = call!(cuda(), cuDeviceGetMemPool(&mut pool, device));
-    out(r, pool)
+    ok_then(r, || pool)
 }
 
 /// The size of the allocation that starts at `ptr` (`cuMemGetAddressRange_v2`);
@@ -298,7 +296,7 @@ pub fn stream_synchronize(stream: CUstream, per_thread: bool) -> CUresult {
 /// Waits for everything context `ctx` has queued, from a thread where
 /// another context (or none) is current.
 pub fn ctx_synchronize_in(ctx: CUcontext) -> CUresult {
-    match with_context(ctx, || out(call!(cuda(), cuCtxSynchronize()), ())) {
+    match with_context(ctx, || ok_then(call!(cuda(), cuCtxSynchronize()), || ())) {
         Ok(()) => CUDA_SUCCESS,
         Err(r) => r,
     }
@@ -341,7 +339,7 @@ pub fn record_event(ctx: CUcontext, stream: CUstream, per_thread: bool) -> Resul
                 let _ = call!(cuda(), cuEventDestroy_v2(event));
             }
         }
-        out(r, event)
+        ok_then(r, || event)
     })
 }
 
@@ -368,7 +366,7 @@ pub fn with_context<T>(ctx: CUcontext, f: impl FnOnce() -> Result<T, CUresult>) 
 pub fn event_create_timed() -> Result<CUevent, CUresult> {
     let mut event: CUevent = core::ptr::null_mut();
     let r = call!(cuda(), cuEventCreate(&mut event, 0));
-    out(r, event)
+    ok_then(r, || event)
 }
 
 /// `cuEventRecord` (`stream` as the launch named it: `CU_STREAM_PER_THREAD`
@@ -405,7 +403,7 @@ pub fn stream_query(stream: CUstream) -> CUresult {
 pub fn stream_capturing(stream: CUstream) -> Result<bool, CUresult> {
     let mut status: c_uint = 0;
     let r = call!(cuda(), cuStreamIsCapturing(stream, &mut status));
-    out(r, status != 0)
+    ok_then(r, || status != 0)
 }
 
 /// `cuEventQuery`: `CUDA_SUCCESS` once the stream passed it,
@@ -423,14 +421,14 @@ pub fn event_destroy(event: CUevent) {
 pub fn device_count() -> Result<c_int, CUresult> {
     let mut count: c_int = 0;
     let r = call!(cuda(), cuDeviceGetCount(&mut count));
-    out(r, count)
+    ok_then(r, || count)
 }
 
 /// `cuDeviceGet`: the handle of device `ordinal`.
 pub fn device_get(ordinal: c_int) -> Result<CUdevice, CUresult> {
     let mut dev: CUdevice = 0;
     let r = call!(cuda(), cuDeviceGet(&mut dev, ordinal));
-    out(r, dev)
+    ok_then(r, || dev)
 }
 
 /// `cuDeviceGetUuid_v2` (or the first version when the driver lacks it).
@@ -440,14 +438,14 @@ pub fn device_uuid(dev: CUdevice) -> Result<[u8; 16], CUresult> {
     if r == CUDA_ERROR_NOT_FOUND {
         r = call!(cuda(), cuDeviceGetUuid(&mut uuid, dev));
     }
-    out(r, uuid.bytes.map(|b| b as u8))
+    ok_then(r, || uuid.bytes.map(|b| b as u8))
 }
 
 /// `cuDeviceTotalMem_v2`: physical memory of `dev` in bytes.
 pub fn device_total_mem_bytes(dev: CUdevice) -> Result<u64, CUresult> {
     let mut bytes: usize = 0;
     let r = call!(cuda(), cuDeviceTotalMem_v2(&mut bytes, dev));
-    out(r, bytes as u64)
+    ok_then(r, || bytes as u64)
 }
 
 /// `cuMemFree_v2`, used to undo an allocation the cap cannot hold.
@@ -486,12 +484,10 @@ pub fn nvml_init() -> nvmlReturn_t {
 /// or a walk over NVML's devices comparing their UUIDs when NVML does not
 /// take that spelling.
 pub fn nvml_device_by_uuid(uuid: &[u8; 16]) -> Option<nvmlDevice_t> {
-    let gpu = crate::config::format_uuid(uuid);
     // A MIG device's `cuDeviceGetUuid` bytes are its `MIG-…` UUID's, and
     // NVML finds it only by that name.
-    let mig = format!("MIG-{}", gpu.get(4..).unwrap_or_default());
-    for text in [gpu, mig] {
-        let Ok(text) = CString::new(text) else { continue };
+    for kind in [UuidKind::Gpu, UuidKind::Mig] {
+        let Ok(text) = CString::new(UuidText { kind, bytes: *uuid }.to_string()) else { continue };
         let mut dev: nvmlDevice_t = core::ptr::null_mut();
         if nvml_call!(nvmlDeviceGetHandleByUUID(text.as_ptr(), &mut dev)) == NVML_SUCCESS {
             return Some(dev);
@@ -516,7 +512,7 @@ pub fn nvml_device_uuid(dev: nvmlDevice_t) -> Option<[u8; 16]> {
         return None;
     }
     let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-    crate::config::parse_uuid(std::str::from_utf8(&bytes).ok()?)
+    abi::uuid::parse_uuid(std::str::from_utf8(&bytes).ok()?).map(|uuid| uuid.bytes)
 }
 
 /// The memory NVML reports for process `pid` on `dev`

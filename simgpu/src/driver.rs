@@ -647,11 +647,11 @@ pub fn slot_uuid(machine: &Machine, slot: usize) -> [u8; 16] {
 /// `GPU-…` for a device, `MIG-…` for a MIG instance, as NVML and
 /// `nvidia-smi -L` print them.
 pub fn slot_uuid_string(machine: &Machine, slot: usize) -> String {
-    let text = uuid_string(&slot_uuid(machine, slot));
-    match machine.topology.instance(slot) {
-        Some(_) => format!("MIG-{}", &text[4..]),
-        None => text,
-    }
+    let kind = match machine.topology.instance(slot) {
+        Some(_) => abi::uuid::UuidKind::Mig,
+        None => abi::uuid::UuidKind::Gpu,
+    };
+    abi::uuid::UuidText { kind, bytes: slot_uuid(machine, slot) }.to_string()
 }
 
 /// The name a slot reports: `simgpu H200`, or `simgpu H200 MIG 3g.71gb`
@@ -681,12 +681,6 @@ pub fn device_uuid(state: &SharedState, index: usize) -> [u8; 16] {
     u[6] = (u[6] & 0x0f) | 0x40; // version 4
     u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
     u
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints UUIDs.
-pub fn uuid_string(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }
 
 pub const DEVICE_NAME: &str = "simgpu H200";

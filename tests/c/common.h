@@ -3,8 +3,8 @@
  * Programs print one `key=value` line per fact on stdout (line-buffered, so a
  * test can wait for a line while the program is still running); the Rust
  * test parses them. Diagnostics go to stderr. */
-#ifndef GPUSLICE_TEST_COMMON_H
-#define GPUSLICE_TEST_COMMON_H
+#ifndef GS_TEST_COMMON_H
+#define GS_TEST_COMMON_H
 
 #include <cuda.h>
 #include <errno.h>

@@ -17,10 +17,10 @@
 //! application saw. Every child runs under a deadline: a hung child is killed
 //! and fails its test instead of hanging CI.
 //!
-//! Environment overrides: `GPUSLICE_TARGET_DIR` (where the built libraries and
+//! Environment overrides: `GS_TEST_TARGET_DIR` (where the built libraries and
 //! the `gpuslice` binary are; default: derived from the test binary's path),
-//! `GPUSLICE_TEST_TIMEOUT_S` (deadline per child, default 60 s),
-//! `GPUSLICE_TEST_KEEP=1` (keep every test directory, not only failed ones).
+//! `GS_TEST_TIMEOUT_S` (deadline per child, default 60 s),
+//! `GS_TEST_KEEP=1` (keep every test directory, not only failed ones).
 
 pub mod driver;
 pub mod poll;
@@ -64,9 +64,9 @@ pub fn repo_root() -> PathBuf {
 
 /// The cargo profile directory holding the built artefacts: `target/debug`
 /// for a test binary at `target/debug/deps/name-hash`, unless
-/// `GPUSLICE_TARGET_DIR` names another.
+/// `GS_TEST_TARGET_DIR` names another.
 pub fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GPUSLICE_TARGET_DIR") {
+    if let Some(dir) = std::env::var_os("GS_TEST_TARGET_DIR") {
         return PathBuf::from(dir);
     }
     let exe = std::env::current_exe().expect("cannot locate the running test binary");
@@ -81,7 +81,7 @@ fn built_artefact(file_name: &str, crate_name: &str) -> PathBuf {
     let path = target_dir().join(file_name);
     let build_hint = format!(
         "build it first (`cargo build -p {crate_name}`, or `cargo build --workspace`; \
-         for benchmarks `cargo build --release -p {crate_name}`), or set GPUSLICE_TARGET_DIR"
+         for benchmarks `cargo build --release -p {crate_name}`), or set GS_TEST_TARGET_DIR"
     );
     assert!(path.is_file(), "{} is missing: {build_hint}", path.display());
     // `cargo test` rebuilds the test binaries but not the libraries they
@@ -276,7 +276,7 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
 
 /// The deadline for one child process.
 pub fn child_timeout() -> Duration {
-    let secs = std::env::var("GPUSLICE_TEST_TIMEOUT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let secs = std::env::var("GS_TEST_TIMEOUT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     Duration::from_secs(secs)
 }
 
@@ -468,7 +468,7 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        if std::thread::panicking() || std::env::var_os("GPUSLICE_TEST_KEEP").is_some() {
+        if std::thread::panicking() || std::env::var_os("GS_TEST_KEEP").is_some() {
             eprintln!("test directory kept: {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);

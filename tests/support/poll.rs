@@ -12,7 +12,7 @@
 //!  let metrics = poll::fetch_until("the bypass is counted", || monitor.metrics(), |m| m.value(..) == Some(1.0));
 //! ```
 //!
-//! `GPUSLICE_TEST_WAIT_S` sets the deadline (default 30 s).
+//! `GS_TEST_WAIT_S` sets the deadline (default 30 s).
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ const INTERVAL: Duration = Duration::from_millis(20);
 
 /// How long a wait goes on before the state is taken never to arrive.
 pub fn deadline() -> Duration {
-    let secs = std::env::var("GPUSLICE_TEST_WAIT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let secs = std::env::var("GS_TEST_WAIT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     Duration::from_secs(secs)
 }
 

@@ -15,7 +15,6 @@
 //! reservation's or release's two ledger steps (tenant counter and slot).
 
 use ledger::Denied;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::Runtime;
@@ -57,10 +56,6 @@ const IN_LEDGER_SHARDS: usize = 64;
 #[repr(align(128))]
 struct PaddedCount(AtomicUsize);
 
-thread_local! {
-    static IN_LEDGER_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
 static NEXT_IN_LEDGER_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// Leaves the ledger on drop.
@@ -80,14 +75,14 @@ impl InLedger {
     /// Counts the calling thread in until the guard drops. A thread whose
     /// thread-locals are gone (exit) uses shard 0.
     fn enter(&self) -> Entered<'_> {
-        let index = IN_LEDGER_SHARD
-            .try_with(|shard| {
-                if shard.get() == usize::MAX {
-                    shard.set(NEXT_IN_LEDGER_SHARD.fetch_add(1, Ordering::Relaxed) % IN_LEDGER_SHARDS);
-                }
-                shard.get()
-            })
-            .unwrap_or(0);
+        let index = crate::thread::with(|t| {
+            let shard = &t.in_ledger_shard;
+            if shard.get() == usize::MAX {
+                shard.set(NEXT_IN_LEDGER_SHARD.fetch_add(1, Ordering::Relaxed) % IN_LEDGER_SHARDS);
+            }
+            shard.get()
+        })
+        .unwrap_or(0);
         let count = self.shards.get(index % IN_LEDGER_SHARDS).map_or(&self.spare, |shard| &shard.0);
         count.fetch_add(1, Ordering::SeqCst);
         Entered(count)

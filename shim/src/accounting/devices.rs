@@ -19,12 +19,12 @@
 //!   in [`crate::placement`]).
 
 use abi::cuda::*;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Runtime;
 use crate::placement::{self, Placement};
 use crate::real;
+use crate::thread;
 
 /// One device as this process sees it.
 #[derive(Clone, Copy, Debug)]
@@ -41,26 +41,24 @@ pub struct Device {
 /// Bumped whenever a context of this process may have been destroyed.
 static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// A thread's last current context and its device, valid for one
+/// generation (`crate::thread`).
 #[derive(Clone, Copy)]
-struct LastContext {
+pub(crate) struct LastContext {
     ctx: usize,
     cu_device: CUdevice,
     generation: u64,
 }
 
-thread_local! {
-    static LAST_CONTEXT: Cell<LastContext> =
-        const { Cell::new(LastContext { ctx: 0, cu_device: 0, generation: u64::MAX }) };
+impl LastContext {
+    /// Nothing remembered.
+    pub(crate) const NONE: LastContext = LastContext { ctx: 0, cu_device: 0, generation: u64::MAX };
 }
 
 /// Forgets every thread's last context: one may have been destroyed.
 pub(super) fn contexts_changed() {
     CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
-
-/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
-pub(super) const STREAM_LEGACY: u64 = 0x1;
-pub(super) const STREAM_PER_THREAD: u64 = 0x2;
 
 impl Runtime {
     pub fn device_by_handle(&self, cu_device: CUdevice) -> Option<&Device> {
@@ -86,12 +84,12 @@ impl Runtime {
         }
         let ctx = ctx as usize;
         let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
-        let cached = LAST_CONTEXT.try_with(Cell::get).ok().filter(|c| c.ctx == ctx && c.generation == generation).map(|c| c.cu_device);
+        let cached = thread::with(|t| t.last_context.get()).filter(|c| c.ctx == ctx && c.generation == generation).map(|c| c.cu_device);
         let cu_device = match cached {
             Some(cu_device) => cu_device,
             None => {
                 let cu_device = real::current_device()?;
-                let _ = LAST_CONTEXT.try_with(|c| c.set(LastContext { ctx, cu_device, generation }));
+                thread::with(|t| t.last_context.set(LastContext { ctx, cu_device, generation }));
                 cu_device
             }
         };
@@ -103,7 +101,7 @@ impl Runtime {
     /// (`cuStreamGetCtx`); the null, legacy and per-thread streams, or a
     /// driver without `cuStreamGetCtx`, mean the calling thread's context.
     pub(super) fn stream_context(&self, stream: CUstream, per_thread: bool) -> Result<(usize, &Device), CUresult> {
-        if matches!(stream as u64, 0 | STREAM_LEGACY | STREAM_PER_THREAD) {
+        if is_default_stream(stream) {
             return self.current();
         }
         let ctx = match real::stream_context(stream, per_thread) {

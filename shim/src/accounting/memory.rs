@@ -100,14 +100,7 @@ impl Tracker {
     pub fn remove_context(&self, ctx: usize) -> Vec<Charge> {
         let mut removed = Vec::new();
         for Shard(shard) in self.shards.iter() {
-            lock(shard).retain(|_, charge| {
-                if charge.ctx == ctx {
-                    removed.push(*charge);
-                    false
-                } else {
-                    true
-                }
-            });
+            removed.extend(lock(shard).extract_if(|_, charge| charge.ctx == ctx).map(|(_, charge)| charge));
         }
         removed
     }

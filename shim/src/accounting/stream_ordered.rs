@@ -103,7 +103,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::devices::{STREAM_LEGACY, STREAM_PER_THREAD};
 use super::memory::allocation_bytes;
 use super::{lock, Charge, Kind, Runtime};
 use crate::placement::{self, Placement};
@@ -192,7 +191,7 @@ struct Overdrawn;
 /// Whether `stream` captures a graph (where nothing may synchronise it);
 /// a stream the driver cannot tell about counts as capturing.
 fn capturing(stream: CUstream, per_thread: bool) -> bool {
-    let stream = if per_thread && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    let stream = if per_thread && stream.is_null() { CU_STREAM_PER_THREAD as CUstream } else { stream };
     real::stream_capturing(stream).unwrap_or(true)
 }
 
@@ -211,8 +210,8 @@ fn pool_unused_bytes(pool: CUmemoryPool) -> u64 {
 /// per-thread one for `_ptsz` callers.
 fn stream_key(stream: CUstream, per_thread: bool) -> u64 {
     match stream as u64 {
-        0 if per_thread => STREAM_PER_THREAD,
-        0 => STREAM_LEGACY,
+        0 if per_thread => CU_STREAM_PER_THREAD as u64,
+        0 => CU_STREAM_LEGACY as u64,
         other => other,
     }
 }
@@ -229,15 +228,7 @@ impl PendingFrees {
     /// (their events went with the context too, so they are not destroyed).
     pub(super) fn remove_context(&self, ctx: usize) -> Vec<Charge> {
         let mut pending = lock(&self.list);
-        let mut gone = Vec::new();
-        pending.retain(|p| {
-            if p.charge.ctx == ctx {
-                gone.push(p.charge);
-                false
-            } else {
-                true
-            }
-        });
+        let gone: Vec<Charge> = pending.extract_if(.., |p| p.charge.ctx == ctx).map(|p| p.charge).collect();
         PENDING_FREES.store(pending.len(), Ordering::Release);
         gone
     }
@@ -611,15 +602,7 @@ impl Runtime {
         }
         let finished: Vec<PendingFree> = {
             let mut pending = lock(&self.pending_frees.list);
-            let mut finished = Vec::new();
-            pending.retain(|p| {
-                if done.contains(&p.id) {
-                    finished.push(*p);
-                    false
-                } else {
-                    true
-                }
-            });
+            let finished: Vec<PendingFree> = pending.extract_if(.., |p| done.contains(&p.id)).collect();
             PENDING_FREES.store(pending.len(), Ordering::Release);
             finished
         };

@@ -107,10 +107,6 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// asking it again.
 const EVENTS_RETRY_NS: u64 = 1_000_000_000;
 
-/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
-const STREAM_LEGACY: usize = 0x1;
-const STREAM_PER_THREAD: usize = 0x2;
-
 /// Whether any device this process sees has a limit (set at initialisation).
 static GOVERNED: AtomicBool = AtomicBool::new(false);
 
@@ -342,14 +338,14 @@ impl Target {
     /// The stream the launch runs on, as the plain entry points name it.
     fn stream(&self) -> CUstream {
         if self.per_thread && self.stream.is_null() {
-            STREAM_PER_THREAD as CUstream
+            CU_STREAM_PER_THREAD as CUstream
         } else {
             self.stream
         }
     }
 
     fn is_default(&self) -> bool {
-        matches!(self.stream() as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
+        is_default_stream(self.stream())
     }
 }
 
@@ -364,9 +360,10 @@ struct CachedLane {
 const NO_LANE: CachedLane = CachedLane { key: 0, generation: u64::MAX, lane: 0, epoch: 0 };
 const CACHE_WAYS: usize = 8;
 
-/// Which lane the calling thread's launches went to: one thread-local, no
-/// destructor (nothing to register or free when a thread first launches).
-struct LaneCache {
+/// Which lane the calling thread's launches went to: part of the thread's
+/// state (`crate::thread`), no destructor (nothing to register or free
+/// when a thread first launches).
+pub(crate) struct LaneCache {
     /// Stream handle → lane, direct-mapped.
     streams: [Cell<CachedLane>; CACHE_WAYS],
     /// The last current context of a default-stream launch → lane.
@@ -374,14 +371,16 @@ struct LaneCache {
 }
 
 impl LaneCache {
+    /// Nothing cached (a `const fn`, so that the thread-local holding it
+    /// needs no lazy initialisation).
+    pub(crate) const fn new() -> LaneCache {
+        LaneCache { streams: [const { Cell::new(NO_LANE) }; CACHE_WAYS], context: Cell::new(NO_LANE) }
+    }
+
     fn forget(&self) {
         self.streams.iter().for_each(|way| way.set(NO_LANE));
         self.context.set(NO_LANE);
     }
-}
-
-thread_local! {
-    static LANES: LaneCache = const { LaneCache { streams: [const { Cell::new(NO_LANE) }; CACHE_WAYS], context: Cell::new(NO_LANE) } };
 }
 
 fn cache_way(stream: usize) -> usize {
@@ -573,7 +572,7 @@ impl Runtime {
     /// Where a launch on `target` goes (see the module docs, step 2).
     fn route(&self, target: &Target) -> Route<'_> {
         let stream = target.stream();
-        if stream as usize != 0 && stream as usize != STREAM_LEGACY {
+        if stream as usize != 0 && stream as usize != CU_STREAM_LEGACY {
             // The legacy stream cannot capture; any other may.
             match real::stream_capturing(stream) {
                 Ok(false) | Err(CUDA_ERROR_NOT_FOUND) => {}
@@ -585,22 +584,23 @@ impl Runtime {
                 Ok(ctx) if !ctx.is_null() => ctx,
                 _ => return Route::Pass,
             };
-            let cached = LANES.try_with(|c| c.context.get()).ok().filter(|c| c.key == ctx as usize);
+            let cached = crate::thread::with(|t| t.lanes.context.get()).filter(|c| c.key == ctx as usize);
             if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
                 return Route::Lane(lane);
             }
             let (route, index) = self.lane_of_context(ctx);
             if let Some((lane, epoch)) = index {
                 let entry = CachedLane { key: ctx as usize, generation: 0, lane, epoch };
-                let _ = LANES.try_with(|c| c.context.set(entry));
+                crate::thread::with(|t| t.lanes.context.set(entry));
             }
             return route;
         }
         let key = stream as usize;
         let generation = STREAM_GENERATION.load(Ordering::Acquire);
         let way = cache_way(key);
-        let cached =
-            LANES.try_with(|c| c.streams.get(way).map(Cell::get)).ok().flatten().filter(|c| c.key == key && c.generation == generation);
+        let cached = crate::thread::with(|t| t.lanes.streams.get(way).map(Cell::get))
+            .flatten()
+            .filter(|c| c.key == key && c.generation == generation);
         if let Some(lane) = cached.and_then(|c| self.throttle.lane(c.lane, c.epoch)) {
             return Route::Lane(lane);
         }
@@ -615,7 +615,7 @@ impl Runtime {
         let (route, index) = self.lane_of_context(ctx);
         if let Some((lane, epoch)) = index {
             let entry = CachedLane { key, generation, lane, epoch };
-            let _ = LANES.try_with(|c| c.streams.get(way).map(|w| w.set(entry)));
+            crate::thread::with(|t| t.lanes.streams.get(way).map(|w| w.set(entry)));
         }
         route
     }
@@ -759,7 +759,7 @@ impl Runtime {
                 sink.charge(clock.now().saturating_sub(since_ns));
             }
         }
-        let _ = LANES.try_with(LaneCache::forget);
+        crate::thread::with(|t| t.lanes.forget());
     }
 
     /// Charges every pair of this process that completed (after a

@@ -1,7 +1,8 @@
 //! `cuInit` and contexts: each context is charged its overhead.
 
-use super::{dispatch, ok_then, real_or_return};
-use crate::guard::{boundary, Guard};
+use super::{dispatch, real_or_return};
+use crate::guard::{boundary, Cuda, Guard};
+use crate::real::ok_then;
 use crate::Access;
 use abi::cuda::*;
 use core::ffi::{c_int, c_uint, c_void};
@@ -15,7 +16,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(flags) };
     let Some(_guard) = Guard::enter() else { return forward() };
-    boundary(|| match crate::runtime() {
+    boundary(Cuda, || match crate::runtime() {
         Err(r) => r,
         Ok(Access::Refused(r)) => r,
         Ok(_) => forward(),

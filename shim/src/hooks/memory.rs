@@ -1,8 +1,9 @@
 //! Device allocations and their frees. Each hook forwards with the caller's
 //! arguments; the accounting core decides around the call.
 
-use super::{dispatch, ok_then, real_or_return};
+use super::{dispatch, real_or_return};
 use crate::accounting::{array_bytes, mipmapped_bytes, Kind};
+use crate::real::ok_then;
 use abi::cuda::*;
 use core::ffi::{c_uint, c_void};
 
@@ -145,19 +146,39 @@ pub unsafe extern "C" fn cuMemCreate(
     })
 }
 
+/// The shape of the array hooks: charges what the caller's descriptor
+/// asks for (`bytes`) around `forward`, the real call, which writes the
+/// new handle to `array` on success. A null descriptor is the driver's to
+/// refuse.
+///
+/// # Safety
+/// `array` and `desc` are the caller's arguments, which `forward` passes on
+/// unchanged: `desc` is null or valid, and `array` valid for the driver to
+/// write.
+unsafe fn create_array<D: Copy, H>(
+    array: *mut *mut H,
+    desc: *const D,
+    bytes: impl FnOnce(&D) -> u64,
+    forward: impl Fn() -> CUresult + Copy,
+) -> CUresult {
+    // SAFETY: the caller passes a valid descriptor or null.
+    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
+    let bytes = bytes(&d);
+    dispatch(forward, |rt| {
+        // SAFETY: on success the driver wrote the handle.
+        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
+    })
+}
+
 #[no_mangle]
 #[doc(alias = "cuArrayCreate")]
 pub unsafe extern "C" fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
     let real = real_or_return!(cuArrayCreate_v2);
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(array, desc) };
-    // SAFETY: the caller passes a valid descriptor or null.
-    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
-    let bytes = array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels);
-    dispatch(forward, |rt| {
-        // SAFETY: on success the driver wrote the handle.
-        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
-    })
+    let bytes = |d: &CUDA_ARRAY_DESCRIPTOR| array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels);
+    // SAFETY: the caller's arguments, forwarded unchanged.
+    unsafe { create_array(array, desc, bytes, forward) }
 }
 
 #[no_mangle]
@@ -166,13 +187,9 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CU
     let real = real_or_return!(cuArray3DCreate_v2);
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(array, desc) };
-    // SAFETY: the caller passes a valid descriptor or null.
-    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
-    let bytes = array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels);
-    dispatch(forward, |rt| {
-        // SAFETY: on success the driver wrote the handle.
-        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
-    })
+    let bytes = |d: &CUDA_ARRAY3D_DESCRIPTOR| array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels);
+    // SAFETY: the caller's arguments, forwarded unchanged.
+    unsafe { create_array(array, desc, bytes, forward) }
 }
 
 /// Charged the sum of its levels.
@@ -185,13 +202,10 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     let real = real_or_return!(cuMipmappedArrayCreate);
     // SAFETY: forwarding the caller's arguments unchanged.
     let forward = move || unsafe { real(array, desc, levels) };
-    // SAFETY: the caller passes a valid descriptor or null.
-    let Some(d) = (unsafe { desc.as_ref() }).copied() else { return forward() };
-    let bytes = mipmapped_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels);
-    dispatch(forward, |rt| {
-        // SAFETY: on success the driver wrote the handle.
-        rt.alloc(Kind::Array, bytes, || ok_then(forward(), || unsafe { *array } as u64))
-    })
+    let bytes =
+        |d: &CUDA_ARRAY3D_DESCRIPTOR| mipmapped_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels);
+    // SAFETY: the caller's arguments, forwarded unchanged.
+    unsafe { create_array(array, desc, bytes, forward) }
 }
 
 /// The charge stays while the handle is mapped: the driver frees it at the

@@ -42,7 +42,7 @@
 
 use crate::accounting::Runtime;
 use crate::ffi::CUDA_LAUNCH_PARAMS;
-use crate::guard::{boundary, Guard};
+use crate::guard::{boundary, Cuda, Guard};
 use crate::Access;
 use abi::cuda::*;
 use abi::nvml::*;
@@ -263,19 +263,10 @@ pub(crate) use real_or_return;
 /// refusal).
 pub fn dispatch(forward: impl FnOnce() -> CUresult, account: impl FnOnce(&'static Runtime) -> CUresult) -> CUresult {
     let Some(_guard) = Guard::enter() else { return forward() };
-    boundary(|| match crate::runtime() {
+    boundary(Cuda, || match crate::runtime() {
         Err(r) => r,
         Ok(Access::Refused(r)) => r,
         Ok(Access::PassThrough) => forward(),
         Ok(Access::Ready(rt)) => account(rt),
     })
-}
-
-/// `Ok(value)` when the driver call succeeded.
-pub fn ok_then<T>(r: CUresult, value: impl FnOnce() -> T) -> Result<T, CUresult> {
-    if r == CUDA_SUCCESS {
-        Ok(value())
-    } else {
-        Err(r)
-    }
 }

@@ -18,7 +18,7 @@
 #![allow(non_snake_case)]
 
 use crate::accounting::{capped_view, keep_tenant_processes, Runtime};
-use crate::guard::{boundary_nvml, Guard};
+use crate::guard::{boundary, Guard, Nvml};
 use crate::{real, Access};
 use abi::nvml::*;
 use core::ffi::c_uint;
@@ -127,7 +127,7 @@ unsafe fn memory_info<T: MemoryRecord>(
     }
     let r = match Guard::enter() {
         None => r,
-        Some(_guard) => boundary_nvml(|| {
+        Some(_guard) => boundary(Nvml, || {
             let (total, free) = copy.total_free();
             match apply(device, total, free) {
                 Err(e) => e,
@@ -219,7 +219,7 @@ unsafe fn running_processes<T: ProcessRecord>(
         return forward();
     }
     let Some(_guard) = Guard::enter() else { return forward() };
-    boundary_nvml(|| {
+    boundary(Nvml, || {
         let rt = match view(device) {
             View::Real => return forward(),
             View::Refused => return NVML_ERROR_NO_PERMISSION,
@@ -292,7 +292,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         return forward();
     }
     let Some(_guard) = Guard::enter() else { return forward() };
-    boundary_nvml(|| {
+    boundary(Nvml, || {
         let rt = match view(device) {
             View::Real => return forward(),
             View::Refused => return NVML_ERROR_NO_PERMISSION,

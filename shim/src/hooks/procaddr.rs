@@ -7,6 +7,7 @@
 
 use super::real_or_return;
 use crate::ffi;
+use crate::guard::{boundary, Or};
 use abi::cuda::*;
 use core::ffi::{c_char, c_int, c_void, CStr};
 
@@ -70,7 +71,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         (None, None) => return CUDA_ERROR_NOT_FOUND,
     };
     if r == CUDA_SUCCESS {
-        let _ = std::panic::catch_unwind(|| {
+        boundary((), || {
             // SAFETY: the driver accepted these arguments, so they are valid.
             unsafe { substitute(symbol, pfn, cuda_version, flags) }
         });
@@ -84,7 +85,7 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut 
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, cuda_version, flags) };
     if r == CUDA_SUCCESS {
-        let _ = std::panic::catch_unwind(|| {
+        boundary((), || {
             // SAFETY: the driver accepted these arguments, so they are valid.
             unsafe { substitute(symbol, pfn, cuda_version, flags) }
         });
@@ -103,15 +104,14 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *
     }
     // A panic must not unwind into the caller (that aborts the process): it
     // gets the real answer instead.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    boundary(Or(found), || {
         // SAFETY: checked non-null; dlsym's caller passes a NUL-terminated name.
         let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
         if !(name.starts_with(b"cu") || name.starts_with(b"nvml")) {
             return found;
         }
         super::lookup(name).unwrap_or(found)
-    }))
-    .unwrap_or(found)
+    })
 }
 
 /// The exported `dlsym`. glibc's `dlsym` finds `RTLD_NEXT`'s "next" from its

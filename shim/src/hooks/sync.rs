@@ -10,7 +10,7 @@
 
 use super::real_or_return;
 use crate::compute::bucket::{governed, streams_changed};
-use crate::guard::{boundary, Guard};
+use crate::guard::{boundary, Cuda, Guard};
 use crate::Access;
 use abi::cuda::*;
 
@@ -28,7 +28,7 @@ fn after_synchronize() {
 #[cold]
 fn poll_completed(frees: bool, launches: bool) {
     let Some(_guard) = Guard::enter() else { return };
-    boundary(|| {
+    boundary(Cuda, || {
         if let Some(Access::Ready(rt)) = crate::runtime_if_started() {
             if frees {
                 rt.poll_pending_frees();
