@@ -220,27 +220,6 @@ pub fn parse_memory(text: &str) -> Result<PerDevice<u64>, ParseError> {
     parse_per_device(text, parse_size)
 }
 
-/// A memory limit in the two forms it is written in, for a caller that
-/// takes only the first (`gpuslice run --queue` chooses the job's devices,
-/// so a per-device list cannot name them). Everything else reads
-/// [`parse_memory`]'s [`PerDevice`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemoryLimit {
-    /// The same cap on every device.
-    AllDevices(u64),
-    /// Caps by device ordinal.
-    PerDevice(Vec<(u32, u64)>),
-}
-
-/// [`parse_memory`], in the form of [`MemoryLimit`].
-pub fn parse_memory_limit(text: &str) -> Result<MemoryLimit, ParseError> {
-    let limit = parse_memory(text)?;
-    Ok(match limit.single() {
-        Some(bytes) => MemoryLimit::AllDevices(bytes),
-        None => MemoryLimit::PerDevice(limit.devices),
-    })
-}
-
 /// Checks a tenant name: `[A-Za-z0-9._-]{1,63}`, not starting with `.`. The
 /// name names a file (`<name>.ledger`), and the monitor skips files whose
 /// name starts with a dot (temporary files being created), so such a
@@ -368,8 +347,8 @@ mod tests {
     fn per_device_lists() {
         assert_eq!(parse_memory("0=8GiB,1=4GiB").unwrap().devices, vec![(0, 8 * GIB), (1, 4 * GIB)]);
         assert_eq!(parse_memory(" 0 = 8GiB , 1=4GiB").unwrap().devices, vec![(0, 8 * GIB), (1, 4 * GIB)]);
-        assert_eq!(parse_memory_limit("0=8GiB,1=4GiB"), Ok(MemoryLimit::PerDevice(vec![(0, 8 * GIB), (1, 4 * GIB)])));
-        assert_eq!(parse_memory_limit("8GiB"), Ok(MemoryLimit::AllDevices(8 * GIB)));
+        assert_eq!(parse_memory("0=8GiB,1=4GiB").unwrap().single(), None);
+        assert_eq!(parse_memory("8GiB").unwrap().single(), Some(8 * GIB));
         let limit = parse_memory("1=3000m").unwrap();
         assert_eq!(limit.for_device(1), Some(3000 * MIB));
         assert_eq!(limit.for_device(0), None);

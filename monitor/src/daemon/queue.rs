@@ -554,7 +554,7 @@ fn check_request(job: &Job, gids: &[u32], config: &Config, gpus: Option<&[GpuInf
     if let Some(name) = &job.name {
         ledger::units::validate_tenant_name(name).map_err(|e| format!("--name {name:?}: {e}"))?;
     }
-    if !(-1000..=1000).contains(&job.priority) {
+    if !ledger::compute::PRIORITY_RANGE.contains(&job.priority) {
         return Err(format!("--priority {}: expected a whole number from -1000 to 1000", job.priority));
     }
     let ceiling = config.priority_ceiling(job.uid, gids);

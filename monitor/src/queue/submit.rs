@@ -59,9 +59,9 @@ impl Submission {
     fn from_args(run: &RunOptions, priority: impl FnOnce() -> Result<i32, String>) -> Result<Submission, String> {
         let memory_bytes = match run.memory {
             None => None,
-            Some(text) => match ledger::units::parse_memory_limit(text).map_err(|e| format!("--memory {text:?}: {e}"))? {
-                ledger::units::MemoryLimit::AllDevices(bytes) => Some(bytes),
-                ledger::units::MemoryLimit::PerDevice(_) => {
+            Some(text) => match ledger::units::parse_memory(text).map_err(|e| format!("--memory {text:?}: {e}"))?.single() {
+                Some(bytes) => Some(bytes),
+                None => {
                     return Err(format!(
                         "--memory {text:?}: with --queue, give one size for each of the job's GPUs (like 8GiB); \
                          the queue chooses the devices, so a per-device list cannot name them"
