@@ -6,8 +6,15 @@
 //! uses now, written by every process of the tenant), a compute page (each
 //! device's budget of device time and its counters, written by every launch
 //! of the tenant on a device with a limit) and [`MAX_SLOTS`] process slots.
-//! Policy and usage sit on separate 4 KiB pages so that a hardened
-//! deployment can map the policy page read-only into tenants.
+//! Each part starts a 4 KiB page of its own, at an offset the header
+//! records. The policy page is no more protected than the others: every
+//! process of the tenant maps the whole file writable, and writes the
+//! policy page too (its first process sets the cap its environment asks
+//! for). So the page is what the tenant says, never what holds it: a
+//! process holds itself to its environment's cap in its own memory
+//! (`Ledger::hold_cap_at_most`), and the monitor holds a tenant to the cap
+//! it configured or pinned, writing it back over a raised one and judging
+//! the tenant by what NVML reports, not by this file.
 //!
 //! Compute state has a page of its own, and each device's record two cache
 //! lines of its own, because its writers are not the allocators: every
