@@ -189,6 +189,48 @@ fn corrupt_field_is_refused() {
     assert!(message.contains("corrupt"), "{message}");
 }
 
+/// Offset of the header's `compute_offset` word.
+const COMPUTE_OFFSET_AT: usize = std::mem::offset_of!(layout::Header, compute_offset);
+
+#[test]
+fn the_header_says_where_the_compute_page_is() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let bytes = file_bytes(&path);
+    let stored = u32::from_ne_bytes(bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].try_into().unwrap());
+    assert_eq!(stored as usize, layout::COMPUTE_OFFSET);
+    assert_eq!(stored, 3 * 4096);
+}
+
+#[test]
+fn a_file_from_before_compute_offset_still_opens() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let mut bytes = file_bytes(&path);
+    // The word was reserved, zero, in files of earlier builds of this version.
+    bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].copy_from_slice(&0u32.to_ne_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let ledger = Ledger::open(&path).unwrap();
+    assert_eq!(ledger.tenant(), "t");
+    assert!(ledger.damage().is_none());
+    assert_eq!(file_bytes(&path), bytes, "opening never writes the field in");
+}
+
+#[test]
+fn a_compute_offset_that_names_another_place_is_refused() {
+    for wrong in [layout::USAGE_OFFSET as u32, layout::COMPUTE_OFFSET as u32 + 1, u32::MAX] {
+        let dir = TempDir::new();
+        let path = valid_file(&dir.0);
+        let mut bytes = file_bytes(&path);
+        bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].copy_from_slice(&wrong.to_ne_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        expect_error_and_untouched(
+            &path,
+            |e| matches!(e, OpenError::Corrupt { field, value, .. } if field == "compute_offset" && *value == wrong as u64),
+        );
+    }
+}
+
 #[test]
 fn zero_length_file_stays_refused_and_untouched() {
     let dir = TempDir::new();
