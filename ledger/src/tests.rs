@@ -698,7 +698,9 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
         })
         .collect();
 
-    let mut racing_readings = 0u64;
+    // Readings returned while at least one worker was changing usage
+    // throughout, and readings refused (a change was in flight).
+    let (mut racing_readings, mut refused_readings) = (0u64, 0u64);
     for round in 0..ROUNDS {
         while stopped.load(Ordering::SeqCst) < WORKERS {
             if let Some(ended) = workers.iter().position(|w| w.is_finished()) {
@@ -706,8 +708,14 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
                 panic!("a worker ended in round {round} before its last");
             }
             if let Some(audit) = ledger.audit_usage(dev) {
-                racing_readings += 1;
                 assert_eq!(audit.used_bytes, audit.slots_bytes, "an inconsistent reading was returned: {audit:?}");
+                // A worker that has not stopped yet was in the middle of its
+                // round's changes from before the reading to after it.
+                if stopped.load(Ordering::SeqCst) < WORKERS {
+                    racing_readings += 1;
+                }
+            } else {
+                refused_readings += 1;
             }
         }
         let audit = ledger
@@ -718,7 +726,13 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
         round_end.wait();
     }
     let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    eprintln!("{admitted} reservations; {racing_readings} readings while workers ran, {ROUNDS} while they stopped");
+    eprintln!(
+        "{admitted} reservations; {racing_readings} readings returned and {refused_readings} refused while workers ran, \
+         {ROUNDS} while they stopped"
+    );
+    // Without readings taken while workers changed usage, the consistency
+    // check above checked nothing.
+    assert!(racing_readings > 0, "no reading was returned while the workers ran ({refused_readings} refused)");
     assert_eq!(admitted, WORKERS * ROUNDS * CHANGES_PER_ROUND, "the cap refused a change: the workers raced less than planned");
     assert_eq!(ledger.used_bytes(dev), 0);
 }
