@@ -493,22 +493,49 @@ fn child_process_helper() {
     }
 }
 
+/// A child process of a test, killed and reaped when the guard drops, so
+/// that no test leaves one behind, whether it passes or fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // An error means it was already reaped: nothing is left to kill.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How long the child of `reclaim_returns_the_bytes_of_a_killed_process`
+/// has to say it holds its slot.
+const CHILD_READY_WAIT: Duration = Duration::from_secs(60);
+
 #[test]
 fn reclaim_returns_the_bytes_of_a_killed_process() {
     let (dir, ledger, dev) = one_device_ledger();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_VAR, &dir.0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child_pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.by_ref().map_while(Result::ok).find(|line| line.contains("LEDGER-CHILD-READY"));
-    if ready.is_none() {
-        let status = child.wait().unwrap();
-        panic!("the child never claimed its slot (did tests::child_process_helper run?); it exited with {status}");
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
+            .env(CHILD_DIR_VAR, &dir.0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child_pid = child.0.id();
+    // Read on a thread of its own, so that a child that neither speaks nor
+    // exits fails the test (and is killed) instead of holding it up.
+    let stdout = child.0.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|line| line.contains("LEDGER-CHILD-READY"));
+        let _ = ready_tx.send(ready);
+    });
+    match ready_rx.recv_timeout(CHILD_READY_WAIT) {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            let status = child.0.try_wait().ok().flatten();
+            panic!("the child never claimed its slot (did tests::child_process_helper run?); its exit status: {status:?}");
+        }
     }
     assert_eq!(ledger.used_bytes(dev), 3 * MIB);
     let views = ledger.slots();
@@ -517,8 +544,8 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     assert_eq!(views[0].ns_pid, child_pid);
     assert!(ledger.reclaim_dead().is_empty(), "a live process was reclaimed");
 
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
     assert!(!ledger.slots()[0].alive);
     let reclaimed = ledger.reclaim_dead();
     assert_eq!(reclaimed.len(), 1);
@@ -527,6 +554,23 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     assert_eq!(ledger.used_bytes(dev), 0);
     assert!(ledger.slots().is_empty());
     assert!(ledger.reclaim_dead().is_empty(), "reclaimed twice");
+}
+
+/// The guard kills a child that a failing test leaves running.
+#[test]
+fn a_test_child_is_killed_when_its_guard_drops() {
+    let child = KillOnDrop(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap());
+    let pid = child.0.id() as libc::pid_t;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _child = child;
+        panic!("an assertion failed while the child ran");
+    }));
+    assert!(panicked.is_err());
+    // Reaped by the guard: no process of that pid is this process's child now.
+    // SAFETY: waitpid with a null status pointer and WNOHANG only asks.
+    let waited = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    assert_eq!(waited, -1, "the child is still this process's: it was not killed and reaped");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ECHILD));
 }
 
 /// The fallback order of `default_dir`, on candidates inside a temporary
