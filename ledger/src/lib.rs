@@ -399,4 +399,6 @@ impl MappedLedger {
 }
 
 #[cfg(test)]
+mod accounts_tests;
+#[cfg(test)]
 mod tests;

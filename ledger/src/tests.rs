@@ -40,6 +40,24 @@ fn one_device_ledger() -> (TempDir, Ledger, usize) {
     (dir, ledger, dev)
 }
 
+/// Runs `f` on a thread of its own and returns what it returns, failing
+/// the test if it takes longer than `limit`: a protocol that loops for ever
+/// fails its test instead of holding up the whole run.
+pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = done_tx.send(f());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the worker returned without sending"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
+    }
+}
+
 fn file_bytes(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
@@ -368,14 +386,19 @@ fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decisio
 
 #[test]
 fn a_policy_writer_that_died_mid_write_is_taken_over() {
-    let (_dir, ledger, dev) = one_device_ledger();
+    let (dir, ledger, dev) = one_device_ledger();
     // Claimed the record (odd epoch) and died before its stores.
     ledger.layout().policy.devices[dev].policy_epoch.store(1, Ordering::SeqCst);
     let started = std::time::Instant::now();
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+    // Never waited for for ever: a writer that does not take over fails here.
+    let ledger = within(Duration::from_secs(10), move || {
+        assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), CapDecision::Set);
+        ledger
+    });
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
     assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
+    drop(dir);
 }
 
 #[test]
@@ -469,6 +492,84 @@ fn reclaim_skips_live_slots_of_this_and_other_open_files() {
     assert_eq!(ledger.used_bytes(dev), 7);
     assert_eq!(ledger.reclaimed_processes_total(), 1);
     assert_eq!(ledger.slots().len(), 1);
+}
+
+#[test]
+fn a_free_slot_s_late_bytes_are_drained_only_while_it_is_free_and_nobody_holds_it() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    let index = slot.index();
+    let record = &ledger.layout().slots[index];
+    owner.try_reserve(&slot, dev, 5 * MIB).unwrap();
+    // Its owner died: the slot is ALIVE and nobody holds its lock. Read
+    // again under the lock, it is no free slot: its bytes are a dead
+    // process's, for reclaim to return with the slot.
+    drop(owner);
+    assert!(!ledger.drain_free_slot(index, record));
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (5 * MIB, 5 * MIB));
+    assert_eq!(ledger.reclaim_dead().len(), 1);
+    assert_eq!(ledger.used_bytes(dev), 0);
+
+    // A late reservation lands in the free slot while a process holds its
+    // lock (a claimer at work): left to that claimer.
+    record.bytes[dev].fetch_add(3 * MIB, Ordering::SeqCst);
+    ledger.layout().usage.devices[dev].used_bytes.fetch_add(3 * MIB, Ordering::SeqCst);
+    let claimer = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(claimer.lock_fd(), slot_lock_offset(index)).unwrap());
+    assert!(!ledger.drain_free_slot(index, record));
+    assert!(ledger.reclaim_dead().is_empty());
+    assert_eq!(ledger.used_bytes(dev), 3 * MIB, "drained under a claimer's lock");
+    drop(claimer);
+    assert!(ledger.reclaim_dead().is_empty(), "a free slot is no dead process");
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (0, 0));
+    assert_eq!(ledger.reclaimed_processes_total(), 1);
+    // The lock was dropped again: a claim finds the slot.
+    assert_eq!(ledger.claim_slot().unwrap().index(), index);
+}
+
+#[test]
+fn a_slot_is_taken_over_only_in_a_state_the_taker_wants_read_again_under_its_lock() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    let (index, generation) = (slot.index(), slot.generation());
+    owner.try_reserve(&slot, dev, 6 * MIB).unwrap();
+    half_done_reservation(&owner, &slot, dev, MIB);
+    drop(owner);
+    let record = &ledger.layout().slots[index];
+    let alive = layout::state_word(layout::slot_state::ALIVE, generation);
+    let in_flight_before = record.in_flight_word.load(Ordering::SeqCst);
+    // A taker that wants another state (its first look saw one) leaves it
+    // whole, and drops the lock.
+    let refused = ledger.take_over_slot(index, record, |state| state == layout::slot_state::CLAIMED, |_, _, _| ());
+    assert!(refused.is_none());
+    assert_eq!(record.state_word.load(Ordering::SeqCst), alive);
+    assert_eq!(record.in_flight_word.load(Ordering::SeqCst), in_flight_before);
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (7 * MIB, 6 * MIB));
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(other.lock_fd(), slot_lock_offset(index)).unwrap(), "the lock was dropped");
+    // While another process holds the lock, nobody takes the slot over.
+    let held = ledger.take_over_slot(index, record, |state| state == layout::slot_state::ALIVE, |_, _, _| ());
+    assert!(held.is_none());
+    assert_eq!(record.state_word.load(Ordering::SeqCst), alive);
+    drop(other);
+    // One that wants it: RECLAIMING while it drains, then free, one
+    // generation on, its bytes back, its writer's change settled.
+    let taken = ledger.take_over_slot(
+        index,
+        record,
+        |state| state == layout::slot_state::ALIVE,
+        |word, record, bytes| (word, record.state_word.load(Ordering::SeqCst), in_flight_count(&ledger, index), bytes),
+    );
+    let reclaiming = layout::state_word(layout::slot_state::RECLAIMING, generation);
+    assert_eq!(taken, Some((alive, reclaiming, 0, vec![(dev, 6 * MIB)])));
+    assert_eq!(record.state_word.load(Ordering::SeqCst), layout::state_word(layout::slot_state::FREE, generation + 1));
+    // Nothing in flight; finished: the drain, then the settling.
+    assert_eq!(record.in_flight_word.load(Ordering::SeqCst), ((in_flight_before >> 32) + 2) << 32);
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (MIB, 0), "the half-done MiB is a leak now");
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(other.lock_fd(), slot_lock_offset(index)).unwrap(), "the lock was dropped");
 }
 
 /// The ledger directory `child_process_helper` opens.
