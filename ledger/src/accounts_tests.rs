@@ -213,3 +213,89 @@ fn a_device_entry_claimer_locks_the_entry_s_first_byte() {
     drop(claimer);
     assert_eq!(ledger.device_index(b"GPU-lock-byte-02", 1 << 30).unwrap(), 2, "a dead claimer's entry is taken over");
 }
+
+#[test]
+fn a_release_past_a_usage_a_foreign_writer_lowered_ends_at_zero_not_wrapped() {
+    let fresh = Fresh::new("take-at-most");
+    let ledger = &fresh.ledger;
+    let dev = ledger.device_index(b"GPU-take-at-most", 1 << 30).unwrap();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 10 * MIB).unwrap();
+    // The file was damaged: usage says less than the slot holds.
+    ledger.layout().usage.devices[dev].used_bytes.store(4 * MIB, Ordering::SeqCst);
+    ledger.release(&slot, dev, 10 * MIB);
+    assert_eq!(ledger.used_bytes(dev), 0, "the excess taken is added back");
+    assert!(ledger.slots()[0].bytes_per_device.is_empty(), "the slot gave all it held");
+    ledger.release_slot(slot);
+}
+
+/// How long an entry must have been `CLAIMING`, its lock free, before it
+/// is taken for a dead claimer's (`DEVICE_CLAIM_GRACE`).
+const CLAIM_GRACE: Duration = Duration::from_millis(50);
+
+#[test]
+fn an_entry_left_claiming_without_a_lock_is_taken_over_only_after_the_grace() {
+    let fresh = Fresh::new("claim-grace");
+    let ledger = &fresh.ledger;
+    // A claimer of a build from before the lock, or a dead one: no lock.
+    ledger.layout().header.devices[0].state.store(device_state::CLAIMING, Ordering::SeqCst);
+    let started = Instant::now();
+    assert_eq!(ledger.device_index(b"GPU-claim-grace0", 1 << 30).unwrap(), 0);
+    let waited = started.elapsed();
+    assert!(waited >= CLAIM_GRACE, "taken over after {waited:?}: a claimer without the lock had no time to finish");
+    assert_eq!(ledger.devices()[0].uuid, *b"GPU-claim-grace0");
+}
+
+#[test]
+fn a_process_holds_itself_to_the_cap_it_holds_whatever_the_page_says() {
+    let fresh = Fresh::new("held-cap");
+    let ledger = &fresh.ledger;
+    let dev = ledger.device_index(b"GPU-held-cap-000", 1 << 30).unwrap();
+    assert_eq!(ledger.held_cap_bytes(dev), crate::UNLIMITED);
+    ledger.hold_cap_at_most(dev, 6 * MIB);
+    ledger.hold_cap_at_most(dev, 9 * MIB);
+    assert_eq!(ledger.held_cap_bytes(dev), 6 * MIB, "held only lower");
+    assert_eq!(ledger.held_cap_bytes(dev + 1), crate::UNLIMITED, "on its device only");
+    assert_eq!(ledger.held_cap_bytes(MAX_DEVICES), crate::UNLIMITED);
+    ledger.hold_cap_at_most(MAX_DEVICES, 1);
+    // The page raised to unlimited (by the tenant): the held cap stays.
+    ledger.set_memory_limit_bytes(dev, crate::UNLIMITED, PolicySource::Environment);
+    assert_eq!(ledger.memory_limit_bytes(dev), 6 * MIB);
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 6 * MIB).unwrap();
+    let denied = ledger.try_reserve(&slot, dev, 1).unwrap_err();
+    assert_eq!(denied, Denied { used_bytes: 6 * MIB, limit_bytes: 6 * MIB, requested_bytes: 1 });
+    // The page lowers it further.
+    ledger.set_memory_limit_bytes(dev, 2 * MIB, PolicySource::Monitor);
+    assert_eq!(ledger.memory_limit_bytes(dev), 2 * MIB);
+    ledger.release_slot(slot);
+}
+
+#[test]
+fn the_context_overhead_is_kept_per_device() {
+    let fresh = Fresh::new("overhead");
+    let ledger = &fresh.ledger;
+    let dev = ledger.device_index(b"GPU-overhead-000", 1 << 30).unwrap();
+    assert_eq!(ledger.context_overhead_bytes(dev), 0, "0 until measured");
+    ledger.set_context_overhead_bytes(dev, 300 * MIB);
+    assert_eq!(ledger.context_overhead_bytes(dev), 300 * MIB);
+    assert_eq!(ledger.context_overhead_bytes(dev + 1), 0);
+    ledger.set_context_overhead_bytes(MAX_DEVICES, 1);
+    assert_eq!(ledger.context_overhead_bytes(MAX_DEVICES), 0);
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert_eq!(other.context_overhead_bytes(dev), 300 * MIB, "in the file, for every process");
+}
+
+#[test]
+fn every_reclaimed_process_is_counted() {
+    let fresh = Fresh::new("reclaimed-count");
+    let ledger = &fresh.ledger;
+    assert_eq!(ledger.reclaimed_processes_total(), 0);
+    let dead: Vec<Ledger> = (0..3).map(|_| Ledger::open(ledger.path()).unwrap()).collect();
+    for process in &dead {
+        process.claim_slot().unwrap();
+    }
+    drop(dead);
+    assert_eq!(ledger.reclaim_dead().len(), 3);
+    assert_eq!(ledger.reclaimed_processes_total(), 3);
+}

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::layout::{self, FILE_BYTES, LAYOUT_VERSION, MAGIC};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -40,9 +40,11 @@ fn one_device_ledger() -> (TempDir, Ledger, usize) {
     (dir, ledger, dev)
 }
 
-/// Runs `f` on a thread of its own and returns what it returns, failing
-/// the test if it takes longer than `limit`: a protocol that loops for ever
-/// fails its test instead of holding up the whole run.
+/// Runs `f` on a thread of its own and returns what it returns; if it
+/// takes longer than `limit`, ends the whole test process, failing. A
+/// thread that loops for ever cannot be stopped, and the same loop holds up
+/// every other test that reaches it (here or in other modules), so a
+/// panic would fail this test and leave the run hanging.
 pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let worker = std::thread::spawn(move || {
@@ -54,7 +56,13 @@ pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T +
             Err(panic) => std::panic::resume_unwind(panic),
             Ok(()) => unreachable!("the worker returned without sending"),
         },
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Past the test harness's capture of this thread's output,
+            // which ends with the process.
+            let test = std::thread::current().name().unwrap_or("a test").to_string();
+            let _ = writeln!(std::io::stderr(), "{test}: did not finish within {limit:?}; ending the test run");
+            std::process::exit(101)
+        }
     }
 }
 
