@@ -580,6 +580,84 @@ fn a_slot_is_taken_over_only_in_a_state_the_taker_wants_read_again_under_its_loc
     assert!(ofd::try_lock(other.lock_fd(), slot_lock_offset(index)).unwrap(), "the lock was dropped");
 }
 
+#[test]
+fn a_slot_view_totals_its_bytes_over_every_device() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let second = ledger.device_index(b"GPU-1-uuid-bytes", 1 << 30).unwrap();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 3 * MIB).unwrap();
+    ledger.try_reserve(&slot, second, 4 * MIB).unwrap();
+    let views = ledger.slots();
+    assert_eq!(views[0].bytes_per_device, vec![(dev, 3 * MIB), (second, 4 * MIB)]);
+    assert_eq!(views[0].total_bytes(), 7 * MIB);
+    ledger.release_slot(slot);
+}
+
+#[test]
+fn a_slot_a_reclaimer_died_on_is_reclaimed_not_reset() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    owner.try_reserve(&slot, dev, 2 * MIB).unwrap();
+    drop(owner);
+    // A reclaimer marked it RECLAIMING and died before it freed it.
+    let record = &ledger.layout().slots[slot.index()];
+    record.state_word.store(layout::state_word(layout::slot_state::RECLAIMING, slot.generation()), Ordering::SeqCst);
+    assert!(ledger.reset_invalid_slots().is_empty(), "RECLAIMING is a state writers write");
+    let reclaimed = ledger.reclaim_dead();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].bytes_per_device, vec![(dev, 2 * MIB)]);
+    assert_eq!(ledger.used_bytes(dev), 0);
+}
+
+#[test]
+fn stray_bytes_of_a_free_slot_on_every_device_are_all_returned() {
+    let (_dir, ledger, _dev) = one_device_ledger();
+    let slot = ledger.claim_slot().unwrap();
+    let index = slot.index();
+    ledger.release_slot(slot);
+    let record = &ledger.layout().slots[index];
+    for dev in 0..MAX_DEVICES {
+        record.bytes[dev].fetch_add(MIB, Ordering::SeqCst);
+        ledger.layout().usage.devices[dev].used_bytes.fetch_add(MIB, Ordering::SeqCst);
+    }
+    assert!(ledger.reclaim_dead().is_empty());
+    for dev in 0..MAX_DEVICES {
+        assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (0, 0), "device {dev}");
+    }
+}
+
+#[test]
+fn a_ledger_holding_more_than_64_slots_never_reclaims_its_own() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let slots: Vec<Slot> = (0..66).map(|_| ledger.claim_slot().unwrap()).collect();
+    for slot in &slots {
+        ledger.try_reserve(slot, dev, 1).unwrap();
+    }
+    let mut slots = slots.into_iter();
+    let first = slots.next().unwrap();
+    let sixty_fifth = slots.nth(63).unwrap();
+    assert_eq!((first.index(), sixty_fifth.index()), (0, 64));
+    // Releasing slot 64 must not make slot 0 look like another process's.
+    ledger.release_slot(sixty_fifth);
+    assert!(ledger.reclaim_dead().is_empty(), "a slot of this Ledger was taken for a dead process's");
+    assert_eq!(ledger.used_bytes(dev), 65);
+    assert_eq!(ledger.slots().iter().filter(|view| view.alive).count(), 65);
+}
+
+#[test]
+fn the_audit_waits_for_a_change_in_flight_on_a_slot_of_its_own_ledger() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, MIB).unwrap();
+    // This very Ledger is between the two steps of a change: its lock is its
+    // own, which a probe through its own descriptor does not see.
+    half_done_reservation(&ledger, &slot, dev, MIB);
+    assert_eq!(ledger.audit_usage(dev), None, "a live change in flight taken for a leak");
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert_eq!(other.audit_usage(dev), None);
+}
+
 /// The ledger directory `child_process_helper` opens.
 const CHILD_DIR_VAR: &str = "GPUSLICE_LEDGER_TEST_CHILD_DIR";
 
