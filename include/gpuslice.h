@@ -83,7 +83,9 @@ struct gpuslice_header {
     uint32_t max_slots;
     uint64_t file_bytes;
     uint32_t initialised; /* written last, with release ordering */
-    uint32_t reserved0;
+    /* GPUSLICE_COMPUTE_OFFSET; 0 in files created before the field was
+     * written (it was reserved), whose compute page is there all the same. */
+    uint32_t compute_offset;
     uint64_t created_unix_s;
     char tenant_name[64]; /* NUL-padded */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES]; /* appended as the tenant first uses them */
@@ -205,7 +207,7 @@ _Static_assert(offsetof(struct gpuslice_header, max_devices) == 32, "gpuslice_he
 _Static_assert(offsetof(struct gpuslice_header, max_slots) == 36, "gpuslice_header.max_slots");
 _Static_assert(offsetof(struct gpuslice_header, file_bytes) == 40, "gpuslice_header.file_bytes");
 _Static_assert(offsetof(struct gpuslice_header, initialised) == 48, "gpuslice_header.initialised");
-_Static_assert(offsetof(struct gpuslice_header, reserved0) == 52, "gpuslice_header.reserved0");
+_Static_assert(offsetof(struct gpuslice_header, compute_offset) == 52, "gpuslice_header.compute_offset");
 _Static_assert(offsetof(struct gpuslice_header, created_unix_s) == 56, "gpuslice_header.created_unix_s");
 _Static_assert(offsetof(struct gpuslice_header, tenant_name) == 64, "gpuslice_header.tenant_name");
 _Static_assert(offsetof(struct gpuslice_header, devices) == 128, "gpuslice_header.devices");

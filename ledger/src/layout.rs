@@ -6,8 +6,15 @@
 //! uses now, written by every process of the tenant), a compute page (each
 //! device's budget of device time and its counters, written by every launch
 //! of the tenant on a device with a limit) and [`MAX_SLOTS`] process slots.
-//! Policy and usage sit on separate 4 KiB pages so that a hardened
-//! deployment can map the policy page read-only into tenants.
+//! Each part starts a 4 KiB page of its own, at an offset the header
+//! records. The policy page is no more protected than the others: every
+//! process of the tenant maps the whole file writable, and writes the
+//! policy page too (its first process sets the cap its environment asks
+//! for). So the page is what the tenant says, never what holds it: a
+//! process holds itself to its environment's cap in its own memory
+//! (`Ledger::hold_cap_at_most`), and the monitor holds a tenant to the cap
+//! it configured or pinned, writing it back over a raised one and judging
+//! the tenant by what NVML reports, not by this file.
 //!
 //! Compute state has a page of its own, and each device's record two cache
 //! lines of its own, because its writers are not the allocators: every
@@ -38,7 +45,10 @@ pub const UNLIMITED: u64 = u64::MAX;
 /// every ledger file.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUSLICE");
 /// The layout described by this module. Any change of size, offset or
-/// meaning bumps it; a process never maps a file of another version.
+/// meaning bumps it; a process never maps a file of another version. A
+/// reserved word may be given a meaning without a bump when its zero, which
+/// every earlier file holds, still means what it meant
+/// ([`Header::compute_offset`]).
 pub const LAYOUT_VERSION: u32 = 5;
 /// The value of [`Header::initialised`] once the creator has written
 /// everything else ("INIT" in ASCII). Zero means "still being created";
@@ -175,8 +185,10 @@ pub struct Header {
     /// [`INITIALISED`] once the creator has written everything else; written
     /// last, with release ordering.
     pub initialised: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// [`COMPUTE_OFFSET`]; 0 in files created before this field was written
+    /// (it was reserved, zero), whose compute page is at [`COMPUTE_OFFSET`]
+    /// all the same. Opening refuses any other value.
+    pub compute_offset: AtomicU32,
     /// When the file was created, seconds since the Unix epoch.
     pub created_unix_s: AtomicU64,
     /// The tenant's name, NUL-padded (at most 63 bytes, so always ends in NUL).
@@ -405,6 +417,7 @@ const _: () = {
     assert!(offset_of!(Header, max_slots) == 36);
     assert!(offset_of!(Header, file_bytes) == 40);
     assert!(offset_of!(Header, initialised) == 48);
+    assert!(offset_of!(Header, compute_offset) == 52);
     assert!(offset_of!(Header, created_unix_s) == 56);
     assert!(offset_of!(Header, tenant_name) == 64);
     assert!(offset_of!(Header, devices) == 128);

@@ -1,9 +1,24 @@
-//! The gpuslice ledger: one shared-memory file per tenant, holding the
-//! tenant's policy, its usage and one slot per process.
+//! The state gpuslice's shim and monitor share, and the rules for changing
+//! it. Two kinds, with two different trust models:
 //!
-//! Used by the shim (in every tenant process) and by the monitor. The bytes
-//! are described in [`layout`] (and, for C, in `include/gpuslice.h`); this
-//! crate is the safe way to read and change them:
+//! - **Per tenant: the ledger.** One shared-memory file per tenant, mapped
+//!   writable by every process of the tenant and by the monitor, holding
+//!   the tenant's policy, its usage, its device time budgets and one slot
+//!   per process. Everything in it may have been written by the tenant, so
+//!   it is input to the monitor, never truth (see [`open`](Ledger::open)
+//!   and [`guard`] for how a reader survives a hostile one).
+//! - **Across tenants: compute arbitration.** [`grants`]: one page per
+//!   device, written by the monitor alone and sealed before any tenant maps
+//!   it (read-only), saying which tenant may launch there now. [`broker`]:
+//!   the socket protocol by which a process gets that page and tells the
+//!   monitor what is its own (that it wants the device, is busy, is done).
+//!
+//! Beside them, [`units`] parses the sizes, ratios and names that both sides
+//! read from configuration and the environment.
+//!
+//! The ledger is used by the shim (in every tenant process) and by the
+//! monitor. Its bytes are described in [`layout`] (and, for C, in
+//! `include/gpuslice.h`); this crate is the safe way to read and change them:
 //!
 //! - [`Ledger::open_or_create`] finds or creates `<dir>/<tenant>.ledger`
 //!   (race-free, for the creator's users only, in a directory no other user
@@ -383,5 +398,7 @@ impl MappedLedger {
     }
 }
 
+#[cfg(test)]
+mod accounts_tests;
 #[cfg(test)]
 mod tests;

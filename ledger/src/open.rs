@@ -291,6 +291,11 @@ fn first_look(path: &Path, file: &File) -> Result<FirstLook, OpenError> {
             return Err(corrupt(field, value));
         }
     }
+    // Files of builds from before the field hold 0 there (it was reserved).
+    let compute_offset = read_u32(page, 52);
+    if compute_offset != 0 && compute_offset as usize != layout::COMPUTE_OFFSET {
+        return Err(corrupt("compute_offset", compute_offset as u64));
+    }
     match read_u32(page, 48) {
         INITIALISED => Ok(FirstLook::Ready),
         0 => Ok(FirstLook::NotYet(corrupt("initialised", 0))),
@@ -436,6 +441,7 @@ fn initialise(file: &LedgerFile, tenant: &str) {
     header.policy_offset.store(layout::POLICY_OFFSET as u32, Ordering::Relaxed);
     header.usage_offset.store(layout::USAGE_OFFSET as u32, Ordering::Relaxed);
     header.slots_offset.store(layout::SLOTS_OFFSET as u32, Ordering::Relaxed);
+    header.compute_offset.store(layout::COMPUTE_OFFSET as u32, Ordering::Relaxed);
     header.slot_bytes.store(layout::SLOT_BYTES as u32, Ordering::Relaxed);
     header.max_devices.store(layout::MAX_DEVICES as u32, Ordering::Relaxed);
     header.max_slots.store(layout::MAX_SLOTS as u32, Ordering::Relaxed);

@@ -25,7 +25,7 @@
 //! left alone (its reservations and releases stop: the slot is no longer
 //! `ALIVE` for its generation).
 
-use crate::layout::{in_flight, slot_state, split_state_word, state_word, SLOTS_OFFSET, SLOT_BYTES};
+use crate::layout::{in_flight, slot_state, split_state_word, state_word, SlotRecord, SLOTS_OFFSET, SLOT_BYTES};
 use crate::ofd;
 use crate::process::ProcessIdentity;
 use crate::{Ledger, LedgerError, MAX_SLOTS};
@@ -123,6 +123,17 @@ pub fn lock_offset(index: usize) -> u64 {
     (SLOTS_OFFSET + index * SLOT_BYTES) as u64
 }
 
+/// Whether a slot state is one a process holds a slot in: `CLAIMED`,
+/// `ALIVE` or `RECLAIMING` (whose holder, if it is gone, died).
+fn is_owned_state(state: u32) -> bool {
+    state != slot_state::FREE && state <= slot_state::RECLAIMING
+}
+
+/// Whether a slot state is one no writer writes.
+fn is_invalid_state(state: u32) -> bool {
+    state > slot_state::RECLAIMING
+}
+
 fn bit(index: usize) -> (usize, u64) {
     (index / 64, 1u64 << (index % 64))
 }
@@ -218,7 +229,6 @@ impl Ledger {
     /// ([`reset_invalid_slots`](Self::reset_invalid_slots) deals with them).
     pub fn reclaim_dead(&self) -> Vec<Reclaimed> {
         let owned = self.owned_bits();
-        let fd = self.lock_fd();
         let mut reclaimed = Vec::new();
         for (index, record) in self.layout().slots.iter().enumerate() {
             let (word_index, mask) = bit(index);
@@ -226,53 +236,83 @@ impl Ledger {
                 continue;
             }
             let state_now = split_state_word(record.state_word.load(Ordering::Acquire)).0;
-            if state_now > slot_state::RECLAIMING {
-                continue;
-            }
             if state_now == slot_state::FREE {
-                if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0) && matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true))
-                {
-                    // Bytes of a late reservation after its owner released
-                    // the slot; nobody can claim the slot while we hold its lock.
-                    if split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE {
-                        self.drain_slot(record);
-                    }
-                    let _ = ofd::unlock(fd, lock_offset(index));
+                if record.bytes.iter().any(|b| b.load(Ordering::Acquire) != 0) {
+                    self.drain_free_slot(index, record);
                 }
                 continue;
             }
-            if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
+            if !is_owned_state(state_now) {
                 continue;
             }
-            // We hold the lock: the owner is gone. Re-read under the lock.
-            let word = record.state_word.load(Ordering::Acquire);
-            let (state, generation) = split_state_word(word);
-            let reclaiming = state_word(slot_state::RECLAIMING, generation);
-            if state == slot_state::FREE
-                || state > slot_state::RECLAIMING
-                || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err()
-            {
-                let _ = ofd::unlock(fd, lock_offset(index));
-                continue;
-            }
-            let bytes_per_device = self.drain_slot(record);
-            // The dead owner's marks go with it: what it left between two
-            // steps is a leak for the audit, no longer in flight.
-            let word = record.in_flight_word.load(Ordering::Acquire);
-            record.in_flight_word.store(in_flight::settled(word), Ordering::SeqCst);
-            let dead = Reclaimed {
+            let dead = self.take_over_slot(index, record, is_owned_state, |_, record, bytes_per_device| Reclaimed {
                 slot_index: index,
                 pid: record.pid.load(Ordering::Relaxed),
                 ns_pid: record.ns_pid.load(Ordering::Relaxed),
                 pidns_inode: record.pidns_inode.load(Ordering::Relaxed),
                 bytes_per_device,
-            };
-            record.state_word.store(state_word(slot_state::FREE, generation.wrapping_add(1)), Ordering::Release);
-            self.layout().usage.reclaimed_processes_total.fetch_add(1, Ordering::Relaxed);
-            let _ = ofd::unlock(fd, lock_offset(index));
-            reclaimed.push(dead);
+            });
+            if let Some(dead) = dead {
+                self.layout().usage.reclaimed_processes_total.fetch_add(1, Ordering::Relaxed);
+                reclaimed.push(dead);
+            }
         }
         reclaimed
+    }
+
+    /// Returns the bytes of a late reservation that landed in free slot
+    /// `index` after its owner released it, if nobody holds the slot's lock
+    /// and the slot, read again under the lock, is still free (nobody can
+    /// claim it while we hold the lock). Returns whether it drained it. The
+    /// caller holds [`owned_bits`](Self::owned_bits).
+    pub(crate) fn drain_free_slot(&self, index: usize, record: &SlotRecord) -> bool {
+        let fd = self.lock_fd();
+        if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
+            return false;
+        }
+        let free = split_state_word(record.state_word.load(Ordering::Acquire)).0 == slot_state::FREE;
+        if free {
+            self.drain_slot(record);
+        }
+        let _ = ofd::unlock(fd, lock_offset(index));
+        free
+    }
+
+    /// Takes slot `index` over from an owner that is gone: if nobody holds
+    /// the slot's lock and its state, read again under the lock, is one
+    /// `wanted` accepts, marks it `RECLAIMING` (a CAS from the word read, so
+    /// a stale view never wins), returns its bytes to the tenant, settles
+    /// the changes its writer left in flight (a leak for the audit now, no
+    /// longer in flight), lets `report` read the record (given the word
+    /// found and the bytes returned), and frees the slot with its generation
+    /// raised. `None`, with the slot untouched and the lock dropped,
+    /// otherwise. The caller holds [`owned_bits`](Self::owned_bits).
+    pub(crate) fn take_over_slot<R>(
+        &self,
+        index: usize,
+        record: &SlotRecord,
+        wanted: impl Fn(u32) -> bool,
+        report: impl FnOnce(u64, &SlotRecord, Vec<(usize, u64)>) -> R,
+    ) -> Option<R> {
+        let fd = self.lock_fd();
+        if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
+            return None;
+        }
+        // We hold the lock: the owner is gone. Re-read under the lock.
+        let word = record.state_word.load(Ordering::Acquire);
+        let (state, generation) = split_state_word(word);
+        let reclaiming = state_word(slot_state::RECLAIMING, generation);
+        if !wanted(state) || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            let _ = ofd::unlock(fd, lock_offset(index));
+            return None;
+        }
+        let bytes_per_device = self.drain_slot(record);
+        let in_flight_word = record.in_flight_word.load(Ordering::Acquire);
+        record.in_flight_word.store(in_flight::settled(in_flight_word), Ordering::SeqCst);
+        let reported = report(word, record, bytes_per_device);
+        record.state_word.store(state_word(slot_state::FREE, generation.wrapping_add(1)), Ordering::Release);
+        let _ = ofd::unlock(fd, lock_offset(index));
+        Some(reported)
     }
 
     /// Frees the slots holding a state no writer writes (see the module
@@ -280,35 +320,22 @@ impl Ledger {
     /// returns each one. Skips the slots this `Ledger` holds itself.
     pub fn reset_invalid_slots(&self) -> Vec<InvalidSlot> {
         let owned = self.owned_bits();
-        let fd = self.lock_fd();
         let mut reset = Vec::new();
         for (index, record) in self.layout().slots.iter().enumerate() {
             let (word_index, mask) = bit(index);
             if owned.get(word_index).is_some_and(|w| w & mask != 0) {
                 continue;
             }
-            if split_state_word(record.state_word.load(Ordering::Acquire)).0 <= slot_state::RECLAIMING {
+            if !is_invalid_state(split_state_word(record.state_word.load(Ordering::Acquire)).0) {
                 continue;
             }
-            if !matches!(ofd::try_lock(fd, lock_offset(index)), Ok(true)) {
-                continue;
-            }
-            let word = record.state_word.load(Ordering::Acquire);
-            let (state, generation) = split_state_word(word);
-            let reclaiming = state_word(slot_state::RECLAIMING, generation);
-            if state <= slot_state::RECLAIMING
-                || record.state_word.compare_exchange(word, reclaiming, Ordering::AcqRel, Ordering::Acquire).is_err()
-            {
-                let _ = ofd::unlock(fd, lock_offset(index));
-                continue;
-            }
-            let bytes_per_device = self.drain_slot(record);
-            let in_flight_word = record.in_flight_word.load(Ordering::Acquire);
-            record.in_flight_word.store(in_flight::settled(in_flight_word), Ordering::SeqCst);
-            let pid = record.pid.load(Ordering::Relaxed);
-            record.state_word.store(state_word(slot_state::FREE, generation.wrapping_add(1)), Ordering::Release);
-            let _ = ofd::unlock(fd, lock_offset(index));
-            reset.push(InvalidSlot { slot_index: index, state_word: word, pid, bytes_per_device });
+            let invalid = self.take_over_slot(index, record, is_invalid_state, |word, record, bytes_per_device| InvalidSlot {
+                slot_index: index,
+                state_word: word,
+                pid: record.pid.load(Ordering::Relaxed),
+                bytes_per_device,
+            });
+            reset.extend(invalid);
         }
         reset
     }

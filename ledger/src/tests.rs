@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::layout::{self, FILE_BYTES, LAYOUT_VERSION, MAGIC};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -38,6 +38,32 @@ fn one_device_ledger() -> (TempDir, Ledger, usize) {
     let ledger = Ledger::open_or_create(&dir.0, "t").unwrap();
     let dev = ledger.device_index(&UUID, 1 << 30).unwrap();
     (dir, ledger, dev)
+}
+
+/// Runs `f` on a thread of its own and returns what it returns; if it
+/// takes longer than `limit`, ends the whole test process, failing. A
+/// thread that loops for ever cannot be stopped, and the same loop holds up
+/// every other test that reaches it (here or in other modules), so a
+/// panic would fail this test and leave the run hanging.
+pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = done_tx.send(f());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the worker returned without sending"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Past the test harness's capture of this thread's output,
+            // which ends with the process.
+            let test = std::thread::current().name().unwrap_or("a test").to_string();
+            let _ = writeln!(std::io::stderr(), "{test}: did not finish within {limit:?}; ending the test run");
+            std::process::exit(101)
+        }
+    }
 }
 
 fn file_bytes(path: &Path) -> Vec<u8> {
@@ -189,6 +215,48 @@ fn corrupt_field_is_refused() {
     assert!(message.contains("corrupt"), "{message}");
 }
 
+/// Offset of the header's `compute_offset` word.
+const COMPUTE_OFFSET_AT: usize = std::mem::offset_of!(layout::Header, compute_offset);
+
+#[test]
+fn the_header_says_where_the_compute_page_is() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let bytes = file_bytes(&path);
+    let stored = u32::from_ne_bytes(bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].try_into().unwrap());
+    assert_eq!(stored as usize, layout::COMPUTE_OFFSET);
+    assert_eq!(stored, 3 * 4096);
+}
+
+#[test]
+fn a_file_from_before_compute_offset_still_opens() {
+    let dir = TempDir::new();
+    let path = valid_file(&dir.0);
+    let mut bytes = file_bytes(&path);
+    // The word was reserved, zero, in files of earlier builds of this version.
+    bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].copy_from_slice(&0u32.to_ne_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let ledger = Ledger::open(&path).unwrap();
+    assert_eq!(ledger.tenant(), "t");
+    assert!(ledger.damage().is_none());
+    assert_eq!(file_bytes(&path), bytes, "opening never writes the field in");
+}
+
+#[test]
+fn a_compute_offset_that_names_another_place_is_refused() {
+    for wrong in [layout::USAGE_OFFSET as u32, layout::COMPUTE_OFFSET as u32 + 1, u32::MAX] {
+        let dir = TempDir::new();
+        let path = valid_file(&dir.0);
+        let mut bytes = file_bytes(&path);
+        bytes[COMPUTE_OFFSET_AT..COMPUTE_OFFSET_AT + 4].copy_from_slice(&wrong.to_ne_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        expect_error_and_untouched(
+            &path,
+            |e| matches!(e, OpenError::Corrupt { field, value, .. } if field == "compute_offset" && *value == wrong as u64),
+        );
+    }
+}
+
 #[test]
 fn zero_length_file_stays_refused_and_untouched() {
     let dir = TempDir::new();
@@ -323,14 +391,19 @@ fn a_cap_written_while_a_process_decides_is_never_overwritten_by_a_stale_decisio
 
 #[test]
 fn a_policy_writer_that_died_mid_write_is_taken_over() {
-    let (_dir, ledger, dev) = one_device_ledger();
+    let (dir, ledger, dev) = one_device_ledger();
     // Claimed the record (odd epoch) and died before its stores.
     ledger.layout().policy.devices[dev].policy_epoch.store(1, Ordering::SeqCst);
     let started = std::time::Instant::now();
-    assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), Decision::Set);
+    // Never waited for for ever: a writer that does not take over fails here.
+    let ledger = within(Duration::from_secs(10), move || {
+        assert_eq!(ledger.apply_environment_cap(dev, 8 * MIB, || false), Decision::Set);
+        ledger
+    });
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(ledger.memory_limit_bytes(dev), 8 * MIB);
     assert_eq!(ledger.layout().policy.devices[dev].policy_epoch.load(Ordering::SeqCst) % 2, 0);
+    drop(dir);
 }
 
 #[test]
@@ -426,6 +499,162 @@ fn reclaim_skips_live_slots_of_this_and_other_open_files() {
     assert_eq!(ledger.slots().len(), 1);
 }
 
+#[test]
+fn a_free_slot_s_late_bytes_are_drained_only_while_it_is_free_and_nobody_holds_it() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    let index = slot.index();
+    let record = &ledger.layout().slots[index];
+    owner.try_reserve(&slot, dev, 5 * MIB).unwrap();
+    // Its owner died: the slot is ALIVE and nobody holds its lock. Read
+    // again under the lock, it is no free slot: its bytes are a dead
+    // process's, for reclaim to return with the slot.
+    drop(owner);
+    assert!(!ledger.drain_free_slot(index, record));
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (5 * MIB, 5 * MIB));
+    assert_eq!(ledger.reclaim_dead().len(), 1);
+    assert_eq!(ledger.used_bytes(dev), 0);
+
+    // A late reservation lands in the free slot while a process holds its
+    // lock (a claimer at work): left to that claimer.
+    record.bytes[dev].fetch_add(3 * MIB, Ordering::SeqCst);
+    ledger.layout().usage.devices[dev].used_bytes.fetch_add(3 * MIB, Ordering::SeqCst);
+    let claimer = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(claimer.lock_fd(), slot_lock_offset(index)).unwrap());
+    assert!(!ledger.drain_free_slot(index, record));
+    assert!(ledger.reclaim_dead().is_empty());
+    assert_eq!(ledger.used_bytes(dev), 3 * MIB, "drained under a claimer's lock");
+    drop(claimer);
+    assert!(ledger.reclaim_dead().is_empty(), "a free slot is no dead process");
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (0, 0));
+    assert_eq!(ledger.reclaimed_processes_total(), 1);
+    // The lock was dropped again: a claim finds the slot.
+    assert_eq!(ledger.claim_slot().unwrap().index(), index);
+}
+
+#[test]
+fn a_slot_is_taken_over_only_in_a_state_the_taker_wants_read_again_under_its_lock() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    let (index, generation) = (slot.index(), slot.generation());
+    owner.try_reserve(&slot, dev, 6 * MIB).unwrap();
+    half_done_reservation(&owner, &slot, dev, MIB);
+    drop(owner);
+    let record = &ledger.layout().slots[index];
+    let alive = layout::state_word(layout::slot_state::ALIVE, generation);
+    let in_flight_before = record.in_flight_word.load(Ordering::SeqCst);
+    // A taker that wants another state (its first look saw one) leaves it
+    // whole, and drops the lock.
+    let refused = ledger.take_over_slot(index, record, |state| state == layout::slot_state::CLAIMED, |_, _, _| ());
+    assert!(refused.is_none());
+    assert_eq!(record.state_word.load(Ordering::SeqCst), alive);
+    assert_eq!(record.in_flight_word.load(Ordering::SeqCst), in_flight_before);
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (7 * MIB, 6 * MIB));
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(other.lock_fd(), slot_lock_offset(index)).unwrap(), "the lock was dropped");
+    // While another process holds the lock, nobody takes the slot over.
+    let held = ledger.take_over_slot(index, record, |state| state == layout::slot_state::ALIVE, |_, _, _| ());
+    assert!(held.is_none());
+    assert_eq!(record.state_word.load(Ordering::SeqCst), alive);
+    drop(other);
+    // One that wants it: RECLAIMING while it drains, then free, one
+    // generation on, its bytes back, its writer's change settled.
+    let taken = ledger.take_over_slot(
+        index,
+        record,
+        |state| state == layout::slot_state::ALIVE,
+        |word, record, bytes| (word, record.state_word.load(Ordering::SeqCst), in_flight_count(&ledger, index), bytes),
+    );
+    let reclaiming = layout::state_word(layout::slot_state::RECLAIMING, generation);
+    assert_eq!(taken, Some((alive, reclaiming, 0, vec![(dev, 6 * MIB)])));
+    assert_eq!(record.state_word.load(Ordering::SeqCst), layout::state_word(layout::slot_state::FREE, generation + 1));
+    // Nothing in flight; finished: the drain, then the settling.
+    assert_eq!(record.in_flight_word.load(Ordering::SeqCst), ((in_flight_before >> 32) + 2) << 32);
+    assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (MIB, 0), "the half-done MiB is a leak now");
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert!(ofd::try_lock(other.lock_fd(), slot_lock_offset(index)).unwrap(), "the lock was dropped");
+}
+
+#[test]
+fn a_slot_view_totals_its_bytes_over_every_device() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let second = ledger.device_index(b"GPU-1-uuid-bytes", 1 << 30).unwrap();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, 3 * MIB).unwrap();
+    ledger.try_reserve(&slot, second, 4 * MIB).unwrap();
+    let views = ledger.slots();
+    assert_eq!(views[0].bytes_per_device, vec![(dev, 3 * MIB), (second, 4 * MIB)]);
+    assert_eq!(views[0].total_bytes(), 7 * MIB);
+    ledger.release_slot(slot);
+}
+
+#[test]
+fn a_slot_a_reclaimer_died_on_is_reclaimed_not_reset() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let owner = Ledger::open(ledger.path()).unwrap();
+    let slot = owner.claim_slot().unwrap();
+    owner.try_reserve(&slot, dev, 2 * MIB).unwrap();
+    drop(owner);
+    // A reclaimer marked it RECLAIMING and died before it freed it.
+    let record = &ledger.layout().slots[slot.index()];
+    record.state_word.store(layout::state_word(layout::slot_state::RECLAIMING, slot.generation()), Ordering::SeqCst);
+    assert!(ledger.reset_invalid_slots().is_empty(), "RECLAIMING is a state writers write");
+    let reclaimed = ledger.reclaim_dead();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].bytes_per_device, vec![(dev, 2 * MIB)]);
+    assert_eq!(ledger.used_bytes(dev), 0);
+}
+
+#[test]
+fn stray_bytes_of_a_free_slot_on_every_device_are_all_returned() {
+    let (_dir, ledger, _dev) = one_device_ledger();
+    let slot = ledger.claim_slot().unwrap();
+    let index = slot.index();
+    ledger.release_slot(slot);
+    let record = &ledger.layout().slots[index];
+    for dev in 0..MAX_DEVICES {
+        record.bytes[dev].fetch_add(MIB, Ordering::SeqCst);
+        ledger.layout().usage.devices[dev].used_bytes.fetch_add(MIB, Ordering::SeqCst);
+    }
+    assert!(ledger.reclaim_dead().is_empty());
+    for dev in 0..MAX_DEVICES {
+        assert_eq!((ledger.used_bytes(dev), record.bytes[dev].load(Ordering::SeqCst)), (0, 0), "device {dev}");
+    }
+}
+
+#[test]
+fn a_ledger_holding_more_than_64_slots_never_reclaims_its_own() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let slots: Vec<Slot> = (0..66).map(|_| ledger.claim_slot().unwrap()).collect();
+    for slot in &slots {
+        ledger.try_reserve(slot, dev, 1).unwrap();
+    }
+    let mut slots = slots.into_iter();
+    let first = slots.next().unwrap();
+    let sixty_fifth = slots.nth(63).unwrap();
+    assert_eq!((first.index(), sixty_fifth.index()), (0, 64));
+    // Releasing slot 64 must not make slot 0 look like another process's.
+    ledger.release_slot(sixty_fifth);
+    assert!(ledger.reclaim_dead().is_empty(), "a slot of this Ledger was taken for a dead process's");
+    assert_eq!(ledger.used_bytes(dev), 65);
+    assert_eq!(ledger.slots().iter().filter(|view| view.alive).count(), 65);
+}
+
+#[test]
+fn the_audit_waits_for_a_change_in_flight_on_a_slot_of_its_own_ledger() {
+    let (_dir, ledger, dev) = one_device_ledger();
+    let slot = ledger.claim_slot().unwrap();
+    ledger.try_reserve(&slot, dev, MIB).unwrap();
+    // This very Ledger is between the two steps of a change: its lock is its
+    // own, which a probe through its own descriptor does not see.
+    half_done_reservation(&ledger, &slot, dev, MIB);
+    assert_eq!(ledger.audit_usage(dev), None, "a live change in flight taken for a leak");
+    let other = Ledger::open(ledger.path()).unwrap();
+    assert_eq!(other.audit_usage(dev), None);
+}
+
 /// The ledger directory `child_process_helper` opens.
 const CHILD_DIR_VAR: &str = "GS_TEST_LEDGER_CHILD_DIR";
 
@@ -448,22 +677,49 @@ fn child_process_helper() {
     }
 }
 
+/// A child process of a test, killed and reaped when the guard drops, so
+/// that no test leaves one behind, whether it passes or fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // An error means it was already reaped: nothing is left to kill.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How long the child of `reclaim_returns_the_bytes_of_a_killed_process`
+/// has to say it holds its slot.
+const CHILD_READY_WAIT: Duration = Duration::from_secs(60);
+
 #[test]
 fn reclaim_returns_the_bytes_of_a_killed_process() {
     let (dir, ledger, dev) = one_device_ledger();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_VAR, &dir.0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child_pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.by_ref().map_while(Result::ok).find(|line| line.contains("LEDGER-CHILD-READY"));
-    if ready.is_none() {
-        let status = child.wait().unwrap();
-        panic!("the child never claimed its slot (did tests::child_process_helper run?); it exited with {status}");
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "tests::child_process_helper", "--nocapture", "--test-threads=1"])
+            .env(CHILD_DIR_VAR, &dir.0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child_pid = child.0.id();
+    // Read on a thread of its own, so that a child that neither speaks nor
+    // exits fails the test (and is killed) instead of holding it up.
+    let stdout = child.0.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|line| line.contains("LEDGER-CHILD-READY"));
+        let _ = ready_tx.send(ready);
+    });
+    match ready_rx.recv_timeout(CHILD_READY_WAIT) {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            let status = child.0.try_wait().ok().flatten();
+            panic!("the child never claimed its slot (did tests::child_process_helper run?); its exit status: {status:?}");
+        }
     }
     assert_eq!(ledger.used_bytes(dev), 3 * MIB);
     let views = ledger.slots();
@@ -472,8 +728,8 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     assert_eq!(views[0].ns_pid, child_pid);
     assert!(ledger.reclaim_dead().is_empty(), "a live process was reclaimed");
 
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
     assert!(!ledger.slots()[0].alive);
     let reclaimed = ledger.reclaim_dead();
     assert_eq!(reclaimed.len(), 1);
@@ -482,6 +738,23 @@ fn reclaim_returns_the_bytes_of_a_killed_process() {
     assert_eq!(ledger.used_bytes(dev), 0);
     assert!(ledger.slots().is_empty());
     assert!(ledger.reclaim_dead().is_empty(), "reclaimed twice");
+}
+
+/// The guard kills a child that a failing test leaves running.
+#[test]
+fn a_test_child_is_killed_when_its_guard_drops() {
+    let child = KillOnDrop(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap());
+    let pid = child.0.id() as libc::pid_t;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _child = child;
+        panic!("an assertion failed while the child ran");
+    }));
+    assert!(panicked.is_err());
+    // Reaped by the guard: no process of that pid is this process's child now.
+    // SAFETY: waitpid with a null status pointer and WNOHANG only asks.
+    let waited = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    assert_eq!(waited, -1, "the child is still this process's: it was not killed and reaped");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ECHILD));
 }
 
 /// The fallback order of `default_dir`, on candidates inside a temporary
@@ -653,7 +926,9 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
         })
         .collect();
 
-    let mut racing_readings = 0u64;
+    // Readings returned while at least one worker was changing usage
+    // throughout, and readings refused (a change was in flight).
+    let (mut racing_readings, mut refused_readings) = (0u64, 0u64);
     for round in 0..ROUNDS {
         while stopped.load(Ordering::SeqCst) < WORKERS {
             if let Some(ended) = workers.iter().position(|w| w.is_finished()) {
@@ -661,8 +936,14 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
                 panic!("a worker ended in round {round} before its last");
             }
             if let Some(audit) = ledger.audit_usage(dev) {
-                racing_readings += 1;
                 assert_eq!(audit.used_bytes, audit.slots_bytes, "an inconsistent reading was returned: {audit:?}");
+                // A worker that has not stopped yet was in the middle of its
+                // round's changes from before the reading to after it.
+                if stopped.load(Ordering::SeqCst) < WORKERS {
+                    racing_readings += 1;
+                }
+            } else {
+                refused_readings += 1;
             }
         }
         let audit = ledger
@@ -673,7 +954,13 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
         round_end.wait();
     }
     let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    eprintln!("{admitted} reservations; {racing_readings} readings while workers ran, {ROUNDS} while they stopped");
+    eprintln!(
+        "{admitted} reservations; {racing_readings} readings returned and {refused_readings} refused while workers ran, \
+         {ROUNDS} while they stopped"
+    );
+    // Without readings taken while workers changed usage, the consistency
+    // check above checked nothing.
+    assert!(racing_readings > 0, "no reading was returned while the workers ran ({refused_readings} refused)");
     assert_eq!(admitted, WORKERS * ROUNDS * CHANGES_PER_ROUND, "the cap refused a change: the workers raced less than planned");
     assert_eq!(ledger.used_bytes(dev), 0);
 }

@@ -87,6 +87,13 @@ int main(int argc, char **argv) {
     P("file.policy1.policy_source", l->policy.devices[1].policy_source);
     P("file.usage1.used_bytes", __atomic_load_n(&l->usage.devices[1].used_bytes, __ATOMIC_ACQUIRE));
     P("file.usage1.alloc_denied_total", l->usage.devices[1].alloc_denied_total);
+    /* The compute page found from the file alone, as a reader of any build would. */
+    uint32_t compute_offset = l->header.compute_offset;
+    P("file.compute_offset", compute_offset);
+    if (compute_offset != 0) {
+        const struct gpuslice_compute_page *compute = (const void *)((const char *)l + compute_offset);
+        P("file.compute1.launches_total", __atomic_load_n(&compute->devices[1].launches_total, __ATOMIC_ACQUIRE));
+    }
     for (int i = 0; i < GPUSLICE_MAX_SLOTS; i++) {
         uint64_t word = __atomic_load_n(&l->slots[i].state_word, __ATOMIC_ACQUIRE);
         if ((uint32_t)word == GPUSLICE_SLOT_ALIVE) {
@@ -160,6 +167,7 @@ fn c_sees_every_field_and_constant_as_rust_does_and_reads_a_real_ledger() {
     let slot = ledger.claim_slot().unwrap();
     ledger.try_reserve(&slot, dev, 3 << 20).unwrap();
     assert!(ledger.try_reserve(&slot, dev, 3 << 20).is_err());
+    ledger.layout().compute.devices[dev].launches_total.store(29, std::sync::atomic::Ordering::Release);
 
     let c = run_c_reader(&build, ledger.path());
     let expect = |name: &str, value: String| assert_eq!(c.get(name), Some(&value), "{name}");
@@ -172,6 +180,8 @@ fn c_sees_every_field_and_constant_as_rust_does_and_reads_a_real_ledger() {
     expect("file.policy1.policy_source", PolicySource::Monitor.as_u32().to_string());
     expect("file.usage1.used_bytes", (3u64 << 20).to_string());
     expect("file.usage1.alloc_denied_total", "1".into());
+    expect("file.compute_offset", ledger::layout::COMPUTE_OFFSET.to_string());
+    expect("file.compute1.launches_total", "29".into());
     expect("file.alive_slot.index", slot.index().to_string());
     expect("file.alive_slot.ns_pid", std::process::id().to_string());
     expect("file.alive_slot.bytes1", (3u64 << 20).to_string());

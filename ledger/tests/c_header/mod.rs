@@ -232,7 +232,10 @@ fn records() -> Vec<Record> {
             max_slots,
             file_bytes,
             initialised.note("written last, with release ordering"),
-            reserved0,
+            compute_offset.comment(&[
+                "GPUSLICE_COMPUTE_OFFSET; 0 in files created before the field was",
+                "written (it was reserved), whose compute page is there all the same.",
+            ]),
             created_unix_s,
             tenant_name.text().note("NUL-padded"),
             devices.len_constant("GPUSLICE_MAX_DEVICES").note("appended as the tenant first uses them"),
