@@ -88,7 +88,7 @@ pub use audit::UsageAudit;
 pub use compute::{Admit, BucketClock, ComputeBucket};
 pub use error::{Denied, LedgerError, OpenError};
 pub use layout::{MAX_DEVICES, MAX_SLOTS, UNLIMITED};
-pub use open::{Damage, FileAccess, CREATION_WAIT};
+pub use open::{Damage, FileAccess, FileKind, CREATION_WAIT};
 pub use slots::{lock_offset as slot_lock_offset, InvalidSlot, Reclaimed, Slot, SlotView};
 
 use std::fs::{File, OpenOptions};

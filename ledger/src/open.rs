@@ -243,7 +243,7 @@ enum FirstLook {
 fn first_look(path: &Path, file: &File) -> Result<FirstLook, OpenError> {
     let meta = file.metadata().map_err(|e| io_error(path, "stat", e))?;
     if !meta.file_type().is_file() {
-        let kind = describe_file_type(&meta);
+        let kind = FileKind::of(&meta);
         return Err(io_error(path, "open", io::Error::other(format!("it is {kind}, not a regular file"))));
     }
     let len = meta.len();
@@ -343,20 +343,52 @@ pub(crate) fn tenant_of(file: &LedgerFile) -> Option<String> {
     Some(name)
 }
 
-fn describe_file_type(meta: &std::fs::Metadata) -> &'static str {
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
-    } else if kind.is_symlink() {
-        "a symbolic link"
-    } else {
-        "no regular file"
+/// What stands at a path, as messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Link,
+    Directory,
+    Fifo,
+    Socket,
+    Device,
+    EmptyFile,
+    RegularFile,
+}
+
+impl FileKind {
+    /// The kind of what `meta` (from `symlink_metadata`, or of an open
+    /// file) describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileKind {
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            FileKind::Link
+        } else if kind.is_dir() {
+            FileKind::Directory
+        } else if kind.is_fifo() {
+            FileKind::Fifo
+        } else if kind.is_socket() {
+            FileKind::Socket
+        } else if !kind.is_file() {
+            FileKind::Device
+        } else if meta.len() == 0 {
+            FileKind::EmptyFile
+        } else {
+            FileKind::RegularFile
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileKind::Link => "a symbolic link",
+            FileKind::Directory => "a directory",
+            FileKind::Fifo => "a FIFO",
+            FileKind::Socket => "a socket",
+            FileKind::Device => "a device",
+            FileKind::EmptyFile => "an empty file",
+            FileKind::RegularFile => "a regular file",
+        })
     }
 }
 
@@ -518,7 +550,7 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), OpenError> {
         meta
     };
     if !meta.is_dir() {
-        return Err(io_error(dir, "use it as the ledger directory", io::Error::other(format!("it is {}", describe_file_type(&meta)))));
+        return Err(io_error(dir, "use it as the ledger directory", io::Error::other(format!("it is {}", FileKind::of(&meta)))));
     }
     check_dir_owner(dir, &meta, private)
 }

@@ -170,26 +170,10 @@ fn missing_dir(config: &Config) -> Option<String> {
 
 /// What stands at the tenant's ledger path, when something does.
 fn name_taken(config: &Config) -> Option<String> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::fs::MetadataExt;
     let path = ledger::tenant_path(&config.dir, &config.tenant);
     let meta = std::fs::symlink_metadata(&path).ok()?;
-    let kind = meta.file_type();
-    let what = if kind.is_symlink() {
-        "a symbolic link"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_dir() {
-        "a directory"
-    } else if !kind.is_file() {
-        "a device node"
-    } else if meta.len() == 0 {
-        "an empty file"
-    } else {
-        "a file"
-    };
-    Some(format!("{} is {what} of uid {}", path.display(), meta.uid()))
+    Some(format!("{} is {} of uid {}", path.display(), ledger::FileKind::of(&meta), meta.uid()))
 }
 
 /// Whether an open error is about the file's contents (always fail closed)

@@ -346,23 +346,10 @@ fn move_aside(path: &Path, ino: u64) -> std::io::Result<PathBuf> {
 }
 
 /// What a file in place of a ledger is, for the log.
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = meta.file_type();
-    if kind.is_symlink() {
-        "a symbolic link"
-    } else if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if !kind.is_file() {
-        "a device"
-    } else if meta.len() == 0 {
-        "an empty file"
-    } else {
-        "a file that is no sound ledger"
+fn kind_of(meta: &std::fs::Metadata) -> String {
+    match ledger::FileKind::of(meta) {
+        ledger::FileKind::RegularFile => "a file that is no sound ledger".to_string(),
+        kind => kind.to_string(),
     }
 }
 
