@@ -11,7 +11,7 @@
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{gpuslice_bin, poll, simgpu_lib, Running, Sim, GIB, MIB};
+use gpuslice_tests::{gpuslice_bin, poll, simgpu_lib, wrap_as_user, Running, Sim, GIB, MIB};
 use monitor_support::{Monitor, MonitorOptions};
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -441,29 +441,15 @@ fn overcommit_lets_caps_add_up_past_device_memory_as_configured() {
 const ALICE: u32 = 1001;
 const BOB: u32 = 1002;
 
-/// `cmd` run as `uid` (its own gid, no other groups) through `setpriv`.
-fn as_user(uid: u32, cmd: &Command) -> Command {
-    let mut wrapped = Command::new("setpriv");
-    wrapped.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).args(["--clear-groups", "--"]);
-    wrapped.arg(cmd.get_program()).args(cmd.get_args());
-    for (key, value) in cmd.get_envs() {
-        match value {
-            Some(value) => wrapped.env(key, value),
-            None => wrapped.env_remove(key),
-        };
-    }
-    wrapped
-}
-
 fn submit_as(sim: &Sim, uid: u32, args: &[&str]) -> Running {
-    sim.spawn(&mut as_user(uid, &submit_command(sim, args)))
+    sim.spawn(&mut wrap_as_user(uid, &submit_command(sim, args)))
 }
 
 /// Runs a shell command line as `uid`; whether it succeeded, and what it said.
 fn shell_as(uid: u32, script: &str, args: &[&str]) -> (bool, String) {
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script, "sh"]).args(args);
-    let out = as_user(uid, &cmd).output().unwrap();
+    let out = wrap_as_user(uid, &cmd).output().unwrap();
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -499,7 +485,7 @@ fn the_queue_belongs_to_no_single_user() {
     assert!(!wrote, "another user rewrote the job file: {said}");
     let (removed, said) = shell_as(BOB, "rm -f \"$1\"", &[file.to_str().unwrap()]);
     assert!(!removed && file.exists(), "another user removed the job file: {said}");
-    let out = sim.run(&mut as_user(BOB, gpuslice(&sim).args(["cancel", &alice_id.to_string(), "--dir"]).arg(sim.ledger_dir())));
+    let out = sim.run(&mut wrap_as_user(BOB, gpuslice(&sim).args(["cancel", &alice_id.to_string(), "--dir"]).arg(sim.ledger_dir())));
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains(&format!("belongs to uid {ALICE}, not to you")), "{out}");
     // Root may cancel any job.
@@ -525,11 +511,11 @@ fn a_user_holding_queue_files_locked_freezes_nobody() {
     let script = "i=3; for f in \"$1\"/* \"$1\"/.[!.]*; do if (: <\"$f\") 2>/dev/null; then \
                   eval \"exec $i<\\\"\\$f\\\"\"; flock -x -n $i && i=$((i+1)); fi; done; echo held=$((i-3)); exec sleep 600";
     lock_all.args(["-c", script, "sh"]).arg(&queue_dir);
-    let mut locker = sim.spawn(&mut as_user(ALICE, &lock_all));
+    let mut locker = sim.spawn(&mut wrap_as_user(ALICE, &lock_all));
     locker.wait_for("held");
     std::thread::sleep(Duration::from_millis(300));
 
-    let out = sim.run(&mut as_user(BOB, &submit_command(&sim, &["--memory", "2GiB", "--name", "bobs", "--timeout", "2s"])));
+    let out = sim.run(&mut wrap_as_user(BOB, &submit_command(&sim, &["--memory", "2GiB", "--name", "bobs", "--timeout", "2s"])));
     assert_eq!(out.code(), Some(75), "Bob's --timeout holds: {out}");
     let listed = jobs(&sim);
     let id = id_of(&listed, "holder");
@@ -556,11 +542,14 @@ fn a_planted_running_job_file_commits_nothing() {
         "tenant": "queue-9", "uid": 0, "pid": 1, "submitted_unix_ms": 0, "state": "running",
         "devices": [uuid], "started_unix_ms": 0, "command": ["sleep"]
     });
-    let script =
-        "mkdir -p \"$1\" && printf %s \"$2\" > \"$1/99.job\" && exec 3<\"$1/99.job\" && flock -x 3 && echo held=1 && exec sleep 600";
+    // Locked before its name appears, as a submitter's own job file is: a
+    // job file nobody holds is an abandoned one, which the monitor removes
+    // as soon as it sees it.
+    let script = "mkdir -p \"$1\" && exec 3>\"$1/.planted.tmp\" && flock -x 3 && printf %s \"$2\" >&3 \
+                  && ln \"$1/.planted.tmp\" \"$1/99.job\" && rm \"$1/.planted.tmp\" && echo held=1 && exec sleep 600";
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script, "sh"]).arg(&queue_dir).arg(planted.to_string());
-    let mut planter = sim.spawn(&mut as_user(ALICE, &cmd));
+    let mut planter = sim.spawn(&mut wrap_as_user(ALICE, &cmd));
     planter.wait_for("held");
     sim.monitor.wait_rounds(2);
     assert_eq!(committed(&sim), [0], "a job file's claim commits nothing");
@@ -601,7 +590,7 @@ fn a_job_that_rewrites_its_file_and_its_cap_keeps_its_commitment() {
     }
     sim.monitor.wait_rounds(2);
     assert_eq!(committed(&sim), [12 * GIB], "the monitor counts what it gave");
-    let out = sim.run(&mut as_user(BOB, &submit_command(&sim, &["--memory", "8GiB", "--name", "bobs", "--timeout", "2s"])));
+    let out = sim.run(&mut wrap_as_user(BOB, &submit_command(&sim, &["--memory", "8GiB", "--name", "bobs", "--timeout", "2s"])));
     assert_eq!(out.code(), Some(75), "Bob's 8 GiB does not fit beside Alice's 12: {out}");
     let own = ledger::Ledger::open(&ledger_path).expect("the monitor made the job's ledger");
     let device = own.devices()[0].index;
@@ -618,7 +607,7 @@ fn priorities_above_the_callers_ceiling_are_refused() {
     std::fs::write(&config, format!("[priority_ceilings]\ndefault = 0\nusers = {{ \"{ALICE}\" = 5 }}\n")).unwrap();
     let sim = host(base, MonitorOptions { config: Some(config), ..Default::default() });
     for (uid, priority, ceiling) in [(BOB, "1000", 0), (BOB, "1", 0), (ALICE, "6", 5)] {
-        let out = sim.run(&mut as_user(uid, &submit_command(&sim, &["--memory", "1GiB", "--priority", priority])));
+        let out = sim.run(&mut wrap_as_user(uid, &submit_command(&sim, &["--memory", "1GiB", "--priority", priority])));
         assert_eq!(out.code(), Some(2), "uid {uid} --priority {priority}: {out}");
         let refused: Vec<&str> = out.stderr.lines().filter(|l| l.contains("refused")).collect();
         assert_eq!(refused.len(), 1, "one line: {out}");
