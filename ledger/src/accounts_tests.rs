@@ -310,3 +310,20 @@ fn every_reclaimed_process_is_counted() {
     assert_eq!(ledger.reclaim_dead().len(), 3);
     assert_eq!(ledger.reclaimed_processes_total(), 3);
 }
+
+/// Each pair is written under its own epoch word, which a write moves by
+/// two (claimed odd, released even): the cap on `policy_epoch`, the compute
+/// limit on `compute_epoch`, and neither on the other's.
+#[test]
+fn each_pair_is_written_under_its_own_epoch() {
+    let fresh = Fresh::new("own-epoch");
+    let ledger = &fresh.ledger;
+    let dev = ledger.device_index(b"GPU-own-epoch-00", 1 << 30).unwrap();
+    let record = &ledger.layout().policy.devices[dev];
+    let words = || (record.policy_epoch.load(Ordering::SeqCst), record.compute_epoch.load(Ordering::SeqCst));
+    let before = words();
+    ledger.set_compute_limit(dev, 3000, PolicySource::Monitor);
+    assert_eq!(words(), (before.0, before.1 + 2), "the compute limit moved only compute_epoch");
+    ledger.set_memory_limit_bytes(dev, 8 * MIB, PolicySource::Monitor);
+    assert_eq!(words(), (before.0 + 2, before.1 + 2), "the cap moved only policy_epoch");
+}
