@@ -16,7 +16,7 @@ mod compute_support;
 mod monitor_support;
 
 use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
-use gpuslice_tests::{compile_c, Sim};
+use gpuslice_tests::{compile_c, wrap_as_user, Sim};
 use ledger::broker::{self, Hello, Op};
 use monitor_support::{Monitor, MonitorOptions};
 use std::io::{Read, Write};
@@ -35,20 +35,6 @@ fn device_uuid(dir: &Path, tenant: &str) -> [u8; 16] {
 fn live_slot(dir: &Path, tenant: &str) -> u32 {
     let ledger = ledger::Ledger::open(&ledger::tenant_path(dir, tenant)).expect("the tenant's ledger");
     ledger.slots().iter().find(|s| s.alive).map(|s| s.index as u32).expect("a live slot")
-}
-
-/// `cmd` run as nobody (uid and gid 65534, no groups) through `setpriv`,
-/// with the same arguments and environment.
-fn as_nobody(cmd: &Command) -> Command {
-    let mut wrapped = Command::new("setpriv");
-    wrapped.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(cmd.get_program()).args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => wrapped.env(k, v),
-            None => wrapped.env_remove(k),
-        };
-    }
-    wrapped
 }
 
 /// This test binary run as the attacker (see the module docs).
@@ -193,7 +179,7 @@ fn a_tenant_can_neither_write_the_grant_nor_speak_for_another() {
     }
     // As another Unix user (nobody): the socket is open to it, but it has
     // no slot of any tenant, so it cannot speak for one.
-    let mut cmd = as_nobody(&attack(&sim, "other-user", "att", uuid, &extra));
+    let mut cmd = wrap_as_user(65534, &attack(&sim, "other-user", "att", uuid, &extra));
     let other = sim.run(&mut cmd);
     other.assert_success();
     for line in ["impersonate=refused", "borrowed_slot=refused"] {
@@ -297,7 +283,7 @@ fn a_socket_served_by_another_user_is_ignored() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(sim.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let mut fake = as_nobody(&attack(&sim, "listen", "t", [0; 16], &[]));
+    let mut fake = wrap_as_user(65534, &attack(&sim, "listen", "t", [0; 16], &[]));
     let mut fake = sim.spawn(&mut fake);
     fake.wait_for("listening");
     let out = sim.run(sim.py("compute_load.py").env("GPUSLICE_TENANT", "t").env("GPUSLICE_COMPUTE_SHARE", "50").args(["1000", "0.3"]));

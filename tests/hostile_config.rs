@@ -503,10 +503,7 @@ fn a_ledger_name_taken_by_another_user_is_refused_not_stepped_around() {
     const SQUATTER_UID: u32 = 1001;
     for kind in ["empty", "link", "fifo"] {
         let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim().tenant("cfg");
-        let mut init = sim.c("memctl");
-        init.env_remove("LD_PRELOAD").arg("init");
-        sim.run(&mut init).assert_success();
-        std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+        sim.share_the_gpu();
         let dir = sim.ledger_dir();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let path = dir.join("cfg.ledger");
@@ -515,16 +512,10 @@ fn a_ledger_name_taken_by_another_user_is_refused_not_stepped_around() {
             "link" => format!("ln -s /etc/passwd {}", path.display()),
             _ => format!("mkfifo {}", path.display()),
         };
-        let status = Command::new("setpriv")
-            .args([format!("--reuid={SQUATTER_UID}"), format!("--regid={SQUATTER_UID}"), "--clear-groups".into(), "--".into()])
-            .args(["sh", "-c", &squat])
-            .status()
-            .unwrap();
+        let status = sim.as_user(SQUATTER_UID, SQUATTER_UID, &[], "sh").args(["-c", &squat]).status().unwrap();
         assert!(status.success(), "{kind}: the other user could not plant {}", path.display());
-        let mut cmd = sim.command("setpriv");
-        cmd.args([format!("--reuid={TENANT_UID}"), format!("--regid={TENANT_UID}"), "--clear-groups".into(), "--".into()])
-            .arg(compile_c("memctl"))
-            .args(["init", "ctx", "alloc:a:1M"]);
+        let mut cmd = sim.as_user(TENANT_UID, TENANT_UID, &[], compile_c("memctl"));
+        cmd.args(["init", "ctx", "alloc:a:1M"]);
         let out = sim.run(&mut cmd);
         out.assert_fails_closed("a", &[path.to_str().unwrap(), "uid 1001"]);
     }

@@ -8,7 +8,6 @@ mod monitor_support;
 
 use gpuslice_tests::{compile_c, cu, Output, Running, Sim, MIB};
 use monitor_support::*;
-use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,33 +18,9 @@ fn sim() -> Sim {
     Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("victim")
 }
 
-/// `program` run by `setpriv` as `uid`:`gid` with exactly the supplementary
-/// `groups`, in this test's environment.
-fn as_user(sim: &Sim, uid: u32, gid: u32, groups: &[u32], program: impl AsRef<OsStr>) -> Command {
-    let mut cmd = sim.command("setpriv");
-    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
-    if groups.is_empty() {
-        cmd.arg("--clear-groups");
-    } else {
-        let list: Vec<String> = groups.iter().map(u32::to_string).collect();
-        cmd.arg(format!("--groups={}", list.join(",")));
-    }
-    cmd.arg("--").arg(program);
-    cmd
-}
-
 /// `memctl` as another user.
 fn memctl_as(sim: &Sim, uid: u32, groups: &[u32]) -> Command {
-    as_user(sim, uid, uid, groups, compile_c("memctl"))
-}
-
-/// Creates the simulated GPU's state file as root and opens it to every
-/// user, as a shared machine's would be.
-fn share_the_gpu(sim: &Sim) {
-    let mut cmd = sim.c("memctl");
-    cmd.env_remove("LD_PRELOAD").args(["init"]);
-    sim.run(&mut cmd).assert_success();
-    std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    sim.as_user(uid, uid, groups, compile_c("memctl"))
 }
 
 /// A file's permission bits, in octal as `ls` and `chmod` write them.
@@ -145,14 +120,14 @@ fn a_ledger_truncated_under_the_monitor_is_dropped_with_one_error_line() {
 fn another_user_can_neither_change_nor_remove_a_tenants_ledger() {
     let (victim_uid, attacker_uid) = (2101, 2102);
     let sim = sim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let monitor = Monitor::start(&sim, MonitorOptions::default());
     let mut victim = sim.spawn(memctl_as(&sim, victim_uid, &[]).args(["init", "ctx", "alloc:a:256M", "hold", "alloc:b:128M", "hold"]));
     victim.wait_for("ready");
     let path = ledger::tenant_path(&sim.ledger_dir(), "victim");
-    let (truncated, said) = shell(as_user(&sim, attacker_uid, attacker_uid, &[], "truncate").args(["-s", "0"]).arg(&path));
+    let (truncated, said) = shell(sim.as_user(attacker_uid, attacker_uid, &[], "truncate").args(["-s", "0"]).arg(&path));
     assert!(!truncated && said.contains("Permission denied"), "another user truncated the ledger: {said}");
-    let (removed, said) = shell(as_user(&sim, attacker_uid, attacker_uid, &[], "rm").arg("-f").arg(&path));
+    let (removed, said) = shell(sim.as_user(attacker_uid, attacker_uid, &[], "rm").arg("-f").arg(&path));
     assert!(!removed && path.is_file(), "another user removed the ledger: {said}");
     // Posing as the tenant: refused, the victim's cap and usage untouched.
     let out = sim.run(memctl_as(&sim, attacker_uid, &[]).args(["init", "ctx", "alloc:x:64M"]));
@@ -175,7 +150,7 @@ fn another_user_can_neither_change_nor_remove_a_tenants_ledger() {
 fn the_directory_a_monitor_makes_takes_every_users_ledger() {
     let tenant_uid = 2111;
     let sim = sim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     std::fs::remove_dir(sim.ledger_dir()).unwrap();
     // SAFETY: umask has no preconditions; a hand-started monitor's usual one.
     let old_umask = unsafe { libc::umask(0o022) };
@@ -211,7 +186,7 @@ fn a_group_shares_a_tenant_and_keeps_others_out() {
     let (gpu_users, member, outsider) = (2120, 2121, 2122);
     let (team, first, second) = (2130, 2131, 2132);
     let sim = sim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let monitor = Monitor::start(&sim, MonitorOptions { args: vec!["--group".into(), gpu_users.to_string()], ..Default::default() });
     let dir = sim.ledger_dir();
     assert_eq!((owner(&dir), mode(&dir)), ((0, gpu_users), "1770".to_string()));
@@ -280,7 +255,7 @@ fn the_per_user_fallback_directory_is_refused_unless_it_is_the_users_own() {
     };
     clean();
     let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("256MiB").tenant("victim");
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let victim = || {
         let mut cmd = memctl_as(&sim, victim_uid, &[]);
         cmd.env("GPUSLICE_DIR", &fallback).args(["init", "ctx", "alloc:big:512M"]);

@@ -82,22 +82,14 @@ fn configured_shares_set_the_targets_shown() {
 fn a_priority_above_the_users_ceiling_is_held_to_it() {
     use std::os::unix::fs::PermissionsExt;
     let sim = Sim::new().shim();
-    let mut init = sim.c("memctl");
-    init.env_remove("LD_PRELOAD").arg("init");
-    sim.run(&mut init).assert_success();
-    std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    sim.share_the_gpu();
     std::fs::set_permissions(sim.ledger_dir(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let config = sim.dir().join("monitor.toml");
     std::fs::write(&config, "[priority_ceilings]\ndefault = 0\nusers = { \"1001\" = 3 }\n[tenants.named]\nmemory = \"1GiB\"\n").unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let hold = |tenant: &str, uid: Option<u32>| {
         let mut cmd = match uid {
-            Some(uid) => {
-                let mut cmd = sim.command("setpriv");
-                cmd.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--".into()])
-                    .arg(gpuslice_tests::compile_c("memctl"));
-                cmd
-            }
+            Some(uid) => sim.as_user(uid, uid, &[], gpuslice_tests::compile_c("memctl")),
             None => sim.c("memctl"),
         };
         cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_PRIORITY", "10").args(["init", "ctx", "hold"]);

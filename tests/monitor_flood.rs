@@ -10,26 +10,8 @@ mod monitor_support;
 
 use gpuslice_tests::{compile_c, cu, Output, Running, Sim, MIB};
 use monitor_support::*;
-use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
-
-/// `program` run by `setpriv` as `uid` (gid the same, no supplementary groups).
-fn as_user(sim: &Sim, uid: u32, program: impl AsRef<OsStr>) -> Command {
-    let mut cmd = sim.command("setpriv");
-    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups").arg("--").arg(program);
-    cmd
-}
-
-/// Creates the simulated GPU's state file as root and opens it to every
-/// user, as a shared machine's would be.
-fn share_the_gpu(sim: &Sim) {
-    let mut cmd = sim.c("memctl");
-    cmd.env_remove("LD_PRELOAD").args(["init"]);
-    sim.run(&mut cmd).assert_success();
-    std::fs::set_permissions(sim.state_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
-}
 
 /// A monitor in kill mode with `extra` configuration, run with the soft
 /// descriptor limit systemd gives a service (1024; the hard limit above it).
@@ -55,7 +37,7 @@ fn kill_mode_monitor(sim: &Sim, extra: &str, args: &[&str]) -> Monitor {
 /// A process of `tenant` under the shim, run as `uid`, capped at `limit`:
 /// it takes `alloc` and holds it until told to go on.
 fn tenant_as(sim: &Sim, uid: u32, tenant: &str, limit: &str, alloc: &str) -> Running {
-    let mut cmd = as_user(sim, uid, compile_c("memctl"));
+    let mut cmd = sim.as_user(uid, uid, &[], compile_c("memctl"));
     cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", limit).args(["init", "ctx", &format!("alloc:a:{alloc}"), "hold"]);
     let mut process = sim.spawn(&mut cmd);
     process.wait_for("ready");
@@ -65,7 +47,7 @@ fn tenant_as(sim: &Sim, uid: u32, tenant: &str, limit: &str, alloc: &str) -> Run
 /// A process run as `uid` that skips the shim and takes `size` straight
 /// from the driver; returns once it holds it.
 fn bypass_as(sim: &Sim, uid: u32, size: &str) -> Running {
-    let mut cmd = as_user(sim, uid, compile_c("memctl"));
+    let mut cmd = sim.as_user(uid, uid, &[], compile_c("memctl"));
     cmd.env_remove("LD_PRELOAD").args(["init", "ctx", &format!("alloc:big:{size}"), "hold"]);
     let mut process = sim.spawn(&mut cmd);
     assert_eq!(process.wait_for("big"), cu::SUCCESS.to_string(), "the driver alone gave it {size}");
@@ -97,7 +79,7 @@ fn flood_ledgers(sim: &Sim, uid: u32, prefix: &str, count: usize) {
         std::fs::write(&path, bytes).unwrap();
         std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
     }
-    let mut mv = as_user(sim, uid, "sh");
+    let mut mv = sim.as_user(uid, uid, &[], "sh");
     mv.arg("-c").arg("mv \"$0\"/*.ledger \"$1\"/").arg(&staging).arg(sim.ledger_dir());
     let out = mv.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -130,7 +112,7 @@ fn lines_with<'a>(log: &'a Output, text: &str) -> Vec<&'a str> {
 fn a_flood_of_ledgers_from_one_user_blinds_nothing() {
     let (early_uid, flood_uid, late_uid) = (2141, 2142, 2143);
     let sim = Sim::new().memory("16GiB").context_memory("64MiB").shim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let monitor = kill_mode_monitor(&sim, "", &[]);
     let mut early = tenant_as(&sim, early_uid, "early", "1GiB", "256M");
     monitor.metrics_until("the early tenant is watched", |m| {
@@ -191,9 +173,9 @@ fn a_flood_of_ledgers_from_one_user_blinds_nothing() {
 fn a_file_named_tenants_does_not_stop_discovery() {
     let (squatter_uid, late_uid) = (2151, 2152);
     let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let monitor = kill_mode_monitor(&sim, "", &[]);
-    let mut touch = as_user(&sim, squatter_uid, "touch");
+    let mut touch = sim.as_user(squatter_uid, squatter_uid, &[], "touch");
     touch.arg(sim.ledger_dir().join("tenants"));
     assert!(touch.status().unwrap().success());
     monitor.wait_rounds(2);
@@ -277,20 +259,20 @@ fn a_huge_configuration_value_is_not_echoed_in_full() {
 fn a_squatted_ledger_name_of_a_configured_tenant_is_moved_aside() {
     let squatter_uid = 2161;
     let sim = Sim::new().memory("8GiB").context_memory("64MiB").shim();
-    share_the_gpu(&sim);
+    sim.share_the_gpu();
     let dir = sim.ledger_dir();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let kinds = ["empty", "link", "fifo"];
     for kind in kinds {
         let path = ledger::tenant_path(&dir, &format!("cfg-{kind}"));
         let mut cmd = match kind {
-            "empty" => as_user(&sim, squatter_uid, "touch"),
+            "empty" => sim.as_user(squatter_uid, squatter_uid, &[], "touch"),
             "link" => {
-                let mut cmd = as_user(&sim, squatter_uid, "ln");
+                let mut cmd = sim.as_user(squatter_uid, squatter_uid, &[], "ln");
                 cmd.args(["-s", "/etc/passwd"]);
                 cmd
             }
-            _ => as_user(&sim, squatter_uid, "mkfifo"),
+            _ => sim.as_user(squatter_uid, squatter_uid, &[], "mkfifo"),
         };
         assert!(cmd.arg(&path).status().unwrap().success());
     }

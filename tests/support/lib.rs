@@ -308,7 +308,48 @@ impl Default for Sim {
     }
 }
 
+/// `cmd` run as `uid` (its own gid, no supplementary groups) through
+/// `setpriv`, with the same program, arguments and environment.
+pub fn wrap_as_user(uid: u32, cmd: &Command) -> Command {
+    let mut wrapped = Command::new("setpriv");
+    wrapped.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).args(["--clear-groups", "--"]);
+    wrapped.arg(cmd.get_program()).args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
 impl Sim {
+    /// `program` run by `setpriv` as `uid`:`gid` with exactly the
+    /// supplementary `groups`, in this test's environment.
+    pub fn as_user(&self, uid: u32, gid: u32, groups: &[u32], program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = self.command("setpriv");
+        cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
+        if groups.is_empty() {
+            cmd.arg("--clear-groups");
+        } else {
+            let list: Vec<String> = groups.iter().map(u32::to_string).collect();
+            cmd.arg(format!("--groups={}", list.join(",")));
+        }
+        cmd.arg("--").arg(program);
+        cmd
+    }
+
+    /// Creates the simulated GPU's state file as root and opens it to
+    /// every user, as a shared machine's would be.
+    pub fn share_the_gpu(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let mut cmd = self.c("memctl");
+        cmd.env_remove("LD_PRELOAD").args(["init"]);
+        self.run(&mut cmd).assert_success();
+        std::fs::set_permissions(self.state_file(), std::fs::Permissions::from_mode(0o666))
+            .unwrap_or_else(|e| panic!("cannot open {} to every user: {e}", self.state_file().display()));
+    }
+
     /// A fresh directory named after the running test, holding the simgpu
     /// state file `simgpu.state` and the ledger directory `ledger/`.
     pub fn new() -> Sim {
