@@ -10,6 +10,8 @@
 //! Run: `cargo build --release --workspace && cargo bench --bench ledger_memory`
 //! (on a debug build: `cargo build --workspace && GS_TEST_TARGET_DIR=target/debug cargo bench --bench ledger_memory`).
 
+#[path = "../tests/support/ledger_view.rs"]
+mod ledger_view;
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;
 
@@ -24,14 +26,10 @@ fn plant(dir: &Path, staging: &Path, prefix: &str, count: usize, uid: u32) {
     std::fs::create_dir_all(staging).unwrap();
     drop(Ledger::open_or_create_with(staging, "template", ledger::FileAccess::Tenant).expect("a template ledger"));
     let template = std::fs::read(ledger::tenant_path(staging, "template")).unwrap();
-    let at = std::mem::offset_of!(ledger::layout::Header, tenant_name);
     for n in 0..count {
         let name = format!("{prefix}-{n}");
-        let mut bytes = template.clone();
-        bytes[at..at + 64].fill(0);
-        bytes[at..at + name.len()].copy_from_slice(name.as_bytes());
         let path = ledger::tenant_path(dir, &name);
-        std::fs::write(&path, bytes).unwrap();
+        std::fs::write(&path, ledger_view::renamed_copy(&template, &name)).unwrap();
         std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
     }
 }

@@ -5,6 +5,8 @@
 //! gains nothing: every honest tenant stays watched and capped, a process
 //! that skips the shim is still killed, and the log stays readable.
 
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
@@ -69,14 +71,10 @@ fn flood_ledgers(sim: &Sim, uid: u32, prefix: &str, count: usize) {
         std::fs::remove_file(&path).unwrap();
         bytes
     };
-    let at = std::mem::offset_of!(ledger::layout::Header, tenant_name);
     for n in 0..count {
         let name = format!("{prefix}-{n}");
-        let mut bytes = template.clone();
-        bytes[at..at + 64].fill(0);
-        bytes[at..at + name.len()].copy_from_slice(name.as_bytes());
         let path = ledger::tenant_path(&staging, &name);
-        std::fs::write(&path, bytes).unwrap();
+        std::fs::write(&path, ledger_view::renamed_copy(&template, &name)).unwrap();
         std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
     }
     let mut mv = sim.as_user(uid, uid, &[], "sh");

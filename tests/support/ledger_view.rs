@@ -33,3 +33,14 @@ pub fn slots(dir: &Path, tenant: &str) -> Vec<ledger::SlotView> {
 pub fn slot_of(dir: &Path, tenant: &str, pid: u32) -> Option<ledger::SlotView> {
     slots(dir, tenant).into_iter().find(|s| s.pid == pid)
 }
+
+/// The bytes of a valid ledger file of tenant `name`, made from
+/// `template` (a whole ledger file of another tenant): only the name in the
+/// header differs, as a copy an attacker renames would.
+pub fn renamed_copy(template: &[u8], name: &str) -> Vec<u8> {
+    let at = std::mem::offset_of!(ledger::layout::Header, tenant_name);
+    let mut bytes = template.to_vec();
+    bytes[at..at + 64].fill(0);
+    bytes[at..at + name.len()].copy_from_slice(name.as_bytes());
+    bytes
+}
