@@ -134,17 +134,26 @@ fn check_cuda_core(out: &Output) {
     // (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED is 0), so a pinned
     // pool is refused as a driver refuses it on such a device.
     assert!(out.get("pinned").contains("CUDA_ERROR_NOT_SUPPORTED"), "{out}");
+    // A graph built by stream capture, completed and launched three times.
+    assert_section(out, "graph");
+    assert_eq!(out.get("graph.launches"), "3", "{out}");
+    // The user object cuda.core ties to its graphs: alive while the graph
+    // or its executable is, destroyed after both; the flag is required.
+    assert_section(out, "user_objects");
+    assert_eq!(out.get("user_objects.after_graph"), "0", "the executable still holds it\n{out}");
+    assert_eq!(out.get("user_objects.after_exec"), "1", "{out}");
+    assert_eq!(out.get("user_objects.without_flag"), "1", "CUDA_ERROR_INVALID_VALUE\n{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 
 #[test]
-fn cuda_core_managed_memory_and_private_pools() {
+fn cuda_core_memory_resources_pools_and_graphs() {
     let sim = two_devices();
-    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned", "graph", "user_objects"])));
 }
 
 #[test]
-fn cuda_core_managed_memory_and_private_pools_under_a_cap() {
+fn cuda_core_memory_resources_pools_and_graphs_under_a_cap() {
     let sim = two_devices().memory_limit("1GiB").tenant("models");
-    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned", "graph", "user_objects"])));
 }
