@@ -5,6 +5,8 @@
 //! would see: whole values, short UUIDs, bars, `+N more`, the keys, the
 //! kill prompt, and no colour under `NO_COLOR`.
 
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
@@ -14,6 +16,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,6 +110,52 @@ fn a_tenant_cannot_write_escape_codes_to_the_operators_terminal() {
     assert!(process.ends_with("?[2J?]0;owned?evil init ctx alloc a 1M hold"), "{process:?}");
     app.send_line("done");
     app.wait().assert_success();
+}
+
+/// The attacker claims a slot in its own ledger (holding its lock, as any
+/// of its processes can) and writes the victim's identity into it: `top`
+/// neither shows the victim's user and command as the attacker's nor
+/// offers to kill it.
+#[test]
+fn a_slot_naming_another_process_is_shown_as_a_false_claim_and_not_killed() {
+    let sim = sim();
+    let mut victim = hold(&sim, "victim", "10M", "victim");
+    let mut attacker = hold(&sim, "attacker", "1M", "attacker");
+    let ledger = ledger_view::open(&sim.ledger_dir(), "attacker");
+    let slot = ledger.claim_slot().expect("a free slot");
+    let record = &ledger.layout().slots[slot.index()];
+    let victim_pid = victim.pid();
+    let stat = std::fs::read_to_string(format!("/proc/{victim_pid}/stat")).unwrap();
+    record.pid.store(victim_pid, Ordering::SeqCst);
+    record.ns_pid.store(victim_pid, Ordering::SeqCst);
+    record.pidns_inode.store(0, Ordering::SeqCst);
+    record.start_time_ticks.store(ledger::process::start_time_ticks(&stat).unwrap(), Ordering::SeqCst);
+
+    let text = once(&sim).stdout;
+    let claims: Vec<Vec<&str>> = section(&text, "PROCESSES").iter().map(|r| cells(r)).filter(|c| c[0] == victim_pid.to_string()).collect();
+    assert_eq!(claims.len(), 2, "the victim's own row and the claim: {text}");
+    let claim = claims.iter().find(|c| c[2] == "attacker").unwrap_or_else(|| panic!("{text}"));
+    assert_eq!((claim[1], claim[claim.len() - 2], claim[claim.len() - 1]), ("-", "false claim", "-"), "{text}");
+    let own = claims.iter().find(|c| c[2] == "victim").unwrap();
+    assert_eq!((own[1], own[own.len() - 2]), ("root", "alive"), "{text}");
+
+    // Selected in the live view (by tenant, then pid: the claim of the
+    // older victim's pid is the first row), it is not offered.
+    let mut pty = top(&sim, 24, 120, |c| c);
+    pty.wait_for("the claim", |rows| rows.iter().any(|r| r.contains("false claim")));
+    pty.type_keys(b"K");
+    let refusal = format!("pid {victim_pid} is not confirmed as the process holding its ledger slot");
+    pty.wait_for("the refusal", |rows| rows[23].starts_with(&refusal));
+    pty.type_keys(b"y");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(std::path::Path::new(&format!("/proc/{victim_pid}")).exists(), "the victim was killed");
+    quit(pty);
+    ledger.release_slot(slot);
+    for app in [&mut victim, &mut attacker] {
+        app.send_line("done");
+    }
+    victim.wait().assert_success();
+    attacker.wait().assert_success();
 }
 
 #[test]

@@ -574,8 +574,14 @@ mod tests {
     }
 
     fn procs() -> HashMap<u32, ProcInfo> {
-        let info =
-            ProcInfo { uids: [1000; 3], user: "alice".into(), command: "python train.py".into(), start_time_ticks: 0, elapsed_s: Some(65) };
+        let info = ProcInfo {
+            uids: [1000; 3],
+            user: "alice".into(),
+            command: "python train.py".into(),
+            start_time_ticks: 0,
+            elapsed_s: Some(65),
+            fds_readable: true,
+        };
         [(4242, info)].into_iter().collect()
     }
 
@@ -606,6 +612,25 @@ mod tests {
         assert_eq!(cells, ["4242", "alice", "team-a", "-", "512.0 MiB", "-", "20%", "1:05", "alive", "python train.py"], "{text}");
         assert!(!text.contains('\x1b') && !text.contains('█'), "no escape codes, no bars: {text:?}");
         assert!(!text.contains("QUEUE"), "no queue when none waits: {text}");
+    }
+
+    #[test]
+    fn a_process_not_holding_its_slot_is_not_attributed() {
+        let mut view = view(0);
+        view.snapshot.tenants[0].processes[0].confirmed = false;
+        let row = |procs: &HashMap<u32, ProcInfo>| {
+            let text = text(&view, &[], procs);
+            let row = text.lines().find(|l| l.starts_with("4242 ")).unwrap_or_else(|| panic!("{text}")).to_string();
+            row.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>()
+        };
+        // Checked (its open files readable), and not holding the slot.
+        let checked = row(&procs());
+        assert_eq!((checked[1].as_str(), checked[8].as_str(), checked[9].as_str()), ("-", "false claim", "-"), "{checked:?}");
+        // Not ours to check: shown, and said to be unverified.
+        let mut procs = procs();
+        procs.get_mut(&4242).unwrap().fds_readable = false;
+        let unchecked = row(&procs);
+        assert_eq!((unchecked[1].as_str(), unchecked[8].as_str(), unchecked[9].as_str()), ("alice", "unverified", "python train.py"));
     }
 
     #[test]

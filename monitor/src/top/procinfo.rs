@@ -20,6 +20,10 @@ pub struct ProcInfo {
     pub start_time_ticks: u64,
     /// How long it has run.
     pub elapsed_s: Option<u64>,
+    /// Whether this `top` may list its open files: then the snapshot's
+    /// lock check could be made, and a process it did not confirm does
+    /// not hold the slot that names it.
+    pub fds_readable: bool,
 }
 
 /// User names by uid, looked up once each.
@@ -105,7 +109,15 @@ pub fn read(pid: u32, users: &mut Users) -> Option<ProcInfo> {
     let cmdline = std::fs::read(format!("{dir}/cmdline")).unwrap_or_default();
     let comm = std::fs::read_to_string(format!("{dir}/comm")).unwrap_or_default();
     let elapsed_s = uptime_s().map(|up| (up as u64).saturating_sub(start / clock_ticks_per_s()));
-    Some(ProcInfo { uids, user: users.name(uids[1]), command: command_line(&cmdline, &comm), start_time_ticks: start, elapsed_s })
+    let fds_readable = std::fs::read_dir(format!("{dir}/fd")).is_ok();
+    Some(ProcInfo {
+        uids,
+        user: users.name(uids[1]),
+        command: command_line(&cmdline, &comm),
+        start_time_ticks: start,
+        elapsed_s,
+        fds_readable,
+    })
 }
 
 /// `1:02:03`, `12:34`, or days: how long a process has run, as `ps` says it.
@@ -171,7 +183,7 @@ mod tests {
         let (real, effective) = super::me();
         assert_eq!((me.uids[0], me.uids[1]), (real, effective));
         assert!(!me.command.is_empty() && !me.command.contains('\0'), "{me:?}");
-        assert!(me.elapsed_s.is_some());
+        assert!(me.elapsed_s.is_some() && me.fds_readable);
         assert!(read(u32::MAX, &mut users).is_none());
         if effective == 0 {
             assert_eq!(users.name(0), "root");

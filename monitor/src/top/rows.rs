@@ -268,7 +268,20 @@ pub fn process_key(tenant: &str, pid: u32) -> String {
 pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
     let mut all: Vec<(&TenantView, &ProcessView)> = snapshot.tenants.iter().flat_map(|t| t.processes.iter().map(move |p| (t, p))).collect();
     all.sort_by_key(|(t, p)| (t.name.as_str(), p.pid));
-    let info = |p: &ProcessView| if p.alive { extra.procs.get(&p.pid) } else { None };
+    // What `/proc` says is shown only for a process that is the one its
+    // slot names, or that this `top` cannot check (another user's, when
+    // not root); a slot naming a pid that the kernel shows not holding
+    // its lock is a false claim, and the process it names is not the
+    // tenant's.
+    let state_and_info = |p: &ProcessView| -> (Cell, Option<&ProcInfo>) {
+        let info = extra.procs.get(&p.pid);
+        match (p.alive, p.confirmed, info) {
+            (false, ..) => (Cell::toned("dead, awaiting reclaim", Tone::Warn), None),
+            (true, true, info) => (Cell::plain("alive"), info),
+            (true, false, Some(info)) if info.fds_readable => (Cell::toned("false claim", Tone::Alert), None),
+            (true, false, info) => (Cell::toned("unverified", Tone::Warn), info),
+        }
+    };
     match extra.sort.key {
         SortKey::Device | SortKey::Tenant => {}
         SortKey::Memory => all.sort_by_key(|(_, p)| std::cmp::Reverse(p.memory_used_bytes)),
@@ -283,7 +296,7 @@ pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
     let mut rows = Vec::new();
     let mut keys = Vec::new();
     for (t, p) in all {
-        let proc = info(p);
+        let (state, proc) = state_and_info(p);
         rows.push(vec![
             Cell::plain(p.pid.to_string()),
             Cell::plain(proc.map_or("-".into(), |i| i.user.clone())),
@@ -293,7 +306,7 @@ pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
             Cell::plain(p.driver_memory_used_bytes.map_or("-".into(), human_bytes)),
             Cell::plain(p.sm_utilization_ratio.map_or("-".into(), percent)),
             Cell::plain(proc.and_then(|i| i.elapsed_s).map_or("-".into(), elapsed_text)),
-            if p.alive { Cell::plain("alive") } else { Cell::toned("dead, awaiting reclaim", Tone::Warn) },
+            state,
             Cell::plain(proc.map_or("-".into(), |i| i.command.clone())),
         ]);
         keys.push(process_key(&t.name, p.pid));

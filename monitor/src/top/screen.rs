@@ -222,6 +222,8 @@ pub fn draw_help(frame: &mut ratatui::Frame, palette: Palette) {
     lines.push(Line::from(""));
     lines.push(Line::from("UUIDs show their first digits; `gpuslice top --once` prints them whole."));
     lines.push(Line::from("Bars: memory against the cap (or the device); device time used, │ at the target."));
+    lines.push(Line::from("STATE unverified: its open files are not ours to read (run as root to check)."));
+    lines.push(Line::from("STATE false claim: the pid its ledger slot names does not hold the slot."));
     let width = lines.iter().map(Line::width).max().unwrap_or(0) + 4;
     let width = u16::try_from(width).unwrap_or(u16::MAX).min(area.width);
     let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX).min(area.height);
