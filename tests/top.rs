@@ -139,10 +139,13 @@ fn a_slot_naming_another_process_is_shown_as_a_false_claim_and_not_killed() {
     let own = claims.iter().find(|c| c[2] == "victim").unwrap();
     assert_eq!((own[1], own[own.len() - 2]), ("root", "alive"), "{text}");
 
-    // Selected in the live view (by tenant, then pid: the claim of the
-    // older victim's pid is the first row), it is not offered.
+    // Selected in the live view (sorted by tenant, then pid: the claim of
+    // the older victim's pid is the first row), it is not offered.
     let mut pty = top(&sim, 24, 120, |c| c);
     pty.wait_for("the claim", |rows| rows.iter().any(|r| r.contains("false claim")));
+    pty.type_keys(b"sss");
+    pty.wait_for("sorted by tenant", |rows| rows[0].contains("sort: tenant"));
+    pty.type_keys(b"g");
     pty.type_keys(b"K");
     let refusal = format!("pid {victim_pid} is not confirmed as the process holding its ledger slot");
     pty.wait_for("the refusal", |rows| rows[23].starts_with(&refusal));

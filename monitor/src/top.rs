@@ -488,17 +488,8 @@ fn draw(frame: &mut ratatui::Frame, app: &mut App) {
             }
             None => (None, 0),
         };
-        let hint = if i == 1 || i == 2 {
-            if selected.is_some() {
-                "◀ ↑↓"
-            } else {
-                ""
-            }
-        } else {
-            ""
-        };
         let at = Rect { x: area.x, y, width: area.width, height: u16::try_from(height).unwrap_or(u16::MAX) };
-        screen::draw_table(frame, &Shown { table, offset, selected }, at, app.palette, hint);
+        screen::draw_table(frame, &Shown { table, offset, selected, scrollable: focus.is_some() }, at, app.palette);
         y += at.height;
     }
     if area.height >= 2 {
@@ -693,6 +684,19 @@ mod tests {
     }
 
     #[test]
+    fn devices_that_do_not_fit_are_counted_too() {
+        let mut app = app(0);
+        for i in 1..10 {
+            app.view.snapshot.devices.push(device(&format!("GPU-{i:08}"), None, None));
+        }
+        let lines = screen(&mut app, 60, 15);
+        let marker = lines.iter().find(|l| l.contains(" more (a taller terminal")).unwrap_or_else(|| panic!("{lines:#?}"));
+        // 13 lines: one tenant and one process take 3 each; the devices
+        // get the other 7: title, header, 4 rows and the marker.
+        assert!(marker.starts_with(" +6 more"), "{lines:#?}");
+    }
+
+    #[test]
     fn any_size_draws() {
         for (width, height) in [(160, 40), (120, 40), (80, 24), (60, 15), (40, 8), (1, 1), (3, 2)] {
             let mut app = app(3);
@@ -715,8 +719,11 @@ mod tests {
         assert_eq!(app.on_key(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Step::Quit);
         press(&mut app, KeyCode::Char('h'));
         assert_eq!(app.mode, Mode::Help);
-        let help = screen(&mut app, 100, 30).join("\n");
-        assert!(help.contains("kill the selected process"), "{help}");
+        let help = screen(&mut app, 80, 24).join("\n");
+        for (key, what) in screen::HELP {
+            assert!(help.contains(&format!("{key:<14}  {what}")), "{key} whole at 80 columns: {help}");
+        }
+        assert!(help.contains("false claim: its ledger slot names a pid that does not hold the slot."), "{help}");
         // Any key closes the help, q included.
         assert_eq!(press(&mut app, KeyCode::Char('q')), Step::Stay);
         assert_eq!(app.mode, Mode::Normal);

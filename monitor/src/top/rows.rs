@@ -13,7 +13,7 @@ use std::collections::HashMap;
 /// The order of the tenant and process rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortKey {
-    /// By device, then tenant (processes: by tenant, then pid).
+    /// By device, then tenant (processes: then pid).
     Device,
     /// Most memory first.
     Memory,
@@ -264,10 +264,14 @@ pub fn process_key(tenant: &str, pid: u32) -> String {
     format!("{tenant}\0{pid}")
 }
 
-/// Every tenant's processes, by tenant then pid unless sorted otherwise.
+/// Every tenant's processes, by device (the first they use, those the
+/// driver does not list last), tenant and pid unless sorted otherwise.
 pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
     let mut all: Vec<(&TenantView, &ProcessView)> = snapshot.tenants.iter().flat_map(|t| t.processes.iter().map(move |p| (t, p))).collect();
-    all.sort_by_key(|(t, p)| (t.name.as_str(), p.pid));
+    let first_device = |p: &ProcessView| {
+        p.devices.iter().filter_map(|pd| snapshot.devices.iter().position(|d| d.uuid == pd.uuid)).min().unwrap_or(usize::MAX)
+    };
+    all.sort_by_key(|(t, p)| (first_device(p), t.name.as_str(), p.pid));
     // What `/proc` says is shown only for a process that is the one its
     // slot names, or that this `top` cannot check (another user's, when
     // not root); a slot naming a pid that the kernel shows not holding
@@ -283,7 +287,8 @@ pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
         }
     };
     match extra.sort.key {
-        SortKey::Device | SortKey::Tenant => {}
+        SortKey::Device => {}
+        SortKey::Tenant => all.sort_by_key(|(t, p)| (t.name.as_str(), p.pid)),
         SortKey::Memory => all.sort_by_key(|(_, p)| std::cmp::Reverse(p.memory_used_bytes)),
         SortKey::Compute => {
             all.sort_by(|(_, a), (_, b)| b.sm_utilization_ratio.unwrap_or(0.0).total_cmp(&a.sm_utilization_ratio.unwrap_or(0.0)))

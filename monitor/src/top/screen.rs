@@ -67,6 +67,8 @@ pub struct Shown<'a> {
     pub table: &'a Table,
     pub offset: usize,
     pub selected: Option<usize>,
+    /// Whether Tab and the arrows reach its hidden rows.
+    pub scrollable: bool,
 }
 
 /// Lines a table wants: title, header, rows (or its empty line).
@@ -132,12 +134,13 @@ fn line_area(area: Rect, y: u16) -> Rect {
 }
 
 /// Draws `shown` in `area` (as tall as [`heights`] gave it).
-pub fn draw_table(frame: &mut ratatui::Frame, shown: &Shown, area: Rect, palette: Palette, hint: &str) {
+pub fn draw_table(frame: &mut ratatui::Frame, shown: &Shown, area: Rect, palette: Palette) {
     let table = shown.table;
     let lines = usize::from(area.height);
     let (visible, more) = visible_rows(table.rows.len(), lines);
     let focused = shown.selected.is_some();
     let count = if table.rows.is_empty() { String::new() } else { format!(" ({})", table.rows.len()) };
+    let hint = if focused { "◀ ↑↓" } else { "" };
     let title = format!(" {}{count} {hint}", table.title);
     let title = Line::from(vec![Span::styled(clip(&title, area.width), palette.title(focused))]);
     frame.render_widget(Paragraph::new(title), line_area(area, 0));
@@ -192,7 +195,11 @@ pub fn draw_table(frame: &mut ratatui::Frame, shown: &Shown, area: Rect, palette
     }
     if more {
         let hidden = table.rows.len() - visible;
-        let text = format!(" +{hidden} more (Tab, ↑↓: scroll)");
+        let text = if shown.scrollable {
+            format!(" +{hidden} more (Tab, ↑↓: scroll)")
+        } else {
+            format!(" +{hidden} more (a taller terminal shows them)")
+        };
         let at = line_area(area, 2 + u16::try_from(visible).unwrap_or(u16::MAX));
         frame.render_widget(Paragraph::new(Span::styled(clip(&text, area.width), Style::default().add_modifier(Modifier::BOLD))), at);
     }
@@ -221,9 +228,9 @@ pub fn draw_help(frame: &mut ratatui::Frame, palette: Palette) {
         .collect();
     lines.push(Line::from(""));
     lines.push(Line::from("UUIDs show their first digits; `gpuslice top --once` prints them whole."));
-    lines.push(Line::from("Bars: memory against the cap (or the device); device time used, │ at the target."));
-    lines.push(Line::from("STATE unverified: its open files are not ours to read (run as root to check)."));
-    lines.push(Line::from("STATE false claim: the pid its ledger slot names does not hold the slot."));
+    lines.push(Line::from("Bars: memory against the cap (or device); time used, │ marks the target."));
+    lines.push(Line::from("unverified: not ours to check that it holds its slot (run as root)."));
+    lines.push(Line::from("false claim: its ledger slot names a pid that does not hold the slot."));
     let width = lines.iter().map(Line::width).max().unwrap_or(0) + 4;
     let width = u16::try_from(width).unwrap_or(u16::MAX).min(area.width);
     let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX).min(area.height);
