@@ -16,7 +16,9 @@
 //! previous refresh.
 //!
 //! Keys: Tab, arrows, paging, `s`/`r` to sort, `h` for help, `K` to kill
-//! the selected process (root or its owner only, after a `y`).
+//! the selected process (root or its owner only, after a `y`, and only a
+//! process the kernel confirms holds the ledger slot that names it).
+//! `NO_COLOR` turns colour off; nothing on the screen depends on it.
 
 mod procinfo;
 mod rows;
