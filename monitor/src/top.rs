@@ -698,6 +698,40 @@ mod tests {
         assert!(marker.starts_with(" +6 more"), "{lines:#?}");
     }
 
+    /// The whole 80×24 screen, as a person reads it.
+    #[test]
+    fn the_80_by_24_screen() {
+        let mut app = app(3);
+        let lines: Vec<String> = screen(&mut app, 80, 24).iter().map(|l| l.trim_end().to_string()).collect();
+        let expected = [
+            "gpuslice top  h: help  q: quit  every 1s  sort: device  NVML: yes  /run/gpuslice",
+            " DEVICES (1)",
+            "DEVICE  UUID          MEMORY USED / TOTAL  MEMORY    USE  UTIL  BUSY     TENANTS",
+            "0       GPU-3f2a9c1e  1.0 GiB / 4.0 GiB    ██░░░░░░  25%  25%   █▊░░░░░  4",
+            " TENANTS (4)",
+            "DEVICE TENANT  MEMORY    CAP     CAP USE OF CAP PROCS DENIED TARGET USED COMPUTE",
+            "0      team-00 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-01 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-02 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-a  972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            " PROCESSES (4) ◀ ↑↓",
+            "PID  USER  TENANT  DEVICE MEMORY    DRIVER SEES SM  TIME STATE COMMAND",
+            "5000 -     team-00 -      256.0 MiB -           20% -    alive -",
+            "5001 -     team-01 -      256.0 MiB -           20% -    alive -",
+            "5002 -     team-02 -      256.0 MiB -           20% -    alive -",
+            "4242 alice team-a  -      512.0 MiB -           20% 1:05 alive python train.py",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "Tab ↑↓ select  s sort  r reverse  K kill  h help  q quit",
+        ];
+        assert_eq!(lines, expected, "{lines:#?}");
+    }
+
     #[test]
     fn any_size_draws() {
         for (width, height) in [(160, 40), (120, 40), (80, 24), (60, 15), (40, 8), (1, 1), (3, 2)] {
