@@ -449,6 +449,43 @@ fn live_view_fits_120x40_80x24_and_60x15_without_cutting_a_value() {
     app.wait().assert_success();
 }
 
+/// `nvitop -1` and `top` on the same processes: each process nvitop lists
+/// is in top's process table with the same pid, user and memory the
+/// driver reports, and its tenant beside them.
+#[test]
+fn the_process_table_agrees_with_nvitop() {
+    let sim = sim();
+    let mut small = hold(&sim, "team-small", "100M", "small");
+    let mut big = hold(&sim, "team-big", "300M", "big");
+    let mut cmd = sim.command(gpuslice_tests::python());
+    // Not a tenant: it sees every process.
+    cmd.env_remove("LD_PRELOAD").args(["-m", "nvitop", "-1"]).current_dir(sim.dir());
+    let nvitop = sim.run(&mut cmd);
+    nvitop.assert_success();
+
+    let mut pty = top(&sim, 40, 120, |c| c);
+    let rows =
+        pty.wait_for("both processes", |rows| rows.iter().any(|r| r.contains("small init")) && rows.iter().any(|r| r.contains("big init")));
+    for (app, tenant, nvitop_memory, memory) in
+        [(&small, "team-small", "164.0MiB", "164.0 MiB"), (&big, "team-big", "364.0MiB", "364.0 MiB")]
+    {
+        let pid = app.pid().to_string();
+        let theirs =
+            nvitop.stdout.lines().find(|l| l.contains(&format!(" {pid} "))).unwrap_or_else(|| panic!("nvitop lists no {pid}\n{nvitop}"));
+        assert!(theirs.contains(nvitop_memory) && theirs.contains(" root "), "{theirs}");
+        let ours: Vec<&str> = row_with(&rows, &format!("{pid} ")).split_whitespace().collect();
+        let memory: Vec<&str> = memory.split(' ').collect();
+        // PID USER TENANT DEVICE MEMORY (ledger) DRIVER SEES (as nvitop's GPU-MEM).
+        assert_eq!(ours[..8], [pid.as_str(), "root", tenant, "0", memory[0], memory[1], memory[0], memory[1]], "{}", rows.join("\n"));
+    }
+    quit(pty);
+    for app in [&mut small, &mut big] {
+        app.send_line("done");
+    }
+    small.wait().assert_success();
+    big.wait().assert_success();
+}
+
 #[test]
 fn keys_help_sort_select_and_a_kill_that_asks_first() {
     let sim = sim();
