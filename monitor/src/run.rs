@@ -19,7 +19,7 @@ use std::process::{Command, ExitCode};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Memory cap: one size for every device (`8GiB`, `512MiB`, `3000m`, bytes)
+    /// Memory cap: one size for every device (`8GiB`, `8Gi`, `512MiB`, `3000m`, `4096B`)
     /// or a per-device list (`0=8GiB,1=4GiB`). Sets GPUSLICE_MEMORY_LIMIT.
     #[arg(long, value_name = "SIZE|LIST")]
     pub memory: Option<String>,
@@ -122,7 +122,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     if args.queue.queue {
         return crate::queue::submit(&args);
     }
-    Err(libs::exec(command(&args)?))
+    // A command that is not there exits 127, as under a shell.
+    Ok(libs::exec(command(&args)?).report())
 }
 
 /// The command `args` describe, with the shim's environment set.

@@ -284,7 +284,7 @@ fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
     if let Some(caps) = ours(vars, OURS, "cap", units::parse_memory, message)? {
         return Ok(caps);
     }
-    hami(vars, HAMI, "cap", |variable, value| units::parse_size(value).map(Some).map_err(|e| invalid(variable, value, e)))
+    hami(vars, HAMI, "cap", |variable, value| units::parse_hami_size(value).map(Some).map_err(|e| invalid(variable, value, e)))
 }
 
 /// What HAMi-core's `CUDA_DEVICE_SM_LIMIT*` may look like, for error messages.
