@@ -64,9 +64,6 @@ use std::time::Duration;
 /// has not reached yet, a context being set up) to pass.
 pub const DEFAULT_VIOLATION_GRACE: Duration = Duration::from_secs(5);
 
-/// The accepted form of `violation_grace`.
-pub const DURATION_FORMAT: &str = "a duration like \"5s\", \"500ms\", \"1.5s\" or \"2m\"";
-
 /// What the monitor does when it finds a violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -238,19 +235,13 @@ impl Config {
     }
 }
 
-/// Parses a duration: a non-negative number and a unit (`ms`, `s`, `m`).
+/// What a duration may look like, for error messages.
+pub const DURATION_FORMAT: &str = crate::duration::FORMAT;
+
+/// Parses a duration in the one grammar of every duration gpuslice reads
+/// ([`crate::duration`]); `None` when it is not one.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim_ascii();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let seconds = match unit.trim_ascii() {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" | "min" => value * 60.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && seconds <= 86_400.0).then(|| Duration::from_secs_f64(seconds))
+    crate::duration::parse(text).ok()
 }
 
 /// Why a configuration was refused.
@@ -512,8 +503,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let violation_grace = match &raw.violation_grace {
         None => DEFAULT_VIOLATION_GRACE,
-        Some(value) => parse_duration(value.get_ref())
-            .ok_or_else(|| at(value.span(), format!("violation_grace = {:?}: expected {DURATION_FORMAT}", value.get_ref())))?,
+        Some(value) => crate::duration::parse(value.get_ref()).map_err(|e| at(value.span(), format!("violation_grace = {e}")))?,
     };
     let mut tenants = BTreeMap::new();
     for (name, tenant) in raw.tenants {
@@ -673,13 +663,16 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
-        for bad in ["", "5", "s", "-1s", "5h", "1e3s", "5 s s", "99999999m"] {
+        // One grammar with `--timeout` and `top --interval`: bare seconds too.
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5h"), Some(Duration::from_secs(5 * 3600)));
+        for bad in ["", "s", "-1s", "1e3s", "5 s s", "99999999m"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
         assert_eq!(parse("violation_grace = \"250ms\"\n").unwrap().violation_grace, Duration::from_millis(250));
         let e = error("\nviolation_grace = \"soon\"\n");
         assert_eq!(e.position, Some((2, 19)), "{e}");
-        assert!(e.message.contains("\"5s\""), "{e}");
+        assert!(e.message.starts_with("violation_grace = \"soon\"") && e.message.contains(crate::duration::FORMAT), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod compute;
 mod config;
 mod discovery;
 mod driver_check;
+mod duration;
 mod error;
 mod host;
 mod libs;
@@ -74,8 +75,8 @@ enum Command {
     Run(run::RunArgs),
     /// The host daemon: reclaims dead processes, applies the configuration, watches NVML, serves /metrics.
     #[command(after_help = "Example:\n  \
-      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen 0.0.0.0:9400\n  \
-      curl -s 127.0.0.1:9400/metrics")]
+      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen :9494\n  \
+      curl -s 127.0.0.1:9494/metrics")]
     Monitor(daemon::MonitorArgs),
     /// Print the tenants, devices and processes the ledgers and NVML know now.
     #[command(after_help = "Examples:\n  \
