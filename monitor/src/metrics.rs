@@ -393,6 +393,16 @@ const FAMILIES: &[Family] = &[
         series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_over_bound)),
     },
     Family {
+        name: "gpuslice_build_info",
+        help: "1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|_| {
+            let labels =
+                vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("ledger_layout_version", ledger::layout::LAYOUT_VERSION.to_string())];
+            vec![(labels, Value::Whole(1))]
+        }),
+    },
+    Family {
         name: "gpuslice_nvml_available",
         help: "1 when NVML answers, 0 in ledger-only mode.",
         kind: MetricType::Gauge,
@@ -706,10 +716,16 @@ gpuslice_ledger_files_refused_total{reason="total_bound"} 0
 # TYPE gpuslice_ledger_files_over_bound gauge
 gpuslice_ledger_files_over_bound{reason="per_uid_bound"} 0
 gpuslice_ledger_files_over_bound{reason="total_bound"} 0
+# HELP gpuslice_build_info 1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).
+# TYPE gpuslice_build_info gauge
+gpuslice_build_info{version="VERSION",ledger_layout_version="LAYOUT"} 1
 # HELP gpuslice_nvml_available 1 when NVML answers, 0 in ledger-only mode.
 # TYPE gpuslice_nvml_available gauge
 gpuslice_nvml_available 1
 "#;
+        let expected = expected
+            .replace("version=\"VERSION\"", &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            .replace("=\"LAYOUT\"", &format!("=\"{}\"", ledger::layout::LAYOUT_VERSION));
         for (number, (got, want)) in text.lines().zip(expected.lines()).enumerate() {
             assert_eq!(got, want, "line {}", number + 1);
         }

@@ -47,7 +47,6 @@ use crate::snapshot::{self, Snapshot, ROUND};
 use clap::Args;
 use ledger::Ledger;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,8 +68,8 @@ pub struct MonitorArgs {
     /// TOML configuration naming tenants and their memory caps; reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address for /metrics and /healthz.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+    /// Address for /metrics and /healthz: HOST:PORT, or :PORT for every address.
+    #[arg(long, value_name = "ADDR", default_value = http::DEFAULT_LISTEN)]
     pub listen: String,
     /// Let the monitor give a ledger directory named by --dir or GPUSLICE_DIR
     /// the owner and mode it needs (root's, 1777; root:GROUP 1770 with
@@ -209,7 +208,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
-    let listener = TcpListener::bind(&args.listen).map_err(|e| Error::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let listener = http::bind(&args.listen).map_err(Error::Failed)?;
     let local = listener.local_addr().map_err(|e| Error::Failed(format!("cannot read the listening address: {e}")))?;
 
     let hangup = Arc::new(AtomicBool::new(false));
