@@ -549,6 +549,9 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         if let Some(priority) = &raw.priority {
             config.priority = device_setting(&name, "priority", PRIORITY_FORMAT, priority, priority_value, &at)?;
         }
+        if let (Some(share), Some(_)) = (&raw.share, &raw.limit) {
+            share_within_limit(&name, &config).map_err(|message| at(share.span(), message))?;
+        }
         tenants.insert(name, config);
     }
     let priority_ceilings = match &raw.priority_ceilings {
@@ -556,6 +559,27 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         None => PriorityCeilings::default(),
     };
     Ok(Config { on_violation, violation_grace, tenants, priority_ceilings })
+}
+
+/// Refuses a share above the same tenant's limit on a device: a share is
+/// time guaranteed, a limit a ceiling, so it could never be given.
+fn share_within_limit(name: &str, config: &TenantConfig) -> Result<(), String> {
+    let Some((device, share, limit)) =
+        crate::policy_check::share_above_limit(&config.compute_share_ratio_e4, &config.compute_limit_ratio_e4)
+    else {
+        return Ok(());
+    };
+    let on = match device {
+        None => "on every device".to_string(),
+        Some(DeviceKey::HostIndex(index)) => format!("on device {index}"),
+        Some(DeviceKey::Uuid(uuid)) => format!("on device {uuid}"),
+    };
+    Err(format!(
+        "tenant {name}: share {} % is above its limit {} % {on}: a share is device time guaranteed and a limit a ceiling, \
+         so the share could never be given; lower the share or raise the limit",
+        crate::policy_check::percent(share),
+        crate::policy_check::percent(limit)
+    ))
 }
 
 /// The accepted form of a device UUID key.
@@ -673,6 +697,25 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         let e = error("\nviolation_grace = \"soon\"\n");
         assert_eq!(e.position, Some((2, 19)), "{e}");
         assert!(e.message.starts_with("violation_grace = \"soon\"") && e.message.contains(crate::duration::FORMAT), "{e}");
+    }
+
+    #[test]
+    fn a_share_above_the_limit_is_refused_where_it_is_written() {
+        let e = error("[tenants.a]\nlimit = 30\nshare = 60\n");
+        assert_eq!(e.position, Some((3, 9)), "{e}");
+        assert!(e.message.starts_with("tenant a: share 60 % is above its limit 30 % on every device"), "{e}");
+        let e = error("[tenants.a]\nlimit = { 1 = 30, all = 80 }\nshare = 60\n");
+        assert!(e.message.contains("share 60 % is above its limit 30 % on device 1"), "{e}");
+        assert!(parse("[tenants.a]\nlimit = 60\nshare = 60\n").is_ok());
+        assert!(parse("[tenants.a]\nlimit = { 0 = 30 }\nshare = { 1 = 60 }\n").is_ok(), "different devices");
+    }
+
+    #[test]
+    fn a_size_without_a_unit_is_refused_and_kubernetes_units_are_read() {
+        let e = error("[tenants.a]\nmemory = \"3\"\n");
+        assert!(e.message.contains("\"3\" has no unit") && e.message.contains("3B if you mean bytes"), "{e}");
+        assert_eq!(parse("[tenants.a]\nmemory = \"8Gi\"\n").unwrap().tenants["a"].memory_bytes.all, Some(8 << 30));
+        assert_eq!(parse("[tenants.a]\nmemory = \"4096B\"\n").unwrap().tenants["a"].memory_bytes.all, Some(4096));
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod host;
 mod libs;
 mod metrics;
 mod nvml;
+mod policy_check;
 mod queue;
 mod sampler;
 mod sigbus;

@@ -29,6 +29,7 @@
 mod allocations;
 pub(crate) mod arbiter;
 mod audit;
+mod check;
 pub(crate) mod compute;
 mod http;
 mod ledgers;
@@ -71,6 +72,11 @@ pub struct MonitorArgs {
     /// Address for /metrics and /healthz: HOST:PORT, or :PORT for every address.
     #[arg(long, value_name = "ADDR", default_value = http::DEFAULT_LISTEN)]
     pub listen: String,
+    /// Check --config against this host's devices, print what the monitor
+    /// would warn about, and exit (0 when the monitor would run with it, 2
+    /// when it would refuse it).
+    #[arg(long)]
+    pub check: bool,
     /// Let the monitor give a ledger directory named by --dir or GPUSLICE_DIR
     /// the owner and mode it needs (root's, 1777; root:GROUP 1770 with
     /// --group). Without it, only the default directory (/run/gpuslice) or
@@ -190,6 +196,9 @@ impl ConfigSource {
 }
 
 pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
+    if args.check {
+        return check::main(&args);
+    }
     let descriptor_limit = raise_descriptor_limit();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let created_now = std::fs::symlink_metadata(&dir).is_err();
