@@ -182,12 +182,14 @@ impl ConfigSource {
             Ok(config) => {
                 self.text = text;
                 *counters.config_reloads_total.entry("ok").or_default() += 1;
+                counters.config_reload_refused = false;
                 log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
                 Some(config)
             }
             Err(e) => {
                 self.text = text;
                 *counters.config_reloads_total.entry("error").or_default() += 1;
+                counters.config_reload_refused = true;
                 log::error(&format!("configuration refused, keeping the previous one: {e}"));
                 None
             }
