@@ -1,5 +1,6 @@
 //! The monitor's configuration file (TOML): which tenants it governs, their
-//! memory caps per device, and what to do about violations.
+//! memory caps, compute limits, shares and priorities per device, who may
+//! ask for which queue priority, and what to do about violations.
 //!
 //! ```toml
 //! on_violation = "report"          # or "kill"; default "report"

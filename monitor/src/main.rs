@@ -102,7 +102,8 @@ enum Command {
     Queue(queue_list::QueueListArgs),
     /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
     #[command(after_help = "Example:\n  \
-      gpuslice cancel 7    # the ID column of gpuslice queue")]
+      gpuslice cancel 7        # the ID column of gpuslice queue\n  \
+      gpuslice cancel train    # or the job's --name, when one job of yours has it")]
     Cancel(cancel::CancelArgs),
     /// Admit or release a monitor-owned tenant: the path by which Slurm's prolog or Kubernetes' DRA plugin hands the node an allocation.
     #[command(after_help = "Examples:\n  \

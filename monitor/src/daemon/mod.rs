@@ -66,7 +66,7 @@ const ARBITER_STALL: Duration = Duration::from_secs(5);
 pub struct MonitorArgs {
     #[command(flatten)]
     pub host: discovery::HostArgs,
-    /// TOML configuration naming tenants and their memory caps; reloaded on SIGHUP and when it changes.
+    /// TOML configuration: tenants' memory caps, compute limits, shares and priorities, priority ceilings and what to do about violations; reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address for /metrics and /healthz: HOST:PORT, or :PORT for every address.
