@@ -139,7 +139,7 @@ fn a_bad_reload_keeps_the_previous_configuration() {
 /// tenant's limit is refused by all three.
 #[test]
 fn impossible_policies_are_warned_about_or_refused_before_they_bite() {
-    let sim = Sim::new().memory("4GiB").context_memory("64MiB");
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim();
     let config = sim.dir().join("monitor.toml");
     std::fs::write(&config, "[tenants.big]\nmemory = \"64GiB\"\nshare = 60\n[tenants.other]\nshare = 60\n").unwrap();
     let check = |config: &std::path::Path| {
@@ -184,6 +184,18 @@ fn impossible_policies_are_warned_about_or_refused_before_they_bite() {
     out.assert_success();
     assert!(marker.exists(), "a warning does not stop the command\n{out}");
     assert!(out.stderr.contains("gpuslice: warning: --memory (tenant t): the memory cap of 8.0 GiB on device 0"), "{out}");
+    // A share that, with those of the tenants running on the device, passes 100 %.
+    let mut busy_cmd = sim.c("memctl");
+    busy_cmd.env("GPUSLICE_TENANT", "busy").env("GPUSLICE_COMPUTE_SHARE", "70").args(["init", "ctx", "hold"]);
+    let mut busy = sim.spawn(&mut busy_cmd);
+    busy.wait_for("ready");
+    let mut run = gpuslice_command(&sim);
+    run.args(["run", "--sim", "--compute-share", "50", "--tenant", "t", "--dir"]).arg(sim.ledger_dir()).args(["--", "true"]);
+    let out = sim.run(&mut run);
+    out.assert_success();
+    assert!(out.stderr.contains("add up to 120 % (busy 70 %, t 50 %), above 100 %"), "{out}");
+    busy.wait().assert_success();
+
     let mut run = gpuslice_command(&sim);
     run.args(["run", "--sim", "--compute-share", "60", "--compute-limit", "30", "--", "touch"]).arg(sim.dir().join("never"));
     let out = sim.run(&mut run);
