@@ -28,11 +28,13 @@ mod compute;
 mod config;
 mod discovery;
 mod driver_check;
+mod duration;
 mod error;
 mod host;
 mod libs;
 mod metrics;
 mod nvml;
+mod policy_check;
 mod queue;
 mod sampler;
 mod sigbus;
@@ -74,8 +76,8 @@ enum Command {
     Run(run::RunArgs),
     /// The host daemon: reclaims dead processes, applies the configuration, watches NVML, serves /metrics.
     #[command(after_help = "Example:\n  \
-      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen 0.0.0.0:9400\n  \
-      curl -s 127.0.0.1:9400/metrics")]
+      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen :9494\n  \
+      curl -s 127.0.0.1:9494/metrics")]
     Monitor(daemon::MonitorArgs),
     /// Print the tenants, devices and processes the ledgers and NVML know now.
     #[command(after_help = "Examples:\n  \
@@ -100,7 +102,8 @@ enum Command {
     Queue(queue_list::QueueListArgs),
     /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
     #[command(after_help = "Example:\n  \
-      gpuslice cancel 7    # the ID column of gpuslice queue")]
+      gpuslice cancel 7        # the ID column of gpuslice queue\n  \
+      gpuslice cancel train    # or the job's --name, when one job of yours has it")]
     Cancel(cancel::CancelArgs),
     /// Admit or release a monitor-owned tenant: the path by which Slurm's prolog or Kubernetes' DRA plugin hands the node an allocation.
     #[command(after_help = "Examples:\n  \

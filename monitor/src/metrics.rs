@@ -39,6 +39,9 @@ pub struct MonitorCounters {
     pub violation_kills_total: u64,
     /// Configuration reloads, by result (`ok`, `error`).
     pub config_reloads_total: std::collections::BTreeMap<&'static str, u64>,
+    /// Whether the last reload of the configuration was refused (the
+    /// previous one is still in force).
+    pub config_reload_refused: bool,
     /// Tenants over their cap by more than their context overhead, now.
     pub over_cap: Vec<OverCap>,
     /// Bytes a tenant's usage counts that no process slot holds, by
@@ -326,6 +329,12 @@ const FAMILIES: &[Family] = &[
         series: Series::Listed(|page| by_key("result", &["ok", "error"], &page.counters.config_reloads_total)),
     },
     Family {
+        name: "gpuslice_config_last_reload_successful",
+        help: "0 when the last reload of the configuration file was refused (the previous configuration stays in force), else 1.",
+        kind: MetricType::Gauge,
+        series: Series::One(|page| Value::Whole(u64::from(!page.counters.config_reload_refused))),
+    },
+    Family {
         name: "gpuslice_device_info",
         help: "1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.",
         kind: MetricType::Gauge,
@@ -391,6 +400,16 @@ const FAMILIES: &[Family] = &[
         help: "Ledger files not watched now because of a bound, by bound.",
         kind: MetricType::Gauge,
         series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_over_bound)),
+    },
+    Family {
+        name: "gpuslice_build_info",
+        help: "1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|_| {
+            let labels =
+                vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("ledger_layout_version", ledger::layout::LAYOUT_VERSION.to_string())];
+            vec![(labels, Value::Whole(1))]
+        }),
     },
     Family {
         name: "gpuslice_nvml_available",
@@ -559,6 +578,7 @@ mod tests {
         counters.violations_total.insert("over_cap", 2);
         counters.violation_kills_total = 1;
         counters.config_reloads_total.insert("error", 5);
+        counters.config_reload_refused = true;
         counters.over_cap.push(OverCap { tenant: "team-a".into(), device: 0, uuid: "GPU-0".into(), over_bytes: 99 });
         counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 11);
         counters.rounds_total = 12345;
@@ -663,6 +683,9 @@ gpuslice_violation_kills_total 1
 # TYPE gpuslice_config_reloads_total counter
 gpuslice_config_reloads_total{result="ok"} 0
 gpuslice_config_reloads_total{result="error"} 5
+# HELP gpuslice_config_last_reload_successful 0 when the last reload of the configuration file was refused (the previous configuration stays in force), else 1.
+# TYPE gpuslice_config_last_reload_successful gauge
+gpuslice_config_last_reload_successful 0
 # HELP gpuslice_device_info 1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.
 # TYPE gpuslice_device_info gauge
 gpuslice_device_info{device="0",uuid="GPU-0",name="NVIDIA H200",mig_profile="",parent_uuid=""} 1
@@ -706,10 +729,16 @@ gpuslice_ledger_files_refused_total{reason="total_bound"} 0
 # TYPE gpuslice_ledger_files_over_bound gauge
 gpuslice_ledger_files_over_bound{reason="per_uid_bound"} 0
 gpuslice_ledger_files_over_bound{reason="total_bound"} 0
+# HELP gpuslice_build_info 1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).
+# TYPE gpuslice_build_info gauge
+gpuslice_build_info{version="VERSION",ledger_layout_version="LAYOUT"} 1
 # HELP gpuslice_nvml_available 1 when NVML answers, 0 in ledger-only mode.
 # TYPE gpuslice_nvml_available gauge
 gpuslice_nvml_available 1
 "#;
+        let expected = expected
+            .replace("version=\"VERSION\"", &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            .replace("=\"LAYOUT\"", &format!("=\"{}\"", ledger::layout::LAYOUT_VERSION));
         for (number, (got, want)) in text.lines().zip(expected.lines()).enumerate() {
             assert_eq!(got, want, "line {}", number + 1);
         }

@@ -230,6 +230,9 @@ impl PolicyState {
     /// tenants' processes asked for when they joined.
     pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>, asked: &super::arbiter::Shared) {
         self.pin(config, ledgers, asked);
+        for message in gpus.map(|gpus| crate::policy_check::config_warnings(config, gpus)).unwrap_or_default() {
+            self.warn_once(message);
+        }
         for (tenant, tenant_config) in &config.tenants {
             if tenant_config.is_empty() {
                 continue;

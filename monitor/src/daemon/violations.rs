@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn the_configured_cap_wins_over_the_ledgers() {
         let (mut state, mut counters, t0) = (ViolationState::default(), MonitorCounters::default(), Instant::now());
-        let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100\"\n").unwrap();
+        let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100B\"\n").unwrap();
         // The tenant raised the cap in its own ledger to 1000; the file says 100.
         for i in 0..3 {
             judge(&mut state, &snapshot(500, 1000, 90), &config, t0 + i * 250 * MS, &mut counters);
