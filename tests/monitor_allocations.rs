@@ -64,6 +64,10 @@ fn an_admitted_tenant_is_capped_from_its_first_process_and_only_its_owner_opens_
     let caps: Vec<u64> = ledger.devices().iter().map(|d| ledger.memory_limit_bytes(d.index)).collect();
     assert_eq!(caps, vec![GIB, 0], "1 GiB on the allocated device, nothing on the other");
     drop(ledger);
+    // Where it came from is on /metrics, to join with the tenant's series.
+    monitor.metrics_until("the allocation's info series", |m| {
+        m.value("gpuslice_tenant_allocation_info", &[("tenant", "slurm-7"), ("state", "admitted"), ("origin", "slurm")]) == Some(1.0)
+    });
 
     // Its process, lying about its cap, sees 1 GiB as the device and gets no more.
     let mut cmd = memctl_as(&sim, OWNER_UID, "slurm-7", &sim.ledger_dir());
@@ -100,6 +104,7 @@ fn an_admitted_tenant_is_capped_from_its_first_process_and_only_its_owner_opens_
     poll::until("the released tenant's ledger removed", || !ledger_path.exists());
     let listed = json(&tenant(&sim, &["list", "--json"]));
     assert_eq!(listed["tenants"].as_array().map(Vec::len), Some(0), "{listed}");
+    monitor.metrics_until("no allocation left on /metrics", |m| m.find("gpuslice_tenant_allocation_info", &[]).is_empty());
     drop(monitor);
 }
 

@@ -66,7 +66,24 @@ pub struct MonitorCounters {
     pub ledger_files_refused_total: std::collections::BTreeMap<&'static str, u64>,
     /// Ledger files not watched now because of a bound, by reason.
     pub ledger_files_over_bound: std::collections::BTreeMap<&'static str, u64>,
+    /// Tenants admitted through `gpuslice tenant`, with where they came from.
+    pub allocations: Vec<AllocationInfo>,
 }
+
+/// A tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes
+/// claim), as `gpuslice_tenant_allocation_info` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocationInfo {
+    pub tenant: String,
+    /// `admitted`, or `released` while processes of it still live.
+    pub state: &'static str,
+    /// The labels it was admitted with (`origin`, `namespace`, `pod`, …).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The labels of [`AllocationInfo`] that `gpuslice_tenant_allocation_info`
+/// carries, each empty where the allocation did not give it.
+pub const ALLOCATION_LABELS: [&str; 6] = ["origin", "namespace", "pod", "claim", "job", "user"];
 
 /// The admission queue, as the monitor decides it.
 #[derive(Debug, Clone, Default)]
@@ -402,6 +419,22 @@ const FAMILIES: &[Family] = &[
         series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_over_bound)),
     },
     Family {
+        name: "gpuslice_tenant_allocation_info",
+        help: "1 for every tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes claim), with where it came from, to join with the tenant's series on `tenant`.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            page.counters
+                .allocations
+                .iter()
+                .map(|a| {
+                    let mut labels = vec![("tenant", a.tenant.clone()), ("state", a.state.to_string())];
+                    labels.extend(ALLOCATION_LABELS.iter().map(|k| (*k, a.labels.get(*k).cloned().unwrap_or_default())));
+                    (labels, Value::Whole(1))
+                })
+                .collect()
+        }),
+    },
+    Family {
         name: "gpuslice_build_info",
         help: "1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).",
         kind: MetricType::Gauge,
@@ -589,6 +622,12 @@ mod tests {
         counters.queue.running = 1;
         counters.queue.wait_seconds.entry(-2).or_default().observe(0.04);
         counters.queue.wait_seconds.entry(-2).or_default().observe(7200.0);
+        let labels = [("origin", "kubernetes"), ("namespace", "ml"), ("pod", "train-0"), ("claim", "gpu")];
+        counters.allocations.push(AllocationInfo {
+            tenant: "ml.gpu-1f3a".into(),
+            state: "admitted",
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        });
         (snapshot, counters)
     }
 
@@ -729,6 +768,9 @@ gpuslice_ledger_files_refused_total{reason="total_bound"} 0
 # TYPE gpuslice_ledger_files_over_bound gauge
 gpuslice_ledger_files_over_bound{reason="per_uid_bound"} 0
 gpuslice_ledger_files_over_bound{reason="total_bound"} 0
+# HELP gpuslice_tenant_allocation_info 1 for every tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes claim), with where it came from, to join with the tenant's series on `tenant`.
+# TYPE gpuslice_tenant_allocation_info gauge
+gpuslice_tenant_allocation_info{tenant="ml.gpu-1f3a",state="admitted",origin="kubernetes",namespace="ml",pod="train-0",claim="gpu",job="",user=""} 1
 # HELP gpuslice_build_info 1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).
 # TYPE gpuslice_build_info gauge
 gpuslice_build_info{version="VERSION",ledger_layout_version="LAYOUT"} 1

@@ -353,6 +353,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
             pending.answer(answer);
         }
         allocations.reap(&ledgers);
+        counters.allocations = allocations.info();
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
