@@ -375,7 +375,7 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "gpuslice_device_memory_committed_bytes",
-        help: "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.",
+        help: "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process on the devices where they hold memory, as `gpuslice devices` counts it.",
         kind: MetricType::Gauge,
         series: Series::Device(|page, d| Some(Value::Whole(page.counters.committed_bytes.get(&d.uuid).copied().unwrap_or(0)))),
     },
@@ -729,7 +729,7 @@ gpuslice_config_last_reload_successful 0
 # TYPE gpuslice_device_info gauge
 gpuslice_device_info{device="0",uuid="GPU-0",name="NVIDIA H200",mig_profile="",parent_uuid=""} 1
 gpuslice_device_info{device="1",uuid="GPU-1",name="NVIDIA \"H200\"",mig_profile="",parent_uuid=""} 1
-# HELP gpuslice_device_memory_committed_bytes Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.
+# HELP gpuslice_device_memory_committed_bytes Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process on the devices where they hold memory, as `gpuslice devices` counts it.
 # TYPE gpuslice_device_memory_committed_bytes gauge
 gpuslice_device_memory_committed_bytes{device="0",uuid="GPU-0"} 4294967296
 gpuslice_device_memory_committed_bytes{device="1",uuid="GPU-1"} 0

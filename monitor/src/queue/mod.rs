@@ -25,8 +25,9 @@
 //! what it gave the job (its `--memory`, or the whole device), for as long
 //! as the job's file lock is held or its tenant has a live process; plus,
 //! for every other tenant with a live process, the cap the monitor holds
-//! for it on each device (its configuration's, else the cap it pinned when
-//! the tenant started). Tenants without a cap commit nothing: the queue
+//! for it (its configuration's, else the cap it pinned when the tenant
+//! started) on each device where it holds something ([`commits_on`]): a
+//! tenant capped everywhere but working on one device commits on that one. Tenants without a cap commit nothing: the queue
 //! cannot know what they will use, and `gpuslice devices` shows them.
 //! Commitments stay at or under device memory unless
 //! `GPUSLICE_QUEUE_OVERCOMMIT` in the monitor's environment (a ratio from
@@ -116,6 +117,14 @@ pub fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>
         .collect()
 }
 
+/// Whether a live tenant's cap counts as committed on `device`: where it
+/// holds something (a context, memory). A tenant capped on every device it
+/// can see but working on one commits on that one; if it starts on another
+/// later, it commits there from then on.
+pub fn commits_on(device: &crate::snapshot::TenantDeviceView) -> bool {
+    device.memory_used_bytes > 0
+}
+
 /// Memory committed per device UUID, as a user without the monitor can
 /// estimate it for `gpuslice devices`: the caps in the ledgers of tenants
 /// with a live process (what their pages say: a display, never a
@@ -123,7 +132,7 @@ pub fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>
 pub fn estimated_committed_bytes(tenants: &[TenantView]) -> HashMap<String, u64> {
     let mut committed: HashMap<String, u64> = HashMap::new();
     for tenant in tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)) {
-        for device in &tenant.devices {
+        for device in tenant.devices.iter().filter(|d| commits_on(d)) {
             if let Some(cap) = device.memory_limit_bytes {
                 let entry = committed.entry(device.uuid.clone()).or_default();
                 *entry = entry.saturating_add(cap);
