@@ -56,6 +56,12 @@ fi
 if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
 fi
+# zig's C compiler links the shim against glibc 2.17's symbols
+# (scripts/build-shim-portable.sh), so that it loads on older distributions
+# than the build host's; tests/shim_glibc_floor.rs checks that build.
+if ! "$deps/venv/bin/python" -c 'import ziglang' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'ziglang==0.17.1'
+fi
 
 # tests/frameworks.rs runs NVIDIA's CUDA runtime and the frameworks on it
 # against simgpu: CuPy (its CUDA 13 wheel, to match the runtime pinned
