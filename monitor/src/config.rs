@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! on_violation = "report"          # or "kill"; default "report"
+//! other_tenants = "allow"          # or "refuse": see OtherTenants
 //! violation_grace = "5s"           # how long a finding must last before it counts
 //!
 //! [tenants.team-a]
@@ -74,6 +75,23 @@ pub enum OnViolation {
     Report,
     /// Also kill the offending processes (`SIGKILL`).
     Kill,
+}
+
+/// What the monitor makes of a process in a tenant that nobody governs:
+/// neither this file names it, nor a cluster's node agent admitted it
+/// (`gpuslice tenant`), nor the queue started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtherTenants {
+    /// Such a tenant keeps the caps its processes set from their
+    /// environment (a shared server where users cap themselves).
+    #[default]
+    Allow,
+    /// A process of such a tenant that uses a GPU is a violation
+    /// (`ungoverned_tenant`), reported or killed by `on_violation`: on a
+    /// node whose every tenant comes from a scheduler, a process that names
+    /// a tenant of its own (a new `GPUSLICE_TENANT`, another
+    /// `GPUSLICE_DIR`) to get from under its allocation gains nothing.
+    Refuse,
 }
 
 /// Which single device a setting applies to (`all` is [`PerDevice::all`]).
@@ -179,6 +197,8 @@ impl TenantConfig {
 pub struct Config {
     /// What to do about violations.
     pub on_violation: OnViolation,
+    /// Whether tenants nobody governs may use a GPU.
+    pub other_tenants: OtherTenants,
     /// How long a violation must last before it counts.
     pub violation_grace: Duration,
     /// Tenants by name.
@@ -215,6 +235,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             on_violation: OnViolation::default(),
+            other_tenants: OtherTenants::default(),
             violation_grace: DEFAULT_VIOLATION_GRACE,
             tenants: BTreeMap::new(),
             priority_ceilings: PriorityCeilings::default(),
@@ -272,6 +293,8 @@ impl fmt::Display for ConfigError {
 struct RawConfig {
     #[serde(default)]
     on_violation: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    other_tenants: Option<toml::Spanned<String>>,
     #[serde(default)]
     violation_grace: Option<toml::Spanned<String>>,
     #[serde(default)]
@@ -559,7 +582,15 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Some(raw) => priority_ceilings(raw.get_ref(), &at)?,
         None => PriorityCeilings::default(),
     };
-    Ok(Config { on_violation, violation_grace, tenants, priority_ceilings })
+    let other_tenants = match &raw.other_tenants {
+        None => OtherTenants::Allow,
+        Some(value) => match value.get_ref().as_str() {
+            "allow" => OtherTenants::Allow,
+            "refuse" => OtherTenants::Refuse,
+            other => return Err(at(value.span(), format!("other_tenants = {other:?}: expected \"allow\" or \"refuse\""))),
+        },
+    };
+    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings })
 }
 
 /// Refuses a share above the same tenant's limit on a device: a share is

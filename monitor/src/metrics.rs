@@ -331,7 +331,7 @@ const FAMILIES: &[Family] = &[
         name: "gpuslice_violations_total",
         help: "Violations found, by kind.",
         kind: MetricType::Counter,
-        series: Series::Listed(|page| by_key("kind", &["untracked_process", "over_cap", "outside_turns"], &page.counters.violations_total)),
+        series: Series::Listed(|page| by_key("kind", &["untracked_process", "over_cap", "outside_turns", "ungoverned_tenant"], &page.counters.violations_total)),
     },
     Family {
         name: "gpuslice_violation_kills_total",
@@ -715,6 +715,7 @@ gpuslice_tenant_over_cap_bytes{tenant="team-a",device="0",uuid="GPU-0"} 99
 gpuslice_violations_total{kind="untracked_process"} 0
 gpuslice_violations_total{kind="over_cap"} 2
 gpuslice_violations_total{kind="outside_turns"} 0
+gpuslice_violations_total{kind="ungoverned_tenant"} 0
 # HELP gpuslice_violation_kills_total Processes killed because of a violation.
 # TYPE gpuslice_violation_kills_total counter
 gpuslice_violation_kills_total 1

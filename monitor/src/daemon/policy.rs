@@ -135,6 +135,11 @@ impl PolicyState {
         self.pinned.get(tenant).and_then(|caps| caps.get(uuid)).copied()
     }
 
+    /// Whether `tenant` is a queue job's tenant this round.
+    pub fn is_queue_tenant(&self, tenant: &str) -> bool {
+        self.queue_caps.contains_key(tenant)
+    }
+
     /// The queue's admitted jobs' caps (`QueueState::caps`), this round's.
     pub fn set_queue_caps(&mut self, caps: HashMap<String, BTreeMap<String, u64>>) {
         self.queue_caps = caps;
