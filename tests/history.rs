@@ -111,3 +111,35 @@ fn a_tenant_under_its_cap_is_told_what_would_do_and_others_cannot_read_the_histo
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("expected a duration such as 7d"), "{out}");
 }
+
+#[test]
+fn a_share_and_the_compute_used_under_it_are_recorded() {
+    let sim = Sim::new().shim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.svc]\nshare = 40\n").unwrap();
+    let monitor = Monitor::start(
+        &sim,
+        MonitorOptions { config: Some(config), args: vec!["--history-interval".into(), "1s".into()], ..Default::default() },
+    );
+    let mut cmd = sim.py("compute_load.py");
+    cmd.env("GPUSLICE_TENANT", "svc").args(["1000", "3"]);
+    let load = sim.spawn(&mut cmd);
+    let out = load.wait();
+    out.assert_success();
+    monitor.wait_rounds(2);
+    monitor.stop();
+
+    let out = report(&sim, &["--json"]);
+    out.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let row = json["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "svc").unwrap_or_else(|| panic!("{json:#}")).clone();
+    assert_eq!(row["compute_share_ratio"].as_f64(), Some(0.4), "{row:#}");
+    assert!(row["compute_limit_ratio"].is_null(), "{row:#}");
+    // The monitor's arbiter charged it device time, and gave it a target.
+    let used = row["compute_used_p99_ratio"].as_f64().unwrap_or_else(|| panic!("no compute used: {row:#}"));
+    assert!(used > 0.0 && used <= 1.0, "{row:#}");
+    assert!(row["compute_target_mean_ratio"].as_f64().is_some_and(|t| t >= 0.4), "{row:#}");
+    let advice = row["share_advice"]["text"].as_str().unwrap_or_else(|| panic!("no share advice: {row:#}"));
+    assert!(advice.starts_with("share 40 %, p99 used "), "{advice}");
+    assert!(row["limit_advice"].is_null(), "{row:#}");
+}

@@ -81,14 +81,18 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
     })?;
     let until_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let since_s = until_s.saturating_sub(args.since.as_secs());
-    let rows = store.read(since_s).map_err(Error::Failed)?;
+    // One tenant and device at a time: a month of many is never in memory.
+    let mut tenants = Vec::new();
+    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(Error::Failed)?;
+    let mut devices = Vec::new();
+    store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(Error::Failed)?;
     let report = Report {
         history: path.display().to_string(),
         since_s,
         until_s,
         oldest_s: store.oldest_s().map_err(Error::Failed)?,
-        tenants: summary::summarize(&rows.tenants),
-        devices: summary::summarize_devices(&rows.devices),
+        tenants,
+        devices,
         rule: rule_text(),
     };
     if args.json {

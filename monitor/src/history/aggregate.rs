@@ -27,12 +27,12 @@ pub const MAX_TENANT_ROWS: usize = 4096;
 /// Device rows one interval may hold at most.
 pub const MAX_DEVICE_ROWS: usize = 1024;
 
-/// A ratio as an integer of ten-thousandths (`0.25` is 2500), the way the
-/// ledger holds compute settings; clamped to 0..=10 (a whole device is
-/// 10000).
+/// A ratio of a device as an integer of ten-thousandths (`0.25` is 2500),
+/// the way the ledger holds compute settings; clamped to the whole device
+/// (a used ratio measured over a round can come out a little above 1).
 pub fn ratio_e4(ratio: f64) -> u32 {
     if ratio.is_finite() {
-        (ratio.clamp(0.0, 10.0) * 10_000.0).round() as u32
+        (ratio.clamp(0.0, 1.0) * 10_000.0).round() as u32
     } else {
         0
     }
@@ -381,6 +381,7 @@ mod tests {
         assert_eq!(ratio_e4(0.123_45), 1235);
         assert_eq!(ratio_e4(-1.0), 0);
         assert_eq!(ratio_e4(f64::NAN), 0);
-        assert_eq!(ratio_e4(1e9), 100_000);
+        assert_eq!(ratio_e4(1.0035), 10_000);
+        assert_eq!(ratio_e4(1e9), 10_000);
     }
 }

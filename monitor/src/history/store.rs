@@ -84,7 +84,8 @@ pub struct Store {
     conn: Connection,
 }
 
-/// Rows read back for a window.
+/// Rows read back for a window (the tests read a window whole).
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Rows {
     /// By tenant, device, then time.
@@ -107,6 +108,42 @@ fn small(value: i64) -> u32 {
 
 fn sql(context: &str) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("{context}: {e}")
+}
+
+fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
+    Ok(TenantRow {
+        start_s: uint(r.get(0)?),
+        span_s: uint(r.get(1)?),
+        tenant: r.get(2)?,
+        device_uuid: r.get(3)?,
+        device_index: small(r.get(4)?),
+        rounds: small(r.get(5)?),
+        active_rounds: small(r.get(6)?),
+        memory_peak_bytes: uint(r.get(7)?),
+        memory_mean_bytes: uint(r.get(8)?),
+        driver_memory_peak_bytes: r.get::<_, Option<i64>>(9)?.map(uint),
+        memory_cap_bytes: r.get::<_, Option<i64>>(10)?.map(uint),
+        compute_share_e4: r.get::<_, Option<i64>>(11)?.map(small),
+        compute_limit_e4: r.get::<_, Option<i64>>(12)?.map(small),
+        compute_used_e4: r.get::<_, Option<i64>>(13)?.map(small),
+        compute_target_e4: r.get::<_, Option<i64>>(14)?.map(small),
+        throttled_ns: uint(r.get(15)?),
+        denied: uint(r.get(16)?),
+        processes_peak: small(r.get(17)?),
+    })
+}
+
+fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeviceRow> {
+    Ok(DeviceRow {
+        start_s: uint(r.get(0)?),
+        span_s: uint(r.get(1)?),
+        device_uuid: r.get(2)?,
+        device_index: small(r.get(3)?),
+        rounds: small(r.get(4)?),
+        memory_total_bytes: uint(r.get(5)?),
+        memory_used_peak_bytes: r.get::<_, Option<i64>>(6)?.map(uint),
+        utilization_e4: r.get::<_, Option<i64>>(7)?.map(small),
+    })
 }
 
 impl Store {
@@ -269,9 +306,12 @@ impl Store {
         Ok(gone)
     }
 
-    /// The rows of the intervals that began at or after Unix time `since_s`.
-    pub fn read(&self, since_s: u64) -> Result<Rows, String> {
-        let mut tenants = self
+    /// Calls `each` with the rows of one tenant and device at a time
+    /// (oldest first; pairs by tenant, then device) of the intervals that
+    /// began at or after Unix time `since_s`, so that a month of many
+    /// tenants is never in memory at once.
+    pub fn each_tenant_series(&self, since_s: u64, mut each: impl FnMut(&[TenantRow])) -> Result<(), String> {
+        let mut statement = self
             .conn
             .prepare(
                 "SELECT i.start_s, i.span_s, s.tenant, s.device_uuid, i.device_index, i.rounds, i.active_rounds, \
@@ -282,32 +322,26 @@ impl Store {
                  ORDER BY s.tenant, s.device_uuid, i.start_s",
             )
             .map_err(sql("cannot read the history"))?;
-        let tenants = tenants
-            .query_map([int(since_s)], |r| {
-                Ok(TenantRow {
-                    start_s: uint(r.get(0)?),
-                    span_s: uint(r.get(1)?),
-                    tenant: r.get(2)?,
-                    device_uuid: r.get(3)?,
-                    device_index: small(r.get(4)?),
-                    rounds: small(r.get(5)?),
-                    active_rounds: small(r.get(6)?),
-                    memory_peak_bytes: uint(r.get(7)?),
-                    memory_mean_bytes: uint(r.get(8)?),
-                    driver_memory_peak_bytes: r.get::<_, Option<i64>>(9)?.map(uint),
-                    memory_cap_bytes: r.get::<_, Option<i64>>(10)?.map(uint),
-                    compute_share_e4: r.get::<_, Option<i64>>(11)?.map(small),
-                    compute_limit_e4: r.get::<_, Option<i64>>(12)?.map(small),
-                    compute_used_e4: r.get::<_, Option<i64>>(13)?.map(small),
-                    compute_target_e4: r.get::<_, Option<i64>>(14)?.map(small),
-                    throttled_ns: uint(r.get(15)?),
-                    denied: uint(r.get(16)?),
-                    processes_peak: small(r.get(17)?),
-                })
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(sql("cannot read the history"))?;
-        let mut devices = self
+        let mut rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
+        let mut series: Vec<TenantRow> = Vec::new();
+        while let Some(r) = rows.next().map_err(sql("cannot read the history"))? {
+            let row = tenant_row(r).map_err(sql("cannot read the history"))?;
+            if series.last().is_some_and(|last| last.tenant != row.tenant || last.device_uuid != row.device_uuid) {
+                each(&series);
+                series.clear();
+            }
+            series.push(row);
+        }
+        if !series.is_empty() {
+            each(&series);
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with the rows of one device at a time (oldest first),
+    /// as [`Store::each_tenant_series`] does for tenants.
+    pub fn each_device_series(&self, since_s: u64, mut each: impl FnMut(&[DeviceRow])) -> Result<(), String> {
+        let mut statement = self
             .conn
             .prepare(
                 "SELECT i.start_s, i.span_s, d.uuid, i.device_index, i.rounds, i.memory_total_bytes, \
@@ -316,22 +350,29 @@ impl Store {
                  ORDER BY d.uuid, i.start_s",
             )
             .map_err(sql("cannot read the history"))?;
-        let devices = devices
-            .query_map([int(since_s)], |r| {
-                Ok(DeviceRow {
-                    start_s: uint(r.get(0)?),
-                    span_s: uint(r.get(1)?),
-                    device_uuid: r.get(2)?,
-                    device_index: small(r.get(3)?),
-                    rounds: small(r.get(4)?),
-                    memory_total_bytes: uint(r.get(5)?),
-                    memory_used_peak_bytes: r.get::<_, Option<i64>>(6)?.map(uint),
-                    utilization_e4: r.get::<_, Option<i64>>(7)?.map(small),
-                })
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(sql("cannot read the history"))?;
-        Ok(Rows { tenants, devices })
+        let mut rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
+        let mut series: Vec<DeviceRow> = Vec::new();
+        while let Some(r) = rows.next().map_err(sql("cannot read the history"))? {
+            let row = device_row(r).map_err(sql("cannot read the history"))?;
+            if series.last().is_some_and(|last| last.device_uuid != row.device_uuid) {
+                each(&series);
+                series.clear();
+            }
+            series.push(row);
+        }
+        if !series.is_empty() {
+            each(&series);
+        }
+        Ok(())
+    }
+
+    /// Every row of the intervals that began at or after Unix time `since_s`.
+    #[cfg(test)]
+    pub fn read(&self, since_s: u64) -> Result<Rows, String> {
+        let mut read = Rows::default();
+        self.each_tenant_series(since_s, |rows| read.tenants.extend_from_slice(rows))?;
+        self.each_device_series(since_s, |rows| read.devices.extend_from_slice(rows))?;
+        Ok(read)
     }
 
     /// The earliest interval's start, if any (how far back the history goes).

@@ -253,7 +253,8 @@ pub fn summarize_one(rows: &[TenantRow]) -> Option<TenantSummary> {
 }
 
 /// Sums up every tenant and device of `rows` (sorted by tenant, device,
-/// then time, as [`super::store::Store::read`] gives them).
+/// then time); `report` sums up one pair at a time with [`summarize_one`].
+#[cfg(test)]
 pub fn summarize(rows: &[TenantRow]) -> Vec<TenantSummary> {
     rows.chunk_by(|a, b| a.tenant == b.tenant && a.device_uuid == b.device_uuid).filter_map(summarize_one).collect()
 }
