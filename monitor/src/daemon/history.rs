@@ -11,7 +11,7 @@
 
 use super::log;
 use crate::history::aggregate::{Aggregator, Batch};
-use crate::history::store::Store;
+use crate::history::store::{CreateError, Store};
 use crate::snapshot::Snapshot;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -153,16 +153,17 @@ impl Drop for Recorder {
 }
 
 /// Opens the store; a file that is not a history this monitor can write
-/// is moved aside once, and a new one made.
+/// is moved aside once (kept, not deleted), and a new one made.
 fn open(path: &Path) -> Result<Store, String> {
     match Store::create(path) {
         Ok(store) => Ok(store),
-        Err(first) => {
+        Err(CreateError::NotAHistory(first)) => {
             let aside = path.with_extension(format!("sqlite.unreadable-{}", unix_ms(SystemTime::now()) / 1000));
             std::fs::rename(path, &aside).map_err(|e| format!("{first}; cannot move it aside: {e}"))?;
             log::warn(&format!("history: {first}; moved to {} and started afresh", aside.display()));
-            Store::create(path)
+            Store::create(path).map_err(|e| e.to_string())
         }
+        Err(CreateError::Failed(e)) => Err(e),
     }
 }
 
@@ -196,6 +197,25 @@ fn write_loop(mut store: Store, batches: std::sync::mpsc::Receiver<Batch>, reten
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_is_not_a_history_is_moved_aside_and_a_new_one_made() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-history-aside-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.sqlite");
+        std::fs::write(&path, b"this is not a database, just text long enough to hold a header of one").unwrap();
+        let mut store = open(&path).unwrap();
+        store.write(&Batch::default()).unwrap();
+        let aside: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("history.sqlite.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(std::fs::read(dir.join(&aside[0])).unwrap(), b"this is not a database, just text long enough to hold a header of one");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn durations_are_parsed_with_clear_errors() {

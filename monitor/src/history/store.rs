@@ -79,6 +79,24 @@ pub enum OpenError {
     Other(String),
 }
 
+/// Why the history could not be opened for writing.
+#[derive(Debug)]
+pub enum CreateError {
+    /// The file is there but is not a history this code writes (not
+    /// SQLite, other tables, another layout): it may be moved aside.
+    NotAHistory(String),
+    /// Anything else (permissions, a lock, the disk): leave the file alone.
+    Failed(String),
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateError::NotAHistory(message) | CreateError::Failed(message) => f.write_str(message),
+        }
+    }
+}
+
 /// An open history.
 pub struct Store {
     conn: Connection,
@@ -150,8 +168,9 @@ impl Store {
     /// Opens the history at `path` for writing, creating it (mode 0600)
     /// with its tables if it does not exist. The file must be a regular
     /// file of this process's user; a mode other than 0600 is set to 0600.
-    pub fn create(path: &Path) -> Result<Store, String> {
+    pub fn create(path: &Path) -> Result<Store, CreateError> {
         let shown = path.display();
+        let failed = |what: String| CreateError::Failed(what);
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -160,38 +179,46 @@ impl Store {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|e| format!("cannot open {shown}: {e}"))?;
-        let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
+        let meta = std::fs::symlink_metadata(path).map_err(|e| failed(format!("{shown}: {e}")))?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         if !meta.is_file() || meta.uid() != me {
-            return Err(format!("{shown} must be a regular file of uid {me}; found uid {} mode {:o}", meta.uid(), meta.mode()));
+            return Err(failed(format!("{shown} must be a regular file of uid {me}; found uid {} mode {:o}", meta.uid(), meta.mode())));
         }
         if meta.mode() & 0o777 != 0o600 {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| format!("cannot make {shown} mode 0600: {e}"))?;
+                .map_err(|e| failed(format!("cannot make {shown} mode 0600: {e}")))?;
         }
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .map_err(sql(&format!("cannot open {shown}")))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql("busy timeout"))?;
-        let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sql(&format!("{shown} is not a history")))?;
+            .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| failed(format!("{shown}: {e}")))?;
+        // Not SQLite at all, or a broken file: not a history; a lock or
+        // the disk: a failure that moving the file would not mend.
+        let not_a_history = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+                CreateError::NotAHistory(format!("{shown} is not a history: {e}"))
+            }
+            _ => CreateError::Failed(format!("cannot read {shown}: {e}")),
+        };
+        let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(not_a_history)?;
         match version {
             0 => {
-                let tables: i64 = conn
-                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-                    .map_err(sql(&format!("{shown} is not a history")))?;
+                let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).map_err(not_a_history)?;
                 if tables != 0 {
-                    return Err(format!("{shown} holds tables but no history layout"));
+                    return Err(CreateError::NotAHistory(format!("{shown} holds tables but no history layout")));
                 }
                 // Set before the first table: freed pages can then be given
-                // back to the file system (see `compact`).
+                // back to the file system (see `prune`).
                 conn.execute_batch(&format!(
                     "PRAGMA auto_vacuum = INCREMENTAL; BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
                 ))
-                .map_err(sql(&format!("cannot create the history in {shown}")))?;
+                .map_err(|e| failed(format!("cannot create the history in {shown}: {e}")))?;
             }
             SCHEMA_VERSION => {}
-            other => return Err(format!("{shown} has layout {other}; this gpuslice writes layout {SCHEMA_VERSION}")),
+            other => {
+                return Err(CreateError::NotAHistory(format!("{shown} has layout {other}; this gpuslice writes layout {SCHEMA_VERSION}")))
+            }
         }
         Ok(Store { conn })
     }
@@ -497,18 +524,18 @@ mod tests {
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Missing)));
         std::fs::write(dir.file(), b"not a database, just text that is long enough to have a header").unwrap();
         let e = Store::create(&dir.file()).err().unwrap();
-        assert!(e.contains("history.sqlite"), "{e}");
+        assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("history.sqlite")), "{e}");
         std::fs::remove_file(dir.file()).unwrap();
         // A newer layout.
         drop(Store::create(&dir.file()).unwrap());
         Connection::open(dir.file()).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
         let e = Store::create(&dir.file()).err().unwrap();
-        assert!(e.contains("layout 99"), "{e}");
+        assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("layout 99")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 99")));
         // A link is not followed.
         std::fs::remove_file(dir.file()).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.file()).unwrap();
-        assert!(Store::create(&dir.file()).is_err());
+        assert!(matches!(Store::create(&dir.file()), Err(CreateError::Failed(_))));
     }
 
     const WEEK_MINUTES: u64 = 7 * 24 * 60;
