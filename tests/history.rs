@@ -143,3 +143,38 @@ fn a_share_and_the_compute_used_under_it_are_recorded() {
     assert!(advice.starts_with("share 40 %, p99 used "), "{advice}");
     assert!(row["limit_advice"].is_null(), "{row:#}");
 }
+
+/// A restarted monitor goes on with the same history, and a refusal it
+/// had recorded before is not counted again.
+#[test]
+fn a_restarted_monitor_goes_on_with_its_history_and_counts_nothing_twice() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("team-r");
+    let options = || MonitorOptions { args: vec!["--history-interval".into(), "1s".into()], ..Default::default() };
+    let monitor = Monitor::start(&sim, options());
+    let mut r =
+        sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "alloc:denied:2G", "mark:first", "wait", "alloc:b:100M", "hold"]));
+    r.wait_for("first");
+    monitor.wait_rounds(6);
+    monitor.stop();
+    let denied = |out: &gpuslice_tests::Output| {
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+        let row =
+            json["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team-r").unwrap_or_else(|| panic!("{json:#}")).clone();
+        (row["alloc_denied_total"].as_u64(), row["memory_peak_bytes"].as_u64())
+    };
+    let before = report(&sim, &["--json"]);
+    before.assert_success();
+    assert_eq!(denied(&before), (Some(1), Some((100 + 64) * MIB)));
+
+    // The ledger still counts the refusal; the new monitor starts from it.
+    let monitor = Monitor::start(&sim, options());
+    r.send_line("go");
+    r.wait_for("ready");
+    monitor.wait_rounds(6);
+    r.close_stdin();
+    r.wait().assert_success();
+    monitor.stop();
+    let after = report(&sim, &["--json"]);
+    after.assert_success();
+    assert_eq!(denied(&after), (Some(1), Some((200 + 64) * MIB)));
+}
