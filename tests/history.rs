@@ -1,6 +1,8 @@
 //! The monitor's history and `gpuslice report`, on a history made by real
 //! processes under the shim on simgpu.
 
+#[path = "support/ledger_view.rs"]
+mod ledger_view;
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
@@ -177,4 +179,49 @@ fn a_restarted_monitor_goes_on_with_its_history_and_counts_nothing_twice() {
     let after = report(&sim, &["--json"]);
     after.assert_success();
     assert_eq!(denied(&after), (Some(1), Some((200 + 64) * MIB)));
+}
+
+/// A tenant that writes absurd figures into its own ledger (more memory
+/// than SQLite's integers hold) changes its own report, which is clamped,
+/// and nothing of another tenant's.
+#[test]
+fn a_tenant_lying_in_its_ledger_changes_only_its_own_report() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim();
+    let monitor = Monitor::start(&sim, MonitorOptions { args: vec!["--history-interval".into(), "1s".into()], ..Default::default() });
+    let mut honest_cmd = sim.c("memctl");
+    honest_cmd.env("GPUSLICE_TENANT", "honest").env("GPUSLICE_MEMORY_LIMIT", "1GiB").args(["init", "ctx", "alloc:a:100M", "hold"]);
+    let mut honest = sim.spawn(&mut honest_cmd);
+    let mut liar_cmd = sim.c("memctl");
+    liar_cmd.env("GPUSLICE_TENANT", "liar").args(["init", "ctx", "hold"]);
+    let mut liar = sim.spawn(&mut liar_cmd);
+    honest.wait_for("ready");
+    liar.wait_for("ready");
+
+    // The liar's own ledger: a slot of its own, and more than i64::MAX
+    // bytes reserved on an uncapped device.
+    let ledger = ledger_view::open(&sim.ledger_dir(), "liar");
+    let slot = ledger.claim_slot().expect("a slot in the liar's ledger");
+    let huge = (1u64 << 63) + (1 << 62);
+    ledger.try_reserve(&slot, 0, huge).expect("an uncapped ledger takes any reservation");
+    assert!(ledger.used_bytes(0) > huge);
+    monitor.wait_rounds(8);
+    honest.close_stdin();
+    liar.close_stdin();
+    honest.wait().assert_success();
+    liar.wait().assert_success();
+    drop(ledger);
+    monitor.stop();
+
+    let out = report(&sim, &["--json"]);
+    out.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+    let row = |name: &str| {
+        json["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == name).unwrap_or_else(|| panic!("no {name}: {json:#}")).clone()
+    };
+    let honest = row("honest");
+    assert_eq!(honest["memory_peak_bytes"].as_u64(), Some((100 + 64) * MIB), "{honest:#}");
+    assert_eq!(honest["memory_cap_bytes"].as_u64(), Some(1024 * MIB), "{honest:#}");
+    assert_eq!(honest["memory_advice"]["recommended"].as_u64(), Some(512 * MIB), "{honest:#}");
+    let liar = row("liar");
+    assert_eq!(liar["memory_peak_bytes"].as_u64(), Some(i64::MAX as u64), "clamped to what the store holds: {liar:#}");
 }
