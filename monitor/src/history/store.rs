@@ -497,6 +497,12 @@ mod tests {
         store.write(&Batch { tenants: vec![row("team-a", 0, 1060)], ..Batch::default() }).unwrap();
         assert_eq!(Store::open_read(&dir.file()).unwrap().read(0).unwrap().tenants.len(), 3);
         assert_eq!(Store::open_read(&dir.file()).unwrap().oldest_s().unwrap(), Some(1000));
+
+        // While a transaction writes, its journal is as private as the file.
+        store.conn.execute_batch("BEGIN; INSERT INTO series (tenant, device_uuid) VALUES ('x', 'y');").unwrap();
+        let journal = dir.0.join("history.sqlite-journal");
+        assert_eq!(std::fs::metadata(&journal).unwrap().mode() & 0o777, 0o600);
+        store.conn.execute_batch("ROLLBACK").unwrap();
     }
 
     #[test]
