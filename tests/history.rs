@@ -38,6 +38,10 @@ fn a_report_of_real_runs_shows_the_peak_the_ledger_counted_and_the_cap() {
     a.wait_for("ready");
     // Past two whole intervals with the process alive.
     monitor.wait_rounds(6);
+    // Read while the monitor writes: the intervals written so far are there.
+    let live = report(&sim, &["--json"]);
+    live.assert_success();
+    assert!(live.stdout.contains("\"tenant\": \"team-a\""), "{live}");
     a.close_stdin();
     a.wait().assert_success();
     monitor.wait_rounds(2);

@@ -242,9 +242,15 @@ impl Store {
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             .map_err(|e| OpenError::Other(format!("cannot open {shown}: {e}")))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| OpenError::Other(format!("{shown}: {e}")))?;
-        let version: i32 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| OpenError::Other(format!("{shown} is not a history: {e}")))?;
+        let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| {
+            // A write cut short (the monitor killed mid-minute) left a
+            // journal that only a writer may roll back.
+            if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly) {
+                OpenError::Other(format!("{shown}: its last write was cut short ({e}); the monitor rolls it back when it starts again"))
+            } else {
+                OpenError::Other(format!("{shown} is not a history: {e}"))
+            }
+        })?;
         if version != SCHEMA_VERSION {
             return Err(OpenError::Other(format!("{shown} has layout {version}; this gpuslice reads layout {SCHEMA_VERSION}")));
         }
@@ -542,6 +548,30 @@ mod tests {
         std::fs::remove_file(dir.file()).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.file()).unwrap();
         assert!(matches!(Store::create(&dir.file()), Err(CreateError::Failed(_))));
+    }
+
+    #[test]
+    fn a_write_cut_short_is_named_to_a_reader_and_rolled_back_by_the_writer() {
+        let dir = Dir::new("cut-short");
+        let mut store = Store::create(&dir.file()).unwrap();
+        store.write(&Batch { tenants: vec![row("team-a", 0, 1000)], ..Batch::default() }).unwrap();
+        // A transaction big enough to spill into the file before it
+        // commits, copied as a crash would leave it: the file and its journal.
+        store.conn.execute_batch("PRAGMA cache_size = 1; BEGIN;").unwrap();
+        for i in 0..2000 {
+            store.conn.execute("INSERT INTO series (tenant, device_uuid) VALUES (?1, 'GPU-0')", params![format!("t{i}")]).unwrap();
+        }
+        let crashed = dir.0.join("crashed.sqlite");
+        std::fs::copy(dir.file(), &crashed).unwrap();
+        std::fs::copy(dir.0.join("history.sqlite-journal"), dir.0.join("crashed.sqlite-journal")).unwrap();
+        store.conn.execute_batch("ROLLBACK").unwrap();
+
+        let e = Store::open_read(&crashed).err().unwrap();
+        assert!(matches!(&e, OpenError::Other(m) if m.contains("cut short")), "{e:?}");
+        // The monitor's next start rolls it back: the committed row is there.
+        drop(Store::create(&crashed).unwrap());
+        let rows = Store::open_read(&crashed).unwrap().read(0).unwrap();
+        assert_eq!(rows.tenants, vec![row("team-a", 0, 1000)]);
     }
 
     const WEEK_MINUTES: u64 = 7 * 24 * 60;
