@@ -30,8 +30,9 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
+/// `--since`: a duration in gpuslice's one grammar ([`crate::duration`]).
 fn parse_since(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| format!("{text:?}: {e}; expected a duration such as 7d, 24h or 2w"))
+    crate::duration::parse(text)
 }
 
 /// The whole report, as `--json` prints it.
@@ -249,6 +250,6 @@ mod tests {
     #[test]
     fn a_bad_since_says_what_is_accepted() {
         assert_eq!(parse_since("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert!(parse_since("7 dayz").unwrap_err().contains("expected a duration such as 7d"));
+        assert!(parse_since("7 dayz").unwrap_err().contains(crate::duration::FORMAT));
     }
 }

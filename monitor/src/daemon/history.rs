@@ -30,9 +30,10 @@ pub struct Settings {
     pub interval: Duration,
 }
 
-/// Parses `--history-retention`: a duration such as `30d`, `12h`, `2w`.
+/// Parses `--history-retention`: a duration in gpuslice's one grammar
+/// ([`crate::duration`]: `30d`, `2w`, `12h`), at least a minute.
 pub fn parse_retention(text: &str) -> Result<Duration, String> {
-    let value = humantime::parse_duration(text.trim()).map_err(|e| format!("{text:?}: {e}; expected a duration such as 30d, 12h or 2w"))?;
+    let value = crate::duration::parse(text)?;
     if value < Duration::from_secs(60) {
         return Err(format!("{text:?}: the history keeps at least a minute (1m); use --no-history to keep none"));
     }
@@ -41,7 +42,7 @@ pub fn parse_retention(text: &str) -> Result<Duration, String> {
 
 /// Parses `--history-interval`: a duration of at least one second.
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let value = humantime::parse_duration(text.trim()).map_err(|e| format!("{text:?}: {e}; expected a duration such as 1m or 10s"))?;
+    let value = crate::duration::parse(text)?;
     if value < Duration::from_secs(1) {
         return Err(format!("{text:?}: an interval is at least 1s"));
     }
@@ -221,7 +222,7 @@ mod tests {
     fn durations_are_parsed_with_clear_errors() {
         assert_eq!(parse_retention("30d"), Ok(Duration::from_secs(30 * 86_400)));
         assert_eq!(parse_retention("2w"), Ok(Duration::from_secs(14 * 86_400)));
-        assert!(parse_retention("30x").unwrap_err().contains("expected a duration such as 30d"));
+        assert!(parse_retention("30x").unwrap_err().contains(crate::duration::FORMAT));
         assert!(parse_retention("10s").unwrap_err().contains("--no-history"));
         assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
         assert!(parse_interval("500ms").unwrap_err().contains("at least 1s"));
