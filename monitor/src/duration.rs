@@ -1,5 +1,6 @@
 //! The one grammar of every duration gpuslice reads: `run --queue
-//! --timeout`, the configuration's `violation_grace` and `top --interval`.
+//! --timeout`, the configuration's `violation_grace`, `top --interval`,
+//! `monitor --history-retention` and `report --since`.
 //!
 //! A duration is what the `humantime` crate reads (`500ms`, `90s`, `1.5s`,
 //! `5m`, `1h 30m`, `2min`), or a plain number of seconds (`1`, `0.5`), as

@@ -5,7 +5,8 @@
 //! monitor), `status` (what the ledgers and NVML say now), `devices` (the
 //! GPUs and what is committed on them), `queue_list` and `cancel` (the
 //! admission queue that `run --queue` joins), `tenant` (allocations that a
-//! cluster's node agent hands the monitor), `top` (the live view), `demo`.
+//! cluster's node agent hands the monitor), `top` (the live view), `report` (the history against the
+//! slices), `demo`.
 //! A verb depends on the shared modules, never on another verb, and the
 //! shared modules on no verb; this file puts them together.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -16,6 +17,7 @@ mod daemon;
 mod demo;
 mod devices;
 mod queue_list;
+mod report;
 mod run;
 mod sim;
 mod status;
@@ -30,6 +32,7 @@ mod discovery;
 mod driver_check;
 mod duration;
 mod error;
+mod history;
 mod host;
 mod libs;
 mod metrics;
@@ -117,6 +120,11 @@ enum Command {
       gpuslice top --dir /run/gpuslice --interval 500ms\n  \
       gpuslice top --once    # one frame as plain text, for scripts")]
     Top(top::TopArgs),
+    /// What each tenant used over the monitor's history against its cap, share and limit, with a recommendation.
+    #[command(after_help = "Examples:\n  \
+      sudo gpuslice report                # the last 7 days\n  \
+      sudo gpuslice report --since 30d --json")]
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -134,6 +142,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => cancel::cancel(args),
         Command::Tenant(args) => tenant::main(args),
         Command::Top(args) => top::main(args),
+        Command::Report(args) => report::main(args),
     };
     match result {
         Ok(code) => code,

@@ -31,6 +31,7 @@ pub(crate) mod arbiter;
 mod audit;
 mod check;
 pub(crate) mod compute;
+mod history;
 mod http;
 mod ledgers;
 pub mod log;
@@ -91,6 +92,16 @@ pub struct MonitorArgs {
     /// Ledger files watched at most (the configured tenants' always are).
     #[arg(long, value_name = "N", default_value_t = ledgers::DEFAULT_MAX_LEDGERS)]
     pub max_ledgers: usize,
+    /// How long the history of tenants' use (<dir>/.monitor/history.sqlite,
+    /// read by `gpuslice report`) is kept: one row per tenant and device a minute.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = history::parse_retention)]
+    pub history_retention: std::time::Duration,
+    /// Keep no history.
+    #[arg(long)]
+    pub no_history: bool,
+    /// How long one history row covers (for tests).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = history::parse_interval, hide = true)]
+    pub history_interval: std::time::Duration,
 }
 
 /// Descriptors kept for everything but the ledgers: HTTP connections, NVML,
@@ -268,6 +279,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
+    let settings = history::Settings { retention: args.history_retention, interval: args.history_interval };
+    let mut history = if args.no_history { history::Recorder::off() } else { history::Recorder::start(&dir, settings) };
     // The one local path for clusters' node agents: without it, allocations
     // cannot be admitted, and everything else works.
     let control = allocations::Control::start(&dir)
@@ -362,6 +375,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
+        history.record(&snap);
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
