@@ -59,12 +59,18 @@ const SUN_PATH_MAX: usize = 107;
 /// address: the path itself, or, in a directory whose path is too long,
 /// the same file through `/proc/self/fd/<N>` of a descriptor of `dir`.
 pub fn with_socket_path<T>(dir: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
-    let path = socket_path(dir);
+    with_short_socket_path(dir, ".arbiter.sock", f)
+}
+
+/// Runs `f` with a path to socket `<dir>/<name>` short enough for a
+/// socket address (see [`with_socket_path`]).
+pub fn with_short_socket_path<T>(dir: &Path, name: &str, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
+    let path = dir.join(name);
     if path.as_os_str().len() <= SUN_PATH_MAX {
         return f(&path);
     }
     let dir_fd = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?;
-    let short = PathBuf::from(format!("/proc/self/fd/{}/.arbiter.sock", dir_fd.as_raw_fd()));
+    let short = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir_fd.as_raw_fd()));
     let result = f(&short);
     drop(dir_fd);
     result

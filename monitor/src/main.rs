@@ -4,7 +4,8 @@
 //! simulated GPU), `run` (run a command under the shim), `daemon` (the host
 //! monitor), `status` (what the ledgers and NVML say now), `devices` (the
 //! GPUs and what is committed on them), `queue_list` and `cancel` (the
-//! admission queue that `run --queue` joins), `top` (the live view), `demo`.
+//! admission queue that `run --queue` joins), `tenant` (allocations that a
+//! cluster's node agent hands the monitor), `top` (the live view), `demo`.
 //! A verb depends on the shared modules, never on another verb, and the
 //! shared modules on no verb; this file puts them together.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -18,9 +19,11 @@ mod queue_list;
 mod run;
 mod sim;
 mod status;
+mod tenant;
 mod top;
 
 // Shared by the verbs.
+mod allocation;
 mod compute;
 mod config;
 mod discovery;
@@ -99,6 +102,12 @@ enum Command {
     #[command(after_help = "Example:\n  \
       gpuslice cancel 7    # the ID column of gpuslice queue")]
     Cancel(cancel::CancelArgs),
+    /// Admit or release a monitor-owned tenant: the path by which Slurm's prolog or Kubernetes' DRA plugin hands the node an allocation.
+    #[command(after_help = "Examples:\n  \
+      gpuslice tenant admit slurm-42 --device 0 --memory 4GiB --share 25 --owner-uid 1000\n  \
+      gpuslice tenant release slurm-42\n  \
+      gpuslice tenant list")]
+    Tenant(tenant::TenantArgs),
     /// A live view of devices, tenants, processes and the queue; refreshes in place, q quits.
     #[command(after_help = "Examples:\n  \
       gpuslice top\n  \
@@ -120,6 +129,7 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::main(args),
         Command::Queue(args) => queue_list::list(args),
         Command::Cancel(args) => cancel::cancel(args),
+        Command::Tenant(args) => tenant::main(args),
         Command::Top(args) => top::main(args),
     };
     match result {

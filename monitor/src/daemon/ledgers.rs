@@ -827,6 +827,59 @@ impl LedgerSet {
     pub fn watched(&self) -> usize {
         self.open.len()
     }
+
+    /// Keeps allocated tenant `tenant`'s ledger name (flat layout) for
+    /// root and user `owner`: a file there of any other owner is a
+    /// squatter's (the directory is open to every user) and goes aside, so
+    /// that the tenant's ledger is made afresh and made the owner's.
+    pub fn keep_name_for(&mut self, tenant: &str, owner: u32) {
+        let path = ledger::tenant_path(&discovery::tenant_ledger_dir(&self.dir, tenant, Layout::Flat), tenant);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { return };
+        if meta.uid() == 0 || meta.uid() == owner {
+            return;
+        }
+        self.open.remove(&path);
+        match move_aside(&path, meta.ino()) {
+            Ok(aside) => log::warn(&format!(
+                "{} (uid {}) took the ledger name of tenant {tenant}, which is allocated to uid {owner}: moved it aside to {}",
+                path.display(),
+                meta.uid(),
+                aside.display()
+            )),
+            Err(e) => log::limited(
+                &file_key(&path, "allocation"),
+                Level::Warn,
+                &format!(
+                    "{} (uid {}) took the ledger name of tenant {tenant} and could not be moved aside: {e}",
+                    path.display(),
+                    meta.uid()
+                ),
+            ),
+        }
+        self.refused.remove(&path);
+        self.uninitialised.remove(&path);
+    }
+
+    /// Makes allocated tenant `tenant`'s ledger (flat layout) user
+    /// `owner`'s, mode 0600, where it is still root's.
+    pub fn give_to(&self, tenant: &str, owner: u32) {
+        let Some(ledger) = self.ledgers().find(|l| l.tenant() == tenant) else { return };
+        let path = ledger.path();
+        let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+        if meta.uid() == owner || !meta.file_type().is_file() {
+            return;
+        }
+        let done = std::os::unix::fs::lchown(path, Some(owner), None)
+            .and_then(|_| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)));
+        match done {
+            Ok(()) => log::info(&format!("tenant {tenant}: {} is uid {owner}'s", path.display())),
+            Err(e) => log::limited(
+                &file_key(path, "allocation"),
+                Level::Warn,
+                &format!("tenant {tenant}: cannot give {} to uid {owner}: {e}", path.display()),
+            ),
+        }
+    }
 }
 
 /// ", owner uid U, mode M" of a file, for the log.

@@ -26,6 +26,7 @@
 //! arbiter's state lives in its memory: a restarted monitor starts every
 //! tenant's virtual time afresh, and processes join it within a second.
 
+mod allocations;
 pub(crate) mod arbiter;
 mod audit;
 pub(crate) mod compute;
@@ -257,9 +258,16 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
+    // The one local path for clusters' node agents: without it, allocations
+    // cannot be admitted, and everything else works.
+    let control = allocations::Control::start(&dir)
+        .map_err(|e| log::warn(&format!("{e}; tenants cannot be admitted through `gpuslice tenant`")))
+        .ok();
+    let mut allocations = allocations::Allocations::load(&dir, args.host.layout);
+    let mut governed = allocations.effective(&config);
     let mut ledgers =
         ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
-    ledgers.set_configured(config.tenants.keys());
+    ledgers.set_configured(governed.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = crate::compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
@@ -285,7 +293,6 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
                 log::info(&format!("tenant {gone} is no longer configured; it keeps the caps last set"));
             }
             config = new_config;
-            ledgers.set_configured(config.tenants.keys());
             policy_state.configuration_changed();
         }
 
@@ -307,15 +314,35 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
             }
             None => None,
         };
+        // Requests of the control socket are decided where the configuration
+        // is: the tenants they admit are governed as the file's are.
+        let requests = control.as_ref().map(|c| c.take()).unwrap_or_default();
+        let decided: Vec<_> = requests.into_iter().map(|p| (allocations.decide(&p.request, &config, gpus.as_deref()), p)).collect();
+        governed = allocations.effective(&config);
+        ledgers.set_configured(governed.tenants.keys());
+        allocations.guard_names(&mut ledgers);
+        let config = &governed;
+
         // Before the policy pins caps: a queue job's tenant is held to its job's.
         queue_state.enforce_caps();
         policy_state.set_queue_caps(queue_state.caps());
-        policy_state.apply(&config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
-        compute::share_with_arbiter(&arbiter_shared, &config, &dir, gpus.as_deref(), gpu_reader.is_some());
+        policy_state.apply(config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
+        allocations.hand_over(&ledgers);
+        compute::share_with_arbiter(&arbiter_shared, config, &dir, gpus.as_deref(), gpu_reader.is_some());
 
         for ledger in ledgers.ledgers() {
             reclaim(ledger);
         }
+        // Answered once the tenants' ledgers hold their caps.
+        for (decided, pending) in decided {
+            let answer = match decided {
+                allocations::Decided::Now(answer) => *answer,
+                allocations::Decided::AfterPolicy(tenant) => allocations.answer_for(&tenant, &ledgers),
+                allocations::Decided::List => allocations.list(&ledgers),
+            };
+            pending.answer(answer);
+        }
+        allocations.reap(&ledgers);
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
@@ -324,10 +351,10 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
-        violation_state.check(&snap, &config, &policy_state, &overhead_state, Instant::now(), &mut counters);
+        violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
-        (counters.queue, counters.committed_bytes) = queue_state.round(&config, &policy_state, &snap, gpus.as_deref());
+        (counters.queue, counters.committed_bytes) = queue_state.round(config, &policy_state, &snap, gpus.as_deref());
         if let Some(reader) = gpu_reader.as_ref().filter(|_| snap.nvml) {
             // Names do not change while the host runs: asked once per device.
             for device in &gpus_named(&snap, &counters.device_names) {
@@ -381,7 +408,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
             early_rounds = (Instant::now(), 0);
         }
         let may_wake = early_rounds.1 < EARLY_ROUNDS_PER_S;
-        if sleep_unless_signalled(round_start, &stop, &hangup, || may_wake && queue_state.jobs_changed()) {
+        let asked = || control.as_ref().is_some_and(|c| c.has_pending());
+        if sleep_unless_signalled(round_start, &stop, &hangup, || asked() || (may_wake && queue_state.jobs_changed())) {
             early_rounds.1 += 1;
         }
     }

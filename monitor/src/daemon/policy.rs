@@ -53,7 +53,7 @@ pub struct PolicyState {
 /// `<dir>/.monitor`: the monitor's own directory, 0700, which discovery
 /// skips (a dot-name) and no tenant can write.
 pub fn state_dir(dir: &Path) -> PathBuf {
-    dir.join(".monitor")
+    crate::allocation::state_dir(dir)
 }
 
 fn load_pinned(path: &Path) -> Result<Pinned, String> {

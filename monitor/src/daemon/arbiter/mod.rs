@@ -125,7 +125,7 @@ pub fn start(dir: &Path, layout: Layout, shared: Arc<Shared>) -> Result<(), Stri
         dir: dir.to_path_buf(),
         layout,
         shared,
-        listeners: vec![Listening { listener: root, tenant: None }],
+        listeners: vec![Listening { listener: root, tenant: None, bound: None }],
         bound_dirs: HashSet::new(),
         conns: HashMap::new(),
         devices: HashMap::new(),
@@ -183,6 +183,10 @@ struct Listening {
     listener: UnixListener,
     /// The tenant whose directory it is in (`tenant-dirs`).
     tenant: Option<String>,
+    /// That directory, and the inode of the socket bound in it: a
+    /// directory removed (a released tenant) or made anew loses its
+    /// listener, and a new one is bound where it is made anew.
+    bound: Option<(PathBuf, u64)>,
 }
 
 enum ConnState {
@@ -290,13 +294,26 @@ impl Arbiter {
             return;
         }
         let dirs = self.shared.tenant_dirs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let socket_inode = |dir: &Path| std::fs::symlink_metadata(broker::socket_path(dir)).ok().map(|m| m.ino());
+        let bound_dirs = &mut self.bound_dirs;
+        self.listeners.retain(|l| match &l.bound {
+            None => true,
+            Some((dir, ino)) => {
+                let current = dirs.iter().any(|(_, d)| d == dir) && socket_inode(dir) == Some(*ino);
+                if !current {
+                    bound_dirs.remove(dir);
+                }
+                current
+            }
+        });
         for (tenant, dir) in dirs {
             if self.bound_dirs.contains(&dir) || !dir.is_dir() {
                 continue;
             }
             match bind(&dir) {
                 Ok(listener) => {
-                    self.listeners.push(Listening { listener, tenant: Some(tenant) });
+                    let bound = socket_inode(&dir).map(|ino| (dir.clone(), ino));
+                    self.listeners.push(Listening { listener, tenant: Some(tenant), bound });
                     self.bound_dirs.insert(dir);
                 }
                 Err(e) => {
