@@ -38,7 +38,11 @@ enum Request<'a> {
 /// The monitor's answer about one tenant.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct TenantAnswer {
+    #[serde(default)]
     pub tenant: String,
+    /// `admitted`, `released` (processes still live) or `gone`.
+    #[serde(default)]
+    pub state: Option<String>,
     /// The tenant's ledger directory on the host (`<dir>/tenants/<tenant>`).
     #[serde(default)]
     pub ledger_dir: Option<PathBuf>,
@@ -77,13 +81,19 @@ impl Monitor {
     /// ledger exists with the caps written.
     pub fn admit(&self, tenant: &str, devices: &[DeviceRequest], labels: &BTreeMap<String, String>) -> Result<TenantAnswer, String> {
         let answer = self.ask(&Request::Admit { tenant, owner_uid: None, devices, priority: 0, labels })?;
-        answer.tenant.ok_or_else(|| "the monitor's admit answer names no tenant".to_string())
+        answer.tenant.filter(|t| t.tenant == tenant).ok_or_else(|| format!("the monitor's admit answer is not about {tenant}"))
     }
 
     /// Releases `tenant` (an unknown one is no error).
     pub fn release(&self, tenant: &str) -> Result<TenantAnswer, String> {
-        let answer = self.ask(&Request::Release { tenant })?;
-        answer.tenant.ok_or_else(|| "the monitor's release answer names no tenant".to_string())
+        Ok(self.ask(&Request::Release { tenant })?.tenant.unwrap_or_else(|| TenantAnswer {
+            tenant: tenant.to_string(),
+            state: None,
+            ledger_dir: None,
+            live_processes: None,
+            held_bytes: None,
+            message: None,
+        }))
     }
 
     /// The admitted tenants.
@@ -95,7 +105,9 @@ impl Monitor {
         let place = self.socket.display();
         let mut line = serde_json::to_vec(request).map_err(|e| format!("cannot encode the request: {e}"))?;
         line.push(b'\n');
-        let mut stream = UnixStream::connect(&self.socket).map_err(|e| format!("cannot reach the gpuslice monitor at {place}: {e}"))?;
+        let (dir, name) = (self.socket.parent().unwrap_or(Path::new("/")), self.socket.file_name().unwrap_or_default().to_string_lossy());
+        let mut stream = ledger::broker::with_short_socket_path(dir, &name, |p| UnixStream::connect(p))
+            .map_err(|e| format!("cannot reach the gpuslice monitor at {place}: {e}"))?;
         stream
             .set_read_timeout(Some(ANSWER_TIMEOUT))
             .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))

@@ -1,0 +1,386 @@
+//! The DRA driver (`gpuslice-dra`), with the real thing on the other side of
+//! every boundary that can run here:
+//! - the kubelet's side is played over the plugin's own Unix sockets with
+//!   the kubelet's gRPC definitions: registration, then NodePrepareResources
+//!   and NodeUnprepareResources for two claims on one simulated GPU, with a
+//!   restart of the plugin in between;
+//! - the API server's side is played by ResourceClaim files, each checked
+//!   against the Kubernetes 1.37 schema (`kubernetes-validate --strict`)
+//!   before the plugin reads it; the ResourceSlice it builds is checked too;
+//! - the CDI spec it writes is consumed by a real CDI consumer, podman
+//!   (`--device gpuslice.dev/slice=<claim>`, the host's root as the
+//!   container's read-only image), and a CUDA client on simgpu inside that
+//!   container sees its claim's cap as the device's memory, is refused past
+//!   it, and cannot raise it by editing its own environment;
+//! - the monitor's side is the real monitor, in the `tenant-dirs` layout.
+//!
+//! NVIDIA's own CDI device (`nvidia.com/gpu=<uuid>`), which the plugin
+//! names beside its own, is not handed to podman: there is no NVIDIA
+//! container toolkit spec on this machine, and simgpu needs none.
+
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+
+use gpuslice_dra::proto::dra::dra_plugin_client::DraPluginClient;
+use gpuslice_dra::proto::dra::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
+use gpuslice_dra::proto::registration::registration_client::RegistrationClient;
+use gpuslice_dra::proto::registration::{InfoRequest, RegistrationStatus};
+use gpuslice_tests::{compile_c, poll, repo_root, shim_lib, sim_lib_dir, simgpu_lib, target_dir, Output, Running, Sim};
+use monitor_support::{gpuslice_command, Monitor, MonitorOptions};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const DRIVER: &str = "gpu.gpuslice.dev";
+const NODE: &str = "node-1";
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// The unprivileged user the containers run as (the `restricted` standard
+/// forbids root).
+const POD_UID: u32 = 1000;
+/// Where podman reads CDI specs (it has no option for another directory).
+const CDI_DIR: &str = "/var/run/cdi";
+
+fn dra_bin() -> PathBuf {
+    let path = target_dir().join("gpuslice-dra");
+    assert!(path.is_file(), "{} is missing: build it first (`cargo build --workspace`)", path.display());
+    path
+}
+
+/// `kubernetes-validate --strict` (schema 1.37) of `object`, written to a
+/// file in `dir`: an unknown or misplaced field is an error.
+fn validate_strictly(dir: &Path, name: &str, object: &Value) {
+    let validate = repo_root().join(".deps/venv/bin/kubernetes-validate");
+    assert!(validate.is_file(), "{} is missing: run `bash scripts/setup.sh`", validate.display());
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(object).unwrap()).unwrap();
+    let out = Command::new(&validate).args(["--strict", "--quiet", "-k", "1.37.0"]).arg(&path).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("ERROR"), "{name} does not validate against Kubernetes 1.37:\n{text}\n{object:#}");
+}
+
+/// A claim UID as the API server makes them (a UUID), unique to this run.
+fn claim_uid(n: u32) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    format!("{:08x}-{:04x}-4000-8000-{:012x}", std::process::id(), n, nanos & 0xffff_ffff_ffff)
+}
+
+/// A ResourceClaim the scheduler allocated on `device` of this node, with
+/// `memory` and `compute` consumed, as the API server would serve it.
+fn allocated_claim(namespace: &str, name: &str, uid: &str, device: &str, memory: &str, compute: &str) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpuslice.dev",
+            "capacity": {"requests": {"memory": memory, "compute": compute}}
+        }}]}},
+        "status": {"allocation": {
+            "devices": {"results": [{
+                "request": "gpu", "driver": DRIVER, "pool": NODE, "device": device,
+                "shareID": uid, "consumedCapacity": {"memory": memory, "compute": compute}
+            }]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}
+        }}
+    })
+}
+
+/// The directories of one simulated node.
+struct Node {
+    sim: Sim,
+    monitor: Option<Monitor>,
+    kubelet_dir: PathBuf,
+    claims_dir: PathBuf,
+}
+
+impl Node {
+    fn new() -> Node {
+        let sim = Sim::new().devices(1).memory("4GiB").context_memory("64MiB");
+        sim.share_the_gpu();
+        let options = MonitorOptions { args: vec!["--layout".into(), "tenant-dirs".into()], ..Default::default() };
+        let monitor = Monitor::start(&sim, options);
+        // Short: a socket's path holds at most 107 bytes.
+        let kubelet_dir = std::env::temp_dir().join(format!("gs-kubelet-{}", claim_uid(0).rsplit('-').next().unwrap()));
+        let claims_dir = sim.dir().join("claims");
+        std::fs::create_dir_all(&claims_dir).unwrap();
+        Node { sim, monitor: Some(monitor), kubelet_dir, claims_dir }
+    }
+
+    fn registration_socket(&self) -> PathBuf {
+        self.kubelet_dir.join("plugins_registry").join(format!("{DRIVER}-reg.sock"))
+    }
+
+    /// Starts the plugin and waits for its registration socket.
+    fn start_plugin(&self) -> Running {
+        let _ = std::fs::remove_file(self.registration_socket());
+        let mut cmd = Command::new(dra_bin());
+        cmd.arg("serve").args(["--node-name", NODE, "--driver-name", DRIVER]);
+        cmd.arg("--dir").arg(self.sim.ledger_dir());
+        cmd.arg("--kubelet-dir").arg(&self.kubelet_dir);
+        cmd.args(["--cdi-dir", CDI_DIR]);
+        cmd.arg("--shim").arg(shim_lib());
+        cmd.arg("--claims-dir").arg(&self.claims_dir);
+        cmd.env_remove("LD_PRELOAD");
+        let running = self.sim.spawn(&mut cmd);
+        let pid = running.pid();
+        poll::until("the plugin's registration socket", || !monitor_support::pid_alive(pid) || self.registration_socket().exists());
+        assert!(self.registration_socket().exists(), "the plugin exited:\n{}", running.wait());
+        running
+    }
+
+    /// Publishes a ResourceClaim (checked against the schema first).
+    fn put_claim(&self, claim: &Value) {
+        let namespace = claim["metadata"]["namespace"].as_str().unwrap();
+        let name = claim["metadata"]["name"].as_str().unwrap();
+        validate_strictly(self.sim.dir(), &format!("claim-{namespace}-{name}"), claim);
+        std::fs::create_dir_all(self.claims_dir.join(namespace)).unwrap();
+        std::fs::write(self.claims_dir.join(namespace).join(format!("{name}.json")), claim.to_string()).unwrap();
+    }
+
+    /// `gpuslice tenant list --json`.
+    fn tenants(&self) -> Vec<Value> {
+        let mut cmd = gpuslice_command(&self.sim);
+        cmd.args(["tenant", "list", "--json", "--dir"]).arg(self.sim.ledger_dir());
+        let out = self.sim.run(&mut cmd);
+        out.assert_success();
+        let listed: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        listed["tenants"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `memctl ARGS` as the pod's user in a podman container that uses CDI
+    /// device `gpuslice.dev/slice=<claim_uid>`, the host's root as its
+    /// image (an overlay, so nothing the container does reaches the host).
+    /// `pod_env` is what the pod's spec would set.
+    fn in_container(&self, claim_uid: &str, pod_env: &[(&str, &str)], script: &str) -> Output {
+        let podman = Path::new("/usr/bin/podman");
+        assert!(podman.is_file(), "podman is missing: run `bash scripts/setup.sh`");
+        let mut cmd = Command::new(podman);
+        // runc: crun refuses this machine's hybrid cgroup hierarchy.
+        cmd.args(["--runtime", "runc", "run", "--rm", "--network=none", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=1024:1024"]);
+        cmd.args(["--user", &format!("{POD_UID}:{POD_UID}")]);
+        cmd.args(["--device", &format!("gpuslice.dev/slice={claim_uid}")]);
+        // The simulated GPU (its state file) and the built programs.
+        for shared in [self.sim.dir().to_path_buf(), target_dir()] {
+            cmd.arg("-v").arg(format!("{0}:{0}", shared.display()));
+        }
+        cmd.arg("--env").arg(format!("LD_LIBRARY_PATH={}", sim_lib_dir().display()));
+        cmd.arg("--env").arg(format!("SIMGPU_STATE={}", self.sim.state_file().display()));
+        cmd.args(["--env", "SIMGPU_DEVICES=1", "--env", "SIMGPU_MEMORY=4GiB", "--env", "SIMGPU_CONTEXT_MEMORY=64MiB"]);
+        for (key, value) in pod_env {
+            cmd.arg("--env").arg(format!("{key}={value}"));
+        }
+        cmd.args(["--rootfs", "/:O", "/bin/sh", "-c"]).arg(script.replace("MEMCTL", &compile_c("memctl").display().to_string()));
+        self.sim.run(&mut cmd)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        drop(self.monitor.take());
+        let _ = std::fs::remove_dir_all(&self.kubelet_dir);
+    }
+}
+
+/// A gRPC call on a fresh current-thread runtime.
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+fn claim_ref(namespace: &str, name: &str, uid: &str) -> Claim {
+    Claim { namespace: namespace.into(), name: name.into(), uid: uid.into() }
+}
+
+/// Registration as the kubelet does it: GetInfo on the registry socket,
+/// then NotifyRegistrationStatus. Returns the DRA endpoint.
+fn register(node: &Node) -> PathBuf {
+    block_on(async {
+        let channel = gpuslice_dra::server::connect(&node.registration_socket()).await.unwrap();
+        let mut client = RegistrationClient::new(channel);
+        let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
+        assert_eq!(info.r#type, "DRAPlugin");
+        assert_eq!(info.name, DRIVER);
+        assert_eq!(info.supported_versions, vec!["v1.DRAPlugin".to_string()]);
+        assert_eq!(PathBuf::from(&info.endpoint), node.kubelet_dir.join("plugins").join(DRIVER).join("dra.sock"));
+        client.notify_registration_status(RegistrationStatus { plugin_registered: true, error: String::new() }).await.unwrap();
+        PathBuf::from(info.endpoint)
+    })
+}
+
+/// NodePrepareResources for `claims`; the answer and how long it took (ms).
+fn prepare(
+    endpoint: &Path,
+    claims: Vec<Claim>,
+) -> (std::collections::HashMap<String, gpuslice_dra::proto::dra::NodePrepareResourceResponse>, f64) {
+    block_on(async {
+        let mut client = DraPluginClient::new(gpuslice_dra::server::connect(endpoint).await.unwrap());
+        let started = Instant::now();
+        let answer = client.node_prepare_resources(NodePrepareResourcesRequest { claims }).await.unwrap().into_inner();
+        (answer.claims, started.elapsed().as_secs_f64() * 1e3)
+    })
+}
+
+fn unprepare(endpoint: &Path, claims: Vec<Claim>) -> std::collections::HashMap<String, String> {
+    block_on(async {
+        let mut client = DraPluginClient::new(gpuslice_dra::server::connect(endpoint).await.unwrap());
+        let answer = client.node_unprepare_resources(NodeUnprepareResourcesRequest { claims }).await.unwrap().into_inner();
+        answer.claims.into_iter().map(|(uid, r)| (uid, r.error)).collect()
+    })
+}
+
+/// The node's ResourceSlice, as `gpuslice-dra resource-slice` builds it from NVML.
+fn resource_slice(sim: &Sim) -> Value {
+    let mut cmd = sim.command(dra_bin());
+    cmd.args(["resource-slice", "--node-name", NODE, "--nvml-lib"]).arg(simgpu_lib());
+    let out = sim.run(&mut cmd);
+    out.assert_success();
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[test]
+fn the_resource_slice_lists_every_gpu_and_mig_device_and_validates() {
+    let sim = Sim::new().devices(2).memory("8GiB").context_memory("64MiB").env("SIMGPU_MIG", "1=3g.71gb,1g.18gb");
+    let slice = resource_slice(&sim);
+    validate_strictly(sim.dir(), "resourceslice", &slice);
+    let devices = slice["spec"]["devices"].as_array().unwrap();
+    let gpus: Vec<&Value> = devices.iter().filter(|d| d["attributes"]["type"]["string"] == "gpu").collect();
+    let migs: Vec<&Value> = devices.iter().filter(|d| d["attributes"]["type"]["string"] == "mig").collect();
+    assert_eq!((gpus.len(), migs.len()), (2, 2), "{slice:#}");
+    for device in devices {
+        assert_eq!(device["allowMultipleAllocations"], true);
+        let uuid = device["attributes"]["uuid"]["string"].as_str().unwrap();
+        let name = device["name"].as_str().unwrap();
+        assert_eq!(gpuslice_dra::claims::device_uuid(name).unwrap(), uuid, "the device name maps back to its UUID");
+        assert_eq!(device["capacity"]["compute"]["value"], "100");
+        let step = device["capacity"]["memory"]["requestPolicy"]["validRange"]["step"].as_str().unwrap();
+        assert_eq!(step, (256 * MIB).to_string());
+    }
+    assert_eq!(gpus[0]["capacity"]["memory"]["value"], (8 * GIB).to_string());
+    let parent = gpus[1]["attributes"]["uuid"]["string"].clone();
+    for mig in &migs {
+        assert_eq!(mig["attributes"]["parentUUID"]["string"], parent, "{mig:#}");
+        assert!(mig["attributes"]["migProfile"]["string"].is_string(), "{mig:#}");
+    }
+    eprintln!("ResourceSlice (2 GPUs, one split in 2 MIG devices) validates against Kubernetes 1.37, strictly");
+}
+
+#[test]
+fn the_kubelet_prepares_two_claims_on_one_gpu_across_a_plugin_restart_and_unprepares_them() {
+    let node = Node::new();
+    let slice = resource_slice(&node.sim);
+    let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
+    let gpu_uuid = slice["spec"]["devices"][0]["attributes"]["uuid"]["string"].as_str().unwrap().to_string();
+    // Same claim name in two namespaces: two tenants.
+    let (uid_a, uid_b) = (claim_uid(1), claim_uid(2));
+    node.put_claim(&allocated_claim("team-a", "train", &uid_a, &device, "1Gi", "30"));
+    node.put_claim(&allocated_claim("team-b", "train", &uid_b, &device, "1536Mi", "50"));
+    let (a, b) = (claim_ref("team-a", "train", &uid_a), claim_ref("team-b", "train", &uid_b));
+
+    let mut plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let (answer, first_ms) = prepare(&endpoint, vec![a.clone()]);
+    let prepared = &answer[&uid_a];
+    assert_eq!(prepared.error, "", "{answer:?}");
+    assert_eq!(prepared.devices.len(), 1);
+    assert_eq!(prepared.devices[0].device_name, device);
+    assert_eq!(prepared.devices[0].pool_name, NODE);
+    assert_eq!(prepared.devices[0].request_names, vec!["gpu".to_string()]);
+    assert_eq!(prepared.devices[0].cdi_device_ids, vec![format!("gpuslice.dev/slice={uid_a}"), format!("nvidia.com/gpu={gpu_uuid}")]);
+
+    // A restart of the plugin: it keeps nothing in memory.
+    plugin.signal("TERM");
+    let out = plugin.wait();
+    assert!(!node.registration_socket().exists() && !endpoint.exists(), "a stopped plugin removes its sockets\n{out}");
+    plugin = node.start_plugin();
+    assert_eq!(register(&node), endpoint);
+    let (answer, second_ms) = prepare(&endpoint, vec![b.clone()]);
+    assert_eq!(answer[&uid_b].error, "", "{answer:?}");
+    // Prepared again after the restart (the kubelet retries): the same answer.
+    let (again, again_ms) = prepare(&endpoint, vec![a.clone()]);
+    assert_eq!(again[&uid_a], *prepared, "preparing a prepared claim again answers the same");
+    eprintln!(
+        "NodePrepareResources, one claim each, as the kubelet sees it: {first_ms:.1} ms, {second_ms:.1} ms, {again_ms:.1} ms (again)"
+    );
+
+    let tenants = node.tenants();
+    let names: Vec<&str> = tenants.iter().map(|t| t["tenant"].as_str().unwrap()).collect();
+    assert!(names.contains(&"team-a.train") && names.contains(&"team-b.train"), "{tenants:#?}");
+    let a_entry = tenants.iter().find(|t| t["tenant"] == "team-a.train").unwrap();
+    assert_eq!(a_entry["devices"][0]["memory_bytes"], GIB, "{a_entry:#}");
+    assert_eq!(a_entry["devices"][0]["share_percent"], 30.0, "{a_entry:#}");
+    assert_eq!(a_entry["labels"]["claim-uid"], uid_a.as_str(), "{a_entry:#}");
+    for uid in [&uid_a, &uid_b] {
+        let spec_path = Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json"));
+        let spec: Value = serde_json::from_str(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
+        assert_eq!(spec["kind"], "gpuslice.dev/slice");
+        assert_eq!(spec["devices"][0]["name"], uid.as_str());
+    }
+
+    // In a container with claim A's CDI device: the cap is the device, and
+    // one byte past it is refused.
+    let out = node.in_container(&uid_a, &[], "exec MEMCTL init ctx info alloc:a:free alloc:past:64M");
+    out.assert_rc("init", 0).assert_rc("ctx", 0).assert_rc("a", 0).assert_rc("past", 2);
+    assert_eq!(out.u64("info.total"), GIB, "claim A's container sees its 1 GiB as the device\n{out}");
+    let out = node.in_container(&uid_b, &[], "exec MEMCTL init ctx info");
+    assert_eq!(out.u64("info.total"), 1536 * MIB, "claim B's container sees its 1.5 GiB\n{out}");
+
+    // A pod that sets the variables in its spec, and a process that sets
+    // them for itself, get no more: the CDI spec's environment wins over
+    // the pod's, and the cap the monitor wrote wins over any variable.
+    let lying = [("GPUSLICE_MEMORY_LIMIT", "3GiB"), ("GPUSLICE_TENANT", "team-b.train"), ("CUDA_DEVICE_MEMORY_LIMIT", "3g")];
+    let out = node.in_container(&uid_a, &lying, "echo tenant=$GPUSLICE_TENANT; exec MEMCTL init ctx info alloc:big:2G");
+    assert_eq!(out.get("tenant"), "team-a.train", "{out}");
+    assert_eq!(out.u64("info.total"), GIB, "{out}");
+    out.assert_rc("big", 2);
+    let out = node.in_container(&uid_a, &[], "GPUSLICE_MEMORY_LIMIT=3GiB exec MEMCTL init ctx info alloc:big:2G");
+    assert_eq!(out.u64("info.total"), GIB, "{out}");
+    out.assert_rc("big", 2);
+
+    // Unprepare, twice (idempotent), after one more restart.
+    plugin.signal("TERM");
+    plugin.wait();
+    let plugin = node.start_plugin();
+    register(&node);
+    for _ in 0..2 {
+        let errors = unprepare(&endpoint, vec![a.clone(), b.clone()]);
+        assert_eq!(errors.len(), 2);
+        assert!(errors.values().all(String::is_empty), "{errors:?}");
+    }
+    for uid in [&uid_a, &uid_b] {
+        assert!(!Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json")).exists(), "the spec of {uid} is removed");
+    }
+    poll::until("both tenants released and their directories removed", || {
+        node.tenants().is_empty()
+            && !node.sim.ledger_dir().join("tenants/team-a.train").exists()
+            && !node.sim.ledger_dir().join("tenants/team-b.train").exists()
+    });
+    // Everything returned: a process without the shim takes the whole device.
+    let mut cmd = node.sim.c("memctl");
+    cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "info", "alloc:all:free"]);
+    let out = node.sim.run(&mut cmd);
+    out.assert_rc("all", 0);
+    assert_eq!(out.u64("info.free"), 4 * GIB - 64 * MIB, "nothing is held once both claims are unprepared\n{out}");
+    drop(plugin);
+}
+
+#[test]
+fn a_claim_the_plugin_cannot_prepare_says_why_and_admits_nothing() {
+    let node = Node::new();
+    let slice = resource_slice(&node.sim);
+    let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
+    let uid = claim_uid(3);
+    // More memory than the device has: the monitor refuses, the kubelet hears why.
+    node.put_claim(&allocated_claim("team-c", "huge", &uid, &device, "64Gi", "10"));
+    let plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let (stale, missing) = (claim_uid(4), claim_uid(5));
+    let claims = vec![claim_ref("team-c", "huge", &uid), claim_ref("team-c", "huge", &stale), claim_ref("team-c", "missing", &missing)];
+    let (answer, _) = prepare(&endpoint, claims);
+    assert!(answer[&uid].error.contains("refused"), "{answer:?}");
+    assert!(answer[&stale].error.contains("the claim was replaced"), "{answer:?}");
+    assert!(answer[&missing].error.contains("team-c/missing"), "{answer:?}");
+    assert!(node.tenants().is_empty(), "nothing admitted");
+    assert!(!Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json")).exists());
+    drop(plugin);
+}
