@@ -384,3 +384,64 @@ fn a_claim_the_plugin_cannot_prepare_says_why_and_admits_nothing() {
     assert!(!Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json")).exists());
     drop(plugin);
 }
+
+/// The documents of a manifest in `deploy/kubernetes/`, as JSON (read by
+/// PyYAML from the test environment).
+fn manifest(name: &str) -> Vec<Value> {
+    let python = repo_root().join(".deps/venv/bin/python");
+    let path = repo_root().join("deploy/kubernetes").join(name);
+    let script = "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))";
+    let out =
+        Command::new(&python).args(["-c", script]).arg(&path).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn find<'a>(documents: &'a [Value], kind: &str) -> &'a Value {
+    documents.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in {documents:#?}"))
+}
+
+#[test]
+fn the_example_pod_asks_for_a_slice_with_nothing_but_its_claim() {
+    // (tests/deploy.rs validates every manifest strictly against the schema.)
+    let example = manifest("dra-example.yaml");
+    let namespace = find(&example, "Namespace");
+    assert_eq!(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
+    let template = find(&example, "ResourceClaimTemplate");
+    let request = &template["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+    assert_eq!(request["deviceClassName"], "gpuslice.dev");
+    let amounts = &request["capacity"]["requests"];
+    assert_eq!(gpuslice_dra::quantity::parse_bytes(amounts["memory"].as_str().unwrap()), Ok(8 * GIB));
+    assert_eq!(gpuslice_dra::quantity::parse_percent(amounts["compute"].as_str().unwrap()), Ok(30.0));
+    let pod = find(&example, "Pod");
+    assert_eq!(pod["metadata"]["namespace"], namespace["metadata"]["name"]);
+    assert_eq!(pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], template["metadata"]["name"]);
+    assert!(pod["spec"]["initContainers"].is_null() && pod["spec"]["volumes"].is_null(), "no init container, no volume: {pod:#}");
+    for container in pod["spec"]["containers"].as_array().unwrap() {
+        assert!(container["env"].is_null() && container["envFrom"].is_null() && container["volumeMounts"].is_null(), "{container:#}");
+        assert_eq!(container["resources"]["claims"][0]["name"], "gpu");
+    }
+
+    let driver = manifest("gpuslice-dra.yaml");
+    let class = find(&driver, "DeviceClass");
+    assert_eq!(class["metadata"]["name"], "gpuslice.dev");
+    assert_eq!(class["spec"]["selectors"][0]["cel"]["expression"], format!("device.driver == \"{DRIVER}\""));
+    let rules = find(&driver, "ClusterRole")["rules"].as_array().unwrap().clone();
+    let granted: Vec<(String, String)> = rules
+        .iter()
+        .flat_map(|rule| {
+            let resources = rule["resources"].as_array().unwrap().clone();
+            let verbs = rule["verbs"].as_array().unwrap().clone();
+            resources.into_iter().flat_map(move |r| {
+                verbs.clone().into_iter().map(move |v| (r.as_str().unwrap().to_string(), v.as_str().unwrap().to_string()))
+            })
+        })
+        .collect();
+    let allowed = [("resourceclaims", "get"), ("resourceslices", "get"), ("resourceslices", "create"), ("resourceslices", "update")];
+    for (resource, verb) in &granted {
+        assert!(allowed.contains(&(resource.as_str(), verb.as_str())), "the driver needs no {verb} on {resource}");
+    }
+    let daemonset = find(&driver, "DaemonSet");
+    let command = daemonset["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
+    assert!(command.contains(&format!("--driver-name={DRIVER}")), "{command}");
+}

@@ -74,23 +74,27 @@ impl ApiServer {
         Ok((status, value))
     }
 
-    /// Creates the node's ResourceSlice, or replaces it (keeping its
-    /// resourceVersion) when it exists.
-    pub fn publish_slice(&self, slice: &Value) -> Result<(), String> {
+    /// Creates the node's ResourceSlice, or replaces it when its devices
+    /// changed (with the pool's generation one past the published one, and
+    /// its resourceVersion); returns whether anything was written.
+    pub fn publish_slice(&self, slice: &Value) -> Result<bool, String> {
         let name = slice.pointer("/metadata/name").and_then(Value::as_str).ok_or("a ResourceSlice without a name")?;
         let path = format!("/apis/resource.k8s.io/v1/resourceslices/{name}");
         let (status, current) = self.call("GET", &path, None)?;
         let (status, answer) = match status {
             404 => self.call("POST", "/apis/resource.k8s.io/v1/resourceslices", Some(slice))?,
+            200 if current.pointer("/spec/devices") == slice.pointer("/spec/devices") => return Ok(false),
             200 => {
                 let mut replacement = slice.clone();
                 replacement["metadata"]["resourceVersion"] = current.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+                let generation = current.pointer("/spec/pool/generation").and_then(Value::as_i64).unwrap_or(0);
+                replacement["spec"]["pool"]["generation"] = Value::from(generation.saturating_add(1));
                 self.call("PUT", &path, Some(&replacement))?
             }
             other => return Err(format!("GET {path}: HTTP {other}: {current}")),
         };
         if (200..300).contains(&status) {
-            Ok(())
+            Ok(true)
         } else {
             Err(format!("writing ResourceSlice {name}: HTTP {status}: {answer}"))
         }

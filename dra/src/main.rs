@@ -10,6 +10,7 @@
 
 use clap::{Parser, Subcommand};
 use gpuslice_dra::admission::Monitor;
+use gpuslice_dra::apiserver::ApiServer;
 use gpuslice_dra::cdi::HostFiles;
 use gpuslice_dra::claims::{ClaimDir, ClaimSource};
 use gpuslice_dra::plugin::Plugin;
@@ -62,6 +63,13 @@ struct ServeArgs {
     /// The CDI kind of NVIDIA's container toolkit specs; "" names no NVIDIA device.
     #[arg(long, default_value = "nvidia.com/gpu")]
     nvidia_cdi_kind: String,
+    /// Load NVML from this file, for the ResourceSlice.
+    #[arg(long)]
+    nvml_lib: Option<PathBuf>,
+    /// How often the node's devices are read again and its ResourceSlice
+    /// updated when they changed, in seconds (with the API server only).
+    #[arg(long, default_value_t = 60)]
+    slice_period_s: u64,
 }
 
 #[derive(clap::Args)]
@@ -102,7 +110,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let registration_socket = args.kubelet_dir.join("plugins_registry").join(format!("{}-reg.sock", args.driver_name));
     let claims: Arc<dyn ClaimSource> = match &args.claims_dir {
         Some(dir) => Arc::new(ClaimDir(dir.clone())),
-        None => Arc::new(gpuslice_dra::apiserver::ApiServer::in_cluster()?),
+        None => {
+            let api = Arc::new(ApiServer::in_cluster()?);
+            publish_slices(Arc::clone(&api), args.driver_name.clone(), args.node_name.clone(), args.nvml_lib.clone(), args.slice_period_s);
+            api
+        }
     };
     let plugin = Plugin {
         files: HostFiles::install(&plugin_dir, &args.shim)?,
@@ -121,4 +133,21 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(gpuslice_dra::server::serve(plugin, registration_socket))
+}
+
+/// Publishes the node's ResourceSlice now and after every period in which
+/// NVML's device list changed (devices appearing, disappearing, MIG
+/// reconfigured), on a thread of its own. Not yet run against a real API
+/// server.
+fn publish_slices(api: Arc<ApiServer>, driver: String, node: String, nvml_lib: Option<PathBuf>, period_s: u64) {
+    std::thread::spawn(move || loop {
+        let published = gpuslice_dra::devices::read_devices(nvml_lib.as_deref())
+            .and_then(|devices| api.publish_slice(&gpuslice_dra::resourceslice::resource_slice(&driver, &node, 1, &devices)));
+        match published {
+            Ok(true) => gpuslice_dra::plugin::log("ResourceSlice published"),
+            Ok(false) => {}
+            Err(error) => gpuslice_dra::plugin::log(&format!("cannot publish the ResourceSlice: {error}")),
+        }
+        std::thread::sleep(std::time::Duration::from_secs(period_s.max(1)));
+    });
 }
