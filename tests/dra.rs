@@ -246,7 +246,8 @@ fn the_resource_slice_lists_every_gpu_and_mig_device_and_validates() {
     let devices = slice["spec"]["devices"].as_array().unwrap();
     let gpus: Vec<&Value> = devices.iter().filter(|d| d["attributes"]["type"]["string"] == "gpu").collect();
     let migs: Vec<&Value> = devices.iter().filter(|d| d["attributes"]["type"]["string"] == "mig").collect();
-    assert_eq!((gpus.len(), migs.len()), (2, 2), "{slice:#}");
+    // The partitioned GPU is offered as its MIG devices, not itself.
+    assert_eq!((gpus.len(), migs.len()), (1, 2), "{slice:#}");
     for device in devices {
         assert_eq!(device["allowMultipleAllocations"], true);
         let uuid = device["attributes"]["uuid"]["string"].as_str().unwrap();
@@ -257,12 +258,14 @@ fn the_resource_slice_lists_every_gpu_and_mig_device_and_validates() {
         assert_eq!(step, (256 * MIB).to_string());
     }
     assert_eq!(gpus[0]["capacity"]["memory"]["value"], (8 * GIB).to_string());
-    let parent = gpus[1]["attributes"]["uuid"]["string"].clone();
+    let parent = migs[0]["attributes"]["parentUUID"]["string"].clone();
+    assert!(parent.as_str().is_some_and(|p| p.starts_with("GPU-")) && parent != gpus[0]["attributes"]["uuid"]["string"], "{slice:#}");
+    let profiles: Vec<&str> = migs.iter().map(|m| m["attributes"]["migProfile"]["string"].as_str().unwrap()).collect();
+    assert_eq!(profiles, ["3g.71gb", "1g.18gb"], "{slice:#}");
     for mig in &migs {
         assert_eq!(mig["attributes"]["parentUUID"]["string"], parent, "{mig:#}");
-        assert!(mig["attributes"]["migProfile"]["string"].is_string(), "{mig:#}");
     }
-    eprintln!("ResourceSlice (2 GPUs, one split in 2 MIG devices) validates against Kubernetes 1.37, strictly");
+    eprintln!("ResourceSlice (a GPU, and a GPU split in 2 MIG devices) validates against Kubernetes 1.37, strictly");
 }
 
 #[test]

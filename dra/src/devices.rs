@@ -1,5 +1,6 @@
-//! The node's devices, from NVML: every GPU and, on a MIG-enabled GPU, its
-//! MIG devices, with what the ResourceSlice says of them.
+//! The node's devices, from NVML: every GPU, or on a MIG-enabled GPU its
+//! MIG devices in its place (the monitor admits no tenant on a partitioned
+//! GPU itself), with what the ResourceSlice says of them.
 
 use nvml_wrapper::{Device, Nvml};
 use std::ffi::{c_uint, c_void, OsStr};
@@ -39,8 +40,10 @@ pub fn read_devices(lib: Option<&Path>) -> Result<Vec<GpuDevice>, String> {
         let Some(gpu) = describe(&device) else { continue };
         let mig_on = device.mig_mode().is_ok_and(|m| m.current == 1);
         let parent_uuid = gpu.uuid.clone();
-        devices.push(gpu);
-        let (true, Some((max_count, handle_by_index))) = (mig_on, mig) else { continue };
+        let (true, Some((max_count, handle_by_index))) = (mig_on, mig) else {
+            devices.push(gpu);
+            continue;
+        };
         // SAFETY: the handle stays valid while `nvml` lives.
         let parent: RawDevice = unsafe { device.handle() }.cast();
         let mut slots: c_uint = 0;
