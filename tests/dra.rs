@@ -87,6 +87,14 @@ fn allocated_claim(namespace: &str, name: &str, uid: &str, device: &str, memory:
     })
 }
 
+/// One test at a time: the share test measures device time against wall
+/// time, and the others' containers would take its CPU.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The directories of one simulated node.
 struct Node {
     sim: Sim,
@@ -154,6 +162,12 @@ impl Node {
     /// image (an overlay, so nothing the container does reaches the host).
     /// `pod_env` is what the pod's spec would set.
     fn in_container(&self, claim_uid: &str, pod_env: &[(&str, &str)], script: &str) -> Output {
+        self.sim.run(&mut self.container(claim_uid, pod_env, script))
+    }
+
+    /// The podman command of [`Node::in_container`]; `COMPUTE_LOAD` in
+    /// `script` names tests/c/compute_load.c.
+    fn container(&self, claim_uid: &str, pod_env: &[(&str, &str)], script: &str) -> Command {
         let podman = Path::new("/usr/bin/podman");
         assert!(podman.is_file(), "podman is missing: run `bash scripts/setup.sh`");
         let mut cmd = Command::new(podman);
@@ -171,8 +185,10 @@ impl Node {
         for (key, value) in pod_env {
             cmd.arg("--env").arg(format!("{key}={value}"));
         }
-        cmd.args(["--rootfs", "/:O", "/bin/sh", "-c"]).arg(script.replace("MEMCTL", &compile_c("memctl").display().to_string()));
-        self.sim.run(&mut cmd)
+        let script = script.replace("MEMCTL", &compile_c("memctl").display().to_string());
+        let script = script.replace("COMPUTE_LOAD", &compile_c("compute_load").display().to_string());
+        cmd.args(["--rootfs", "/:O", "/bin/sh", "-c"]).arg(script);
+        cmd
     }
 }
 
@@ -240,6 +256,7 @@ fn resource_slice(sim: &Sim) -> Value {
 
 #[test]
 fn the_resource_slice_lists_every_gpu_and_mig_device_and_validates() {
+    let _serial = serial();
     let sim = Sim::new().devices(2).memory("8GiB").context_memory("64MiB").env("SIMGPU_MIG", "1=3g.71gb,1g.18gb");
     let slice = resource_slice(&sim);
     validate_strictly(sim.dir(), "resourceslice", &slice);
@@ -270,6 +287,7 @@ fn the_resource_slice_lists_every_gpu_and_mig_device_and_validates() {
 
 #[test]
 fn the_kubelet_prepares_two_claims_on_one_gpu_across_a_plugin_restart_and_unprepares_them() {
+    let _serial = serial();
     let node = Node::new();
     let slice = resource_slice(&node.sim);
     let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
@@ -369,6 +387,7 @@ fn the_kubelet_prepares_two_claims_on_one_gpu_across_a_plugin_restart_and_unprep
 
 #[test]
 fn a_claim_the_plugin_cannot_prepare_says_why_and_admits_nothing() {
+    let _serial = serial();
     let node = Node::new();
     let slice = resource_slice(&node.sim);
     let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
@@ -447,4 +466,33 @@ fn the_example_pod_asks_for_a_slice_with_nothing_but_its_claim() {
     let daemonset = find(&driver, "DaemonSet");
     let command = daemonset["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
     assert!(command.contains(&format!("--driver-name={DRIVER}")), "{command}");
+}
+
+#[test]
+fn two_claims_on_one_gpu_share_its_time_as_the_scheduler_allotted() {
+    let _serial = serial();
+    let node = Node::new();
+    let slice = resource_slice(&node.sim);
+    let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
+    let (uid_a, uid_b) = (claim_uid(6), claim_uid(7));
+    node.put_claim(&allocated_claim("team-a", "small", &uid_a, &device, "1Gi", "30"));
+    node.put_claim(&allocated_claim("team-b", "large", &uid_b, &device, "1Gi", "50"));
+    let plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let (answer, _) = prepare(&endpoint, vec![claim_ref("team-a", "small", &uid_a), claim_ref("team-b", "large", &uid_b)]);
+    assert!(answer.values().all(|r| r.error.is_empty()), "{answer:?}");
+    // Both containers keep the device busy with 1 ms kernels for 4 s; B's
+    // pod asks for the whole device in its environment, and gets its 50.
+    let load = "exec COMPUTE_LOAD kernel 1000 4";
+    let small = node.sim.spawn(&mut node.container(&uid_a, &[], load));
+    let large = node.sim.spawn(&mut node.container(&uid_b, &[("GPUSLICE_COMPUTE_SHARE", "100")], load));
+    let (small, large) = (small.wait(), large.wait());
+    small.assert_success();
+    large.assert_success();
+    let (a, b) = (small.f64("share"), large.f64("share"));
+    // Work-conserving shares of 30 and 50: 37.5 % and 62.5 % of the device.
+    eprintln!("claims of compute 30 and 50 on one device: got {:.1} % and {:.1} % (proportional target 37.5 / 62.5)", a * 100.0, b * 100.0);
+    assert!(b > 1.2 * a && b < 2.5 * a, "asked 30/50, got {a:.3}/{b:.3}\n{small}\n{large}");
+    assert!(a + b > 0.6, "together they left the device idle: {a:.3} + {b:.3}\n{small}\n{large}");
+    drop(plugin);
 }
