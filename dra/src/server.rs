@@ -37,12 +37,17 @@ pub async fn serve(plugin: Plugin, registration_socket: PathBuf) -> Result<(), S
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let dra_server = Server::builder()
-        .add_service(DraPluginServer::new(service.clone()))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(dra), stopped(stop_rx.clone()));
-    let registration_server = Server::builder()
-        .add_service(RegistrationServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(registration), stopped(stop_rx));
+    // One service per socket: no router needed.
+    let dra_server = Server::builder().serve_with_incoming_shutdown(
+        DraPluginServer::new(service.clone()),
+        UnixListenerStream::new(dra),
+        stopped(stop_rx.clone()),
+    );
+    let registration_server = Server::builder().serve_with_incoming_shutdown(
+        RegistrationServer::new(service),
+        UnixListenerStream::new(registration),
+        stopped(stop_rx),
+    );
     log(&format!("serving registration on {} and DRA on {}", registration_socket.display(), dra_socket.display()));
     let signals = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
