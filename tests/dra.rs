@@ -105,9 +105,19 @@ struct Node {
 
 impl Node {
     fn new() -> Node {
+        Node::with_config(None)
+    }
+
+    /// A node whose monitor reads `config` (TOML).
+    fn with_config(config: Option<&str>) -> Node {
         let sim = Sim::new().devices(1).memory("4GiB").context_memory("64MiB");
         sim.share_the_gpu();
-        let options = MonitorOptions { args: vec!["--layout".into(), "tenant-dirs".into()], ..Default::default() };
+        let config = config.map(|text| {
+            let path = sim.dir().join("monitor.toml");
+            std::fs::write(&path, text).unwrap();
+            path
+        });
+        let options = MonitorOptions { args: vec!["--layout".into(), "tenant-dirs".into()], config, ..Default::default() };
         let monitor = Monitor::start(&sim, options);
         // Short: a socket's path holds at most 107 bytes.
         let kubelet_dir = std::env::temp_dir().join(format!("gs-kubelet-{}", claim_uid(0).rsplit('-').next().unwrap()));
@@ -162,17 +172,18 @@ impl Node {
     /// image (an overlay, so nothing the container does reaches the host).
     /// `pod_env` is what the pod's spec would set.
     fn in_container(&self, claim_uid: &str, pod_env: &[(&str, &str)], script: &str) -> Output {
-        self.sim.run(&mut self.container(claim_uid, pod_env, script))
+        self.sim.run(&mut self.container(claim_uid, &[], pod_env, script))
     }
 
-    /// The podman command of [`Node::in_container`]; `COMPUTE_LOAD` in
-    /// `script` names tests/c/compute_load.c.
-    fn container(&self, claim_uid: &str, pod_env: &[(&str, &str)], script: &str) -> Command {
+    /// The podman command of [`Node::in_container`], with more `podman run`
+    /// options; `COMPUTE_LOAD` in `script` names tests/c/compute_load.c.
+    fn container(&self, claim_uid: &str, run_options: &[&str], pod_env: &[(&str, &str)], script: &str) -> Command {
         let podman = Path::new("/usr/bin/podman");
         assert!(podman.is_file(), "podman is missing: run `bash scripts/setup.sh`");
         let mut cmd = Command::new(podman);
         // runc: crun refuses this machine's hybrid cgroup hierarchy.
         cmd.args(["--runtime", "runc", "run", "--rm", "--network=none", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=1024:1024"]);
+        cmd.args(run_options);
         cmd.args(["--user", &format!("{POD_UID}:{POD_UID}")]);
         cmd.args(["--device", &format!("gpuslice.dev/slice={claim_uid}")]);
         // The simulated GPU (its state file) and the built programs.
@@ -484,8 +495,8 @@ fn two_claims_on_one_gpu_share_its_time_as_the_scheduler_allotted() {
     // Both containers keep the device busy with 1 ms kernels for 4 s; B's
     // pod asks for the whole device in its environment, and gets its 50.
     let load = "exec COMPUTE_LOAD kernel 1000 4";
-    let small = node.sim.spawn(&mut node.container(&uid_a, &[], load));
-    let large = node.sim.spawn(&mut node.container(&uid_b, &[("GPUSLICE_COMPUTE_SHARE", "100")], load));
+    let small = node.sim.spawn(&mut node.container(&uid_a, &[], &[], load));
+    let large = node.sim.spawn(&mut node.container(&uid_b, &[], &[("GPUSLICE_COMPUTE_SHARE", "100")], load));
     let (small, large) = (small.wait(), large.wait());
     small.assert_success();
     large.assert_success();
@@ -494,5 +505,38 @@ fn two_claims_on_one_gpu_share_its_time_as_the_scheduler_allotted() {
     eprintln!("claims of compute 30 and 50 on one device: got {:.1} % and {:.1} % (proportional target 37.5 / 62.5)", a * 100.0, b * 100.0);
     assert!(b > 1.2 * a && b < 2.5 * a, "asked 30/50, got {a:.3}/{b:.3}\n{small}\n{large}");
     assert!(a + b > 0.6, "together they left the device idle: {a:.3} + {b:.3}\n{small}\n{large}");
+    drop(plugin);
+}
+
+/// A process that points `GPUSLICE_DIR` somewhere of its own gets a ledger
+/// the monitor does not accept, and the shim then caps it by nothing: the
+/// monitor's bypass detection is what stands against it. With
+/// `on_violation = "kill"` it is killed. (The container shares the host's
+/// PID namespace here so that simgpu's NVML reports host pids, as the real
+/// driver does.)
+#[test]
+fn a_process_that_moves_its_own_ledger_is_killed_by_the_monitor() {
+    let _serial = serial();
+    let node = Node::with_config(Some("on_violation = \"kill\"\nviolation_grace = \"1s\"\n"));
+    let slice = resource_slice(&node.sim);
+    let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
+    let uid = claim_uid(8);
+    node.put_claim(&allocated_claim("team-a", "sneaky", &uid, &device, "1Gi", "30"));
+    let plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let (answer, _) = prepare(&endpoint, vec![claim_ref("team-a", "sneaky", &uid)]);
+    assert_eq!(answer[&uid].error, "", "{answer:?}");
+    let script = "mkdir -p /tmp/own && GPUSLICE_DIR=/tmp/own exec MEMCTL init ctx info alloc:big:2G sleep:60000";
+    let mut cmd = node.container(&uid, &["--pid=host"], &[], script);
+    let started = Instant::now();
+    let out = node.sim.run(&mut cmd);
+    // The shim alone let it past its claim's cap ...
+    assert_eq!(out.u64("info.total"), 4 * GIB, "{out}");
+    out.assert_rc("big", 0);
+    // ... and the monitor killed it, long before its minute was up.
+    assert!(out.find("done").is_none() && !out.success(), "{out}");
+    eprintln!("a process with its own GPUSLICE_DIR was killed after {:.1} s (grace 1 s)", started.elapsed().as_secs_f64());
+    let metrics = node.monitor.as_ref().unwrap().metrics();
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0), "{metrics:#?}");
     drop(plugin);
 }
