@@ -54,6 +54,7 @@ pub struct Plugin {
 impl Plugin {
     /// Prepares one claim; the devices for the kubelet, or what went wrong.
     pub fn prepare(&self, claim: &Claim) -> Result<Vec<Device>, String> {
+        check_claim(claim)?;
         let object = self.claims.get(&claim.namespace, &claim.name)?;
         let allocation = claims::allocation(&object, &self.driver)?;
         if allocation.uid != claim.uid {
@@ -118,12 +119,35 @@ impl Plugin {
     /// claim (a replaced claim of the same name) still names it, and
     /// removes its spec.
     pub fn unprepare(&self, claim: &Claim) -> Result<(), String> {
+        check_claim(claim)?;
         let tenant = tenant_name(&claim.namespace, &claim.name);
         let others = cdi::prepared(&self.cdi_dir).into_iter().any(|(uid, t)| t == tenant && uid != claim.uid);
         if !others {
             self.monitor.release(&tenant)?;
         }
         cdi::remove_spec(&self.cdi_dir, &claim.uid)
+    }
+}
+
+/// Refuses a claim reference that is no Kubernetes name: the namespace a
+/// DNS label, the name a DNS subdomain, the UID letters, digits and dashes.
+/// They become file names and URL paths.
+pub fn check_claim(claim: &Claim) -> Result<(), String> {
+    let label = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let ok = (1..=63).contains(&claim.namespace.len())
+        && claim.namespace.chars().all(label)
+        && (1..=253).contains(&claim.name.len())
+        && claim.name.chars().all(|c| label(c) || c == '.')
+        && !claim.name.starts_with('.')
+        && (1..=64).contains(&claim.uid.len())
+        && claim.uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "claim {:?}/{:?} (UID {:?}) is not a Kubernetes claim reference: a DNS-label namespace, a DNS-subdomain name and a UID of letters, digits and dashes are accepted",
+            claim.namespace, claim.name, claim.uid
+        ))
     }
 }
 
@@ -224,4 +248,25 @@ impl Registration for Service {
 /// One line on stderr.
 pub fn log(line: &str) {
     eprintln!("gpuslice-dra: {line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_references_that_would_escape_a_path_are_refused() {
+        let claim = |ns: &str, name: &str, uid: &str| Claim { namespace: ns.into(), name: name.into(), uid: uid.into() };
+        assert!(check_claim(&claim("team-a", "train.v2", "0d9c0000-1111-4000-8000-000000000001")).is_ok());
+        for bad in [
+            claim("..", "x", "u"),
+            claim("a", "../../etc", "u"),
+            claim("a", "b", "../x"),
+            claim("a", "b", ""),
+            claim("A", "b", "u"),
+            claim("a", ".b", "u"),
+        ] {
+            assert!(check_claim(&bad).unwrap_err().contains("is not a Kubernetes claim reference"), "{bad:?}");
+        }
+    }
 }
