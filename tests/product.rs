@@ -8,7 +8,7 @@
 //! (`install.sh --profile debug --no-build`), so it takes seconds; the
 //! release build it makes by default is the same files built another way.
 
-use gpuslice_tests::{compile_c, cu, gpuslice_bin, repo_root, shim_lib, sim_lib_dir, simgpu_lib, target_dir, Sim, GIB};
+use gpuslice_tests::{compile_c, compile_c_library, cu, gpuslice_bin, repo_root, shim_lib, sim_lib_dir, simgpu_lib, target_dir, Sim, GIB};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,13 +32,6 @@ fn install_into(sim: &Sim, prefix: &Path) {
             .env("CARGO_TARGET_DIR", cargo_target),
     );
     out.assert_success();
-}
-
-/// Whether this host has a `libcuda.so.1` the loader would find with an
-/// empty `LD_LIBRARY_PATH` (a real driver): then the no-driver test has
-/// nothing to show.
-fn host_has_a_driver() -> bool {
-    Command::new("sh").args(["-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda\\.so\\.1 '"]).status().is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -134,14 +127,14 @@ fn entrypoint_refuses_to_run_without_the_library() {
 
 #[test]
 fn run_without_a_driver_says_so_and_names_sim() {
-    if host_has_a_driver() {
-        eprintln!("skipped: this host has libcuda.so.1 in the loader's cache");
-        return;
-    }
+    // On any host, with or without a driver installed: the loader, audited,
+    // finds no libcuda.so.1 anywhere, not even simgpu's on LD_LIBRARY_PATH.
+    let hidden = compile_c_library("hide_driver");
     let sim = Sim::new();
     let marker = sim.dir().join("ran");
     let mut cmd = Command::new(gpuslice_bin());
-    cmd.env_clear().env("LD_LIBRARY_PATH", "").args(["run", "--memory", "1GiB", "--", "touch"]).arg(&marker);
+    cmd.env_clear().env("LD_AUDIT", &hidden).env("LD_LIBRARY_PATH", sim_lib_dir());
+    cmd.args(["run", "--memory", "1GiB", "--", "touch"]).arg(&marker);
     let out = sim.run(&mut cmd);
     out.assert_failure();
     assert!(!marker.exists(), "the command must not start\n{out}");

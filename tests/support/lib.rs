@@ -172,7 +172,24 @@ fn unique() -> u64 {
 /// of its sources and flags. Safe to call from parallel tests: each build
 /// goes to a private file that is renamed into place.
 pub fn compile_c(name: &str) -> PathBuf {
-    build_c(name, false)
+    build_c(name, CBuild::Program)
+}
+
+/// Compiles `tests/c/<name>.c` into a shared library of no particular
+/// name (an `LD_AUDIT` module, say) and returns its path.
+pub fn compile_c_library(name: &str) -> PathBuf {
+    build_c(name, CBuild::Library)
+}
+
+/// What [`build_c`] makes of a C file.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum CBuild {
+    /// A program linked against simgpu's driver (and NVML where it uses it).
+    Program,
+    /// A CUDA driver, `libcuda.so.1`.
+    Driver,
+    /// A shared library linked against nothing but libc.
+    Library,
 }
 
 /// Compiles `tests/c/<name>.c` into a CUDA driver of the tests' own, a
@@ -180,7 +197,7 @@ pub fn compile_c(name: &str) -> PathBuf {
 /// returns that directory: [`Sim::driver`] puts it first on
 /// `LD_LIBRARY_PATH`, so programs and the shim load it as the driver.
 pub fn compile_c_driver(name: &str) -> PathBuf {
-    let built = build_c(name, true);
+    let built = build_c(name, CBuild::Driver);
     let dir = built.with_extension("driver");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     let link = dir.join("libcuda.so.1");
@@ -192,7 +209,7 @@ pub fn compile_c_driver(name: &str) -> PathBuf {
     dir
 }
 
-fn build_c(name: &str, shared_driver: bool) -> PathBuf {
+fn build_c(name: &str, kind: CBuild) -> PathBuf {
     static BUILDS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
     let include = repo_root().join(".deps/include");
     for header in ["cuda.h", "nvml.h"] {
@@ -221,14 +238,16 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
         c_dir.clone().into(),
         source_path.clone().into(),
     ];
-    if shared_driver {
+    match kind {
         // A real libcuda binds its own names to itself (an LD_PRELOADed
         // library does not interpose on what its cuGetProcAddress hands out).
-        args.extend(["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-Wl,-Bsymbolic".into()]);
-    } else {
-        args.extend(["-L".into(), lib_dir.into(), "-lcuda".into()]);
-        if uses_nvml {
-            args.push("-lnvidia-ml".into());
+        CBuild::Driver => args.extend(["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-Wl,-Bsymbolic".into()]),
+        CBuild::Library => args.extend(["-shared".into(), "-fPIC".into()]),
+        CBuild::Program => {
+            args.extend(["-L".into(), lib_dir.into(), "-lcuda".into()]);
+            if uses_nvml {
+                args.push("-lnvidia-ml".into());
+            }
         }
     }
     args.push("-lpthread".into());
@@ -243,7 +262,7 @@ fn build_c(name: &str, shared_driver: bool) -> PathBuf {
     let key = std::hash::Hasher::finish(&hasher);
     let cache = target_dir().join("e2e-c");
     std::fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("cannot create {}: {e}", cache.display()));
-    let out = cache.join(format!("{name}-{key:016x}{}", if shared_driver { ".so" } else { "" }));
+    let out = cache.join(format!("{name}-{key:016x}{}", if kind == CBuild::Program { "" } else { ".so" }));
 
     let lock = {
         let mut map = BUILDS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());

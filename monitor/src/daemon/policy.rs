@@ -296,6 +296,7 @@ impl PolicyState {
 
 /// `share 60%, limit none, priority 0`.
 fn show_compute(c: ledger::ComputePolicy) -> String {
-    let percent = |ratio_e4: u32| if ratio_e4 == 0 { "none".to_string() } else { format!("{}%", ratio_e4 / 100) };
+    let percent =
+        |ratio_e4: u32| if ratio_e4 == 0 { "none".to_string() } else { format!("{}%", crate::allocation::ratio_percent(ratio_e4)) };
     format!("share {}, limit {}, priority {}", percent(c.share_ratio_e4), percent(c.limit_ratio_e4), c.priority)
 }
