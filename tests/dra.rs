@@ -101,6 +101,9 @@ struct Node {
     monitor: Option<Monitor>,
     kubelet_dir: PathBuf,
     claims_dir: PathBuf,
+    /// The UIDs of the claims put, whose CDI specs go when the test ends,
+    /// whatever became of it.
+    uids: std::cell::RefCell<Vec<String>>,
 }
 
 impl Node {
@@ -123,7 +126,7 @@ impl Node {
         let kubelet_dir = std::env::temp_dir().join(format!("gs-kubelet-{}", claim_uid(0).rsplit('-').next().unwrap()));
         let claims_dir = sim.dir().join("claims");
         std::fs::create_dir_all(&claims_dir).unwrap();
-        Node { sim, monitor: Some(monitor), kubelet_dir, claims_dir }
+        Node { sim, monitor: Some(monitor), kubelet_dir, claims_dir, uids: Default::default() }
     }
 
     fn registration_socket(&self) -> PathBuf {
@@ -152,6 +155,7 @@ impl Node {
     fn put_claim(&self, claim: &Value) {
         let namespace = claim["metadata"]["namespace"].as_str().unwrap();
         let name = claim["metadata"]["name"].as_str().unwrap();
+        self.uids.borrow_mut().push(claim["metadata"]["uid"].as_str().unwrap().to_string());
         validate_strictly(self.sim.dir(), &format!("claim-{namespace}-{name}"), claim);
         std::fs::create_dir_all(self.claims_dir.join(namespace)).unwrap();
         std::fs::write(self.claims_dir.join(namespace).join(format!("{name}.json")), claim.to_string()).unwrap();
@@ -207,6 +211,9 @@ impl Drop for Node {
     fn drop(&mut self) {
         drop(self.monitor.take());
         let _ = std::fs::remove_dir_all(&self.kubelet_dir);
+        for uid in self.uids.borrow().iter() {
+            let _ = std::fs::remove_file(Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json")));
+        }
     }
 }
 
