@@ -87,6 +87,9 @@ fn allocated_claim(namespace: &str, name: &str, uid: &str, device: &str, memory:
     })
 }
 
+/// One 4 GiB GPU.
+const ONE_GPU: [(&str, &str); 3] = [("SIMGPU_DEVICES", "1"), ("SIMGPU_MEMORY", "4GiB"), ("SIMGPU_CONTEXT_MEMORY", "64MiB")];
+
 /// One test at a time: the share test measures device time against wall
 /// time, and the others' containers would take its CPU.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -98,6 +101,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// The directories of one simulated node.
 struct Node {
     sim: Sim,
+    /// The simulated GPUs' configuration, for the containers too.
+    simgpu: Vec<(&'static str, &'static str)>,
     monitor: Option<Monitor>,
     kubelet_dir: PathBuf,
     claims_dir: PathBuf,
@@ -113,7 +118,15 @@ impl Node {
 
     /// A node whose monitor reads `config` (TOML).
     fn with_config(config: Option<&str>) -> Node {
-        let sim = Sim::new().devices(1).memory("4GiB").context_memory("64MiB");
+        Node::build(&ONE_GPU, config)
+    }
+
+    /// A node whose simulated GPUs are `simgpu` (`SIMGPU_*` variables).
+    fn build(simgpu: &[(&'static str, &'static str)], config: Option<&str>) -> Node {
+        let mut sim = Sim::new();
+        for (key, value) in simgpu {
+            sim = sim.env(key, value);
+        }
         sim.share_the_gpu();
         let config = config.map(|text| {
             let path = sim.dir().join("monitor.toml");
@@ -126,7 +139,7 @@ impl Node {
         let kubelet_dir = std::env::temp_dir().join(format!("gs-kubelet-{}", claim_uid(0).rsplit('-').next().unwrap()));
         let claims_dir = sim.dir().join("claims");
         std::fs::create_dir_all(&claims_dir).unwrap();
-        Node { sim, monitor: Some(monitor), kubelet_dir, claims_dir, uids: Default::default() }
+        Node { sim, simgpu: simgpu.to_vec(), monitor: Some(monitor), kubelet_dir, claims_dir, uids: Default::default() }
     }
 
     fn registration_socket(&self) -> PathBuf {
@@ -196,7 +209,9 @@ impl Node {
         }
         cmd.arg("--env").arg(format!("LD_LIBRARY_PATH={}", sim_lib_dir().display()));
         cmd.arg("--env").arg(format!("SIMGPU_STATE={}", self.sim.state_file().display()));
-        cmd.args(["--env", "SIMGPU_DEVICES=1", "--env", "SIMGPU_MEMORY=4GiB", "--env", "SIMGPU_CONTEXT_MEMORY=64MiB"]);
+        for (key, value) in &self.simgpu {
+            cmd.arg("--env").arg(format!("{key}={value}"));
+        }
         for (key, value) in pod_env {
             cmd.arg("--env").arg(format!("{key}={value}"));
         }
@@ -545,5 +560,39 @@ fn a_process_that_moves_its_own_ledger_is_killed_by_the_monitor() {
     eprintln!("a process with its own GPUSLICE_DIR was killed after {:.1} s (grace 1 s)", started.elapsed().as_secs_f64());
     let metrics = node.monitor.as_ref().unwrap().metrics();
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0), "{metrics:#?}");
+    drop(plugin);
+}
+
+/// A claim on a MIG device: the plugin names NVIDIA's CDI device for that
+/// instance, and the container, seeing only the instance (as NVIDIA's CDI
+/// device makes it), sees its claim's cap as the instance's memory.
+#[test]
+fn a_claim_on_a_mig_device_is_capped_inside_the_instance() {
+    let _serial = serial();
+    let simgpu =
+        [("SIMGPU_DEVICES", "1"), ("SIMGPU_MEMORY", "8GiB"), ("SIMGPU_CONTEXT_MEMORY", "64MiB"), ("SIMGPU_MIG", "0=3g.71gb,1g.18gb")];
+    let node = Node::build(&simgpu, None);
+    let slice = resource_slice(&node.sim);
+    let small = slice["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["attributes"]["migProfile"]["string"] == "1g.18gb")
+        .unwrap_or_else(|| panic!("no 1g.18gb instance in {slice:#}"))
+        .clone();
+    assert_eq!(small["capacity"]["memory"]["value"], GIB.to_string(), "{small:#}");
+    let (device, mig_uuid) = (small["name"].as_str().unwrap(), small["attributes"]["uuid"]["string"].as_str().unwrap());
+    let uid = claim_uid(9);
+    node.put_claim(&allocated_claim("team-m", "infer", &uid, device, "512Mi", "20"));
+    let plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let claim = claim_ref("team-m", "infer", &uid);
+    let (answer, _) = prepare(&endpoint, vec![claim.clone()]);
+    assert_eq!(answer[&uid].error, "", "{answer:?}");
+    assert_eq!(answer[&uid].devices[0].cdi_device_ids[1], format!("nvidia.com/gpu={mig_uuid}"));
+    let out = node.in_container(&uid, &[("CUDA_VISIBLE_DEVICES", mig_uuid)], "exec MEMCTL init ctx info alloc:a:free alloc:past:64M");
+    out.assert_rc("ctx", 0).assert_rc("a", 0).assert_rc("past", 2);
+    assert_eq!(out.u64("info.total"), 512 * MIB, "{out}");
+    assert!(unprepare(&endpoint, vec![claim]).values().all(String::is_empty));
     drop(plugin);
 }
