@@ -596,3 +596,147 @@ fn a_claim_on_a_mig_device_is_capped_inside_the_instance() {
     assert!(unprepare(&endpoint, vec![claim]).values().all(String::is_empty));
     drop(plugin);
 }
+
+/// A stand-in for the API server: HTTPS on the loopback, bearer token
+/// checked, objects kept by path with a resourceVersion as the API server
+/// keeps them (404 for none, 409 for a duplicate create or a stale
+/// replace). It prints `port=N` and logs each request as one JSON line to
+/// argv[4].
+const FAKE_APISERVER: &str = r#"
+import http.server, json, ssl, sys
+cert, key, token, log_path, preload = sys.argv[1:6]
+store, version = {}, [0]
+for obj in json.load(open(preload)):
+    m = obj["metadata"]
+    store[f"/apis/resource.k8s.io/v1/namespaces/{m['namespace']}/resourceclaims/{m['name']}"] = obj
+log = open(log_path, "a")
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def status(self, code):
+        self.answer(code, {"kind": "Status", "apiVersion": "v1", "code": code})
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n)) if n else None
+        authorised = self.headers.get("Authorization") == "Bearer " + token
+        log.write(json.dumps({"method": self.command, "path": self.path, "authorised": authorised, "body": body}) + "\n")
+        log.flush()
+        if not authorised:
+            return self.status(401)
+        if self.command == "GET":
+            return self.answer(200, store[self.path]) if self.path in store else self.status(404)
+        if self.command == "POST":
+            path = self.path + "/" + body["metadata"]["name"]
+            if path in store:
+                return self.status(409)
+        else:
+            path = self.path
+            if path not in store:
+                return self.status(404)
+            if body["metadata"].get("resourceVersion") != store[path]["metadata"]["resourceVersion"]:
+                return self.status(409)
+        version[0] += 1
+        body["metadata"]["resourceVersion"] = str(version[0])
+        store[path] = body
+        return self.answer(201 if self.command == "POST" else 200, body)
+
+    do_GET = do_POST = do_PUT = handle_any
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(f"port={server.server_address[1]}", flush=True)
+server.serve_forever()
+"#;
+
+/// A CA and a server certificate for 127.0.0.1 signed by it (openssl), in
+/// `dir`: (ca.pem, server.pem, server.key).
+fn loopback_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test-ca"]);
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=kubernetes"]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
+}
+
+/// The API server client against the stand-in: a claim read, a missing
+/// one, a wrong token, and the ResourceSlice created, left alone while the
+/// devices stay, and replaced one generation up when they change.
+#[test]
+fn the_api_server_client_reads_claims_and_keeps_the_resource_slice() {
+    let _serial = serial();
+    let sim = Sim::new().devices(2).memory("8GiB").context_memory("64MiB");
+    let (ca, cert, key) = loopback_certificates(sim.dir());
+    let token = sim.dir().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let claim = allocated_claim("team-a", "train", &claim_uid(10), "gpu-00000000-0000-0000-0000-000000000000", "8Gi", "30");
+    let preload = sim.dir().join("preload.json");
+    std::fs::write(&preload, json!([claim]).to_string()).unwrap();
+    let log = sim.dir().join("requests.log");
+    let script = sim.dir().join("fake_apiserver.py");
+    std::fs::write(&script, FAKE_APISERVER).unwrap();
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script).arg(&cert).arg(&key).arg("s3cret-token").arg(&log).arg(&preload);
+    let mut server = sim.spawn(&mut cmd);
+    let base = format!("https://127.0.0.1:{}", server.wait_for("port"));
+
+    let api = gpuslice_dra::apiserver::ApiServer::new(&base, &ca, &token).unwrap();
+    use gpuslice_dra::claims::ClaimSource;
+    assert_eq!(api.get("team-a", "train").unwrap(), claim);
+    assert!(api.get("team-a", "nothing").unwrap_err().contains("HTTP 404"));
+    let wrong = sim.dir().join("wrong-token");
+    std::fs::write(&wrong, "guess").unwrap();
+    let intruder = gpuslice_dra::apiserver::ApiServer::new(&base, &ca, &wrong).unwrap();
+    assert!(intruder.get("team-a", "train").unwrap_err().contains("HTTP 401"));
+
+    let slice = resource_slice(&sim);
+    assert_eq!(api.publish_slice(&slice), Ok(true), "created");
+    assert_eq!(api.publish_slice(&slice), Ok(false), "the same devices: nothing written");
+    let mut fewer = slice.clone();
+    fewer["spec"]["devices"].as_array_mut().unwrap().pop();
+    assert_eq!(api.publish_slice(&fewer), Ok(true), "a device gone: replaced");
+    let requests: Vec<Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let writes: Vec<&Value> = requests.iter().filter(|r| r["method"] != "GET").collect();
+    assert_eq!(writes.len(), 2, "{requests:#?}");
+    assert_eq!((writes[0]["method"].as_str(), writes[0]["path"].as_str()), (Some("POST"), Some("/apis/resource.k8s.io/v1/resourceslices")));
+    assert_eq!(writes[1]["method"], "PUT");
+    let replaced = &writes[1]["body"];
+    assert_eq!(replaced["spec"]["pool"]["generation"], 2, "one generation up");
+    assert_eq!(replaced["spec"]["devices"].as_array().map(Vec::len), Some(1));
+    assert!(requests.iter().filter(|r| r["path"].as_str().unwrap().contains("resourceslices")).all(|r| r["authorised"] == true));
+    // What was written is a valid ResourceSlice, server fields and all.
+    validate_strictly(sim.dir(), "replaced-slice", replaced);
+    drop(server);
+}

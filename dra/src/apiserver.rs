@@ -1,11 +1,15 @@
 //! The in-cluster API server: ResourceClaims read, the node's
 //! ResourceSlice written, with the pod's service account token over HTTPS.
 //!
-//! Not yet run against a real API server (no cluster was at hand); the
-//! tests serve the plugin ResourceClaims through [`crate::claims::ClaimDir`].
+//! Not yet run against a real API server (no cluster was at hand).
+//! `tests/dra.rs` runs it against a stand-in HTTPS server on the loopback
+//! that keeps objects as the API server does (resourceVersion, 404, 409),
+//! and the plugin's own tests serve it ResourceClaims through
+//! [`crate::claims::ClaimDir`].
 
 use crate::claims::ClaimSource;
 use serde_json::Value;
+use std::path::Path;
 use std::time::Duration;
 
 /// Where a pod finds its service account's credentials.
@@ -29,8 +33,17 @@ impl ApiServer {
             .map_err(|_| "KUBERNETES_SERVICE_HOST is not set: not in a pod? (--claims-dir reads claims from files)")?;
         let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
         let host = if host.contains(':') { format!("[{host}]") } else { host };
-        let ca_path = format!("{ACCOUNT_DIR}/ca.crt");
-        let pem = std::fs::read(&ca_path).map_err(|e| format!("cannot read the cluster's CA {ca_path}: {e}"))?;
+        ApiServer::new(
+            &format!("https://{host}:{port}"),
+            Path::new(&format!("{ACCOUNT_DIR}/ca.crt")),
+            Path::new(&format!("{ACCOUNT_DIR}/token")),
+        )
+    }
+
+    /// The API server at `base` (`https://host:port`), trusting the CA
+    /// certificates in `ca_path` (PEM), with the bearer token in `token_path`.
+    pub fn new(base: &str, ca_path: &Path, token_path: &Path) -> Result<ApiServer, String> {
+        let pem = std::fs::read(ca_path).map_err(|e| format!("cannot read the cluster's CA {}: {e}", ca_path.display()))?;
         let certs: Vec<_> = ureq::tls::parse_pem(&pem)
             .filter_map(Result::ok)
             .filter_map(|item| match item {
@@ -39,12 +52,12 @@ impl ApiServer {
             })
             .collect();
         if certs.is_empty() {
-            return Err(format!("{ca_path} holds no certificate"));
+            return Err(format!("{} holds no certificate", ca_path.display()));
         }
         let tls = ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::new_with_certs(&certs)).build();
         let agent =
             ureq::Agent::config_builder().tls_config(tls).timeout_global(Some(REQUEST_TIMEOUT)).http_status_as_error(false).build().into();
-        Ok(ApiServer { base: format!("https://{host}:{port}"), token_path: format!("{ACCOUNT_DIR}/token"), agent })
+        Ok(ApiServer { base: base.trim_end_matches('/').to_string(), token_path: token_path.display().to_string(), agent })
     }
 
     fn token(&self) -> Result<String, String> {
