@@ -37,6 +37,13 @@ if ! command -v promtool >/dev/null 2>&1; then
         systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
 fi
+# tests/dra.rs: a real CDI consumer reads the DRA driver's CDI specs.
+# podman (Debian's) runs the container with the host's root as its image,
+# under runc (crun refuses hosts with a hybrid cgroup hierarchy).
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+    echo "setup: installing podman and runc" >&2
+    apt-get update -qq && apt-get install -y -qq podman runc >/dev/null
+fi
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then

@@ -1,0 +1,209 @@
+//! The CDI spec of a prepared claim: what the container runtime adds to
+//! each container that uses it.
+//!
+//! One file per claim, `<cdi-dir>/gpuslice.dev-slice_<claim-uid>.json`, of
+//! kind `gpuslice.dev/slice` with one device named by the claim's UID.
+//! Its edits:
+//! - the shim, mounted read-only at [`SHIM_IN_CONTAINER`], and a file
+//!   naming it mounted read-only at `/etc/ld.so.preload`, so the dynamic
+//!   loader loads it into every process whatever the pod's environment;
+//! - the tenant's own ledger directory (`<dir>/tenants/<tenant>`, made by
+//!   the monitor) at [`LEDGER_DIR_IN_CONTAINER`];
+//! - `GPUSLICE_TENANT` and `GPUSLICE_DIR`.
+//!
+//! The GPU itself (device nodes, driver libraries) is not here: the
+//! kubelet gets NVIDIA's own CDI device for it beside this one.
+//!
+//! The spec directory is also this driver's memory across restarts: the
+//! claims it has prepared are the files there ([`prepared`]).
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The CDI vendor and class of this driver's devices.
+pub const CDI_KIND: &str = "gpuslice.dev/slice";
+/// The CDI specification version the files declare: 0.5.0, the oldest
+/// that has every field used here (`containerEdits` with `env` and
+/// `mounts` with options), so that older runtimes read them too.
+pub const CDI_VERSION: &str = "0.5.0";
+/// Where the shim appears inside the container.
+pub const SHIM_IN_CONTAINER: &str = "/usr/local/lib/gpuslice/libgpuslice.so";
+/// Where the tenant's ledger directory appears inside the container.
+pub const LEDGER_DIR_IN_CONTAINER: &str = "/run/gpuslice";
+/// File name prefix of this driver's spec files.
+const FILE_PREFIX: &str = "gpuslice.dev-slice_";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Spec {
+    #[serde(rename = "cdiVersion")]
+    pub cdi_version: String,
+    pub kind: String,
+    pub devices: Vec<SpecDevice>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpecDevice {
+    pub name: String,
+    #[serde(rename = "containerEdits")]
+    pub container_edits: ContainerEdits,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ContainerEdits {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Mount {
+    #[serde(rename = "hostPath")]
+    pub host_path: String,
+    #[serde(rename = "containerPath")]
+    pub container_path: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+}
+
+/// The host files every claim's spec mounts.
+#[derive(Debug, Clone)]
+pub struct HostFiles {
+    /// The shim (`libgpuslice.so`), on the host.
+    pub shim: PathBuf,
+    /// A file holding the line [`SHIM_IN_CONTAINER`], on the host.
+    pub preload: PathBuf,
+}
+
+impl HostFiles {
+    /// Puts the shim and the preload file into `state_dir` (the plugin's
+    /// directory on the host), replacing older copies atomically: a
+    /// container that already mounted one keeps it.
+    pub fn install(state_dir: &Path, shim_source: &Path) -> Result<HostFiles, String> {
+        std::fs::create_dir_all(state_dir).map_err(|e| format!("cannot create {}: {e}", state_dir.display()))?;
+        let shim = state_dir.join("libgpuslice.so");
+        let bytes = std::fs::read(shim_source).map_err(|e| format!("cannot read the shim {}: {e}", shim_source.display()))?;
+        write_atomically(&shim, &bytes, 0o755)?;
+        let preload = state_dir.join("ld.so.preload");
+        write_atomically(&preload, format!("{SHIM_IN_CONTAINER}\n").as_bytes(), 0o644)?;
+        Ok(HostFiles { shim, preload })
+    }
+}
+
+/// The spec of claim `claim_uid` for `tenant`, whose ledger directory on
+/// the host is `ledger_dir`.
+pub fn claim_spec(claim_uid: &str, tenant: &str, ledger_dir: &Path, files: &HostFiles) -> Spec {
+    let read_only = || ["ro", "nosuid", "nodev", "bind"].map(String::from).to_vec();
+    Spec {
+        cdi_version: CDI_VERSION.into(),
+        kind: CDI_KIND.into(),
+        devices: vec![SpecDevice {
+            name: claim_uid.into(),
+            container_edits: ContainerEdits {
+                env: vec![format!("GPUSLICE_TENANT={tenant}"), format!("GPUSLICE_DIR={LEDGER_DIR_IN_CONTAINER}")],
+                mounts: vec![
+                    Mount { host_path: path_text(&files.shim), container_path: SHIM_IN_CONTAINER.into(), options: read_only() },
+                    Mount { host_path: path_text(&files.preload), container_path: "/etc/ld.so.preload".into(), options: read_only() },
+                    Mount {
+                        host_path: path_text(ledger_dir),
+                        container_path: LEDGER_DIR_IN_CONTAINER.into(),
+                        options: ["rw", "nosuid", "nodev", "noexec", "bind"].map(String::from).to_vec(),
+                    },
+                ],
+            },
+        }],
+    }
+}
+
+/// The qualified CDI name of claim `claim_uid`'s device.
+pub fn device_id(claim_uid: &str) -> String {
+    format!("{CDI_KIND}={claim_uid}")
+}
+
+/// The path of claim `claim_uid`'s spec file.
+pub fn spec_path(cdi_dir: &Path, claim_uid: &str) -> PathBuf {
+    cdi_dir.join(format!("{FILE_PREFIX}{claim_uid}.json"))
+}
+
+/// Writes the spec atomically (a runtime never reads half a file).
+pub fn write_spec(cdi_dir: &Path, spec: &Spec) -> Result<PathBuf, String> {
+    let uid = &spec.devices.first().ok_or("a spec without a device")?.name;
+    std::fs::create_dir_all(cdi_dir).map_err(|e| format!("cannot create {}: {e}", cdi_dir.display()))?;
+    let path = spec_path(cdi_dir, uid);
+    let text = serde_json::to_vec_pretty(spec).map_err(|e| format!("cannot encode the CDI spec: {e}"))?;
+    write_atomically(&path, &text, 0o644)?;
+    Ok(path)
+}
+
+/// Removes claim `claim_uid`'s spec; a missing one is no error.
+pub fn remove_spec(cdi_dir: &Path, claim_uid: &str) -> Result<(), String> {
+    let path = spec_path(cdi_dir, claim_uid);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("cannot remove {}: {e}", path.display())),
+        _ => Ok(()),
+    }
+}
+
+/// The claims whose specs are in `cdi_dir`: (claim UID, tenant).
+pub fn prepared(cdi_dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(cdi_dir) else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(FILE_PREFIX) || !name.ends_with(".json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read(entry.path()) else { continue };
+        let Ok(spec) = serde_json::from_slice::<Spec>(&text) else { continue };
+        for device in spec.devices {
+            let tenant = device.container_edits.env.iter().find_map(|e| e.strip_prefix("GPUSLICE_TENANT=").map(str::to_string));
+            if let Some(tenant) = tenant {
+                found.push((device.name, tenant));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_round_trips_through_its_directory() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-dra-cdi-{}", std::process::id()));
+        let files = HostFiles { shim: "/var/lib/x/libgpuslice.so".into(), preload: "/var/lib/x/ld.so.preload".into() };
+        let spec = claim_spec("0d9c-11", "ns.claim", Path::new("/run/gpuslice/tenants/ns.claim"), &files);
+        let path = write_spec(&dir, &spec).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["kind"], CDI_KIND);
+        assert_eq!(value["devices"][0]["containerEdits"]["mounts"][1]["containerPath"], "/etc/ld.so.preload");
+        assert_eq!(prepared(&dir), vec![("0d9c-11".to_string(), "ns.claim".to_string())]);
+        remove_spec(&dir, "0d9c-11").unwrap();
+        remove_spec(&dir, "0d9c-11").unwrap();
+        assert!(prepared(&dir).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,272 @@
+//! The kubelet plugin: the registration service and the DRA service.
+//!
+//! NodePrepareResources, per claim: fetch the ResourceClaim, read what the
+//! scheduler allocated, admit the claim's tenant through the monitor with
+//! the allocated memory and compute, write the claim's CDI spec, and answer
+//! with the CDI devices: this driver's (the shim, the ledger directory, the
+//! environment) and NVIDIA's for the GPU itself.
+//! NodeUnprepareResources, per claim: release the tenant and remove the
+//! spec. Both are idempotent, and neither keeps state in memory: what was
+//! prepared is in the CDI directory and the monitor, so a restarted plugin
+//! (or kubelet) carries on.
+
+use crate::admission::{DeviceRequest, Monitor};
+use crate::cdi::{self, HostFiles};
+use crate::claims::{self, ClaimSource};
+use crate::proto::dra::dra_plugin_server::DraPlugin;
+use crate::proto::dra::{
+    Claim, Device, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse, NodeUnprepareResourceResponse,
+    NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
+};
+use crate::proto::registration::registration_server::Registration;
+use crate::proto::registration::{InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse};
+use crate::tenant::tenant_name;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The plugin type the kubelet's registration expects of a DRA driver.
+pub const PLUGIN_TYPE: &str = "DRAPlugin";
+/// The DRA service version this plugin serves, as registration names it.
+pub const DRA_SERVICE: &str = "v1.DRAPlugin";
+
+/// Everything a prepare or unprepare needs; cheap to share.
+pub struct Plugin {
+    /// The driver name (`gpu.gpuslice.dev`).
+    pub driver: String,
+    /// This node's name: the pool of its ResourceSlice.
+    pub node: String,
+    /// The monitor's ledger directory (the tenants' directories are under
+    /// `<dir>/tenants/`).
+    pub ledger_dir: PathBuf,
+    pub cdi_dir: PathBuf,
+    pub files: HostFiles,
+    pub monitor: Monitor,
+    pub claims: Arc<dyn ClaimSource>,
+    /// The CDI kind of NVIDIA's device specs (`nvidia.com/gpu`); empty:
+    /// none is named (a node whose runtime gets the GPU otherwise).
+    pub nvidia_cdi_kind: String,
+    /// The DRA service's socket, told to the kubelet at registration.
+    pub dra_socket: PathBuf,
+}
+
+impl Plugin {
+    /// Prepares one claim; the devices for the kubelet, or what went wrong.
+    pub fn prepare(&self, claim: &Claim) -> Result<Vec<Device>, String> {
+        check_claim(claim)?;
+        let object = self.claims.get(&claim.namespace, &claim.name)?;
+        let allocation = claims::allocation(&object, &self.driver)?;
+        if allocation.uid != claim.uid {
+            return Err(format!(
+                "ResourceClaim {}/{} has UID {}, not {} as the kubelet asked: the claim was replaced",
+                claim.namespace, claim.name, allocation.uid, claim.uid
+            ));
+        }
+        // One entry per device, its requests' amounts added up.
+        let mut per_device: BTreeMap<String, DeviceRequest> = BTreeMap::new();
+        let mut devices = Vec::new();
+        for allocated in &allocation.devices {
+            if allocated.pool != self.node {
+                return Err(format!(
+                    "device {}/{} is in pool {}, not this node's ({})",
+                    allocated.pool, allocated.device, allocated.pool, self.node
+                ));
+            }
+            let uuid = claims::device_uuid(&allocated.device)?;
+            let entry = per_device.entry(uuid.clone()).or_insert(DeviceRequest {
+                device: uuid.clone(),
+                memory_bytes: Some(0),
+                share_percent: Some(0.0),
+                limit_percent: None,
+            });
+            // No amount in one request: that request has the whole device.
+            entry.memory_bytes = entry.memory_bytes.zip(allocated.memory_bytes).map(|(a, b)| a.saturating_add(b));
+            entry.share_percent = entry.share_percent.zip(allocated.compute_percent).map(|(a, b)| (a + b).min(100.0));
+            let mut ids = vec![cdi::device_id(&claim.uid)];
+            if !self.nvidia_cdi_kind.is_empty() {
+                ids.push(format!("{}={uuid}", self.nvidia_cdi_kind));
+            }
+            devices.push(Device {
+                request_names: vec![allocated.request.clone()],
+                pool_name: allocated.pool.clone(),
+                device_name: allocated.device.clone(),
+                cdi_device_ids: ids,
+            });
+        }
+        let requests: Vec<DeviceRequest> = per_device
+            .into_values()
+            .map(|mut d| {
+                // A share of 0 is no share: the tenant runs on idle time.
+                d.share_percent = d.share_percent.filter(|s| *s > 0.0);
+                d
+            })
+            .collect();
+        let tenant = tenant_name(&claim.namespace, &claim.name);
+        let labels = BTreeMap::from([
+            ("origin".to_string(), "kubernetes".to_string()),
+            ("namespace".to_string(), claim.namespace.clone()),
+            ("claim".to_string(), claim.name.clone()),
+            ("claim-uid".to_string(), claim.uid.clone()),
+        ]);
+        let admitted = self.monitor.admit(&tenant, &requests, &labels)?;
+        let ledger_dir = admitted.ledger_dir.unwrap_or_else(|| self.ledger_dir.join("tenants").join(&tenant));
+        cdi::write_spec(&self.cdi_dir, &cdi::claim_spec(&claim.uid, &tenant, &ledger_dir, &self.files))?;
+        Ok(devices)
+    }
+
+    /// Unprepares one claim: releases its tenant, unless another prepared
+    /// claim (a replaced claim of the same name) still names it, and
+    /// removes its spec.
+    pub fn unprepare(&self, claim: &Claim) -> Result<(), String> {
+        check_claim(claim)?;
+        let tenant = tenant_name(&claim.namespace, &claim.name);
+        let others = cdi::prepared(&self.cdi_dir).into_iter().any(|(uid, t)| t == tenant && uid != claim.uid);
+        if !others {
+            self.monitor.release(&tenant)?;
+        }
+        cdi::remove_spec(&self.cdi_dir, &claim.uid)
+    }
+}
+
+/// Refuses a claim reference that is no Kubernetes name: the namespace a
+/// DNS label, the name a DNS subdomain, the UID letters, digits and dashes.
+/// They become file names and URL paths.
+pub fn check_claim(claim: &Claim) -> Result<(), String> {
+    let label = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let ok = (1..=63).contains(&claim.namespace.len())
+        && claim.namespace.chars().all(label)
+        && (1..=253).contains(&claim.name.len())
+        && claim.name.chars().all(|c| label(c) || c == '.')
+        && !claim.name.starts_with('.')
+        && (1..=64).contains(&claim.uid.len())
+        && claim.uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "claim {:?}/{:?} (UID {:?}) is not a Kubernetes claim reference: a DNS-label namespace, a DNS-subdomain name and a UID of letters, digits and dashes are accepted",
+            claim.namespace, claim.name, claim.uid
+        ))
+    }
+}
+
+/// The gRPC face of a [`Plugin`].
+#[derive(Clone)]
+pub struct Service(pub Arc<Plugin>);
+
+async fn each_claim<T: Send + 'static>(
+    plugin: &Arc<Plugin>,
+    claims: Vec<Claim>,
+    work: fn(&Plugin, &Claim) -> T,
+) -> Result<Vec<(String, T)>, Status> {
+    let mut tasks = Vec::new();
+    for claim in claims {
+        let plugin = Arc::clone(plugin);
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let answer = work(&plugin, &claim);
+            (claim.uid, answer)
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.map_err(|e| Status::internal(format!("a claim's task failed: {e}")))?);
+    }
+    Ok(answers)
+}
+
+#[tonic::async_trait]
+impl DraPlugin for Service {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<NodePrepareResourcesRequest>,
+    ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
+        let started = std::time::Instant::now();
+        let answers = each_claim(&self.0, request.into_inner().claims, Plugin::prepare).await?;
+        let mut claims = HashMap::new();
+        for (uid, answer) in answers {
+            let response = match answer {
+                Ok(devices) => {
+                    log(&format!("prepared claim {uid}"));
+                    NodePrepareResourceResponse { devices, error: String::new() }
+                }
+                Err(error) => {
+                    log(&format!("cannot prepare claim {uid}: {error}"));
+                    NodePrepareResourceResponse { devices: Vec::new(), error }
+                }
+            };
+            claims.insert(uid, response);
+        }
+        log(&format!("NodePrepareResources: {} claim(s) in {:.1} ms", claims.len(), started.elapsed().as_secs_f64() * 1e3));
+        Ok(Response::new(NodePrepareResourcesResponse { claims }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
+        let answers = each_claim(&self.0, request.into_inner().claims, Plugin::unprepare).await?;
+        let mut claims = HashMap::new();
+        for (uid, answer) in answers {
+            let error = answer.err().unwrap_or_default();
+            if error.is_empty() {
+                log(&format!("unprepared claim {uid}"));
+            } else {
+                log(&format!("cannot unprepare claim {uid}: {error}"));
+            }
+            claims.insert(uid, NodeUnprepareResourceResponse { error });
+        }
+        Ok(Response::new(NodeUnprepareResourcesResponse { claims }))
+    }
+}
+
+#[tonic::async_trait]
+impl Registration for Service {
+    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+        Ok(Response::new(PluginInfo {
+            r#type: PLUGIN_TYPE.into(),
+            name: self.0.driver.clone(),
+            endpoint: self.0.dra_socket.to_string_lossy().into_owned(),
+            supported_versions: vec![DRA_SERVICE.into()],
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        request: Request<RegistrationStatus>,
+    ) -> Result<Response<RegistrationStatusResponse>, Status> {
+        let status = request.into_inner();
+        if status.plugin_registered {
+            log("registered with the kubelet");
+        } else {
+            log(&format!("the kubelet did not register this plugin: {}", status.error));
+        }
+        Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+/// One line on stderr.
+pub fn log(line: &str) {
+    eprintln!("gpuslice-dra: {line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_references_that_would_escape_a_path_are_refused() {
+        let claim = |ns: &str, name: &str, uid: &str| Claim { namespace: ns.into(), name: name.into(), uid: uid.into() };
+        assert!(check_claim(&claim("team-a", "train.v2", "0d9c0000-1111-4000-8000-000000000001")).is_ok());
+        for bad in [
+            claim("..", "x", "u"),
+            claim("a", "../../etc", "u"),
+            claim("a", "b", "../x"),
+            claim("a", "b", ""),
+            claim("A", "b", "u"),
+            claim("a", ".b", "u"),
+        ] {
+            assert!(check_claim(&bad).unwrap_err().contains("is not a Kubernetes claim reference"), "{bad:?}");
+        }
+    }
+}
