@@ -2,6 +2,7 @@
 # Builds gpuslice and installs it under a prefix (default /usr/local):
 #   PREFIX/bin/gpuslice                   the command (run, sim, monitor, status)
 #   PREFIX/bin/gpuslice-entrypoint        the container entrypoint (scripts/entrypoint.sh)
+#   PREFIX/bin/gpuslice-dra               the Kubernetes DRA kubelet plugin (deploy/kubernetes/)
 #   PREFIX/lib/gpuslice/libgpuslice.so    the shim
 #   PREFIX/lib/gpuslice/libsimgpu.so      the simulated GPU, for `gpuslice run --sim` and `gpuslice sim`
 #   PREFIX/lib/gpuslice/simgpu-libs/      libcuda.so.1 and libnvidia-ml.so.1 linked to it
@@ -68,7 +69,7 @@ built=$target/$profile
 if [ "$build" = 1 ]; then
     flags=()
     [ "$profile" = release ] && flags+=(--release)
-    cargo build "${flags[@]}" -p gpuslice-monitor -p gpuslice-shim -p simgpu
+    cargo build "${flags[@]}" -p gpuslice-monitor -p gpuslice-shim -p simgpu -p gpuslice-dra
     # The shim that loads on glibc 2.17 and later, where zig can link it.
     bash scripts/build-shim-portable.sh "${flags[@]}" ||
         echo "install: the shim is linked against this host's glibc only; images with an older glibc will not load it" >&2
@@ -80,7 +81,7 @@ esac
 shim=$built/libgpuslice.so
 portable=$target/glibc-floor/$triple/$profile/libgpuslice.so
 [ -f "$portable" ] && shim=$portable
-for artefact in gpuslice libgpuslice.so libsimgpu.so; do
+for artefact in gpuslice gpuslice-dra libgpuslice.so libsimgpu.so; do
     if [ ! -f "$built/$artefact" ]; then
         echo "install: $built/$artefact is missing; build it (drop --no-build) or set CARGO_TARGET_DIR" >&2
         exit 1
@@ -91,6 +92,7 @@ lib=$prefix/lib/gpuslice
 install -d "$prefix/bin" "$lib" "$lib/simgpu-libs"
 install -m 0755 "$built/gpuslice" "$prefix/bin/gpuslice"
 install -m 0755 scripts/entrypoint.sh "$prefix/bin/gpuslice-entrypoint"
+install -m 0755 "$built/gpuslice-dra" "$prefix/bin/gpuslice-dra"
 install -m 0755 "$shim" "$lib/libgpuslice.so"
 install -m 0755 "$built/libsimgpu.so" "$lib/libsimgpu.so"
 # gpuslice accepts these links only when they point at the canonical path of

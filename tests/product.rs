@@ -39,7 +39,7 @@ fn installed_gpuslice_runs_on_simgpu_with_a_clean_environment() {
     let sim = Sim::new();
     let prefix = sim.dir().join("prefix");
     install_into(&sim, &prefix);
-    for file in ["bin/gpuslice", "bin/gpuslice-entrypoint", "lib/gpuslice/libgpuslice.so", "lib/gpuslice/libsimgpu.so"] {
+    for file in ["bin/gpuslice", "bin/gpuslice-entrypoint", "bin/gpuslice-dra", "lib/gpuslice/libgpuslice.so", "lib/gpuslice/libsimgpu.so"] {
         let path = prefix.join(file);
         let meta = std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("{} is not installed: {e}", path.display()));
         assert!(meta.is_file(), "{} is a copy, not a link into the build tree", path.display());
