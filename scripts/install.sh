@@ -6,6 +6,7 @@
 #   PREFIX/lib/gpuslice/libgpuslice.so    the shim
 #   PREFIX/lib/gpuslice/libsimgpu.so      the simulated GPU, for `gpuslice run --sim` and `gpuslice sim`
 #   PREFIX/lib/gpuslice/simgpu-libs/      libcuda.so.1 and libnvidia-ml.so.1 linked to it
+#   PREFIX/share/doc/gpuslice/            the README and the deployment guides
 # The installed gpuslice finds its libraries in ../lib/gpuslice beside itself:
 # no environment variable is needed. The simgpu-libs links are made here, so
 # that `--sim` works for users who cannot write to the prefix.
@@ -94,6 +95,14 @@ install -m 0755 "$built/gpuslice" "$prefix/bin/gpuslice"
 install -m 0755 scripts/entrypoint.sh "$prefix/bin/gpuslice-entrypoint"
 install -m 0755 "$built/gpuslice-dra" "$prefix/bin/gpuslice-dra"
 install -m 0755 "$shim" "$lib/libgpuslice.so"
+# What the systemd unit's Documentation= names, and the guides beside it.
+doc=$prefix/share/doc/gpuslice
+install -d "$doc"
+install -m 0644 README.md "$doc/README.md"
+for guide in deploy/*.md deploy/kubernetes/README.md deploy/slurm/README.md; do
+    [ -f "$guide" ] || continue
+    install -m 0644 "$guide" "$doc/$(echo "${guide#deploy/}" | tr / -)"
+done
 install -m 0755 "$built/libsimgpu.so" "$lib/libsimgpu.so"
 # gpuslice accepts these links only when they point at the canonical path of
 # libsimgpu.so (and otherwise rewrites them, which needs a writable prefix).

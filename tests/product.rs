@@ -39,7 +39,14 @@ fn installed_gpuslice_runs_on_simgpu_with_a_clean_environment() {
     let sim = Sim::new();
     let prefix = sim.dir().join("prefix");
     install_into(&sim, &prefix);
-    for file in ["bin/gpuslice", "bin/gpuslice-entrypoint", "bin/gpuslice-dra", "lib/gpuslice/libgpuslice.so", "lib/gpuslice/libsimgpu.so"] {
+    // The documentation the systemd unit names, at the place it names under
+    // the default prefix.
+    let unit = std::fs::read_to_string(repo_root().join("scripts/gpuslice-monitor.service")).unwrap();
+    let documentation =
+        unit.lines().find_map(|l| l.strip_prefix("Documentation=file:///usr/local/")).expect("the unit names a file under /usr/local");
+    assert!(prefix.join(documentation).is_file(), "the unit's Documentation= ({documentation}) is not installed");
+    for file in ["bin/gpuslice", "bin/gpuslice-entrypoint", "bin/gpuslice-dra", "lib/gpuslice/libgpuslice.so", "lib/gpuslice/libsimgpu.so"]
+    {
         let path = prefix.join(file);
         let meta = std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("{} is not installed: {e}", path.display()));
         assert!(meta.is_file(), "{} is a copy, not a link into the build tree", path.display());

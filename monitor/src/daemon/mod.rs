@@ -35,6 +35,7 @@ mod history;
 mod http;
 mod ledgers;
 pub mod log;
+mod notify;
 mod overhead;
 mod policy;
 mod queue;
@@ -419,6 +420,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         *pages.lock().unwrap_or_else(|e| e.into_inner()) = page;
         if first_round {
             println!("ready=1");
+            notify::notify("READY=1");
             let _ = std::io::stdout().flush();
             first_round = false;
         }
@@ -439,6 +441,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
     }
     log::flush_all();
+    notify::notify("STOPPING=1");
     log::info("stopping");
     Ok(ExitCode::SUCCESS)
 }
