@@ -275,3 +275,41 @@ fn untyped_gpus_a_whole_gpu_job_beside_shards_is_refused() {
     let node = cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"]));
     assert!(node.stdout.contains("drain"), "Slurm drains a node whose Prolog failed:\n{node}");
 }
+
+/// A job that rewrites its own ledger (its user owns the file, so it may
+/// write every byte of it) to lift its cap and forget what it holds gains
+/// nothing: past its 2 GiB it is refused, or, if its shim believed the
+/// ledger, the monitor sees the driver's figure over the cap and kills it.
+#[test]
+fn a_job_that_rewrites_its_ledger_keeps_no_more_than_its_cap() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let _serial = serial();
+    let cluster = cluster();
+    let mut job = memctl_job(&cluster, "shard:2", &["init", "ctx", "pid", "alloc:a:1536M", "ready", "wait", "alloc:b:1536M", "hold"]);
+    job.wait_for("ready");
+    let tenant = admitted(&cluster, &job.wait_for("job"));
+    let pid: u32 = job.wait_for("pid").parse().unwrap();
+    assert_eq!(job.wait_for("a"), cu::SUCCESS.to_string());
+    // What the job's user could write, written here.
+    let path = std::path::PathBuf::from(tenant["ledger"].as_str().unwrap());
+    let ledger = ledger::Ledger::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for device in ledger.devices() {
+        ledger.layout().policy.devices[device.index].memory_limit_bytes.store(ledger::layout::UNLIMITED, SeqCst);
+        ledger.layout().usage.devices[device.index].used_bytes.store(0, SeqCst);
+    }
+    job.send_line("go");
+    let second = job.wait_for("b");
+    let monitor = cluster.monitor.as_ref().unwrap();
+    if second == cu::SUCCESS.to_string() {
+        eprintln!("the shim believed the rewritten ledger; the monitor must end the job");
+        poll::until("the job over its cap to be killed", || !pid_alive(pid));
+        let metrics = monitor.metrics();
+        assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(1.0));
+        assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+        assert!(job.wait().find("done").is_none(), "it was killed");
+    } else {
+        eprintln!("the rewritten ledger was corrected before the job's next allocation");
+        assert_eq!(second, cu::OUT_OF_MEMORY.to_string(), "past its cap it is refused");
+        job.wait().assert_success();
+    }
+}

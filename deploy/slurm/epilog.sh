@@ -8,7 +8,7 @@
 # A failure exits 1, which drains the node: an allocation the monitor
 # still counts would refuse the next job's.
 set -u
-here=$(dirname "$0")
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"
 

@@ -18,7 +18,7 @@
 # requeues the job and drains the node, rather than run a job whose slice
 # nothing enforces.
 set -u
-here=$(dirname "$0")
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"
 
@@ -49,89 +49,45 @@ if [ -z "$gpus" ]; then
     exit 0
 fi
 
-# "0-2,5" -> "0 1 2 5"
-expand_indices() {
-    echo "$1" | tr ',' '\n' | while IFS=- read -r first last; do
-        case $first$last in *[!0-9]*) return 1 ;; esac
-        [ -n "$first" ] || return 1
-        seq "$first" "${last:-$first}"
-    done | tr '\n' ' '
-}
-
-# This node's GRES from the job's detail: the GRES= of the `Nodes=` line
-# whose host list holds this node.
-detail=$(scontrol show job -d "$job") || fail "scontrol show job -d $job failed"
-gres=$(echo "$detail" | while read -r line; do
-    case $line in Nodes=*) ;; *) continue ;; esac
-    hosts=${line#Nodes=}
-    hosts=${hosts%% *}
-    case $line in *GRES=*) ;; *) continue ;; esac
-    if [ "$hosts" = "$node" ] || scontrol show hostnames "$hosts" 2>/dev/null | grep -qx "$node"; then
-        echo "${line##*GRES=}"
-    fi
-done)
-[ -n "$gres" ] || fail "SLURM_JOB_GPUS=$gpus, but the job's detail names no GRES on $node"
-
-# Per GPU index: "whole" or its shard count. Items look like
-# gpu:1(IDX:0), gpu:a100:2(IDX:0-1), shard:3(IDX:1); lists are joined by "),".
-plan=$(echo "$gres" | sed 's/),/)\n/g' | while read -r item; do
-    name=${item%%:*}
-    head=${item%%(*}
-    count=${head##*:}
-    case $item in *"(IDX:"*")") ;; *) continue ;; esac
-    idx=${item#*(IDX:}
-    idx=${idx%)}
-    indices=$(expand_indices "$idx") || { echo "bad $item"; continue; }
-    set -- $indices
-    case $name in
-    gpu) for i in "$@"; do echo "$i whole"; done ;;
-    shard)
-        # Slurm 22.05 serves a shard request of one task from one GPU; should
-        # a request span several, each gets an even part.
-        n=$#
-        for i in "$@"; do
-            echo "$i $((count / n))"
-        done
-        ;;
-    esac
-done | sort -n -k1,1)
-case $plan in *bad*) fail "cannot read the GPU indices in GRES=$gres" ;; esac
-[ -n "$plan" ] || fail "no gpu or shard in GRES=$gres"
-
-# The GPUs in the detail must be the ones slurmd bound to the job.
-planned=$(echo "$plan" | awk '{ print $1 }' | sort -un | tr '\n' ',' | sed 's/,$//')
-bound=$(expand_indices "$gpus" | tr ' ' '\n' | sed '/^$/d' | sort -un | tr '\n' ',' | sed 's/,$//')
-[ "$planned" = "$bound" ] || fail "SLURM_JOB_GPUS=$gpus but GRES=$gres names GPUs $planned"
-
-# Each GPU's memory, by index, from `gpuslice devices --json`.
+# Each GPU's memory (`gpuslice devices`) and the job's detail from the
+# controller (`scontrol show job -d`, for the shard counts), both at once.
 # shellcheck disable=SC2086 # devices_args is a list of arguments
-inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args) || fail "gpuslice devices failed"
-memory_of() {
-    echo "$inventory" | awk -v want="$1" '
-        /^      "index": / { gsub(/[^0-9]/, "", $2); index_now = $2 }
-        /^      "memory_total_bytes": / { gsub(/[^0-9]/, "", $2); if (index_now == want) { print $2; exit } }'
+input=$(
+    {
+        inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args 2>&1) ||
+            inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
+        printf '%s\n' "$inventory"
+    } &
+    detail=$(scontrol show job -d "$job" 2>&1) || detail="@failed $(printf '%s' "$detail" | tr '\n' ' ')"
+    wait
+    printf '@detail\n%s\n' "$detail"
+)
+slices() {
+    printf '%s\n' "$input" | awk -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -v gres="$1" -f "$here/slices.awk"
 }
-
-devices=
-memory=
-shares=
-for entry in $(echo "$plan" | tr ' ' ':'); do
-    index=${entry%%:*}
-    what=${entry#*:}
-    devices="$devices${devices:+,}$index"
-    if [ "$what" = whole ]; then
-        shares="$shares${shares:+,}$index=100"
-        continue
-    fi
-    [ "$what" -ge 1 ] && [ "$what" -le "$shards_per_gpu" ] ||
-        fail "GPU $index: $what shards, but shards_per_gpu is $shards_per_gpu (gres.conf and gpuslice-slurm.conf disagree)"
-    total=$(memory_of "$index")
-    [ -n "$total" ] || fail "gpuslice devices lists no GPU $index"
-    cap=$(awk -v t="$total" -v s="$what" -v p="$shards_per_gpu" 'BEGIN { printf "%.0f", int(t / p) * s }')
-    share=$(awk -v s="$what" -v p="$shards_per_gpu" 'BEGIN { printf "%.2f", s * 100 / p }' | sed -e 's/0*$//' -e 's/\.$//')
-    memory="$memory${memory:+,}$index=${cap}B"
-    shares="$shares${shares:+,}$index=$share"
-done
+plan=$(slices "")
+case $? in
+0) ;;
+3)
+    # A job on several nodes: which group of nodes is this one.
+    gres=$(printf '%s\n' "$plan" | while read -r hosts line_gres; do
+        [ "$hosts" = @resolve ] && continue
+        if scontrol show hostnames "$hosts" 2>/dev/null | grep -qx "$node"; then
+            echo "$line_gres"
+        fi
+    done)
+    [ -n "$gres" ] || fail "the job's detail names no GRES on $node"
+    plan=$(slices "$gres") || fail "${plan#error: }"
+    ;;
+*) fail "${plan#error: }" ;;
+esac
+{
+    read -r devices
+    read -r memory
+    read -r shares
+} <<EOF
+$plan
+EOF
 
 set -- tenant admit "$tenant" --device "$devices" --share "$shares" --owner-uid "${SLURM_JOB_UID:?}" \
     --label origin=slurm --label "job=$job" --dir "$ledger_dir"

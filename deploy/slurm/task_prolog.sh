@@ -7,7 +7,7 @@
 # Nothing here is a security boundary: the task may unset all of it. What
 # holds the job to its slice is the monitor (its caps in the ledger, and in
 # kill mode the end of any process on a GPU outside every ledger).
-here=$(dirname "$0")
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"
 

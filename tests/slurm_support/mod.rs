@@ -161,7 +161,7 @@ impl Cluster {
         let mut monitor = None;
         if options.integration {
             let installed = dir.join("gpuslice-slurm");
-            for script in ["prolog.sh", "epilog.sh", "task_prolog.sh"] {
+            for script in ["prolog.sh", "epilog.sh", "task_prolog.sh", "slices.awk"] {
                 let to = installed.join(script);
                 std::fs::copy(repo_root().join("deploy/slurm").join(script), &to).unwrap();
                 std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
