@@ -14,9 +14,9 @@
 # `scontrol show job -d` prints, per node, `GRES=shard:2(IDX:0)` or
 # `GRES=gpu:1(IDX:1)`.
 #
-# A job without GPUs here gets no tenant. Any failure exits 1: Slurm then
-# requeues the job and drains the node, rather than run a job whose slice
-# nothing enforces.
+# A job without GPUs here gets no tenant. Any failure exits 1: the job does
+# not start here and Slurm drains the node, rather than run a job whose
+# slice nothing enforces.
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
