@@ -42,7 +42,8 @@ fn shim_vs_bare(c: &mut Criterion) {
     let simgpu = gpuslice_tests::simgpu_lib();
     let shim = gpuslice_tests::shim_lib();
     let dir = std::env::temp_dir().join(format!("gpuslice-bench-shim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
+    // The shim refuses a GPUSLICE_DIR that does not exist.
+    std::fs::create_dir_all(dir.join("ledger")).expect("cannot create the benchmark directory");
     // Set before either library reads its configuration, while only this
     // thread runs.
     std::env::set_var("SIMGPU_STATE", dir.join("simgpu.state"));

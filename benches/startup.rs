@@ -204,7 +204,8 @@ fn main() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("gpuslice-bench-startup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("cannot create the benchmark directory");
+    // The shim refuses a GPUSLICE_DIR that does not exist.
+    std::fs::create_dir_all(dir.join("ledger")).expect("cannot create the benchmark directory");
     let program = compile(&dir);
 
     println!("start-up of one CUDA process, median of {RUNS} runs a side, the sides taking turns");

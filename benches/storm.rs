@@ -181,7 +181,7 @@ impl Storm {
         cmd.env("LD_PRELOAD", shim_lib())
             .env("GPUSLICE_DIR", self.sim.ledger_dir())
             .env("GPUSLICE_TENANT", tenant)
-            .env("GPUSLICE_MEMORY_LIMIT", cap.to_string())
+            .env("GPUSLICE_MEMORY_LIMIT", format!("{cap}B"))
             .args([THREADS_PER_WORKER, "2000000000", &MAX_ALLOCATION.to_string()]);
         let mut running = self.sim.spawn(&mut cmd);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -348,7 +348,7 @@ fn main() {
     std::env::set_var("SIMGPU_MEMORY", "16GiB");
     std::env::set_var("SIMGPU_CONTEXT_MEMORY", "64MiB");
     let config = sim.dir().join("monitor.toml");
-    let text: String = TENANTS.iter().map(|(t, cap)| format!("[tenants.{t}]\nmemory = \"{cap}\"\n")).collect();
+    let text: String = TENANTS.iter().map(|(t, cap)| format!("[tenants.{t}]\nmemory = \"{cap}B\"\n")).collect();
     std::fs::write(&config, text).unwrap();
     let mut storm =
         Storm { stress: compile_c("shim_stress"), sim, config, workers: Vec::new(), monitor: None, chance: Chance(args.seed | 1) };

@@ -46,7 +46,7 @@ cargo bench --quiet --bench startup >"$out/startup.log" 2>&1 || {
     exit 1
 }
 
-python3 - "$out" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+python3 - "$out" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" >"$out/table.md" <<'PY'
 import json, os, re, sys
 
 out, load_before, load_after = sys.argv[1:4]
@@ -128,4 +128,23 @@ print(
     f"(measured on {os.cpu_count()} cores, {os.uname().machine}, {os.uname().sysname} {os.uname().release}; "
     f"load average {load_before} before the run, {load_after} after)"
 )
+PY
+cat "$out/table.md"
+# The README's table is this run's, never typed in: the figures go to
+# benches/results.md, and the README's block between its bench.sh markers
+# is replaced by them (tests/readme_figures.rs checks that the two agree).
+cp "$out/table.md" benches/results.md
+python3 - benches/results.md README.md <<'PY'
+import sys
+
+results, readme = sys.argv[1:3]
+begin, end = "<!-- bench.sh: begin -->", "<!-- bench.sh: end -->"
+text = open(readme, encoding="utf-8").read()
+head, found, rest = text.partition(begin)
+_, found_end, tail = rest.partition(end)
+if not (found and found_end):
+    sys.exit(f"bench: {readme} lacks the {begin} … {end} markers; its table was not updated")
+block = open(results, encoding="utf-8").read().strip("\n")
+open(readme, "w", encoding="utf-8").write(f"{head}{begin}\n{block}\n{end}{tail}")
+print(f"bench: {readme}'s table and {results} now hold this run's figures", file=sys.stderr)
 PY

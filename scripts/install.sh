@@ -69,7 +69,17 @@ if [ "$build" = 1 ]; then
     flags=()
     [ "$profile" = release ] && flags+=(--release)
     cargo build "${flags[@]}" -p gpuslice-monitor -p gpuslice-shim -p simgpu
+    # The shim that loads on glibc 2.17 and later, where zig can link it.
+    bash scripts/build-shim-portable.sh "${flags[@]}" ||
+        echo "install: the shim is linked against this host's glibc only; images with an older glibc will not load it" >&2
 fi
+case "$(uname -m)" in
+    aarch64|arm64) triple=aarch64-unknown-linux-gnu ;;
+    *) triple=x86_64-unknown-linux-gnu ;;
+esac
+shim=$built/libgpuslice.so
+portable=$target/glibc-floor/$triple/$profile/libgpuslice.so
+[ -f "$portable" ] && shim=$portable
 for artefact in gpuslice libgpuslice.so libsimgpu.so; do
     if [ ! -f "$built/$artefact" ]; then
         echo "install: $built/$artefact is missing; build it (drop --no-build) or set CARGO_TARGET_DIR" >&2
@@ -81,7 +91,7 @@ lib=$prefix/lib/gpuslice
 install -d "$prefix/bin" "$lib" "$lib/simgpu-libs"
 install -m 0755 "$built/gpuslice" "$prefix/bin/gpuslice"
 install -m 0755 scripts/entrypoint.sh "$prefix/bin/gpuslice-entrypoint"
-install -m 0755 "$built/libgpuslice.so" "$lib/libgpuslice.so"
+install -m 0755 "$shim" "$lib/libgpuslice.so"
 install -m 0755 "$built/libsimgpu.so" "$lib/libsimgpu.so"
 # gpuslice accepts these links only when they point at the canonical path of
 # libsimgpu.so (and otherwise rewrites them, which needs a writable prefix).
@@ -89,4 +99,4 @@ simgpu=$(readlink -f "$lib/libsimgpu.so")
 for name in libcuda.so.1 libcuda.so libnvidia-ml.so.1 libnvidia-ml.so; do
     ln -sfn "$simgpu" "$lib/simgpu-libs/$name"
 done
-echo "install: gpuslice ($profile) in $prefix/bin, its libraries in $lib"
+echo "install: gpuslice ($profile) in $prefix/bin, its libraries in $lib (the shim from $shim)"

@@ -25,6 +25,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# tests/monitor_alerts.rs checks deploy/prometheus/ with promtool (`check
+# rules`, and its rule unit tests on series scraped from a monitor), from
+# Debian's prometheus package. The package also holds the server: where
+# systemd starts it on install it is stopped and disabled again, since only
+# promtool is wanted.
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "setup: installing prometheus (for promtool)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+fi
+
 python=${PYTHON:-python3}
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
     echo "setup: $python lacks venv/ensurepip; installing python3-venv" >&2
@@ -38,9 +51,16 @@ if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml, nvitop, gp
         'nvitop==1.7.2' 'gpustat==1.1.1'
 fi
 # tests/deploy.rs checks deploy/kubernetes/ against the Kubernetes schemas,
-# strictly (an unknown field is an error), with kubernetes-validate.
+# strictly (an unknown field is an error), with kubernetes-validate; its
+# dependency PyYAML reads deploy/prometheus/ for tests/monitor_alerts.rs.
 if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
+# zig's C compiler links the shim against glibc 2.17's symbols
+# (scripts/build-shim-portable.sh), so that it loads on older distributions
+# than the build host's; tests/shim_glibc_floor.rs checks that build.
+if ! "$deps/venv/bin/python" -c 'import ziglang' 2>/dev/null; then
+    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'ziglang==0.17.1'
 fi
 
 # tests/frameworks.rs runs NVIDIA's CUDA runtime and the frameworks on it

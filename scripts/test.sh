@@ -13,6 +13,9 @@ else
     echo "test: rustfmt is not installed; the format was not checked" >&2
 fi
 cargo build --workspace
+# The shim as images and installs get it: linked against glibc 2.17's
+# symbols (tests/shim_glibc_floor.rs checks it loads and caps).
+bash scripts/build-shim-portable.sh
 # Every crate, its tests and benchmarks are kept clippy-clean (warnings are
 # errors); the shim also denies unwrap/expect/indexing (a panic in a
 # preloaded library takes the user's job down), and clippy enforces that.

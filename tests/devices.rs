@@ -50,8 +50,9 @@ fn two_devices_and_the_caps_of_live_tenants_committed_on_them() {
     assert_eq!(committed(&idle), [0, 0]);
     let uuid_1 = devices[1]["uuid"].as_str().unwrap().to_string();
 
-    // team-a sees both devices with a 1 GiB cap: its cap is committed on
-    // each, whichever it allocates on. team-b sees only device 1.
+    // team-a sees both devices with a 1 GiB cap and works on device 0: its
+    // cap is committed there only. team-b sees only device 1, where its
+    // context is.
     let mut a_cmd = sim.c("memctl");
     a_cmd.env("LD_PRELOAD", gpuslice_tests::shim_lib()).env("GPUSLICE_DIR", sim.ledger_dir());
     a_cmd.env("GPUSLICE_TENANT", "team-a").env("GPUSLICE_MEMORY_LIMIT", "1GiB");
@@ -64,7 +65,7 @@ fn two_devices_and_the_caps_of_live_tenants_committed_on_them() {
     b.wait_for("ready");
 
     let busy = devices_json(&sim);
-    assert_eq!(committed(&busy), [GIB, GIB + 512 * MIB]);
+    assert_eq!(committed(&busy), [GIB, 512 * MIB]);
     assert_eq!(tenants(&busy, 0), ["team-a"]);
     assert_eq!(tenants(&busy, 1), ["team-a", "team-b"]);
     assert_eq!(busy["devices"][0]["memory_used_bytes"].as_u64(), Some((64 + 100) * MIB));
@@ -107,8 +108,9 @@ fn without_nvml_one_line_says_what_cannot_be_known() {
     assert!(notes[0].contains("without NVML") && notes[0].contains("MIG mode are unknown"), "{out}");
     let view: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(view["nvml"], false);
-    // What the ledgers know stays: the devices and the committed caps.
-    assert_eq!(committed(&view), [GIB, GIB]);
+    // What the ledgers know stays: the devices and the committed caps (its
+    // cap on device 0, where its context is; nothing on device 1).
+    assert_eq!(committed(&view), [GIB, 0]);
     assert!(view["devices"][0]["memory_used_bytes"].is_null());
     a.wait().assert_success();
 }

@@ -12,6 +12,7 @@ mod monitor_support;
 use gpuslice_tests::{compile_c, poll, Sim};
 use monitor_support::{gpuslice_command, Monitor, MonitorOptions};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 const OWNER_UID: u32 = 1000;
@@ -64,6 +65,10 @@ fn an_admitted_tenant_is_capped_from_its_first_process_and_only_its_owner_opens_
     let caps: Vec<u64> = ledger.devices().iter().map(|d| ledger.memory_limit_bytes(d.index)).collect();
     assert_eq!(caps, vec![GIB, 0], "1 GiB on the allocated device, nothing on the other");
     drop(ledger);
+    // Where it came from is on /metrics, to join with the tenant's series.
+    monitor.metrics_until("the allocation's info series", |m| {
+        m.value("gpuslice_tenant_allocation_info", &[("tenant", "slurm-7"), ("state", "admitted"), ("origin", "slurm")]) == Some(1.0)
+    });
 
     // Its process, lying about its cap, sees 1 GiB as the device and gets no more.
     let mut cmd = memctl_as(&sim, OWNER_UID, "slurm-7", &sim.ledger_dir());
@@ -100,6 +105,7 @@ fn an_admitted_tenant_is_capped_from_its_first_process_and_only_its_owner_opens_
     poll::until("the released tenant's ledger removed", || !ledger_path.exists());
     let listed = json(&tenant(&sim, &["list", "--json"]));
     assert_eq!(listed["tenants"].as_array().map(Vec::len), Some(0), "{listed}");
+    monitor.metrics_until("no allocation left on /metrics", |m| m.find("gpuslice_tenant_allocation_info", &[]).is_empty());
     drop(monitor);
 }
 
@@ -202,5 +208,40 @@ fn in_the_tenant_dirs_layout_each_tenant_has_its_directory_until_it_is_released(
         out.assert_success();
         poll::until("the released tenant's directory removed", || !dir.exists());
     }
+    drop(monitor);
+}
+
+/// On a node whose tenants all come from a scheduler (`other_tenants =
+/// "refuse"`), a job that names a tenant of its own to get from under its
+/// allocation is found and, in kill mode, killed; the admitted tenant's own
+/// process runs on.
+#[test]
+fn a_process_that_names_a_tenant_of_its_own_is_killed_where_only_allocations_run() {
+    let sim = Sim::new().devices(2).memory("4GiB").context_memory("64MiB").shim();
+    sim.share_the_gpu();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "on_violation = \"kill\"\nviolation_grace = \"1s\"\nother_tenants = \"refuse\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let owner = OWNER_UID.to_string();
+    tenant(&sim, &["admit", "slurm-9", "--device", "0", "--memory", "1GiB", "--owner-uid", &owner]).assert_success();
+
+    let mut allocated = memctl_as(&sim, OWNER_UID, "slurm-9", &sim.ledger_dir());
+    let mut allocated = sim.spawn(allocated.args(["init", "ctx", "alloc:a:512M", "hold"]));
+    allocated.wait_for("ready");
+    // The same user, as a tenant nobody admitted, with a cap of its own choosing.
+    let mut escape = memctl_as(&sim, OWNER_UID, "my-own", &sim.ledger_dir());
+    escape.env("GPUSLICE_MEMORY_LIMIT", "4GiB");
+    let mut escape = sim.spawn(escape.args(["init", "ctx", "alloc:a:2G", "hold"]));
+    escape.wait_for("ready");
+    monitor.metrics_until("the ungoverned tenant found", |m| {
+        m.value("gpuslice_violations_total", &[("kind", "ungoverned_tenant")]).unwrap_or(0.0) >= 1.0
+    });
+    let out = escape.wait();
+    assert_eq!(out.status.and_then(|s| s.signal()), Some(9), "the escaping process was killed\n{out}");
+    // The allocated tenant's process was judged as long and is untouched.
+    monitor.wait_rounds(2);
+    allocated.send_line("go");
+    let out = allocated.wait();
+    out.assert_success().assert_rc("a", 0);
     drop(monitor);
 }

@@ -132,3 +132,74 @@ fn a_bad_reload_keeps_the_previous_configuration() {
     let line = log.stderr.lines().find(|l| l.contains("configuration refused")).unwrap_or_else(|| panic!("{log}"));
     assert!(line.contains(&format!("{}:3:", config.display())), "{line}");
 }
+
+/// Policies that cannot do what they say: a cap above the device's memory
+/// and shares adding up to more than 100 % are warned about by `monitor
+/// --check`, by the running monitor and by `run`; a share above the same
+/// tenant's limit is refused by all three.
+#[test]
+fn impossible_policies_are_warned_about_or_refused_before_they_bite() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[tenants.big]\nmemory = \"64GiB\"\nshare = 60\n[tenants.other]\nshare = 60\n").unwrap();
+    let check = |config: &std::path::Path| {
+        let mut cmd = gpuslice_command(&sim);
+        cmd.args(["monitor", "--check", "--nvml-lib"]).arg(gpuslice_tests::simgpu_lib()).arg("--config").arg(config);
+        sim.run(&mut cmd)
+    };
+    let out = check(&config);
+    out.assert_success();
+    let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("gpuslice: warning: ")).collect();
+    assert_eq!(warnings.len(), 2, "{out}");
+    assert!(
+        warnings[0].contains("tenant big: the memory cap of 64.0 GiB on device 0") && warnings[0].contains("the device's 4.0 GiB"),
+        "{out}"
+    );
+    assert!(warnings[1].contains("the configured shares add up to 120 % (big 60 %, other 60 %)"), "{out}");
+    assert!(out.stdout.contains("2 tenant(s), 2 warning(s) against 1 device(s)"), "{out}");
+
+    // The running monitor says the same, once.
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    monitor.wait_rounds(2);
+    let log = monitor.stop();
+    for warning in &warnings {
+        let text = warning.trim_start_matches("gpuslice: warning: ");
+        assert_eq!(log.stderr.matches(text).count(), 1, "{text:?} once in the monitor's log\n{}", log.stderr);
+    }
+
+    // A share above the tenant's own limit is refused, with its place.
+    let refused = sim.dir().join("refused.toml");
+    std::fs::write(&refused, "[tenants.a]\nlimit = 30\nshare = 60\n").unwrap();
+    let out = check(&refused);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("refused.toml:3:9: tenant a: share 60 % is above its limit 30 %"), "{out}");
+    let out = sim.run(&mut monitor_command(&sim, &MonitorOptions { config: Some(refused), ..Default::default() }));
+    assert_eq!(out.code(), Some(2), "the monitor refuses to start with it\n{out}");
+
+    // `run`: the same warnings, and the same refusal, before the command starts.
+    let marker = sim.dir().join("ran");
+    let mut run = gpuslice_command(&sim);
+    run.args(["run", "--sim", "--memory", "8GiB", "--compute-share", "60", "--tenant", "t", "--dir"]).arg(sim.ledger_dir());
+    let out = sim.run(run.args(["--", "touch"]).arg(&marker));
+    out.assert_success();
+    assert!(marker.exists(), "a warning does not stop the command\n{out}");
+    assert!(out.stderr.contains("gpuslice: warning: --memory (tenant t): the memory cap of 8.0 GiB on device 0"), "{out}");
+    // A share that, with those of the tenants running on the device, passes 100 %.
+    let mut busy_cmd = sim.c("memctl");
+    busy_cmd.env("GPUSLICE_TENANT", "busy").env("GPUSLICE_COMPUTE_SHARE", "70").args(["init", "ctx", "hold"]);
+    let mut busy = sim.spawn(&mut busy_cmd);
+    busy.wait_for("ready");
+    let mut run = gpuslice_command(&sim);
+    run.args(["run", "--sim", "--compute-share", "50", "--tenant", "t", "--dir"]).arg(sim.ledger_dir()).args(["--", "true"]);
+    let out = sim.run(&mut run);
+    out.assert_success();
+    assert!(out.stderr.contains("add up to 120 % (busy 70 %, t 50 %), above 100 %"), "{out}");
+    busy.wait().assert_success();
+
+    let mut run = gpuslice_command(&sim);
+    run.args(["run", "--sim", "--compute-share", "60", "--compute-limit", "30", "--", "touch"]).arg(sim.dir().join("never"));
+    let out = sim.run(&mut run);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--compute-share 60 is above --compute-limit 30 on every device"), "{out}");
+    assert!(!sim.dir().join("never").exists());
+}

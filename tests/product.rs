@@ -177,3 +177,31 @@ fn every_verb_has_an_example_in_its_help() {
         assert!(examples.contains(&name), "the example runs {name:?}:\n{help}");
     }
 }
+
+/// A command that is not there exits 127 and one that cannot be executed
+/// 126, as under a shell, so that scripts and batch systems that read those
+/// codes tell a typo from a failed job.
+#[test]
+fn a_missing_command_exits_127_as_under_a_shell() {
+    let sim = Sim::new();
+    let dir = sim.ledger_dir();
+    let plain = sim.dir().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let plain = plain.display().to_string();
+    for (verb, program, code) in [
+        (&["run", "--sim", "--memory", "1GiB", "--dir"][..], "no-such-cmd", 127),
+        (&["sim"][..], "no-such-cmd", 127),
+        (&["run", "--sim", "--memory", "1GiB", "--dir"][..], plain.as_str(), 126),
+        (&["sim"][..], plain.as_str(), 126),
+    ] {
+        let mut cmd = sim.gpuslice();
+        cmd.args(verb);
+        if verb[0] == "run" {
+            cmd.arg(&dir);
+        }
+        let out = sim.run(cmd.args(["--", program]));
+        assert_eq!(out.code(), Some(code), "{verb:?} -- {program}\n{out}");
+        assert_eq!(out.stderr.lines().count(), 1, "one line\n{out}");
+        assert!(out.stderr.contains(&format!("cannot run {program}")), "{out}");
+    }
+}

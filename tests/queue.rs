@@ -207,7 +207,43 @@ fn cancel_ends_a_waiting_job_and_names_unknown_ones() {
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("no job 999"), "{out}");
     let out = sim.run(gpuslice(&sim).args(["cancel", "x1", "--dir"]).arg(sim.ledger_dir()));
-    assert!(out.stderr.contains("\"x1\" is not a job id"), "{out}");
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("no job named \"x1\""), "{out}");
+    let out = sim.run(gpuslice(&sim).args(["cancel", "a/b", "--dir"]).arg(sim.ledger_dir()));
+    assert!(out.stderr.contains("\"a/b\" is neither a job id") && out.stderr.contains("not allowed"), "{out}");
+    holder.wait().assert_success();
+}
+
+#[test]
+fn cancel_by_name_ends_the_one_job_of_that_name_and_refuses_a_shared_one() {
+    let sim = sim(1);
+    let mut holder = submit(&sim, &["--memory", "3GiB", "--name", "holder"]);
+    holder.wait_for("started");
+    let first = submit(&sim, &["--memory", "2GiB", "--name", "twin"]);
+    let second = submit(&sim, &["--memory", "2GiB", "--name", "twin"]);
+    let waiting = submit(&sim, &["--memory", "2GiB", "--name", "by-name"]);
+    let listed = wait_for_states(&sim, "them to wait", &[("by-name", Some("waiting")), ("twin", Some("waiting"))]);
+    let id = listed.iter().find(|j| j["name"] == "by-name").unwrap()["id"].as_u64().unwrap();
+    let out = sim.run(gpuslice(&sim).args(["cancel", "by-name", "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(out.stdout.contains(&format!("job {id} cancelled while waiting")), "{out}");
+    let ended = waiting.wait();
+    assert!(!ended.success() && !ended.stdout.contains("started="), "{ended}");
+    wait_for_states(&sim, "it to leave the queue", &[("by-name", None)]);
+
+    // Two jobs share a name: neither is cancelled, and both ids are named.
+    let out = sim.run(gpuslice(&sim).args(["cancel", "twin", "--dir"]).arg(sim.ledger_dir()));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("2 jobs are named \"twin\"") && out.stderr.contains("cancel one by its id"), "{out}");
+    let listed = wait_for_states(&sim, "both to wait still", &[("twin", Some("waiting"))]);
+    assert_eq!(listed.iter().filter(|j| j["name"] == "twin").count(), 2, "{listed:?}");
+    for twin in listed.iter().filter(|j| j["name"] == "twin") {
+        let id = twin["id"].as_u64().unwrap().to_string();
+        sim.run(gpuslice(&sim).args(["cancel", &id, "--dir"]).arg(sim.ledger_dir())).assert_success();
+    }
+    for job in [first, second] {
+        assert!(!job.wait().success());
+    }
     holder.wait().assert_success();
 }
 
@@ -226,9 +262,10 @@ fn requests_that_can_never_fit_and_bad_input_are_refused_at_once() {
     }
     for (args, says) in [
         (vec!["--gpus", "0"], "0 is not in 1..=64"),
-        (vec!["--timeout", "5min"], "500ms, 90s, 5m or 1h"),
+        (vec!["--timeout", "soon"], "500ms, 90s, 1.5s, 5m or 1h 30m"),
         (vec!["--memory", "0=1GiB"], "one size for each of the job's GPUs"),
         (vec!["--memory", "1GB"], "write 1GiB"),
+        (vec!["--memory", "3"], "or 3B if you mean bytes"),
         (vec!["--name", "a b"], "--name \"a b\""),
         (vec!["--priority", "high"], "--priority"),
     ] {
@@ -240,7 +277,7 @@ fn requests_that_can_never_fit_and_bad_input_are_refused_at_once() {
     let mut typo = gpuslice(&sim);
     typo.args(["run", "--sim", "--queue", "--dir"]).arg(sim.ledger_dir()).args(["--", "no-such-program-here"]);
     let out = sim.run(&mut typo);
-    assert_eq!(out.code(), Some(2), "{out}");
+    assert_eq!(out.code(), Some(127), "a missing command exits 127, as under a shell\n{out}");
     assert!(out.stderr.contains("cannot run \"no-such-program-here\"") && out.stderr.contains("nothing was queued"), "{out}");
     // Queue options without --queue are refused, not ignored (--priority
     // alone is the tenant's compute priority).

@@ -36,8 +36,12 @@ fn sizes_in_every_accepted_form_set_the_cap() {
         ("GPUSLICE_MEMORY_LIMIT", "512MiB", 512 * MIB),
         ("GPUSLICE_MEMORY_LIMIT", "1.5GiB", 1536 * MIB),
         ("GPUSLICE_MEMORY_LIMIT", "3000m", 3000 * MIB),
-        ("GPUSLICE_MEMORY_LIMIT", "1073741824", GIB),
+        ("GPUSLICE_MEMORY_LIMIT", "1073741824B", GIB),
+        ("GPUSLICE_MEMORY_LIMIT", "8Gi", 8 * GIB),
+        ("GPUSLICE_MEMORY_LIMIT", "500Mi", 500 * MIB),
         ("CUDA_DEVICE_MEMORY_LIMIT", "3000m", 3000 * MIB),
+        // HAMi-core's grammar: a plain number is bytes.
+        ("CUDA_DEVICE_MEMORY_LIMIT", "1073741824", GIB),
         ("CUDA_DEVICE_MEMORY_LIMIT", "2g", 2 * GIB),
         ("CUDA_DEVICE_MEMORY_LIMIT_0", "700m", 700 * MIB),
     ];
@@ -73,6 +77,9 @@ fn invalid_values_fail_closed_and_name_the_variable() {
         ("GPUSLICE_MEMORY_LIMIT", "lots", MEMORY_LIMIT_FORMAT),
         ("GPUSLICE_MEMORY_LIMIT", "0=1GiB,x=2GiB", MEMORY_LIMIT_FORMAT),
         ("GPUSLICE_MEMORY_LIMIT", "-1GiB", MEMORY_LIMIT_FORMAT),
+        // Three bytes is never what `3` meant.
+        ("GPUSLICE_MEMORY_LIMIT", "3", "write 3GiB, 3MiB or another unit, or 3B if you mean bytes"),
+        ("GPUSLICE_MEMORY_LIMIT", "0=1073741824", "or 1073741824B if you mean bytes"),
         ("CUDA_DEVICE_MEMORY_LIMIT", "lots", SIZE_FORMAT),
         ("CUDA_DEVICE_MEMORY_LIMIT_0", "1q", SIZE_FORMAT),
         ("GPUSLICE_TENANT", "bad/name", TENANT_FORMAT),

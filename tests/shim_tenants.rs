@@ -345,7 +345,7 @@ fn two_tenants_with_several_processes_each_started_together_stay_apart() {
     for (tenant, cap, size, _) in tenants {
         for _ in 0..3 {
             let mut cmd = sim.gpuslice();
-            cmd.args(["run", "--sim", "--memory", &cap.to_string(), "--tenant", tenant, "--dir"]).arg(&dir).arg("--");
+            cmd.args(["run", "--sim", "--memory", &format!("{cap}B"), "--tenant", tenant, "--dir"]).arg(&dir).arg("--");
             cmd.arg(&memctl).args([
                 "mark:loaded".to_string(),
                 "wait".into(),

@@ -134,17 +134,91 @@ fn check_cuda_core(out: &Output) {
     // (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED is 0), so a pinned
     // pool is refused as a driver refuses it on such a device.
     assert!(out.get("pinned").contains("CUDA_ERROR_NOT_SUPPORTED"), "{out}");
+    // A graph built by stream capture, completed and launched three times.
+    assert_section(out, "graph");
+    assert_eq!(out.get("graph.launches"), "3", "{out}");
+    // The user object cuda.core ties to its graphs: alive while the graph
+    // or its executable is, destroyed after both; the flag is required.
+    assert_section(out, "user_objects");
+    assert_eq!(out.get("user_objects.after_graph"), "0", "the executable still holds it\n{out}");
+    assert_eq!(out.get("user_objects.after_exec"), "1", "{out}");
+    assert_eq!(out.get("user_objects.without_flag"), "1", "CUDA_ERROR_INVALID_VALUE\n{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 
 #[test]
-fn cuda_core_managed_memory_and_private_pools() {
+fn cuda_core_memory_resources_pools_and_graphs() {
     let sim = two_devices();
-    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned", "graph", "user_objects"])));
 }
 
 #[test]
-fn cuda_core_managed_memory_and_private_pools_under_a_cap() {
+fn cuda_core_memory_resources_pools_and_graphs_under_a_cap() {
     let sim = two_devices().memory_limit("1GiB").tenant("models");
-    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned"])));
+    check_cuda_core(&sim.run(sim.py("models_core.py").args(["managed", "private_pool", "pinned", "graph", "user_objects"])));
+}
+
+/// Two PyTorch training loops, tenants admitted with shares of 25 % and
+/// 75 % of one device (as a cluster's node agent admits them), both keeping
+/// it busy: the monitor splits the device between them in that proportion.
+/// Each step launches the same kernels, so the steps each made while both
+/// ran are its part of the device's time.
+#[test]
+fn two_pytorch_training_loops_split_the_device_by_their_shares() {
+    const SECONDS: &str = "6";
+    let sim = two_devices().shim().env("SIMGPU_KERNEL_US", "500");
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    for (tenant, share) in [("small", "25"), ("large", "75")] {
+        let mut admit = monitor_support::gpuslice_command(&sim);
+        admit.args(["tenant", "admit", tenant, "--device", "0", "--share", share, "--dir"]).arg(sim.ledger_dir());
+        sim.run(&mut admit).assert_success();
+    }
+    let Some(python) = torch_python() else { return };
+    let start = |tenant: &str| {
+        let mut cmd = sim.command(&python);
+        cmd.arg(repo_root().join("tests/python/torch_train_load.py")).arg(SECONDS).env("GPUSLICE_TENANT", tenant);
+        let mut running = sim.spawn(&mut cmd);
+        running.wait_for("started");
+        running
+    };
+    let (mut small, mut large) = (start("small"), start("large"));
+    small.send_line("go");
+    large.send_line("go");
+    let (small, large) = (small.wait(), large.wait());
+    let (small_marks, large_marks) = (marks(&small), marks(&large));
+    // The stretch both ran through, less a second at the start (both
+    // joining the arbiter) and half a second at the end.
+    let from = small_marks[0].0.max(large_marks[0].0) + 1.0;
+    let to = small_marks.last().map_or(0.0, |m| m.0).min(large_marks.last().map_or(0.0, |m| m.0)) - 0.5;
+    assert!(to - from > 2.0, "the two ran together for too short a time\n{small}\n{large}");
+    let (a, b) = (steps_between(&small_marks, from, to), steps_between(&large_marks, from, to));
+    let split = 100.0 * a / (a + b);
+    eprintln!("shares 25/75: {a:.1} and {b:.1} steps in {:.1} s, {split:.1} % / {:.1} %", to - from, 100.0 - split);
+    assert!((split - 25.0).abs() <= 2.0, "asked 25/75, got {split:.1} % / {:.1} %\n{small}\n{large}", 100.0 - split);
+    for out in [&small, &large] {
+        assert!(out.shim_log_lines().iter().all(|l| !l.contains("arbitrated by the monitor")), "it ran unarbitrated\n{out}");
+    }
+    drop(monitor);
+}
+
+/// The `mark=T:N` lines of a training load: (seconds, steps done).
+fn marks(out: &Output) -> Vec<(f64, f64)> {
+    let marks: Vec<(f64, f64)> =
+        out.all("mark").iter().filter_map(|m| m.split_once(':')).filter_map(|(t, n)| Some((t.parse().ok()?, n.parse().ok()?))).collect();
+    assert!(marks.len() >= 2, "no progress marks\n{out}");
+    marks
+}
+
+/// Steps done between `from` and `to`, interpolated between marks.
+fn steps_between(marks: &[(f64, f64)], from: f64, to: f64) -> f64 {
+    let at = |t: f64| {
+        let after = marks.iter().position(|m| m.0 >= t).unwrap_or(marks.len() - 1).max(1);
+        let ((t0, n0), (t1, n1)) = (marks[after - 1], marks[after]);
+        if t1 > t0 {
+            n0 + (n1 - n0) * ((t - t0) / (t1 - t0)).clamp(0.0, 1.0)
+        } else {
+            n1
+        }
+    };
+    at(to) - at(from)
 }

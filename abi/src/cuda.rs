@@ -66,6 +66,7 @@ opaque_handle! {
     CUgraphExec => CUgraphExec_st,
     CUlibrary => CUlib_st,
     CUkernel => CUkern_st,
+    CUuserObject => CUuserObject_st,
 }
 
 /// `CU_STREAM_LEGACY`: the handle value that names the legacy default stream.

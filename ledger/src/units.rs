@@ -16,6 +16,13 @@
 //!   16, so such a value means different caps to the two readers;
 //! - `GB`, `MB`, `KB` and `TB` are refused: they may mean powers of 1000 or
 //!   of 1024, and the message says to write `GiB`;
+//! - a number without a unit is refused unless the bytes are spelt out
+//!   (`4096B`): `--memory 3` is far more often a forgotten `GiB` than a cap
+//!   of three bytes. HAMi-core's own variables (`CUDA_DEVICE_MEMORY_LIMIT`)
+//!   keep HAMi-core's grammar, where a plain number is bytes
+//!   ([`parse_hami_size`]);
+//! - Kubernetes' quantities `Ki`, `Mi`, `Gi` and `Ti` are the binary units
+//!   they are (`8Gi` is `8GiB`), so a value copied from a pod spec works;
 //! - a device index is plain decimal without sign or leading zeros, below
 //!   [`MAX_DEVICES`](crate::MAX_DEVICES), so `0` and `00` cannot both name
 //!   device 0.
@@ -27,10 +34,11 @@ mod per_device;
 pub use per_device::{parse_per_device, DuplicateDevice, ListError, PerDevice};
 
 /// What a size may look like, for error messages.
-pub const SIZE_FORMAT: &str = "a size like 8GiB, 8G, 512MiB, 1.5GiB, 3000m or plain bytes (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024)";
+pub const SIZE_FORMAT: &str =
+    "a size like 8GiB, 8Gi, 8G, 512MiB, 1.5GiB, 3000m or bytes with their unit, 4096B (K/M/G/T, Ki/Mi/Gi/Ti and KiB/MiB/GiB/TiB are powers of 1024)";
 
 /// What a memory limit may look like, for error messages.
-pub const MEMORY_LIMIT_FORMAT: &str = "one size for every device (8GiB, 512MiB, 3000m, bytes) or a per-device list like 0=8GiB,1=4GiB";
+pub const MEMORY_LIMIT_FORMAT: &str = "one size for every device (8GiB, 512MiB, 3000m, 4096B) or a per-device list like 0=8GiB,1=4GiB";
 
 /// What a tenant name may look like, for error messages.
 pub const TENANT_FORMAT: &str = "1 to 63 characters from A-Z a-z 0-9 . _ -, not starting with . or -";
@@ -50,6 +58,9 @@ pub enum ParseError {
     /// A unit that may mean powers of 1000 or of 1024 (`GB`): the number and
     /// the unit as written.
     AmbiguousUnit { number: String, unit: String },
+    /// A number without a unit (the number as written): bytes must be
+    /// spelt out as `B`.
+    NoUnit(String),
     /// The size is zero; an explicit cap of nothing is almost always a mistake.
     Zero,
     /// The size does not fit in 64 bits.
@@ -106,6 +117,9 @@ impl fmt::Display for ParseError {
                  or the size in bytes",
                 binary_unit(unit)
             ),
+            ParseError::NoUnit(number) => {
+                write!(f, "{number:?} has no unit: write {number}GiB, {number}MiB or another unit, or {number}B if you mean bytes")
+            }
             ParseError::Zero => write!(f, "a cap of 0 bytes is refused; unset the variable for no cap"),
             ParseError::TooLarge => write!(f, "the size does not fit in 64 bits"),
             ParseError::BadEntry(entry) => write!(f, "entry {entry:?} is not INDEX=SIZE; expected {MEMORY_LIMIT_FORMAT}"),
@@ -140,13 +154,33 @@ fn refuse_non_ascii(text: &str) -> Result<(), ParseError> {
     }
 }
 
-/// Parses a size in bytes: `8GiB`, `8G`, `8g`, `512MiB`, `1.5GiB`, `3000m`,
-/// `1073741824`. All suffixes are powers of 1024 (HAMi-core reads `3000m` as
-/// 3000 MiB). A fraction that does not come out in whole bytes is rounded
-/// down, so a cap can only shrink. ASCII whitespace around the value and
-/// spaces between the number and the unit are allowed; anything else that
-/// is not part of the grammar (see the module docs) is refused.
+/// Parses a size in bytes: `8GiB`, `8Gi`, `8G`, `8g`, `512MiB`, `1.5GiB`,
+/// `3000m`, `1073741824B`. All suffixes are powers of 1024 (HAMi-core reads
+/// `3000m` as 3000 MiB). A number without a unit is refused
+/// ([`ParseError::NoUnit`]). A fraction that does not come out in whole
+/// bytes is rounded down, so a cap can only shrink. ASCII whitespace around
+/// the value and spaces between the number and the unit are allowed;
+/// anything else that is not part of the grammar (see the module docs) is
+/// refused.
 pub fn parse_size(text: &str) -> Result<u64, ParseError> {
+    parse_size_as(text, Unitless::Refused)
+}
+
+/// Parses a size in HAMi-core's grammar (`CUDA_DEVICE_MEMORY_LIMIT`): as
+/// [`parse_size`], except that a plain number is bytes, as HAMi-core
+/// documents it, so that values written for HAMi-core keep their meaning.
+pub fn parse_hami_size(text: &str) -> Result<u64, ParseError> {
+    parse_size_as(text, Unitless::Bytes)
+}
+
+/// What a number without a unit means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unitless {
+    Refused,
+    Bytes,
+}
+
+fn parse_size_as(text: &str, unitless: Unitless) -> Result<u64, ParseError> {
     refuse_non_ascii(text)?;
     let text = text.trim_ascii();
     let number_len = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
@@ -161,10 +195,10 @@ pub fn parse_size(text: &str) -> Result<u64, ParseError> {
     let unit = suffix.trim_start_matches(' ');
     let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        "t" | "tib" => 40,
+        "k" | "ki" | "kib" => 10,
+        "m" | "mi" | "mib" => 20,
+        "g" | "gi" | "gib" => 30,
+        "t" | "ti" | "tib" => 40,
         "kb" | "mb" | "gb" | "tb" => return Err(ParseError::AmbiguousUnit { number: number.to_string(), unit: unit.to_string() }),
         _ => return Err(ParseError::NotASize),
     };
@@ -186,6 +220,11 @@ pub fn parse_size(text: &str) -> Result<u64, ParseError> {
     let bytes = u64::try_from(bytes).map_err(|_| ParseError::TooLarge)?;
     if bytes == 0 {
         return Err(ParseError::Zero);
+    }
+    // Last, so that a unitless number that is wrong anyway (`010`, `0`)
+    // gets the error that says what is wrong with it.
+    if unit.is_empty() && unitless == Unitless::Refused {
+        return Err(ParseError::NoUnit(number.to_string()));
     }
     Ok(bytes)
 }
@@ -256,13 +295,39 @@ mod tests {
         assert_eq!(parse_size("512MiB"), Ok(512 * MIB));
         assert_eq!(parse_size("1.5GiB"), Ok(3 * GIB / 2));
         assert_eq!(parse_size("3000m"), Ok(3000 * MIB));
-        assert_eq!(parse_size("1073741824"), Ok(GIB));
+        assert_eq!(parse_size("1073741824B"), Ok(GIB));
+        assert_eq!(parse_size("1073741824 b"), Ok(GIB));
+        assert_eq!(parse_size("8Gi"), Ok(8 * GIB));
+        assert_eq!(parse_size("500Mi"), Ok(500 * MIB));
+        assert_eq!(parse_size("4Ki"), Ok(4096));
+        assert_eq!(parse_size("1Ti"), Ok(1 << 40));
         assert_eq!(parse_size("4 KiB"), Ok(4096));
         assert_eq!(parse_size("1T"), Ok(1 << 40));
         assert_eq!(parse_size("0.5k"), Ok(512));
         assert_eq!(parse_size(" \t8GiB\n"), Ok(8 * GIB));
         assert_eq!(parse_size("10G"), Ok(10 * GIB));
-        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("100B"), Ok(100));
+    }
+
+    #[test]
+    fn a_number_without_a_unit_is_refused_unless_in_hamis_grammar() {
+        for bare in ["3", "100", "1073741824", " 42 ", "1.5"] {
+            assert_eq!(parse_size(bare), Err(ParseError::NoUnit(bare.trim().to_string())), "{bare:?}");
+        }
+        let message = parse_size("3").unwrap_err().to_string();
+        assert!(message.contains("\"3\" has no unit") && message.contains("3GiB") && message.contains("3B"), "{message}");
+        // HAMi-core documents a plain number as bytes: its variables keep that.
+        assert_eq!(parse_hami_size("1073741824"), Ok(GIB));
+        assert_eq!(parse_hami_size("3000m"), Ok(3000 * MIB));
+        assert_eq!(parse_hami_size("1g"), Ok(GIB));
+        // The rest of the grammar is the same in both.
+        assert_eq!(parse_hami_size("010"), Err(ParseError::LeadingZero("010".into())));
+        assert_eq!(parse_hami_size("1GB"), parse_size("1GB"));
+        assert_eq!(parse_hami_size("0"), Err(ParseError::Zero));
+        // A number that is wrong anyway says what is wrong with it.
+        assert_eq!(parse_size("0"), Err(ParseError::Zero));
+        assert_eq!(parse_size("010"), Err(ParseError::LeadingZero("010".into())));
+        assert_eq!(parse_size("99999999999999999999999"), Err(ParseError::TooLarge));
     }
 
     #[test]
@@ -279,7 +344,7 @@ mod tests {
         assert_eq!(parse_size("0GiB"), Err(ParseError::Zero));
         assert_eq!(parse_size("0.0000001k"), Err(ParseError::Zero));
         assert_eq!(parse_size("16777216T"), Err(ParseError::TooLarge));
-        assert_eq!(parse_size("99999999999999999999999"), Err(ParseError::TooLarge));
+        assert_eq!(parse_size("99999999999999999999999B"), Err(ParseError::TooLarge));
         assert_eq!(parse_size(&"9".repeat(200)), Err(ParseError::TooLarge));
     }
 

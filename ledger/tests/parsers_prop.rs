@@ -6,7 +6,8 @@
 //! What must hold, whatever the input:
 //! - no parser panics;
 //! - an accepted size is what the text says (to the byte, fractions rounded
-//!   down), at least one byte, and prints back to itself as plain bytes;
+//!   down), at least one byte, and prints back to itself in bytes (`4096B`);
+//! - a number without a unit is refused, whatever it is;
 //! - an accepted text holds nothing but the grammar: text with junk in it
 //!   (a character that is not ASCII, a sign, a separator, a second dot…) is
 //!   refused;
@@ -29,6 +30,10 @@ const UNITS: &[(&str, u32)] = &[
     ("b", 0),
     ("B", 0),
     ("k", 10),
+    ("Ki", 10),
+    ("Mi", 20),
+    ("Gi", 30),
+    ("Ti", 40),
     ("K", 10),
     ("KiB", 10),
     ("kib", 10),
@@ -100,7 +105,8 @@ proptest! {
             let number = text.trim_ascii().split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap_or("");
             let leading_zero = number.len() > 1 && number.starts_with('0') && !number.starts_with("0.");
             prop_assert!(!leading_zero, "{text:?} has a leading zero and was accepted as {bytes}");
-            prop_assert_eq!(parse_size(&bytes.to_string()), Ok(bytes), "the plain-bytes form round-trips");
+            prop_assert_eq!(parse_size(&format!("{bytes}B")), Ok(bytes), "the form in bytes round-trips");
+            prop_assert!(parse_size(&bytes.to_string()).is_err(), "{} without a unit was accepted", bytes);
         }
         if let Ok(limit) = parse_memory(&text) {
             let list = limit.devices;
@@ -117,6 +123,7 @@ proptest! {
         let text = format!("{n}{}{unit}", if space && !unit.is_empty() { " " } else { "" });
         match exact_bytes(n, "", shift) {
             Some(0) => prop_assert_eq!(parse_size(&text), Err(ParseError::Zero)),
+            Some(_) if unit.is_empty() => prop_assert_eq!(parse_size(&text), Err(ParseError::NoUnit(n.to_string()))),
             Some(bytes) => prop_assert_eq!(parse_size(&text), Ok(bytes)),
             None => prop_assert_eq!(parse_size(&text), Err(ParseError::TooLarge)),
         }
@@ -131,6 +138,7 @@ proptest! {
         let text = format!("{n}.{fraction}{unit}");
         match exact_bytes(n, &fraction, shift) {
             Some(0) => prop_assert_eq!(parse_size(&text), Err(ParseError::Zero)),
+            Some(_) if unit.is_empty() => prop_assert_eq!(parse_size(&text), Err(ParseError::NoUnit(format!("{n}.{fraction}")))),
             Some(bytes) => {
                 prop_assert_eq!(parse_size(&text), Ok(bytes));
                 // bytes <= the exact value < bytes + 1
@@ -164,7 +172,7 @@ proptest! {
 
     #[test]
     fn per_device_lists_round_trip(caps in prop::collection::btree_map(0u32..MAX_DEVICES as u32, 1u64..u64::MAX, 1..MAX_DEVICES)) {
-        let text: Vec<String> = caps.iter().map(|(i, b)| format!("{i}={b}")).collect();
+        let text: Vec<String> = caps.iter().map(|(i, b)| format!("{i}={b}B")).collect();
         let text = text.join(",");
         let list = match parse_memory(&text) {
             Ok(limit) if limit.all.is_none() => limit.devices,

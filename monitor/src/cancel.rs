@@ -1,4 +1,8 @@
-//! `gpuslice cancel ID [--dir DIR]`: ends a job, waiting or running.
+//! `gpuslice cancel ID|NAME [--dir DIR]`: ends a job, waiting or running.
+//!
+//! A job is named by its id or by the `--name` it was given: a name must
+//! be that of exactly one of the caller's jobs (any user's, for root), so
+//! that a name two jobs share never cancels the wrong one.
 //!
 //! The job's file says which process holds it; that is acted on only if
 //! the kernel agrees (the process has that very file open), and only by
@@ -12,11 +16,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `gpuslice cancel ID [--dir DIR]`.
+/// `gpuslice cancel ID|NAME [--dir DIR]`.
 #[derive(Args)]
 pub struct CancelArgs {
-    /// The job's id, as `gpuslice queue` shows it.
-    #[arg(value_name = "ID")]
+    /// The job's id or name, as `gpuslice queue` shows them.
+    #[arg(value_name = "ID|NAME")]
     pub id: String,
     /// The ledger directory the queue lives in.
     #[arg(long, value_name = "DIR")]
@@ -26,20 +30,20 @@ pub struct CancelArgs {
 /// Ends a job: a waiting one leaves the queue, a running one's command
 /// gets SIGTERM. Only the job's owner (or root) may.
 pub fn cancel(args: CancelArgs) -> Result<ExitCode, Error> {
-    let id: u64 = args
-        .id
-        .parse()
-        .map_err(|_| Error::Usage(format!("{:?} is not a job id: expected a whole number, as `gpuslice queue` shows", args.id)))?;
     let dir = discovery::ledger_dir(args.dir.as_deref());
     let queue = Queue::at(&dir);
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    let id = match args.id.parse::<u64>() {
+        Ok(id) => id,
+        Err(_) => job_named(&queue, &args.id, me)?,
+    };
     let none = || Error::Usage(format!("no job {id} in the queue at {} (`gpuslice queue` lists them)", queue.dir().display()));
     if !queue.exists() {
         return Err(none());
     }
     queue.check_safe().map_err(Error::Failed)?;
     let path = queue.job_path(id);
-    // SAFETY: getuid cannot fail.
-    let me = unsafe { libc::getuid() };
     let owner = match std::fs::symlink_metadata(&path) {
         Ok(meta) => meta.uid(),
         Err(_) => return Err(none()),
@@ -71,6 +75,27 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, Error> {
         println!("job {id} cancelled while waiting");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The id of the one job named `name` that `me` may cancel (its own; any,
+/// for root).
+fn job_named(queue: &Queue, name: &str, me: u32) -> Result<u64, Error> {
+    ledger::units::validate_tenant_name(name).map_err(|e| {
+        Error::Usage(format!("{name:?} is neither a job id (a whole number) nor a job name: {e}; `gpuslice queue` shows both"))
+    })?;
+    let (jobs, _) = if queue.exists() { queue.readable_jobs() } else { (Vec::new(), Vec::new()) };
+    let named: Vec<u64> = jobs.iter().filter(|j| j.name.as_deref() == Some(name) && (me == 0 || j.uid == me)).map(|j| j.id).collect();
+    match named.as_slice() {
+        [id] => Ok(*id),
+        [] => Err(Error::Usage(format!(
+            "no job named {name:?} of yours in the queue at {} (`gpuslice queue` lists them)",
+            queue.dir().display()
+        ))),
+        ids => {
+            let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+            Err(Error::Usage(format!("{} jobs are named {name:?} (ids {}): cancel one by its id", ids.len(), ids.join(", "))))
+        }
+    }
 }
 
 /// Whether host process `pid` has the file (`dev`, `ino`) open.

@@ -1,8 +1,10 @@
 //! The monitor's configuration file (TOML): which tenants it governs, their
-//! memory caps per device, and what to do about violations.
+//! memory caps, compute limits, shares and priorities per device, who may
+//! ask for which queue priority, and what to do about violations.
 //!
 //! ```toml
 //! on_violation = "report"          # or "kill"; default "report"
+//! other_tenants = "allow"          # or "refuse": see OtherTenants
 //! violation_grace = "5s"           # how long a finding must last before it counts
 //!
 //! [tenants.team-a]
@@ -64,9 +66,6 @@ use std::time::Duration;
 /// has not reached yet, a context being set up) to pass.
 pub const DEFAULT_VIOLATION_GRACE: Duration = Duration::from_secs(5);
 
-/// The accepted form of `violation_grace`.
-pub const DURATION_FORMAT: &str = "a duration like \"5s\", \"500ms\", \"1.5s\" or \"2m\"";
-
 /// What the monitor does when it finds a violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,6 +75,23 @@ pub enum OnViolation {
     Report,
     /// Also kill the offending processes (`SIGKILL`).
     Kill,
+}
+
+/// What the monitor makes of a process in a tenant that nobody governs:
+/// neither this file names it, nor a cluster's node agent admitted it
+/// (`gpuslice tenant`), nor the queue started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtherTenants {
+    /// Such a tenant keeps the caps its processes set from their
+    /// environment (a shared server where users cap themselves).
+    #[default]
+    Allow,
+    /// A process of such a tenant that uses a GPU is a violation
+    /// (`ungoverned_tenant`), reported or killed by `on_violation`: on a
+    /// node whose every tenant comes from a scheduler, a process that names
+    /// a tenant of its own (a new `GPUSLICE_TENANT`, another
+    /// `GPUSLICE_DIR`) to get from under its allocation gains nothing.
+    Refuse,
 }
 
 /// Which single device a setting applies to (`all` is [`PerDevice::all`]).
@@ -181,6 +197,8 @@ impl TenantConfig {
 pub struct Config {
     /// What to do about violations.
     pub on_violation: OnViolation,
+    /// Whether tenants nobody governs may use a GPU.
+    pub other_tenants: OtherTenants,
     /// How long a violation must last before it counts.
     pub violation_grace: Duration,
     /// Tenants by name.
@@ -217,6 +235,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             on_violation: OnViolation::default(),
+            other_tenants: OtherTenants::default(),
             violation_grace: DEFAULT_VIOLATION_GRACE,
             tenants: BTreeMap::new(),
             priority_ceilings: PriorityCeilings::default(),
@@ -238,19 +257,13 @@ impl Config {
     }
 }
 
-/// Parses a duration: a non-negative number and a unit (`ms`, `s`, `m`).
+/// What a duration may look like, for error messages.
+pub const DURATION_FORMAT: &str = crate::duration::FORMAT;
+
+/// Parses a duration in the one grammar of every duration gpuslice reads
+/// ([`crate::duration`]); `None` when it is not one.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim_ascii();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let seconds = match unit.trim_ascii() {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" | "min" => value * 60.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && seconds <= 86_400.0).then(|| Duration::from_secs_f64(seconds))
+    crate::duration::parse(text).ok()
 }
 
 /// Why a configuration was refused.
@@ -280,6 +293,8 @@ impl fmt::Display for ConfigError {
 struct RawConfig {
     #[serde(default)]
     on_violation: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    other_tenants: Option<toml::Spanned<String>>,
     #[serde(default)]
     violation_grace: Option<toml::Spanned<String>>,
     #[serde(default)]
@@ -512,8 +527,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let violation_grace = match &raw.violation_grace {
         None => DEFAULT_VIOLATION_GRACE,
-        Some(value) => parse_duration(value.get_ref())
-            .ok_or_else(|| at(value.span(), format!("violation_grace = {:?}: expected {DURATION_FORMAT}", value.get_ref())))?,
+        Some(value) => crate::duration::parse(value.get_ref()).map_err(|e| at(value.span(), format!("violation_grace = {e}")))?,
     };
     let mut tenants = BTreeMap::new();
     for (name, tenant) in raw.tenants {
@@ -559,13 +573,45 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         if let Some(priority) = &raw.priority {
             config.priority = device_setting(&name, "priority", PRIORITY_FORMAT, priority, priority_value, &at)?;
         }
+        if let (Some(share), Some(_)) = (&raw.share, &raw.limit) {
+            share_within_limit(&name, &config).map_err(|message| at(share.span(), message))?;
+        }
         tenants.insert(name, config);
     }
     let priority_ceilings = match &raw.priority_ceilings {
         Some(raw) => priority_ceilings(raw.get_ref(), &at)?,
         None => PriorityCeilings::default(),
     };
-    Ok(Config { on_violation, violation_grace, tenants, priority_ceilings })
+    let other_tenants = match &raw.other_tenants {
+        None => OtherTenants::Allow,
+        Some(value) => match value.get_ref().as_str() {
+            "allow" => OtherTenants::Allow,
+            "refuse" => OtherTenants::Refuse,
+            other => return Err(at(value.span(), format!("other_tenants = {other:?}: expected \"allow\" or \"refuse\""))),
+        },
+    };
+    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings })
+}
+
+/// Refuses a share above the same tenant's limit on a device: a share is
+/// time guaranteed, a limit a ceiling, so it could never be given.
+fn share_within_limit(name: &str, config: &TenantConfig) -> Result<(), String> {
+    let Some((device, share, limit)) =
+        crate::policy_check::share_above_limit(&config.compute_share_ratio_e4, &config.compute_limit_ratio_e4)
+    else {
+        return Ok(());
+    };
+    let on = match device {
+        None => "on every device".to_string(),
+        Some(DeviceKey::HostIndex(index)) => format!("on device {index}"),
+        Some(DeviceKey::Uuid(uuid)) => format!("on device {uuid}"),
+    };
+    Err(format!(
+        "tenant {name}: share {} % is above its limit {} % {on}: a share is device time guaranteed and a limit a ceiling, \
+         so the share could never be given; lower the share or raise the limit",
+        crate::policy_check::percent(share),
+        crate::policy_check::percent(limit)
+    ))
 }
 
 /// The accepted form of a device UUID key.
@@ -673,13 +719,35 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
-        for bad in ["", "5", "s", "-1s", "5h", "1e3s", "5 s s", "99999999m"] {
+        // One grammar with `--timeout` and `top --interval`: bare seconds too.
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5h"), Some(Duration::from_secs(5 * 3600)));
+        for bad in ["", "s", "-1s", "1e3s", "5 s s", "99999999m"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
         assert_eq!(parse("violation_grace = \"250ms\"\n").unwrap().violation_grace, Duration::from_millis(250));
         let e = error("\nviolation_grace = \"soon\"\n");
         assert_eq!(e.position, Some((2, 19)), "{e}");
-        assert!(e.message.contains("\"5s\""), "{e}");
+        assert!(e.message.starts_with("violation_grace = \"soon\"") && e.message.contains(crate::duration::FORMAT), "{e}");
+    }
+
+    #[test]
+    fn a_share_above_the_limit_is_refused_where_it_is_written() {
+        let e = error("[tenants.a]\nlimit = 30\nshare = 60\n");
+        assert_eq!(e.position, Some((3, 9)), "{e}");
+        assert!(e.message.starts_with("tenant a: share 60 % is above its limit 30 % on every device"), "{e}");
+        let e = error("[tenants.a]\nlimit = { 1 = 30, all = 80 }\nshare = 60\n");
+        assert!(e.message.contains("share 60 % is above its limit 30 % on device 1"), "{e}");
+        assert!(parse("[tenants.a]\nlimit = 60\nshare = 60\n").is_ok());
+        assert!(parse("[tenants.a]\nlimit = { 0 = 30 }\nshare = { 1 = 60 }\n").is_ok(), "different devices");
+    }
+
+    #[test]
+    fn a_size_without_a_unit_is_refused_and_kubernetes_units_are_read() {
+        let e = error("[tenants.a]\nmemory = \"3\"\n");
+        assert!(e.message.contains("\"3\" has no unit") && e.message.contains("3B if you mean bytes"), "{e}");
+        assert_eq!(parse("[tenants.a]\nmemory = \"8Gi\"\n").unwrap().tenants["a"].memory_bytes.all, Some(8 << 30));
+        assert_eq!(parse("[tenants.a]\nmemory = \"4096B\"\n").unwrap().tenants["a"].memory_bytes.all, Some(4096));
     }
 
     #[test]

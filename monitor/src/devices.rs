@@ -9,9 +9,9 @@
 //! NVML says what a device is and how full it is; without NVML, one line
 //! on stderr says what cannot be known, and the devices the ledgers
 //! recorded are listed with what the ledgers and the queue know. In the
-//! table an answer the driver does not give is `unknown` (compute
-//! capability) or `n/a` (MIG mode, where the query is unsupported); in
-//! JSON it is `null`.
+//! table, as in `status`, a value that is not known or does not apply is
+//! `-` (a compute capability or MIG mode the driver does not give, a
+//! figure without NVML); in JSON it is `null`.
 
 use crate::discovery::HostArgs;
 use crate::error::Error;
@@ -141,13 +141,13 @@ fn table(view: &DevicesView) -> String {
         rows.push(vec![
             d.index.to_string(),
             d.uuid.clone(),
-            d.name.clone().unwrap_or_else(|| "unknown".into()),
-            d.compute_capability.clone().unwrap_or_else(|| "unknown".into()),
+            d.name.clone().unwrap_or_else(|| "-".into()),
+            d.compute_capability.clone().unwrap_or_else(|| "-".into()),
             human_bytes(d.memory_total_bytes),
             or_dash(d.memory_used_bytes),
             or_dash(d.memory_free_bytes),
             d.utilization_ratio.map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
-            d.mig_mode.clone().unwrap_or_else(|| "n/a".into()),
+            d.mig_mode.clone().unwrap_or_else(|| "-".into()),
             human_bytes(d.memory_committed_bytes),
             list(d.tenants.clone()),
             list(d.jobs.iter().map(|j| j.name.as_ref().map_or(j.id.to_string(), |n| format!("{}:{n}", j.id))).collect()),

@@ -10,7 +10,9 @@
 //!
 //! Either way the message is printed as `gpuslice: MESSAGE` on stderr.
 //! `gpuslice run` (and `run --queue`) keeps exit 2 for every failure of its
-//! own, and 75 when `--timeout` passes.
+//! own, and 75 when `--timeout` passes. The command of `run` or `sim` that
+//! does not exist exits 127, one that cannot be executed 126, as under a
+//! shell ([`crate::libs::exec`]).
 
 use std::fmt;
 use std::process::ExitCode;

@@ -68,10 +68,37 @@ fn prepend_to_list(cmd: &mut Command, var: &str, first: &Path) {
     cmd.env(var, value);
 }
 
+/// Why a command could not be started, and the exit code that says so.
+#[derive(Debug)]
+pub struct ExecError {
+    pub message: String,
+    /// 127 for a command that does not exist, 126 for one that cannot be
+    /// executed, as shells, `env` and `timeout` say it; 2 otherwise.
+    pub exit_code: u8,
+}
+
+/// The exit code of a command not found, as a shell gives it.
+pub const EXIT_NOT_FOUND: u8 = 127;
+/// The exit code of a command found but not executable.
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+
 /// Replaces this process with `cmd`; returns only on failure.
-pub fn exec(mut cmd: Command) -> String {
+pub fn exec(mut cmd: Command) -> ExecError {
     use std::os::unix::process::CommandExt;
     let program = cmd.get_program().to_string_lossy().into_owned();
     let err = cmd.exec();
-    format!("cannot run {program}: {err}")
+    let exit_code = match err.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        std::io::ErrorKind::PermissionDenied => EXIT_NOT_EXECUTABLE,
+        _ => crate::error::EXIT_USAGE,
+    };
+    ExecError { message: format!("cannot run {program}: {err}"), exit_code }
+}
+
+impl ExecError {
+    /// Says why on stderr, as every verb does, and gives the exit code.
+    pub fn report(self) -> std::process::ExitCode {
+        eprintln!("gpuslice: {}", self.message);
+        std::process::ExitCode::from(self.exit_code)
+    }
 }

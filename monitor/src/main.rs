@@ -5,7 +5,8 @@
 //! monitor), `status` (what the ledgers and NVML say now), `devices` (the
 //! GPUs and what is committed on them), `queue_list` and `cancel` (the
 //! admission queue that `run --queue` joins), `tenant` (allocations that a
-//! cluster's node agent hands the monitor), `top` (the live view), `demo`.
+//! cluster's node agent hands the monitor), `top` (the live view), `report` (the history against the
+//! slices), `demo`.
 //! A verb depends on the shared modules, never on another verb, and the
 //! shared modules on no verb; this file puts them together.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -16,6 +17,7 @@ mod daemon;
 mod demo;
 mod devices;
 mod queue_list;
+mod report;
 mod run;
 mod sim;
 mod status;
@@ -28,11 +30,14 @@ mod compute;
 mod config;
 mod discovery;
 mod driver_check;
+mod duration;
 mod error;
+mod history;
 mod host;
 mod libs;
 mod metrics;
 mod nvml;
+mod policy_check;
 mod queue;
 mod sampler;
 mod sigbus;
@@ -74,8 +79,8 @@ enum Command {
     Run(run::RunArgs),
     /// The host daemon: reclaims dead processes, applies the configuration, watches NVML, serves /metrics.
     #[command(after_help = "Example:\n  \
-      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen 0.0.0.0:9400\n  \
-      curl -s 127.0.0.1:9400/metrics")]
+      gpuslice monitor --dir /run/gpuslice --config /etc/gpuslice/monitor.toml --listen :9494\n  \
+      curl -s 127.0.0.1:9494/metrics")]
     Monitor(daemon::MonitorArgs),
     /// Print the tenants, devices and processes the ledgers and NVML know now.
     #[command(after_help = "Examples:\n  \
@@ -100,7 +105,8 @@ enum Command {
     Queue(queue_list::QueueListArgs),
     /// End a queued job: a waiting one leaves the queue, a running one's command gets SIGTERM.
     #[command(after_help = "Example:\n  \
-      gpuslice cancel 7    # the ID column of gpuslice queue")]
+      gpuslice cancel 7        # the ID column of gpuslice queue\n  \
+      gpuslice cancel train    # or the job's --name, when one job of yours has it")]
     Cancel(cancel::CancelArgs),
     /// Admit or release a monitor-owned tenant: the path by which Slurm's prolog or Kubernetes' DRA plugin hands the node an allocation.
     #[command(after_help = "Examples:\n  \
@@ -114,6 +120,11 @@ enum Command {
       gpuslice top --dir /run/gpuslice --interval 500ms\n  \
       gpuslice top --once    # one frame as plain text, for scripts")]
     Top(top::TopArgs),
+    /// What each tenant used over the monitor's history against its cap, share and limit, with a recommendation.
+    #[command(after_help = "Examples:\n  \
+      sudo gpuslice report                # the last 7 days\n  \
+      sudo gpuslice report --since 30d --json")]
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -131,6 +142,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => cancel::cancel(args),
         Command::Tenant(args) => tenant::main(args),
         Command::Top(args) => top::main(args),
+        Command::Report(args) => report::main(args),
     };
     match result {
         Ok(code) => code,

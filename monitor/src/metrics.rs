@@ -39,6 +39,9 @@ pub struct MonitorCounters {
     pub violation_kills_total: u64,
     /// Configuration reloads, by result (`ok`, `error`).
     pub config_reloads_total: std::collections::BTreeMap<&'static str, u64>,
+    /// Whether the last reload of the configuration was refused (the
+    /// previous one is still in force).
+    pub config_reload_refused: bool,
     /// Tenants over their cap by more than their context overhead, now.
     pub over_cap: Vec<OverCap>,
     /// Bytes a tenant's usage counts that no process slot holds, by
@@ -63,7 +66,24 @@ pub struct MonitorCounters {
     pub ledger_files_refused_total: std::collections::BTreeMap<&'static str, u64>,
     /// Ledger files not watched now because of a bound, by reason.
     pub ledger_files_over_bound: std::collections::BTreeMap<&'static str, u64>,
+    /// Tenants admitted through `gpuslice tenant`, with where they came from.
+    pub allocations: Vec<AllocationInfo>,
 }
+
+/// A tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes
+/// claim), as `gpuslice_tenant_allocation_info` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocationInfo {
+    pub tenant: String,
+    /// `admitted`, or `released` while processes of it still live.
+    pub state: &'static str,
+    /// The labels it was admitted with (`origin`, `namespace`, `pod`, …).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The labels of [`AllocationInfo`] that `gpuslice_tenant_allocation_info`
+/// carries, each empty where the allocation did not give it.
+pub const ALLOCATION_LABELS: [&str; 6] = ["origin", "namespace", "pod", "claim", "job", "user"];
 
 /// The admission queue, as the monitor decides it.
 #[derive(Debug, Clone, Default)]
@@ -311,7 +331,7 @@ const FAMILIES: &[Family] = &[
         name: "gpuslice_violations_total",
         help: "Violations found, by kind.",
         kind: MetricType::Counter,
-        series: Series::Listed(|page| by_key("kind", &["untracked_process", "over_cap", "outside_turns"], &page.counters.violations_total)),
+        series: Series::Listed(|page| by_key("kind", &["untracked_process", "over_cap", "outside_turns", "ungoverned_tenant"], &page.counters.violations_total)),
     },
     Family {
         name: "gpuslice_violation_kills_total",
@@ -324,6 +344,12 @@ const FAMILIES: &[Family] = &[
         help: "Configuration reloads, by result.",
         kind: MetricType::Counter,
         series: Series::Listed(|page| by_key("result", &["ok", "error"], &page.counters.config_reloads_total)),
+    },
+    Family {
+        name: "gpuslice_config_last_reload_successful",
+        help: "0 when the last reload of the configuration file was refused (the previous configuration stays in force), else 1.",
+        kind: MetricType::Gauge,
+        series: Series::One(|page| Value::Whole(u64::from(!page.counters.config_reload_refused))),
     },
     Family {
         name: "gpuslice_device_info",
@@ -349,7 +375,7 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "gpuslice_device_memory_committed_bytes",
-        help: "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.",
+        help: "Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process on the devices where they hold memory, as `gpuslice devices` counts it.",
         kind: MetricType::Gauge,
         series: Series::Device(|page, d| Some(Value::Whole(page.counters.committed_bytes.get(&d.uuid).copied().unwrap_or(0)))),
     },
@@ -391,6 +417,32 @@ const FAMILIES: &[Family] = &[
         help: "Ledger files not watched now because of a bound, by bound.",
         kind: MetricType::Gauge,
         series: Series::Listed(|page| by_key("reason", &["per_uid_bound", "total_bound"], &page.counters.ledger_files_over_bound)),
+    },
+    Family {
+        name: "gpuslice_tenant_allocation_info",
+        help: "1 for every tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes claim), with where it came from, to join with the tenant's series on `tenant`.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            page.counters
+                .allocations
+                .iter()
+                .map(|a| {
+                    let mut labels = vec![("tenant", a.tenant.clone()), ("state", a.state.to_string())];
+                    labels.extend(ALLOCATION_LABELS.iter().map(|k| (*k, a.labels.get(*k).cloned().unwrap_or_default())));
+                    (labels, Value::Whole(1))
+                })
+                .collect()
+        }),
+    },
+    Family {
+        name: "gpuslice_build_info",
+        help: "1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|_| {
+            let labels =
+                vec![("version", env!("CARGO_PKG_VERSION").to_string()), ("ledger_layout_version", ledger::layout::LAYOUT_VERSION.to_string())];
+            vec![(labels, Value::Whole(1))]
+        }),
     },
     Family {
         name: "gpuslice_nvml_available",
@@ -559,6 +611,7 @@ mod tests {
         counters.violations_total.insert("over_cap", 2);
         counters.violation_kills_total = 1;
         counters.config_reloads_total.insert("error", 5);
+        counters.config_reload_refused = true;
         counters.over_cap.push(OverCap { tenant: "team-a".into(), device: 0, uuid: "GPU-0".into(), over_bytes: 99 });
         counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 11);
         counters.rounds_total = 12345;
@@ -569,6 +622,12 @@ mod tests {
         counters.queue.running = 1;
         counters.queue.wait_seconds.entry(-2).or_default().observe(0.04);
         counters.queue.wait_seconds.entry(-2).or_default().observe(7200.0);
+        let labels = [("origin", "kubernetes"), ("namespace", "ml"), ("pod", "train-0"), ("claim", "gpu")];
+        counters.allocations.push(AllocationInfo {
+            tenant: "ml.gpu-1f3a".into(),
+            state: "admitted",
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        });
         (snapshot, counters)
     }
 
@@ -656,6 +715,7 @@ gpuslice_tenant_over_cap_bytes{tenant="team-a",device="0",uuid="GPU-0"} 99
 gpuslice_violations_total{kind="untracked_process"} 0
 gpuslice_violations_total{kind="over_cap"} 2
 gpuslice_violations_total{kind="outside_turns"} 0
+gpuslice_violations_total{kind="ungoverned_tenant"} 0
 # HELP gpuslice_violation_kills_total Processes killed because of a violation.
 # TYPE gpuslice_violation_kills_total counter
 gpuslice_violation_kills_total 1
@@ -663,11 +723,14 @@ gpuslice_violation_kills_total 1
 # TYPE gpuslice_config_reloads_total counter
 gpuslice_config_reloads_total{result="ok"} 0
 gpuslice_config_reloads_total{result="error"} 5
+# HELP gpuslice_config_last_reload_successful 0 when the last reload of the configuration file was refused (the previous configuration stays in force), else 1.
+# TYPE gpuslice_config_last_reload_successful gauge
+gpuslice_config_last_reload_successful 0
 # HELP gpuslice_device_info 1 for every GPU and MIG device NVML lists, with its name, MIG profile and parent GPU (empty for a GPU); no series without NVML.
 # TYPE gpuslice_device_info gauge
 gpuslice_device_info{device="0",uuid="GPU-0",name="NVIDIA H200",mig_profile="",parent_uuid=""} 1
 gpuslice_device_info{device="1",uuid="GPU-1",name="NVIDIA \"H200\"",mig_profile="",parent_uuid=""} 1
-# HELP gpuslice_device_memory_committed_bytes Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process, as `gpuslice devices` counts it.
+# HELP gpuslice_device_memory_committed_bytes Memory committed on the device: caps of running queue jobs (a job without a cap commits the whole device) and of capped tenants with a live process on the devices where they hold memory, as `gpuslice devices` counts it.
 # TYPE gpuslice_device_memory_committed_bytes gauge
 gpuslice_device_memory_committed_bytes{device="0",uuid="GPU-0"} 4294967296
 gpuslice_device_memory_committed_bytes{device="1",uuid="GPU-1"} 0
@@ -706,10 +769,19 @@ gpuslice_ledger_files_refused_total{reason="total_bound"} 0
 # TYPE gpuslice_ledger_files_over_bound gauge
 gpuslice_ledger_files_over_bound{reason="per_uid_bound"} 0
 gpuslice_ledger_files_over_bound{reason="total_bound"} 0
+# HELP gpuslice_tenant_allocation_info 1 for every tenant admitted through `gpuslice tenant` (a Slurm job, a Kubernetes claim), with where it came from, to join with the tenant's series on `tenant`.
+# TYPE gpuslice_tenant_allocation_info gauge
+gpuslice_tenant_allocation_info{tenant="ml.gpu-1f3a",state="admitted",origin="kubernetes",namespace="ml",pod="train-0",claim="gpu",job="",user=""} 1
+# HELP gpuslice_build_info 1, labelled with the monitor's version and the ledger layout version it reads and writes (a host's shims must share that layout).
+# TYPE gpuslice_build_info gauge
+gpuslice_build_info{version="VERSION",ledger_layout_version="LAYOUT"} 1
 # HELP gpuslice_nvml_available 1 when NVML answers, 0 in ledger-only mode.
 # TYPE gpuslice_nvml_available gauge
 gpuslice_nvml_available 1
 "#;
+        let expected = expected
+            .replace("version=\"VERSION\"", &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            .replace("=\"LAYOUT\"", &format!("=\"{}\"", ledger::layout::LAYOUT_VERSION));
         for (number, (got, want)) in text.lines().zip(expected.lines()).enumerate() {
             assert_eq!(got, want, "line {}", number + 1);
         }

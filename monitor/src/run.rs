@@ -11,6 +11,7 @@
 //! give the tenant a ledger per working directory).
 
 use crate::libs;
+use crate::policy_check;
 use clap::Args;
 use ledger::compute;
 use ledger::units::{self, PerDevice};
@@ -19,7 +20,7 @@ use std::process::{Command, ExitCode};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Memory cap: one size for every device (`8GiB`, `512MiB`, `3000m`, bytes)
+    /// Memory cap: one size for every device (`8GiB`, `8Gi`, `512MiB`, `3000m`, `4096B`)
     /// or a per-device list (`0=8GiB,1=4GiB`). Sets GPUSLICE_MEMORY_LIMIT.
     #[arg(long, value_name = "SIZE|LIST")]
     pub memory: Option<String>,
@@ -106,6 +107,72 @@ fn check_priority(priority: &str, visible: Option<&str>) -> Result<PerDevice<i32
     check_per_device("--priority", priority, compute::parse_priorities, Some(compute::PRIORITY_FORMAT), "priority", visible)
 }
 
+/// Refuses a `--compute-share` above `--compute-limit` on a device: the
+/// share could never be given.
+fn check_share_within_limit(share: &PerDevice<u32>, limit: &PerDevice<u32>) -> Result<(), String> {
+    match policy_check::share_above_limit(share, limit) {
+        None => Ok(()),
+        Some((device, share, limit)) => {
+            let on = device.map_or_else(|| "on every device".to_string(), |d| format!("on device {d}"));
+            Err(format!(
+                "--compute-share {share} is above --compute-limit {limit} {on}: a share is device time guaranteed and a limit \
+                 a ceiling, so the share could never be given; lower the share or raise the limit"
+            ))
+        }
+    }
+}
+
+/// Warnings about what the host holds (see [`policy_check::run_warnings`]):
+/// the devices from NVML (simgpu's with `--sim`), the shares of the
+/// tenants with live processes from the ledgers. Whatever cannot be read
+/// gives no warning: the command still runs, capped as asked.
+fn host_warnings(args: &RunArgs, policy: &policy_check::RunPolicy<'_>, visible: Option<&str>) -> Vec<String> {
+    let nvml_lib = if args.sim { libs::simgpu_lib_dir().ok().map(|dir| dir.join("libnvidia-ml.so.1")) } else { None };
+    let Ok(gpus) = crate::nvml::GpuReader::load(nvml_lib.as_deref()).and_then(|mut reader| reader.read()) else {
+        return Vec::new();
+    };
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => crate::discovery::ledger_dir(None),
+    };
+    // A ledger cut short while it is read must not stop the command.
+    let _ = crate::sigbus::install();
+    let ledgers = crate::discovery::open_ledgers(&dir, crate::discovery::Layout::Flat).map(|(l, _)| l).unwrap_or_default();
+    let refs: Vec<&ledger::Ledger> = ledgers.iter().collect();
+    let snapshot = crate::snapshot::collect(&refs, Some(&gpus), &mut crate::host::LockCache::default());
+    let running_shares: Vec<(String, String, u32)> = snapshot
+        .tenants
+        .iter()
+        .flat_map(|t| t.devices.iter().map(move |d| (t, d)))
+        .filter(|(_, d)| d.processes > 0)
+        .filter_map(|(t, d)| Some((t.name.clone(), d.uuid.clone(), (d.compute_share_ratio? * 10_000.0).round() as u32)))
+        .collect();
+    policy_check::run_warnings(policy, &seen_by_the_command(&gpus, visible), &running_shares)
+}
+
+/// The devices the command will see, in its ordinal order: every device
+/// NVML lists that is not split into MIG devices, or those
+/// `CUDA_VISIBLE_DEVICES` names (by index or UUID), up to the first entry
+/// that names none, as the driver reads it.
+fn seen_by_the_command(gpus: &[crate::nvml::GpuInfo], visible: Option<&str>) -> Vec<crate::nvml::GpuInfo> {
+    let split = |g: &crate::nvml::GpuInfo| gpus.iter().any(|m| m.parent_uuid.as_deref() == Some(g.uuid.as_str()));
+    let Some(visible) = visible else {
+        return gpus.iter().filter(|g| !split(g)).cloned().collect();
+    };
+    let mut seen = Vec::new();
+    for entry in visible.split(',').map(str::trim) {
+        let found = match entry.parse::<u32>() {
+            Ok(index) => gpus.iter().find(|g| g.parent_uuid.is_none() && g.index == index),
+            Err(_) => gpus.iter().find(|g| !entry.is_empty() && g.uuid.to_ascii_lowercase().starts_with(&entry.to_ascii_lowercase())),
+        };
+        match found {
+            Some(gpu) => seen.push(gpu.clone()),
+            None => break,
+        }
+    }
+    seen
+}
+
 impl RunArgs {
     /// The job's place in the admission queue: `--priority` as one number.
     pub fn queue_priority(&self) -> Result<i32, String> {
@@ -122,7 +189,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode, String> {
     if args.queue.queue {
         return crate::queue::submit(&args);
     }
-    Err(libs::exec(command(&args)?))
+    // A command that is not there exits 127, as under a shell.
+    Ok(libs::exec(command(&args)?).report())
 }
 
 /// The command `args` describe, with the shim's environment set.
@@ -131,17 +199,23 @@ pub fn command(args: &RunArgs) -> Result<Command, String> {
     let mut cmd = Command::new(program);
     cmd.args(rest);
     let visible = std::env::var_os("CUDA_VISIBLE_DEVICES").map(|v| v.to_string_lossy().into_owned());
+    let mut memory_caps = None;
     if let Some(memory) = &args.memory {
-        check_memory(memory, visible.as_deref())?;
+        memory_caps = Some(check_memory(memory, visible.as_deref())?);
         cmd.env("GPUSLICE_MEMORY_LIMIT", memory);
     }
+    let mut limits = None;
     if let Some(limit) = &args.compute_limit {
-        check_compute_limit(limit, visible.as_deref())?;
+        limits = Some(check_compute_limit(limit, visible.as_deref())?);
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit);
     }
+    let mut shares = None;
     if let Some(share) = &args.compute_share {
-        check_compute_share(share, visible.as_deref())?;
+        shares = Some(check_compute_share(share, visible.as_deref())?);
         cmd.env("GPUSLICE_COMPUTE_SHARE", share);
+    }
+    if let (Some(share), Some(limit)) = (&shares, &limits) {
+        check_share_within_limit(share, limit)?;
     }
     if let Some(priority) = &args.priority {
         check_priority(priority, visible.as_deref())?;
@@ -159,6 +233,13 @@ pub fn command(args: &RunArgs) -> Result<Command, String> {
         libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir()?);
     } else {
         crate::driver_check::check_cuda_driver()?;
+    }
+    if memory_caps.is_some() || shares.is_some() {
+        let policy =
+            policy_check::RunPolicy { tenant: args.tenant.as_deref(), memory: memory_caps.as_ref(), share_percent: shares.as_ref() };
+        for warning in host_warnings(args, &policy, visible.as_deref()) {
+            eprintln!("gpuslice: warning: {warning}");
+        }
     }
     libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
     Ok(cmd)
@@ -180,6 +261,16 @@ mod tests {
         let e = check_memory("1GB", None).unwrap_err();
         assert!(e.starts_with("--memory \"1GB\"") && e.contains("ambiguous") && e.contains("write 1GiB"), "{e}");
         assert!(check_memory("99=1GiB", None).unwrap_err().contains("0 to 15"));
+    }
+
+    #[test]
+    fn a_share_above_the_limit_is_refused() {
+        let e = check_share_within_limit(&check_compute_share("60", None).unwrap(), &check_compute_limit("30", None).unwrap()).unwrap_err();
+        assert!(e.starts_with("--compute-share 60 is above --compute-limit 30 on every device"), "{e}");
+        let e =
+            check_share_within_limit(&check_compute_share("20", None).unwrap(), &check_compute_limit("1=10", None).unwrap()).unwrap_err();
+        assert!(e.starts_with("--compute-share 20 is above --compute-limit 10 on device 1"), "{e}");
+        assert!(check_share_within_limit(&check_compute_share("30", None).unwrap(), &check_compute_limit("30", None).unwrap()).is_ok());
     }
 
     #[test]

@@ -17,5 +17,6 @@ pub fn main(args: SimArgs) -> Result<ExitCode, Error> {
     let mut cmd = Command::new(program);
     cmd.args(rest);
     libs::prepend_library_path(&mut cmd, &libs::simgpu_lib_dir().map_err(Error::Failed)?);
-    Err(Error::Failed(libs::exec(cmd)))
+    // A command that is not there exits 127, as under a shell.
+    Ok(libs::exec(cmd).report())
 }

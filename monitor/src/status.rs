@@ -4,6 +4,10 @@
 //! `GPUSLICE_DIR` that does not exist is an error (a typo must not look
 //! like a host where nothing runs); the default one missing only means no
 //! tenant has run here yet. The host is read as [`crate::sampler`] reads it.
+//!
+//! In the tables a setting that is not set (no cap, no limit, no share) is
+//! `none`, and a figure that is not known or does not apply (no NVML, no
+//! device) is `-`, as in `gpuslice devices`.
 
 use crate::discovery::HostArgs;
 use crate::error::Error;
@@ -91,7 +95,7 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
                 d.alloc_denied_total.to_string(),
                 d.driver_memory_used_bytes.map_or("-".into(), human_bytes),
                 d.compute_limit_ratio.map_or("none".into(), percent),
-                d.compute_share_ratio.map_or("-".into(), percent),
+                d.compute_share_ratio.map_or("none".into(), percent),
                 d.compute_priority.to_string(),
                 d.compute_target_ratio.map_or("-".into(), percent),
                 d.compute_used_ratio.map_or("-".into(), percent),

@@ -1,33 +1,51 @@
 //! `gpuslice top [--interval DUR] [--once]`: a live view of the host in
 //! the terminal, in the spirit of nvidia-smi and nvitop: the devices (MIG
 //! instances under their parent), each device's tenants (memory against
-//! cap, compute limit, share, priority and target against use), their
-//! processes, and the queue.
+//! cap, compute limit, share, priority and target against use, with
+//! bars), their processes (pid, user, tenant, device, memory, SM, age and
+//! command line), untracked processes and the queue.
 //!
 //! Data flow: a [`Sampler`] reads the ledgers, NVML and the monitor's turn
-//! tables exactly as `gpuslice status` does; [`sections`] turns its view
-//! into titled tables of text cells; those are drawn with ratatui (live) or
-//! printed as aligned plain text (`--once`, for scripts: no escape codes,
-//! no terminal needed). The live view keeps one sampler, so the device
-//! time a tenant used is a rate since the previous refresh.
+//! tables exactly as `gpuslice status` does; `/proc` adds each live
+//! process's user and command ([`procinfo`]); [`rows::tables`] turns that
+//! into [`table::Table`]s. `--once` prints every text column of them whole
+//! (for scripts: no escape codes, no terminal needed); the live view
+//! ([`screen`]) fits them to the terminal, dropping whole columns by
+//! priority and marking rows that do not fit with `+N more`. The live view
+//! keeps one sampler, so the device time a tenant used is a rate since the
+//! previous refresh.
+//!
+//! Keys: Tab, arrows, paging, `s`/`r` to sort, `h` for help, `K` to kill
+//! the selected process (root or its owner only, after a `y`, and only a
+//! process the kernel confirms holds the ledger slot that names it).
+//! `NO_COLOR` turns colour off; nothing on the screen depends on it.
+
+mod procinfo;
+mod rows;
+mod screen;
+mod table;
 
 use crate::config;
 use crate::discovery::HostArgs;
 use crate::error::Error;
+use crate::queue::store::Job;
 use crate::sampler::{self, Sampler, View};
-use crate::snapshot::Snapshot;
-use crate::text::{device_name, human_bytes, render_rows};
 use clap::Args;
+use procinfo::{ProcInfo, Users};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::widgets::Paragraph;
+use rows::{Extra, Sort};
+use screen::{Palette, Shown};
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use table::{clip, Table, Tone};
 
 #[derive(Args)]
 pub struct TopArgs {
@@ -65,7 +83,8 @@ pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
         for warning in &view.warnings {
             eprintln!("gpuslice top: warning: {warning}");
         }
-        print!("{}", text(&view));
+        let procs = read_procs(&view, &mut Users::default());
+        print!("{}", text(&view, &rows::queued_jobs(&view.dir), &procs));
         return Ok(ExitCode::SUCCESS);
     }
     if !std::io::stdout().is_terminal() {
@@ -75,219 +94,17 @@ pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
     // are printed as plain lines, before the screen is taken over.
     let mut sampler = Sampler::new(&args.host)?;
     let view = sampler.look()?;
-    live(sampler, view, args.interval).map_err(Error::Failed)
+    let app = App::new(view, args.interval, Palette::from_env());
+    live(sampler, app).map_err(Error::Failed)
 }
 
-/// How a cell stands out on the screen; plain text ignores it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tone {
-    Plain,
-    /// Worth a look: memory near the cap, a dead process awaiting reclaim.
-    Warn,
-    /// Something was refused or is over a limit.
-    Alert,
+/// `/proc` facts for every live process of every tenant.
+fn read_procs(view: &View, users: &mut Users) -> HashMap<u32, ProcInfo> {
+    let live = view.snapshot.tenants.iter().flat_map(|t| &t.processes).filter(|p| p.alive);
+    live.filter_map(|p| Some((p.pid, procinfo::read(p.pid, users)?))).collect()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Cell {
-    text: String,
-    tone: Tone,
-}
-
-impl Cell {
-    fn plain(text: impl Into<String>) -> Cell {
-        Cell { text: text.into(), tone: Tone::Plain }
-    }
-
-    fn toned(text: impl Into<String>, tone: Tone) -> Cell {
-        Cell { text: text.into(), tone }
-    }
-}
-
-/// One titled table of the frame.
-struct Section {
-    title: &'static str,
-    header: &'static [&'static str],
-    rows: Vec<Vec<Cell>>,
-    /// What an empty table says instead of rows.
-    empty: &'static str,
-}
-
-fn percent(ratio: f64) -> String {
-    format!("{:.0}%", ratio * 100.0)
-}
-
-/// Memory near a cap or a device's total (90%) is worth a look; over it,
-/// an alert.
-fn fill_tone(used_bytes: u64, of_bytes: u64) -> Tone {
-    if used_bytes > of_bytes {
-        Tone::Alert
-    } else if used_bytes.saturating_mul(10) >= of_bytes.saturating_mul(9) {
-        Tone::Warn
-    } else {
-        Tone::Plain
-    }
-}
-
-/// `used of` as a percentage cell, `-` where the whole is unknown or zero.
-fn fill_cell(used_bytes: Option<u64>, of_bytes: Option<u64>) -> Cell {
-    match (used_bytes, of_bytes) {
-        (Some(used), Some(of)) if of > 0 => Cell::toned(percent(used as f64 / of as f64), fill_tone(used, of)),
-        _ => Cell::plain("-"),
-    }
-}
-
-/// The tables of one frame, in screen order.
-fn sections(snapshot: &Snapshot, jobs: &[crate::queue::store::Job]) -> Vec<Section> {
-    let mut sections = vec![devices(snapshot), tenants(snapshot), processes(snapshot)];
-    if !snapshot.untracked_processes.is_empty() {
-        sections.push(untracked(snapshot));
-    }
-    let queue = queue_rows(jobs);
-    if !queue.is_empty() {
-        sections.push(Section { title: "QUEUE", header: QUEUE_HEADER, rows: queue, empty: "" });
-    }
-    sections
-}
-
-fn devices(snapshot: &Snapshot) -> Section {
-    let rows = snapshot
-        .devices
-        .iter()
-        .map(|d| {
-            let name = device_name(snapshot, d.index, &d.uuid);
-            // A MIG instance hangs under its parent when the parent is listed.
-            let under_parent = d.parent_uuid.as_ref().is_some_and(|p| snapshot.devices.iter().any(|other| &other.uuid == p));
-            let tenants = snapshot.tenants.iter().filter(|t| t.devices.iter().any(|td| td.uuid == d.uuid)).count();
-            vec![
-                Cell::plain(if under_parent { format!("└ {name}") } else { name }),
-                Cell::plain(d.uuid.clone()),
-                Cell::plain(format!("{} / {}", d.memory_used_bytes.map_or("-".into(), human_bytes), human_bytes(d.memory_total_bytes))),
-                fill_cell(d.memory_used_bytes, Some(d.memory_total_bytes)),
-                Cell::plain(d.utilization_ratio.map_or("-".into(), percent)),
-                Cell::plain(tenants.to_string()),
-            ]
-        })
-        .collect();
-    Section {
-        title: "DEVICES",
-        header: &["DEVICE", "UUID", "MEMORY USED / TOTAL", "USE", "UTIL", "TENANTS"],
-        rows,
-        empty: "no device: NVML did not answer and no ledger names one",
-    }
-}
-
-/// Tenants by device, in the devices' order; tenants that used no device last.
-fn tenants(snapshot: &Snapshot) -> Section {
-    let mut rows = Vec::new();
-    let order = |uuid: &str| snapshot.devices.iter().position(|d| d.uuid == uuid).unwrap_or(usize::MAX);
-    let mut pairs: Vec<_> = snapshot.tenants.iter().flat_map(|t| t.devices.iter().map(move |d| (t, d))).collect();
-    pairs.sort_by_key(|(t, d)| (order(&d.uuid), t.name.as_str()));
-    for (t, d) in pairs {
-        rows.push(vec![
-            Cell::plain(device_name(snapshot, d.index, &d.uuid)),
-            Cell::plain(t.name.clone()),
-            Cell::plain(human_bytes(d.memory_used_bytes)),
-            Cell::plain(d.memory_limit_bytes.map_or("none".into(), human_bytes)),
-            fill_cell(Some(d.memory_used_bytes), d.memory_limit_bytes),
-            Cell::plain(d.processes.to_string()),
-            Cell::toned(d.alloc_denied_total.to_string(), if d.alloc_denied_total > 0 { Tone::Alert } else { Tone::Plain }),
-            Cell::plain(d.compute_limit_ratio.map_or("none".into(), percent)),
-            Cell::plain(d.compute_share_ratio.map_or("-".into(), percent)),
-            Cell::plain(d.compute_priority.to_string()),
-            Cell::plain(d.compute_target_ratio.map_or("-".into(), percent)),
-            Cell::plain(d.compute_used_ratio.map_or("-".into(), percent)),
-        ]);
-    }
-    for t in snapshot.tenants.iter().filter(|t| t.devices.is_empty()) {
-        let mut row = vec![Cell::plain("-"), Cell::plain(t.name.clone()), Cell::plain("0 B")];
-        row.extend(["-", "-", "0", "0", "-", "-", "-", "-", "-"].map(Cell::plain));
-        rows.push(row);
-    }
-    Section {
-        title: "TENANTS",
-        // Short names (`status` spells them out), so that the table fits
-        // a terminal of 100 columns.
-        header: &["DEVICE", "TENANT", "MEMORY", "CAP", "OF CAP", "PROCS", "DENIED", "LIMIT", "SHARE", "PRIO", "TARGET", "USED"],
-        rows,
-        empty: "no tenant: no ledger in the directory",
-    }
-}
-
-fn processes(snapshot: &Snapshot) -> Section {
-    let mut rows = Vec::new();
-    for t in &snapshot.tenants {
-        let mut processes: Vec<_> = t.processes.iter().collect();
-        processes.sort_by_key(|p| p.pid);
-        for p in processes {
-            rows.push(vec![
-                Cell::plain(t.name.clone()),
-                Cell::plain(p.pid.to_string()),
-                Cell::plain(p.ns_pid.to_string()),
-                Cell::plain(human_bytes(p.memory_used_bytes)),
-                Cell::plain(p.driver_memory_used_bytes.map_or("-".into(), human_bytes)),
-                Cell::plain(p.sm_utilization_ratio.map_or("-".into(), percent)),
-                if p.alive { Cell::plain("alive") } else { Cell::toned("dead, awaiting reclaim", Tone::Warn) },
-            ]);
-        }
-    }
-    Section {
-        title: "PROCESSES",
-        header: &["TENANT", "PID", "NS PID", "MEMORY USED", "DRIVER SEES", "SM", "STATE"],
-        rows,
-        empty: "no process holds a ledger slot",
-    }
-}
-
-fn untracked(snapshot: &Snapshot) -> Section {
-    let rows = snapshot
-        .untracked_processes
-        .iter()
-        .map(|u| {
-            vec![
-                Cell::plain(u.device.to_string()),
-                Cell::plain(u.pid.to_string()),
-                Cell::toned(human_bytes(u.memory_used_bytes), Tone::Warn),
-            ]
-        })
-        .collect();
-    Section { title: "UNTRACKED (using a GPU without the shim)", header: &["DEVICE", "PID", "MEMORY USED"], rows, empty: "" }
-}
-
-/// The queue's columns.
-const QUEUE_HEADER: &[&str] = &["JOB", "NAME", "TENANT", "PRIO", "MEMORY", "DEVICES", "STATE", "FOR"];
-
-/// The admission queue's live jobs in `dir` (none when it cannot be read),
-/// running ones first, then the waiting ones in the order they will start.
-fn queued_jobs(dir: &std::path::Path) -> Vec<crate::queue::store::Job> {
-    let mut jobs = crate::queue::view(dir).map(|v| v.jobs).unwrap_or_default();
-    // Stable: the waiting jobs keep the board's order, the order they start in.
-    jobs.sort_by_key(|j| j.state == crate::queue::store::JobState::Waiting);
-    jobs
-}
-
-/// The queued jobs, one row each under [`QUEUE_HEADER`]; the section is
-/// shown only when there are some.
-fn queue_rows(jobs: &[crate::queue::store::Job]) -> Vec<Vec<Cell>> {
-    let now_ms = crate::queue::store::unix_ms();
-    jobs.iter()
-        .map(|job| {
-            let since_ms = job.started_unix_ms.unwrap_or(job.submitted_unix_ms);
-            vec![
-                Cell::plain(job.id.to_string()),
-                Cell::plain(job.name.clone().unwrap_or_else(|| "-".into())),
-                Cell::plain(job.tenant.clone()),
-                Cell::plain(job.priority.to_string()),
-                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), crate::text::human_bytes)),
-                Cell::plain(if job.devices.is_empty() { "-".into() } else { job.devices.len().to_string() }),
-                Cell::plain(format!("{:?}", job.state).to_lowercase()),
-                Cell::plain(format!("{}s", now_ms.saturating_sub(since_ms) / 1000)),
-            ]
-        })
-        .collect()
-}
-
-/// The first line of a frame: where the view comes from.
+/// The first line of a `--once` frame: where the view comes from.
 fn title(view: &View) -> String {
     format!(
         "gpuslice top   ledger directory: {}   NVML: {}",
@@ -296,22 +113,13 @@ fn title(view: &View) -> String {
     )
 }
 
-/// One frame as plain text: the title, then each table with aligned columns.
-fn text(view: &View) -> String {
+/// One frame as plain text: the title, then each table with aligned
+/// columns, every value whole.
+fn text(view: &View, jobs: &[Job], procs: &HashMap<u32, ProcInfo>) -> String {
     let mut out = title(view);
     out.push('\n');
-    for section in sections(&view.snapshot, &queued_jobs(&view.dir)) {
-        out.push('\n');
-        out.push_str(section.title);
-        out.push('\n');
-        if section.rows.is_empty() {
-            out.push_str(section.empty);
-            out.push('\n');
-            continue;
-        }
-        let mut rows = vec![section.header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
-        rows.extend(section.rows.iter().map(|row| row.iter().map(|c| c.text.clone()).collect()));
-        render_rows(&mut out, &rows);
+    for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default() }) {
+        table.text(&mut out);
     }
     out
 }
@@ -342,39 +150,243 @@ impl Drop for Tui {
     }
 }
 
-/// What the live view shows below the tables: the last refresh's trouble.
-struct Footer {
-    text: String,
-    tone: Tone,
+/// The tables that take a selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Focus {
+    Tenants,
+    Processes,
 }
 
-fn footer(view: &View, error: Option<&str>) -> Footer {
-    if let Some(error) = error {
-        return Footer { text: format!("cannot refresh: {error} (showing the last view)"), tone: Tone::Alert };
-    }
-    let mut lines = view.warnings.iter().map(|w| format!("warning: {w}")).chain(view.notes.iter().cloned());
-    match lines.next() {
-        Some(first) => {
-            let more = lines.count();
-            let text = if more > 0 { format!("{first} (and {more} more: see gpuslice status)") } else { first };
-            Footer { text, tone: Tone::Warn }
+impl Focus {
+    fn slot(self) -> usize {
+        match self {
+            Focus::Tenants => 0,
+            Focus::Processes => 1,
         }
-        None => Footer { text: String::new(), tone: Tone::Plain },
     }
 }
 
-fn live(mut sampler: Sampler, mut view: View, interval: Duration) -> Result<ExitCode, String> {
+/// A process the operator asked to kill, waiting for the `y`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KillTarget {
+    pid: u32,
+    start_time_ticks: u64,
+    /// How the prompt names it: user, tenant, command.
+    about: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    Normal,
+    Help,
+    Confirm(KillTarget),
+}
+
+/// Where one selectable table stands: the selected row (by key, so that it
+/// follows its tenant or process when rows move; by position when that
+/// row goes) and the scroll offset.
+#[derive(Debug, Clone, Default)]
+struct Cursor {
+    key: Option<String>,
+    index: usize,
+    offset: usize,
+}
+
+/// The live view's state between frames.
+struct App {
+    view: View,
+    procs: HashMap<u32, ProcInfo>,
+    users: Users,
+    jobs: Vec<Job>,
+    interval: Duration,
+    palette: Palette,
+    sort: Sort,
+    focus: Focus,
+    cursors: [Cursor; 2],
+    /// Rows each selectable table showed in the last frame (for paging).
+    page: [usize; 2],
+    mode: Mode,
+    /// The answer to the last key (a kill sent or refused), until the next key.
+    message: Option<(String, Tone)>,
+    /// Why the last refresh failed; the view is the one before.
+    error: Option<String>,
+    /// Who runs `top` (real and effective uid): who may kill what.
+    me: (u32, u32),
+}
+
+/// What a key asks of the loop.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Stay,
+    Quit,
+}
+
+impl App {
+    fn new(view: View, interval: Duration, palette: Palette) -> App {
+        let mut app = App {
+            procs: HashMap::new(),
+            users: Users::default(),
+            jobs: rows::queued_jobs(&view.dir),
+            view,
+            interval,
+            palette,
+            sort: Sort::default(),
+            focus: Focus::Processes,
+            cursors: Default::default(),
+            page: [1, 1],
+            mode: Mode::Normal,
+            message: None,
+            error: None,
+            me: procinfo::me(),
+        };
+        app.procs = read_procs(&app.view, &mut app.users);
+        app
+    }
+
+    fn refresh(&mut self, look: Result<View, Error>) {
+        match look {
+            Ok(view) => {
+                self.procs = read_procs(&view, &mut self.users);
+                self.jobs = rows::queued_jobs(&view.dir);
+                self.view = view;
+                self.error = None;
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        rows::tables(&self.view.snapshot, &Extra { jobs: &self.jobs, procs: &self.procs, sort: self.sort })
+    }
+
+    /// The selected row of `focus` in `table`: the row with the remembered
+    /// key, else the same position (clamped); the cursor learns the answer.
+    fn select(&mut self, focus: Focus, table: &Table) -> Option<usize> {
+        let cursor = &mut self.cursors[focus.slot()];
+        if table.rows.is_empty() {
+            return None;
+        }
+        let index = cursor.key.as_ref().and_then(|k| table.keys.iter().position(|other| other == k)).unwrap_or(cursor.index);
+        let index = index.min(table.rows.len() - 1);
+        cursor.index = index;
+        cursor.key = table.keys.get(index).cloned();
+        Some(index)
+    }
+
+    fn on_key(&mut self, key: &KeyEvent) -> Step {
+        if key.kind != KeyEventKind::Press {
+            return Step::Stay;
+        }
+        if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            return Step::Quit;
+        }
+        match std::mem::replace(&mut self.mode, Mode::Normal) {
+            // Any key closes the help.
+            Mode::Help => return Step::Stay,
+            Mode::Confirm(target) => {
+                self.message = Some(match key.code {
+                    KeyCode::Char('y') | KeyCode::Char('Y') => kill(&target, libc::SIGTERM, "SIGTERM"),
+                    KeyCode::Char('9') => kill(&target, libc::SIGKILL, "SIGKILL"),
+                    _ => (format!("pid {} not signalled", target.pid), Tone::Plain),
+                });
+                return Step::Stay;
+            }
+            Mode::Normal => {}
+        }
+        self.message = None;
+        let slot = self.focus.slot();
+        let page = self.page[slot].max(1);
+        let cursor = &mut self.cursors[slot];
+        let moved = |cursor: &mut Cursor, index: usize| {
+            cursor.index = index;
+            // The row at the new position is found by the next frame.
+            cursor.key = None;
+        };
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => return Step::Quit,
+            KeyCode::Char('h') | KeyCode::Char('?') | KeyCode::F(1) => self.mode = Mode::Help,
+            KeyCode::Char('s') => {
+                self.sort.key = self.sort.key.next();
+                self.message = Some((format!("sorted by {}", self.sort.key.name()), Tone::Plain));
+            }
+            KeyCode::Char('r') => self.sort.reversed = !self.sort.reversed,
+            KeyCode::Tab | KeyCode::BackTab => {
+                self.focus = if self.focus == Focus::Tenants { Focus::Processes } else { Focus::Tenants };
+            }
+            KeyCode::Up | KeyCode::Char('k') => moved(cursor, cursor.index.saturating_sub(1)),
+            KeyCode::Down | KeyCode::Char('j') => moved(cursor, cursor.index + 1),
+            KeyCode::PageUp => moved(cursor, cursor.index.saturating_sub(page)),
+            KeyCode::PageDown => moved(cursor, cursor.index + page),
+            KeyCode::Home | KeyCode::Char('g') => moved(cursor, 0),
+            KeyCode::End | KeyCode::Char('G') => moved(cursor, usize::MAX),
+            KeyCode::Char('K') | KeyCode::F(9) => self.ask_to_kill(),
+            _ => {}
+        }
+        Step::Stay
+    }
+
+    /// The kill prompt for the selected process, or why there is none.
+    fn ask_to_kill(&mut self) {
+        if self.focus != Focus::Processes {
+            self.message = Some(("select a process to kill: Tab to the process table".into(), Tone::Warn));
+            return;
+        }
+        let tables = self.tables();
+        let Some(index) = self.select(Focus::Processes, &tables[2]) else {
+            self.message = Some(("no process to kill".into(), Tone::Warn));
+            return;
+        };
+        let key = &tables[2].keys[index];
+        let found = self
+            .view
+            .snapshot
+            .tenants
+            .iter()
+            .flat_map(|t| t.processes.iter().map(move |p| (t, p)))
+            .find(|(t, p)| &rows::process_key(&t.name, p.pid) == key);
+        self.message = Some(match found.map(|(t, p)| (t, p, self.procs.get(&p.pid))) {
+            None => ("that process is gone".into(), Tone::Warn),
+            Some((_, p, _)) if !p.alive => (format!("pid {} has exited; the monitor reclaims its memory", p.pid), Tone::Warn),
+            Some((_, p, None)) => (format!("pid {} cannot be read in /proc: not offered for killing", p.pid), Tone::Warn),
+            Some((_, p, Some(info))) if !procinfo::may_signal(self.me, info.uids) => {
+                (format!("only root or its owner ({}) may kill pid {}", info.user, p.pid), Tone::Alert)
+            }
+            // A tenant writes its own slot: only a process the kernel shows
+            // holding the slot's lock is the one the ledger names.
+            Some((_, p, _)) if !p.confirmed => {
+                (format!("pid {} is not confirmed as the process holding its ledger slot: not offered for killing", p.pid), Tone::Alert)
+            }
+            Some((t, p, Some(info))) => {
+                self.mode = Mode::Confirm(KillTarget {
+                    pid: p.pid,
+                    start_time_ticks: info.start_time_ticks,
+                    about: format!("user {}, tenant {}: {}", info.user, t.name, info.command),
+                });
+                return;
+            }
+        });
+    }
+}
+
+/// Sends the signal and says what came of it.
+fn kill(target: &KillTarget, signal: libc::c_int, name: &str) -> (String, Tone) {
+    match procinfo::signal(target.pid, target.start_time_ticks, signal) {
+        Ok(()) => (format!("sent {name} to pid {}", target.pid), Tone::Plain),
+        Err(procinfo::KillError::Gone) => (format!("pid {} is no longer the process shown: nothing sent", target.pid), Tone::Warn),
+        Err(procinfo::KillError::Refused(why)) => (format!("cannot kill pid {}: {why}", target.pid), Tone::Alert),
+    }
+}
+
+fn live(mut sampler: Sampler, mut app: App) -> Result<ExitCode, String> {
     // A signal ends the view as a key does: the terminal is given back.
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| format!("cannot handle signals: {e}"))?;
     }
     let mut tui = Tui::start()?;
-    let mut error: Option<String> = None;
-    let mut next = Instant::now() + interval;
+    let mut next = Instant::now() + app.interval;
     loop {
-        let shown = footer(&view, error.as_deref());
-        tui.terminal.draw(|frame| draw(frame, &view, &shown, interval)).map_err(|e| format!("cannot draw: {e}"))?;
+        tui.terminal.draw(|frame| draw(frame, &mut app)).map_err(|e| format!("cannot draw: {e}"))?;
         // Wait for a key, a resize or the next refresh.
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -382,15 +394,9 @@ fn live(mut sampler: Sampler, mut view: View, interval: Duration) -> Result<Exit
             }
             let now = Instant::now();
             if now >= next {
-                match sampler.look() {
-                    Ok(fresh) => {
-                        view = fresh;
-                        error = None;
-                    }
-                    Err(e) => error = Some(e.to_string()),
-                }
+                app.refresh(sampler.look());
                 // Late refreshes do not pile up: the next is an interval on.
-                next = Instant::now() + interval;
+                next = Instant::now() + app.interval;
                 break;
             }
             let wait = next.saturating_duration_since(now).min(INPUT_POLL);
@@ -398,116 +404,18 @@ fn live(mut sampler: Sampler, mut view: View, interval: Duration) -> Result<Exit
                 continue;
             }
             match event::read().map_err(|e| format!("cannot read the terminal: {e}"))? {
-                Event::Key(key) if is_quit(&key) => return Ok(ExitCode::SUCCESS),
+                Event::Key(key) => {
+                    if app.on_key(&key) == Step::Quit {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    break;
+                }
                 // Drawing again fits the frame to the new size.
                 Event::Resize(..) => break,
                 _ => {}
             }
         }
     }
-}
-
-/// `q`, Esc and Ctrl-C (which raw mode delivers as a key, not SIGINT).
-fn is_quit(key: &KeyEvent) -> bool {
-    key.kind == KeyEventKind::Press
-        && match key.code {
-            KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => true,
-            KeyCode::Char('c') => key.modifiers.contains(KeyModifiers::CONTROL),
-            _ => false,
-        }
-}
-
-fn style(tone: Tone) -> Style {
-    match tone {
-        Tone::Plain => Style::default(),
-        Tone::Warn => Style::default().fg(Color::Yellow),
-        Tone::Alert => Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
-    }
-}
-
-/// Rows a section takes on screen: its rows (or its empty line), the
-/// header and the border.
-fn section_height(section: &Section) -> u16 {
-    let body = if section.rows.is_empty() { 1 } else { section.rows.len() + 1 };
-    u16::try_from(body + 2).unwrap_or(u16::MAX)
-}
-
-fn draw(frame: &mut ratatui::Frame, view: &View, shown: &Footer, interval: Duration) {
-    let sections = sections(&view.snapshot, &queued_jobs(&view.dir));
-    let mut constraints = vec![Constraint::Length(1)];
-    constraints.extend(sections.iter().map(|s| Constraint::Length(section_height(s))));
-    // The rest of the screen stays empty; the footer sits at the bottom.
-    constraints.extend([Constraint::Min(0), Constraint::Length(1)]);
-    let areas = Layout::vertical(constraints).split(frame.area());
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    // What to press first: a long directory is what gets cut.
-    let head = Line::from(vec![
-        Span::styled("gpuslice top", bold),
-        Span::raw(format!(
-            "   q: quit   every {}   NVML: {}   ledger directory: {}",
-            format_interval(interval),
-            if view.snapshot.nvml { "yes" } else { "no (ledger-only)" },
-            view.dir.display()
-        )),
-    ]);
-    frame.render_widget(Paragraph::new(head), areas[0]);
-    for (section, area) in sections.iter().zip(areas.iter().skip(1)) {
-        draw_section(frame, section, *area);
-    }
-    if let Some(area) = areas.last() {
-        frame.render_widget(Paragraph::new(Span::styled(shown.text.as_str(), style(shown.tone))), *area);
-    }
-}
-
-fn draw_section(frame: &mut ratatui::Frame, section: &Section, area: Rect) {
-    let block = Block::bordered().title(Span::styled(format!(" {} ", section.title), Style::default().add_modifier(Modifier::BOLD)));
-    if section.rows.is_empty() {
-        frame.render_widget(Paragraph::new(section.empty).block(block), area);
-        return;
-    }
-    let widest: Vec<u16> = (0..section.header.len())
-        .map(|c| {
-            let cells = section.rows.iter().filter_map(|r| r.get(c)).map(|cell| cell.text.chars().count());
-            let widest = cells.chain(section.header.get(c).map(|h| h.chars().count())).max().unwrap_or(0);
-            u16::try_from(widest).unwrap_or(u16::MAX)
-        })
-        .collect();
-    // Inside the border; the first two columns say what the row is about.
-    let (widths, spacing) = fit(&widest, 2, area.width.saturating_sub(2));
-    let header = Row::new(section.header.iter().copied()).style(Style::default().add_modifier(Modifier::BOLD));
-    let rows = section
-        .rows
-        .iter()
-        .map(|row| Row::new(row.iter().map(|cell| ratatui::widgets::Cell::from(Span::styled(cell.text.as_str(), style(cell.tone))))));
-    frame.render_widget(
-        Table::new(rows, widths.into_iter().map(Constraint::Length)).header(header).column_spacing(spacing).block(block),
-        area,
-    );
-}
-
-/// Blanks between columns, and the fewest a narrow terminal gets.
-const COLUMN_SPACING: u16 = 2;
-const TIGHT_COLUMN_SPACING: u16 = 1;
-
-/// Column widths and the spacing between them within `room`: each column
-/// as wide as its widest cell. Where that does not fit, the columns move
-/// closer; where that is not enough, the first `keep` columns keep their
-/// width and the others give way in proportion to theirs, so that a narrow
-/// terminal still shows whose row it is.
-fn fit(widest: &[u16], keep: usize, room: u16) -> (Vec<u16>, u16) {
-    let columns = u32::try_from(widest.len()).unwrap_or(u32::MAX);
-    let gaps = |spacing: u16| u32::from(spacing) * columns.saturating_sub(1);
-    let kept: u32 = widest.iter().take(keep).copied().map(u32::from).sum();
-    let rest: u32 = widest.iter().skip(keep).copied().map(u32::from).sum();
-    let room = u32::from(room);
-    for spacing in [COLUMN_SPACING, TIGHT_COLUMN_SPACING] {
-        if kept + rest + gaps(spacing) <= room {
-            return (widest.to_vec(), spacing);
-        }
-    }
-    let left = room.saturating_sub(kept + gaps(TIGHT_COLUMN_SPACING));
-    let give_way = |width: u16| u16::try_from(u32::from(width) * left / rest.max(1)).unwrap_or(width);
-    (widest.iter().enumerate().map(|(c, &width)| if c < keep { width } else { give_way(width) }).collect(), TIGHT_COLUMN_SPACING)
 }
 
 /// `1s`, `500ms`: how the title says how often it refreshes.
@@ -519,10 +427,87 @@ fn format_interval(interval: Duration) -> String {
     }
 }
 
+/// What the last line says: a prompt, the answer to a key, a failed
+/// refresh, the first warning, or else the keys.
+fn footer(app: &App) -> (String, Tone) {
+    if let Mode::Confirm(target) = &app.mode {
+        return (format!("kill pid {} ({})?  y: SIGTERM  9: SIGKILL  other key: no", target.pid, target.about), Tone::Alert);
+    }
+    if let Some(message) = &app.message {
+        return message.clone();
+    }
+    if let Some(error) = &app.error {
+        return (format!("cannot refresh: {error} (showing the last view)"), Tone::Alert);
+    }
+    let view = &app.view;
+    let mut lines = view.warnings.iter().map(|w| format!("warning: {w}")).chain(view.notes.iter().cloned());
+    match lines.next() {
+        Some(first) => {
+            let more = lines.count();
+            let text = if more > 0 { format!("{first} (and {more} more: see gpuslice status)") } else { first };
+            (text, Tone::Warn)
+        }
+        None => ("Tab ↑↓ select  s sort  r reverse  K kill  h help  q quit".into(), Tone::Plain),
+    }
+}
+
+fn draw(frame: &mut ratatui::Frame, app: &mut App) {
+    let area = frame.area();
+    if area.height == 0 || area.width == 0 {
+        return;
+    }
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    // What to press first; a long directory is what gets cut.
+    let head = format!(
+        "  h: help  q: quit  every {}  sort: {}{}  NVML: {}  {}",
+        format_interval(app.interval),
+        app.sort.key.name(),
+        if app.sort.reversed { " (reversed)" } else { "" },
+        if app.view.snapshot.nvml { "yes" } else { "no" },
+        app.view.dir.display()
+    );
+    let head = Line::from(vec![Span::styled("gpuslice top", bold), Span::raw(clip(&head, area.width.saturating_sub(12)))]);
+    frame.render_widget(Paragraph::new(head), Rect { height: 1, ..area });
+
+    let tables = app.tables();
+    let body = usize::from(area.height.saturating_sub(2));
+    let heights = screen::heights(&tables.iter().collect::<Vec<_>>(), body);
+    let mut y = area.y + 1;
+    for (i, (table, &height)) in tables.iter().zip(&heights).enumerate() {
+        let focus = match i {
+            1 => Some(Focus::Tenants),
+            2 => Some(Focus::Processes),
+            _ => None,
+        };
+        let (visible, _) = screen::visible_rows(table.rows.len(), height);
+        let (selected, offset) = match focus {
+            Some(focus) => {
+                let index = app.select(focus, table);
+                let cursor = &mut app.cursors[focus.slot()];
+                app.page[focus.slot()] = visible;
+                cursor.offset = index.map_or(0, |index| screen::scroll_to(cursor.offset, index, visible, table.rows.len()));
+                (index.filter(|_| app.focus == focus), cursor.offset)
+            }
+            None => (None, 0),
+        };
+        let at = Rect { x: area.x, y, width: area.width, height: u16::try_from(height).unwrap_or(u16::MAX) };
+        screen::draw_table(frame, &Shown { table, offset, selected, scrollable: focus.is_some() }, at, app.palette);
+        y += at.height;
+    }
+    if area.height >= 2 {
+        let (text, tone) = footer(app);
+        let at = Rect { x: area.x, y: area.y + area.height - 1, width: area.width, height: 1 };
+        frame.render_widget(Paragraph::new(Span::styled(clip(&text, area.width), app.palette.tone(tone))), at);
+    }
+    if app.mode == Mode::Help {
+        screen::draw_help(frame, app.palette);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{fixtures, DeviceView, TenantDeviceView};
+    use crate::snapshot::{fixtures, DeviceView, ProcessView, TenantDeviceView};
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
 
@@ -541,9 +526,28 @@ mod tests {
         }
     }
 
-    /// `team-a` on `GPU-0` with a 1 GiB cap, 0.95 GiB used, a 30% limit.
-    fn view() -> View {
+    fn process(pid: u32, memory_used_bytes: u64) -> ProcessView {
+        ProcessView {
+            pid,
+            ns_pid: pid,
+            slot: 0,
+            alive: true,
+            confirmed: true,
+            memory_used_bytes,
+            driver_memory_used_bytes: None,
+            sm_utilization_ratio: Some(0.2),
+            start_time_ticks: 0,
+            devices: vec![],
+        }
+    }
+
+    const UUID: &str = "GPU-3f2a9c1e-0000-1111-2222-333344445555";
+
+    /// `team-a` on `GPU-3f2a9c1e…` with a 1 GiB cap, 0.95 GiB used, a 30%
+    /// limit; and `extra` more tenants of one process each.
+    fn view(extra: usize) -> View {
         let tenant_device = TenantDeviceView {
+            uuid: UUID.into(),
             compute_limit_ratio: Some(0.3),
             compute_target_ratio: Some(0.3),
             compute_unarbitrated_processes: None,
@@ -551,9 +555,27 @@ mod tests {
             alloc_denied_total: 2,
             ..fixtures::tenant_device(GIB / 100 * 95, Some(GIB), None)
         };
-        let mut snapshot = fixtures::one_tenant(true, tenant_device, vec![]);
-        snapshot.devices = vec![device("GPU-0", None, None)];
+        let mut snapshot = fixtures::one_tenant(true, tenant_device.clone(), vec![process(4242, GIB / 2)]);
+        snapshot.devices = vec![device(UUID, None, None)];
+        for i in 0..extra {
+            let mut tenant = snapshot.tenants[0].clone();
+            tenant.name = format!("team-{i:02}");
+            tenant.processes = vec![process(5000 + i as u32, GIB / 4)];
+            snapshot.tenants.push(tenant);
+        }
         View { dir: "/run/gpuslice".into(), snapshot, notes: vec![], warnings: vec![] }
+    }
+
+    fn procs() -> HashMap<u32, ProcInfo> {
+        let info = ProcInfo {
+            uids: [1000; 3],
+            user: "alice".into(),
+            command: "python train.py".into(),
+            start_time_ticks: 0,
+            elapsed_s: Some(65),
+            fds_readable: true,
+        };
+        [(4242, info)].into_iter().collect()
     }
 
     #[test]
@@ -567,8 +589,8 @@ mod tests {
     }
 
     #[test]
-    fn text_frame_has_device_tenant_cap_and_compute() {
-        let text = text(&view());
+    fn text_frame_has_device_tenant_cap_compute_and_process() {
+        let text = text(&view(0), &[], &procs());
         assert!(text.starts_with("gpuslice top   ledger directory: /run/gpuslice   NVML: yes\n"), "{text}");
         let row = text.lines().find(|l| l.starts_with("0 ") && l.contains("team-a")).unwrap_or_else(|| panic!("{text}"));
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
@@ -577,66 +599,208 @@ mod tests {
             text.contains("\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED\n"),
             "{text}"
         );
-        assert!(text.contains("\nDEVICES\n") && text.contains("1.0 GiB / 4.0 GiB"), "{text}");
-        assert!(text.contains("\nPROCESSES\nno process holds a ledger slot\n"), "{text}");
-        assert!(!text.contains('\x1b'), "no escape codes: {text:?}");
-        assert!(!text.contains("QUEUE"), "no queue until it is wired: {text}");
+        assert!(text.contains("\nDEVICES\n") && text.contains("1.0 GiB / 4.0 GiB") && text.contains(UUID), "the whole UUID: {text}");
+        let process = text.lines().find(|l| l.starts_with("4242 ")).unwrap_or_else(|| panic!("{text}"));
+        let cells: Vec<&str> = process.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        assert_eq!(cells, ["4242", "alice", "team-a", "-", "512.0 MiB", "-", "20%", "1:05", "alive", "python train.py"], "{text}");
+        assert!(!text.contains('\x1b') && !text.contains('█'), "no escape codes, no bars: {text:?}");
+        assert!(!text.contains("QUEUE"), "no queue when none waits: {text}");
+    }
+
+    #[test]
+    fn a_process_not_holding_its_slot_is_not_attributed() {
+        let mut view = view(0);
+        view.snapshot.tenants[0].processes[0].confirmed = false;
+        let row = |procs: &HashMap<u32, ProcInfo>| {
+            let text = text(&view, &[], procs);
+            let row = text.lines().find(|l| l.starts_with("4242 ")).unwrap_or_else(|| panic!("{text}")).to_string();
+            row.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>()
+        };
+        // Checked (its open files readable), and not holding the slot.
+        let checked = row(&procs());
+        assert_eq!((checked[1].as_str(), checked[8].as_str(), checked[9].as_str()), ("-", "false claim", "-"), "{checked:?}");
+        // Not ours to check: shown, and said to be unverified.
+        let mut procs = procs();
+        procs.get_mut(&4242).unwrap().fds_readable = false;
+        let unchecked = row(&procs);
+        assert_eq!((unchecked[1].as_str(), unchecked[8].as_str(), unchecked[9].as_str()), ("alice", "unverified", "python train.py"));
     }
 
     #[test]
     fn mig_instances_hang_under_their_parent() {
-        let mut view = view();
-        view.snapshot.devices.push(device("MIG-1", Some("GPU-0"), Some("3g.71gb")));
-        let text = text(&view);
+        let mut view = view(0);
+        view.snapshot.devices.push(device("MIG-1", Some(UUID), Some("3g.71gb")));
+        let text = text(&view, &[], &procs());
         assert!(text.lines().any(|l| l.starts_with("└ 0 MIG 3g.71gb") && l.contains("MIG-1")), "{text}");
     }
 
-    #[test]
-    fn tones() {
-        assert_eq!(fill_tone(89, 100), Tone::Plain);
-        assert_eq!(fill_tone(90, 100), Tone::Warn);
-        assert_eq!(fill_tone(101, 100), Tone::Alert);
-        assert_eq!(fill_cell(Some(1), Some(0)).text, "-");
-        assert!(queue_rows(&[]).is_empty());
+    /// The screen as lines of text, after drawing `app` at this size.
+    fn screen(app: &mut App, width: u16, height: u16) -> Vec<String> {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+        terminal.draw(|frame| draw(frame, app)).unwrap();
+        let buffer = terminal.backend().buffer();
+        buffer.content().chunks(usize::from(width)).map(|line| line.iter().map(|c| c.symbol()).collect()).collect()
+    }
+
+    fn app(extra: usize) -> App {
+        let mut app = App::new(view(extra), Duration::from_secs(1), Palette { color: false });
+        app.procs = procs();
+        app
     }
 
     #[test]
-    fn live_frame_draws_the_tenant_and_fits_any_size() {
-        let view = view();
-        let shown = footer(&view, Some("the ledger directory vanished"));
-        for (width, height) in [(160, 30), (90, 20), (40, 8), (1, 1)] {
-            let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-            terminal.draw(|frame| draw(frame, &view, &shown, Duration::from_secs(1))).unwrap();
-            let buffer = terminal.backend().buffer();
-            let lines: Vec<String> =
-                buffer.content().chunks(usize::from(width)).map(|line| line.iter().map(|c| c.symbol()).collect()).collect();
-            if width >= 90 {
-                let tenant_row = lines.iter().find(|l| l.contains("team-a")).unwrap_or_else(|| panic!("{lines:#?}"));
-                let words: Vec<&str> = tenant_row.split_whitespace().take(5).collect();
-                assert_eq!(words, ["│0", "team-a", "972.8", "MiB", "1.0"], "the tenant keeps its name: {tenant_row}");
-                assert!(lines[0].starts_with("gpuslice top   q: quit   every 1s"), "{lines:#?}");
-                assert!(lines.last().unwrap().starts_with("cannot refresh: the ledger directory vanished"), "{lines:#?}");
-            }
+    fn at_80_by_24_no_value_is_cut() {
+        let mut app = app(0);
+        let lines = screen(&mut app, 80, 24);
+        let all = lines.join("\n");
+        assert!(lines[0].starts_with("gpuslice top  h: help  q: quit  every 1s"), "{all}");
+        assert!(all.contains("GPU-3f2a9c1e ") && !all.contains("GPU-3f2a9c1e-"), "a short UUID: {all}");
+        let tenant = lines.iter().find(|l| l.contains("team-a")).unwrap();
+        for value in ["972.8 MiB", "1.0 GiB", "29%", "30%"] {
+            assert!(tenant.contains(value), "{value} whole in {tenant:?}");
+        }
+        assert!(tenant.contains('█') && tenant.contains('│'), "memory and compute bars: {tenant:?}");
+        let process = lines.iter().find(|l| l.contains("4242")).unwrap();
+        for value in ["alice", "team-a", "512.0 MiB", "20%", "python train.py"] {
+            assert!(process.contains(value), "{value} whole in {process:?}");
+        }
+        assert!(!all.contains('…'), "nothing cut: {all}");
+        assert!(lines[23].starts_with("Tab ↑↓ select"), "{all}");
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_are_counted() {
+        let mut app = app(30);
+        let lines = screen(&mut app, 60, 15);
+        let all = lines.join("\n");
+        let markers: Vec<&String> = lines.iter().filter(|l| l.contains(" more (Tab")).collect();
+        assert_eq!(markers.len(), 2, "tenants and processes: {all}");
+        // 31 tenant rows in 5 lines: 2 shown.
+        assert!(markers[0].starts_with(" +29 more"), "{all}");
+        // Paging down the process table keeps the selection in view.
+        for _ in 0..40 {
+            app.on_key(&KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
+        }
+        let lines = screen(&mut app, 60, 15);
+        assert!(lines.iter().any(|l| l.contains("5029")), "the last process is shown: {lines:#?}");
+    }
+
+    #[test]
+    fn devices_that_do_not_fit_are_counted_too() {
+        let mut app = app(0);
+        for i in 1..10 {
+            app.view.snapshot.devices.push(device(&format!("GPU-{i:08}"), None, None));
+        }
+        let lines = screen(&mut app, 60, 15);
+        let marker = lines.iter().find(|l| l.contains(" more (a taller terminal")).unwrap_or_else(|| panic!("{lines:#?}"));
+        // 13 lines: one tenant and one process take 3 each; the devices
+        // get the other 7: title, header, 4 rows and the marker.
+        assert!(marker.starts_with(" +6 more"), "{lines:#?}");
+    }
+
+    /// The whole 80×24 screen, as a person reads it.
+    #[test]
+    fn the_80_by_24_screen() {
+        let mut app = app(3);
+        let lines: Vec<String> = screen(&mut app, 80, 24).iter().map(|l| l.trim_end().to_string()).collect();
+        let expected = [
+            "gpuslice top  h: help  q: quit  every 1s  sort: device  NVML: yes  /run/gpuslice",
+            " DEVICES (1)",
+            "DEVICE  UUID          MEMORY USED / TOTAL  MEMORY    USE  UTIL  BUSY     TENANTS",
+            "0       GPU-3f2a9c1e  1.0 GiB / 4.0 GiB    ██░░░░░░  25%  25%   █▊░░░░░  4",
+            " TENANTS (4)",
+            "DEVICE TENANT  MEMORY    CAP     CAP USE OF CAP PROCS DENIED TARGET USED COMPUTE",
+            "0      team-00 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-01 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-02 972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            "0      team-a  972.8 MiB 1.0 GiB ██████▋ 95%    1     2      30%    29%  ██│░░░░",
+            " PROCESSES (4) ◀ ↑↓",
+            "PID  USER  TENANT  DEVICE MEMORY    DRIVER SEES SM  TIME STATE COMMAND",
+            "5000 -     team-00 -      256.0 MiB -           20% -    alive -",
+            "5001 -     team-01 -      256.0 MiB -           20% -    alive -",
+            "5002 -     team-02 -      256.0 MiB -           20% -    alive -",
+            "4242 alice team-a  -      512.0 MiB -           20% 1:05 alive python train.py",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "Tab ↑↓ select  s sort  r reverse  K kill  h help  q quit",
+        ];
+        assert_eq!(lines, expected, "{lines:#?}");
+    }
+
+    #[test]
+    fn any_size_draws() {
+        for (width, height) in [(160, 40), (120, 40), (80, 24), (60, 15), (40, 8), (1, 1), (3, 2)] {
+            let mut app = app(3);
+            app.mode = Mode::Help;
+            screen(&mut app, width, height);
+            app.mode = Mode::Normal;
+            screen(&mut app, width, height);
         }
     }
 
-    #[test]
-    fn columns_give_way_but_the_first_keep_their_width() {
-        assert_eq!(fit(&[6, 8, 10, 10], 2, 100), (vec![6, 8, 10, 10], 2));
-        assert_eq!(fit(&[6, 8, 10, 10], 2, 37), (vec![6, 8, 10, 10], 1));
-        // 14 kept, 3 of gaps: 13 left for 20.
-        assert_eq!(fit(&[6, 8, 10, 10], 2, 30), (vec![6, 8, 6, 6], 1));
-        assert_eq!(fit(&[6, 8, 10, 10], 2, 10), (vec![6, 8, 0, 0], 1));
-        assert_eq!(fit(&[6, 8], 2, 3), (vec![6, 8], 1));
-        assert_eq!(fit(&[], 2, 3), (vec![], 2));
+    fn press(app: &mut App, code: KeyCode) -> Step {
+        app.on_key(&KeyEvent::new(code, KeyModifiers::NONE))
     }
 
     #[test]
-    fn quit_keys() {
-        let key = |code, modifiers| KeyEvent::new(code, modifiers);
-        assert!(is_quit(&key(KeyCode::Char('q'), KeyModifiers::NONE)));
-        assert!(is_quit(&key(KeyCode::Esc, KeyModifiers::NONE)));
-        assert!(is_quit(&key(KeyCode::Char('c'), KeyModifiers::CONTROL)));
-        assert!(!is_quit(&key(KeyCode::Char('c'), KeyModifiers::NONE)));
+    fn keys() {
+        let mut app = app(2);
+        assert_eq!(press(&mut app, KeyCode::Char('q')), Step::Quit);
+        assert_eq!(press(&mut app, KeyCode::Esc), Step::Quit);
+        assert_eq!(app.on_key(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Step::Quit);
+        press(&mut app, KeyCode::Char('h'));
+        assert_eq!(app.mode, Mode::Help);
+        let help = screen(&mut app, 80, 24).join("\n");
+        for (key, what) in screen::HELP {
+            assert!(help.contains(&format!("{key:<14}  {what}")), "{key} whole at 80 columns: {help}");
+        }
+        assert!(help.contains("false claim: its ledger slot names a pid that does not hold the slot."), "{help}");
+        // Any key closes the help, q included.
+        assert_eq!(press(&mut app, KeyCode::Char('q')), Step::Stay);
+        assert_eq!(app.mode, Mode::Normal);
+        press(&mut app, KeyCode::Char('s'));
+        assert_eq!(app.sort.key, rows::SortKey::Memory);
+        let lines = screen(&mut app, 120, 40);
+        // Most memory first: team-a's 512 MiB before the others' 256.
+        let first = lines.iter().position(|l| l.contains("4242")).unwrap();
+        assert!(lines.iter().position(|l| l.contains("5000")).unwrap() > first, "{lines:#?}");
+        press(&mut app, KeyCode::Char('r'));
+        let lines = screen(&mut app, 120, 40);
+        assert!(lines.iter().position(|l| l.contains("5000")).unwrap() < lines.iter().position(|l| l.contains("4242")).unwrap());
+        press(&mut app, KeyCode::Tab);
+        assert_eq!(app.focus, Focus::Tenants);
+        press(&mut app, KeyCode::Char('K'));
+        assert!(app.message.as_ref().unwrap().0.contains("Tab to the process table"), "{:?}", app.message);
+    }
+
+    #[test]
+    fn kill_asks_only_root_or_the_owner() {
+        let mut app = app(0);
+        // Someone else's process, asked by a user who is neither.
+        app.me = (2000, 2000);
+        press(&mut app, KeyCode::Char('K'));
+        assert_eq!(app.mode, Mode::Normal);
+        assert_eq!(app.message.as_ref().unwrap().0, "only root or its owner (alice) may kill pid 4242");
+        // Its owner is asked first.
+        app.me = (1000, 1000);
+        press(&mut app, KeyCode::Char('K'));
+        assert!(matches!(&app.mode, Mode::Confirm(t) if t.pid == 4242), "{:?}", app.mode);
+        let prompt = screen(&mut app, 120, 40).pop().unwrap();
+        assert!(prompt.starts_with("kill pid 4242 (user alice, tenant team-a: python train.py)?  y: SIGTERM"), "{prompt}");
+        // Anything but y or 9 is a no.
+        press(&mut app, KeyCode::Char('n'));
+        assert_eq!(app.mode, Mode::Normal);
+        assert_eq!(app.message.as_ref().unwrap().0, "pid 4242 not signalled");
+        // A slot whose process the kernel does not confirm is never offered.
+        app.view.snapshot.tenants[0].processes[0].confirmed = false;
+        app.me = (0, 0);
+        press(&mut app, KeyCode::Char('K'));
+        assert_eq!(app.mode, Mode::Normal);
+        assert!(app.message.as_ref().unwrap().0.contains("not confirmed"), "{:?}", app.message);
     }
 }

@@ -24,7 +24,9 @@
 //! `CUDA_VISIBLE_DEVICES`. A value that does not parse (an empty one
 //! included) is an error: the shim fails closed, it never reads a typo as
 //! "no cap". Values follow [`ledger::units`]: ASCII only, no leading zeros,
-//! no `GB`. Beyond the grammar, a tenant's tricks are refused too:
+//! no `GB`, no size without a unit (`4096B` for bytes) except in HAMi-core's
+//! `CUDA_DEVICE_MEMORY_LIMIT*`, where a plain number is bytes as HAMi-core
+//! documents it. Beyond the grammar, a tenant's tricks are refused too:
 //! - a per-device cap that missed its device: one for a device the process
 //!   does not see while a device it sees has no cap (`1=1GiB` with
 //!   `CUDA_VISIBLE_DEVICES=1`, `CUDA_DEVICE_MEMORY_LIMIT_7` on a one-GPU
@@ -284,7 +286,7 @@ fn parse_caps(vars: &Vars) -> Result<MemoryCaps, ConfigError> {
     if let Some(caps) = ours(vars, OURS, "cap", units::parse_memory, message)? {
         return Ok(caps);
     }
-    hami(vars, HAMI, "cap", |variable, value| units::parse_size(value).map(Some).map_err(|e| invalid(variable, value, e)))
+    hami(vars, HAMI, "cap", |variable, value| units::parse_hami_size(value).map(Some).map_err(|e| invalid(variable, value, e)))
 }
 
 /// What HAMi-core's `CUDA_DEVICE_SM_LIMIT*` may look like, for error messages.

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 pub const MAX_DEVICES: u32 = 16;
 
-/// Accepted size format, shown in error messages.
-pub const SIZE_FORMAT: &str = "a size like 16GiB, 512MiB, 1.5GiB, 3000m or a byte count";
+/// Accepted size format, shown in error messages: the one of every other
+/// size gpuslice reads ([`ledger::units::parse_size`]).
+pub const SIZE_FORMAT: &str = ledger::units::SIZE_FORMAT;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -146,44 +147,16 @@ fn int_var(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: u
     }
 }
 
-/// Parses `16GiB`, `512MiB`, `1.5GiB`, `3000m`, `4g`, `1024k`, `8GB` or a plain
-/// byte count. Suffixes are binary (`k`/`KiB`/`KB` = 1024); the result must be
-/// a whole number of bytes.
+/// Parses a size as every other gpuslice size is parsed
+/// ([`ledger::units::parse_size`]: `16GiB`, `16Gi`, `3000m`, `4096B`; no
+/// number without a unit), except that `0` is a size here (no context
+/// overhead).
 pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    if number.is_empty() {
-        return None;
+    match ledger::units::parse_size(text) {
+        Ok(bytes) => Some(bytes),
+        Err(ledger::units::ParseError::Zero) => Some(0),
+        Err(_) => None,
     }
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return None,
-    };
-    let (whole, frac) = match number.split_once('.') {
-        Some((w, f)) if !f.is_empty() && !f.contains('.') => (w, f),
-        Some(_) => return None,
-        None => (number, ""),
-    };
-    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
-    let mut bytes = whole.checked_shl(shift)?;
-    if whole != 0 && bytes >> shift != whole {
-        return None;
-    }
-    if !frac.is_empty() {
-        // Exact decimal fraction of the unit: frac / 10^len * 2^shift must be whole.
-        let denom = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
-        let num = frac.parse::<u128>().ok()? << shift;
-        if num % denom != 0 {
-            return None;
-        }
-        bytes = bytes.checked_add(u64::try_from(num / denom).ok()?)?;
-    }
-    Some(bytes)
 }
 
 #[cfg(test)]
@@ -197,11 +170,14 @@ mod tests {
         assert_eq!(parse_size("512MiB"), Some(512 << 20));
         assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
         assert_eq!(parse_size("3000m"), Some(3000 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("4096B"), Some(4096));
+        assert_eq!(parse_size("16Gi"), Some(16 << 30));
         assert_eq!(parse_size(" 2 g "), Some(2 << 30));
+        // The grammar of GPUSLICE_MEMORY_LIMIT: no unit, or a decimal one, is refused.
+        assert_eq!(parse_size("4096"), None);
+        assert_eq!(parse_size("16GB"), None);
         assert_eq!(parse_size("4GG"), None);
         assert_eq!(parse_size("GiB"), None);
-        assert_eq!(parse_size("1.1b"), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999999999999"), None);
     }
@@ -217,7 +193,7 @@ mod tests {
         assert_eq!((c.device_count, c.memory_bytes, c.context_memory_bytes, c.slice_us, c.kernel_us), (1, 16 << 30, 256 << 20, 2000, 5));
         let e = cfg(&[("SIMGPU_MEMORY", "4GG")]).unwrap_err();
         assert_eq!(e.variable, "SIMGPU_MEMORY");
-        assert!(e.to_string().contains("4GG") && e.to_string().contains("16GiB"));
+        assert!(e.to_string().contains("4GG") && e.to_string().contains("512MiB"));
         assert_eq!(cfg(&[("SIMGPU_DEVICES", "0")]).unwrap_err().variable, "SIMGPU_DEVICES");
         assert_eq!(cfg(&[("SIMGPU_SLICE_US", "x")]).unwrap_err().variable, "SIMGPU_SLICE_US");
         assert_eq!(cfg(&[("SIMGPU_MEMORY", "1GiB"), ("SIMGPU_CONTEXT_MEMORY", "1GiB")]).unwrap_err().variable, "SIMGPU_CONTEXT_MEMORY");

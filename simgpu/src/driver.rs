@@ -57,6 +57,7 @@ pub const TAG_EXEC: u64 = 0x6c;
 pub const TAG_ARRAY: u64 = 0x6d;
 pub const TAG_MIPMAP: u64 = 0x6e;
 pub const TAG_VMM: u64 = 0x6f;
+pub const TAG_USER_OBJECT: u64 = 0x70;
 
 pub struct Context {
     pub handle: u64,
@@ -207,10 +208,21 @@ impl KernelNode {
     }
 }
 
+#[derive(Default)]
 pub struct Graph {
     /// Node handles in insertion order (a valid topological order: a node's
     /// dependencies must exist before it is added).
     pub nodes: Vec<u64>,
+    /// References to user objects the graph owns, by object.
+    pub user_refs: HashMap<u64, u64>,
+}
+
+/// A user object (`cuUserObjectCreate`): its destructor runs, on a thread
+/// of the driver's, when the last reference goes.
+pub struct UserObject {
+    pub data: usize,
+    pub destroy: unsafe extern "C" fn(*mut std::ffi::c_void),
+    pub refs: u64,
 }
 
 pub struct GraphExec {
@@ -221,6 +233,8 @@ pub struct GraphExec {
     pub kernels_ns: Mutex<Vec<u64>>,
     /// `CUgraphInstantiate_flags` it was made with.
     pub flags: u64,
+    /// References to user objects copied from its graph at instantiation.
+    pub user_refs: HashMap<u64, u64>,
 }
 
 #[derive(Default)]
@@ -236,6 +250,7 @@ pub struct Objects {
     pub graphs: HashMap<u64, Graph>,
     pub nodes: HashMap<u64, (u64, KernelNode)>,
     pub execs: HashMap<u64, Arc<GraphExec>>,
+    pub user_objects: HashMap<u64, UserObject>,
     pub host_allocs: HashMap<u64, usize>,
 }
 

@@ -262,6 +262,11 @@ proc_table! {
     cuStreamCopyAttributes => [11000: cuStreamCopyAttributes] ptsz [11000: cuStreamCopyAttributes_ptsz];
     cuStreamBatchMemOp => [8000: cuStreamBatchMemOp, 11070: cuStreamBatchMemOp_v2] ptsz [8000: cuStreamBatchMemOp_ptsz, 11070: cuStreamBatchMemOp_v2_ptsz];
     cuGraphUpload => [11010: cuGraphUpload] ptsz [11010: cuGraphUpload_ptsz];
+    cuUserObjectCreate => [11030: cuUserObjectCreate];
+    cuUserObjectRetain => [11030: cuUserObjectRetain];
+    cuUserObjectRelease => [11030: cuUserObjectRelease];
+    cuGraphRetainUserObject => [11030: cuGraphRetainUserObject];
+    cuGraphReleaseUserObject => [11030: cuGraphReleaseUserObject];
     cuGraphInstantiateWithParams => [12000: cuGraphInstantiateWithParams] ptsz [12000: cuGraphInstantiateWithParams_ptsz];
     cuGraphExecGetFlags => [12000: cuGraphExecGetFlags];
     cuGraphNodeGetType => [10000: cuGraphNodeGetType];

@@ -64,6 +64,34 @@ def graph():
     print("graph.launches=3", flush=True)
 
 
-for section in sys.argv[1:] or ["managed", "pinned", "private_pool", "graph"]:
+def user_objects():
+    """A user object moved into a graph lives while the graph or an
+    executable made from it does, and its destructor runs (on a thread of
+    the driver's) once both are gone."""
+    import ctypes
+    import threading
+    from cuda.bindings import driver as drv
+
+    fired = threading.Event()
+    callback_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    destroy = callback_type(lambda _data: fired.set())
+    address = ctypes.cast(destroy, ctypes.c_void_p).value
+    no_sync = drv.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+    err, obj = drv.cuUserObjectCreate(0, drv.CUhostFn(address), 1, no_sync)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    err, graph = drv.cuGraphCreate(0)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    (err,) = drv.cuGraphRetainUserObject(graph, obj, 1, drv.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    err, exe = drv.cuGraphInstantiate(graph, 0)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    drv.cuGraphDestroy(graph)
+    print(f"user_objects.after_graph={int(fired.wait(0.2))}", flush=True)
+    drv.cuGraphExecDestroy(exe)
+    print(f"user_objects.after_exec={int(fired.wait(10))}", flush=True)
+    print(f"user_objects.without_flag={int(drv.cuUserObjectCreate(0, drv.CUhostFn(address), 1, 0)[0])}", flush=True)
+
+
+for section in sys.argv[1:] or ["managed", "pinned", "private_pool", "graph", "user_objects"]:
     report(section, globals()[section])
 print("done=1", flush=True)

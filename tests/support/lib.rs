@@ -105,6 +105,24 @@ fn newer_source(artefact: &Path) -> Option<PathBuf> {
         .find(|source| std::fs::metadata(source).and_then(|m| m.modified()).is_ok_and(|changed| changed > built))
 }
 
+/// `libgpuslice.so` as `scripts/build-shim-portable.sh` builds it, linked
+/// against glibc 2.17's symbols (`target/glibc-floor/<triple>/debug/`,
+/// beside this profile's directory), refused when older than its sources.
+pub fn glibc_floor_shim_lib() -> PathBuf {
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let profile = target_dir();
+    let path = profile
+        .parent()
+        .map(|target| target.join("glibc-floor").join(triple).join(profile.file_name().unwrap_or_default()).join("libgpuslice.so"))
+        .unwrap_or_default();
+    let hint = "build it first: `bash scripts/build-shim-portable.sh` (scripts/test.sh does)";
+    assert!(path.is_file(), "{} is missing: {hint}", path.display());
+    if let Some(stale) = newer_source(&path) {
+        panic!("{} is older than {}: {hint}", path.display(), stale.display());
+    }
+    path
+}
+
 /// `libsimgpu.so`, the simulated GPU.
 pub fn simgpu_lib() -> PathBuf {
     built_artefact("libsimgpu.so", "simgpu")

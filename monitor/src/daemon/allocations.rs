@@ -509,6 +509,16 @@ impl Allocations {
         }
     }
 
+    /// Every allocation, for `/metrics`.
+    pub fn info(&self) -> Vec<crate::metrics::AllocationInfo> {
+        let of = |held: &Held, state| crate::metrics::AllocationInfo {
+            tenant: held.admission.tenant.clone(),
+            state,
+            labels: held.admission.labels.clone(),
+        };
+        self.kept.admitted.values().map(|h| of(h, "admitted")).chain(self.kept.released.values().map(|h| of(h, "released"))).collect()
+    }
+
     /// The answer to `list`.
     pub fn list(&self, ledgers: &LedgerSet) -> Answer {
         let tenants = self.kept.admitted.keys().chain(self.kept.released.keys()).map(|t| self.answer_for(t, ledgers)).collect();

@@ -1,4 +1,13 @@
-//! `/metrics` and `/healthz` over HTTP/1.1 on `--listen`.
+//! `/metrics`, `/healthz` and a landing page at `/` over HTTP/1.1 on
+//! `--listen`.
+//!
+//! The default port is 9494 ([`DEFAULT_LISTEN`]), not 9400: 9400 is
+//! dcgm-exporter's default, and gpuslice runs on the same GPU nodes as
+//! dcgm-exporter (gpuslice says what each tenant holds and gets,
+//! dcgm-exporter what the device does: they are scraped side by side), so
+//! with one default for both the second to start could not listen, and on a
+//! host network the DaemonSets would fight over the port. `--listen :PORT` listens on every IPv4 address, as Go
+//! exporters read it.
 //!
 //! The main loop renders both pages every round into [`Pages`]; this module
 //! only hands out those pages, from a thread of its own, so no client can
@@ -54,6 +63,38 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 const TEXT: &str = "text/plain; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
+
+/// `--listen`'s default: port 9494 (see the module docs for why not 9400),
+/// on the local host only, since `/metrics` names tenants and processes.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9494";
+
+/// The page at `/`: what is served here, for a person who opens the port
+/// in a browser.
+const LANDING_PAGE: &str = concat!(
+    "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>gpuslice monitor</title></head>\n<body>\n",
+    "<h1>gpuslice monitor ",
+    env!("CARGO_PKG_VERSION"),
+    "</h1>\n<ul>\n",
+    "<li><a href=\"/metrics\">/metrics</a>: Prometheus metrics of the tenants, devices, processes and queue</li>\n",
+    "<li><a href=\"/healthz\">/healthz</a>: <code>ok</code> while the monitor's rounds and arbiter run</li>\n",
+    "</ul>\n</body></html>\n"
+);
+
+/// Binds `--listen`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every IPv4
+/// address (`0.0.0.0:PORT`).
+pub fn bind(listen: &str) -> Result<std::net::TcpListener, String> {
+    let address = match listen.strip_prefix(':') {
+        Some(port) => {
+            let port: u16 = port
+                .parse()
+                .map_err(|_| format!("--listen {listen:?}: expected HOST:PORT, [IPV6]:PORT or :PORT with a port from 0 to 65535"))?;
+            format!("0.0.0.0:{port}")
+        }
+        None => listen.to_string(),
+    };
+    std::net::TcpListener::bind(&address).map_err(|e| format!("cannot listen on {listen}: {e}"))
+}
 
 /// What the server serves, replaced by the main loop every round. Answers
 /// share these buffers rather than copying them.
@@ -147,6 +188,7 @@ fn respond<B>(request: &Request<B>, pages: &SharedPages) -> Response<Full<Bytes>
             let status = if health.starts_with(b"ok") { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
             (status, TEXT, health)
         }
+        (&Method::GET | &Method::HEAD, "/") => (StatusCode::OK, HTML, Bytes::from_static(LANDING_PAGE.as_bytes())),
         (&Method::GET | &Method::HEAD, _) => (StatusCode::NOT_FOUND, TEXT, Bytes::from_static(b"not found: try /metrics or /healthz\n")),
         _ => (StatusCode::METHOD_NOT_ALLOWED, TEXT, Bytes::from_static(b"only GET and HEAD are served\n")),
     };
@@ -196,8 +238,30 @@ mod tests {
     }
 
     #[test]
+    fn the_landing_page_links_the_pages() {
+        let landing = get(Method::GET, "/");
+        assert_eq!(landing.status(), StatusCode::OK);
+        assert_eq!(landing.headers()[CONTENT_TYPE], HTML);
+        let text = String::from_utf8(body(landing).to_vec()).unwrap();
+        assert!(text.contains("href=\"/metrics\"") && text.contains("href=\"/healthz\""), "{text}");
+        assert!(text.contains(env!("CARGO_PKG_VERSION")), "{text}");
+    }
+
+    #[test]
+    fn listen_addresses_in_every_accepted_form() {
+        let listener = bind(":0").unwrap();
+        assert!(listener.local_addr().unwrap().ip().is_unspecified(), "{:?}", listener.local_addr());
+        assert!(bind("127.0.0.1:0").unwrap().local_addr().unwrap().ip().is_loopback());
+        for bad in [":", ":x", ":70000", ":-1"] {
+            let e = bind(bad).unwrap_err();
+            assert!(e.contains(&format!("--listen {bad:?}")) && e.contains(":PORT"), "{e}");
+        }
+        assert!(bind("nowhere").unwrap_err().contains("cannot listen on nowhere"));
+    }
+
+    #[test]
     fn other_paths_and_methods_are_refused() {
-        assert_eq!(get(Method::GET, "/").status(), StatusCode::NOT_FOUND);
+        assert_eq!(get(Method::GET, "/index.html").status(), StatusCode::NOT_FOUND);
         let post = get(Method::POST, "/metrics");
         assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(post.headers()[ALLOW], "GET, HEAD");

@@ -29,7 +29,9 @@
 mod allocations;
 pub(crate) mod arbiter;
 mod audit;
+mod check;
 pub(crate) mod compute;
+mod history;
 mod http;
 mod ledgers;
 pub mod log;
@@ -47,7 +49,6 @@ use crate::snapshot::{self, Snapshot, ROUND};
 use clap::Args;
 use ledger::Ledger;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,12 +67,17 @@ const ARBITER_STALL: Duration = Duration::from_secs(5);
 pub struct MonitorArgs {
     #[command(flatten)]
     pub host: discovery::HostArgs,
-    /// TOML configuration naming tenants and their memory caps; reloaded on SIGHUP and when it changes.
+    /// TOML configuration: tenants' memory caps, compute limits, shares and priorities, priority ceilings and what to do about violations; reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address for /metrics and /healthz.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+    /// Address for /metrics and /healthz: HOST:PORT, or :PORT for every address.
+    #[arg(long, value_name = "ADDR", default_value = http::DEFAULT_LISTEN)]
     pub listen: String,
+    /// Check --config against this host's devices, print what the monitor
+    /// would warn about, and exit (0 when the monitor would run with it, 2
+    /// when it would refuse it).
+    #[arg(long)]
+    pub check: bool,
     /// Let the monitor give a ledger directory named by --dir or GPUSLICE_DIR
     /// the owner and mode it needs (root's, 1777; root:GROUP 1770 with
     /// --group). Without it, only the default directory (/run/gpuslice) or
@@ -86,6 +92,16 @@ pub struct MonitorArgs {
     /// Ledger files watched at most (the configured tenants' always are).
     #[arg(long, value_name = "N", default_value_t = ledgers::DEFAULT_MAX_LEDGERS)]
     pub max_ledgers: usize,
+    /// How long the history of tenants' use (<dir>/.monitor/history.sqlite,
+    /// read by `gpuslice report`) is kept: one row per tenant and device a minute.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = history::parse_retention)]
+    pub history_retention: std::time::Duration,
+    /// Keep no history.
+    #[arg(long)]
+    pub no_history: bool,
+    /// How long one history row covers (for tests).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = history::parse_interval, hide = true)]
+    pub history_interval: std::time::Duration,
 }
 
 /// Descriptors kept for everything but the ledgers: HTTP connections, NVML,
@@ -177,12 +193,14 @@ impl ConfigSource {
             Ok(config) => {
                 self.text = text;
                 *counters.config_reloads_total.entry("ok").or_default() += 1;
+                counters.config_reload_refused = false;
                 log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
                 Some(config)
             }
             Err(e) => {
                 self.text = text;
                 *counters.config_reloads_total.entry("error").or_default() += 1;
+                counters.config_reload_refused = true;
                 log::error(&format!("configuration refused, keeping the previous one: {e}"));
                 None
             }
@@ -191,6 +209,9 @@ impl ConfigSource {
 }
 
 pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
+    if args.check {
+        return check::main(&args);
+    }
     let descriptor_limit = raise_descriptor_limit();
     let dir = discovery::ledger_dir(args.host.dir.as_deref());
     let created_now = std::fs::symlink_metadata(&dir).is_err();
@@ -209,7 +230,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
-    let listener = TcpListener::bind(&args.listen).map_err(|e| Error::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let listener = http::bind(&args.listen).map_err(Error::Failed)?;
     let local = listener.local_addr().map_err(|e| Error::Failed(format!("cannot read the listening address: {e}")))?;
 
     let hangup = Arc::new(AtomicBool::new(false));
@@ -258,6 +279,8 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
+    let settings = history::Settings { retention: args.history_retention, interval: args.history_interval };
+    let mut history = if args.no_history { history::Recorder::off() } else { history::Recorder::start(&dir, settings) };
     // The one local path for clusters' node agents: without it, allocations
     // cannot be admitted, and everything else works.
     let control = allocations::Control::start(&dir)
@@ -343,6 +366,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
             pending.answer(answer);
         }
         allocations.reap(&ledgers);
+        counters.allocations = allocations.info();
 
         let refs: Vec<&Ledger> = ledgers.ledgers().collect();
         let mut snap: Snapshot = snapshot::collect(&refs, gpus.as_deref(), &mut lock_cache);
@@ -351,6 +375,7 @@ pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
+        history.record(&snap);
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());

@@ -135,6 +135,11 @@ impl PolicyState {
         self.pinned.get(tenant).and_then(|caps| caps.get(uuid)).copied()
     }
 
+    /// Whether `tenant` is a queue job's tenant this round.
+    pub fn is_queue_tenant(&self, tenant: &str) -> bool {
+        self.queue_caps.contains_key(tenant)
+    }
+
     /// The queue's admitted jobs' caps (`QueueState::caps`), this round's.
     pub fn set_queue_caps(&mut self, caps: HashMap<String, BTreeMap<String, u64>>) {
         self.queue_caps = caps;
@@ -230,6 +235,9 @@ impl PolicyState {
     /// tenants' processes asked for when they joined.
     pub fn apply(&mut self, config: &Config, ledgers: &mut LedgerSet, gpus: Option<&[GpuInfo]>, asked: &super::arbiter::Shared) {
         self.pin(config, ledgers, asked);
+        for message in gpus.map(|gpus| crate::policy_check::config_warnings(config, gpus)).unwrap_or_default() {
+            self.warn_once(message);
+        }
         for (tenant, tenant_config) in &config.tenants {
             if tenant_config.is_empty() {
                 continue;

@@ -364,7 +364,7 @@ impl QueueState {
         let admitted_tenants: HashSet<&str> = self.admitted.values().map(|r| r.job.tenant.as_str()).collect();
         for tenant in snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive) && !admitted_tenants.contains(t.name.as_str()))
         {
-            for device in &tenant.devices {
+            for device in tenant.devices.iter().filter(|d| crate::queue::commits_on(d)) {
                 let Some(raw) = any_uuid_bytes(&device.uuid) else { continue };
                 let host_index = gpus.and_then(|g| g.iter().find(|g| any_uuid_bytes(&g.uuid) == Some(raw))).map(|g| g.index);
                 let cap = policy

@@ -47,7 +47,7 @@
 use super::log;
 use super::overhead::OverheadState;
 use super::policy::PolicyState;
-use crate::config::{Config, OnViolation};
+use crate::config::{Config, OnViolation, OtherTenants};
 use crate::host;
 use crate::metrics::{MonitorCounters, OverCap};
 use crate::snapshot::Snapshot;
@@ -103,6 +103,9 @@ pub struct ViolationState {
     /// Device time past the monitor's charge by (tenant, uuid): an average
     /// over rounds, and the episode while it is past the tolerance.
     compute: HashMap<(String, String), (f64, Option<Episode>)>,
+    /// Processes of tenants nobody governs (`other_tenants = "refuse"`), by
+    /// (pid, start time).
+    ungoverned: HashMap<(u32, u64), Episode>,
 }
 
 /// How far a tenant's processes may run past the device time the monitor
@@ -224,7 +227,49 @@ impl ViolationState {
         self.over_cap = seen;
         self.allowances = allowances;
         counters.over_cap = over_now;
+        self.check_ungoverned(snapshot, config, policy, now, counters);
         self.check_compute(snapshot, config, now, counters);
+    }
+
+    /// With `other_tenants = "refuse"`: a process on a GPU (by the driver's
+    /// count) in a tenant that neither the configuration names, nor an
+    /// allocation admitted (both are in `config`), nor the queue started.
+    /// Only processes the kernel ties to the tenant's ledger count, as for
+    /// the other kinds.
+    fn check_ungoverned(
+        &mut self,
+        snapshot: &Snapshot,
+        config: &Config,
+        policy: &PolicyState,
+        now: Instant,
+        counters: &mut MonitorCounters,
+    ) {
+        if config.other_tenants != OtherTenants::Refuse {
+            self.ungoverned.clear();
+            return;
+        }
+        let mut seen = HashMap::new();
+        let governed = |tenant: &str| config.tenants.contains_key(tenant) || policy.is_queue_tenant(tenant);
+        for tenant in snapshot.tenants.iter().filter(|t| !governed(&t.name)) {
+            let on_gpu = |p: &&crate::snapshot::ProcessView| p.alive && p.confirmed && p.driver_memory_used_bytes.unwrap_or(0) > 0;
+            for process in tenant.processes.iter().filter(on_gpu) {
+                let key = (process.pid, process.start_time_ticks);
+                let (episode, due) = Episode::advance(self.ungoverned.get(&key).copied(), now, config.violation_grace);
+                if due {
+                    *counters.violations_total.entry("ungoverned_tenant").or_default() += 1;
+                    log::warn(&format!(
+                        "pid {} uses a GPU as tenant {}, which nobody governs (not in the configuration, not admitted,                          not a queue job), and other_tenants is \"refuse\"",
+                        process.pid,
+                        log::bounded(&tenant.name)
+                    ));
+                    if config.on_violation == OnViolation::Kill {
+                        kill(process.pid, process.start_time_ticks, &format!("tenant {} is governed by nobody", tenant.name), counters);
+                    }
+                }
+                seen.insert(key, episode);
+            }
+        }
+        self.ungoverned = seen;
     }
 
     /// Device time outside a tenant's turns: on a device the monitor
@@ -388,7 +433,7 @@ mod tests {
     #[test]
     fn the_configured_cap_wins_over_the_ledgers() {
         let (mut state, mut counters, t0) = (ViolationState::default(), MonitorCounters::default(), Instant::now());
-        let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100\"\n").unwrap();
+        let config = crate::config::parse("violation_grace = \"0s\"\n[tenants.team-a]\nmemory = \"100B\"\n").unwrap();
         // The tenant raised the cap in its own ledger to 1000; the file says 100.
         for i in 0..3 {
             judge(&mut state, &snapshot(500, 1000, 90), &config, t0 + i * 250 * MS, &mut counters);

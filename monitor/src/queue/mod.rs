@@ -25,8 +25,9 @@
 //! what it gave the job (its `--memory`, or the whole device), for as long
 //! as the job's file lock is held or its tenant has a live process; plus,
 //! for every other tenant with a live process, the cap the monitor holds
-//! for it on each device (its configuration's, else the cap it pinned when
-//! the tenant started). Tenants without a cap commit nothing: the queue
+//! for it (its configuration's, else the cap it pinned when the tenant
+//! started) on each device where it holds something ([`commits_on`]): a
+//! tenant capped everywhere but working on one device commits on that one. Tenants without a cap commit nothing: the queue
 //! cannot know what they will use, and `gpuslice devices` shows them.
 //! Commitments stay at or under device memory unless
 //! `GPUSLICE_QUEUE_OVERCOMMIT` in the monitor's environment (a ratio from
@@ -82,28 +83,12 @@ pub struct QueueArgs {
     /// (--queue) A name to find the job by in `gpuslice queue` (`[A-Za-z0-9._-]{1,63}`).
     #[arg(long, value_name = "NAME", requires = "queue")]
     pub name: Option<String>,
-    /// (--queue) Give up waiting after this long (`90s`, `5m`, `1h`, `500ms`) and exit with 75.
-    #[arg(long, value_name = "DUR", requires = "queue", value_parser = parse_duration)]
+    /// (--queue) Give up waiting after this long (`90s`, `5m`, `1h 30m`, `500ms`, or seconds: `90`) and exit with 75.
+    #[arg(long, value_name = "DUR", requires = "queue", value_parser = crate::duration::parse)]
     pub timeout: Option<Duration>,
     /// (--queue) Which devices that fit: the fullest (`binpack`) or the emptiest (`spread`).
     #[arg(long, value_enum, requires = "queue")]
     pub placement: Option<Placement>,
-}
-
-/// `90s`, `5m`, `1h`, `500ms`: a whole number and a unit.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let expected = "expected a whole number and a unit: 500ms, 90s, 5m or 1h";
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?}: {expected}"))?;
-    let millis_per = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("{text:?}: {expected}")),
-    };
-    number.checked_mul(millis_per).map(Duration::from_millis).ok_or_else(|| format!("{text:?}: too long"))
 }
 
 /// `GPUSLICE_QUEUE_OVERCOMMIT`: how much more than its memory a device may
@@ -132,6 +117,14 @@ pub fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>
         .collect()
 }
 
+/// Whether a live tenant's cap counts as committed on `device`: where it
+/// holds something (a context, memory). A tenant capped on every device it
+/// can see but working on one commits on that one; if it starts on another
+/// later, it commits there from then on.
+pub fn commits_on(device: &crate::snapshot::TenantDeviceView) -> bool {
+    device.memory_used_bytes > 0
+}
+
 /// Memory committed per device UUID, as a user without the monitor can
 /// estimate it for `gpuslice devices`: the caps in the ledgers of tenants
 /// with a live process (what their pages say: a display, never a
@@ -139,7 +132,7 @@ pub fn rooms(gpus: &[GpuInfo], overcommit: f64, committed: &HashMap<String, u64>
 pub fn estimated_committed_bytes(tenants: &[TenantView]) -> HashMap<String, u64> {
     let mut committed: HashMap<String, u64> = HashMap::new();
     for tenant in tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)) {
-        for device in &tenant.devices {
+        for device in tenant.devices.iter().filter(|d| commits_on(d)) {
             if let Some(cap) = device.memory_limit_bytes {
                 let entry = committed.entry(device.uuid.clone()).or_default();
                 *entry = entry.saturating_add(cap);
@@ -197,18 +190,6 @@ pub fn jobs_by_device(jobs: &[Job]) -> HashMap<String, Vec<&Job>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_are_a_number_and_a_unit() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        for bad in ["", "5", "s", "1.5s", "-1s", "5 m", "5min"] {
-            let e = parse_duration(bad).unwrap_err();
-            assert!(e.contains("500ms, 90s, 5m or 1h"), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn a_mig_partitioned_gpu_offers_its_instances_not_itself() {

@@ -129,7 +129,11 @@ pub fn submit(queued: &impl QueuedRun) -> Result<ExitCode, String> {
     }
     // Checked now, so that a mistake is not found after the wait.
     let mut cmd = queued.command()?;
-    check_program(&run.command[0])?;
+    if let Err(e) = check_program(&run.command[0]) {
+        // Exits as the command would have: 127, as under a shell.
+        eprintln!("gpuslice: {e}");
+        return Ok(ExitCode::from(crate::libs::EXIT_NOT_FOUND));
+    }
     let queue = Queue::at(&dir);
     queue.ensure_for_submitter()?;
     let mut job = new_job(&submission, run.command);
@@ -159,7 +163,7 @@ pub fn submit(queued: &impl QueuedRun) -> Result<ExitCode, String> {
     // The command inherits the job's lock: the job lasts as long as it does.
     let error = crate::libs::exec(cmd);
     drop(held);
-    Err(error)
+    Ok(error.report())
 }
 
 /// The job file `run` asks for (its id is chosen as it is written).

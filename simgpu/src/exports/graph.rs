@@ -4,7 +4,7 @@
 
 use super::launch::{kernel_duration_ns, Dims};
 use super::{h, ptr};
-use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, TAG_EXEC, TAG_GRAPH, TAG_NODE};
+use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, UserObject, TAG_EXEC, TAG_GRAPH, TAG_NODE, TAG_USER_OBJECT};
 use crate::exec::Op;
 use crate::ffi::cu_export;
 use crate::ffi::{input, out, out_opt};
@@ -18,7 +18,7 @@ cu_export!(cuGraphCreate(phgraph: *mut CUgraph, flags: std::ffi::c_uint) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let g = d.new_handle(TAG_GRAPH);
-    d.write().graphs.insert(g, Graph { nodes: Vec::new() });
+    d.write().graphs.insert(g, Graph::default());
     out(phgraph, ptr(g))
 });
 
@@ -89,13 +89,21 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
     if pexec.is_null() || flags & !INSTANTIATE_FLAGS != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let (nodes, kernels_ns): (Vec<u64>, Vec<u64>) = {
-        let objs = d.read();
-        let g = objs.graphs.get(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip()
-    };
     let e = d.new_handle(TAG_EXEC);
-    d.write().execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags }));
+    let mut objs = d.write();
+    let g = objs.graphs.get(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let user_refs = g.user_refs.clone();
+    let (nodes, kernels_ns): (Vec<u64>, Vec<u64>) =
+        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip();
+    // An executable graph holds its own references to its graph's user
+    // objects: they live while either does.
+    for (object, count) in &user_refs {
+        if let Some(o) = objs.user_objects.get_mut(object) {
+            o.refs += count;
+        }
+    }
+    objs.execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags, user_refs }));
+    drop(objs);
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(pexec, ptr(e)) }
 }
@@ -266,7 +274,12 @@ cu_export!(cuDeviceGraphMemTrim(device: CUdevice) {
 
 cu_export!(cuGraphExecDestroy(exec: CUgraphExec) {
     let d = driver()?;
-    d.write().execs.remove(&h(exec)).map(|_| ()).ok_or(CUDA_ERROR_INVALID_VALUE)
+    let mut objs = d.write();
+    let ge = objs.execs.remove(&h(exec)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let destroyed = ge.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
+    drop(objs);
+    run_destructors(destroyed);
+    Ok(())
 });
 
 cu_export!(cuGraphDestroy(graph: CUgraph) {
@@ -276,6 +289,128 @@ cu_export!(cuGraphDestroy(graph: CUgraph) {
     for n in g.nodes {
         objs.nodes.remove(&n);
     }
+    let destroyed = g.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
+    drop(objs);
+    run_destructors(destroyed);
+    Ok(())
+});
+
+/// `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`, the one flag of `cuUserObjectCreate`
+/// (and a required one).
+const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
+/// `CU_GRAPH_USER_OBJECT_MOVE`: the graph takes the caller's references.
+const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
+
+/// A reference count as the user-object calls take it: 1 to `INT_MAX`.
+fn ref_count(count: c_uint) -> CuResult<u64> {
+    if count == 0 || count > i32::MAX as c_uint {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(u64::from(count))
+}
+
+/// A destructor and the pointer it is given.
+type Destructor = (unsafe extern "C" fn(*mut std::ffi::c_void), usize);
+
+/// Drops `count` references to `object`; its destructor when that was the last.
+fn release_user_object(objs: &mut crate::driver::Objects, object: u64, count: u64) -> Option<Destructor> {
+    let o = objs.user_objects.get_mut(&object)?;
+    o.refs = o.refs.saturating_sub(count);
+    if o.refs > 0 {
+        return None;
+    }
+    objs.user_objects.remove(&object).map(|o| (o.destroy, o.data))
+}
+
+/// Runs destructors as the driver does, on a thread of its own (they may
+/// not call CUDA, and nobody waits for them), never under the driver's lock.
+fn run_destructors(destroyed: Vec<Destructor>) {
+    if destroyed.is_empty() {
+        return;
+    }
+    let run = move || {
+        for (destroy, data) in destroyed {
+            // SAFETY: the application gave this callback and pointer to
+            // cuUserObjectCreate for exactly this call.
+            unsafe { destroy(data as *mut std::ffi::c_void) };
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("simgpu-user-objects".into()).spawn(run) {
+        crate::log::simgpu_debug!("cannot start the thread for user-object destructors: {e}");
+    }
+}
+
+cu_export!(cuUserObjectCreate(object_out: *mut CUuserObject, data: *mut std::ffi::c_void, destroy: CUhostFn, initial_refcount: c_uint, flags: c_uint) {
+    let d = driver()?;
+    let (Some(destroy), false) = (destroy, object_out.is_null()) else { return Err(CUDA_ERROR_INVALID_VALUE) };
+    if flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let refs = ref_count(initial_refcount)?;
+    let object = d.new_handle(TAG_USER_OBJECT);
+    d.write().user_objects.insert(object, UserObject { data: data as usize, destroy, refs });
+    out(object_out, ptr(object))
+});
+
+cu_export!(cuUserObjectRetain(object: CUuserObject, count: c_uint) {
+    let count = ref_count(count)?;
+    let d = driver()?;
+    let mut objs = d.write();
+    let o = objs.user_objects.get_mut(&h(object)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    o.refs = o.refs.saturating_add(count);
+    Ok(())
+});
+
+cu_export!(cuUserObjectRelease(object: CUuserObject, count: c_uint) {
+    let count = ref_count(count)?;
+    let d = driver()?;
+    let mut objs = d.write();
+    if !objs.user_objects.contains_key(&h(object)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let destroyed = release_user_object(&mut objs, h(object), count);
+    drop(objs);
+    run_destructors(destroyed.into_iter().collect());
+    Ok(())
+});
+
+cu_export!(cuGraphRetainUserObject(graph: CUgraph, object: CUuserObject, count: c_uint, flags: c_uint) {
+    let count = ref_count(count)?;
+    if flags & !CU_GRAPH_USER_OBJECT_MOVE != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let d = driver()?;
+    let mut objs = d.write();
+    if !objs.graphs.contains_key(&h(graph)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let o = objs.user_objects.get_mut(&h(object)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    // Moved references were the caller's, and are the graph's now; new
+    // ones are added.
+    if flags & CU_GRAPH_USER_OBJECT_MOVE == 0 {
+        o.refs = o.refs.saturating_add(count);
+    }
+    let g = objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    *g.user_refs.entry(h(object)).or_default() += count;
+    Ok(())
+});
+
+cu_export!(cuGraphReleaseUserObject(graph: CUgraph, object: CUuserObject, count: c_uint) {
+    let count = ref_count(count)?;
+    let d = driver()?;
+    let mut objs = d.write();
+    let g = objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let held = g.user_refs.get_mut(&h(object)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if *held < count {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    *held -= count;
+    if *held == 0 {
+        g.user_refs.remove(&h(object));
+    }
+    let destroyed = release_user_object(&mut objs, h(object), count);
+    drop(objs);
+    run_destructors(destroyed.into_iter().collect());
     Ok(())
 });
 

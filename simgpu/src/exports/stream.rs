@@ -184,7 +184,7 @@ fn begin_capture(stream: CUstream, mode: c_uint) -> CuResult<()> {
         return Err(CUDA_ERROR_ILLEGAL_STATE);
     }
     let g = d.new_handle(TAG_GRAPH);
-    d.write().graphs.insert(g, Graph { nodes: Vec::new() });
+    d.write().graphs.insert(g, Graph::default());
     *cap = Some(g);
     Ok(())
 }

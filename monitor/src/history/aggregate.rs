@@ -1,0 +1,387 @@
+//! Folds the monitor's rounds (four a second) into one row per tenant and
+//! device, and one per device, for each interval (a minute by default).
+//!
+//! Per tenant and device an interval keeps: the peak and mean of the memory
+//! the ledger holds, the peak the driver reports (NVML), the cap, share and
+//! limit as they were at its end, the mean of the compute used and of the
+//! target, the refusals and throttled time that happened in it, and the
+//! most live processes seen at once. A round counts as *active* when the
+//! tenant had a live process or held memory on the device; the report sizes
+//! tenants from active intervals only, so a tenant that works one day a
+//! week is sized by that day.
+//!
+//! Refusals and throttled time are counters in the ledger; an interval gets
+//! their growth. A counter that goes down was started afresh (a new ledger)
+//! and counts from zero. A tenant the monitor sees in its first round
+//! counts from what its counters held then (what happened before was not
+//! seen, and may be in the history already); one that appears later counts
+//! from zero.
+
+use crate::snapshot::Snapshot;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Tenant-and-device rows one interval may hold at most: the monitor
+/// watches a bounded number of ledgers (`--max-ledgers`), and this bounds
+/// the history even if it watched more.
+pub const MAX_TENANT_ROWS: usize = 4096;
+/// Device rows one interval may hold at most.
+pub const MAX_DEVICE_ROWS: usize = 1024;
+
+/// A ratio of a device as an integer of ten-thousandths (`0.25` is 2500),
+/// the way the ledger holds compute settings; clamped to the whole device
+/// (a used ratio measured over a round can come out a little above 1).
+pub fn ratio_e4(ratio: f64) -> u32 {
+    if ratio.is_finite() {
+        (ratio.clamp(0.0, 1.0) * 10_000.0).round() as u32
+    } else {
+        0
+    }
+}
+
+/// One tenant on one device over one interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRow {
+    /// Unix time the interval began, seconds.
+    pub start_s: u64,
+    /// How long it lasted, seconds (at least 1).
+    pub span_s: u64,
+    pub tenant: String,
+    /// `GPU-…` or `MIG-…`.
+    pub device_uuid: String,
+    /// The host index of the device at the interval's end.
+    pub device_index: u32,
+    /// Rounds folded in.
+    pub rounds: u32,
+    /// Rounds in which the tenant had a live process or held memory here.
+    pub active_rounds: u32,
+    pub memory_peak_bytes: u64,
+    pub memory_mean_bytes: u64,
+    /// The most the driver reported for the tenant's processes (NVML only).
+    pub driver_memory_peak_bytes: Option<u64>,
+    /// The cap at the interval's end; `None`: none.
+    pub memory_cap_bytes: Option<u64>,
+    /// Compute share and limit at the interval's end (ten-thousandths).
+    pub compute_share_e4: Option<u32>,
+    pub compute_limit_e4: Option<u32>,
+    /// Mean compute used and target over the rounds that had one.
+    pub compute_used_e4: Option<u32>,
+    pub compute_target_e4: Option<u32>,
+    /// Throttled time and refused allocations in the interval.
+    pub throttled_ns: u64,
+    pub denied: u64,
+    /// The most live processes seen at once.
+    pub processes_peak: u32,
+}
+
+/// One device over one interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceRow {
+    pub start_s: u64,
+    pub span_s: u64,
+    pub device_uuid: String,
+    pub device_index: u32,
+    pub rounds: u32,
+    pub memory_total_bytes: u64,
+    /// The most memory the driver reported in use (NVML only).
+    pub memory_used_peak_bytes: Option<u64>,
+    /// Mean busy share (NVML only).
+    pub utilization_e4: Option<u32>,
+}
+
+/// What one interval wrote: the rows, and how many tenant-and-device
+/// pairs were left out over [`MAX_TENANT_ROWS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub tenants: Vec<TenantRow>,
+    pub devices: Vec<DeviceRow>,
+    pub left_out: usize,
+}
+
+#[derive(Default)]
+struct TenantAcc {
+    device_index: u32,
+    rounds: u32,
+    active_rounds: u32,
+    memory_peak_bytes: u64,
+    memory_sum_bytes: u128,
+    driver_memory_peak_bytes: Option<u64>,
+    memory_cap_bytes: Option<u64>,
+    compute_share_e4: Option<u32>,
+    compute_limit_e4: Option<u32>,
+    used_sum_e4: u64,
+    used_rounds: u32,
+    target_sum_e4: u64,
+    target_rounds: u32,
+    throttled_ns: u64,
+    denied: u64,
+    processes_peak: u32,
+}
+
+#[derive(Default)]
+struct DeviceAcc {
+    device_index: u32,
+    rounds: u32,
+    memory_total_bytes: u64,
+    memory_used_peak_bytes: Option<u64>,
+    util_sum_e4: u64,
+    util_rounds: u32,
+}
+
+/// The counters of a tenant on a device as last seen.
+#[derive(Clone, Copy)]
+struct Counters {
+    throttled_ns_total: u64,
+    denied_total: u64,
+}
+
+/// Growth of a counter from `last` to `now`; a counter that went down was
+/// started afresh, so all of `now` is new.
+pub fn counter_growth(last: u64, now: u64) -> u64 {
+    if now >= last {
+        now - last
+    } else {
+        now
+    }
+}
+
+/// The open interval and the counters it measures growth from.
+#[derive(Default)]
+pub struct Aggregator {
+    /// Unix time the open interval began, ms; `None`: no round yet.
+    start_ms: Option<u64>,
+    tenants: BTreeMap<(String, String), TenantAcc>,
+    devices: BTreeMap<String, DeviceAcc>,
+    left_out: HashSet<(String, String)>,
+    last: HashMap<(String, String), Counters>,
+    seen_a_round: bool,
+}
+
+impl Aggregator {
+    /// When the open interval began (Unix ms); `None` when it has no round.
+    pub fn started_ms(&self) -> Option<u64> {
+        self.start_ms
+    }
+
+    /// Folds one round, taken at Unix time `now_ms`, into the open interval.
+    pub fn fold(&mut self, snapshot: &Snapshot, now_ms: u64) {
+        self.start_ms.get_or_insert(now_ms);
+        let first_round = !self.seen_a_round;
+        self.seen_a_round = true;
+        let mut seen: HashMap<(String, String), Counters> = HashMap::new();
+        for tenant in &snapshot.tenants {
+            for device in &tenant.devices {
+                let key = (tenant.name.clone(), device.uuid.clone());
+                let now = Counters { throttled_ns_total: device.throttled_ns_total, denied_total: device.alloc_denied_total };
+                // First seen: from what it held at the monitor's first
+                // round, else from zero (see the module docs).
+                let last = self.last.get(&key).copied().unwrap_or(if first_round {
+                    now
+                } else {
+                    Counters { throttled_ns_total: 0, denied_total: 0 }
+                });
+                seen.insert(key.clone(), now);
+                if !self.tenants.contains_key(&key) && self.tenants.len() >= MAX_TENANT_ROWS {
+                    self.left_out.insert(key);
+                    continue;
+                }
+                let acc = self.tenants.entry(key).or_default();
+                acc.device_index = device.index;
+                acc.rounds += 1;
+                if device.processes > 0 || device.memory_used_bytes > 0 {
+                    acc.active_rounds += 1;
+                }
+                acc.memory_peak_bytes = acc.memory_peak_bytes.max(device.memory_used_bytes);
+                acc.memory_sum_bytes += u128::from(device.memory_used_bytes);
+                if let Some(driver) = device.driver_memory_used_bytes {
+                    acc.driver_memory_peak_bytes = Some(acc.driver_memory_peak_bytes.unwrap_or(0).max(driver));
+                }
+                acc.memory_cap_bytes = device.memory_limit_bytes;
+                acc.compute_share_e4 = device.compute_share_ratio.map(ratio_e4);
+                acc.compute_limit_e4 = device.compute_limit_ratio.map(ratio_e4);
+                if let Some(used) = device.compute_used_ratio {
+                    acc.used_sum_e4 += u64::from(ratio_e4(used));
+                    acc.used_rounds += 1;
+                }
+                if let Some(target) = device.compute_target_ratio {
+                    acc.target_sum_e4 += u64::from(ratio_e4(target));
+                    acc.target_rounds += 1;
+                }
+                acc.throttled_ns = acc.throttled_ns.saturating_add(counter_growth(last.throttled_ns_total, now.throttled_ns_total));
+                acc.denied = acc.denied.saturating_add(counter_growth(last.denied_total, now.denied_total));
+                acc.processes_peak = acc.processes_peak.max(u32::try_from(device.processes).unwrap_or(u32::MAX));
+            }
+        }
+        // A tenant-and-device pair not seen this round starts from zero
+        // when it comes back (its ledger was made anew).
+        self.last = seen;
+        for device in &snapshot.devices {
+            if !self.devices.contains_key(&device.uuid) && self.devices.len() >= MAX_DEVICE_ROWS {
+                continue;
+            }
+            let acc = self.devices.entry(device.uuid.clone()).or_default();
+            acc.device_index = device.index;
+            acc.rounds += 1;
+            acc.memory_total_bytes = device.memory_total_bytes;
+            if let Some(used) = device.memory_used_bytes {
+                acc.memory_used_peak_bytes = Some(acc.memory_used_peak_bytes.unwrap_or(0).max(used));
+            }
+            if let Some(util) = device.utilization_ratio {
+                acc.util_sum_e4 += u64::from(ratio_e4(util));
+                acc.util_rounds += 1;
+            }
+        }
+    }
+
+    /// Closes the open interval at Unix time `now_ms` and returns its rows;
+    /// `None` when no round was folded since the last close.
+    pub fn close(&mut self, now_ms: u64) -> Option<Batch> {
+        let start_ms = self.start_ms.take()?;
+        let start_s = start_ms / 1000;
+        let span_s = (now_ms.saturating_sub(start_ms).div_ceil(1000)).max(1);
+        let mean = |sum: u64, n: u32| (n > 0).then(|| u32::try_from(sum / u64::from(n)).unwrap_or(u32::MAX));
+        let tenants = std::mem::take(&mut self.tenants)
+            .into_iter()
+            .map(|((tenant, device_uuid), acc)| TenantRow {
+                start_s,
+                span_s,
+                tenant,
+                device_uuid,
+                device_index: acc.device_index,
+                rounds: acc.rounds,
+                active_rounds: acc.active_rounds,
+                memory_peak_bytes: acc.memory_peak_bytes,
+                memory_mean_bytes: u64::try_from(acc.memory_sum_bytes / u128::from(acc.rounds.max(1))).unwrap_or(u64::MAX),
+                driver_memory_peak_bytes: acc.driver_memory_peak_bytes,
+                memory_cap_bytes: acc.memory_cap_bytes,
+                compute_share_e4: acc.compute_share_e4,
+                compute_limit_e4: acc.compute_limit_e4,
+                compute_used_e4: mean(acc.used_sum_e4, acc.used_rounds),
+                compute_target_e4: mean(acc.target_sum_e4, acc.target_rounds),
+                throttled_ns: acc.throttled_ns,
+                denied: acc.denied,
+                processes_peak: acc.processes_peak,
+            })
+            .collect();
+        let devices = std::mem::take(&mut self.devices)
+            .into_iter()
+            .map(|(device_uuid, acc)| DeviceRow {
+                start_s,
+                span_s,
+                device_uuid,
+                device_index: acc.device_index,
+                rounds: acc.rounds,
+                memory_total_bytes: acc.memory_total_bytes,
+                memory_used_peak_bytes: acc.memory_used_peak_bytes,
+                utilization_e4: mean(acc.util_sum_e4, acc.util_rounds),
+            })
+            .collect();
+        let left_out = std::mem::take(&mut self.left_out).len();
+        Some(Batch { tenants, devices, left_out })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::fixtures::{one_tenant, tenant_device};
+    use crate::snapshot::TenantDeviceView;
+
+    fn round(used: u64, denied: u64, throttled_ns: u64, processes: u64) -> Snapshot {
+        let device = TenantDeviceView {
+            alloc_denied_total: denied,
+            throttled_ns_total: throttled_ns,
+            processes,
+            compute_share_ratio: Some(0.25),
+            compute_used_ratio: Some(0.1),
+            ..tenant_device(used, Some(1 << 30), Some(used.saturating_add(5)))
+        };
+        one_tenant(true, device, vec![])
+    }
+
+    #[test]
+    fn an_interval_keeps_peak_mean_counters_growth_and_settings() {
+        let mut agg = Aggregator::default();
+        // First round of the monitor: counters already at 7 and 1000 are old.
+        agg.fold(&round(100, 7, 1000, 1), 60_000);
+        agg.fold(&round(300, 9, 1500, 2), 60_250);
+        agg.fold(&round(200, 10, 1600, 1), 60_500);
+        let batch = agg.close(120_000).unwrap();
+        assert_eq!(batch.tenants.len(), 1);
+        let row = &batch.tenants[0];
+        assert_eq!((row.start_s, row.span_s, row.rounds, row.active_rounds), (60, 60, 3, 3));
+        assert_eq!((row.memory_peak_bytes, row.memory_mean_bytes), (300, 200));
+        assert_eq!(row.driver_memory_peak_bytes, Some(305));
+        assert_eq!(row.memory_cap_bytes, Some(1 << 30));
+        assert_eq!((row.denied, row.throttled_ns), (3, 600));
+        assert_eq!(row.processes_peak, 2);
+        assert_eq!((row.compute_share_e4, row.compute_used_e4, row.compute_limit_e4), (Some(2500), Some(1000), None));
+        assert!(agg.close(130_000).is_none(), "nothing folded since");
+
+        // The next interval counts on from the last round, not from zero.
+        agg.fold(&round(0, 12, 1600, 0), 120_250);
+        let row = agg.close(180_000).unwrap().tenants.remove(0);
+        assert_eq!((row.denied, row.throttled_ns, row.active_rounds), (2, 0, 0));
+    }
+
+    #[test]
+    fn a_counter_that_goes_down_was_started_afresh() {
+        assert_eq!(counter_growth(10, 15), 5);
+        assert_eq!(counter_growth(10, 3), 3);
+        assert_eq!(counter_growth(u64::MAX, 0), 0);
+        let mut agg = Aggregator::default();
+        agg.fold(&round(1, 50, 0, 1), 0);
+        agg.fold(&round(1, 2, 0, 1), 250);
+        assert_eq!(agg.close(1000).unwrap().tenants[0].denied, 2);
+    }
+
+    #[test]
+    fn a_tenant_that_appears_later_counts_from_zero_and_one_that_leaves_too() {
+        let mut agg = Aggregator::default();
+        agg.fold(&Snapshot { nvml: false, devices: vec![], tenants: vec![], untracked_processes: vec![] }, 0);
+        agg.fold(&round(1, 4, 0, 1), 250);
+        // Gone for a round, then back with a new ledger's counters.
+        agg.fold(&Snapshot { nvml: false, devices: vec![], tenants: vec![], untracked_processes: vec![] }, 500);
+        agg.fold(&round(1, 1, 0, 1), 750);
+        assert_eq!(agg.close(1000).unwrap().tenants[0].denied, 5);
+    }
+
+    #[test]
+    fn lying_counters_saturate_instead_of_overflowing() {
+        let mut agg = Aggregator::default();
+        agg.fold(&round(u64::MAX, 0, 0, u64::MAX), 0);
+        for i in 0..4 {
+            // Up to the top, then down to zero: each swing counts, saturating.
+            let v = if i % 2 == 0 { u64::MAX } else { 0 };
+            agg.fold(&round(u64::MAX, v, v, u64::MAX), 250 * (i + 1));
+        }
+        let row = agg.close(2000).unwrap().tenants.remove(0);
+        assert_eq!((row.denied, row.throttled_ns), (u64::MAX, u64::MAX));
+        assert_eq!((row.memory_peak_bytes, row.memory_mean_bytes), (u64::MAX, u64::MAX));
+        assert_eq!(row.processes_peak, u32::MAX);
+    }
+
+    #[test]
+    fn rows_are_bounded_per_interval() {
+        let mut agg = Aggregator::default();
+        let tenants = (0..MAX_TENANT_ROWS + 3)
+            .map(|i| crate::snapshot::TenantView {
+                name: format!("t{i}"),
+                devices: vec![tenant_device(1, None, None)],
+                processes: vec![],
+                reclaimed_processes_total: 0,
+            })
+            .collect();
+        agg.fold(&Snapshot { nvml: false, devices: vec![], tenants, untracked_processes: vec![] }, 0);
+        let batch = agg.close(1000).unwrap();
+        assert_eq!((batch.tenants.len(), batch.left_out), (MAX_TENANT_ROWS, 3));
+    }
+
+    #[test]
+    fn ratios_are_ten_thousandths_clamped() {
+        assert_eq!(ratio_e4(0.123_45), 1235);
+        assert_eq!(ratio_e4(-1.0), 0);
+        assert_eq!(ratio_e4(f64::NAN), 0);
+        assert_eq!(ratio_e4(1.0035), 10_000);
+        assert_eq!(ratio_e4(1e9), 10_000);
+    }
+}

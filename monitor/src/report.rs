@@ -1,0 +1,255 @@
+//! `gpuslice report [--since 7d] [--json] [--dir DIR]`: what each tenant
+//! used over a window of the monitor's history, against its cap, share and
+//! limit, with a recommendation by the rule of [`crate::history::summary`].
+//!
+//! The history is `<dir>/.monitor/history.sqlite`, in the monitor's own
+//! directory (mode 0700): only root, or the user the monitor runs as, can
+//! read it. Reads only; the monitor may be running.
+
+use crate::discovery;
+use crate::error::Error;
+use crate::history::store::{OpenError, Store};
+use crate::history::summary::{self, percent_e4, short_duration, DeviceSummary, TenantSummary};
+use crate::text::{human_bytes, render_rows};
+use clap::Args;
+use serde::Serialize;
+use std::fmt::Write;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The ledger directory whose monitor kept the history (default: GPUSLICE_DIR, else /run/gpuslice).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+    /// How far back to look: a duration such as 7d, 24h or 2w.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_since)]
+    pub since: Duration,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--since`: a duration in gpuslice's one grammar ([`crate::duration`]).
+fn parse_since(text: &str) -> Result<Duration, String> {
+    crate::duration::parse(text)
+}
+
+/// The whole report, as `--json` prints it.
+#[derive(Serialize)]
+pub struct Report {
+    pub history: String,
+    /// The window asked for, Unix seconds.
+    pub since_s: u64,
+    pub until_s: u64,
+    /// The oldest interval the history holds at all, Unix seconds.
+    pub oldest_s: Option<u64>,
+    pub tenants: Vec<TenantSummary>,
+    pub devices: Vec<DeviceSummary>,
+    /// The rule behind the recommendations, in words.
+    pub rule: String,
+}
+
+/// The rule, as the report states it.
+pub fn rule_text() -> String {
+    format!(
+        "memory: p99 of each active minute's peak, plus {}%, rounded up to a whole {}; never lowered after a refused allocation. \
+         share and limit: p99 of each active minute's compute used, plus {}%, rounded up to a whole {}; a limit that throttled is never lowered.",
+        summary::HEADROOM_PERCENT,
+        human_bytes(summary::MEMORY_STEP_BYTES),
+        summary::HEADROOM_PERCENT,
+        percent_e4(summary::COMPUTE_STEP_E4),
+    )
+}
+
+pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
+    let dir = discovery::ledger_dir(args.dir.as_deref());
+    if std::fs::metadata(&dir).is_err() {
+        return Err(Error::Usage(format!("{}: no such ledger directory", dir.display())));
+    }
+    let path = crate::history::path(&dir);
+    let store = Store::open_read(&path).map_err(|e| match e {
+        OpenError::Missing => Error::Usage(format!(
+            "no history at {}: the monitor of {} has not written one (it writes a row a minute; it may run with --no-history, or on another --dir)",
+            path.display(),
+            dir.display()
+        )),
+        OpenError::Denied(detail) => Error::Failed(format!(
+            "cannot read the history ({detail}): it is in the monitor's own directory (mode 0700), which only root \
+             or the monitor's user may read: run `gpuslice report` as root (e.g. with sudo)"
+        )),
+        OpenError::Other(detail) => Error::Failed(format!("cannot read the history: {detail}")),
+    })?;
+    let until_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let since_s = until_s.saturating_sub(args.since.as_secs());
+    // One tenant and device at a time: a month of many is never in memory.
+    let mut tenants = Vec::new();
+    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(Error::Failed)?;
+    let mut devices = Vec::new();
+    store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(Error::Failed)?;
+    let report = Report {
+        history: path.display().to_string(),
+        since_s,
+        until_s,
+        oldest_s: store.oldest_s().map_err(Error::Failed)?,
+        tenants,
+        devices,
+        rule: rule_text(),
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn time(unix_s: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix_s)).to_string()
+}
+
+/// The report for people: memory, then compute, then devices, then the rule.
+pub fn table(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "history: {}", report.history);
+    let _ = writeln!(
+        out,
+        "window: {} to {} ({}){}",
+        time(report.since_s),
+        time(report.until_s),
+        short_duration(report.until_s - report.since_s),
+        match report.oldest_s {
+            Some(oldest) if oldest > report.since_s => format!("; the history begins {}", time(oldest)),
+            None => "; the history is empty".into(),
+            _ => String::new(),
+        }
+    );
+    if report.tenants.is_empty() {
+        let _ = writeln!(out, "\nno tenant recorded in the window");
+        return out;
+    }
+    let dash = || "-".to_string();
+    let _ = writeln!(out, "\nMEMORY");
+    let mut rows =
+        vec![["TENANT", "DEVICE", "RECORDED", "ACTIVE", "CAP", "PEAK", "P95", "P99", "REFUSED", "PROCS"].map(String::from).to_vec()];
+    for t in &report.tenants {
+        rows.push(vec![
+            t.tenant.clone(),
+            t.device_index.to_string(),
+            short_duration(t.recorded_s),
+            short_duration(t.active_s),
+            t.memory_cap_bytes.map_or("none".into(), human_bytes),
+            human_bytes(t.memory_peak_bytes),
+            t.memory_p95_bytes.map_or_else(dash, human_bytes),
+            t.memory_p99_bytes.map_or_else(dash, human_bytes),
+            t.alloc_denied_total.to_string(),
+            t.processes_peak.to_string(),
+        ]);
+    }
+    render_rows(&mut out, &rows);
+
+    let _ = writeln!(out, "\nCOMPUTE");
+    let pct = |r: Option<f64>| r.map_or_else(dash, |r| percent_e4((r * 10_000.0).round() as u64));
+    let mut rows = vec![["TENANT", "DEVICE", "SHARE", "LIMIT", "TARGET", "USED MEAN", "USED P99", "THROTTLED"].map(String::from).to_vec()];
+    for t in &report.tenants {
+        rows.push(vec![
+            t.tenant.clone(),
+            t.device_index.to_string(),
+            pct(t.compute_share_ratio),
+            pct(t.compute_limit_ratio),
+            pct(t.compute_target_mean_ratio),
+            pct(t.compute_used_mean_ratio),
+            pct(t.compute_used_p99_ratio),
+            short_duration(t.throttled_seconds as u64),
+        ]);
+    }
+    render_rows(&mut out, &rows);
+
+    let _ = writeln!(out, "\nRECOMMENDATIONS");
+    for t in &report.tenants {
+        let _ = writeln!(out, "{} on device {}:", t.tenant, t.device_index);
+        let _ = writeln!(out, "  memory: {}", t.memory_advice.text);
+        for advice in [&t.share_advice, &t.limit_advice].into_iter().flatten() {
+            let _ = writeln!(out, "  compute: {}", advice.text);
+        }
+    }
+
+    if !report.devices.is_empty() {
+        let _ = writeln!(out, "\nDEVICES");
+        let mut rows = vec![["INDEX", "UUID", "TOTAL", "PEAK USED", "MEAN UTIL"].map(String::from).to_vec()];
+        for d in &report.devices {
+            rows.push(vec![
+                d.device_index.to_string(),
+                d.device_uuid.clone(),
+                human_bytes(d.memory_total_bytes),
+                d.memory_used_peak_bytes.map_or_else(dash, human_bytes),
+                pct(d.utilization_mean_ratio),
+            ]);
+        }
+        render_rows(&mut out, &rows);
+    }
+    let _ = writeln!(out, "\nrule: {}", report.rule);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::aggregate::TenantRow;
+
+    #[test]
+    fn the_table_shows_each_tenants_figures_and_recommendation() {
+        let gib = 1u64 << 30;
+        let rows: Vec<TenantRow> = (0..100)
+            .map(|i| TenantRow {
+                start_s: 1_000_000 + i * 60,
+                span_s: 60,
+                tenant: "team-a".into(),
+                device_uuid: "GPU-0".into(),
+                device_index: 0,
+                rounds: 240,
+                active_rounds: 240,
+                memory_peak_bytes: 5 * gib + gib / 5,
+                memory_mean_bytes: 5 * gib,
+                driver_memory_peak_bytes: None,
+                memory_cap_bytes: Some(16 * gib),
+                compute_share_e4: Some(5000),
+                compute_limit_e4: None,
+                compute_used_e4: Some(1200),
+                compute_target_e4: Some(5000),
+                throttled_ns: 0,
+                denied: 0,
+                processes_peak: 3,
+            })
+            .collect();
+        let report = Report {
+            history: "/run/gpuslice/.monitor/history.sqlite".into(),
+            since_s: 1_000_000,
+            until_s: 1_000_000 + 7 * 86_400,
+            oldest_s: Some(1_000_000),
+            tenants: summary::summarize(&rows),
+            devices: vec![],
+            rule: rule_text(),
+        };
+        let text = table(&report);
+        let memory_row: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("team-a") && l.contains("GiB"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(memory_row, ["team-a", "0", "1h 40m", "1h 40m", "16.0 GiB", "5.2 GiB", "5.2 GiB", "5.2 GiB", "0", "3"], "{text}");
+        assert!(text.contains("  memory: cap 16.0 GiB, p99 5.2 GiB over 1h 40m: 6.0 GiB would do\n"), "{text}");
+        assert!(text.contains("  compute: share 50 %, p99 used 12 % over 1h 40m: 15 % would do\n"), "{text}");
+        assert!(text.contains("rule: memory: p99 of each active minute's peak, plus 10%, rounded up to a whole 512.0 MiB"), "{text}");
+    }
+
+    #[test]
+    fn a_bad_since_says_what_is_accepted() {
+        assert_eq!(parse_since("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert!(parse_since("7 dayz").unwrap_err().contains(crate::duration::FORMAT));
+    }
+}

@@ -1,0 +1,431 @@
+//! The tables of one frame, built from a [`Snapshot`], the queue and what
+//! `/proc` says of each process: devices, tenants (memory against cap,
+//! compute against target), processes, untracked processes and the queue.
+//! `--once` and the live view show the same tables; see [`super::table`].
+
+use super::procinfo::{elapsed_text, ProcInfo};
+use super::table::{self, Bar, Cell, Column, Table, Tone};
+use crate::queue::store::{Job, JobState};
+use crate::snapshot::{ProcessView, Snapshot, TenantDeviceView, TenantView};
+use crate::text::{device_name, human_bytes};
+use std::collections::HashMap;
+
+/// The order of the tenant and process rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    /// By device, then tenant (processes: then pid).
+    Device,
+    /// Most memory first.
+    Memory,
+    /// Most device time first (tenants: used; processes: SM).
+    Compute,
+    /// By tenant name.
+    Tenant,
+    /// By pid (tenants: by device).
+    Pid,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 5] = [SortKey::Device, SortKey::Memory, SortKey::Compute, SortKey::Tenant, SortKey::Pid];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Device => "device",
+            SortKey::Memory => "memory",
+            SortKey::Compute => "compute",
+            SortKey::Tenant => "tenant",
+            SortKey::Pid => "pid",
+        }
+    }
+
+    pub fn next(self) -> SortKey {
+        let at = SortKey::ALL.iter().position(|k| *k == self).unwrap_or(0);
+        SortKey::ALL[(at + 1) % SortKey::ALL.len()]
+    }
+}
+
+/// How the rows are ordered: a key, and whether reversed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sort {
+    pub key: SortKey,
+    pub reversed: bool,
+}
+
+impl Default for Sort {
+    fn default() -> Sort {
+        Sort { key: SortKey::Device, reversed: false }
+    }
+}
+
+/// Everything a frame is built from besides the snapshot.
+pub struct Extra<'a> {
+    pub jobs: &'a [Job],
+    /// `/proc` facts by host pid, for live processes.
+    pub procs: &'a HashMap<u32, ProcInfo>,
+    pub sort: Sort,
+}
+
+fn percent(ratio: f64) -> String {
+    format!("{:.0}%", ratio * 100.0)
+}
+
+/// Memory near a cap or a device's total (90%) is worth a look; over it,
+/// an alert.
+pub fn fill_tone(used_bytes: u64, of_bytes: u64) -> Tone {
+    if used_bytes > of_bytes {
+        Tone::Alert
+    } else if used_bytes.saturating_mul(10) >= of_bytes.saturating_mul(9) {
+        Tone::Warn
+    } else {
+        Tone::Plain
+    }
+}
+
+/// `used of` as a percentage cell, `-` where the whole is unknown or zero.
+pub fn fill_cell(used_bytes: Option<u64>, of_bytes: Option<u64>) -> Cell {
+    match (used_bytes, of_bytes) {
+        (Some(used), Some(of)) if of > 0 => Cell::toned(percent(used as f64 / of as f64), fill_tone(used, of)),
+        _ => Cell::plain("-"),
+    }
+}
+
+/// A bar of `used` against `of` (a cap, or the device when there is none).
+fn memory_bar(used_bytes: u64, of_bytes: Option<u64>) -> Cell {
+    match of_bytes {
+        Some(of) if of > 0 => Cell::bar(Bar { fill_ratio: used_bytes as f64 / of as f64, mark_ratio: None }, fill_tone(used_bytes, of)),
+        _ => Cell::bar(Bar { fill_ratio: 0.0, mark_ratio: None }, Tone::Plain),
+    }
+}
+
+/// Each device's UUID cut to its prefix and first 8 hex digits, longer
+/// where two devices would read the same.
+pub fn short_uuids(uuids: &[&str]) -> HashMap<String, String> {
+    let mut short = HashMap::new();
+    for uuid in uuids {
+        let mut length = "GPU-".len() + 8;
+        while length < uuid.len() && uuids.iter().any(|other| other != uuid && other.get(..length) == uuid.get(..length)) {
+            length += 1;
+        }
+        short.insert(uuid.to_string(), uuid.get(..length.min(uuid.len())).unwrap_or(uuid).to_string());
+    }
+    short
+}
+
+pub const DEVICE_COLUMNS: &[Column] = &[
+    table::text("DEVICE", 0),
+    table::text("UUID", 3),
+    table::text("MEMORY USED / TOTAL", 0),
+    table::bar("MEMORY", 2),
+    table::text("USE", 1),
+    table::text("UTIL", 1),
+    table::bar("BUSY", 4),
+    table::text("TENANTS", 2),
+];
+
+pub fn devices(snapshot: &Snapshot) -> Table {
+    let uuids: Vec<&str> = snapshot.devices.iter().map(|d| d.uuid.as_str()).collect();
+    let short = short_uuids(&uuids);
+    let mut rows = Vec::new();
+    let mut keys = Vec::new();
+    for d in &snapshot.devices {
+        let name = device_name(snapshot, d.index, &d.uuid);
+        // A MIG instance hangs under its parent when the parent is listed.
+        let under_parent = d.parent_uuid.as_ref().is_some_and(|p| snapshot.devices.iter().any(|other| &other.uuid == p));
+        let tenants = snapshot.tenants.iter().filter(|t| t.devices.iter().any(|td| td.uuid == d.uuid)).count();
+        let mut uuid = Cell::plain(d.uuid.clone());
+        uuid.short = short.get(&d.uuid).cloned();
+        rows.push(vec![
+            Cell::plain(if under_parent { format!("└ {name}") } else { name }),
+            uuid,
+            Cell::plain(format!("{} / {}", d.memory_used_bytes.map_or("-".into(), human_bytes), human_bytes(d.memory_total_bytes))),
+            memory_bar(d.memory_used_bytes.unwrap_or(0), Some(d.memory_total_bytes)),
+            fill_cell(d.memory_used_bytes, Some(d.memory_total_bytes)),
+            Cell::plain(d.utilization_ratio.map_or("-".into(), percent)),
+            Cell::bar(Bar { fill_ratio: d.utilization_ratio.unwrap_or(0.0), mark_ratio: None }, Tone::Plain),
+            Cell::plain(tenants.to_string()),
+        ]);
+        keys.push(d.uuid.clone());
+    }
+    Table { title: "DEVICES", columns: DEVICE_COLUMNS, rows, keys, empty: "no device: NVML did not answer and no ledger names one" }
+}
+
+/// Short names (`status` spells them out); the bars are the live view's.
+pub const TENANT_COLUMNS: &[Column] = &[
+    table::text("DEVICE", 0),
+    table::text("TENANT", 0),
+    table::text("MEMORY", 0),
+    table::text("CAP", 1),
+    table::bar("CAP USE", 3),
+    table::text("OF CAP", 5),
+    table::text("PROCS", 6),
+    table::text("DENIED", 4),
+    table::text("LIMIT", 7),
+    table::text("SHARE", 7),
+    table::text("PRIO", 8),
+    table::text("TARGET", 2),
+    table::text("USED", 1),
+    table::bar("COMPUTE", 3),
+];
+
+fn tenant_row(snapshot: &Snapshot, t: &TenantView, d: &TenantDeviceView) -> Vec<Cell> {
+    vec![
+        Cell::plain(device_name(snapshot, d.index, &d.uuid)),
+        Cell::plain(t.name.clone()),
+        Cell::plain(human_bytes(d.memory_used_bytes)),
+        Cell::plain(d.memory_limit_bytes.map_or("none".into(), human_bytes)),
+        memory_bar(d.memory_used_bytes, d.memory_limit_bytes.or_else(|| device_total(snapshot, &d.uuid))),
+        fill_cell(Some(d.memory_used_bytes), d.memory_limit_bytes),
+        Cell::plain(d.processes.to_string()),
+        Cell::toned(d.alloc_denied_total.to_string(), if d.alloc_denied_total > 0 { Tone::Alert } else { Tone::Plain }),
+        Cell::plain(d.compute_limit_ratio.map_or("none".into(), percent)),
+        Cell::plain(d.compute_share_ratio.map_or("-".into(), percent)),
+        Cell::plain(d.compute_priority.to_string()),
+        Cell::plain(d.compute_target_ratio.map_or("-".into(), percent)),
+        Cell::plain(d.compute_used_ratio.map_or("-".into(), percent)),
+        {
+            let over = matches!((d.compute_used_ratio, d.compute_limit_ratio), (Some(u), Some(l)) if u > l + 0.05);
+            Cell::bar(
+                Bar { fill_ratio: d.compute_used_ratio.unwrap_or(0.0), mark_ratio: d.compute_target_ratio },
+                if over { Tone::Warn } else { Tone::Plain },
+            )
+        },
+    ]
+}
+
+fn device_total(snapshot: &Snapshot, uuid: &str) -> Option<u64> {
+    snapshot.devices.iter().find(|d| d.uuid == uuid).map(|d| d.memory_total_bytes)
+}
+
+/// Tenants by device (in the devices' order) unless sorted otherwise;
+/// tenants that used no device last.
+pub fn tenants(snapshot: &Snapshot, sort: Sort) -> Table {
+    let order = |uuid: &str| snapshot.devices.iter().position(|d| d.uuid == uuid).unwrap_or(usize::MAX);
+    let mut pairs: Vec<_> = snapshot.tenants.iter().flat_map(|t| t.devices.iter().map(move |d| (t, d))).collect();
+    pairs.sort_by_key(|(t, d)| (order(&d.uuid), t.name.as_str()));
+    // Stable: equals keep the device order.
+    match sort.key {
+        SortKey::Device | SortKey::Pid => {}
+        SortKey::Memory => pairs.sort_by_key(|(_, d)| std::cmp::Reverse(d.memory_used_bytes)),
+        SortKey::Compute => {
+            pairs.sort_by(|(_, a), (_, b)| b.compute_used_ratio.unwrap_or(0.0).total_cmp(&a.compute_used_ratio.unwrap_or(0.0)))
+        }
+        SortKey::Tenant => pairs.sort_by_key(|(t, _)| t.name.as_str()),
+    }
+    if sort.reversed {
+        pairs.reverse();
+    }
+    let mut rows = Vec::new();
+    let mut keys = Vec::new();
+    for (t, d) in pairs {
+        rows.push(tenant_row(snapshot, t, d));
+        keys.push(format!("{}\0{}", t.name, d.uuid));
+    }
+    for t in snapshot.tenants.iter().filter(|t| t.devices.is_empty()) {
+        let mut row = vec![Cell::plain("-"), Cell::plain(t.name.clone()), Cell::plain("0 B"), Cell::plain("-"), memory_bar(0, None)];
+        row.extend(["-", "0", "0", "-", "-", "-", "-", "-"].map(Cell::plain));
+        row.push(Cell::bar(Bar { fill_ratio: 0.0, mark_ratio: None }, Tone::Plain));
+        rows.push(row);
+        keys.push(t.name.clone());
+    }
+    Table { title: "TENANTS", columns: TENANT_COLUMNS, rows, keys, empty: "no tenant: no ledger in the directory" }
+}
+
+pub const PROCESS_COLUMNS: &[Column] = &[
+    table::text("PID", 0),
+    table::text("USER", 1),
+    table::text("TENANT", 0),
+    table::text("DEVICE", 2),
+    table::text("MEMORY", 0),
+    table::text("DRIVER SEES", 6),
+    table::text("SM", 1),
+    table::text("TIME", 5),
+    table::text("STATE", 4),
+    table::rest("COMMAND", 3),
+];
+
+/// A process's devices by their names in the tables (NVML only).
+fn process_devices(snapshot: &Snapshot, p: &ProcessView) -> String {
+    let names: Vec<String> = p
+        .devices
+        .iter()
+        .map(|pd| {
+            snapshot.devices.iter().find(|d| d.uuid == pd.uuid).map_or_else(|| "?".into(), |d| device_name(snapshot, d.index, &d.uuid))
+        })
+        .collect();
+    if names.is_empty() {
+        "-".into()
+    } else {
+        names.join(",")
+    }
+}
+
+/// The key that names a process row: its tenant and pid.
+pub fn process_key(tenant: &str, pid: u32) -> String {
+    format!("{tenant}\0{pid}")
+}
+
+/// Every tenant's processes, by device (the first they use, those the
+/// driver does not list last), tenant and pid unless sorted otherwise.
+pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
+    let mut all: Vec<(&TenantView, &ProcessView)> = snapshot.tenants.iter().flat_map(|t| t.processes.iter().map(move |p| (t, p))).collect();
+    let first_device = |p: &ProcessView| {
+        p.devices.iter().filter_map(|pd| snapshot.devices.iter().position(|d| d.uuid == pd.uuid)).min().unwrap_or(usize::MAX)
+    };
+    all.sort_by_key(|(t, p)| (first_device(p), t.name.as_str(), p.pid));
+    // What `/proc` says is shown only for a process that is the one its
+    // slot names, or that this `top` cannot check (another user's, when
+    // not root); a slot naming a pid that the kernel shows not holding
+    // its lock is a false claim, and the process it names is not the
+    // tenant's.
+    let state_and_info = |p: &ProcessView| -> (Cell, Option<&ProcInfo>) {
+        let info = extra.procs.get(&p.pid);
+        match (p.alive, p.confirmed, info) {
+            (false, ..) => (Cell::toned("dead, awaiting reclaim", Tone::Warn), None),
+            (true, true, info) => (Cell::plain("alive"), info),
+            (true, false, Some(info)) if info.fds_readable => (Cell::toned("false claim", Tone::Alert), None),
+            (true, false, info) => (Cell::toned("unverified", Tone::Warn), info),
+        }
+    };
+    match extra.sort.key {
+        SortKey::Device => {}
+        SortKey::Tenant => all.sort_by_key(|(t, p)| (t.name.as_str(), p.pid)),
+        SortKey::Memory => all.sort_by_key(|(_, p)| std::cmp::Reverse(p.memory_used_bytes)),
+        SortKey::Compute => {
+            all.sort_by(|(_, a), (_, b)| b.sm_utilization_ratio.unwrap_or(0.0).total_cmp(&a.sm_utilization_ratio.unwrap_or(0.0)))
+        }
+        SortKey::Pid => all.sort_by_key(|(_, p)| p.pid),
+    }
+    if extra.sort.reversed {
+        all.reverse();
+    }
+    let mut rows = Vec::new();
+    let mut keys = Vec::new();
+    for (t, p) in all {
+        let (state, proc) = state_and_info(p);
+        rows.push(vec![
+            Cell::plain(p.pid.to_string()),
+            Cell::plain(proc.map_or("-".into(), |i| i.user.clone())),
+            Cell::plain(t.name.clone()),
+            Cell::plain(process_devices(snapshot, p)),
+            Cell::plain(human_bytes(p.memory_used_bytes)),
+            Cell::plain(p.driver_memory_used_bytes.map_or("-".into(), human_bytes)),
+            Cell::plain(p.sm_utilization_ratio.map_or("-".into(), percent)),
+            Cell::plain(proc.and_then(|i| i.elapsed_s).map_or("-".into(), elapsed_text)),
+            state,
+            Cell::plain(proc.map_or("-".into(), |i| i.command.clone())),
+        ]);
+        keys.push(process_key(&t.name, p.pid));
+    }
+    Table { title: "PROCESSES", columns: PROCESS_COLUMNS, rows, keys, empty: "no process holds a ledger slot" }
+}
+
+pub const UNTRACKED_COLUMNS: &[Column] = &[table::text("DEVICE", 0), table::text("PID", 0), table::text("MEMORY USED", 0)];
+
+pub fn untracked(snapshot: &Snapshot) -> Table {
+    let rows: Vec<Vec<Cell>> = snapshot
+        .untracked_processes
+        .iter()
+        .map(|u| {
+            vec![
+                Cell::plain(u.device.to_string()),
+                Cell::plain(u.pid.to_string()),
+                Cell::toned(human_bytes(u.memory_used_bytes), Tone::Warn),
+            ]
+        })
+        .collect();
+    let keys = snapshot.untracked_processes.iter().map(|u| format!("{}\0{}", u.uuid, u.pid)).collect();
+    Table { title: "UNTRACKED (using a GPU without the shim)", columns: UNTRACKED_COLUMNS, rows, keys, empty: "" }
+}
+
+pub const QUEUE_COLUMNS: &[Column] = &[
+    table::text("JOB", 0),
+    table::text("NAME", 2),
+    table::text("TENANT", 0),
+    table::text("PRIO", 3),
+    table::text("MEMORY", 1),
+    table::text("DEVICES", 3),
+    table::text("STATE", 0),
+    table::text("FOR", 1),
+];
+
+/// The admission queue's live jobs in `dir` (none when it cannot be read),
+/// running ones first, then the waiting ones in the order they will start.
+pub fn queued_jobs(dir: &std::path::Path) -> Vec<Job> {
+    let mut jobs = crate::queue::view(dir).map(|v| v.jobs).unwrap_or_default();
+    // Stable: the waiting jobs keep the board's order, the order they start in.
+    jobs.sort_by_key(|j| j.state == JobState::Waiting);
+    jobs
+}
+
+pub fn queue(jobs: &[Job]) -> Table {
+    let now_ms = crate::queue::store::unix_ms();
+    let rows = jobs
+        .iter()
+        .map(|job| {
+            let since_ms = job.started_unix_ms.unwrap_or(job.submitted_unix_ms);
+            vec![
+                Cell::plain(job.id.to_string()),
+                Cell::plain(job.name.as_deref().map_or_else(|| "-".into(), super::procinfo::printable)),
+                Cell::plain(job.tenant.clone()),
+                Cell::plain(job.priority.to_string()),
+                Cell::plain(job.memory_bytes.map_or("whole GPU".into(), human_bytes)),
+                Cell::plain(if job.devices.is_empty() { "-".into() } else { job.devices.len().to_string() }),
+                Cell::plain(format!("{:?}", job.state).to_lowercase()),
+                Cell::plain(format!("{}s", now_ms.saturating_sub(since_ms) / 1000)),
+            ]
+        })
+        .collect();
+    let keys = jobs.iter().map(|j| j.id.to_string()).collect();
+    Table { title: "QUEUE", columns: QUEUE_COLUMNS, rows, keys, empty: "" }
+}
+
+/// The tables of one frame, in screen order: devices, tenants and
+/// processes always; untracked processes and the queue when there are some.
+pub fn tables(snapshot: &Snapshot, extra: &Extra) -> Vec<Table> {
+    let mut tables = vec![devices(snapshot), tenants(snapshot, extra.sort), processes(snapshot, extra)];
+    if !snapshot.untracked_processes.is_empty() {
+        tables.push(untracked(snapshot));
+    }
+    if !extra.jobs.is_empty() {
+        tables.push(queue(extra.jobs));
+    }
+    tables
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_uuids_stay_unique() {
+        let a = "GPU-3f2a9c1e-0000-1111-2222-333344445555";
+        let b = "GPU-3f2a9c1e-0000-1111-2222-999944445555";
+        let c = "MIG-12345678-aaaa-bbbb-cccc-ddddeeeeffff";
+        let short = short_uuids(&[a, b, c]);
+        assert_eq!(short[c], "MIG-12345678");
+        assert_eq!(short[a], "GPU-3f2a9c1e-0000-1111-2222-3");
+        assert_eq!(short[b], "GPU-3f2a9c1e-0000-1111-2222-9");
+        assert_eq!(short_uuids(&["GPU-0"])["GPU-0"], "GPU-0");
+    }
+
+    #[test]
+    fn tones() {
+        assert_eq!(fill_tone(89, 100), Tone::Plain);
+        assert_eq!(fill_tone(90, 100), Tone::Warn);
+        assert_eq!(fill_tone(101, 100), Tone::Alert);
+        assert_eq!(fill_cell(Some(1), Some(0)).text, "-");
+        assert!(queue(&[]).rows.is_empty());
+    }
+
+    #[test]
+    fn sort_keys_cycle() {
+        let mut key = SortKey::Device;
+        let mut seen = vec![];
+        for _ in 0..SortKey::ALL.len() {
+            seen.push(key.name());
+            key = key.next();
+        }
+        assert_eq!(key, SortKey::Device);
+        assert_eq!(seen, ["device", "memory", "compute", "tenant", "pid"]);
+    }
+}

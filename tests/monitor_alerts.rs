@@ -1,0 +1,287 @@
+//! The Prometheus alert rules in `deploy/prometheus/` fire on what a real
+//! monitor says.
+//!
+//! `promtool check rules` checks the file; then a monitor runs on the
+//! simulated GPU while the test makes each alert's condition happen (a
+//! process without the shim, a tenant over its cap, the monitor stopped, a
+//! tenant whose processes are not arbitrated, a refused configuration, a
+//! violation kill), scraping `/metrics` at each step. The scrapes become
+//! the input series of promtool's rule unit tests (`promtool test rules`),
+//! as Prometheus would have stored them: a failed scrape is `up` 0, a
+//! series that leaves a scrape gets a stale marker. Each scrape stands for
+//! [`REPEAT`] evaluation intervals, longer than every rule's `for`: the
+//! states are real, their duration is stretched. At the end of each step
+//! the unit test expects exactly the alerts that step's scrape calls for,
+//! and after the first (nothing wrong) no alert at all, so a rule that
+//! always fires fails as surely as one that never does.
+
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+
+use gpuslice_tests::{poll, repo_root, Sim};
+use monitor_support::*;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+const RULES: &str = "deploy/prometheus/gpuslice-alerts.yaml";
+/// promtool's evaluation interval, seconds.
+const INTERVAL_S: usize = 15;
+/// Evaluation intervals each scrape stands for: 2 minutes.
+const REPEAT: usize = 8;
+const JOB: &str = "gpuslice";
+const INSTANCE: &str = "gpu-node-1:9494";
+
+/// A series' or an alert's labels.
+type Labels = BTreeMap<String, String>;
+
+fn promtool() -> PathBuf {
+    let found =
+        std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).map(|dir| dir.join("promtool")).find(|p| p.is_file()));
+    found.expect("promtool is not installed: run `bash scripts/setup.sh` (Debian's prometheus package)")
+}
+
+fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The rule file as JSON, through Python's YAML reader (kubernetes-validate's
+/// dependency in the test virtualenv).
+fn rules() -> Value {
+    let python = repo_root().join(".deps/venv/bin/python");
+    let script = "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)";
+    let (ok, text) = run(Command::new(&python).args(["-c", script]).arg(repo_root().join(RULES)));
+    assert!(ok, "cannot read {RULES} as YAML with {}: {text}", python.display());
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{RULES} as JSON: {e}"))
+}
+
+/// Alert name → (labels, annotations) as the rule file gives them.
+fn alert_rules() -> BTreeMap<String, (Labels, Labels)> {
+    let strings = |v: &Value| -> Labels {
+        v.as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default()
+    };
+    let mut alerts = BTreeMap::new();
+    for group in rules()["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let name = rule["alert"].as_str().expect("an alerting rule").to_string();
+            alerts.insert(name, (strings(&rule["labels"]), strings(&rule["annotations"])));
+        }
+    }
+    alerts
+}
+
+/// Renders an annotation template for an alert's labels. Only
+/// `{{ $labels.NAME }}` is used in the rules, so that expected text can be
+/// written here; anything else in braces fails the test.
+fn render(template: &str, labels: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find("}}").map(|e| start + e).unwrap_or_else(|| panic!("unclosed template in {template:?}"));
+        let name = rest[start + 2..end].trim().strip_prefix("$labels.").unwrap_or_else(|| panic!("only $labels.NAME: {template:?}"));
+        out.push_str(labels.get(name).unwrap_or_else(|| panic!("no label {name} for {template:?}: {labels:?}")));
+        rest = &rest[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_check() {
+    let (ok, text) = run(Command::new(promtool()).args(["check", "rules"]).arg(repo_root().join(RULES)));
+    assert!(ok, "{text}");
+    assert!(text.contains(&format!("SUCCESS: {} rules found", alert_rules().len())), "{text}");
+}
+
+/// `name{label="value",…}` in PromQL's series notation.
+fn series_name(name: &str, labels: &BTreeMap<String, String>) -> String {
+    let escape = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+    format!("{name}{{{}}}", pairs.join(","))
+}
+
+/// The scrapes (`None`: the target could not be scraped) as promtool's
+/// input series, each scrape repeated [`REPEAT`] times.
+fn input_series(scrapes: &[Option<Metrics>]) -> Vec<Value> {
+    let target = |mut labels: BTreeMap<String, String>| {
+        labels.insert("job".into(), JOB.into());
+        labels.insert("instance".into(), INSTANCE.into());
+        labels
+    };
+    let mut series: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+    let up_name = series_name("up", &target(BTreeMap::new()));
+    for (at, scrape) in scrapes.iter().enumerate() {
+        series.entry(up_name.clone()).or_insert_with(|| vec![None; scrapes.len()])[at] = Some(f64::from(u8::from(scrape.is_some())));
+        for sample in scrape.iter().flat_map(|m| m.samples.iter()).filter(|s| s.value.is_finite()) {
+            let name = series_name(&sample.name, &target(sample.labels.clone()));
+            series.entry(name).or_insert_with(|| vec![None; scrapes.len()])[at] = Some(sample.value);
+        }
+    }
+    series
+        .into_iter()
+        .map(|(name, values)| {
+            let mut tokens = Vec::new();
+            for (at, value) in values.iter().enumerate() {
+                let was_there = at > 0 && values[at - 1].is_some();
+                for repeat in 0..REPEAT {
+                    tokens.push(match value {
+                        Some(v) => format!("{v}"),
+                        // Prometheus marks a series that left a scrape stale.
+                        None if was_there && repeat == 0 => "stale".into(),
+                        None => "_".into(),
+                    });
+                }
+            }
+            json!({ "series": name, "values": tokens.join(" ") })
+        })
+        .collect()
+}
+
+/// The last evaluation of step `step`.
+fn end_of(step: usize) -> String {
+    format!("{}s", ((step + 1) * REPEAT - 1) * INTERVAL_S)
+}
+
+/// One scrape, or `None` when the monitor cannot be reached.
+fn try_scrape(addr: &str) -> Option<Metrics> {
+    std::net::TcpStream::connect(addr).ok()?;
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    Some(Metrics::parse(&body))
+}
+
+/// The labels of each series of `name` in `scrape` whose value is above 0,
+/// as an alert on `name > 0` carries them.
+fn above_zero(scrape: &Metrics, name: &str) -> Vec<BTreeMap<String, String>> {
+    let series: Vec<_> = scrape.samples.iter().filter(|s| s.name == name && s.value > 0.0).map(|s| s.labels.clone()).collect();
+    assert!(!series.is_empty(), "the scrape has no {name} above 0: the condition did not happen\n{scrape:#?}");
+    series
+}
+
+/// Plays a tenant that lowers the usage figure in its own ledger, so that
+/// its shim admits more than its cap (as in tests/monitor_violations.rs).
+fn forget_usage(sim: &Sim, tenant: &str) {
+    let path = ledger::tenant_path(&sim.ledger_dir(), tenant);
+    let ledger = ledger::Ledger::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    ledger.layout().usage.devices[0].used_bytes.store(0, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn every_alert_fires_on_real_scrapes_of_a_monitor_and_none_before() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("team-a");
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "on_violation = \"report\"\n").unwrap();
+    let options = || MonitorOptions { config: Some(config.clone()), ..Default::default() };
+    let mut monitor = Monitor::start(&sim, options());
+    let mut scrapes: Vec<Option<Metrics>> = Vec::new();
+    // (step, alert, the labels of each alert expected at the step's end)
+    let mut expected: Vec<(usize, &str, Vec<Labels>)> = Vec::new();
+    let no_labels = || vec![BTreeMap::new()];
+
+    // 0. Nothing wrong: a tenant within its cap.
+    let mut tenant = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:600M", "ready", "wait", "alloc:b:600M", "hold"]));
+    tenant.wait_for("ready");
+    scrapes.push(Some(monitor.metrics_until("the tenant seen", |m| {
+        m.value("gpuslice_tenant_processes", &[("tenant", "team-a"), ("device", "0")]) == Some(1.0)
+    })));
+    let rules = alert_rules();
+    for alert in rules.keys() {
+        expected.push((0, alert, Vec::new()));
+    }
+
+    // 1. A process on the GPU without the shim.
+    let mut bypass_cmd = sim.c("memctl");
+    bypass_cmd.env_remove("LD_PRELOAD").args(["init", "ctx", "alloc:x:100M", "hold"]);
+    let mut bypass = sim.spawn(&mut bypass_cmd);
+    bypass.wait_for("ready");
+    let pid = bypass.pid().to_string();
+    let scrape = monitor.metrics_until("the process without the shim seen", |m| {
+        m.find("gpuslice_untracked_process_memory_bytes", &[("pid", &pid)]).len() == 1
+    });
+    expected.push((1, "GpusliceUntrackedProcess", above_zero(&scrape, "gpuslice_untracked_process_memory_bytes")));
+    scrapes.push(Some(scrape));
+
+    // 2. The tenant past its cap by the driver's count.
+    forget_usage(&sim, "team-a");
+    tenant.send_line("go");
+    tenant.wait_for("b");
+    let scrape = monitor.metrics_until("the tenant over its cap", |m| !m.find("gpuslice_tenant_over_cap_bytes", &[]).is_empty());
+    expected.push((2, "GpusliceTenantOverCap", above_zero(&scrape, "gpuslice_tenant_over_cap_bytes")));
+    scrapes.push(Some(scrape));
+
+    // 3. The monitor stopped: the scrape fails. Meanwhile a tenant with a
+    // share starts, with no monitor to join, and is stopped (SIGSTOP)
+    // before it can join the next one.
+    let addr = monitor.addr.clone();
+    monitor.stop();
+    assert!(try_scrape(&addr).is_none(), "the stopped monitor still answers");
+    scrapes.push(None);
+    expected.push((3, "GpusliceMonitorDown", no_labels()));
+    let mut early_cmd = sim.c("memctl");
+    early_cmd.env("GPUSLICE_TENANT", "early").env("GPUSLICE_COMPUTE_SHARE", "50").args(["init", "ctx", "hold"]);
+    let mut early = sim.spawn(&mut early_cmd);
+    early.wait_for("ready");
+    early.signal("STOP");
+
+    // 4. A new monitor: the stopped tenant cannot join it.
+    monitor = Monitor::start(&sim, options());
+    let scrape = monitor.metrics_until("the early tenant seen, not arbitrated", |m| {
+        m.value("gpuslice_tenant_compute_unarbitrated_processes", &[("tenant", "early")]).is_some_and(|n| n > 0.0)
+    });
+    expected.push((4, "GpusliceDeviceNotArbitrated", above_zero(&scrape, "gpuslice_tenant_compute_unarbitrated_processes")));
+    scrapes.push(Some(scrape));
+
+    // 5. A configuration file the monitor refuses.
+    write_atomically(&config, "on_violation = \"explode\"\n");
+    let scrape = monitor.metrics_until("the reload refused", |m| m.value("gpuslice_config_last_reload_successful", &[]) == Some(0.0));
+    expected.push((5, "GpusliceConfigReloadFailed", no_labels()));
+    scrapes.push(Some(scrape));
+
+    // 6. A good one that kills violators: the process without the shim goes.
+    write_atomically(&config, "on_violation = \"kill\"\nviolation_grace = \"1s\"\n");
+    let bypass_pid = bypass.pid();
+    poll::until("the process without the shim killed", || !pid_alive(bypass_pid));
+    let scrape = monitor.metrics_until("the kill counted", |m| m.value("gpuslice_violation_kills_total", &[]).is_some_and(|n| n >= 1.0));
+    expected.push((6, "GpusliceViolationKills", no_labels()));
+    scrapes.push(Some(scrape));
+    early.signal("CONT");
+    early.kill9();
+    drop(bypass);
+    drop(tenant);
+    monitor.stop();
+
+    // The unit test: every alert expected at the end of its step, with the
+    // rule's labels and annotations and the target's.
+    let tested: BTreeSet<&str> = expected.iter().filter(|(_, _, alerts)| !alerts.is_empty()).map(|(_, a, _)| *a).collect();
+    assert_eq!(tested, rules.keys().map(String::as_str).collect(), "every rule is shown firing");
+    let alert_tests: Vec<Value> = expected
+        .iter()
+        .map(|(step, alert, alerts)| {
+            let (rule_labels, annotations) = &rules[*alert];
+            let exp: Vec<Value> = alerts
+                .iter()
+                .map(|series| {
+                    let mut labels = series.clone();
+                    labels.insert("job".into(), JOB.into());
+                    labels.insert("instance".into(), INSTANCE.into());
+                    labels.extend(rule_labels.clone());
+                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
+                    json!({ "exp_labels": labels, "exp_annotations": rendered })
+                })
+                .collect();
+            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
+        })
+        .collect();
+    let test = json!({
+        "rule_files": [repo_root().join(RULES)],
+        "evaluation_interval": format!("{INTERVAL_S}s"),
+        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
+    });
+    let file = sim.dir().join("alerts-test.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
+    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
+    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+}
