@@ -89,6 +89,29 @@ if ! "$deps/torch-venv/bin/python" -c 'import torch' 2>/dev/null; then
     "$deps/torch-venv/bin/pip" install --quiet --disable-pip-version-check 'torch==2.15.0'
 fi
 
+# --- Slurm (tests/slurm.rs, benches/slurm_startup.rs) -----------------------
+# Debian's Slurm and munge: the tests start munged, slurmctld and slurmd
+# themselves, each on a private configuration, so nothing here is started
+# or configured. Postinst scripts may try to start the services; where
+# there is no init system that fails harmlessly, and a policy-rc.d keeps
+# them from starting where there is one.
+slurm_missing=()
+for program in munged slurmctld slurmd srun; do
+    command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || slurm_missing+=("$program")
+done
+if [ ${#slurm_missing[@]} -gt 0 ]; then
+    echo "setup: installing Slurm and munge (missing: ${slurm_missing[*]})" >&2
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null
+    if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi
+fi
+# --- end of Slurm ------------------------------------------------------------
+
 if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ] || [ ! -f "$deps/lib/libcudart.so.13" ]; then
     "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --platform manylinux2014_x86_64 \

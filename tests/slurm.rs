@@ -1,0 +1,315 @@
+//! Slurm, end to end: a real slurmctld and slurmd from Debian's packages,
+//! with `deploy/slurm/` installed as their Prolog, TaskProlog and Epilog,
+//! hand GRES shards of simulated GPUs to jobs, and each job's allocation
+//! becomes a monitor-owned tenant (`slurm-<jobid>`) whose cap, share and
+//! lifetime are the allocation's. Jobs run as `nobody` through `srun`.
+//!
+//! Each test has its own cluster (`tests/slurm_support`), one at a time:
+//! the cluster's daemons and the compute measurement want the two cores.
+
+#[path = "compute_support/mod.rs"]
+mod compute_support;
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+#[path = "slurm_support/mod.rs"]
+mod slurm_support;
+
+use compute_support::{busy_bins, busy_ratio, serial};
+use gpuslice_tests::{compile_c, cu, poll, python, python_script, Output, Running, GIB};
+use monitor_support::{kill9, pid_alive};
+use slurm_support::{Cluster, ClusterOptions, JOB_UID};
+use std::os::unix::fs::MetadataExt;
+
+/// Kill mode, as deploy/slurm/README.md configures the monitor, with a short grace.
+const KILL_MODE: &str = "on_violation = \"kill\"\nviolation_grace = \"2s\"\n";
+
+fn cluster() -> Cluster {
+    Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), ..Default::default() })
+}
+
+/// `memctl ARGS` as a job with `gres`, started.
+fn memctl_job(cluster: &Cluster, gres: &str, args: &[&str]) -> Running {
+    cluster.sim.spawn(&mut cluster.srun(&[&format!("--gres={gres}")], compile_c("memctl"), args))
+}
+
+/// The one device of an allocation: (uuid, memory cap, share).
+fn slice(tenant: &serde_json::Value) -> (String, Option<u64>, Option<f64>) {
+    let devices = tenant["devices"].as_array().unwrap_or_else(|| panic!("no devices in {tenant}"));
+    assert_eq!(devices.len(), 1, "one GPU allocated: {tenant}");
+    let device = &devices[0];
+    (device["uuid"].as_str().unwrap_or_default().to_string(), device["memory_bytes"].as_u64(), device["share_percent"].as_f64())
+}
+
+fn admitted(cluster: &Cluster, job: &str) -> serde_json::Value {
+    cluster.tenant(job).unwrap_or_else(|| panic!("job {job} has no tenant:\n{:#}\n{}", cluster.tenants(), cluster.integration_log()))
+}
+
+/// Two jobs of 2 and 6 shards of one 8-shard, 8 GiB GPU: each is a tenant
+/// with 2 and 6 GiB and 25 and 75 %, owned by the job's user, and each
+/// sees its cap as the device's memory and gets nothing past it.
+#[test]
+fn shard_jobs_see_their_cap_as_the_device_and_get_nothing_past_it() {
+    let _serial = serial();
+    let cluster = cluster();
+    let args = ["init", "ctx", "info", "alloc:a:free", "alloc:past:64M", "hold"];
+    let mut small = memctl_job(&cluster, "shard:2", &args);
+    small.wait_for("ready");
+    let mut large = memctl_job(&cluster, "shard:6", &args);
+    large.wait_for("ready");
+    let (small_job, large_job) = (small.wait_for("job"), large.wait_for("job"));
+
+    let (small_tenant, large_tenant) = (admitted(&cluster, &small_job), admitted(&cluster, &large_job));
+    let (small_gpu, small_cap, small_share) = slice(&small_tenant);
+    let (large_gpu, large_cap, large_share) = slice(&large_tenant);
+    assert_eq!(small_gpu, large_gpu, "both on one GPU:\n{small_tenant}\n{large_tenant}");
+    assert_eq!((small_cap, small_share), (Some(2 * GIB), Some(25.0)), "{small_tenant}");
+    assert_eq!((large_cap, large_share), (Some(6 * GIB), Some(75.0)), "{large_tenant}");
+    for (tenant, job) in [(&small_tenant, &small_job), (&large_tenant, &large_job)] {
+        assert_eq!(tenant["labels"]["origin"], "slurm", "{tenant}");
+        assert_eq!(tenant["labels"]["job"], job.as_str(), "{tenant}");
+        let ledger = std::fs::metadata(tenant["ledger"].as_str().unwrap()).unwrap();
+        assert_eq!((ledger.uid(), ledger.mode() & 0o777), (JOB_UID, 0o600), "the ledger is the job user's alone: {tenant}");
+    }
+
+    for (out, cap) in [(small.wait(), 2 * GIB), (large.wait(), 6 * GIB)] {
+        out.assert_success().assert_rc("init", cu::SUCCESS).assert_rc("ctx", cu::SUCCESS);
+        assert_eq!(out.u64("info.total"), cap, "the cap is the device's memory\n{out}");
+        out.assert_rc("a", cu::SUCCESS).assert_rc("past", cu::OUT_OF_MEMORY);
+    }
+}
+
+/// Seconds since the Unix epoch: one time base for the clients of a measurement.
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// Both saturating the GPU, jobs of 2 and 6 shards get 25 % and 75 % of
+/// what the two got, within 2 points (kernel time per 100 ms bin, from a
+/// window in which both ran).
+#[test]
+fn shard_jobs_of_2_and_6_split_a_busy_gpu_25_to_75() {
+    let _serial = serial();
+    let cluster = cluster();
+    let epoch = unix_now_s();
+    let script = python_script("fairness_load.py");
+    let saturate = |gres: &str| {
+        let mut cmd = cluster.srun_as_root(&[&format!("--gres={gres}")], python(), &[script.to_str().unwrap(), "saturate", "1000", "7"]);
+        cmd.env("FAIRNESS_EPOCH", format!("{epoch:.6}"));
+        cluster.sim.spawn(&mut cmd)
+    };
+    let (mut small, mut large) = (saturate("shard:2"), saturate("shard:6"));
+    small.wait_for("started");
+    large.wait_for("started");
+    let both_from_s = unix_now_s() - epoch;
+    let (small_job, large_job) = (small.wait_for("job"), large.wait_for("job"));
+    assert_eq!(slice(&admitted(&cluster, &small_job)).0, slice(&admitted(&cluster, &large_job)).0, "both on one GPU");
+    let (small, large) = (small.wait(), large.wait());
+    small.assert_success();
+    large.assert_success();
+    let window = (both_from_s + 0.5, both_from_s + 4.5);
+    let got = |out: &Output| busy_ratio(&busy_bins(out, 1000.0), window.0, window.1);
+    let (a, b) = (got(&small), got(&large));
+    let small_part = a / (a + b);
+    eprintln!(
+        "shard:2 and shard:6 saturating: {a:.3} and {b:.3} of the GPU from {:.1} s to {:.1} s; shard:2 got {:.1} % of it",
+        window.0,
+        window.1,
+        small_part * 100.0
+    );
+    assert!((small_part - 0.25).abs() <= 0.02, "asked 25/75, got {a:.3}/{b:.3} ({:.1} %)\n{small}\n{large}", small_part * 100.0);
+    assert!(a + b > 0.6, "together they left the GPU idle: {a:.3} + {b:.3}\n{small}\n{large}");
+}
+
+/// A job asking past its cap gets CUDA_ERROR_OUT_OF_MEMORY and goes on.
+#[test]
+fn a_job_past_its_cap_gets_out_of_memory_and_goes_on() {
+    let _serial = serial();
+    let cluster = cluster();
+    let out = cluster.sim.run(&mut cluster.srun(
+        &["--gres=shard:1"],
+        compile_c("memctl"),
+        &["init", "ctx", "info", "alloc:big:2G", "alloc:small:100M", "free:small", "mark:went_on"],
+    ));
+    out.assert_success().assert_rc("info", cu::SUCCESS);
+    assert_eq!(out.u64("info.total"), GIB, "1 shard of 8 on an 8 GiB GPU\n{out}");
+    out.assert_rc("big", cu::OUT_OF_MEMORY).assert_rc("small", cu::SUCCESS).assert_rc("free.small", cu::SUCCESS);
+    assert_eq!(out.get("went_on"), "1");
+}
+
+/// Waits until job `job` has left the queue, its tenant is released and
+/// gone, and nothing is held on any GPU.
+fn assert_job_left_nothing(cluster: &Cluster, job: &str, ledger: &str) {
+    poll::fetch_until("the job to leave the queue", || cluster.job_state(job), |state| state.is_empty());
+    poll::fetch_until(
+        "the tenant released and its ledger removed",
+        || (cluster.tenant(job), std::path::Path::new(ledger).exists()),
+        |(tenant, exists)| tenant.is_none() && !exists,
+    );
+    let devices = cluster.devices();
+    for device in devices["devices"].as_array().unwrap() {
+        assert_eq!(device["memory_used_bytes"], 0, "memory left on a GPU:\n{devices:#}");
+        assert_eq!(device["memory_committed_bytes"], 0, "a cap left committed:\n{devices:#}");
+    }
+    let log = cluster.integration_log();
+    assert!(log.contains(&format!("released slurm-{job}")), "the Epilog released it:\n{log}");
+}
+
+/// A job cancelled with scancel, and one whose process is killed, leave
+/// nothing held, and their tenants are released.
+#[test]
+fn a_cancelled_or_killed_job_leaves_nothing_held() {
+    let _serial = serial();
+    let cluster = cluster();
+    let args = ["init", "ctx", "pid", "alloc:a:1G", "hold"];
+
+    let mut cancelled = memctl_job(&cluster, "shard:4", &args);
+    cancelled.wait_for("ready");
+    let job = cancelled.wait_for("job");
+    let tenant = admitted(&cluster, &job);
+    assert_eq!(tenant["live_processes"], 1, "{tenant}");
+    assert!(tenant["held_bytes"].as_u64().unwrap() >= GIB, "{tenant}");
+    cluster.scancel(&job);
+    poll::fetch_until("the cancelled job to leave the queue", || cluster.job_state(&job), |state| state.is_empty());
+    let out = cancelled.wait();
+    assert!(out.find("done").is_none(), "the job was cancelled, not ended\n{out}");
+    assert_job_left_nothing(&cluster, &job, tenant["ledger"].as_str().unwrap());
+
+    let mut killed = memctl_job(&cluster, "shard:4", &args);
+    killed.wait_for("ready");
+    let job = killed.wait_for("job");
+    let tenant = admitted(&cluster, &job);
+    let pid: u32 = killed.wait_for("pid").parse().unwrap();
+    kill9(pid);
+    poll::fetch_until("the killed job to leave the queue", || cluster.job_state(&job), |state| state.is_empty());
+    let out = killed.wait();
+    assert!(out.find("done").is_none(), "the job's process was killed\n{out}");
+    assert_job_left_nothing(&cluster, &job, tenant["ledger"].as_str().unwrap());
+}
+
+/// A job that unsets LD_PRELOAD reaches the whole GPU, and the monitor, in
+/// kill mode, finds it on the GPU outside every ledger and kills it.
+#[test]
+fn a_job_that_unsets_ld_preload_is_found_and_killed() {
+    let _serial = serial();
+    let cluster = cluster();
+    let memctl = compile_c("memctl");
+    let mut job = cluster.sim.spawn(&mut cluster.srun(
+        &["--gres=shard:2"],
+        "env",
+        &["-u", "LD_PRELOAD", memctl.to_str().unwrap(), "init", "ctx", "info", "pid", "alloc:x:3G", "hold"],
+    ));
+    job.wait_for("ready");
+    let id = job.wait_for("job");
+    admitted(&cluster, &id);
+    let pid: u32 = job.wait_for("pid").parse().unwrap();
+    poll::until("the bypassing process to be killed", || !pid_alive(pid));
+    poll::fetch_until("the job to end", || cluster.job_state(&id), |state| state.is_empty());
+    let out = job.wait();
+    assert_eq!(out.u64("info.total"), 8 * GIB, "without the shim it saw the whole GPU\n{out}");
+    out.assert_rc("x", cu::SUCCESS);
+    assert!(out.find("done").is_none(), "it was killed\n{out}");
+    let monitor = cluster.monitor.as_ref().unwrap();
+    let metrics = monitor.metrics();
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(1.0));
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+}
+
+/// A whole-GPU job and a shard job never share a GPU: with shards in use
+/// on one GPU, Slurm gives a `gpu:1` job the other, and a second `gpu:1`
+/// waits, though 6 shards are free, until the shard job ends.
+#[test]
+fn a_whole_gpu_job_and_a_shard_job_never_share_a_gpu() {
+    let _serial = serial();
+    let cluster = cluster();
+    let args = ["init", "ctx", "info", "hold"];
+    let mut shard = memctl_job(&cluster, "shard:2", &args);
+    shard.wait_for("ready");
+    let mut whole = memctl_job(&cluster, "gpu:1", &args);
+    whole.wait_for("ready");
+    let (shard_gpu, shard_cap, _) = slice(&admitted(&cluster, &shard.wait_for("job")));
+    let whole_tenant = admitted(&cluster, &whole.wait_for("job"));
+    let (whole_gpu, whole_cap, whole_share) = slice(&whole_tenant);
+    assert_ne!(shard_gpu, whole_gpu, "a shard job and a whole-GPU job on one GPU");
+    assert_eq!((shard_cap, whole_cap, whole_share), (Some(2 * GIB), None, Some(100.0)), "{whole_tenant}");
+
+    let mut second = memctl_job(&cluster, "gpu:1", &args);
+    poll::fetch_until(
+        "the second whole-GPU job to wait for resources",
+        || cluster.sim.run(cluster.root_command("squeue").args(["-h", "-t", "PD", "-o", "%r"])).stdout.trim().to_string(),
+        |reason| reason == "Resources",
+    );
+    assert!(!second.has_printed("job"), "a second whole-GPU job started beside a shard job");
+    let shard_out = shard.wait();
+    shard_out.assert_success();
+    assert_eq!(shard_out.u64("info.total"), 2 * GIB, "{shard_out}");
+    second.wait_for("ready");
+    let (second_gpu, second_cap, _) = slice(&admitted(&cluster, &second.wait_for("job")));
+    assert_eq!((second_gpu, second_cap), (shard_gpu, None), "the freed GPU, whole");
+    for out in [whole.wait(), second.wait()] {
+        out.assert_success();
+        assert_eq!(out.u64("info.total"), 8 * GIB, "a whole GPU\n{out}");
+    }
+}
+
+/// Where gres.conf gives the GPUs no type, Slurm 22.05 puts a `gpu:1` job
+/// on a GPU whose shards are in use. The monitor refuses that admission
+/// (the shares would pass 100 %): the job never runs there, the shard job
+/// keeps its slice, and Slurm drains the node for the failed Prolog.
+#[test]
+fn untyped_gpus_a_whole_gpu_job_beside_shards_is_refused() {
+    let _serial = serial();
+    let cluster = Cluster::start(ClusterOptions { typed: false, monitor_config: KILL_MODE.into(), ..Default::default() });
+    let mut shard = memctl_job(&cluster, "shard:2", &["init", "ctx", "info", "hold"]);
+    shard.wait_for("ready");
+    let shard_job = shard.wait_for("job");
+    let before = slice(&admitted(&cluster, &shard_job));
+    let whole = cluster.sim.run(&mut cluster.srun(&["--gres=gpu:1"], compile_c("memctl"), &["init", "ctx", "info"]));
+    assert!(whole.find("info").is_none(), "a whole-GPU job ran beside a shard job\n{whole}");
+    assert!(whole.stderr.contains("Job prolog failed"), "{whole}");
+    let log = cluster.integration_log();
+    assert!(log.contains("would add up to 125%"), "the monitor refused the admission for the share it would take:\n{log}");
+    assert_eq!(slice(&admitted(&cluster, &shard_job)), before, "the shard job keeps its slice");
+    let shard_out = shard.wait();
+    shard_out.assert_success();
+    assert_eq!(shard_out.u64("info.total"), 2 * GIB, "{shard_out}");
+    let node = cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"]));
+    assert!(node.stdout.contains("drain"), "Slurm drains a node whose Prolog failed:\n{node}");
+}
+
+/// A job that rewrites its own ledger (its user owns the file, so it may
+/// write every byte of it) to lift its cap and forget what it holds gains
+/// nothing: past its 2 GiB it is refused, or, if its shim believed the
+/// ledger, the monitor sees the driver's figure over the cap and kills it.
+#[test]
+fn a_job_that_rewrites_its_ledger_keeps_no_more_than_its_cap() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let _serial = serial();
+    let cluster = cluster();
+    let mut job = memctl_job(&cluster, "shard:2", &["init", "ctx", "pid", "alloc:a:1536M", "ready", "wait", "alloc:b:1536M", "hold"]);
+    job.wait_for("ready");
+    let tenant = admitted(&cluster, &job.wait_for("job"));
+    let pid: u32 = job.wait_for("pid").parse().unwrap();
+    assert_eq!(job.wait_for("a"), cu::SUCCESS.to_string());
+    // What the job's user could write, written here.
+    let path = std::path::PathBuf::from(tenant["ledger"].as_str().unwrap());
+    let ledger = ledger::Ledger::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for device in ledger.devices() {
+        ledger.layout().policy.devices[device.index].memory_limit_bytes.store(ledger::layout::UNLIMITED, SeqCst);
+        ledger.layout().usage.devices[device.index].used_bytes.store(0, SeqCst);
+    }
+    job.send_line("go");
+    let second = job.wait_for("b");
+    let monitor = cluster.monitor.as_ref().unwrap();
+    if second == cu::SUCCESS.to_string() {
+        eprintln!("the shim believed the rewritten ledger; the monitor must end the job");
+        poll::until("the job over its cap to be killed", || !pid_alive(pid));
+        let metrics = monitor.metrics();
+        assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(1.0));
+        assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+        assert!(job.wait().find("done").is_none(), "it was killed");
+    } else {
+        eprintln!("the rewritten ledger was corrected before the job's next allocation");
+        assert_eq!(second, cu::OUT_OF_MEMORY.to_string(), "past its cap it is refused");
+        job.wait().assert_success();
+    }
+}

@@ -1,0 +1,330 @@
+//! A private Slurm cluster on one test's simulated GPUs, for `tests/slurm.rs`
+//! and `benches/slurm_startup.rs`: Debian's munged, slurmctld and one
+//! slurmd, started in the foreground by the test with their own
+//! configuration (`SLURM_CONF`), ports, key, state and spool directories,
+//! and stopped with it.
+//!
+//! ```text
+//!  <test dir>/
+//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=)
+//!    etc/          slurm.conf, gres.conf       (SLURM_CONF for every daemon and client)
+//!    dev/          nvidia0 → /dev/null, …      (gres.conf File=: slurmd wants a device file)
+//!    gpuslice-slurm/  deploy/slurm's scripts, installed, and their gpuslice-slurm.conf
+//!    ledger/       the monitor's ledger directory (--dir), where admitted tenants live
+//!    simgpu.state  the simulated GPUs, open to every user
+//! ```
+//!
+//! Every GPU carries shards and has a `Type=` (`gpu:simgpu`), as
+//! deploy/slurm/README.md requires: without one, Slurm 22.05 does not tie
+//! a GPU's shards to it and gives a `--gres=gpu:1` job a GPU whose shards
+//! are in use.
+//!
+//! Jobs run as `nobody` (every Debian system has it; slurmctld wants a
+//! user it can name), through `srun` started as that user.
+//!
+//! What slurmd accepts as a GPU's `File=`: a character or block device
+//! (it stats the path and refuses anything else, and then binds no GPU,
+//! setting no CUDA_VISIBLE_DEVICES). A symbolic link to `/dev/null` in a
+//! private directory is one, and its name's number (`nvidia1`) is the
+//! GPU's index in CUDA_VISIBLE_DEVICES and SLURM_JOB_GPUS; no device node
+//! needs to be made.
+
+#![allow(dead_code)]
+
+use crate::monitor_support::{gpuslice_command, Monitor, MonitorOptions};
+use gpuslice_tests::{poll, repo_root, shim_lib, simgpu_lib, wrap_as_user, Output, Running, Sim};
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The user jobs run as.
+pub const JOB_UID: u32 = 65534;
+/// Shards on each GPU (gres.conf and gpuslice-slurm.conf).
+pub const SHARDS_PER_GPU: u32 = 8;
+
+/// How a test's cluster is made.
+pub struct ClusterOptions {
+    /// GPUs, each with SHARDS_PER_GPU shards.
+    pub gpus: u32,
+    /// Each GPU has a `Type=` in gres.conf, as deploy/slurm/README.md
+    /// requires; `false`: none, which Slurm 22.05 accepts but then does
+    /// not keep whole-GPU jobs off a GPU whose shards are in use.
+    pub typed: bool,
+    /// Memory of each simulated GPU.
+    pub memory: &'static str,
+    /// deploy/slurm installed (Prolog, TaskProlog, Epilog) with a monitor;
+    /// `false`: plain Slurm, as a node without gpuslice.
+    pub integration: bool,
+    /// The monitor's configuration file.
+    pub monitor_config: String,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions { gpus: 2, typed: true, memory: "8GiB", integration: true, monitor_config: String::new() }
+    }
+}
+
+/// A running cluster. Dropping it cancels its jobs and stops its daemons.
+pub struct Cluster {
+    pub sim: Sim,
+    pub monitor: Option<Monitor>,
+    /// munged, slurmctld, slurmd, in the order started.
+    daemons: Vec<Running>,
+    conf: PathBuf,
+    node: String,
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("cannot bind a port");
+    listener.local_addr().expect("no local address").port()
+}
+
+fn short_hostname() -> String {
+    let out = Command::new("hostname").arg("-s").output().expect("cannot run hostname");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn require_slurm() {
+    for program in ["munged", "slurmctld", "slurmd", "srun"] {
+        let found =
+            std::env::var_os("PATH").map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file())).unwrap_or(false)
+                || Path::new("/usr/sbin").join(program).is_file();
+        assert!(found, "{program} is missing: `bash scripts/setup.sh` installs Debian's munge, slurmctld, slurmd and slurm-client");
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+impl Cluster {
+    pub fn start(options: ClusterOptions) -> Cluster {
+        require_slurm();
+        let sim = Sim::new().devices(options.gpus).memory(options.memory).context_memory("64MiB");
+        sim.share_the_gpu();
+        let dir = sim.dir().to_path_buf();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for sub in ["munge", "etc", "dev", "state", "spool", "log", "gpuslice-slurm"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let node = short_hostname();
+        let conf = dir.join("etc/slurm.conf");
+        let (ctld_port, slurmd_port) = (free_port(), free_port());
+        let d = dir.display();
+        let gpus = options.gpus;
+        let gpu_type = if options.typed { "simgpu:" } else { "" };
+        let mut slurm_conf = format!(
+            "ClusterName=gpuslice-test\n\
+             SlurmctldHost={node}(127.0.0.1)\n\
+             SlurmctldPort={ctld_port}\n\
+             SlurmdPort={slurmd_port}\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={d}/munge/munge.socket\n\
+             CredType=cred/munge\n\
+             StateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\n\
+             SlurmdLogFile={d}/log/slurmd.log\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             SchedulerType=sched/builtin\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n\
+             SlurmdParameters=config_overrides\n\
+             KillWait=2\n\
+             GresTypes=gpu,shard\n\
+             NodeName={node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:{gpu_type}{gpus},shard:{shards} State=UNKNOWN\n\
+             PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
+            shards = gpus * SHARDS_PER_GPU,
+        );
+        let mut gres_conf = String::from("AutoDetect=off\n");
+        for gpu in 0..gpus {
+            let file = dir.join(format!("dev/nvidia{gpu}"));
+            std::os::unix::fs::symlink("/dev/null", &file).unwrap();
+            let typed = if options.typed { " Type=simgpu" } else { "" };
+            gres_conf.push_str(&format!("Name=gpu{typed} File={}\n", file.display()));
+        }
+        for gpu in 0..gpus {
+            gres_conf.push_str(&format!("Name=shard Count={SHARDS_PER_GPU} File={}\n", dir.join(format!("dev/nvidia{gpu}")).display()));
+        }
+        let mut monitor = None;
+        if options.integration {
+            let installed = dir.join("gpuslice-slurm");
+            for script in ["prolog.sh", "epilog.sh", "task_prolog.sh", "slices.awk"] {
+                let to = installed.join(script);
+                std::fs::copy(repo_root().join("deploy/slurm").join(script), &to).unwrap();
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            // The node's settings; on simgpu, also where its GPUs are.
+            write(
+                &installed.join("gpuslice-slurm.conf"),
+                &format!(
+                    "gpuslice_bin={bin}\nshim_lib={shim}\nledger_dir={ledger}\nshards_per_gpu={SHARDS_PER_GPU}\n\
+                     devices_args=\"--nvml-lib {simgpu}\"\nlog_file={d}/log/gpuslice-slurm.log\n\
+                     export SIMGPU_STATE={d}/simgpu.state SIMGPU_DEVICES={gpus} SIMGPU_MEMORY={memory} SIMGPU_CONTEXT_MEMORY=64MiB\n",
+                    bin = gpuslice_tests::gpuslice_bin().display(),
+                    shim = shim_lib().display(),
+                    ledger = sim.ledger_dir().display(),
+                    simgpu = simgpu_lib().display(),
+                    memory = options.memory,
+                ),
+            );
+            let i = installed.display();
+            slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog.sh\n"));
+            let config = dir.join("monitor.toml");
+            write(&config, &options.monitor_config);
+            monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() }));
+        }
+        write(&conf, &slurm_conf);
+        write(&dir.join("etc/gres.conf"), &gres_conf);
+
+        let key = dir.join("munge/munge.key");
+        let mut bytes = [0u8; 1024];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("cannot open /dev/urandom"), &mut bytes)
+            .expect("cannot read /dev/urandom");
+        std::fs::write(&key, bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+
+        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node };
+        let mut munged = cluster.root_command("munged");
+        munged.args(["--foreground", "--force"]).arg(format!("--key-file={}", key.display()));
+        munged.arg(format!("--socket={d}/munge/munge.socket")).arg(format!("--pid-file={d}/munge/munged.pid"));
+        munged.arg(format!("--log-file={d}/log/munged.log")).arg(format!("--seed-file={d}/munge/seed"));
+        let munged = cluster.sim.spawn(&mut munged);
+        cluster.daemons.push(munged);
+        let socket = dir.join("munge/munge.socket");
+        assert!(
+            socket.as_os_str().len() < 108,
+            "{} is too long for a Unix socket's address (108 bytes): give the test a shorter name",
+            socket.display()
+        );
+        poll::until("munged's socket", || socket.exists());
+
+        let slurmctld = cluster.sim.spawn(cluster.root_command("slurmctld").args(["-D", "-i"]));
+        cluster.daemons.push(slurmctld);
+        let slurmd = cluster.sim.spawn(cluster.root_command("slurmd").args(["-D"]));
+        cluster.daemons.push(slurmd);
+        poll::fetch_until(
+            "the node idle in sinfo",
+            || {
+                let out = cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T"]));
+                out.stdout.trim().to_string()
+            },
+            |state| state == "idle",
+        );
+        cluster
+    }
+
+    /// This cluster's directory (the test's).
+    pub fn dir(&self) -> &Path {
+        self.sim.dir()
+    }
+
+    /// `program` as root with this cluster's SLURM_CONF and simulated GPUs.
+    pub fn root_command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = self.sim.command(program);
+        cmd.env("SLURM_CONF", &self.conf);
+        cmd
+    }
+
+    /// `srun SRUN_ARGS sh -c 'echo job=$SLURM_JOB_ID; exec PROGRAM ARGS'`
+    /// as the job user: the job prints its id first.
+    pub fn srun(&self, srun_args: &[&str], program: impl AsRef<OsStr>, args: &[&str]) -> Command {
+        wrap_as_user(JOB_UID, &self.srun_as_root(srun_args, program, args))
+    }
+
+    /// [`Cluster::srun`] as root (for programs only root may run here, such
+    /// as a Python under root's home).
+    pub fn srun_as_root(&self, srun_args: &[&str], program: impl AsRef<OsStr>, args: &[&str]) -> Command {
+        let mut cmd = self.root_command("srun");
+        cmd.args(srun_args).args(["sh", "-c", "echo job=$SLURM_JOB_ID; exec \"$0\" \"$@\""]).arg(program).args(args);
+        cmd.current_dir(self.dir());
+        cmd
+    }
+
+    /// `gpuslice tenant list --json`: the monitor's allocations.
+    pub fn tenants(&self) -> serde_json::Value {
+        let mut cmd = gpuslice_command(&self.sim);
+        cmd.args(["tenant", "list", "--json", "--dir"]).arg(self.sim.ledger_dir());
+        let out = self.sim.run(&mut cmd);
+        out.assert_success();
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("tenant list is not JSON ({e}):\n{out}"))
+    }
+
+    /// The allocation of job `job` (tenant `slurm-<job>`), if listed.
+    pub fn tenant(&self, job: &str) -> Option<serde_json::Value> {
+        let name = format!("slurm-{job}");
+        self.tenants()["tenants"].as_array()?.iter().find(|t| t["tenant"] == name.as_str()).cloned()
+    }
+
+    /// `gpuslice devices --json` on this cluster's GPUs.
+    pub fn devices(&self) -> serde_json::Value {
+        let mut cmd = gpuslice_command(&self.sim);
+        cmd.args(["devices", "--json", "--dir"]).arg(self.sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib());
+        let out = self.sim.run(&mut cmd);
+        out.assert_success();
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("devices is not JSON ({e}):\n{out}"))
+    }
+
+    /// `squeue` for one job: `STATE REASON`, or empty once it is gone.
+    pub fn job_state(&self, job: &str) -> String {
+        let out = self.sim.run(self.root_command("squeue").args(["-h", "-j", job, "-o", "%T %r"]));
+        out.stdout.trim().to_string()
+    }
+
+    /// `scancel JOB` as root.
+    pub fn scancel(&self, job: &str) {
+        self.sim.run(self.root_command("scancel").arg(job)).assert_success();
+    }
+
+    /// What the Prolog and Epilog wrote.
+    pub fn integration_log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("log/gpuslice-slurm.log")).unwrap_or_default()
+    }
+
+    /// Nothing queued or running any more.
+    pub fn wait_idle(&self) {
+        poll::fetch_until(
+            "every job to end and the node to be idle",
+            || {
+                let jobs = self.sim.run(self.root_command("squeue").args(["-h", "-o", "%i %T"])).stdout;
+                let node = self.sim.run(self.root_command("sinfo").args(["-h", "-N", "-o", "%T"])).stdout;
+                (jobs.trim().to_string(), node.trim().to_string())
+            },
+            |(jobs, node)| jobs.is_empty() && node == "idle",
+        );
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Jobs first (slurmstepd outlives slurmd), then the daemons, newest first.
+        let _ = self.root_command("scancel").args(["--full", "--user", &JOB_UID.to_string()]).output();
+        let _ = self.root_command("scancel").args(["--full", "--user", "root"]).output();
+        let _ = gpuslice_tests::eventually(std::time::Duration::from_secs(10), || {
+            self.root_command("squeue").args(["-h"]).output().map(|o| o.stdout.is_empty()).unwrap_or(true)
+        });
+        while let Some(daemon) = self.daemons.pop() {
+            drop(daemon);
+        }
+        if std::thread::panicking() {
+            eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
+        }
+    }
+}
+
+/// The output of a finished job, with its id.
+pub fn job_id(out: &Output) -> String {
+    out.get("job").to_string()
+}
