@@ -21,7 +21,7 @@ use slurm_support::{Cluster, ClusterOptions, JOB_UID};
 use std::os::unix::fs::MetadataExt;
 
 /// Kill mode, as deploy/slurm/README.md configures the monitor, with a short grace.
-const KILL_MODE: &str = "on_violation = \"kill\"\nviolation_grace = \"2s\"\n";
+const KILL_MODE: &str = "on_violation = \"kill\"\nviolation_grace = \"2s\"\nother_tenants = \"refuse\"\n";
 
 fn cluster() -> Cluster {
     Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), ..Default::default() })
@@ -211,6 +211,44 @@ fn a_job_that_unsets_ld_preload_is_found_and_killed() {
     let monitor = cluster.monitor.as_ref().unwrap();
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(1.0));
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+}
+
+/// A job that names a tenant of its own (`GPUSLICE_TENANT`, with a cap of
+/// its own choosing) to get from under its shards is, with `other_tenants =
+/// "refuse"`, a tenant nobody governs: found and killed.
+#[test]
+fn a_job_that_names_its_own_tenant_is_found_and_killed() {
+    let _serial = serial();
+    let cluster = cluster();
+    let memctl = compile_c("memctl");
+    let mut job = cluster.sim.spawn(&mut cluster.srun(
+        &["--gres=shard:2"],
+        "env",
+        &[
+            "GPUSLICE_TENANT=mine",
+            "GPUSLICE_MEMORY_LIMIT=8GiB",
+            memctl.to_str().unwrap(),
+            "init",
+            "ctx",
+            "info",
+            "pid",
+            "alloc:x:3G",
+            "hold",
+        ],
+    ));
+    job.wait_for("ready");
+    let id = job.wait_for("job");
+    admitted(&cluster, &id);
+    let pid: u32 = job.wait_for("pid").parse().unwrap();
+    poll::until("the process of a tenant nobody admitted to be killed", || !pid_alive(pid));
+    poll::fetch_until("the job to end", || cluster.job_state(&id), |state| state.is_empty());
+    let out = job.wait();
+    // Under a tenant of its own it got past its 2 GiB; the monitor ended it.
+    out.assert_rc("x", cu::SUCCESS);
+    assert!(out.find("done").is_none(), "it was killed\n{out}");
+    let metrics = cluster.monitor.as_ref().unwrap().metrics();
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "ungoverned_tenant")]), Some(1.0));
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
 }
 
