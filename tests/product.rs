@@ -132,6 +132,38 @@ fn entrypoint_refuses_to_run_without_the_library() {
     assert_eq!(out.code(), Some(2), "no command is a usage error\n{out}");
 }
 
+/// A shim the loader cannot preload here is skipped by the loader with one
+/// line on stderr, and the command would run uncapped: `gpuslice run` and
+/// the entrypoint find out in a process started as the command would be,
+/// and refuse.
+#[test]
+fn a_shim_the_loader_cannot_preload_is_refused_before_the_command_runs() {
+    let sim = Sim::new();
+    let marker = sim.dir().join("ran");
+    // Not a library at all: the loader says why.
+    let broken = sim.dir().join("libgpuslice.so");
+    std::fs::write(&broken, "not an ELF file\n").unwrap();
+    // A library that loads, but is not the shim.
+    let other = simgpu_lib();
+    for (shim, says) in [(&broken, "cannot be preloaded"), (&other, "the loader gave no reason")] {
+        let mut cmd = sim.gpuslice();
+        cmd.env_remove("LD_PRELOAD").env("GPUSLICE_SHIM_LIB", shim).args(["run", "--sim", "--memory", "1GiB", "--", "touch"]).arg(&marker);
+        let out = sim.run(&mut cmd);
+        out.assert_failure();
+        assert!(!marker.exists(), "the command must not run without the shim\n{out}");
+        assert!(out.stderr.contains("is not loaded into programs on this host") && out.stderr.contains(says), "{out}");
+    }
+    let out = sim.run(sim.command(script("entrypoint.sh")).env_remove("LD_PRELOAD").env("GPUSLICE_LIB", &broken).arg("touch").arg(&marker));
+    out.assert_failure();
+    assert!(!marker.exists(), "the entrypoint must not run the command without the shim\n{out}");
+    assert!(out.stderr.contains("is not loaded into programs here") && out.stderr.contains("cannot be preloaded"), "{out}");
+    // The shim itself passes, and the command runs.
+    let mut cmd = sim.gpuslice();
+    cmd.env_remove("LD_PRELOAD").args(["run", "--sim", "--memory", "1GiB", "--", "touch"]).arg(&marker);
+    sim.run(&mut cmd).assert_success();
+    assert!(marker.exists());
+}
+
 #[test]
 fn run_without_a_driver_says_so_and_names_sim() {
     // On any host, with or without a driver installed: the loader, audited,

@@ -57,6 +57,48 @@ pub fn prepend_preload(cmd: &mut Command, lib: &Path) {
     prepend_to_list(cmd, "LD_PRELOAD", lib);
 }
 
+/// The symbol only the shim exports (`shim/src/lib.rs`).
+pub const SHIM_MARKER: &str = "gpuslice_shim_loaded";
+/// The hidden verb that looks for it: `gpuslice shim-probe`.
+pub const SHIM_PROBE_VERB: &str = "shim-probe";
+
+/// Checks that the dynamic loader of this host really preloads `shim`: a
+/// loader that cannot (a glibc older than the shim needs, another
+/// architecture, an unreadable file) says so on stderr and runs the program
+/// without it, uncapped. So this binary is started as the command will be,
+/// with `shim` in its `LD_PRELOAD`, and looks for a symbol only the shim
+/// exports; the loader's own words are the reason when it is not there.
+pub fn check_shim_preloads(shim: &Path) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the gpuslice binary: {e}"))?;
+    let mut probe = Command::new(&exe);
+    probe.arg(SHIM_PROBE_VERB).env("LD_PRELOAD", shim).stdin(std::process::Stdio::null());
+    let out = probe.output().map_err(|e| format!("cannot start {} to check the shim: {e}", exe.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let reason = said.lines().find(|l| l.contains("preload") || l.contains("ld.so")).unwrap_or_else(|| said.lines().next().unwrap_or(""));
+    Err(format!(
+        "the shim {} is not loaded into programs on this host ({}); refusing to run the command without its cap (a shim built by scripts/build-shim-portable.sh loads on glibc 2.17 and later)",
+        shim.display(),
+        if reason.trim().is_empty() { "the loader gave no reason".to_string() } else { reason.trim().to_string() }
+    ))
+}
+
+/// `gpuslice shim-probe`: exit 0 when the shim is in this process (see
+/// [`check_shim_preloads`]), 3 when it is not.
+pub fn shim_probe() -> std::process::ExitCode {
+    let name = std::ffi::CString::new(SHIM_MARKER).unwrap_or_default();
+    // SAFETY: dlsym with the default handle and a NUL-terminated name; the
+    // result is only compared with null.
+    let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if found.is_null() {
+        std::process::ExitCode::from(3)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
 /// Sets the child's `var`, a colon-separated list, to `first` followed by
 /// this process's value of it.
 fn prepend_to_list(cmd: &mut Command, var: &str, first: &Path) {

@@ -92,6 +92,9 @@ enum Command {
     /// A workload of the demo (used by `gpuslice demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::WorkerArgs),
+    /// Whether the shim is preloaded into this process (used by `gpuslice run`).
+    #[command(hide = true, name = "shim-probe")]
+    ShimProbe,
     /// List the GPUs: memory, committed caps, MIG mode, tenants and queued jobs on each.
     #[command(after_help = "Examples:\n  \
       gpuslice devices\n  \
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::main(args),
         Command::Demo(args) => demo::main(args),
         Command::DemoWorker(args) => demo::worker::main(args),
+        Command::ShimProbe => Ok(libs::shim_probe()),
         Command::Devices(args) => devices::main(args),
         Command::Queue(args) => queue_list::list(args),
         Command::Cancel(args) => cancel::cancel(args),

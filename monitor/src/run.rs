@@ -241,7 +241,9 @@ pub fn command(args: &RunArgs) -> Result<Command, String> {
             eprintln!("gpuslice: warning: {warning}");
         }
     }
-    libs::prepend_preload(&mut cmd, &libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?);
+    let shim = libs::find_library("libgpuslice.so", "GPUSLICE_SHIM_LIB")?;
+    libs::check_shim_preloads(&shim)?;
+    libs::prepend_preload(&mut cmd, &shim);
     Ok(cmd)
 }
 

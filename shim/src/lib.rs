@@ -66,6 +66,14 @@ pub mod procaddr;
 mod real;
 mod thread;
 
+/// A symbol only this library exports, by which `gpuslice run` finds out,
+/// in a process started as its command will be, that the loader really
+/// preloaded the shim (a loader that cannot load it only says so on stderr
+/// and runs the program without it). Its value is the ledger layout the
+/// shim reads and writes.
+#[export_name = "gpuslice_shim_loaded"]
+pub static SHIM_LOADED: u32 = ledger::layout::LAYOUT_VERSION;
+
 use abi::cuda::*;
 use accounting::{Device, Runtime};
 use config::Config;

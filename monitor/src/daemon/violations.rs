@@ -258,7 +258,7 @@ impl ViolationState {
                 if due {
                     *counters.violations_total.entry("ungoverned_tenant").or_default() += 1;
                     log::warn(&format!(
-                        "pid {} uses a GPU as tenant {}, which nobody governs (not in the configuration, not admitted,                          not a queue job), and other_tenants is \"refuse\"",
+                        "pid {} uses a GPU as tenant {}, which nobody governs (not in the configuration, not admitted, not a queue job), and other_tenants is \"refuse\"",
                         process.pid,
                         log::bounded(&tenant.name)
                     ));
