@@ -48,6 +48,11 @@ fn status_json_lists_tenants_devices_and_processes() {
     let a_row = text[t..p].lines().find(|l| l.starts_with("team-a")).unwrap_or_else(|| panic!("{text}"));
     assert!(a_row.contains("164.0 MiB") && a_row.contains("1.0 GiB"), "{a_row}");
     assert!(text[p..].lines().any(|l| l.starts_with("team-b") && l.contains(&b.pid().to_string())), "{text}");
+    assert!(!text.contains("without NVML"), "with NVML the indices are the host's\n{text}");
+    // Without NVML the table says that its indices are not the host's.
+    let out = sim.run(gpuslice_command(&sim).arg("status").arg("--dir").arg(sim.ledger_dir()).arg("--no-nvml"));
+    out.assert_success();
+    assert!(out.stdout.contains("NVML: no") && out.stdout.contains("not the host's (nvidia-smi's) index"), "{out}");
 
     // With a monitor running, the same answers.
     let _monitor = Monitor::start(&sim, MonitorOptions::default());

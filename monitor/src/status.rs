@@ -48,6 +48,15 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
 pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "ledger directory: {}   NVML: {}", dir.display(), if snapshot.nvml { "yes" } else { "no (ledger-only)" });
+    if !snapshot.nvml && !snapshot.devices.is_empty() {
+        // The ledgers key devices by UUID alone, in the order a tenant's
+        // processes first saw them: only NVML knows the host's numbering.
+        let _ = writeln!(
+            out,
+            "without NVML, INDEX is the order the tenants' ledgers list devices in, not the host's (nvidia-smi's) index, \
+             and a MIG device's UUID is shown as GPU-…: match devices by UUID"
+        );
+    }
     let _ = writeln!(out, "\nDEVICES");
     let mut rows = vec![vec!["INDEX".into(), "UUID".into(), "MEMORY USED".into(), "TOTAL".into(), "UTIL".into()]];
     for d in &snapshot.devices {
