@@ -11,7 +11,10 @@
  *   wall_us=W    from the first launch until the last kernel completed
  *   share=S      K x KERNEL_US / W: the share of the device it got
  * With `sync`, it waits for each launch before the next (a client that
- * never fills the queue).
+ * never fills the queue). With GS_TEST_START_AT=T (seconds since the
+ * epoch), it waits until the clock reads T before its first launch, so
+ * that clients started apart (in containers, say) load the device over the
+ * same stretch of time; it prints late_ms=L, how long after T it began.
  *
  * ROUTE is one of
  *   kernel, ex, coop, graph             cuLaunchKernel, cuLaunchKernelEx,
@@ -111,6 +114,19 @@ int main(int argc, char **argv) {
         CHECK(cuGraphInstantiate(&exec, g, 0));
     }
     int per_launch = graph ? GRAPH_NODES : 1;
+
+    const char *start_at = getenv("GS_TEST_START_AT");
+    if (start_at) {
+        struct timespec ts;
+        double at = atof(start_at), now;
+        for (;;) {
+            clock_gettime(CLOCK_REALTIME, &ts);
+            now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+            if (now >= at) break;
+            usleep(500);
+        }
+        printf("late_ms=%.1f\n", (now - at) * 1e3);
+    }
 
     uint64_t launches = 0;
     double t0 = now_us();
