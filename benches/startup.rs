@@ -12,6 +12,10 @@
 //! each must be running and hold a live slot with its memory in the
 //! tenant's ledger, or the benchmark fails instead of printing the row.
 //!
+//! Then, at scale: batches of 32, 128 and 256 processes of one tenant
+//! started at once, bare, under the shim, and under the shim with a monitor
+//! running, with the ratio to bare (target ≤ 1.1×).
+//!
 //! Run: `cargo build --release --workspace && cargo bench --bench startup`.
 //! Prints a table; timings are wall-clock on a possibly busy machine, so
 //! compare the two columns of one run.
@@ -199,6 +203,75 @@ fn release(holders: Vec<Child>) {
     }
 }
 
+/// How many processes start at once in the scale section, and how often
+/// each side is timed.
+const AT_ONCE: [usize; 3] = [32, 128, 256];
+const SCALE_RUNS: usize = 15;
+
+/// `n` start-up processes of the tenant started together; the wall time
+/// until the last has exited.
+fn timed_batch(program: &Path, dir: &Path, shim: bool, n: usize) -> Duration {
+    let start = Instant::now();
+    let children: Vec<Child> = (0..n).map(|_| command(program, dir, shim).spawn().expect("cannot start the startup program")).collect();
+    for mut child in children {
+        let status = child.wait().expect("cannot wait for the startup program");
+        assert!(status.success(), "the startup program failed (shim: {shim}, {n} at once)");
+    }
+    start.elapsed()
+}
+
+/// `gpuslice monitor` on this benchmark's ledger directory, ready.
+fn start_monitor(dir: &Path) -> Child {
+    use std::io::{BufRead, BufReader};
+    let mut monitor = Command::new(gpuslice_tests::gpuslice_bin())
+        .args(["monitor", "--fix-mode", "--listen", "127.0.0.1:0", "--dir"])
+        .arg(dir.join("ledger"))
+        .arg("--nvml-lib")
+        .arg(gpuslice_tests::simgpu_lib())
+        .env("SIMGPU_STATE", dir.join("simgpu.state"))
+        .env("SIMGPU_MEMORY", "80GiB")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start the monitor");
+    let stdout = monitor.stdout.take().expect("the monitor's stdout");
+    let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l == "ready=1");
+    assert!(ready, "the monitor did not get ready");
+    monitor
+}
+
+/// Many processes of one tenant starting at once (the cost of orchestration
+/// on short jobs): medians of SCALE_RUNS, bare, under the shim, and under
+/// the shim with the monitor running, the three taking turns.
+fn at_scale(program: &Path, dir: &Path) {
+    println!("\n{SCALE_RUNS} batches a side of N processes of one tenant started at once (each: init, context, 1 MiB alloc, exit); median wall time to all done");
+    println!("{:>5} {:>10} {:>10} {:>7} {:>14} {:>7}", "N", "bare", "shim", "ratio", "shim+monitor", "ratio");
+    for n in AT_ONCE {
+        let (mut bare, mut shim, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..SCALE_RUNS {
+            for side in 0..3 {
+                match (side + run) % 3 {
+                    0 => bare.push(timed_batch(program, dir, false, n)),
+                    1 => shim.push(timed_batch(program, dir, true, n)),
+                    _ => {
+                        let mut monitor = start_monitor(dir);
+                        monitored.push(timed_batch(program, dir, true, n));
+                        let _ = monitor.kill();
+                        let _ = monitor.wait();
+                    }
+                }
+            }
+        }
+        let median = |v: &mut Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2].as_secs_f64() * 1e3
+        };
+        let (b, s, m) = (median(&mut bare), median(&mut shim), median(&mut monitored));
+        println!("{n:>5} {b:>8.1}ms {s:>8.1}ms {:>6.2}x {m:>12.1}ms {:>6.2}x", s / b, m / b);
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -224,5 +297,6 @@ fn main() {
         );
         release(holders);
     }
+    at_scale(&program, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
