@@ -270,7 +270,7 @@ fn a_monitor_cap_for_a_device_this_host_lacks_is_named_once_per_reload() {
     let log = monitor.stop();
     let warnings: Vec<&str> = log.stderr.lines().filter(|l| l.contains("applies to nothing")).collect();
     assert_eq!(warnings.len(), 2, "once at start, once after the reload\n{log}");
-    assert!(warnings.iter().all(|l| l.contains("warning") && l.contains("tenant team-a") && l.contains("device 1 ")), "{log}");
+    assert!(warnings.iter().all(|l| l.contains(" WARN ") && l.contains("tenant team-a") && l.contains("device 1 ")), "{log}");
 }
 
 // --- Item 9: a tenant the monitor would never see ----------------------------

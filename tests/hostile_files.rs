@@ -36,7 +36,7 @@ fn owner(path: &Path) -> (u32, u32) {
 
 /// The monitor's error lines that mention `text`.
 fn error_lines<'a>(log: &'a Output, text: &str) -> Vec<&'a str> {
-    log.stderr.lines().filter(|l| l.contains(": error: ") && l.contains(text)).collect()
+    log.stderr.lines().filter(|l| l.contains(" ERROR ") && l.contains(text)).collect()
 }
 
 /// Runs a shell command line; returns whether it succeeded and what it said.

@@ -157,5 +157,5 @@ fn without_nvml_the_monitor_runs_ledger_only_with_one_warning() {
     let log = monitor.stop();
     let warnings: Vec<&str> = log.stderr.lines().filter(|l| l.contains("ledger-only")).collect();
     assert_eq!(warnings.len(), 1, "exactly one warning:\n{}", log.stderr);
-    assert!(warnings[0].contains("warning") && warnings[0].contains("NVML is not available"), "{}", warnings[0]);
+    assert!(warnings[0].contains(" WARN ") && warnings[0].contains("NVML is not available"), "{}", warnings[0]);
 }

@@ -48,6 +48,8 @@ pub fn gpuslice_command(sim: &Sim) -> Command {
 pub fn monitor_command(sim: &Sim, options: &MonitorOptions) -> Command {
     let mut cmd = gpuslice_command(sim);
     cmd.arg("monitor").arg("--dir").arg(sim.ledger_dir()).args(["--listen", "127.0.0.1:0"]);
+    // The tests read the log at its default level, whatever the caller's.
+    cmd.env_remove("RUST_LOG");
     if options.nvml {
         cmd.arg("--nvml-lib").arg(simgpu_lib());
     } else {

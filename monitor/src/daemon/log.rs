@@ -1,12 +1,26 @@
 //! The monitor's log: one line per event on stderr (journald and
 //! `kubectl logs` take it from there).
 //!
+//! Each line is a `tracing` event of target [`TARGET`], written by
+//! tracing-subscriber's fmt layer ([`init`]): as text, an RFC 3339
+//! timestamp (UTC), the level, the target and the message,
+//!
+//! ```text
+//! 2026-12-01T21:50:33.123456Z  WARN gpuslice::monitor: NVML disabled (--no-nvml): running in ledger-only mode
+//! ```
+//!
+//! or, with `--log-format json`, one JSON object a line with `timestamp`,
+//! `level`, `message` and `target`. `RUST_LOG` filters the events as
+//! env-filter reads it (`warn`, `gpuslice=error`, …); unset or empty, the
+//! monitor logs at `info`.
+//!
 //! Much of what the monitor complains about is written by tenants and
 //! other local users (ledger files, their names, the slots in them) or by
 //! whoever edits the configuration, so the log is bounded two ways:
-//! - every line is cut to [`MAX_LINE_BYTES`], and [`bounded`] cuts one
-//!   echoed value (a file name, a tenant string, a configuration value) to
-//!   [`MAX_VALUE_CHARS`], saying how long it was;
+//! - every message is cut to [`MAX_LINE_BYTES`] (the line adds only the
+//!   timestamp, level and target, and in JSON its escapes), and [`bounded`]
+//!   cuts one echoed value (a file name, a tenant string, a configuration
+//!   value) to [`MAX_VALUE_CHARS`], saying how long it was;
 //! - a complaint that can repeat goes through [`limited`] with a key (the
 //!   file it is about, or the user who made the files): at most
 //!   [`BURST_LINES`] lines per key per [`WINDOW`]; past that the lines are
@@ -15,10 +29,14 @@
 //!   ([`flush_all`]). Complaints about new files also go through a key of
 //!   the files' owner ([`limited_per_owner`]), with [`OWNER_BURST_LINES`],
 //!   so that one user making many files cannot fill the log either.
+//!
+//! The limits count lines before `RUST_LOG` filters them, so a filter
+//! changes what is shown, never how much a flood may write.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tracing_subscriber::EnvFilter;
 
 /// The longest line written, in bytes (longer ones are cut).
 pub const MAX_LINE_BYTES: usize = 2048;
@@ -34,22 +52,65 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 const MAX_KEYS: usize = 4096;
 /// The key shared past [`MAX_KEYS`].
 const OVERFLOW_KEY: &str = "other files";
+/// The target of every event: `RUST_LOG=gpuslice=warn` (or
+/// `gpuslice::monitor=warn`) selects it.
+pub const TARGET: &str = "gpuslice::monitor";
+/// The filter when `RUST_LOG` is unset or empty (or cannot be read).
+const DEFAULT_FILTER: &str = "info";
+
+/// How lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// Timestamp, level, target and message, separated by spaces.
+    #[default]
+    Text,
+    /// One JSON object a line: timestamp, level, message, target.
+    Json,
+}
+
+/// The filter `RUST_LOG` asks for (`None`: unset), or, when it cannot be
+/// read, the default filter and what to say about it.
+fn filter_from(rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
+    let default = || EnvFilter::builder().parse(DEFAULT_FILTER).unwrap_or_else(|_| EnvFilter::default());
+    let Some(directives) = rust_log.map(str::trim).filter(|d| !d.is_empty()) else {
+        return (default(), None);
+    };
+    match EnvFilter::builder().parse(directives) {
+        Ok(filter) => (filter, None),
+        Err(e) => (
+            default(),
+            Some(format!(
+                "RUST_LOG {}: {e}; logging at {DEFAULT_FILTER}. RUST_LOG takes a level (off, error, warn, info, debug, trace) \
+                 or TARGET=LEVEL directives separated by commas, such as gpuslice=warn",
+                bounded(directives)
+            )),
+        ),
+    }
+}
+
+/// Sends the log to stderr in `format`, filtered by `RUST_LOG`. Called once,
+/// first thing, by the monitor; before it (and in other verbs and unit
+/// tests) events go nowhere. A second call changes nothing.
+pub fn init(format: Format) {
+    let rust_log = std::env::var_os("RUST_LOG").map(|v| v.to_string_lossy().into_owned());
+    let (filter, complaint) = filter_from(rust_log.as_deref());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_target(true).with_env_filter(filter);
+    let installed = match format {
+        Format::Text => builder.try_init(),
+        Format::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+    };
+    if installed.is_ok() {
+        if let Some(complaint) = complaint {
+            warn(&complaint);
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     Info,
     Warn,
     Error,
-}
-
-impl Level {
-    fn word(self) -> &'static str {
-        match self {
-            Level::Info => "info",
-            Level::Warn => "warning",
-            Level::Error => "error",
-        }
-    }
 }
 
 /// `text` cut to at most `max_bytes` bytes on a character boundary, with
@@ -84,7 +145,12 @@ pub fn bounded_message(message: &str) -> String {
 }
 
 fn line(level: Level, message: &str) {
-    eprintln!("gpuslice monitor: {}: {}", level.word(), cut(message, MAX_LINE_BYTES));
+    let message = cut(message, MAX_LINE_BYTES);
+    match level {
+        Level::Info => tracing::info!(target: TARGET, "{message}"),
+        Level::Warn => tracing::warn!(target: TARGET, "{message}"),
+        Level::Error => tracing::error!(target: TARGET, "{message}"),
+    }
 }
 
 pub fn info(message: &str) {
@@ -210,6 +276,7 @@ pub fn flush_all() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing_subscriber::filter::LevelFilter;
 
     #[test]
     fn long_lines_and_values_are_cut_and_say_so() {
@@ -225,6 +292,21 @@ mod tests {
         let wide = "é".repeat(MAX_LINE_BYTES);
         assert!(cut(&wide, MAX_LINE_BYTES).starts_with('é'));
         assert_eq!(bounded_message("short"), "short");
+    }
+
+    #[test]
+    fn rust_log_picks_the_level_and_a_bad_one_is_named_and_left_at_info() {
+        let level = |rust_log: Option<&str>| filter_from(rust_log).0.max_level_hint();
+        assert_eq!(level(None), Some(LevelFilter::INFO), "unset: info");
+        assert_eq!(level(Some(" ")), Some(LevelFilter::INFO), "empty: info");
+        assert_eq!(level(Some("warn")), Some(LevelFilter::WARN));
+        assert_eq!(level(Some("gpuslice=error")), Some(LevelFilter::ERROR));
+        assert_eq!(level(Some("off")), Some(LevelFilter::OFF));
+        assert!(filter_from(Some("warn")).1.is_none());
+        let (filter, complaint) = filter_from(Some("gpuslice=lo\u{7}ud"));
+        assert_eq!(filter.max_level_hint(), Some(LevelFilter::INFO));
+        let complaint = complaint.expect("a bad RUST_LOG is named");
+        assert!(complaint.contains("RUST_LOG gpuslice=lo\\u{7}ud:") && complaint.contains("gpuslice=warn"), "{complaint}");
     }
 
     #[test]

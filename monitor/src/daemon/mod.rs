@@ -103,6 +103,10 @@ pub struct MonitorArgs {
     /// How long one history row covers (for tests).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = history::parse_interval, hide = true)]
     pub history_interval: std::time::Duration,
+    /// How the log on stderr is written: text (timestamp, level, message) or
+    /// json (one object a line). RUST_LOG filters it (default: info).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = log::Format::Text)]
+    pub log_format: log::Format,
 }
 
 /// Descriptors kept for everything but the ledgers: HTTP connections, NVML,
@@ -210,6 +214,20 @@ impl ConfigSource {
 }
 
 pub fn main(args: MonitorArgs) -> Result<ExitCode, Error> {
+    log::init(args.log_format);
+    let format = args.log_format;
+    match run(args) {
+        // In JSON the error the monitor stops with is a line of its log, so
+        // that every line on stderr parses.
+        Err(e) if format == log::Format::Json => {
+            log::error(&e.to_string());
+            Ok(e.exit_code())
+        }
+        result => result,
+    }
+}
+
+fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     if args.check {
         return check::main(&args);
     }
