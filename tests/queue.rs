@@ -681,3 +681,148 @@ fn without_a_monitor_a_job_waits_and_says_why() {
     assert_eq!(out.code(), Some(75), "{out}");
     assert_eq!(out.stderr.matches("no monitor is admitting jobs").count(), 1, "{out}");
 }
+
+// The queue for people: who owns each job, why a waiting one waits (in
+// the monitor's words), and nothing left behind by a cancelled job.
+
+/// The job named `name` in `jobs`.
+fn job_named<'a>(jobs: &'a [Value], name: &str) -> &'a Value {
+    jobs.iter().find(|j| j["name"] == name).unwrap_or_else(|| panic!("no job {name}: {jobs:?}"))
+}
+
+/// `reason` of the job named `name`, if it is listed with one.
+fn reason_of(jobs: &[Value], name: &str) -> Option<String> {
+    jobs.iter().find(|j| j["name"] == name).and_then(|j| j["reason"].as_str()).map(String::from)
+}
+
+/// USER and REASON: a job short of memory names the device and the
+/// figures; a job that would fit is behind the higher-priority job that
+/// waits for that room. A job file's own `uid` and `reason` are ignored:
+/// Alice plants one claiming to be root's and first in line.
+#[test]
+fn the_queue_says_whose_each_job_is_and_why_it_waits() {
+    let sim = host(Sim::new().devices(1).memory("4GiB").timeout(Duration::from_secs(30)), MonitorOptions::default());
+    let mut holder = submit(&sim, &["--memory", "3GiB", "--name", "holder"]);
+    holder.wait_for("started");
+    let high = submit(&sim, &["--memory", "2GiB", "--name", "high", "--priority", "5"]);
+    let listed = poll::fetch_until("high to wait short of memory", || jobs(&sim), |j| reason_of(j, "high").is_some());
+    let high_id = id_of(&listed, "high");
+    assert_eq!(reason_of(&listed, "high").as_deref(), Some("GPU 0: 1.0 GiB free of 2.0 GiB asked"), "{listed:?}");
+
+    // Alice's job asks 1 GiB, which GPU 0 has, but high waits for that room.
+    let queue_dir = sim.ledger_dir().join("queue");
+    let planted = serde_json::json!({
+        "id": 77, "name": "alices", "priority": 0, "gpus": 1, "memory_bytes": GIB, "placement": "binpack",
+        "tenant": "", "uid": 0, "pid": 1, "submitted_unix_ms": 0, "state": "waiting",
+        "devices": [], "started_unix_ms": null, "command": ["sleep"], "reason": "first in line"
+    });
+    let script = "exec 3>\"$1/.planted.tmp\" && flock -x 3 && printf %s \"$2\" >&3 \
+                  && ln \"$1/.planted.tmp\" \"$1/77.job\" && rm \"$1/.planted.tmp\" && echo held=1 && exec sleep 600";
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, "sh"]).arg(&queue_dir).arg(planted.to_string());
+    let mut planter = sim.spawn(&mut wrap_as_user(ALICE, &cmd));
+    planter.wait_for("held");
+    let listed = poll::fetch_until("Alice's job to be looked at", || jobs(&sim), |j| reason_of(j, "alices").is_some());
+    let alices = job_named(&listed, "alices");
+    assert_eq!(alices["reason"], format!("behind job {high_id} (priority 5)"), "the monitor's reason, not the file's: {alices}");
+    assert_eq!((alices["uid"].as_u64(), alices["user"].as_str()), (Some(u64::from(ALICE)), Some("1001")), "{alices}");
+    assert_eq!(alices["position"], 2, "{alices}");
+    let high_job = job_named(&listed, "high");
+    assert_eq!((high_job["user"].as_str(), high_job["position"].as_u64()), (Some("root"), Some(1)), "{high_job}");
+    let holder_job = job_named(&listed, "holder");
+    assert!(holder_job["reason"].is_null() && holder_job["position"].is_null(), "a running job waits for nothing: {holder_job}");
+
+    // The table says the same, in USER and REASON columns.
+    let out = sim.run(gpuslice(&sim).args(["queue", "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert!(header.contains(&"USER") && header.contains(&"REASON"), "{out}");
+    let line = |name: &str| *lines.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("no {name}\n{out}"));
+    assert_eq!(line("holder").split_whitespace().nth(2), Some("root"), "{out}");
+    assert!(line("high").contains("root") && line("high").contains("GPU 0: 1.0 GiB free of 2.0 GiB asked"), "{out}");
+    let alices_line = line("alices");
+    assert!(alices_line.split_whitespace().nth(2) == Some("1001"), "{out}");
+    assert!(alices_line.contains(&format!("behind job {high_id} (priority 5)")) && !alices_line.contains("first in line"), "{out}");
+    let _ = planter.kill9();
+    drop(high);
+    holder.wait().assert_success();
+}
+
+/// A waiting `run --queue` says its place and reason when they change,
+/// one line each time, and not when the board changes around it.
+#[test]
+fn a_waiting_job_prints_its_place_and_reason_when_they_change() {
+    let sim = sim(1);
+    let mut holder = submit(&sim, &["--memory", "3GiB", "--name", "holder"]);
+    holder.wait_for("started");
+    let log = sim.dir().join("waiting.stderr");
+    let mut cmd = gpuslice(&sim);
+    cmd.args(["run", "--sim", "--queue", "--dir"]).arg(sim.ledger_dir()).args(["--memory", "2GiB", "--name", "patient"]);
+    cmd.args(["--", "sh", "-c", JOB_SCRIPT]);
+    // Its stderr goes to a file, so the test can read it while it waits.
+    let mut logged = Command::new("sh");
+    logged.args(["-c", "exec \"$@\" 2>\"$0\""]).arg(&log).arg(cmd.get_program()).args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => logged.env(key, value),
+            None => logged.env_remove(key),
+        };
+    }
+    let mut patient = sim.spawn(&mut logged);
+    let said = |wanted: &str| {
+        poll::fetch_until(
+            &format!("the waiting job to say {wanted:?}"),
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            |text| text.lines().last().is_some_and(|l| l.ends_with(wanted)),
+        )
+    };
+    said("position 1 in line: GPU 0: 1.0 GiB free of 2.0 GiB asked");
+    let first = submit(&sim, &["--memory", "2GiB", "--name", "first", "--priority", "5"]);
+    let first_id = id_of(&wait_for_states(&sim, "first to wait", &[("first", Some("waiting"))]), "first");
+    said(&format!("position 2 in line: behind job {first_id} (priority 5)"));
+    // A job behind it changes the board, not its place or reason.
+    let last = submit(&sim, &["--memory", "1GiB", "--name", "last", "--priority", "-5"]);
+    poll::until("last to be looked at", || reason_of(&jobs(&sim), "last").is_some());
+    drop(last);
+    wait_for_states(&sim, "last to leave", &[("last", None)]);
+    let out = sim.run(gpuslice(&sim).args(["cancel", &first_id.to_string(), "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(!first.wait().success());
+    said("position 1 in line: GPU 0: 1.0 GiB free of 2.0 GiB asked");
+    holder.wait().assert_success();
+    assert_eq!(patient.wait_for("started"), "1");
+    patient.wait().assert_success();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let waits: Vec<&str> = text.lines().filter(|l| l.contains(" waits: ")).collect();
+    assert_eq!(waits.len(), 3, "one line per change, none per board:\n{text}");
+}
+
+/// A job's tenant (`queue-<n>`) goes with it: cancelled while running,
+/// or killed, it leaves no tenant in `gpuslice status` and no ledger.
+#[test]
+fn a_cancelled_job_leaves_no_tenant_behind() {
+    let sim = sim(1);
+    let mut running = submit(&sim, &["--memory", "1GiB", "--name", "cancelled"]);
+    let tenant = running.wait_for("tenant");
+    let mut killed = submit(&sim, &["--memory", "1GiB", "--name", "killed"]);
+    let killed_tenant = killed.wait_for("tenant");
+    assert_ne!(tenant, killed_tenant);
+    let status = monitor_support::status_json(&sim);
+    for name in [&tenant, &killed_tenant] {
+        assert!(monitor_support::tenant(&status, name).is_some(), "{name} is listed while its job runs: {status}");
+    }
+    let id = id_of(&jobs(&sim), "cancelled");
+    let out = sim.run(gpuslice(&sim).args(["cancel", &id.to_string(), "--dir"]).arg(sim.ledger_dir()));
+    out.assert_success();
+    assert!(!running.wait().success());
+    let _ = killed.kill9();
+    poll::until("both tenants to leave gpuslice status", || {
+        let status = monitor_support::status_json(&sim);
+        monitor_support::tenant(&status, &tenant).is_none() && monitor_support::tenant(&status, &killed_tenant).is_none()
+    });
+    for name in [&tenant, &killed_tenant] {
+        assert!(!ledger::tenant_path(&sim.ledger_dir(), name).exists(), "{name}'s ledger is removed");
+    }
+    assert!(jobs(&sim).is_empty());
+}

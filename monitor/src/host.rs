@@ -232,6 +232,26 @@ pub fn start_time_of(pid: u32) -> Option<u64> {
 /// Room for the strings `getpwnam_r` and `getgrnam_r` return.
 const NSS_BUFFER_BYTES: usize = 64 * 1024;
 
+/// The account name of `uid`, through the C library (so NSS sources such
+/// as LDAP are asked too).
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    // SAFETY: `passwd` is a plain C struct of integers and pointers, for
+    // which all zeroes is a valid value; getpwuid_r fills it.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local that outlasts the call, and
+    // the buffer's length is the one passed.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success `pw_name` points to a NUL-terminated string inside
+    // `buffer`, which is still alive.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// The uid of user `name`, as this host's user database says.
 pub fn uid_by_name(name: &str) -> Option<u32> {
     let name = std::ffi::CString::new(name).ok()?;

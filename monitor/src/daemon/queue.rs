@@ -9,14 +9,18 @@
 //! 2. lets go of the jobs that ended ([`QueueState::expire`]): a waiting
 //!    job when its holder's lock is gone, an admitted job when its lock is
 //!    gone *and* its tenant has no live process (so removing or unlocking
-//!    its own file does not free a job's room while it runs);
+//!    its own file does not free a job's room while it runs), and then
+//!    removes the tenant ledger it made for it, so that no `queue-<n>`
+//!    outlives its job in `gpuslice status`;
 //! 3. counts what is committed per device from what it holds itself: what
 //!    it gave each admitted job, the cap it holds for every other tenant
 //!    with a live process ([`PolicyState::cap_for`]), and memory NVML sees
 //!    used by processes outside every tenant;
-//! 4. admits what fits ([`policy::admit`]), first making each admitted
+//! 4. admits what fits ([`policy::look`]), first making each admitted
 //!    job's tenant ledger, for its owner, with the job's cap on its devices
-//!    and 0 on the others;
+//!    and 0 on the others, and notes why each other job waits ("GPU 0:
+//!    1.0 GiB free of 2.0 GiB asked", "behind job 3 (priority 5)"), from
+//!    its own figures: the board carries it as each waiting job's `reason`;
 //! 5. publishes the board, when it changed, and keeps its admitted jobs in
 //!    `<dir>/.monitor/queue.json`, so a restarted monitor keeps counting
 //!    them.
@@ -69,6 +73,8 @@ struct Tracked {
     /// Order of first sight: first come, first served within a priority.
     arrival: u64,
     refused: Option<String>,
+    /// Why it waits, as the last look found (see [`policy::Wait`]).
+    reason: Option<String>,
 }
 
 /// A job the monitor admitted: what it gave it.
@@ -77,6 +83,10 @@ struct Admitted {
     job: Job,
     /// Bytes it commits on each of its devices (UUID), as given at admission.
     committed_bytes: BTreeMap<String, u64>,
+    /// The inode of the tenant ledger the monitor made for it, which it
+    /// removes when the job ends (0: not known, after an older monitor).
+    #[serde(default)]
+    ledger_inode: u64,
     /// The monitor's descriptor of its file (none after a restart, if the
     /// file had gone).
     #[serde(skip)]
@@ -308,9 +318,10 @@ impl QueueState {
             started_unix_ms: None,
             command: store::shown_command(&request.command),
             inode: meta.ino(),
+            reason: None,
         };
         self.next_arrival += 1;
-        Ok(Some(Tracked { file, job, arrival: self.next_arrival, refused: None }))
+        Ok(Some(Tracked { file, job, arrival: self.next_arrival, refused: None, reason: None }))
     }
 
     /// Lets go of the jobs that ended; whether an admitted one did.
@@ -337,8 +348,17 @@ impl QueueState {
             if let Some(record) = self.admitted.remove(key) {
                 remove_if_same(&self.queue.job_path(record.job.id), record.job.inode);
                 self.ledgers.remove(&record.job.tenant);
+                // The tenant was the job's alone, and none of its processes
+                // lives: its ledger goes with it, so no `queue-<n>` is left
+                // in `gpuslice status`.
+                let ledger = ledger::tenant_path(&self.dir, &record.job.tenant);
+                if record.ledger_inode == 0 {
+                    let _ = std::fs::remove_file(&ledger);
+                } else {
+                    remove_if_same(&ledger, record.ledger_inode);
+                }
                 log::info(&format!(
-                    "queue job {} (uid {}, tenant {}) ended: its room is free",
+                    "queue job {} (uid {}, tenant {}) ended: its room is free and its tenant is gone",
                     record.job.id, record.job.uid, record.job.tenant
                 ));
             }
@@ -393,18 +413,67 @@ impl QueueState {
         requests
     }
 
-    /// Starts what fits; whether anything started.
+    /// Starts what fits, and notes why each other job waits; whether
+    /// anything started.
     fn admit(&mut self, gpus: &[GpuInfo], committed: &HashMap<String, u64>, snapshot: &Snapshot) -> bool {
         let rooms = crate::queue::rooms(gpus, self.overcommit, committed);
         let requests = self.requests();
         let by_arrival: HashMap<u64, JobKey> = requests.iter().map(|(r, key)| (r.id, *key)).collect();
         let plain: Vec<Request> = requests.into_iter().map(|(r, _)| r).collect();
+        let look = policy::look(&rooms, &plain);
+        for (arrival, wait) in &look.waiting {
+            let reason = self.describe(wait, &rooms, gpus, &by_arrival);
+            if let Some(tracked) = by_arrival.get(arrival).and_then(|key| self.tracked.get_mut(key)) {
+                tracked.reason = Some(reason);
+            }
+        }
         let mut started = false;
-        for admission in policy::admit(&rooms, &plain) {
+        for admission in look.admitted {
             let Some(key) = by_arrival.get(&admission.id).copied() else { continue };
             started |= self.start(key, admission.devices, &rooms, gpus, snapshot);
         }
         started
+    }
+
+    /// Why a job waits, for people: "GPU 0: 1.0 GiB free of 2.0 GiB
+    /// asked", "behind job 3 (priority 5)".
+    fn describe(&self, wait: &policy::Wait, rooms: &[DeviceRoom], gpus: &[GpuInfo], by_arrival: &HashMap<u64, JobKey>) -> String {
+        match wait {
+            policy::Wait::Behind(arrival) => match by_arrival.get(arrival).and_then(|key| self.tracked.get(key)) {
+                Some(ahead) => format!("behind job {} (priority {})", ahead.job.id, ahead.job.priority),
+                None => "behind an earlier job".to_string(),
+            },
+            policy::Wait::Short { devices, gpus: wanted, ask } => {
+                let name = |index: usize| rooms.get(index).map_or_else(|| "a GPU".to_string(), |r| device_label(&r.uuid, gpus));
+                let each: Vec<String> = devices
+                    .iter()
+                    .map(|short| match ask {
+                        Ask::Bytes(bytes) => format!(
+                            "{}: {} free of {} asked",
+                            name(short.device),
+                            crate::text::human_bytes(short.room_bytes),
+                            crate::text::human_bytes(*bytes)
+                        ),
+                        Ask::WholeDevice => format!(
+                            "{}: {} committed, and a job without --memory needs a GPU with nothing committed",
+                            name(short.device),
+                            crate::text::human_bytes(short.committed_bytes)
+                        ),
+                    })
+                    .collect();
+                if *wanted > 1 {
+                    let asked = match ask {
+                        Ask::Bytes(bytes) => format!("{} free", crate::text::human_bytes(*bytes)),
+                        Ask::WholeDevice => "nothing committed".to_string(),
+                    };
+                    let have = wanted.saturating_sub(devices.len() as u32);
+                    let verb = if have == 1 { "has" } else { "have" };
+                    format!("needs {wanted} GPUs with {asked}, {have} {verb} it; {}", each.join("; "))
+                } else {
+                    each.join("; ")
+                }
+            }
+        }
     }
 
     /// Makes job `key`'s tenant and moves it to the admitted; a job whose
@@ -420,9 +489,11 @@ impl QueueState {
             .collect();
         let tenant = self.free_tenant(snapshot);
         let mut job = tracked.job;
-        match make_tenant_ledger(&self.dir, &tenant, job.uid, &committed_bytes, gpus) {
+        let ledger_inode = match make_tenant_ledger(&self.dir, &tenant, job.uid, &committed_bytes, gpus) {
             Ok(ledger) => {
+                let inode = std::fs::symlink_metadata(ledger.path()).map_or(0, |m| m.ino());
                 self.ledgers.insert(tenant.clone(), ledger);
+                inode
             }
             Err(e) => {
                 let why = format!("the monitor cannot make the job's tenant ledger {tenant}: {e}");
@@ -430,7 +501,7 @@ impl QueueState {
                 self.tracked.insert(key, Tracked { refused: Some(why), job, ..tracked });
                 return false;
             }
-        }
+        };
         job.tenant = tenant;
         job.state = JobState::Running;
         job.devices = devices;
@@ -445,7 +516,7 @@ impl QueueState {
             job.devices.join(","),
             job.memory_bytes.map_or("the whole device".to_string(), crate::text::human_bytes)
         ));
-        self.admitted.insert(key, Admitted { job, committed_bytes, file: Some(tracked.file) });
+        self.admitted.insert(key, Admitted { job, committed_bytes, ledger_inode, file: Some(tracked.file) });
         true
     }
 
@@ -482,7 +553,15 @@ impl QueueState {
     fn publish(&mut self, no_nvml: bool, committed: &HashMap<String, u64>) {
         let mut running: Vec<Job> = self.admitted.values().map(|r| r.job.clone()).collect();
         running.sort_by_key(|j| (j.started_unix_ms, j.id));
-        let waiting = self.requests().into_iter().filter_map(|(_, key)| self.tracked.get(&key).map(|t| t.job.clone()));
+        let not_admitting =
+            no_nvml.then(|| "the monitor has no NVML, so it cannot see the GPUs and admits nothing until it has".to_string());
+        let waiting: Vec<Job> = self
+            .requests()
+            .into_iter()
+            .filter_map(|(_, key)| {
+                self.tracked.get(&key).map(|t| Job { reason: not_admitting.clone().or_else(|| t.reason.clone()), ..t.job.clone() })
+            })
+            .collect();
         let refused = self
             .tracked
             .values()
@@ -492,8 +571,7 @@ impl QueueState {
             .collect();
         let board = Board {
             monitor_pid: std::process::id(),
-            not_admitting: no_nvml
-                .then(|| "the monitor has no NVML, so it cannot see the GPUs and admits nothing until it has".to_string()),
+            not_admitting,
             highest_id: self.highest_id,
             jobs: running.into_iter().chain(waiting).collect(),
             refused,
@@ -519,6 +597,18 @@ impl QueueState {
             *histograms.keys().min_by_key(|p| (i64::from(**p) - i64::from(job.priority)).abs()).unwrap_or(&job.priority)
         };
         histograms.entry(priority).or_default().observe(seconds);
+    }
+}
+
+/// A device as people name it: `GPU 0`, or `GPU 0 MIG 3g.71gb` for a MIG
+/// instance (the parent's index), else its UUID.
+fn device_label(uuid: &str, gpus: &[GpuInfo]) -> String {
+    match gpus.iter().find(|g| g.uuid == uuid) {
+        Some(gpu) => match &gpu.mig_profile {
+            Some(profile) => format!("GPU {} MIG {profile}", gpu.index),
+            None => format!("GPU {}", gpu.index),
+        },
+        None => uuid.to_string(),
     }
 }
 
@@ -633,6 +723,7 @@ mod tests {
             started_unix_ms: started,
             command: vec![],
             inode: 0,
+            reason: None,
         }
     }
 
@@ -697,9 +788,9 @@ mod tests {
         let mut state = state();
         let file = || File::open("/dev/null").unwrap();
         // Job 1 was seen after job 9: a low id chosen by its owner does not pass.
-        state.tracked.insert((9, 1), Tracked { file: file(), job: job(9, 0, 0, None), arrival: 1, refused: None });
-        state.tracked.insert((1, 1), Tracked { file: file(), job: job(1, 0, 0, None), arrival: 2, refused: None });
-        state.tracked.insert((5, 1), Tracked { file: file(), job: job(5, 3, 0, None), arrival: 3, refused: None });
+        state.tracked.insert((9, 1), Tracked { file: file(), job: job(9, 0, 0, None), arrival: 1, refused: None, reason: None });
+        state.tracked.insert((1, 1), Tracked { file: file(), job: job(1, 0, 0, None), arrival: 2, refused: None, reason: None });
+        state.tracked.insert((5, 1), Tracked { file: file(), job: job(5, 3, 0, None), arrival: 3, refused: None, reason: None });
         let order: Vec<u64> = state.requests().into_iter().map(|(_, key)| key.0).collect();
         assert_eq!(order, [5, 9, 1]);
     }

@@ -38,7 +38,13 @@
 //! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its
 //! own, `queue-<n>`, whose ledger the monitor makes for the job's owner
 //! before the job starts, with the job's cap on its devices and 0 on every
-//! other, and holds there while the job lives.
+//! other, and holds there while the job lives; when the job ends (however:
+//! done, cancelled, killed) the monitor removes that ledger.
+//!
+//! **Why a job waits** is the monitor's answer too: each waiting job on
+//! the board has a `reason` from the policy's look ([`policy::look`]),
+//! which `gpuslice queue` shows in REASON and a waiting `run --queue`
+//! prints, with its place in line, each time either changes.
 //!
 //! Files: `submit.rs` (`run --queue`), [`policy`] (who starts, where),
 //! [`store`] (the files), [`wait`] (sleeping between reads of the board).

@@ -29,11 +29,18 @@
 //! that job's run time. Storing reservations would remove that case at the
 //! cost of state that outlives its reasons; the queue keeps none.
 //!
+//! **Why a job waits** ([`look`]): a job that does not start is *behind*
+//! the earliest job that reserves a device it would take (the devices it
+//! lacks least on, reserved or not), or that stopped all backfill before
+//! it was looked at; otherwise it is *short* of memory on the devices it
+//! waits for, by what their room lacks. The monitor publishes that answer
+//! for each waiting job.
+//!
 //! **Placement.** `binpack` (default) takes the fullest devices that fit
 //! (least room left after placing), keeping other devices free for large
 //! jobs; `spread` takes the emptiest.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// How a job's devices are chosen among those that fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -135,38 +142,113 @@ pub fn in_order(requests: &mut [Request]) {
     requests.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.id));
 }
 
+/// Why a job does not start in this look: the monitor's answer, which
+/// `gpuslice queue` and the waiting job print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wait {
+    /// An earlier job (this request id) reserves a device this one would
+    /// need, or stopped every later job (see the module docs).
+    Behind(u64),
+    /// Not enough memory is free: the devices the job waits for (indices
+    /// into the devices given), each with its room when the job was
+    /// looked at, and how many devices it needs.
+    Short { devices: Vec<Short>, gpus: u32, ask: Ask },
+}
+
+/// One device a job is short of room on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Short {
+    /// Index into the devices given to [`look`].
+    pub device: usize,
+    /// Its room (capacity less what is committed) at that point of the look.
+    pub room_bytes: u64,
+    /// What is committed on it then.
+    pub committed_bytes: u64,
+}
+
+/// One look at the queue: who starts, and why each other job waits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Look {
+    /// In admission order.
+    pub admitted: Vec<Admission>,
+    /// Request id and why it waits, in admission order.
+    pub waiting: Vec<(u64, Wait)>,
+}
+
+/// Reserved devices (by index), each with the order in which its
+/// reserving request was met and that request's id.
+type Reserved = HashMap<usize, (usize, u64)>;
+
 /// The jobs among `requests` (any order) that start now, in admission order.
+#[cfg(test)]
 pub fn admit(devices: &[DeviceRoom], requests: &[Request]) -> Vec<Admission> {
+    look(devices, requests).admitted
+}
+
+/// The jobs among `requests` (any order) that start now, and why each
+/// other one waits.
+pub fn look(devices: &[DeviceRoom], requests: &[Request]) -> Look {
     let mut ordered = requests.to_vec();
     in_order(&mut ordered);
     let mut rooms = devices.to_vec();
-    let mut reserved: HashSet<usize> = HashSet::new();
-    let mut admitted = Vec::new();
+    let mut reserved: Reserved = HashMap::new();
+    let mut stopped_by: Option<u64> = None;
+    let mut look = Look::default();
     for request in &ordered {
+        if let Some(first) = stopped_by {
+            look.waiting.push((request.id, Wait::Behind(first)));
+            continue;
+        }
         match place(&rooms, &reserved, request) {
             Some(chosen) => {
                 for (index, committed_bytes) in &chosen {
                     rooms[*index].committed_bytes = rooms[*index].committed_bytes.saturating_add(*committed_bytes);
                 }
                 let devices = chosen.iter().map(|(index, _)| rooms[*index].uuid.clone()).collect();
-                admitted.push(Admission { id: request.id, devices });
+                look.admitted.push(Admission { id: request.id, devices });
             }
             None => {
-                let Some(wanted) = reservation(&rooms, &reserved, request) else { break };
-                reserved.extend(wanted);
+                look.waiting.push((request.id, why_waiting(&rooms, &reserved, request)));
+                match reservation(&rooms, &reserved, request) {
+                    Some(wanted) => {
+                        let order = look.waiting.len();
+                        reserved.extend(wanted.into_iter().map(|index| (index, (order, request.id))));
+                    }
+                    None => stopped_by = Some(request.id),
+                }
             }
         }
     }
-    admitted
+    look
+}
+
+/// Why `request`, which does not fit in the unreserved devices, waits:
+/// behind the earliest job that reserves one of the devices it would
+/// take if none were reserved, else short of memory on those devices.
+fn why_waiting(rooms: &[DeviceRoom], reserved: &Reserved, request: &Request) -> Wait {
+    let mut best: Vec<usize> = (0..rooms.len()).collect();
+    // Where it lacks least; among equals, a device no one reserves, then the lower index.
+    best.sort_by_key(|index| (rooms[*index].lack_bytes(request.ask), reserved.contains_key(index), *index));
+    best.truncate(request.gpus as usize);
+    let ahead = best.iter().filter_map(|index| reserved.get(index)).min();
+    if let Some((_, id)) = ahead {
+        return Wait::Behind(*id);
+    }
+    let devices = best
+        .into_iter()
+        .filter(|index| rooms[*index].lack_bytes(request.ask) > 0)
+        .map(|index| Short { device: index, room_bytes: rooms[index].room_bytes(), committed_bytes: rooms[index].committed_bytes })
+        .collect();
+    Wait::Short { devices, gpus: request.gpus, ask: request.ask }
 }
 
 /// The unreserved devices `request` gets and what it commits on each, if
 /// enough of them fit.
-fn place(rooms: &[DeviceRoom], reserved: &HashSet<usize>, request: &Request) -> Option<Vec<(usize, u64)>> {
+fn place(rooms: &[DeviceRoom], reserved: &Reserved, request: &Request) -> Option<Vec<(usize, u64)>> {
     let mut fitting: Vec<(usize, u64)> = rooms
         .iter()
         .enumerate()
-        .filter(|(index, _)| !reserved.contains(index))
+        .filter(|(index, _)| !reserved.contains_key(index))
         .filter_map(|(index, room)| room.fits(request.ask).map(|bytes| (index, bytes)))
         .collect();
     if fitting.len() < request.gpus as usize {
@@ -183,8 +265,8 @@ fn place(rooms: &[DeviceRoom], reserved: &HashSet<usize>, request: &Request) -> 
 
 /// The unreserved devices a blocked `request` waits for: those where it
 /// lacks the least. `None` when fewer than it needs are unreserved.
-fn reservation(rooms: &[DeviceRoom], reserved: &HashSet<usize>, request: &Request) -> Option<Vec<usize>> {
-    let mut free: Vec<usize> = (0..rooms.len()).filter(|index| !reserved.contains(index)).collect();
+fn reservation(rooms: &[DeviceRoom], reserved: &Reserved, request: &Request) -> Option<Vec<usize>> {
+    let mut free: Vec<usize> = (0..rooms.len()).filter(|index| !reserved.contains_key(index)).collect();
     if free.len() < request.gpus as usize {
         return None;
     }
@@ -266,5 +348,37 @@ mod tests {
         assert!(never_fits(&rooms, 1, Ask::Bytes(9 * GIB)).unwrap().contains("largest has"));
         assert_eq!(never_fits(&rooms, 2, Ask::Bytes(8 * GIB)), None);
         assert_eq!(never_fits(&rooms, 2, Ask::WholeDevice), None);
+    }
+
+    fn waits(look: &Look) -> Vec<(u64, Wait)> {
+        look.waiting.clone()
+    }
+
+    #[test]
+    fn a_waiting_job_is_told_what_it_lacks_or_whom_it_is_behind() {
+        // GPU-0 has 1 GiB free, GPU-1 none. Job 1 (priority 5) asks 2 GiB:
+        // short on GPU-0. Job 2 asks 1 GiB: it would fit GPU-0, which job 1
+        // reserves. Job 3 wants both GPUs: behind job 1 too, and it stops the look.
+        let rooms = devices(&[7, 8]);
+        let look = look(&rooms, &[job(2, 0, 1, 1), job(1, 5, 1, 2), job(3, 0, 2, 1), job(4, -1, 1, 1)]);
+        assert_eq!(look.admitted, []);
+        let short = Wait::Short {
+            devices: vec![Short { device: 0, room_bytes: GIB, committed_bytes: 7 * GIB }],
+            gpus: 1,
+            ask: Ask::Bytes(2 * GIB),
+        };
+        assert_eq!(waits(&look), [(1, short), (2, Wait::Behind(1)), (3, Wait::Behind(1)), (4, Wait::Behind(3))]);
+        // Two GPUs asked, one has room: short on the other only.
+        let look = super::look(&devices(&[0, 7]), &[job(1, 0, 2, 2)]);
+        let short = Wait::Short {
+            devices: vec![Short { device: 1, room_bytes: GIB, committed_bytes: 7 * GIB }],
+            gpus: 2,
+            ask: Ask::Bytes(2 * GIB),
+        };
+        assert_eq!(waits(&look), [(1, short)]);
+        // A job started in the same look takes the room a later one is told of.
+        let look = super::look(&devices(&[0]), &[job(1, 0, 1, 6), job(2, 0, 1, 3)]);
+        assert_eq!(started(&look.admitted), [(1, vec!["GPU-0"])]);
+        assert!(matches!(&look.waiting[..], [(2, Wait::Short { devices, .. })] if devices[0].room_bytes == 2 * GIB));
     }
 }

@@ -93,6 +93,11 @@ pub struct Job {
     /// earlier one of the same id.
     #[serde(default)]
     pub inode: u64,
+    /// On the board, for a waiting job: why it waits, in the monitor's
+    /// words (which device, how much memory short, or which job it is
+    /// behind). Never read from a job file.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A job the monitor refused, and why (one line).
@@ -437,6 +442,8 @@ impl Queue {
                     job.state = JobState::Waiting;
                     job.devices.clear();
                     job.started_unix_ms = None;
+                    // Only the monitor says why a job waits.
+                    job.reason = None;
                     jobs.push(job);
                 }
                 (Err(e), _) => problems.push(format!("{}: {e}", path.display())),
@@ -518,6 +525,7 @@ mod tests {
             started_unix_ms: None,
             command: vec!["true".into()],
             inode: 0,
+            reason: None,
         }
     }
 
@@ -549,12 +557,14 @@ mod tests {
         let dir = temp_dir("held");
         let queue = Queue::at(&dir);
         queue.prepare().unwrap();
-        let mut mine = job(0);
+        let mut mine = Job { reason: Some("first in line".into()), ..job(0) };
         let held = queue.create_job(&mut mine).unwrap();
         let mut reader = open_plain(held.path()).unwrap();
         assert!(is_held(&reader).unwrap());
         assert_eq!(read_job(&mut reader, mine.id).unwrap(), mine);
-        assert_eq!(queue.readable_jobs().0.len(), 1);
+        let listed = queue.readable_jobs().0;
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].reason, None, "only the monitor says why a job waits, never its file");
         drop(held);
         assert!(!is_held(&reader).unwrap(), "the holder gone, so is the lock");
         assert!(is_held(&reader).is_ok_and(|h| !h), "testing twice changes nothing");

@@ -185,6 +185,7 @@ fn new_job(submission: &Submission, command: &[String]) -> Job {
         started_unix_ms: None,
         command: store::shown_command(command),
         inode: 0,
+        reason: None,
     }
 }
 
@@ -225,25 +226,27 @@ fn decision_on(board: &store::Board, id: u64, inode: u64) -> Option<Decision> {
     Some(Decision::Admitted { devices: job.devices.clone(), tenant: job.tenant.clone() })
 }
 
-/// Reads the board until it decides on the job or `deadline` passes,
-/// saying once why the job cannot be admitted now, if it cannot.
+/// Reads the board until it decides on the job or `deadline` passes. What
+/// it says of a waiting job is printed when it changes, one line each
+/// time: why nothing is admitted (no monitor), or the job's place in line
+/// and the monitor's reason for it.
 fn wait_for_decision(queue: &Queue, held: &store::HeldJob, id: u64, watch: &wait::QueueWatch, deadline: Option<Instant>) -> Decision {
     let mut said: Option<String> = None;
     loop {
         let board = queue.read_board();
-        let why_not = match &board {
+        let news = match &board {
             Ok(Some(board)) if store::process_exists(board.monitor_pid) => {
                 if let Some(decision) = decision_on(board, id, held.inode()) {
                     return decision;
                 }
-                board.not_admitting.clone()
+                place_in_line(board, id, held.inode()).or_else(|| board.not_admitting.clone())
             }
             Ok(_) => Some(no_monitor(queue.dir())),
             Err(e) => Some(format!("{e}; {}", no_monitor(queue.dir()))),
         };
-        if let Some(why) = why_not.filter(|w| said.as_ref() != Some(w)) {
-            eprintln!("gpuslice: job {id} waits: {why}");
-            said = Some(why);
+        if let Some(news) = news.filter(|n| said.as_ref() != Some(n)) {
+            eprintln!("gpuslice: job {id} waits: {news}");
+            said = Some(news);
         }
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {
@@ -251,6 +254,19 @@ fn wait_for_decision(queue: &Queue, held: &store::HeldJob, id: u64, watch: &wait
         }
         watch.wait(left.unwrap_or(wait::RECHECK));
     }
+}
+
+/// "position 2 in line: behind job 3 (priority 5)": where the board puts
+/// waiting job (`id`, `inode`) among the waiting ones, and why it waits;
+/// `None` if the board does not list it yet.
+fn place_in_line(board: &store::Board, id: u64, inode: u64) -> Option<String> {
+    let mut waiting = board.jobs.iter().filter(|j| j.state == JobState::Waiting);
+    let position = waiting.position(|j| j.id == id && j.inode == inode)? + 1;
+    let job = board.jobs.iter().find(|j| j.id == id && j.inode == inode)?;
+    Some(match &job.reason {
+        Some(reason) => format!("position {position} in line: {reason}"),
+        None => format!("position {position} in line"),
+    })
 }
 
 /// Why nothing is admitted without a monitor.

@@ -4,7 +4,6 @@
 //! shown (same start time), never to a pid a ledger merely names.
 
 use std::collections::HashMap;
-use std::ffi::CStr;
 
 /// One process as the kernel describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,28 +33,8 @@ pub struct Users {
 
 impl Users {
     pub fn name(&mut self, uid: u32) -> String {
-        self.names.entry(uid).or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string())).clone()
+        self.names.entry(uid).or_insert_with(|| crate::host::user_name(uid).unwrap_or_else(|| uid.to_string())).clone()
     }
-}
-
-/// The account name of `uid`, through the C library (so NSS sources such
-/// as LDAP are asked too).
-fn user_name(uid: u32) -> Option<String> {
-    let mut buffer = vec![0 as libc::c_char; 4096];
-    // SAFETY: `passwd` is a plain C struct of integers and pointers, for
-    // which all zeroes is a valid value; getpwuid_r fills it.
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is to a live local that outlasts the call, and
-    // the buffer's length is the one passed.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
-    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: on success `pw_name` points to a NUL-terminated string inside
-    // `buffer`, which is still alive.
-    let name = unsafe { CStr::from_ptr(entry.pw_name) };
-    Some(name.to_string_lossy().into_owned())
 }
 
 /// Text that is safe to print to a terminal: every control character
