@@ -8,8 +8,14 @@
 # On a host with an NVIDIA GPU, drop --sim / `gpuslice sim` to use the real one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh >/dev/null
-cargo build --release --workspace --quiet
+# Only what the demo needs (gcc, NVIDIA's headers), not the test suite's
+# frameworks; each step says what it does, since the first build takes
+# minutes.
+echo "demo: fetching gcc and NVIDIA's CUDA headers if missing (first run only)" >&2
+bash scripts/setup.sh --demo >/dev/null
+echo "demo: building gpuslice, its shim and the simulated GPU (release; a few minutes the first time)" >&2
+cargo build --release --quiet -p gpuslice-monitor -p gpuslice-shim -p simgpu
+echo "demo: built; starting" >&2
 bin=target/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

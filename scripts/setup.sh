@@ -10,6 +10,9 @@
 #       which the end-to-end tests drive against simgpu.
 # Versions are pinned: the tests hold the shim's cuGetProcAddress table to
 # this cudaTypedefs.h, and a newer header may add variants.
+#
+# `setup.sh --demo` installs only what scripts/demo.sh needs: gcc and the
+# headers (and the small venv that fetches them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.deps
@@ -23,6 +26,57 @@ command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# A Python virtualenv in .deps/venv (pip fetches the wheels below).
+ensure_venv() {
+    python=${PYTHON:-python3}
+    if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+        echo "setup: $python lacks venv/ensurepip; installing python3-venv" >&2
+        apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+    if [ ! -x "$deps/venv/bin/python" ]; then
+        "$python" -m venv "$deps/venv"
+    fi
+}
+
+# NVIDIA's headers (cuda.h, cudaTypedefs.h, nvml.h) and CUDA runtime, from
+# their wheels.
+fetch_headers() {
+if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ] || [ ! -f "$deps/lib/libcudart.so.13" ]; then
+    "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --platform manylinux2014_x86_64 \
+        -d "$deps/wheels" 'nvidia-cuda-runtime==13.5.37' 'nvidia-nvml-dev==13.5.37'
+    "$deps/venv/bin/python" - "$deps" <<'PY'
+import sys, zipfile, glob, os
+deps = sys.argv[1]
+wanted = {"cuda.h", "cudaTypedefs.h", "nvml.h"}
+libraries = {"libcudart.so.13"}
+os.makedirs(os.path.join(deps, "lib"), exist_ok=True)
+for wheel in glob.glob(os.path.join(deps, "wheels", "*.whl")):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            base = os.path.basename(name)
+            if base in wanted and "/include/" in name:
+                with open(os.path.join(deps, "include", base), "wb") as out:
+                    out.write(z.read(name))
+            if base in libraries and "/lib/" in name:
+                with open(os.path.join(deps, "lib", base), "wb") as out:
+                    out.write(z.read(name))
+missing = [h for h in wanted if not os.path.exists(os.path.join(deps, "include", h))]
+missing += [l for l in libraries if not os.path.exists(os.path.join(deps, "lib", l))]
+if missing:
+    sys.exit(f"setup: not found in the wheels: {missing}")
+PY
+fi
+}
+
+# The quick-start demo (scripts/demo.sh) needs gcc and NVIDIA's headers,
+# nothing else: `setup.sh --demo` stops here.
+if [ "${1:-}" = "--demo" ]; then
+    ensure_venv
+    fetch_headers
+    exit 0
 fi
 
 # tests/monitor_alerts.rs checks deploy/prometheus/ with promtool (`check
@@ -45,14 +99,7 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; the
     apt-get update -qq && apt-get install -y -qq podman runc >/dev/null
 fi
 
-python=${PYTHON:-python3}
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-    echo "setup: $python lacks venv/ensurepip; installing python3-venv" >&2
-    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
-fi
-if [ ! -x "$deps/venv/bin/python" ]; then
-    "$python" -m venv "$deps/venv"
-fi
+ensure_venv
 if ! "$deps/venv/bin/python" -c 'import cuda.bindings.driver, pynvml, nvitop, gpustat' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cuda-bindings==13.5.0' 'nvidia-ml-py==13.615.71' \
         'nvitop==1.7.2' 'gpustat==1.1.1'
@@ -112,30 +159,5 @@ if [ ${#slurm_missing[@]} -gt 0 ]; then
 fi
 # --- end of Slurm ------------------------------------------------------------
 
-if [ ! -f "$deps/include/cuda.h" ] || [ ! -f "$deps/include/nvml.h" ] || [ ! -f "$deps/lib/libcudart.so.13" ]; then
-    "$deps/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
-        --only-binary=:all: --platform manylinux2014_x86_64 \
-        -d "$deps/wheels" 'nvidia-cuda-runtime==13.5.37' 'nvidia-nvml-dev==13.5.37'
-    "$deps/venv/bin/python" - "$deps" <<'PY'
-import sys, zipfile, glob, os
-deps = sys.argv[1]
-wanted = {"cuda.h", "cudaTypedefs.h", "nvml.h"}
-libraries = {"libcudart.so.13"}
-os.makedirs(os.path.join(deps, "lib"), exist_ok=True)
-for wheel in glob.glob(os.path.join(deps, "wheels", "*.whl")):
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            base = os.path.basename(name)
-            if base in wanted and "/include/" in name:
-                with open(os.path.join(deps, "include", base), "wb") as out:
-                    out.write(z.read(name))
-            if base in libraries and "/lib/" in name:
-                with open(os.path.join(deps, "lib", base), "wb") as out:
-                    out.write(z.read(name))
-missing = [h for h in wanted if not os.path.exists(os.path.join(deps, "include", h))]
-missing += [l for l in libraries if not os.path.exists(os.path.join(deps, "lib", l))]
-if missing:
-    sys.exit(f"setup: not found in the wheels: {missing}")
-PY
-fi
+fetch_headers
 echo "setup: headers in $deps/include, the CUDA runtime in $deps/lib, Python clients in $deps/venv"
