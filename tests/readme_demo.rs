@@ -106,3 +106,19 @@ fn the_readme_shows_what_the_capped_demo_prints() {
         );
     }
 }
+
+/// The quick start's script itself, run as a user runs it (with what is
+/// built already, and without its live part): it succeeds, and what it
+/// prints under the cap is the README's block, line for line.
+#[test]
+fn the_demo_script_prints_the_readmes_block() {
+    let block = readme_demo_block();
+    let sim = Sim::new();
+    let mut cmd = sim.command("bash");
+    cmd.arg(repo_root().join("scripts/demo.sh")).env("DEMO_BIN", gpuslice_tests::target_dir()).env("DEMO_LIVE", "0");
+    cmd.env_remove("LD_PRELOAD").env_remove("SIMGPU_STATE");
+    let out = sim.run(&mut cmd);
+    out.assert_success();
+    let printed: Vec<&str> = out.stdout.lines().skip_while(|l| *l != block[0]).take(block.len()).collect();
+    assert_eq!(printed, block.iter().map(String::as_str).collect::<Vec<_>>(), "scripts/demo.sh printed:\n{out}");
+}
