@@ -186,32 +186,38 @@ fn a_cancelled_or_killed_job_leaves_nothing_held() {
     assert_job_left_nothing(&cluster, &job, tenant["ledger"].as_str().unwrap());
 }
 
-/// A job that unsets LD_PRELOAD reaches the whole GPU, and the monitor, in
-/// kill mode, finds it on the GPU outside every ledger and kills it.
-#[test]
-fn a_job_that_unsets_ld_preload_is_found_and_killed() {
+/// A `shard:2` job whose task runs `env ENV… memctl …` to get from under
+/// its slice and allocates 3 GiB: the monitor, in kill mode, finds it as a
+/// violation of `kind` and kills it; the job ends. What the task saw.
+fn escaping_job_is_found_and_killed(env: &[&str], kind: &str) -> gpuslice_tests::Output {
     let _serial = serial();
     let cluster = cluster();
     let memctl = compile_c("memctl");
-    let mut job = cluster.sim.spawn(&mut cluster.srun(
-        &["--gres=shard:2"],
-        "env",
-        &["-u", "LD_PRELOAD", memctl.to_str().unwrap(), "init", "ctx", "info", "pid", "alloc:x:3G", "hold"],
-    ));
+    let mut args: Vec<&str> = env.to_vec();
+    args.extend([memctl.to_str().unwrap(), "init", "ctx", "info", "pid", "alloc:x:3G", "hold"]);
+    let mut job = cluster.sim.spawn(&mut cluster.srun(&["--gres=shard:2"], "env", &args));
     job.wait_for("ready");
     let id = job.wait_for("job");
     admitted(&cluster, &id);
     let pid: u32 = job.wait_for("pid").parse().unwrap();
-    poll::until("the bypassing process to be killed", || !pid_alive(pid));
+    poll::until(&format!("the process found as {kind} to be killed"), || !pid_alive(pid));
     poll::fetch_until("the job to end", || cluster.job_state(&id), |state| state.is_empty());
     let out = job.wait();
-    assert_eq!(out.u64("info.total"), 8 * GIB, "without the shim it saw the whole GPU\n{out}");
+    // It got past its 2 GiB; the monitor ended it.
     out.assert_rc("x", cu::SUCCESS);
     assert!(out.find("done").is_none(), "it was killed\n{out}");
-    let monitor = cluster.monitor.as_ref().unwrap();
-    let metrics = monitor.metrics();
-    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(1.0));
-    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+    let metrics = cluster.monitor.as_ref().unwrap().metrics();
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", kind)]), Some(1.0), "{out}");
+    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0), "{out}");
+    out
+}
+
+/// A job that unsets LD_PRELOAD reaches the whole GPU, and the monitor, in
+/// kill mode, finds it on the GPU outside every ledger and kills it.
+#[test]
+fn a_job_that_unsets_ld_preload_is_found_and_killed() {
+    let out = escaping_job_is_found_and_killed(&["-u", "LD_PRELOAD"], "untracked_process");
+    assert_eq!(out.u64("info.total"), 8 * GIB, "without the shim it saw the whole GPU\n{out}");
 }
 
 /// A job that names a tenant of its own (`GPUSLICE_TENANT`, with a cap of
@@ -219,37 +225,8 @@ fn a_job_that_unsets_ld_preload_is_found_and_killed() {
 /// "refuse"`, a tenant nobody governs: found and killed.
 #[test]
 fn a_job_that_names_its_own_tenant_is_found_and_killed() {
-    let _serial = serial();
-    let cluster = cluster();
-    let memctl = compile_c("memctl");
-    let mut job = cluster.sim.spawn(&mut cluster.srun(
-        &["--gres=shard:2"],
-        "env",
-        &[
-            "GPUSLICE_TENANT=mine",
-            "GPUSLICE_MEMORY_LIMIT=8GiB",
-            memctl.to_str().unwrap(),
-            "init",
-            "ctx",
-            "info",
-            "pid",
-            "alloc:x:3G",
-            "hold",
-        ],
-    ));
-    job.wait_for("ready");
-    let id = job.wait_for("job");
-    admitted(&cluster, &id);
-    let pid: u32 = job.wait_for("pid").parse().unwrap();
-    poll::until("the process of a tenant nobody admitted to be killed", || !pid_alive(pid));
-    poll::fetch_until("the job to end", || cluster.job_state(&id), |state| state.is_empty());
-    let out = job.wait();
-    // Under a tenant of its own it got past its 2 GiB; the monitor ended it.
-    out.assert_rc("x", cu::SUCCESS);
-    assert!(out.find("done").is_none(), "it was killed\n{out}");
-    let metrics = cluster.monitor.as_ref().unwrap().metrics();
-    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "ungoverned_tenant")]), Some(1.0));
-    assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
+    let out = escaping_job_is_found_and_killed(&["GPUSLICE_TENANT=mine", "GPUSLICE_MEMORY_LIMIT=8GiB"], "ungoverned_tenant");
+    assert_eq!(out.u64("info.total"), 8 * GIB, "under a cap of its own choosing it saw the whole GPU\n{out}");
 }
 
 /// A whole-GPU job and a shard job never share a GPU: with shards in use
