@@ -128,6 +128,30 @@ fn sql(context: &str) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("{context}: {e}")
 }
 
+/// Reads `rows` with `read`, and calls `each` with every run of
+/// consecutive rows that `same` says belong to one series (the query
+/// orders them so), never holding more than one series in memory.
+fn each_run<T>(
+    mut rows: rusqlite::Rows<'_>,
+    read: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    same: impl Fn(&T, &T) -> bool,
+    mut each: impl FnMut(&[T]),
+) -> Result<(), String> {
+    let mut run: Vec<T> = Vec::new();
+    while let Some(r) = rows.next().map_err(sql("cannot read the history"))? {
+        let row = read(r).map_err(sql("cannot read the history"))?;
+        if run.last().is_some_and(|last| !same(last, &row)) {
+            each(&run);
+            run.clear();
+        }
+        run.push(row);
+    }
+    if !run.is_empty() {
+        each(&run);
+    }
+    Ok(())
+}
+
 fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
     Ok(TenantRow {
         start_s: uint(r.get(0)?),
@@ -343,7 +367,7 @@ impl Store {
     /// (oldest first; pairs by tenant, then device) of the intervals that
     /// began at or after Unix time `since_s`, so that a month of many
     /// tenants is never in memory at once.
-    pub fn each_tenant_series(&self, since_s: u64, mut each: impl FnMut(&[TenantRow])) -> Result<(), String> {
+    pub fn each_tenant_series(&self, since_s: u64, each: impl FnMut(&[TenantRow])) -> Result<(), String> {
         let mut statement = self
             .conn
             .prepare(
@@ -355,25 +379,13 @@ impl Store {
                  ORDER BY s.tenant, s.device_uuid, i.start_s",
             )
             .map_err(sql("cannot read the history"))?;
-        let mut rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
-        let mut series: Vec<TenantRow> = Vec::new();
-        while let Some(r) = rows.next().map_err(sql("cannot read the history"))? {
-            let row = tenant_row(r).map_err(sql("cannot read the history"))?;
-            if series.last().is_some_and(|last| last.tenant != row.tenant || last.device_uuid != row.device_uuid) {
-                each(&series);
-                series.clear();
-            }
-            series.push(row);
-        }
-        if !series.is_empty() {
-            each(&series);
-        }
-        Ok(())
+        let rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
+        each_run(rows, tenant_row, |a, b| a.tenant == b.tenant && a.device_uuid == b.device_uuid, each)
     }
 
     /// Calls `each` with the rows of one device at a time (oldest first),
     /// as [`Store::each_tenant_series`] does for tenants.
-    pub fn each_device_series(&self, since_s: u64, mut each: impl FnMut(&[DeviceRow])) -> Result<(), String> {
+    pub fn each_device_series(&self, since_s: u64, each: impl FnMut(&[DeviceRow])) -> Result<(), String> {
         let mut statement = self
             .conn
             .prepare(
@@ -383,20 +395,8 @@ impl Store {
                  ORDER BY d.uuid, i.start_s",
             )
             .map_err(sql("cannot read the history"))?;
-        let mut rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
-        let mut series: Vec<DeviceRow> = Vec::new();
-        while let Some(r) = rows.next().map_err(sql("cannot read the history"))? {
-            let row = device_row(r).map_err(sql("cannot read the history"))?;
-            if series.last().is_some_and(|last| last.device_uuid != row.device_uuid) {
-                each(&series);
-                series.clear();
-            }
-            series.push(row);
-        }
-        if !series.is_empty() {
-            each(&series);
-        }
-        Ok(())
+        let rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
+        each_run(rows, device_row, |a, b| a.device_uuid == b.device_uuid, each)
     }
 
     /// Every row of the intervals that began at or after Unix time `since_s`.
