@@ -744,6 +744,21 @@ fn the_queue_says_whose_each_job_is_and_why_it_waits() {
     let alices_line = line("alices");
     assert!(alices_line.split_whitespace().nth(2) == Some("1001"), "{out}");
     assert!(alices_line.contains(&format!("behind job {high_id} (priority 5)")) && !alices_line.contains("first in line"), "{out}");
+
+    // And so does `top`'s QUEUE table.
+    let out = sim.run(gpuslice(&sim).args(["top", "--once", "--dir"]).arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()));
+    out.assert_success();
+    let queue = out.stdout.split("\nQUEUE\n").nth(1).unwrap_or_else(|| panic!("no QUEUE table:\n{out}"));
+    let rows: Vec<&str> = queue.lines().take_while(|l| !l.is_empty()).collect();
+    let cells = |row: &str| row.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>();
+    assert_eq!(cells(rows[0]), ["JOB", "NAME", "USER", "TENANT", "PRIO", "MEMORY", "DEVICES", "STATE", "FOR", "REASON"], "{out}");
+    let row = |name: &str| {
+        cells(rows.iter().find(|r| cells(r).get(1).map(String::as_str) == Some(name)).unwrap_or_else(|| panic!("no {name}\n{out}")))
+    };
+    assert_eq!((row("holder")[2].as_str(), row("holder")[9].as_str()), ("root", "-"), "{out}");
+    assert_eq!((row("high")[2].as_str(), row("high")[9].as_str()), ("root", "GPU 0: 1.0 GiB free of 2.0 GiB asked"), "{out}");
+    assert_eq!(row("alices")[2], "1001", "{out}");
+    assert_eq!(row("alices")[9], format!("behind job {high_id} (priority 5)"), "the monitor's reason, not the file's:\n{out}");
     let _ = planter.kill9();
     drop(high);
     holder.wait().assert_success();

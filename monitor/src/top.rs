@@ -28,7 +28,6 @@ mod table;
 use crate::config;
 use crate::discovery::HostArgs;
 use crate::error::Error;
-use crate::queue::store::Job;
 use crate::sampler::{self, Sampler, View};
 use clap::Args;
 use procinfo::{ProcInfo, Users};
@@ -37,7 +36,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
-use rows::{Extra, Sort};
+use rows::{Extra, QueuedJob, Sort};
 use screen::{Palette, Shown};
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -83,8 +82,9 @@ pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
         for warning in &view.warnings {
             eprintln!("gpuslice top: warning: {warning}");
         }
-        let procs = read_procs(&view, &mut Users::default());
-        print!("{}", text(&view, &rows::queued_jobs(&view.dir), &procs));
+        let mut users = Users::default();
+        let procs = read_procs(&view, &mut users);
+        print!("{}", text(&view, &rows::queued_jobs(&view.dir, &mut users), &procs));
         return Ok(ExitCode::SUCCESS);
     }
     if !std::io::stdout().is_terminal() {
@@ -115,7 +115,7 @@ fn title(view: &View) -> String {
 
 /// One frame as plain text: the title, then each table with aligned
 /// columns, every value whole.
-fn text(view: &View, jobs: &[Job], procs: &HashMap<u32, ProcInfo>) -> String {
+fn text(view: &View, jobs: &[QueuedJob], procs: &HashMap<u32, ProcInfo>) -> String {
     let mut out = title(view);
     out.push('\n');
     for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default() }) {
@@ -197,7 +197,7 @@ struct App {
     view: View,
     procs: HashMap<u32, ProcInfo>,
     users: Users,
-    jobs: Vec<Job>,
+    jobs: Vec<QueuedJob>,
     interval: Duration,
     palette: Palette,
     sort: Sort,
@@ -226,7 +226,7 @@ impl App {
         let mut app = App {
             procs: HashMap::new(),
             users: Users::default(),
-            jobs: rows::queued_jobs(&view.dir),
+            jobs: Vec::new(),
             view,
             interval,
             palette,
@@ -240,6 +240,7 @@ impl App {
             me: procinfo::me(),
         };
         app.procs = read_procs(&app.view, &mut app.users);
+        app.jobs = rows::queued_jobs(&app.view.dir, &mut app.users);
         app
     }
 
@@ -247,7 +248,7 @@ impl App {
         match look {
             Ok(view) => {
                 self.procs = read_procs(&view, &mut self.users);
-                self.jobs = rows::queued_jobs(&view.dir);
+                self.jobs = rows::queued_jobs(&view.dir, &mut self.users);
                 self.view = view;
                 self.error = None;
             }

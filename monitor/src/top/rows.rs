@@ -3,7 +3,7 @@
 //! compute against target), processes, untracked processes and the queue.
 //! `--once` and the live view show the same tables; see [`super::table`].
 
-use super::procinfo::{elapsed_text, ProcInfo};
+use super::procinfo::{elapsed_text, ProcInfo, Users};
 use super::table::{self, Bar, Cell, Column, Table, Tone};
 use crate::queue::store::{Job, JobState};
 use crate::snapshot::{ProcessView, Snapshot, TenantDeviceView, TenantView};
@@ -59,7 +59,7 @@ impl Default for Sort {
 
 /// Everything a frame is built from besides the snapshot.
 pub struct Extra<'a> {
-    pub jobs: &'a [Job],
+    pub jobs: &'a [QueuedJob],
     /// `/proc` facts by host pid, for live processes.
     pub procs: &'a HashMap<u32, ProcInfo>,
     pub sort: Sort,
@@ -339,43 +339,57 @@ pub fn untracked(snapshot: &Snapshot) -> Table {
 
 pub const QUEUE_COLUMNS: &[Column] = &[
     table::text("JOB", 0),
-    table::text("NAME", 2),
+    table::text("NAME", 3),
+    table::text("USER", 1),
     table::text("TENANT", 0),
-    table::text("PRIO", 3),
+    table::text("PRIO", 4),
     table::text("MEMORY", 1),
-    table::text("DEVICES", 3),
+    table::text("DEVICES", 4),
     table::text("STATE", 0),
-    table::text("FOR", 1),
+    table::text("FOR", 2),
+    table::rest("REASON", 1),
 ];
+
+/// A live job of the admission queue and its owner's name.
+pub struct QueuedJob {
+    pub job: Job,
+    /// The job file's owner (as the kernel says), by name or number.
+    pub user: String,
+}
 
 /// The admission queue's live jobs in `dir` (none when it cannot be read),
 /// running ones first, then the waiting ones in the order they will start.
-pub fn queued_jobs(dir: &std::path::Path) -> Vec<Job> {
+pub fn queued_jobs(dir: &std::path::Path, users: &mut Users) -> Vec<QueuedJob> {
     let mut jobs = crate::queue::view(dir).map(|v| v.jobs).unwrap_or_default();
     // Stable: the waiting jobs keep the board's order, the order they start in.
     jobs.sort_by_key(|j| j.state == JobState::Waiting);
-    jobs
+    jobs.into_iter().map(|job| QueuedJob { user: users.name(job.uid), job }).collect()
 }
 
-pub fn queue(jobs: &[Job]) -> Table {
+/// The queue's table. REASON is why a waiting job waits, in the monitor's
+/// own words from its board (which device, how much memory short, which
+/// job it is behind), never anything the job's owner wrote.
+pub fn queue(jobs: &[QueuedJob]) -> Table {
     let now_ms = crate::queue::store::unix_ms();
     let rows = jobs
         .iter()
-        .map(|job| {
+        .map(|QueuedJob { job, user }| {
             let since_ms = job.started_unix_ms.unwrap_or(job.submitted_unix_ms);
             vec![
                 Cell::plain(job.id.to_string()),
                 Cell::plain(job.name.as_deref().map_or_else(|| "-".into(), super::procinfo::printable)),
-                Cell::plain(job.tenant.clone()),
+                Cell::plain(super::procinfo::printable(user)),
+                Cell::plain(if job.tenant.is_empty() { "-".into() } else { job.tenant.clone() }),
                 Cell::plain(job.priority.to_string()),
                 Cell::plain(job.memory_bytes.map_or("whole GPU".into(), human_bytes)),
                 Cell::plain(if job.devices.is_empty() { "-".into() } else { job.devices.len().to_string() }),
                 Cell::plain(format!("{:?}", job.state).to_lowercase()),
                 Cell::plain(format!("{}s", now_ms.saturating_sub(since_ms) / 1000)),
+                Cell::plain(job.reason.as_deref().filter(|r| !r.is_empty()).map_or_else(|| "-".into(), super::procinfo::printable)),
             ]
         })
         .collect();
-    let keys = jobs.iter().map(|j| j.id.to_string()).collect();
+    let keys = jobs.iter().map(|j| j.job.id.to_string()).collect();
     Table { title: "QUEUE", columns: QUEUE_COLUMNS, rows, keys, empty: "" }
 }
 
