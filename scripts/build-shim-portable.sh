@@ -5,23 +5,27 @@
 # the job runs uncapped: so the shim that goes into images and installs is
 # this one.
 #
-#   scripts/build-shim-portable.sh [--release] [--print-path]
+#   scripts/build-shim-portable.sh [--release] [--print-path] [--with-simgpu]
 #
 # The library lands in target/glibc-floor/<triple>/<profile>/libgpuslice.so
 # (CARGO_TARGET_DIR/glibc-floor when that is set). It is linked by zig's C
 # compiler against glibc 2.17's symbols (scripts/zig-cc.sh); without zig it
 # fails, saying how to get it. --print-path prints the library's path and
-# nothing else on stdout.
+# nothing else on stdout. --with-simgpu also builds simgpu's libsimgpu.so
+# the same way, beside it: the test that runs the shim on an older glibc
+# needs a driver that loads there too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=debug
 flags=()
 print_path=0
+packages=(-p gpuslice-shim)
 for arg in "$@"; do
     case "$arg" in
         --release) profile=release; flags+=(--release) ;;
         --print-path) print_path=1 ;;
-        *) echo "build-shim-portable: unknown option ${arg@Q}; expected --release or --print-path" >&2; exit 2 ;;
+        --with-simgpu) packages+=(-p simgpu) ;;
+        *) echo "build-shim-portable: unknown option ${arg@Q}; expected --release, --print-path or --with-simgpu" >&2; exit 2 ;;
     esac
 done
 case "$(uname -m)" in
@@ -36,7 +40,7 @@ fi
 target=${CARGO_TARGET_DIR:-target}/glibc-floor
 linker_var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_LINKER"
 env "$linker_var=$PWD/scripts/zig-cc.sh" CARGO_TARGET_DIR="$target" \
-    cargo build --quiet "${flags[@]}" -p gpuslice-shim --target "$triple" >&2
+    cargo build --quiet "${flags[@]}" "${packages[@]}" --target "$triple" >&2
 lib=$target/$triple/$profile/libgpuslice.so
 if [ "$print_path" = 1 ]; then
     echo "$lib"

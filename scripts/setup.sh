@@ -116,6 +116,9 @@ fi
 if ! "$deps/venv/bin/python" -c 'import ziglang' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'ziglang==0.17.1'
 fi
+# ... and runs it on Debian 11's glibc 2.31 (older than the 2.34 a shim
+# built here needs), fetched into .deps/glibc-2.31 by apt with its own lists.
+bash scripts/old-glibc.sh
 
 # tests/frameworks.rs runs NVIDIA's CUDA runtime and the frameworks on it
 # against simgpu: CuPy (its CUDA 13 wheel, to match the runtime pinned

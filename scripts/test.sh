@@ -14,8 +14,9 @@ else
 fi
 cargo build --workspace
 # The shim as images and installs get it: linked against glibc 2.17's
-# symbols (tests/shim_glibc_floor.rs checks it loads and caps).
-bash scripts/build-shim-portable.sh
+# symbols (tests/shim_glibc_floor.rs checks it loads and caps, here and on
+# Debian 11's glibc 2.31, with a simgpu built the same way).
+bash scripts/build-shim-portable.sh --with-simgpu
 # Every crate, its tests and benchmarks are kept clippy-clean (warnings are
 # errors); the shim also denies unwrap/expect/indexing (a panic in a
 # preloaded library takes the user's job down), and clippy enforces that.

@@ -109,13 +109,22 @@ fn newer_source(artefact: &Path) -> Option<PathBuf> {
 /// against glibc 2.17's symbols (`target/glibc-floor/<triple>/debug/`,
 /// beside this profile's directory), refused when older than its sources.
 pub fn glibc_floor_shim_lib() -> PathBuf {
+    glibc_floor_lib("libgpuslice.so", "")
+}
+
+/// `libsimgpu.so` built the same way (`build-shim-portable.sh --with-simgpu`).
+pub fn glibc_floor_simgpu_lib() -> PathBuf {
+    glibc_floor_lib("libsimgpu.so", " --with-simgpu")
+}
+
+fn glibc_floor_lib(file: &str, option: &str) -> PathBuf {
     let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let profile = target_dir();
     let path = profile
         .parent()
-        .map(|target| target.join("glibc-floor").join(triple).join(profile.file_name().unwrap_or_default()).join("libgpuslice.so"))
+        .map(|target| target.join("glibc-floor").join(triple).join(profile.file_name().unwrap_or_default()).join(file))
         .unwrap_or_default();
-    let hint = "build it first: `bash scripts/build-shim-portable.sh` (scripts/test.sh does)";
+    let hint = format!("build it first: `bash scripts/build-shim-portable.sh{option}` (scripts/test.sh does)");
     assert!(path.is_file(), "{} is missing: {hint}", path.display());
     if let Some(stale) = newer_source(&path) {
         panic!("{} is older than {}: {hint}", path.display(), stale.display());
