@@ -19,10 +19,12 @@
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;
+// The chart `gpuslice demo` draws, so both read the same way.
+#[path = "../monitor/src/chart.rs"]
+mod chart;
 
 use gpuslice_tests::{Running, Sim};
 use monitor_support::{Monitor, MonitorOptions};
-use plotters::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -189,44 +191,29 @@ fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
         .collect()
 }
 
-fn chart(name: &str, names: &[String], bins: &[Vec<f64>], devices: &[u32]) -> Result<PathBuf, Box<dyn std::error::Error>> {
+fn chart(name: &str, series: &[(String, f64)], bins: &[Vec<f64>], devices: &[u32]) -> Result<PathBuf, String> {
     let dir = gpuslice_tests::repo_root().join("target/fairness");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join(format!("{name}.svg"));
-    // 500 ms points: each tenant's share of the device's kernel time.
+    // 500 ms points: each tenant's share of its device's kernel time.
     let len = bins.iter().map(Vec::len).max().unwrap_or(0) / 5;
-    let series: Vec<Vec<(f64, f64)>> = bins
+    let lines: Vec<chart::Series> = bins
         .iter()
         .zip(devices)
-        .map(|(b, device)| {
-            (0..len)
+        .zip(series)
+        .map(|((b, device), (label, target))| chart::Series {
+            label: label.clone(),
+            points: (0..len)
                 .filter_map(|i| {
                     let total: f64 = bins.iter().zip(devices).filter(|(_, d)| *d == device).map(|(o, _)| sum(o, i * 5, i * 5 + 5)).sum();
                     (total > 0.0).then(|| (i as f64 * 0.5, 100.0 * sum(b, i * 5, i * 5 + 5) / total))
                 })
-                .collect()
+                .collect(),
+            target_percent: Some(*target),
         })
         .collect();
-    let root = SVGBackend::new(&path, (800, 400)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("gpuslice fairness: {name}"), ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(45)
-        .build_cartesian_2d(0.0..(len as f64 * 0.5).max(1.0), 0.0..100.0)?;
-    chart.configure_mesh().x_desc("seconds").y_desc("% of device time").draw()?;
-    for (i, (points, tenant)) in series.into_iter().zip(names).enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(tenant.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
-    root.present()?;
-    drop(chart);
-    drop(root);
+    let title = format!("gpuslice fairness {name} on a simulated GPU: each tenant's share of its device's time");
+    chart::Chart { title: &title, series: &lines, band_points: Some(2.0) }.write(&path)?;
     Ok(path)
 }
 
@@ -261,12 +248,25 @@ fn fairness(scenario: &Scenario, seconds: f64) {
         println!("  device {d} busy {:.1}% of wall time", 100.0 * total / wall_us);
     }
     println!("  worst error {worst:.1} points");
-    let labels: Vec<String> = if device_count > 1 {
-        names.iter().zip(&devices).map(|(n, d)| format!("{n} (device {d})")).collect()
-    } else {
-        names.iter().map(|n| n.to_string()).collect()
-    };
-    match chart(scenario.name, &labels, &bins, &devices) {
+    let series: Vec<(String, f64)> = scenario
+        .tenants
+        .iter()
+        .zip(&scenario.targets)
+        .map(|(t, target)| {
+            let mut label = t.name.to_string();
+            if device_count > 1 {
+                label += &format!(" (device {})", t.device);
+            }
+            // The share on this device (a per-device list's entry for it).
+            match (t.share.is_some() || t.shares.is_some(), t.limit) {
+                (true, _) => label += &format!(", share {target:.0}"),
+                (false, Some(limit)) => label += &format!(", limit {limit}"),
+                (false, None) => label += ", no setting",
+            }
+            (label, *target)
+        })
+        .collect();
+    match chart(scenario.name, &series, &bins, &devices) {
         Ok(path) => println!("  chart: {}", path.display()),
         Err(e) => println!("  chart not written: {e}"),
     }

@@ -26,6 +26,7 @@ mod top;
 
 // Shared by the verbs.
 mod allocation;
+mod chart;
 mod compute;
 mod config;
 mod discovery;

@@ -42,6 +42,8 @@ pub struct DemoArgs {
 
 /// The simulated device's memory.
 const DEVICE_MEMORY: &str = "16GiB";
+/// How long inference's bursts run alone first, in seconds.
+const ALONE_S: &str = "2";
 const CONFIG: &str = "\
 [tenants.training]
 memory = \"6GiB\"
@@ -69,6 +71,10 @@ struct Seen {
     used: Vec<(f64, f64)>,
     last_busy_ns: Option<u64>,
     target: Option<f64>,
+    /// The tenant's setting as the table shows it ("share 60", "-").
+    setting: String,
+    /// The most device time the monitor has charged the tenant, in all.
+    charged_ns: u64,
 }
 
 pub fn main(args: DemoArgs) -> Result<ExitCode, crate::error::Error> {
@@ -131,6 +137,13 @@ fn run(args: &DemoArgs, exe: &Path, work: &Path) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the monitor: {e}"))?;
     wait_for_ready(&mut monitor)?;
     println!("gpuslice demo: one simulated {DEVICE_MEMORY} GPU, a monitor, three tenants and two queued jobs, for {seconds} s\n");
+    println!("First, inference's bursts alone on the device for {ALONE_S} s, to compare with the same bursts beside training later.");
+    let alone = spawn_worker(exe, work, "inference alone", &["--tenant", "inference"], &strings(&["infer", "200", "20", "50", ALONE_S]))?;
+    let alone = alone.child.wait_with_output().map_err(|e| format!("inference alone: {e}"))?;
+    let alone = String::from_utf8_lossy(&alone.stdout).into_owned();
+    let alone_line = burst_figures(&alone)
+        .map_or_else(|| "(no figures from the bursts alone)".to_string(), |(p50, p99)| format!("alone: median {p50}, p99 {p99}"));
+    println!("{alone_line}\n");
 
     let training_s = (seconds * 6 / 10).to_string();
     let run_s = seconds.to_string();
@@ -172,7 +185,7 @@ fn run(args: &DemoArgs, exe: &Path, work: &Path) -> Result<ExitCode, String> {
     }
     let _ = monitor.kill();
     let _ = monitor.wait();
-    println!("{}", summary(&outputs, &seen));
+    println!("{}", summary(&outputs, &alone, &seen));
     match chart(&args.chart, &seen) {
         Ok(()) => println!("chart of each tenant's share of the device over time: {}", args.chart.display()),
         Err(e) => println!("no chart: {e}"),
@@ -202,11 +215,16 @@ fn gib(bytes: u64) -> String {
 fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<String, Seen>) -> String {
     let dir = work.join("ledger");
     let mut out = format!("gpuslice demo   t = {at_s:4.1} s   (simulated {DEVICE_MEMORY} GPU, device 0)\n\n");
-    out += &format!("{:<11} {:>21}  {:>9} {:>7} {:>7}  {:>10}\n", "TENANT", "MEMORY used / cap", "SETTING", "TARGET", "USED", "HELD BACK");
+    out += &format!(
+        "{:<11} {:<19} {:>6}  {:<14} {:>6} {:>5} {:>5} {:>9}\n",
+        "TENANT", "MEMORY used / cap", "DENIED", "SETTING", "TARGET", "USED", "SPARE", "HELD BACK"
+    );
     let files = crate::discovery::ledger_files(&dir).unwrap_or_default();
     let uuid = files.iter().find_map(|f| Ledger::open(&f.path).ok().and_then(|l| l.devices().first().map(|d| d.uuid)));
     let members =
         uuid.and_then(|u| ledger::broker::view(&dir, &u).ok()).map(|g| crate::compute::MemberView::of_page(g.page())).unwrap_or_default();
+    // The tenant furthest over its target this second, explained below the table.
+    let mut most_spare: Option<(String, f64, f64)> = None;
     for file in &files {
         let Ok(ledger) = Ledger::open(&file.path) else { continue };
         let tenant = ledger.tenant();
@@ -217,27 +235,56 @@ fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<S
         // tenant's own count.
         let busy_ns = member.map_or_else(|| ledger.busy_ns_total(0), |m| m.served_ns_total);
         let entry = seen.entry(tenant.clone()).or_default();
+        if let Some(m) = member {
+            entry.charged_ns = entry.charged_ns.max(m.served_ns_total);
+        }
         let used = entry.last_busy_ns.map(|b| busy_ns.saturating_sub(b) as f64 / wall_ns.max(1.0));
         entry.last_busy_ns = Some(busy_ns);
         if let Some(used) = used {
             entry.used.push((at_s, used));
         }
-        entry.target = member.filter(|m| m.active).map(|m| f64::from(m.weight_e4) / 10_000.0);
-        let cap = ledger.memory_limit_bytes(0);
-        let setting = match (policy.share_ratio_e4, policy.priority) {
+        // What the monitor guarantees the tenant on its grant page; a share
+        // the tenant is not using this second is still its target.
+        // (A tenant with no share is guaranteed nothing: it gets what
+        // shares leave.)
+        entry.target = (policy.share_ratio_e4 > 0)
+            .then(|| member.filter(|m| m.active).map_or(f64::from(policy.share_ratio_e4), |m| f64::from(m.weight_e4)) / 10_000.0);
+        entry.setting = match (policy.share_ratio_e4, policy.priority) {
             (0, 0) => "-".to_string(),
             (s, 0) => format!("share {}", s / 100),
-            (0, p) => format!("prio {p}"),
-            (s, p) => format!("{}% p{p}", s / 100),
+            (0, p) => format!("priority {p}"),
+            (s, p) => format!("share {} pri {p}", s / 100),
         };
+        let spare = match (used, entry.target) {
+            (Some(used), Some(target)) => (used - target).max(0.0),
+            _ => 0.0,
+        };
+        if let (Some(used), Some(target)) = (used, entry.target) {
+            if spare >= 0.02 && most_spare.as_ref().is_none_or(|(_, _, s)| spare > *s) {
+                most_spare = Some((tenant.clone(), used, target));
+            }
+        }
+        let cap = ledger.memory_limit_bytes(0);
         out += &format!(
-            "{:<11} {:>21}  {:>9} {:>7} {:>7}  {:>8.1} s\n",
+            "{:<11} {:<19} {:>6}  {:<14} {:>6} {:>5} {:>5} {:>7.1} s\n",
             tenant,
             format!("{} / {}", gib(ledger.used_bytes(0)), if cap == ledger::layout::UNLIMITED { "none".into() } else { gib(cap) }),
-            setting,
+            ledger.alloc_denied_total(0),
+            entry.setting,
             entry.target.map_or("-".into(), |t| format!("{:.0}%", t * 100.0)),
             used.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+            if spare > 0.0 { format!("{:.0}%", spare * 100.0) } else { "-".into() },
             ledger.throttled_ns_total(0) as f64 / 1e9,
+        );
+    }
+    out += "\nDENIED: allocations refused at the cap (CUDA_ERROR_OUT_OF_MEMORY); the process goes on.\n";
+    out += "TARGET: the device time a share guarantees. USED: what the monitor charged last second.\n";
+    if let Some((tenant, used, target)) = most_spare {
+        out += &format!(
+            "SPARE: {tenant} used {:.0}% against a {:.0}% target. A share is a floor, not a ceiling:\n       the other {:.0} points are time no other tenant asked for, given rather than left idle.\n",
+            used * 100.0,
+            target * 100.0,
+            (used - target) * 100.0
         );
     }
     out += "\nQUEUE\n";
@@ -245,32 +292,67 @@ fn frame(exe: &Path, work: &Path, at_s: f64, wall_ns: f64, seen: &mut BTreeMap<S
     out
 }
 
-/// `gpuslice queue` as the demo's jobs see it.
+/// The queue as `gpuslice queue --json` gives it, in the columns a
+/// person watching the demo needs.
 fn queue_lines(exe: &Path, work: &Path) -> String {
-    let out = base_command(exe, work).arg("queue").stderr(Stdio::null()).output();
-    match out {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
-        _ => "(the queue cannot be read)\n".into(),
+    let out = base_command(exe, work).args(["queue", "--json"]).stderr(Stdio::null()).output();
+    let jobs = match out {
+        Ok(out) if out.status.success() => serde_json::from_slice::<serde_json::Value>(&out.stdout).ok(),
+        _ => None,
+    };
+    let Some(jobs) = jobs.as_ref().and_then(|v| v["jobs"].as_array()) else { return "(the queue cannot be read)\n".into() };
+    if jobs.is_empty() {
+        return "(empty)\n".into();
     }
+    let mut text = format!("{:<4} {:<6} {:<8} {:>8}  {}\n", "ID", "NAME", "STATE", "MEMORY", "REASON");
+    for job in jobs {
+        let memory = job["memory_bytes"].as_u64().map_or("whole GPU".into(), gib);
+        text += &format!(
+            "{:<4} {:<6} {:<8} {:>8}  {}\n",
+            job["id"].as_u64().map_or("?".into(), |id| id.to_string()),
+            job["name"].as_str().unwrap_or("-"),
+            job["state"].as_str().unwrap_or("?"),
+            memory,
+            job["reason"].as_str().unwrap_or("-")
+        );
+    }
+    text
 }
 
-fn summary(outputs: &BTreeMap<String, String>, seen: &BTreeMap<String, Seen>) -> String {
+/// The median and p99 a burst worker printed (`p50_us=… p99_us=…`), in ms.
+fn burst_figures(output: &str) -> Option<(String, String)> {
+    let field = |key: &str| {
+        let us = output.split_whitespace().find_map(|w| w.strip_prefix(key)).and_then(|v| v.parse::<f64>().ok())?;
+        Some(format!("{:.1} ms", us / 1000.0))
+    };
+    Some((field("p50_us=")?, field("p99_us=")?))
+}
+
+fn summary(outputs: &BTreeMap<String, String>, alone: &str, seen: &BTreeMap<String, Seen>) -> String {
     let mut out = String::from("\nSUMMARY\n");
     let find = |name: &str, key: &str| {
         outputs.get(name).and_then(|o| o.lines().find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key).map(str::to_string))))
     };
-    let average = |tenant: &str| {
-        let used = &seen.get(tenant)?.used;
-        (!used.is_empty()).then(|| used.iter().map(|(_, u)| u).sum::<f64>() / used.len() as f64)
-    };
-    if let (Some(share), Some(avg)) = (find("training", "share="), average("training")) {
-        out += &format!(
-            "training   share 60 %: got {share} of the device over its run ({:.0} % on average per second); alone otherwise\n",
-            avg * 100.0
-        );
+    let wall_s = find("training", "wall_s=").and_then(|w| w.parse::<f64>().ok());
+    match (seen.get("training").map(|s| s.charged_ns), wall_s) {
+        (Some(charged_ns), Some(wall_s)) if charged_ns > 0 && wall_s > 0.0 => {
+            let used = charged_ns as f64 / 1e9 / wall_s;
+            out += &format!(
+                "training   share 60 %: used {:.0} % of the device's time over its {wall_s:.1} s run (the monitor's charge):\n           its 60 % and {:.0} points no one else asked for\n",
+                used * 100.0,
+                (used * 100.0 - 60.0).max(0.0)
+            )
+        }
+        _ => out += "training   share 60 %: no device time seen\n",
     }
-    if let (Some(p50), Some(p99)) = (find("inference", "p50_us="), find("inference", "p99_us=")) {
-        out += &format!("inference  priority 1: bursts of 20 x 200 us took {p50} us (median), {p99} us (p99) beside the training job\n");
+    let beside = outputs.get("inference").and_then(|o| burst_figures(o));
+    match (beside, burst_figures(alone)) {
+        (Some((p50, p99)), Some((alone_p50, alone_p99))) => {
+            out += &format!(
+                "inference  priority 1: bursts of 20 x 200 us took {p50} (median) and {p99} (p99) beside training;\n           the same bursts alone: {alone_p50} and {alone_p99}\n"
+            )
+        }
+        _ => out += "inference  priority 1: no burst figures\n",
     }
     match outputs.get("notebook").and_then(|o| o.lines().find(|l| l.starts_with("refused"))) {
         Some(line) => out += &format!("notebook   cap 1 GiB: {line}\n"),
@@ -286,29 +368,19 @@ fn summary(outputs: &BTreeMap<String, String>, seen: &BTreeMap<String, Seen>) ->
 }
 
 fn chart(path: &Path, seen: &BTreeMap<String, Seen>) -> Result<(), String> {
-    use plotters::prelude::*;
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let end_s = seen.values().flat_map(|s| s.used.iter().map(|(t, _)| *t)).fold(1.0, f64::max);
-        let root = SVGBackend::new(path, (800, 400)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("gpuslice demo: each tenant's share of the device", ("sans-serif", 20))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(45)
-            .build_cartesian_2d(0.0..end_s, 0.0..100.0)?;
-        chart.configure_mesh().x_desc("seconds").y_desc("% of device time").draw()?;
-        for (i, (tenant, s)) in seen.iter().filter(|(_, s)| s.used.iter().any(|(_, u)| *u > 0.0)).enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let points: Vec<(f64, f64)> = s.used.iter().map(|(t, u)| (*t, (u * 100.0).min(100.0))).collect();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                .label(tenant.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| e.to_string())
+    let series: Vec<crate::chart::Series> = seen
+        .iter()
+        .filter(|(_, s)| s.used.iter().any(|(_, u)| *u > 0.0))
+        .map(|(tenant, s)| crate::chart::Series {
+            label: match (s.setting.as_str(), tenant.starts_with("queue-")) {
+                (_, true) => format!("{tenant}, the queued jobs"),
+                ("-", false) => tenant.clone(),
+                (setting, false) => format!("{tenant}, {setting}"),
+            },
+            points: s.used.iter().map(|(t, u)| (*t, u * 100.0)).collect(),
+            target_percent: s.target.map(|t| t * 100.0),
+        })
+        .collect();
+    let title = format!("gpuslice demo on a simulated GPU (simgpu, {DEVICE_MEMORY}): each tenant's share of device time");
+    crate::chart::Chart { title: &title, series: &series, band_points: None }.write(path)
 }
