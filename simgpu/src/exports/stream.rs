@@ -323,8 +323,13 @@ cu_export!(cuStreamBatchMemOp_v2(stream: CUstream, count: c_uint, params: *mut c
 // null and per-thread streams name their context's default stream).
 cu_export!(cuStreamGetId(stream: CUstream, id: *mut u64) {
     let (_, s) = driver()?.stream(h(stream))?;
-    out(id, s.handle & ((1 << 40) - 1))
+    out(id, id_of(&s))
 }; cuStreamGetId_ptsz);
+
+/// A stream's id as `cuStreamGetId` reports it.
+pub(crate) fn id_of(s: &Stream) -> u64 {
+    s.handle & ((1 << 40) - 1)
+}
 
 cu_export!(cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) {
     let d = driver()?;
