@@ -39,6 +39,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 pub mod alloc;
+pub mod capture;
 pub mod config;
 pub mod driver;
 pub mod exec;
