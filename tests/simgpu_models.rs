@@ -101,7 +101,11 @@ fn pytorch_trains_under_a_memory_cap() {
 
 /// Under a share, with the monitor arbitrating the device (every launch
 /// gated, every turn's end drained by the shim's helper thread, a graph
-/// captured and replayed meanwhile), the same training runs.
+/// captured and replayed meanwhile), the same training runs. The capture
+/// pauses halfway, so the helper finds the process idle and synchronises
+/// the context during PyTorch's global-mode capture: allowed only because
+/// the helper is in relaxed mode (simgpu enforces capture modes; without
+/// it the capture ends `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
 #[test]
 fn pytorch_trains_under_a_share_with_the_monitor() {
     let sim = two_devices().shim().tenant("shared").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info");
