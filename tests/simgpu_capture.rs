@@ -48,10 +48,7 @@ fn captures_forbid_unsafe_calls_by_mode_and_break_when_one_is_made() {
         .assert_rc("thread_local.end", INVALIDATED)
         .assert_rc("thread_local.graph", 0);
     // Relaxed: no one is held to it.
-    out.assert_rc("relaxed.own_alloc", OK)
-        .assert_rc("relaxed.other_alloc", OK)
-        .assert_rc("relaxed.end", OK)
-        .assert_rc("relaxed.graph", 1);
+    out.assert_rc("relaxed.own_alloc", OK).assert_rc("relaxed.other_alloc", OK).assert_rc("relaxed.end", OK).assert_rc("relaxed.graph", 1);
     // Only the capturing thread ends a non-relaxed capture, which goes on.
     out.assert_rc("wrong_thread.other_end", WRONG_THREAD)
         .assert_rc("wrong_thread.status", ACTIVE)

@@ -133,7 +133,11 @@ fn pytorch_cuda_malloc_async_reports_memory_stats() {
 /// The directory of NVIDIA's math libraries in the PyTorch virtualenv.
 fn math_lib_dir() -> PathBuf {
     let dir = repo_root().join(".deps/torch-venv/lib/python3.11/site-packages/nvidia/cu13/lib");
-    assert!(dir.join("libcublas.so.13").is_file(), "{} has no cuBLAS: scripts/setup.sh installs PyTorch and its CUDA libraries", dir.display());
+    assert!(
+        dir.join("libcublas.so.13").is_file(),
+        "{} has no cuBLAS: scripts/setup.sh installs PyTorch and its CUDA libraries",
+        dir.display()
+    );
     dir
 }
 
