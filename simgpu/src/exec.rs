@@ -48,8 +48,8 @@ pub struct Stream {
     /// the queue lock, completed by the worker in order).
     pub submitted: AtomicU64,
     pub completed: AtomicU64,
-    /// Graph being captured into, if any (handle).
-    pub capture: Mutex<Option<u64>>,
+    /// The capture this stream is in, if any ([`crate::capture`]).
+    pub capture: Mutex<Option<crate::capture::Capture>>,
     /// How far into other streams this one has waited (`cuStreamWaitEvent`):
     /// (stream handle, position there), the furthest per stream. A pool
     /// that follows event dependencies reuses blocks freed before that.
@@ -88,8 +88,20 @@ impl Stream {
         lock(&self.waited).iter().any(|&(s, p)| s == stream && p >= position)
     }
 
+    /// The graph this stream is capturing into, if it is in a capture
+    /// (an invalidated one included).
     pub fn capturing(&self) -> Option<u64> {
-        *lock(&self.capture)
+        lock(&self.capture).map(|c| c.graph)
+    }
+
+    /// As [`Stream::capturing`], for work queued on the stream: work on a
+    /// stream whose capture was invalidated fails with
+    /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+    pub fn capturing_valid(&self) -> Result<Option<u64>, abi::cuda::CUresult> {
+        match *lock(&self.capture) {
+            Some(c) if c.invalidated => Err(abi::cuda::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+            c => Ok(c.map(|c| c.graph)),
+        }
     }
 }
 

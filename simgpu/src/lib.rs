@@ -16,7 +16,9 @@
 //! - Safe cores: [`driver`] (handle registry, contexts), [`memory`]
 //!   (charging, the per-device reservation, VMM, arrays), [`pool`]
 //!   (stream-ordered pools: reserved and used memory, reuse, release), [`exec`] (queues,
-//!   workers, streams, events), [`sched`] (cross-process time slicing),
+//!   workers, streams, events), [`capture`] (stream capture modes: which
+//!   calls a capture forbids, to which threads), [`sched`] (cross-process
+//!   time slicing),
 //!   [`state`] (the shared file), [`alloc`] (address arithmetic),
 //!   [`config`] (environment), [`image`] (the kernels a PTX, cubin or
 //!   fatbin image defines).
@@ -39,6 +41,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 pub mod alloc;
+pub mod capture;
 pub mod config;
 pub mod driver;
 pub mod exec;

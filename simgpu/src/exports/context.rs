@@ -89,9 +89,12 @@ cu_export!(cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
     Ok(())
 }; cuCtxPopCurrent);
 
+// Synchronising a context is potentially unsafe during a stream capture
+// (see `crate::capture`).
 cu_export!(cuCtxSynchronize() {
     let d = driver()?;
     let ctx = d.current()?;
+    crate::capture::check_unsafe_call()?;
     ctx.exec.synchronize();
     crate::pool::release_after_sync(d, ctx.device);
     Ok(())
@@ -100,6 +103,7 @@ cu_export!(cuCtxSynchronize() {
 cu_export!(cuCtxSynchronize_v2(ctx: CUcontext) {
     let d = driver()?;
     let ctx = d.context(h(ctx))?;
+    crate::capture::check_unsafe_call()?;
     ctx.exec.synchronize();
     crate::pool::release_after_sync(d, ctx.device);
     Ok(())

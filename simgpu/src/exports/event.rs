@@ -37,7 +37,7 @@ fn record(hevent: CUevent, stream: CUstream) -> CuResult<()> {
     let d = driver()?;
     let e = event(hevent)?;
     let (ctx, s) = d.stream(h(stream))?;
-    if s.capturing().is_some() {
+    if s.capturing_valid()?.is_some() {
         return Ok(());
     }
     let generation = e.generation.fetch_add(1, AcqRel) + 1;

@@ -26,7 +26,7 @@
 //! | context-local storage | the runtime's per-context state: put / get / delete, and its destructors run when the context is destroyed |
 //! | tools callback hooks | zeroed buffers: no tools are attached |
 //! | tools TLS | the current context (slot 2, as `cuCtxGetCurrent`) |
-//! | tools context | a context's id (slot 4, as `cuCtxGetId`); libcudart 13 fails to start without this table |
+//! | tools context | a context's id (slot 4, as `cuCtxGetId`; libcudart 13 fails to start without this table); the stream a library's stream argument names (slot 51) and that stream's id (slot 39, as `cuStreamGetId`), which cuBLAS keys its per-stream workspaces by |
 //! | context-create bypass | creates a context as `cuCtxCreate_v2` does |
 //! | integrity check | the keyed digest the runtime verifies (HMAC over MD2 of the process, the tables and the devices) |
 //! | context checks | "nothing unusual" |
@@ -241,7 +241,8 @@ unsafe extern "C" fn tools_current_context(pctx: *mut CUcontext) -> CUresult {
 }
 
 /// Words in the tools context table, size word included, as a 13.x driver
-/// serves it; only slot 4 is known.
+/// serves it; slots 4 (a context's id), 39 (a stream's id) and 51 (the
+/// stream a stream argument names) are known.
 const TOOLS_CONTEXT_WORDS: usize = 95;
 
 static TOOLS_CONTEXT_TABLE: Table<TOOLS_CONTEXT_WORDS> = Table(tools_context_words());
@@ -258,6 +259,8 @@ const fn tools_context_words() -> [*const c_void; TOOLS_CONTEXT_WORDS] {
         40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94);
     words[0] = size_word::<TOOLS_CONTEXT_WORDS>();
     words[4] = context_id as *const c_void;
+    words[39] = stream_id as *const c_void;
+    words[51] = resolve_stream as *const c_void;
     words
 }
 
@@ -265,6 +268,38 @@ const fn tools_context_words() -> [*const c_void; TOOLS_CONTEXT_WORDS] {
 unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CUresult {
     // SAFETY: same arguments and contract as cuCtxGetId.
     unsafe { crate::exports::context::cuCtxGetId(ctx, id) }
+}
+
+/// The stream a library's stream argument names in `ctx` (null means the
+/// current context): null, `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`
+/// name the context's default stream (simgpu runs per-thread default
+/// streams as the default stream, as everywhere else); `per_thread` says
+/// the caller passed `CU_STREAM_PER_THREAD` and changes nothing here. Any
+/// other value must be a live stream. cuBLAS (and cuSOLVER through it)
+/// calls this, then [`stream_id`] on the answer, to key the workspace it
+/// keeps per stream; a driver that refuses either makes every cuBLAS call
+/// fail with `CUBLAS_STATUS_INTERNAL_ERROR`.
+unsafe extern "C" fn resolve_stream(ctx: CUcontext, stream: CUstream, result: *mut CUstream, per_thread: c_uint) -> CUresult {
+    simgpu_debug!("tools context: stream {:#x} of context {:#x} (per-thread {per_thread})", h(stream), h(ctx));
+    guard(|| {
+        let d = driver()?;
+        let c = d.context(h(ctx))?;
+        let resolved = if h(stream) <= 2 { c.default_stream.handle } else { d.stream(h(stream))?.1.handle };
+        // SAFETY: out-parameter from the library (null is checked).
+        unsafe { out(result, ptr(resolved)) }
+    })
+}
+
+/// A resolved stream's id, as `cuStreamGetId` answers it, so the keys a
+/// library builds from it match the ids the public API hands out.
+unsafe extern "C" fn stream_id(ctx: CUcontext, stream: CUstream, id: *mut u64) -> CUresult {
+    guard(|| {
+        let d = driver()?;
+        let c = d.context(h(ctx))?;
+        let s = if h(stream) == c.default_stream.handle { c.default_stream.clone() } else { d.stream(h(stream))?.1 };
+        // SAFETY: out-parameter from the library (null is checked).
+        unsafe { out(id, crate::exports::stream::id_of(&s)) }
+    })
 }
 
 static TOOLS_HOOKS_TABLE: Table<7> = Table([

@@ -125,7 +125,7 @@ pub unsafe fn launch(
     check_dims(dims, cooperative)?;
     // SAFETY: params/extra come from the caller under cuda.h's contract.
     let duration_ns = unsafe { kernel_duration_ns(d, &func, params, extra) }?;
-    if let Some(graph) = s.capturing() {
+    if let Some(graph) = s.capturing_valid()? {
         let node = d.new_handle(TAG_NODE);
         let mut objs = d.write();
         let g = objs.graphs.get_mut(&graph).ok_or(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)?;

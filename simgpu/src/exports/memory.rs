@@ -22,8 +22,12 @@ use abi::cuda::*;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::Ordering::Acquire;
 
+// Allocating and freeing (device, managed and pinned host memory) are
+// potentially unsafe during a stream capture (see `crate::capture`).
+
 cu_export!(cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     let ctx = d.current()?;
     if dptr.is_null() || bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -34,6 +38,7 @@ cu_export!(cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
 
 cu_export!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     let ctx = d.current()?;
     if dptr.is_null() || bytesize == 0 || !matches!(flags, 1 | 2) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -44,6 +49,7 @@ cu_export!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_u
 
 cu_export!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, ppitch: *mut usize, width: usize, height: usize, element_size: c_uint) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     let ctx = d.current()?;
     if dptr.is_null() || ppitch.is_null() || width == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -57,6 +63,7 @@ cu_export!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, ppitch: *mut usize, width:
 
 cu_export!(cuMemFree_v2(dptr: CUdeviceptr) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     if dptr == 0 {
         return Ok(());
     }
@@ -96,6 +103,7 @@ cu_export!(cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, d
 
 cu_export!(cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     d.current()?;
     if pp.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -110,6 +118,7 @@ cu_export!(cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) {
 
 cu_export!(cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     d.current()?;
     if pp.is_null() || flags & !0x7 != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -120,6 +129,7 @@ cu_export!(cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) 
 
 cu_export!(cuMemFreeHost(p: *mut c_void) {
     let d = driver()?;
+    crate::capture::check_unsafe_call()?;
     mem::free_host(d, p as u64)
 });
 
@@ -184,7 +194,12 @@ impl Order {
     /// synchronous forms, waits for the context's queued work.
     fn begin(self, d: &Driver) -> CuResult<()> {
         match self {
-            Order::Sync => d.current()?.exec.synchronize(),
+            Order::Sync => {
+                // The legacy stream's work: a potentially unsafe call
+                // while a capture forbids it.
+                crate::capture::check_unsafe_call()?;
+                d.current()?.exec.synchronize()
+            }
             Order::Stream(s) => drop(d.stream(s as u64)?),
         }
         Ok(())
@@ -240,7 +255,7 @@ pub const STAGE_MAX_BYTES: usize = 64 << 20;
 /// Queues `transfer` on `stream`; with `wait`, returns once it has run.
 fn enqueue(d: &Driver, stream: CUstream, transfer: Transfer, wait: bool) -> CuResult<()> {
     let (ctx, s) = d.stream(stream as u64)?;
-    if s.capturing().is_some() {
+    if s.capturing_valid()?.is_some() {
         mem::run_transfer(d, &transfer);
         return Ok(());
     }
@@ -369,6 +384,7 @@ fn check_peer_side(d: &Driver, p: u64, n: usize, ctx: &crate::driver::Context) -
 cu_export!(cuMemcpyPeer(dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, n: usize) {
     let d = driver()?;
     let (dc, sc) = (named_context(d, dst_ctx)?, named_context(d, src_ctx)?);
+    crate::capture::check_unsafe_call()?;
     if n == 0 {
         return Ok(());
     }

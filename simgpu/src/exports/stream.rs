@@ -40,7 +40,7 @@ cu_export!(cuStreamDestroy_v2(stream: CUstream) {
     let d = driver()?;
     let s = d.write().streams.remove(&h(stream)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     // Queued work still completes: ops hold the stream.
-    lock(&s.capture).take();
+    crate::capture::end(&s);
     if let Some(attrs) = lock(&STREAM_ATTRS).as_mut() {
         attrs.retain(|&(stream, _), _| stream != s.handle);
     }
@@ -78,11 +78,23 @@ fn is_legacy(stream: CUstream) -> bool {
     h(stream) <= 1
 }
 
-cu_export!(cuStreamSynchronize(stream: CUstream) {
-    let (ctx, s) = driver()?.stream(h(stream))?;
+/// Synchronising or querying a capturing stream fails and breaks its
+/// capture; doing so to the legacy stream (the whole context's work) is a
+/// potentially unsafe call ([`crate::capture`]).
+fn check_capture_for_sync(stream: CUstream, s: &Stream) -> CuResult<()> {
     if s.capturing().is_some() {
+        crate::capture::invalidate(s);
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
+    if is_legacy(stream) {
+        crate::capture::check_unsafe_call()?;
+    }
+    Ok(())
+}
+
+cu_export!(cuStreamSynchronize(stream: CUstream) {
+    let (ctx, s) = driver()?.stream(h(stream))?;
+    check_capture_for_sync(stream, &s)?;
     if is_legacy(stream) {
         ctx.exec.synchronize();
     } else {
@@ -95,9 +107,7 @@ cu_export!(cuStreamSynchronize(stream: CUstream) {
 
 cu_export!(cuStreamQuery(stream: CUstream) {
     let (ctx, s) = driver()?.stream(h(stream))?;
-    if s.capturing().is_some() {
-        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
+    check_capture_for_sync(stream, &s)?;
     let done = if is_legacy(stream) { ctx.exec.idle() } else { s.completed.load(Acquire) >= s.submitted.load(Acquire) };
     if done { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
 }; cuStreamQuery_ptsz);
@@ -115,7 +125,7 @@ fn wait_event(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult<()> {
     if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    if s.capturing().is_some() {
+    if s.capturing_valid()?.is_some() {
         return Ok(());
     }
     let (source, position) = *lock(&e.source);
@@ -179,37 +189,26 @@ fn begin_capture(stream: CUstream, mode: c_uint) -> CuResult<()> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let (_, s) = d.stream(h(stream))?;
-    let mut cap = lock(&s.capture);
-    if cap.is_some() {
+    if s.capturing().is_some() {
         return Err(CUDA_ERROR_ILLEGAL_STATE);
     }
     let g = d.new_handle(TAG_GRAPH);
     d.write().graphs.insert(g, Graph::default());
-    *cap = Some(g);
+    if let Err(e) = crate::capture::begin(&s, g, mode) {
+        d.write().graphs.remove(&g);
+        return Err(e);
+    }
     Ok(())
 }
 
-thread_local! {
-    /// This thread's `CUstreamCaptureMode` (`cuThreadExchangeStreamCaptureMode`).
-    static CAPTURE_MODE: std::cell::Cell<c_uint> = const { std::cell::Cell::new(CU_STREAM_CAPTURE_MODE_GLOBAL) };
-}
-
-const CU_STREAM_CAPTURE_MODE_GLOBAL: c_uint = 0;
-const CU_STREAM_CAPTURE_MODE_RELAXED: c_uint = 2;
-
-// Swaps the calling thread's capture interaction mode with `*mode`.
-// simgpu does not forbid unsafe calls during a capture in any mode, so the
-// mode is kept only to be handed back, as the runtime expects.
+// Swaps the calling thread's capture interaction mode with `*mode`: what
+// the thread may do while captures are in progress (`crate::capture`).
 cu_export!(cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) {
     driver()?;
     if mode.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let wanted = *mode;
-    if wanted > CU_STREAM_CAPTURE_MODE_RELAXED {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let previous = CAPTURE_MODE.try_with(|m| m.replace(wanted)).map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let previous = crate::capture::exchange_mode(*mode)?;
     out(mode, previous)
 });
 
@@ -227,9 +226,31 @@ cu_export!(cuStreamEndCapture(stream: CUstream, phgraph: *mut CUgraph) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let (_, s) = d.stream(h(stream))?;
-    let g = lock(&s.capture).take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-    out(phgraph, ptr(g))
+    let current = *lock(&s.capture);
+    let c = current.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    // Only the thread that began a capture ends it, unless it was begun
+    // in relaxed mode; the capture goes on.
+    if c.mode != crate::capture::MODE_RELAXED && c.thread != crate::capture::thread_number() {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+    }
+    let c = crate::capture::end(&s).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    if c.invalidated {
+        // A broken capture ends with no graph.
+        d.write().graphs.remove(&c.graph);
+        out(phgraph, std::ptr::null_mut())?;
+        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
+    out(phgraph, ptr(c.graph))
 }; cuStreamEndCapture_ptsz);
+
+/// `CUstreamCaptureStatus`: none, active, invalidated.
+fn capture_status(s: &Stream) -> c_uint {
+    match *lock(&s.capture) {
+        None => 0,
+        Some(c) if c.invalidated => 2,
+        Some(_) => 1,
+    }
+}
 
 /// `cuStreamGetCaptureInfo` in each of its versions: the stream's capture
 /// status (required), its capture's id and graph when capturing (optional
@@ -256,7 +277,7 @@ unsafe fn capture_info(
     // SAFETY: the caller's pointers, valid for writes or null (this
     // function's contract); null optional ones are skipped.
     unsafe {
-        out(status, c_uint::from(capture.is_some()))?;
+        out(status, capture_status(&s))?;
         out_opt(id, capture.unwrap_or(0));
         out_opt(graph, capture.map_or(std::ptr::null_mut(), ptr));
         out_opt(dependencies, std::ptr::null());
@@ -280,7 +301,7 @@ cu_export!(cuStreamGetCaptureInfo_v3(stream: CUstream, status: *mut c_uint, id: 
 
 cu_export!(cuStreamIsCapturing(stream: CUstream, status: *mut c_uint) {
     let (_, s) = driver()?.stream(h(stream))?;
-    out(status, c_uint::from(s.capturing().is_some()))
+    out(status, capture_status(&s))
 }; cuStreamIsCapturing_ptsz);
 
 // Stream memory operations (write or wait on a 32- or 64-bit value in
@@ -323,8 +344,13 @@ cu_export!(cuStreamBatchMemOp_v2(stream: CUstream, count: c_uint, params: *mut c
 // null and per-thread streams name their context's default stream).
 cu_export!(cuStreamGetId(stream: CUstream, id: *mut u64) {
     let (_, s) = driver()?.stream(h(stream))?;
-    out(id, s.handle & ((1 << 40) - 1))
+    out(id, id_of(&s))
 }; cuStreamGetId_ptsz);
+
+/// A stream's id as `cuStreamGetId` reports it.
+pub(crate) fn id_of(s: &Stream) -> u64 {
+    s.handle & ((1 << 40) - 1)
+}
 
 cu_export!(cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) {
     let d = driver()?;
