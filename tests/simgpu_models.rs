@@ -152,15 +152,13 @@ fn run_cupy(sim: &Sim) -> Output {
     sim.run(&mut cmd)
 }
 
-/// cuBLAS (matmul in fp32 and fp16) and cuSOLVER (solve) initialise their
-/// handles and launch their kernels in stream order: the call's time
-/// between two events covers at least one simulated kernel. cuFFT does not
-/// plan yet: it looks up the kernel of each module it loads through the
-/// driver's private function table `6E163FBE…`, which simgpu does not serve,
-/// and gives up without it.
+/// cuBLAS (matmul in fp32 and fp16), cuFFT (fft) and cuSOLVER (solve)
+/// initialise their handles and plans and launch their kernels in stream
+/// order: each call's time between two events covers at least one
+/// simulated kernel.
 fn check_cupy(out: &Output) {
     out.assert_success();
-    for (section, dtype) in [("matmul", "float32"), ("matmul_fp16", "float16"), ("solve", "float64")] {
+    for (section, dtype) in [("matmul", "float32"), ("matmul_fp16", "float16"), ("fft", "complex64"), ("solve", "float64")] {
         assert_section(out, section);
         assert_eq!(out.get(&format!("{section}.dtype")), dtype, "{out}");
         let elapsed_ms = out.f64(&format!("{section}.elapsed_ms"));
@@ -169,24 +167,24 @@ fn check_cupy(out: &Output) {
     assert_eq!(out.get("matmul.shape"), "128x32", "{out}");
     assert_eq!(out.get("matmul_fp16.shape"), "128x32", "{out}");
     assert_eq!(out.get("solve.shape"), "16x4", "{out}");
-    assert!(out.get("fft").contains("CUFFT_INTERNAL_ERROR"), "cuFFT's planning needs the function table simgpu does not serve yet\n{out}");
+    assert_eq!(out.u64("fft.len"), 1024, "{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 
 #[test]
-fn cupy_runs_cublas_and_cusolver() {
+fn cupy_runs_cublas_cufft_and_cusolver() {
     check_cupy(&run_cupy(&two_devices()));
 }
 
 #[test]
-fn cupy_runs_cublas_and_cusolver_under_a_memory_cap() {
+fn cupy_runs_cublas_cufft_and_cusolver_under_a_memory_cap() {
     check_cupy(&run_cupy(&two_devices().memory_limit("1GiB").tenant("models")));
 }
 
 /// Under a share, with the monitor arbitrating the device: every kernel
 /// the libraries launch waits for the tenant's turn.
 #[test]
-fn cupy_runs_cublas_and_cusolver_under_a_share_with_the_monitor() {
+fn cupy_runs_cublas_cufft_and_cusolver_under_a_share_with_the_monitor() {
     let sim = two_devices().shim().tenant("shared").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info");
     let monitor = Monitor::start(&sim, MonitorOptions::default());
     let out = run_cupy(&sim);

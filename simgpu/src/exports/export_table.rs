@@ -33,6 +33,7 @@
 //! | device extended | slot 13, a per-device byte drivers answer 0; other slots not supported |
 //! | heap access | not supported |
 //! | library services (`1734DC26…`, asked for by cuBLASLt) | not supported |
+//! | module functions (`6E163FBE…`, asked for by cuFFT) | each kernel of a module, visited (slot 7) |
 //!
 //! Not served: `F8CFF951…`, which libcudart 13.5 asks for first, and
 //! `DA9151D3…`, which cuda-bindings asks for (both go on without them), and
@@ -91,6 +92,7 @@ const INTEGRITY: usize = 7;
 const CONTEXT_CHECKS: usize = 8;
 const TOOLS_CONTEXT: usize = 9;
 const LIBRARY_SERVICES: usize = 10;
+const MODULE_FUNCTIONS: usize = 11;
 
 /// GUIDs as the bytes of a `CUuuid`.
 const fn guid(text: &[u8; 32]) -> [u8; 16] {
@@ -113,7 +115,7 @@ const fn guid(text: &[u8; 32]) -> [u8; 16] {
 /// A served table: (name for the log, GUID, its start).
 type Served = (&'static str, [u8; 16], fn() -> *const c_void);
 
-static TABLES: [Served; 11] = [
+static TABLES: [Served; 12] = [
     ("runtime interface", guid(b"6BD5FB6C5BF4E74A8987D93912FD9DF9"), || RUNTIME_TABLE.start()),
     ("tools TLS", guid(b"42D85A8123F6CB478298F6E78A3AECDC"), || TOOLS_TLS_TABLE.start()),
     ("tools runtime callback hooks", guid(b"A094798C2E742E7493F20800200C0A66"), || TOOLS_HOOKS_TABLE.start()),
@@ -125,6 +127,7 @@ static TABLES: [Served; 11] = [
     ("context checks", guid(b"263E88607CD2614392F6BBD5006DFA7E"), || CONTEXT_CHECKS_TABLE.start()),
     ("tools context", guid(b"21318C60971432488CA641FF7324C8F2"), || TOOLS_CONTEXT_TABLE.start()),
     ("library services", guid(b"1734DC26800D47458726C0F1E7DD8BCA"), || LIBRARY_SERVICES_TABLE.start()),
+    ("module functions", guid(b"6E163FBEB958444D835CE182AFF1991E"), || MODULE_FUNCTIONS_TABLE.start()),
 ];
 
 /// The table for `id`, if simgpu serves it.
@@ -469,6 +472,51 @@ unsafe extern "C" fn device_flag_13(result: *mut u8, dev: CUdevice) -> CUresult 
         // SAFETY: out-parameter from the runtime (null is checked).
         unsafe { out(result, 0) }
     })
+}
+
+// ---- module functions ----------------------------------------------------
+
+/// Words in the module-functions table, size word included: enough for
+/// every slot public reimplementations name (the last is 55). Only slot 7
+/// is known; cuFFT checks that the table is longer than seven words.
+const MODULE_FUNCTIONS_WORDS: usize = 56;
+
+static MODULE_FUNCTIONS_TABLE: Table<MODULE_FUNCTIONS_WORDS> = Table(module_functions_words());
+
+const fn module_functions_words() -> [*const c_void; MODULE_FUNCTIONS_WORDS] {
+    let mut words = [std::ptr::null(); MODULE_FUNCTIONS_WORDS];
+    unknown_slots!(MODULE_FUNCTIONS, words; 1 2 3 4 5 6 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39
+        40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55);
+    words[0] = size_word::<MODULE_FUNCTIONS_WORDS>();
+    words[7] = visit_module_functions as *const c_void;
+    words
+}
+
+/// Called once per kernel of a module with the caller's `opaque` pointer,
+/// the kernel's function handle and a word whose meaning is not known
+/// (simgpu passes 0; cuFFT ignores it).
+type FunctionVisitor = Option<unsafe extern "C" fn(*mut c_void, CUfunction, u64)>;
+
+/// Calls `visit` for each kernel of `module` (of context `ctx`) and answers
+/// how many it visited, 0 when there is nothing to visit or the arguments
+/// are bad: the answer is a count, not a `CUresult`. cuFFT loads each of its
+/// kernels as a module of one and takes the kernel's handle this way; any
+/// answer but 1 makes its plan fail with `CUFFT_INTERNAL_ERROR`.
+unsafe extern "C" fn visit_module_functions(ctx: CUcontext, module: CUmodule, visit: FunctionVisitor, opaque: *mut c_void) -> c_uint {
+    let Some(visit) = visit else { return 0 };
+    let functions = || -> CuResult<Vec<u64>> {
+        driver()?.context(h(ctx))?;
+        let names = module::named_kernels(h(module))?;
+        names.iter().map(|name| module::function_of(h(module), name)).collect()
+    };
+    let Ok(functions) = functions() else { return 0 };
+    simgpu_debug!("module functions: {} kernel(s) of module {:#x}", functions.len(), h(module));
+    for &f in &functions {
+        // SAFETY: the library's own visitor, called with the pointer it
+        // gave for it and a live function handle.
+        unsafe { visit(opaque, ptr(f), 0) };
+    }
+    functions.len() as c_uint
 }
 
 // ---- context checks ------------------------------------------------------

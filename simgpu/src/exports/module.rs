@@ -117,7 +117,7 @@ cu_export!(cuModuleLoad(module: *mut CUmodule, fname: *const c_char) {
 
 /// The function handle for `name` in module (or library) `hmod`, made on
 /// first request.
-fn function_of(hmod: u64, name: &str) -> CuResult<u64> {
+pub(crate) fn function_of(hmod: u64, name: &str) -> CuResult<u64> {
     let d = driver()?;
     let mut objs = d.write();
     let module = objs.modules.get_mut(&hmod).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
@@ -172,7 +172,7 @@ cu_export!(cuModuleUnload(hmod: CUmodule) {
 });
 
 /// Names of a module's kernels when they are known.
-fn named_kernels(hmod: u64) -> CuResult<Vec<String>> {
+pub(crate) fn named_kernels(hmod: u64) -> CuResult<Vec<String>> {
     let d = driver()?;
     let objs = d.read();
     match &objs.modules.get(&hmod).ok_or(CUDA_ERROR_INVALID_HANDLE)?.kernels {
