@@ -39,5 +39,9 @@ pub fn main(args: SimArgs) -> Result<ExitCode, Error> {
 /// 1 when unset. A value simgpu refuses gets one node here; simgpu itself
 /// then says what is wrong with it.
 fn simulated_devices() -> u32 {
-    std::env::var("SIMGPU_DEVICES").ok().and_then(|v| v.trim().parse().ok()).filter(|n| (1..=device_nodes::MAX_DEVICES).contains(n)).unwrap_or(1)
+    std::env::var("SIMGPU_DEVICES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| (1..=device_nodes::MAX_DEVICES).contains(n))
+        .unwrap_or(1)
 }

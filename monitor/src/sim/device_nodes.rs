@@ -91,15 +91,21 @@ fn populate_and_mount(staging: &Path, devices: u32, old_dev: &File, below_dev: &
     }
     // The upper layer's root is the overlay's root: /dev's own mode.
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("cannot set the mode of {}: {e}", upper.display()))?;
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot set the mode of {}: {e}", upper.display()))?;
     for name in placeholder_names(devices) {
         let path = upper.join(&name);
         File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
     }
     let options = format!("lowerdir=/dev,upperdir={},workdir={}", overlay_path(&upper)?, overlay_path(&work)?);
     mount(Some("overlay"), Path::new("/dev"), Some("overlay"), libc::MS_NOSUID, Some(&options)).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::ENODEV) { "this kernel has no overlay filesystem (modprobe overlay)" } else { NEEDS_PRIVILEGE };
+        let hint = if e.raw_os_error() == Some(libc::ENODEV) {
+            "this kernel has no overlay filesystem (modprobe overlay)"
+        } else {
+            NEEDS_PRIVILEGE
+        };
         format!("cannot mount an overlay on /dev ({e}); {hint}")
     })?;
     for name in below_dev {
