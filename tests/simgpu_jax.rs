@@ -165,7 +165,10 @@ fn device_nodes_are_placeholders_the_host_never_sees() {
     let sim = sim().devices(2);
     let script = "stat -c '%n %F %a' /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm | sed 's/^/node=/'; \
                   test -c /dev/null && echo null=1; f=/dev/shm/gpuslice-test-$$; touch $f && rm $f && echo shm=1";
-    let out = sim.run(sim.gpuslice().args(["sim", "--device-nodes", "--", "sh", "-c", script]));
+    // Its staging directory is made in TMPDIR: here, this test's own.
+    let tmp = sim.dir().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let out = sim.run(sim.gpuslice().env("TMPDIR", &tmp).args(["sim", "--device-nodes", "--", "sh", "-c", script]));
     out.assert_success();
     let nodes = out.all("node");
     for name in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"] {
@@ -174,14 +177,8 @@ fn device_nodes_are_placeholders_the_host_never_sees() {
     assert_eq!(out.get("null"), "1", "{out}");
     assert_eq!(out.get("shm"), "1", "{out}");
     assert_eq!(Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists(), host_had, "the host's /dev changed");
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("gpuslice-dev-"))
-        .filter(|e| e.metadata().is_ok_and(|m| m.modified().is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(60)))))
-        .collect();
-    assert!(leftovers.is_empty(), "temporary directories left behind: {leftovers:?}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
     if !host_had {
         let out = sim.run(sim.gpuslice().args(["sim", "--", "sh", "-c", "test -e /dev/nvidia0 || echo absent=1"]));
         assert_eq!(out.get("absent"), "1", "without --device-nodes there is no node\n{out}");
