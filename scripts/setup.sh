@@ -7,7 +7,9 @@
 #       nvidia-cuda-runtime wheel (tests/frameworks.rs drives it on simgpu);
 #   .deps/venv  a Python virtualenv with NVIDIA's own clients, cuda-bindings
 #       and nvidia-ml-py, and the frameworks CuPy, numba-cuda and cuda.core,
-#       which the end-to-end tests drive against simgpu.
+#       which the end-to-end tests drive against simgpu;
+#   .deps/torch-venv and .deps/jax-venv  PyTorch and JAX, each with the
+#       NVIDIA libraries it pins.
 # Versions are pinned: the tests hold the shim's cuGetProcAddress table to
 # this cudaTypedefs.h, and a newer header may add variants.
 #
@@ -137,6 +139,24 @@ if [ ! -x "$deps/torch-venv/bin/python" ]; then
 fi
 if ! "$deps/torch-venv/bin/python" -c 'import torch' 2>/dev/null; then
     "$deps/torch-venv/bin/pip" install --quiet --disable-pip-version-check 'torch==2.15.0'
+fi
+
+# tests/simgpu_jax.rs runs JAX on simgpu: jax[cuda13] in a virtualenv of its
+# own. Its CUDA plugin takes any NVIDIA library at or above the one it was
+# built with, where torch's wheel pins each exactly, so in one virtualenv an
+# upgrade of either would move the other's libraries; here each stays as
+# pinned below (about 2.6 GB of wheels, 4.4 GB installed).
+if [ ! -x "$deps/jax-venv/bin/python" ]; then
+    python3 -m venv "$deps/jax-venv"
+fi
+if ! "$deps/jax-venv/bin/python" -c 'import jax, jax_plugins.xla_cuda13' 2>/dev/null; then
+    "$deps/jax-venv/bin/pip" install --quiet --disable-pip-version-check 'jax[cuda13]==0.10.2' \
+        'jaxlib==0.10.2' 'jax-cuda13-plugin==0.10.2' 'jax-cuda13-pjrt==0.10.2' \
+        'nvidia-cublas==13.10.0.20' 'nvidia-cuda-cupti==13.5.25' 'nvidia-cuda-nvcc==13.5.37' \
+        'nvidia-cuda-crt==13.5.37' 'nvidia-cuda-nvrtc==13.5.37' 'nvidia-cuda-runtime==13.5.37' \
+        'nvidia-cudnn-cu13==9.28.1.4' 'nvidia-cufft==12.5.0.14' 'nvidia-cusolver==12.4.1.2' \
+        'nvidia-cusparse==12.9.4.2' 'nvidia-nccl-cu13==2.32.3' 'nvidia-nvjitlink==13.5.37' \
+        'nvidia-nvshmem-cu13==3.8.0' 'nvidia-nvvm==13.5.37' 'nvidia-cuda-cccl==13.3.5.0.6'
 fi
 
 # --- Slurm (tests/slurm.rs, benches/slurm_startup.rs) -----------------------

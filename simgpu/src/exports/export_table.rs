@@ -34,6 +34,7 @@
 //! | heap access | not supported |
 //! | library services (`1734DC26…`, asked for by cuBLASLt) | not supported |
 //! | module functions (`6E163FBE…`, asked for by cuFFT) | each kernel of a module, visited (slot 7) |
+//! | CUPTI (`7CB63F9B…`, asked for by libcupti; in [`super::cupti`]) | a table that exists (all `cuptiGetVersion` needs); each slot not supported |
 //!
 //! Not served: `F8CFF951…`, which libcudart 13.5 asks for first, and
 //! `DA9151D3…`, which cuda-bindings asks for (both go on without them), and
@@ -115,7 +116,7 @@ const fn guid(text: &[u8; 32]) -> [u8; 16] {
 /// A served table: (name for the log, GUID, its start).
 type Served = (&'static str, [u8; 16], fn() -> *const c_void);
 
-static TABLES: [Served; 12] = [
+static TABLES: [Served; 13] = [
     ("runtime interface", guid(b"6BD5FB6C5BF4E74A8987D93912FD9DF9"), || RUNTIME_TABLE.start()),
     ("tools TLS", guid(b"42D85A8123F6CB478298F6E78A3AECDC"), || TOOLS_TLS_TABLE.start()),
     ("tools runtime callback hooks", guid(b"A094798C2E742E7493F20800200C0A66"), || TOOLS_HOOKS_TABLE.start()),
@@ -128,6 +129,7 @@ static TABLES: [Served; 12] = [
     ("tools context", guid(b"21318C60971432488CA641FF7324C8F2"), || TOOLS_CONTEXT_TABLE.start()),
     ("library services", guid(b"1734DC26800D47458726C0F1E7DD8BCA"), || LIBRARY_SERVICES_TABLE.start()),
     ("module functions", guid(b"6E163FBEB958444D835CE182AFF1991E"), || MODULE_FUNCTIONS_TABLE.start()),
+    ("CUPTI", guid(b"7CB63F9B9CA48E42A484BEB66E6AED7F"), crate::exports::cupti::table),
 ];
 
 /// The table for `id`, if simgpu serves it.

@@ -3,6 +3,7 @@
 
 pub mod array;
 pub mod context;
+pub mod cupti;
 pub mod device;
 pub mod event;
 pub mod export_table;
