@@ -322,6 +322,10 @@ fn a_given_directory_is_changed_only_with_fix_mode() {
     for needed in [dir.display().to_string(), "0755".into(), "owner uid 0".into(), "1777".into(), "--fix-mode".into()] {
         assert!(said.contains(&needed), "the refusal does not say {needed:?}: {said}");
     }
+    // It refused before it said it was listening, and left nothing in it.
+    assert!(!out.stdout.contains("listen="), "{out}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "the refused directory was written to: {left:?}");
 
     let monitor = Monitor::start(&sim, MonitorOptions { fix_mode: true, ..Default::default() });
     assert_eq!(mode_of(&dir), 0o1777);

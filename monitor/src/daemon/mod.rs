@@ -249,6 +249,13 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::info(&format!("configuration {} loaded: {} tenant(s)", path.display(), config.tenants.len()));
     }
 
+    // What can refuse the directory does so before the monitor says it is
+    // listening or puts anything (sockets, history) in it.
+    let mut ledgers =
+        ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
+    let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
+    let mut queue_state = queue::QueueState::new(&dir)?;
+
     let listener = http::bind(&args.listen).map_err(Error::Failed)?;
     let local = listener.local_addr().map_err(|e| Error::Failed(format!("cannot read the listening address: {e}")))?;
 
@@ -297,7 +304,6 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     if let Err(e) = arbiter::start(&dir, args.host.layout, Arc::clone(&arbiter_shared)) {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
-    let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
     let settings = history::Settings { retention: args.history_retention, interval: args.history_interval };
     let mut history = if args.no_history { history::Recorder::off() } else { history::Recorder::start(&dir, settings) };
     // The one local path for clusters' node agents: without it, allocations
@@ -307,15 +313,12 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         .ok();
     let mut allocations = allocations::Allocations::load(&dir, args.host.layout);
     let mut governed = allocations.effective(&config);
-    let mut ledgers =
-        ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
     ledgers.set_configured(governed.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = crate::compute::ComputeState::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
-    let mut queue_state = queue::QueueState::new(&dir)?;
     let mut counters = MonitorCounters::default();
     let mut nvml_failing = false;
     let mut first_round = true;
