@@ -5,6 +5,7 @@
 //! scenario is one JAX process (`tests/python/models_jax.py`) run by
 //! `gpuslice sim --device-nodes`, since JAX takes its CUDA backend only
 //! where `/dev/nvidia0` exists; the placeholder nodes are tested here too.
+//! Every run checks that XLA created its cuBLAS handle.
 //!
 //! JAX lives in `.deps/jax-venv`, which `scripts/setup.sh` installs;
 //! without it these tests fail, saying so (a test that passes without
@@ -43,8 +44,14 @@ fn assert_section(out: &Output, name: &str) {
     assert_eq!(out.get(name), "ok", "section {name}\n{out}");
 }
 
-/// The CUDA backend was taken and a jitted matmul ran on the device.
+/// XLA's log line when `cublasCreate` fails; it then leaves every dot to
+/// its own Triton kernels.
+const NO_CUBLAS: &str = "failed to create cublas handle";
+
+/// The CUDA backend was taken, XLA created its cuBLAS handle, and a jitted
+/// matmul ran on the device.
 fn check_gpu_matmul(out: &Output) {
+    assert!(!out.stderr.contains(NO_CUBLAS), "cuBLAS did not initialise\n{out}");
     assert_section(out, "devices");
     assert_eq!(out.get("devices.backend"), "gpu", "JAX fell back to the CPU\n{out}");
     assert_eq!(out.u64("devices.count"), 1, "{out}");
@@ -76,6 +83,23 @@ fn jax_runs_a_jitted_matmul_on_a_whole_device() {
     // 1.5 GiB fits in the 12 GiB pool.
     assert_eq!(out.get("oversize.result"), "allocated 1610612736", "{out}");
     assert_eq!(out.get("done"), "1", "{out}");
+}
+
+/// With XLA's Triton GEMMs off, a jitted matmul is compiled into a
+/// cuBLASLt call and runs (by default XLA's autotuner picks between its
+/// Triton kernels and cuBLASLt by the simulated times of both).
+#[test]
+fn jax_compiles_a_matmul_to_cublaslt_and_runs_it() {
+    let sim = sim();
+    let mut cmd = jax_command(&sim, &["devices", "blas"]);
+    cmd.env("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false");
+    let out = sim.run(&mut cmd);
+    out.assert_success();
+    assert_eq!(out.get("devices.backend"), "gpu", "JAX fell back to the CPU\n{out}");
+    assert!(!out.stderr.contains(NO_CUBLAS), "cuBLAS did not initialise\n{out}");
+    assert_section(&out, "blas");
+    assert_eq!(out.get("blas.targets"), "__cublas$lt$matmul", "{out}");
+    assert_eq!(out.get("blas.shape"), "256x256", "{out}");
 }
 
 /// A 1 GiB slice is a 1 GiB GPU to JAX: `cuMemGetInfo` reports 1 GiB in

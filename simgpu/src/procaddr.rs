@@ -122,6 +122,8 @@ proc_table! {
     cuGreenCtxDestroy => [12040: cuGreenCtxDestroy];
     cuCtxFromGreenCtx => [12040: cuCtxFromGreenCtx];
     cuGreenCtxStreamCreate => [12050: cuGreenCtxStreamCreate];
+    cuGreenCtxGetDevResource => [12040: cuGreenCtxGetDevResource];
+    cuStreamGetGreenCtx => [12040: cuStreamGetGreenCtx];
     cuDeviceGetDevResource => [12040: cuDeviceGetDevResource];
     cuDevSmResourceSplitByCount => [12040: cuDevSmResourceSplitByCount];
     cuDevResourceGenerateDesc => [12040: cuDevResourceGenerateDesc];

@@ -8,9 +8,14 @@ Sections (in the order given on the command line, all by default):
   matmul    a jitted matmul of two 256x256 float32 arrays, run twice
   memory    memory_stats() at start, and after a 64 MiB array is made
   oversize  a 1.5 GiB array: refused where the device (or slice) is 1 GiB
+  blas      the library calls XLA compiled a jitted matmul into (its custom
+            calls: `__cublas$lt$matmul` where the dot goes to cuBLASLt, as
+            it does with XLA_FLAGS=--xla_gpu_enable_triton_gemm=false), and
+            the matmul run
   hold      prints holding=1 and waits for a line on stdin (a test reads
             the monitor meanwhile)
 """
+import re
 import sys
 import traceback
 
@@ -49,6 +54,16 @@ def matmul():
     print(f"matmul.device={where}", flush=True)
 
 
+def blas():
+    f = jax.jit(lambda a, b: a @ b)
+    a = jnp.ones((256, 256), dtype=jnp.float32)
+    compiled = f.lower(a, a).compile()
+    targets = sorted(set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text())))
+    print(f"blas.targets={','.join(targets) or 'none'}", flush=True)
+    c = compiled(a, a).block_until_ready()
+    print(f"blas.shape={c.shape[0]}x{c.shape[1]}", flush=True)
+
+
 def stats():
     return jax.devices()[0].memory_stats() or {}
 
@@ -80,7 +95,7 @@ def hold():
     sys.stdin.readline()
 
 
-SECTIONS = {"devices": devices, "matmul": matmul, "memory": memory, "oversize": oversize, "hold": hold}
+SECTIONS = {"devices": devices, "matmul": matmul, "memory": memory, "oversize": oversize, "blas": blas, "hold": hold}
 
 for section in sys.argv[1:] or ["devices", "matmul", "memory", "oversize"]:
     report(section, SECTIONS[section])

@@ -62,6 +62,15 @@ cu_export!(cuStreamGetCtx_v2(stream: CUstream, pctx: *mut CUcontext, pgreen: *mu
     Ok(())
 }; cuStreamGetCtx_v2_ptsz);
 
+// The green context a stream was created under: simgpu creates none
+// (`cuGreenCtxCreate` is not supported), so every valid stream answers null.
+// cuBLASLt 13.10 resolves this with `dlsym` and fails handle creation
+// without it.
+cu_export!(cuStreamGetGreenCtx(stream: CUstream, pgreen: *mut CUgreenCtx) {
+    driver()?.stream(h(stream))?;
+    out(pgreen, std::ptr::null_mut())
+});
+
 cu_export!(cuStreamGetPriority(stream: CUstream, priority: *mut c_int) {
     let (_, s) = driver()?.stream(h(stream))?;
     out(priority, s.priority)

@@ -3,8 +3,9 @@
 //! multicast objects (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` is 0), green
 //! contexts and SM resource partitions, and driver log callbacks. They
 //! exist so that a framework that looks every entry point up at start
-//! (PyTorch does, through `cudaGetDriverEntryPoint`) finds them, and falls
-//! back when it calls one. Their arguments are not read; each is one
+//! (PyTorch does, through `cudaGetDriverEntryPoint`; cuBLASLt 13.10 does with
+//! `dlsym` on `libcuda.so.1`, and fails handle creation when one is missing)
+//! finds them, and falls back when it calls one. Their arguments are not read; each is one
 //! machine word, as every argument of these functions is passed.
 
 use crate::driver::driver;
@@ -32,6 +33,7 @@ not_supported! {
     cuGreenCtxDestroy(green_context);
     cuCtxFromGreenCtx(context_out, green_context);
     cuGreenCtxStreamCreate(stream_out, green_context, flags, priority);
+    cuGreenCtxGetDevResource(green_context, resource_out, kind);
     cuDeviceGetDevResource(device, resource_out, kind);
     cuDevSmResourceSplitByCount(result, groups, input, remaining, flags, min_count);
     cuDevResourceGenerateDesc(description_out, resources, count);
