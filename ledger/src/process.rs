@@ -57,11 +57,20 @@ impl SelfProcess {
             // process is that namespace's: NSpid is getpid() alone.
             (ns_pid, 1)
         } else {
-            let status = read_small("/proc/self/status", &mut buf).unwrap_or_default();
-            (first_nspid(status).unwrap_or(ns_pid), nspid_levels(status))
+            proc_text("/proc/self/status", &mut buf, |status| (first_nspid(status).unwrap_or(ns_pid), nspid_levels(status)))
         };
-        let start_time_ticks = read_small("/proc/self/stat", &mut buf).and_then(start_time_ticks).unwrap_or(0);
+        let start_time_ticks = proc_text("/proc/self/stat", &mut buf, start_time_ticks).unwrap_or(0);
         SelfProcess { identity: ProcessIdentity { pid, ns_pid, pidns_inode, start_time_ticks }, nspid_levels }
+    }
+}
+
+/// `f` of a `/proc` file's text: read into `buf` when it fits (always, but
+/// for a status file with thousands of groups), else read whole; empty
+/// when it cannot be read.
+fn proc_text<T>(path: &str, buf: &mut [u8], f: impl FnOnce(&str) -> T) -> T {
+    match read_small(path, buf) {
+        Some(text) => f(text),
+        None => f(&std::fs::read_to_string(path).unwrap_or_default()),
     }
 }
 
@@ -74,7 +83,8 @@ impl ProcessIdentity {
 
 /// A small `/proc` file read into `buf` with as few reads as it takes (one,
 /// then the one that says end of file); `None` when it cannot be read, is
-/// not UTF-8 or does not fit.
+/// not UTF-8 or does not fit (a file that fills `buf` exactly counts as one
+/// that does not).
 fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a str> {
     let mut file = std::fs::File::open(path).ok()?;
     let mut len = 0;
@@ -160,9 +170,13 @@ mod tests {
     }
 
     #[test]
-    fn small_reads_refuse_what_does_not_fit() {
+    fn small_reads_refuse_what_does_not_fit_and_the_reader_then_reads_it_whole() {
         let mut tiny = [0u8; 8];
         assert_eq!(read_small("/proc/self/stat", &mut tiny), None);
         assert_eq!(read_small("/nonexistent/gpuslice", &mut tiny), None);
+        let ticks = proc_text("/proc/self/stat", &mut tiny, start_time_ticks);
+        assert_eq!(ticks, start_time_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()));
+        assert!(ticks.is_some());
+        assert_eq!(proc_text("/nonexistent/gpuslice", &mut tiny, str::len), 0);
     }
 }
