@@ -243,8 +243,16 @@ pub struct Joined {
 
 /// Connects to the monitor listening in `dir` and asks for `hello.uuid`'s
 /// grant page.
+///
+/// Where nothing is at the socket's path (no monitor has run in `dir`), one
+/// `stat` says so: cheaper than making a socket to fail to connect it, and
+/// every process of a host without a monitor asks once at its first
+/// context and again every second after.
 pub fn join(dir: &Path, hello: &Hello) -> Result<Joined, String> {
     let path = socket_path(dir);
+    if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+        return Err(format!("no monitor at {}: no socket there", path.display()));
+    }
     let mut stream = connect(dir).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
     // Only the monitor may answer: root, or the directory's owner (the
     // monitor made it). Anybody else who bound a socket at that path while

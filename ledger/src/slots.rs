@@ -156,13 +156,18 @@ impl Ledger {
     /// this `Ledger` stays open. If every slot is taken, reclaims dead ones
     /// (and resets invalid ones) once and tries again.
     pub fn claim_slot(&self) -> Result<Slot, LedgerError> {
-        let me = ProcessIdentity::current();
-        if let Some(slot) = self.claim_free(&me)? {
+        self.claim_slot_as(&ProcessIdentity::current())
+    }
+
+    /// [`Ledger::claim_slot`] for a caller that already read its identity
+    /// (the shim reads `/proc/self` once and keeps what it learnt).
+    pub fn claim_slot_as(&self, me: &ProcessIdentity) -> Result<Slot, LedgerError> {
+        if let Some(slot) = self.claim_free(me)? {
             return Ok(slot);
         }
         self.reclaim_dead();
         self.reset_invalid_slots();
-        self.claim_free(&me)?.ok_or(LedgerError::SlotsFull)
+        self.claim_free(me)?.ok_or(LedgerError::SlotsFull)
     }
 
     fn claim_free(&self, me: &ProcessIdentity) -> Result<Option<Slot>, LedgerError> {

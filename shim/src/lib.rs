@@ -23,7 +23,13 @@
 //! loader's work. Initialising parses the environment ([`config`](mod@config)), opens
 //! the tenant's ledger (one `mmap`), initialises the real driver, claims
 //! this process's slot, and registers each device by UUID, deciding the
-//! tenant's cap and compute limit there.
+//! tenant's cap and compute limit there. At load the library only registers
+//! its fork handler and finds the real `dlsym`. What can wait for a use
+//! waits: `/proc/self` is read once, when the slot is claimed (and its
+//! status file only in a PID namespace of its own); the helper thread and
+//! the monitor's socket wait for the first context
+//! ([`compute::join::join_device`]); the compute bucket's lanes for a
+//! device with a limit.
 //! - `Ready`: every allocation is accounted.
 //! - `Disabled`: no cap and no compute limit is configured and the ledger
 //!   cannot be used (for example, its directory cannot be created): calls
@@ -226,7 +232,8 @@ fn initialise() -> (u8, Result<(), CUresult>) {
     }
     // The slot first: processes of the tenant starting at the same time see
     // each other live when they decide the tenant's cap (`apply_cap`).
-    let slot = match ledger.claim_slot() {
+    let me = ledger::process::SelfProcess::read();
+    let slot = match ledger.claim_slot_as(&me.identity) {
         Ok(slot) => slot,
         Err(e) if capped => return refuse(format_args!("ledger {}: {e}", ledger.path().display())),
         Err(e) => {
@@ -248,7 +255,7 @@ fn initialise() -> (u8, Result<(), CUresult>) {
             };
         }
     };
-    let runtime: &'static Runtime = Box::leak(Box::new(Runtime::new(ledger, slot, devices)));
+    let runtime: &'static Runtime = Box::leak(Box::new(Runtime::new(ledger, slot, devices, me)));
     RUNTIME.store(runtime as *const Runtime as *mut Runtime, Ordering::Release);
     // Every device is asked for, so that whoever on it has a setting is
     // arbitrated; the bucket governs only where the monitor does not.

@@ -18,13 +18,15 @@
 //! sees them. A tenant's recorded overhead is always preferred to a new
 //! measurement (see `accounting::contexts`).
 
+//!
+//! Who this process is comes from what it read of `/proc/self` when it
+//! claimed its slot ([`ledger::process::SelfProcess`]): nothing here reads
+//! `/proc` again.
+
 use crate::accounting::Device;
 use crate::real;
 use abi::nvml::nvmlDevice_t;
-use std::os::unix::fs::MetadataExt;
-
-/// `PROC_PID_INIT_INO`: the inode of the initial PID namespace.
-const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+use ledger::process::{SelfProcess, PROC_PID_INIT_INO};
 
 /// What was known before the context was created.
 pub struct Probe {
@@ -35,18 +37,12 @@ pub struct Probe {
 }
 
 /// Whether NVML's pids name this process as it names itself.
-fn pid_is_nvmls() -> bool {
-    let initial = std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == PROC_PID_INIT_INO);
-    initial || nspid_levels(&std::fs::read_to_string("/proc/self/status").unwrap_or_default()) > 1
-}
-
-/// The number of pids on the `NSpid:` line of a `/proc/PID/status` text.
-pub fn nspid_levels(status: &str) -> usize {
-    status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(0, |l| l.split_whitespace().count())
+fn pid_is_nvmls(me: &SelfProcess) -> bool {
+    me.identity.pidns_inode == PROC_PID_INIT_INO || me.nspid_levels > 1
 }
 
 /// Call before creating the process's first context on `device`.
-pub fn prepare(device: &Device) -> Option<Probe> {
+pub fn prepare(me: &SelfProcess, device: &Device) -> Option<Probe> {
     let r = real::nvml_init();
     if r != abi::nvml::NVML_SUCCESS {
         info!("context overhead not measured: NVML is not available (nvmlInit_v2 returned {r})");
@@ -56,7 +52,7 @@ pub fn prepare(device: &Device) -> Option<Probe> {
         info!("context overhead not measured: NVML does not know device {}", device.ordinal);
         return None;
     };
-    if pid_is_nvmls() {
+    if pid_is_nvmls(me) {
         return Some(Probe { handle, used_before_bytes: None, total_bytes: 0 });
     }
     let (total_bytes, used_bytes) = real::nvml_device_memory_bytes(handle)?;
@@ -64,10 +60,10 @@ pub fn prepare(device: &Device) -> Option<Probe> {
 }
 
 /// Call right after the context was created: its overhead, if it can tell.
-pub fn measure(device: &Device, probe: Probe) -> Option<u64> {
+pub fn measure(me: &SelfProcess, device: &Device, probe: Probe) -> Option<u64> {
     let measured = match probe.used_before_bytes {
         None => {
-            let pid = ledger::process::ProcessIdentity::current().pid;
+            let pid = me.identity.pid;
             let found = real::nvml_process_used_bytes(probe.handle, pid);
             if found.is_none() {
                 info!("context overhead not measured: NVML lists no memory for process {pid}");
@@ -91,11 +87,17 @@ pub fn measure(device: &Device, probe: Probe) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ledger::process::ProcessIdentity;
+
+    fn process(pidns_inode: u64, nspid_levels: usize) -> SelfProcess {
+        SelfProcess { identity: ProcessIdentity { pid: 7, ns_pid: 7, pidns_inode, start_time_ticks: 1 }, nspid_levels }
+    }
 
     #[test]
-    fn nspid_levels_counts_namespaces() {
-        assert_eq!(nspid_levels("Name:\tx\nNSpid:\t4242\t7\n"), 2);
-        assert_eq!(nspid_levels("NSpid:\t7\n"), 1);
-        assert_eq!(nspid_levels("Name:\tx\n"), 0);
+    fn nvml_knows_the_pid_in_the_initial_namespace_or_an_outer_proc() {
+        assert!(pid_is_nvmls(&process(PROC_PID_INIT_INO, 1)));
+        assert!(pid_is_nvmls(&process(4_026_532_000, 2)));
+        assert!(!pid_is_nvmls(&process(4_026_532_000, 1)));
+        assert!(!pid_is_nvmls(&process(0, 0)));
     }
 }

@@ -143,7 +143,7 @@ impl Runtime {
             self.context_refused(device, known_bytes);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let probe = if known_bytes == 0 && first_here { crate::overhead::prepare(device) } else { None };
+        let probe = if known_bytes == 0 && first_here { crate::overhead::prepare(&self.me, device) } else { None };
         let ctx = match create() {
             Ok(ctx) => ctx,
             Err(r) => {
@@ -152,7 +152,7 @@ impl Runtime {
             }
         };
         let Some(probe) = probe else { return Ok((ctx, known_bytes)) };
-        let Some(measured_bytes) = crate::overhead::measure(device, probe) else { return Ok((ctx, 0)) };
+        let Some(measured_bytes) = crate::overhead::measure(&self.me, device, probe) else { return Ok((ctx, 0)) };
         info!("context overhead on device {} measured at {measured_bytes} bytes", device.ordinal);
         // Another process of the tenant may have recorded it meanwhile: theirs stands.
         let recorded_bytes = self.ledger.context_overhead_bytes(dev);

@@ -72,6 +72,8 @@ pub struct Runtime {
     pub devices: Vec<Device>,
     /// The process that built this runtime (a forked child must not use it).
     pub owner_pid: u32,
+    /// What the process read of `/proc/self` when it claimed its slot.
+    pub me: ledger::process::SelfProcess,
     admission: admission::Admission,
     allocations: memory::Allocations,
     vmm: Mutex<vmm::Vmm>,
@@ -82,13 +84,14 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(ledger: Ledger, slot: Slot, devices: Vec<Device>) -> Self {
+    pub fn new(ledger: Ledger, slot: Slot, devices: Vec<Device>, me: ledger::process::SelfProcess) -> Self {
         let contexts = contexts::Contexts::new(devices.len());
         Self {
             ledger,
             slot,
             devices,
-            owner_pid: std::process::id(),
+            owner_pid: me.identity.ns_pid,
+            me,
             admission: admission::Admission::new(),
             allocations: memory::Allocations::new(),
             vmm: Mutex::new(vmm::Vmm::default()),

@@ -389,7 +389,9 @@ fn cache_way(stream: usize) -> usize {
 
 /// Every lane of the process and the clock of its buckets.
 pub(crate) struct Throttle {
-    lanes: Box<[Lane]>,
+    /// Built by [`Throttle::prepare`] when a device of the process has a
+    /// limit (about 70 KiB: a process without one never touches them).
+    lanes: std::sync::OnceLock<Box<[Lane]>>,
     clock: BucketClock,
     /// Warned once that launches are measured without events.
     warned_unmeasured: AtomicBool,
@@ -399,18 +401,34 @@ pub(crate) struct Throttle {
 
 impl Throttle {
     pub(crate) fn new() -> Throttle {
+        Throttle {
+            lanes: std::sync::OnceLock::new(),
+            clock: BucketClock::new(),
+            warned_unmeasured: AtomicBool::new(false),
+            build_after_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Builds the lanes, once; called before the bucket may govern
+    /// (`compute::refresh_mode`), never on the launch path.
+    pub(crate) fn prepare(&self) {
         // Built one lane at a time: the thread initialising may have a small stack.
-        let lanes = (0..MAX_LANES).map(|_| Lane::new()).collect();
-        Throttle { lanes, clock: BucketClock::new(), warned_unmeasured: AtomicBool::new(false), build_after_ns: AtomicU64::new(0) }
+        self.lanes.get_or_init(|| (0..MAX_LANES).map(|_| Lane::new()).collect());
+    }
+
+    /// The lanes; none before [`Throttle::prepare`] (a launch that finds
+    /// none goes unmeasured, as when every lane is taken).
+    fn lanes(&self) -> &[Lane] {
+        self.lanes.get().map_or(&[], |lanes| lanes)
     }
 
     fn lane(&self, index: usize, epoch: u32) -> Option<&Lane> {
-        self.lanes.get(index).filter(|lane| lane.is(epoch))
+        self.lanes().get(index).filter(|lane| lane.is(epoch))
     }
 
     /// The ready lane of `ctx`, with its index.
     fn find(&self, ctx: usize) -> Option<(usize, &Lane)> {
-        self.lanes
+        self.lanes()
             .iter()
             .enumerate()
             .find(|(_, lane)| lane.state.load(Ordering::Acquire) == lane_state::READY && lane.ctx.load(Ordering::Acquire) == ctx)
@@ -522,7 +540,7 @@ impl Runtime {
                 return (Route::Lane(lane), Some((index, lane.epoch.load(Ordering::Acquire))));
             }
             let building = throttle
-                .lanes
+                .lanes()
                 .iter()
                 .any(|lane| lane.state.load(Ordering::Acquire) == lane_state::BUILDING && lane.ctx.load(Ordering::Acquire) == ctx as usize);
             if !building {
@@ -530,7 +548,7 @@ impl Runtime {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
-        let claimed = throttle.lanes.iter().enumerate().find(|(_, lane)| {
+        let claimed = throttle.lanes().iter().enumerate().find(|(_, lane)| {
             [lane_state::EMPTY, lane_state::DEAD]
                 .into_iter()
                 .any(|from| lane.state.compare_exchange(from, lane_state::BUILDING, Ordering::AcqRel, Ordering::Acquire).is_ok())
@@ -765,7 +783,7 @@ impl Runtime {
     /// Charges every pair of this process that completed (after a
     /// synchronisation: the client waited for its work, so it is done).
     pub fn charge_completed_launches(&self) {
-        for lane in self.throttle.lanes.iter() {
+        for lane in self.throttle.lanes().iter() {
             if lane.state.load(Ordering::Acquire) != lane_state::READY {
                 continue;
             }
@@ -779,7 +797,7 @@ impl Runtime {
     /// its lanes' pairs as they complete, waiting for them as the
     /// destruction would, then retires the lanes.
     pub(crate) fn forget_lanes_of(&self, ctx: usize) {
-        for lane in self.throttle.lanes.iter() {
+        for lane in self.throttle.lanes().iter() {
             if lane.state.load(Ordering::Acquire) != lane_state::READY || lane.ctx.load(Ordering::Acquire) != ctx {
                 continue;
             }

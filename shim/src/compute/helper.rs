@@ -20,6 +20,8 @@
 //!
 //! It sleeps in `poll(2)` on the seats' connections the rest of the time.
 //! It never touches the launch path's state but through the seats' atomics.
+//! It starts with the process's first seat (its first context), not at
+//! initialisation, and its loop allocates nothing.
 
 use super::gate::{self, Seat};
 use crate::accounting::Runtime;
@@ -47,7 +49,13 @@ pub fn wake() {
     }
 }
 
-/// Starts the helper, once per process.
+/// The helper's stack: it polls, reads short messages and drains.
+const STACK_BYTES: usize = 256 * 1024;
+
+/// Starts the helper, once per process. It is a bare pthread, not a
+/// `std::thread`: std's thread start registers a thread-local destructor
+/// (an allocation, and with it a malloc arena of the thread's own) that a
+/// thread which never exits on its own has no use for.
 pub fn start(rt: &'static Runtime) {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
@@ -57,11 +65,57 @@ pub fn start(rt: &'static Runtime) {
         // life of the process.
         WAKE.store(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }, Ordering::Release);
     }
-    let spawned = std::thread::Builder::new().name("gpuslice-arbiter".into()).stack_size(256 * 1024).spawn(move || run(rt));
-    if let Err(e) = spawned {
+    if let Err(e) = spawn(rt) {
         STARTED.store(false, Ordering::Release);
         warn!("cannot start the compute helper thread ({e}): turns on the devices this process uses may be held longer than needed");
     }
+}
+
+/// A detached thread running [`run`].
+fn spawn(rt: &'static Runtime) -> std::io::Result<()> {
+    // SAFETY: an all-zero attribute object is what pthread_attr_init
+    // overwrites.
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `attr` is a live local, initialised here and destroyed below;
+    // the size is above PTHREAD_STACK_MIN.
+    let r = unsafe {
+        let r = libc::pthread_attr_init(&mut attr);
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+        let mut r = libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        if r == 0 {
+            r = libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        }
+        r
+    };
+    let mut thread: libc::pthread_t = 0;
+    let r = if r == 0 {
+        // SAFETY: `thread` and `attr` are live locals; the argument is a
+        // `&'static Runtime`, valid for as long as the thread runs.
+        unsafe { libc::pthread_create(&mut thread, &attr, helper_main, (rt as *const Runtime).cast_mut().cast()) }
+    } else {
+        r
+    };
+    // SAFETY: `attr` was initialised above.
+    unsafe { libc::pthread_attr_destroy(&mut attr) };
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// The thread's entry: names the thread (itself: one `prctl`, where naming
+/// it from outside writes a `/proc` file), then runs; no panic unwinds out
+/// of it into libc.
+extern "C" fn helper_main(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name (the kernel keeps its
+    // first 15 bytes).
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"gpuslice-arbiter".as_ptr()) };
+    // SAFETY: `spawn` passes a `&'static Runtime`.
+    let rt: &'static Runtime = unsafe { &*arg.cast_const().cast::<Runtime>() };
+    crate::guard::boundary((), || run(rt));
+    std::ptr::null_mut()
 }
 
 /// Forgets the thread (a forked child has none).
@@ -73,39 +127,62 @@ pub fn forget() {
 
 fn run(rt: &'static Runtime) {
     let _guard = crate::guard::Guard::enter();
-    // Its drains must neither fail nor spoil a graph the application
-    // captures meanwhile (PyTorch's CUDA graphs capture in the global mode).
-    crate::real::relax_capture_mode_of_this_thread();
     let mut armed = [false; gate::MAX_SEATS];
+    let mut relaxed = false;
     let mut last_retry = Instant::now();
+    // The loop allocates nothing: a thread's first allocation makes it a
+    // malloc arena of its own (a 128 MiB reservation, trimmed), a cost every
+    // short process would pay for a thread that mostly sleeps.
+    const NO_FD: libc::pollfd = libc::pollfd { fd: -1, events: 0, revents: 0 };
     loop {
-        let seats: Vec<(usize, &'static Seat)> = gate::seats().enumerate().filter(|(_, s)| s.page().is_some()).collect();
+        let mut joined: [Option<(usize, &'static Seat)>; gate::MAX_SEATS] = [None; gate::MAX_SEATS];
+        let mut fds = [NO_FD; gate::MAX_SEATS + 1];
+        let mut count = 0;
+        for (i, seat) in gate::seats().enumerate() {
+            if seat.page().is_none() {
+                continue;
+            }
+            if let (Some(slot), Some(fd)) = (joined.get_mut(count), fds.get_mut(count)) {
+                *slot = Some((i, seat));
+                *fd = libc::pollfd { fd: seat.conn.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 };
+                count += 1;
+            }
+        }
+        let joined = joined.get(..count).unwrap_or_default();
+        // Its drains must neither fail nor spoil a graph the application
+        // captures meanwhile (PyTorch's CUDA graphs capture in the global
+        // mode); it drains only on a joined seat, so it says so only then.
+        if count > 0 && !relaxed {
+            crate::real::relax_capture_mode_of_this_thread();
+            relaxed = true;
+        }
         // On an arbitrated device the helper looks every PROBE: a grant can
         // come at any moment, and the turn it starts must end as soon as the
         // process goes idle (a 1 s sleep here kept an inference tenant's
         // every turn for a whole quantum).
-        let arbitrated = seats.iter().any(|(_, s)| s.page().is_some_and(|p| !p.grant().is_open()));
+        let arbitrated = joined.iter().flatten().any(|(_, s)| s.page().is_some_and(|p| !p.grant().is_open()));
         let timeout = if arbitrated { PROBE } else { RETRY };
-        let mut fds: Vec<libc::pollfd> =
-            seats.iter().map(|(_, s)| libc::pollfd { fd: s.conn.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }).collect();
         let wake = WAKE.load(Ordering::Acquire);
-        fds.push(libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 });
-        // SAFETY: `fds` is a live array of `fds.len()` pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
-        if fds.last().is_some_and(|f| f.revents != 0) {
+        if let Some(fd) = fds.get_mut(count) {
+            *fd = libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 };
+        }
+        let polled = fds.get_mut(..=count).unwrap_or_default();
+        // SAFETY: `polled` is a live array of `polled.len()` pollfd.
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout.as_millis() as i32) };
+        if polled.last().is_some_and(|f| f.revents != 0) {
             let mut count = [0u8; 8];
             // SAFETY: an 8-byte read into a live local from our eventfd.
             unsafe { libc::read(wake, count.as_mut_ptr().cast(), 8) };
         }
         if n > 0 {
-            for ((_, seat), fd) in seats.iter().zip(&fds) {
+            for (&(_, seat), fd) in joined.iter().flatten().zip(polled.iter()) {
                 if fd.revents != 0 {
                     read_messages(rt, seat, fd.revents);
                 }
             }
         }
-        for (i, seat) in &seats {
-            if let Some(armed) = armed.get_mut(*i) {
+        for &(i, seat) in joined.iter().flatten() {
+            if let Some(armed) = armed.get_mut(i) {
                 probe(rt, seat, armed);
             }
         }

@@ -18,24 +18,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Said once: a device with a compute setting is not arbitrated.
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Starts the helper thread (at initialisation). Devices are joined when
+/// Sets the launch path's mode at initialisation. Devices are joined when
 /// the process first makes a context on them ([`join_device`]): a process
 /// that sees eight GPUs and uses one joins one, so grants on the others
-/// never send its launches down the slow path.
+/// never send its launches down the slow path. The helper thread starts
+/// there too, with the first seat: a process that never makes a context
+/// (one that only asks what devices there are) starts no thread.
 pub fn start(rt: &'static Runtime) {
     super::refresh_mode(rt);
-    super::helper::start(rt);
 }
 
 /// Joins the device of `cu_device` if this process has not yet (after a
-/// context was made there; the first launch comes after).
-pub fn join_device(rt: &Runtime, cu_device: abi::cuda::CUdevice) {
+/// context was made there; the first launch comes after), starting the
+/// helper first: it answers the monitor on a joined seat and asks again for
+/// one that could not join.
+pub fn join_device(rt: &'static Runtime, cu_device: abi::cuda::CUdevice) {
     let Some(config) = crate::config() else { return };
     let Some(device) = rt.device_by_handle(cu_device) else { return };
     if gate::seats().any(|s| s.dev.load(Ordering::Relaxed) == device.ledger_index) {
         return;
     }
     let Some(seat) = gate::seat_for(device.ledger_index) else { return };
+    super::helper::start(rt);
     match join_one(rt, seat, device, &config.dir) {
         Ok(()) => super::refresh_mode(rt),
         Err(e) if has_setting(rt) => {

@@ -89,6 +89,11 @@ pub fn arbitrates(dev: usize) -> bool {
 /// Turns the bucket on where a device has a limit the monitor does not
 /// keep (after joining, and whenever a seat is joined or orphaned).
 pub fn refresh_mode(rt: &Runtime) {
+    // The bucket's lanes exist before it may govern: a launch allocates
+    // nothing. Only a process with a limit somewhere builds them.
+    if rt.devices.iter().any(|d| ledger::compute::is_limiting(rt.ledger.compute_limit_ratio_e4(d.ledger_index))) {
+        rt.throttle.prepare();
+    }
     let bucket = rt
         .devices
         .iter()
