@@ -5,6 +5,7 @@ pub mod array;
 pub mod context;
 pub mod cupti;
 pub mod device;
+pub mod device_extra;
 pub mod event;
 pub mod export_table;
 pub mod graph;
@@ -20,6 +21,7 @@ pub mod pointer;
 pub mod pool;
 pub mod stream;
 pub mod tensor_map;
+pub mod texture;
 pub mod unsupported;
 pub mod vmm;
 
