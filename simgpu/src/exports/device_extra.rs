@@ -45,9 +45,9 @@ cu_export!(cuDeviceGetByPCIBusId(dev: *mut CUdevice, pci_bus_id: *const c_char) 
 /// `CUarray_format` values and their element sizes in bytes.
 fn format_bytes(format: c_uint) -> Option<usize> {
     match format {
-        0x01 | 0x08 => Some(1),             // UNSIGNED_INT8, SIGNED_INT8
-        0x02 | 0x09 | 0x10 => Some(2),      // UNSIGNED_INT16, SIGNED_INT16, HALF
-        0x03 | 0x0a | 0x20 => Some(4),      // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        0x01 | 0x08 => Some(1),        // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => Some(2), // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => Some(4), // UNSIGNED_INT32, SIGNED_INT32, FLOAT
         _ => None,
     }
 }

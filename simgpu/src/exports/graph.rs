@@ -57,6 +57,8 @@ unsafe fn add_kernel_node(
         (h(graph), KernelNode { duration_ns, func: h(p.func), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }),
     );
     drop(objs);
+    // SAFETY: the dependencies were checked above.
+    unsafe { super::graph_nodes::record_dependencies(h(graph), node, deps, num_deps) };
     // SAFETY: checked non-null.
     unsafe { out(phnode, ptr(node)) }
 }
@@ -102,8 +104,11 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
             o.refs += count;
         }
     }
+    let launch_order = nodes.clone();
     objs.execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags, user_refs }));
     drop(objs);
+    // The executable graph keeps its own copy of each non-kernel node.
+    super::graph_nodes::snapshot(d, e, &launch_order)?;
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(pexec, ptr(e)) }
 }
@@ -163,8 +168,14 @@ cu_export!(cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     let kernels_ns = crate::exec::lock(&ge.kernels_ns).clone();
-    for ns in kernels_ns.into_iter().filter(|&ns| ns > 0) {
-        ctx.exec.submit(Op::Kernel { stream: s.clone(), remaining_ns: ns });
+    for (node, ns) in ge.nodes.iter().zip(kernels_ns) {
+        if ns > 0 {
+            ctx.exec.submit(Op::Kernel { stream: s.clone(), remaining_ns: ns });
+        } else {
+            // Other kinds (memset, memcpy, host, events, child graphs) are
+            // issued on the stream in node order, as the stream's own calls.
+            super::graph_nodes::launch_node(d, h(exec), *node, &ctx, &s, stream)?;
+        }
     }
     Ok(())
 }; cuGraphLaunch_ptsz);
@@ -186,6 +197,9 @@ cu_export!(cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_uint) {
     let d = driver()?;
     let objs = d.read();
     let (_, k) = objs.nodes.get(&h(node)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if let Some(t) = super::graph_nodes::node_type(h(node)) {
+        return out(kind, t);
+    }
     out(kind, if k.func != 0 { CU_GRAPH_NODE_TYPE_KERNEL } else { CU_GRAPH_NODE_TYPE_EMPTY })
 });
 
@@ -238,6 +252,7 @@ cu_export!(cuGraphAddEmptyNode(phnode: *mut CUgraphNode, graph: CUgraph, deps: *
     objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?.nodes.push(node);
     objs.nodes.insert(node, (h(graph), KernelNode::empty()));
     drop(objs);
+    super::graph_nodes::record_dependencies(h(graph), node, deps, num_deps);
     out(phnode, ptr(node))
 });
 
@@ -278,6 +293,7 @@ cu_export!(cuGraphExecDestroy(exec: CUgraphExec) {
     let ge = objs.execs.remove(&h(exec)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let destroyed = ge.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
     drop(objs);
+    super::graph_nodes::forget_exec(h(exec));
     run_destructors(destroyed);
     Ok(())
 });
@@ -286,11 +302,15 @@ cu_export!(cuGraphDestroy(graph: CUgraph) {
     let d = driver()?;
     let mut objs = d.write();
     let g = objs.graphs.remove(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    for n in g.nodes {
-        objs.nodes.remove(&n);
+    for n in &g.nodes {
+        objs.nodes.remove(n);
     }
     let destroyed = g.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
     drop(objs);
+    // Child graphs belong to their nodes: they go with the graph.
+    for child in super::graph_nodes::forget_graph(h(graph), &g.nodes) {
+        cuGraphDestroy(ptr(child));
+    }
     run_destructors(destroyed);
     Ok(())
 });

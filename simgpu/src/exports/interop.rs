@@ -119,6 +119,31 @@ absent! {
     CUDA_ERROR_NOT_SUPPORTED => cuProfilerInitialize(config_file, output_file, output_mode);
 }
 
+// Deprecated and not needed since CUDA 3.0; "may fail if the needed
+// OpenGL driver facilities are not available", as they are not here.
+cu_export!(cuGLInit() {
+    driver()?;
+    Err(CUDA_ERROR_UNKNOWN)
+});
+
+// Mapping and unmapping name resources, none of which can exist.
+unsafe fn map_resources(count: u32, resources: usize, stream: usize) -> crate::driver::CuResult<()> {
+    let d = driver()?;
+    if count == 0 || resources == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    d.stream(stream as u64)?;
+    Err(CUDA_ERROR_INVALID_HANDLE)
+}
+
+cu_export!(cuGraphicsMapResources(count: u32, resources: usize, stream: usize) {
+    map_resources(count, resources, stream)
+}; cuGraphicsMapResources_ptsz);
+
+cu_export!(cuGraphicsUnmapResources(count: u32, resources: usize, stream: usize) {
+    map_resources(count, resources, stream)
+}; cuGraphicsUnmapResources_ptsz);
+
 /// `CUipcMemHandle` / `CUipcEventHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -178,7 +178,8 @@ fn fill_2d(dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usiz
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     for row in 0..height {
-        let at = dst.checked_add((row as u64).checked_mul(pitch as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let at =
+            dst.checked_add((row as u64).checked_mul(pitch as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: plain values; the 1D fill checks the range.
         let r = unsafe {
             match stream {
@@ -244,7 +245,15 @@ unsafe fn batch(
     let d = driver()?;
     // SAFETY: null or writable (cuda.h's contract).
     unsafe { crate::ffi::out_opt(fail_index, usize::MAX) };
-    if count == 0 || dsts.is_null() || srcs.is_null() || sizes.is_null() || num_attrs == 0 || num_attrs > count || attrs.is_null() || attr_idxs.is_null() {
+    if count == 0
+        || dsts.is_null()
+        || srcs.is_null()
+        || sizes.is_null()
+        || num_attrs == 0
+        || num_attrs > count
+        || attrs.is_null()
+        || attr_idxs.is_null()
+    {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // The legacy stream is not allowed: a batch is asynchronous by design.
@@ -257,7 +266,13 @@ unsafe fn batch(
         // SAFETY: both arrays hold num_attrs entries (cuda.h's contract).
         let (a, at) = unsafe { (attrs.add(i).read_unaligned(), attr_idxs.add(i).read_unaligned()) };
         let ordered = previous.is_none_or(|p| at > p);
-        if (i == 0 && at != 0) || !ordered || at >= count || a.src_access_order == 0 || a.src_access_order > SRC_ACCESS_ORDER_MAX || a.flags & !MEMCPY_FLAGS != 0 {
+        if (i == 0 && at != 0)
+            || !ordered
+            || at >= count
+            || a.src_access_order == 0
+            || a.src_access_order > SRC_ACCESS_ORDER_MAX
+            || a.flags & !MEMCPY_FLAGS != 0
+        {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         previous = Some(at);

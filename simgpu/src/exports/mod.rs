@@ -9,6 +9,7 @@ pub mod device_extra;
 pub mod event;
 pub mod export_table;
 pub mod graph;
+pub mod graph_nodes;
 pub mod host_register;
 pub mod init;
 pub mod interop;
