@@ -18,9 +18,10 @@
 //! - green contexts, device resources, driver logs and asynchronous
 //!   notifications: `CUDA_ERROR_NOT_SUPPORTED`, as in [`super::unsupported`];
 //! - texture and surface references (no module declares one here):
-//!   `CUDA_ERROR_NOT_FOUND`; sparse, planar and deferred-mapping arrays
-//!   (`CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED` is 0): no array is
-//!   one, `CUDA_ERROR_INVALID_VALUE`.
+//!   `CUDA_ERROR_NOT_FOUND`; sparse, planar and deferred-mapping array
+//!   queries: `CUDA_ERROR_INVALID_VALUE`, the answer for an array that is
+//!   not one (simgpu's arrays keep their size only, not their creation
+//!   flags, so a sparse array cannot be told apart).
 //!
 //! Arguments are read only as far as the answer needs: a null out-pointer
 //! is `CUDA_ERROR_INVALID_VALUE` first, as the driver checks it first.
@@ -244,7 +245,8 @@ macro_rules! plain_array {
     )*};
 }
 
-// Arrays here are never sparse, planar or made for deferred mapping.
+// Arrays here are taken as neither sparse, planar nor made for deferred
+// mapping (see the module comment).
 plain_array! {
     cuArrayGetSparseProperties(properties, array) mipmapped: false;
     cuMipmappedArrayGetSparseProperties(properties, array) mipmapped: true;
