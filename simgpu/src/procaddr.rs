@@ -560,6 +560,42 @@ mod tests {
         assert_eq!(sym("cuLaunchKernel", 4000, true), Some("cuLaunchKernel"));
     }
 
+    /// The typedef headers' text: `cudaTypedefs.h` (scripts/setup.sh puts
+    /// it in .deps/include) and the interop ones (OpenGL, EGL, VDPAU,
+    /// profiler) that NVIDIA's runtime wheel ships beside it.
+    fn typedef_headers() -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let main = root.join(".deps/include/cudaTypedefs.h");
+        let mut text = std::fs::read_to_string(&main).unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", main.display()));
+        let wheel = root.join(".deps/jax-venv/lib/python3.11/site-packages/nvidia/cu13/include");
+        for name in ["cudaGLTypedefs.h", "cudaEGLTypedefs.h", "cudaVDPAUTypedefs.h", "cudaProfilerTypedefs.h"] {
+            let path = wheel.join(name);
+            text += &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", path.display()));
+        }
+        text
+    }
+
+    #[test]
+    fn every_variant_is_a_typedef_of_its_version() {
+        // `PFN_<name>_v<version>[_ptsz|_ptds]` is how the headers name the
+        // variant of <name> that appeared in <version>.
+        let text = typedef_headers();
+        let mut missing = Vec::new();
+        for e in table() {
+            let normal = e.normal.iter().map(|v| (v, String::new()));
+            let per_thread = e.per_thread.iter().map(|v| (v, v.symbol[v.symbol.len() - 5..].to_string()));
+            for (v, suffix) in normal.chain(per_thread) {
+                let typedef = format!("PFN_{}_v{}{})(", e.name, v.version, suffix);
+                // cuda.h maps cuGraphInstantiate to cuGraphInstantiateWithFlags
+                // from 12.0; the header names no typedef for that.
+                if !text.contains(&typedef) && v.symbol != "cuGraphInstantiateWithFlags" {
+                    missing.push(format!("{} ({})", typedef, v.symbol));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no such typedef: {missing:?}");
+    }
+
     #[test]
     fn every_name_is_unique_and_versions_ascend() {
         let t = table();
