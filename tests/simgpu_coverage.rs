@@ -69,7 +69,9 @@ fn check_copies_and_fills(out: &Output) {
 }
 
 fn check_graphs(out: &Output) {
-    for key in ["add_deps", "edges", "deps_of_c", "dependents_of_a", "remove_deps", "roots", "memset_node", "memcpy_node", "launch", "clone"] {
+    for key in
+        ["add_deps", "edges", "deps_of_c", "dependents_of_a", "remove_deps", "roots", "memset_node", "memcpy_node", "launch", "clone"]
+    {
         out.assert_rc(key, cu::SUCCESS);
     }
     out.assert_rc("add_deps_again", cu::INVALID_VALUE);

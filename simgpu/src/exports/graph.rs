@@ -108,7 +108,11 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
     objs.execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags, user_refs }));
     drop(objs);
     // The executable graph keeps its own copy of each non-kernel node.
-    super::graph_nodes::snapshot(d, e, &launch_order)?;
+    if let Err(err) = super::graph_nodes::snapshot(d, e, &launch_order) {
+        // SAFETY: the handle made just above; no pointer is read.
+        unsafe { cuGraphExecDestroy(ptr(e)) };
+        return Err(err);
+    }
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(pexec, ptr(e)) }
 }

@@ -819,7 +819,8 @@ fn clone_graph(d: &Driver, graph: u64) -> CuResult<u64> {
     objs.graphs.insert(copy, crate::driver::Graph { nodes: list, user_refs: HashMap::new() });
     drop(objs);
     let children: Vec<(u64, u64)> = state(|s| {
-        let edges: Vec<(u64, u64)> = s.edges.get(&graph).map(|e| e.iter().map(|(f, t)| (map[f], map[t])).collect()).unwrap_or_default();
+        let edges: Vec<(u64, u64)> =
+            s.edges.get(&graph).map(|e| e.iter().filter_map(|(f, t)| Some((*map.get(f)?, *map.get(t)?))).collect()).unwrap_or_default();
         s.edges.insert(copy, edges);
         let mut children = Vec::new();
         for (old, new) in &map {
@@ -1143,9 +1144,9 @@ unsafe fn add_generic(
     unsafe {
         match kind {
             NODE_KERNEL => {
-                let mut k = kernel_body(params)?;
+                let k = kernel_body(params)?;
                 let mut node = std::ptr::null_mut();
-                check(super::graph::cuGraphAddKernelNode(&mut node, graph, deps, n, &mut k))?;
+                check(super::graph::cuGraphAddKernelNode(&mut node, graph, deps, n, &k))?;
                 out(phnode, node)
             }
             NODE_EMPTY => check(super::graph::cuGraphAddEmptyNode(phnode, graph, deps, n)),
