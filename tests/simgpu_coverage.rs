@@ -8,7 +8,8 @@
 //! - core calls have their effects: 3D copies and 2D fills byte for byte,
 //!   copy batches, managed-range queries, graph edges both ways, memset and
 //!   memcpy nodes that run when their graph launches, clones, capture into
-//!   an existing graph, texture objects, devices found by PCI bus id.
+//!   an existing graph, whole-graph update, child graphs, texture objects,
+//!   context-wide event records, devices found by PCI bus id.
 
 use gpuslice_tests::{cu, repo_root, Output, Sim};
 use std::collections::BTreeSet;
@@ -96,6 +97,16 @@ fn check_graphs(out: &Output) {
     assert_eq!(out.get("end_capture.same_graph"), "1", "{out}");
     // CUDA_ERROR_ILLEGAL_STATE: the stream no longer captures.
     out.assert_rc("update_capture_deps_not_capturing", 401);
+    // An update from a graph of the same shape takes its parameters (a
+    // memset of 0x22 instead of 0x11, over all 64 bytes); a child graph
+    // runs its nodes; an update from another shape fails, saying so
+    // (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE).
+    out.assert_rc("exec_update", cu::SUCCESS);
+    assert_eq!(out.u64("exec_update.result"), 0, "{out}");
+    assert_eq!(out.u64("exec_update.bytes"), 64, "{out}");
+    out.assert_rc("child_node", cu::SUCCESS);
+    assert_eq!(out.u64("child_graph.bytes"), 64, "{out}");
+    out.assert_rc("exec_update_topology", 910);
     for key in ["exec_destroy", "clone_destroy", "graph_destroy"] {
         out.assert_rc(key, cu::SUCCESS);
     }
@@ -106,6 +117,17 @@ fn check_objects_and_devices(out: &Output) {
     assert_eq!(out.u64("tex_resource.size"), 4096, "{out}");
     out.assert_rc("tex_destroy", cu::SUCCESS);
     out.assert_rc("tex_destroy_again", cu::INVALID_VALUE);
+    // No native atomics to host memory: no capability for any operation.
+    out.assert_rc("host_atomics", cu::SUCCESS);
+    assert_eq!(out.get("host_atomics.caps"), "0,0", "{out}");
+    out.assert_rc("host_atomics_none", cu::INVALID_VALUE);
+    // The default pool was made with no shareable handle type.
+    out.assert_rc("pool_export_no_handle_type", cu::INVALID_VALUE);
+    // An event recorded for the whole context has completed once the
+    // context's work has, and waiting on it succeeds.
+    out.assert_rc("ctx_record_event", cu::SUCCESS);
+    out.assert_rc("ctx_event_query", cu::SUCCESS);
+    out.assert_rc("ctx_wait_event", cu::SUCCESS);
     out.assert_rc("by_bus_id", cu::SUCCESS);
     assert_eq!(out.get("by_bus_id.same"), "1", "{out}");
     out.assert_rc("by_bus_id_unknown", cu::INVALID_DEVICE);

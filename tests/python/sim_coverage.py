@@ -240,6 +240,41 @@ def graphs(ctx, stream):
     show("end_capture.same_graph", int(int(ended) == int(graph)))
     rc("update_capture_deps_not_capturing", cu.cuStreamUpdateCaptureDependencies(cap, [memcpy_node], None, 1, 0))
 
+    # A graph with a memset node, instantiated, then updated from a graph
+    # of the same shape that sets another value; and the same memset as a
+    # child graph of a third graph.
+    def memset_graph(value):
+        g = rc("_upd_graph", cu.cuGraphCreate(0))
+        p = cu.CUDA_MEMSET_NODE_PARAMS()
+        p.dst = dst
+        p.value = value
+        p.elementSize = 4
+        p.width = 16
+        p.height = 1
+        rc("_upd_node", cu.cuGraphAddMemsetNode(g, None, 0, p, ctx))
+        return g
+
+    first, second = memset_graph(0x11111111), memset_graph(0x22222222)
+    upd_exec = rc("upd_instantiate", cu.cuGraphInstantiate(first, 0))
+    info = rc("exec_update", cu.cuGraphExecUpdate(upd_exec, second))
+    show("exec_update.result", int(info.result))
+    rc("upd_launch", cu.cuGraphLaunch(upd_exec, stream))
+    rc("upd_sync", cu.cuStreamSynchronize(stream))
+    show("exec_update.bytes", read(dst, 64).count(0x22))
+    parent = rc("child_parent", cu.cuGraphCreate(0))
+    rc("child_node", cu.cuGraphAddChildGraphNode(parent, None, 0, first))
+    child_exec = rc("child_instantiate", cu.cuGraphInstantiate(parent, 0))
+    rc("child_launch", cu.cuGraphLaunch(child_exec, stream))
+    rc("child_sync", cu.cuStreamSynchronize(stream))
+    show("child_graph.bytes", read(dst, 64).count(0x11))
+    taller = memset_graph(0x33333333)
+    rc("_taller_extra", cu.cuGraphAddEmptyNode(taller, None, 0))
+    rc("exec_update_topology", cu.cuGraphExecUpdate(upd_exec, taller))
+    for g in (first, second, parent, taller):
+        rc("_upd_destroy", cu.cuGraphDestroy(g))
+    rc("_upd_exec_destroy", cu.cuGraphExecDestroy(upd_exec))
+    rc("_child_exec_destroy", cu.cuGraphExecDestroy(child_exec))
+
     rc("exec_destroy", cu.cuGraphExecDestroy(exec_))
     rc("clone_destroy", cu.cuGraphDestroy(clone))
     rc("graph_destroy", cu.cuGraphDestroy(graph))
@@ -263,6 +298,21 @@ def objects_and_devices(dev):
     rc("tex_destroy", cu.cuTexObjectDestroy(obj))
     rc("tex_destroy_again", cu.cuTexObjectDestroy(obj))
     rc("tex_free", cu.cuMemFree(buf))
+
+    ops = [cu.CUatomicOperation.CU_ATOMIC_OPERATION_INTEGER_ADD, cu.CUatomicOperation.CU_ATOMIC_OPERATION_CAS]
+    caps = rc("host_atomics", cu.cuDeviceGetHostAtomicCapabilities(ops, 2, dev))
+    show("host_atomics.caps", ",".join(str(int(c)) for c in caps))
+    rc("host_atomics_none", cu.cuDeviceGetHostAtomicCapabilities(ops, 0, dev))
+
+    pool = rc("default_pool", cu.cuDeviceGetDefaultMemPool(dev))
+    rc("pool_export_no_handle_type", cu.cuMemPoolExportToShareableHandle(
+        pool, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+
+    ctx = rc("ctx_current", cu.cuCtxGetCurrent())
+    event = rc("ctx_event", cu.cuEventCreate(0))
+    rc("ctx_record_event", cu.cuCtxRecordEvent(ctx, event))
+    rc("ctx_event_query", cu.cuEventQuery(event))
+    rc("ctx_wait_event", cu.cuCtxWaitEvent(ctx, event))
 
     bus_id = rc("bus_id", cu.cuDeviceGetPCIBusId(32, dev))
     bus_id = bytes(bus_id).split(b"\x00")[0]

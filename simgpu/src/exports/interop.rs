@@ -14,7 +14,9 @@
 //!   memory here is process-private host memory (the heap is a private
 //!   mapping, not a shareable file), so memory and event handles cannot be
 //!   made or opened: `CUDA_ERROR_NOT_SUPPORTED`; so are pools' shareable
-//!   handles and exported pointers;
+//!   handles and exported pointers (pool memory is process-private too,
+//!   although `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES` offers
+//!   POSIX file descriptors, as `cuMemCreate`'s memory can be shared);
 //! - green contexts, device resources, driver logs and asynchronous
 //!   notifications: `CUDA_ERROR_NOT_SUPPORTED`, as in [`super::unsupported`];
 //! - texture and surface references (no module declares one here):
@@ -102,7 +104,6 @@ absent! {
     CUDA_ERROR_NOT_SUPPORTED => cuIpcGetMemHandle(handle_out, dptr) nonnull[handle_out];
     CUDA_ERROR_NOT_SUPPORTED => cuIpcCloseMemHandle(dptr);
     CUDA_ERROR_NOT_SUPPORTED => cuIpcGetEventHandle(handle_out, event) nonnull[handle_out];
-    CUDA_ERROR_NOT_SUPPORTED => cuMemPoolExportToShareableHandle(handle_out, pool, handle_type, flags) nonnull[handle_out];
     CUDA_ERROR_NOT_SUPPORTED => cuMemPoolImportFromShareableHandle(pool_out, handle, handle_type, flags) nonnull[pool_out];
     CUDA_ERROR_NOT_SUPPORTED => cuMemPoolExportPointer(data_out, dptr) nonnull[data_out];
     CUDA_ERROR_NOT_SUPPORTED => cuMemPoolImportPointer(dptr_out, pool, data) nonnull[dptr_out, data];
@@ -144,6 +145,21 @@ cu_export!(cuGraphicsMapResources(count: u32, resources: usize, stream: usize) {
 cu_export!(cuGraphicsUnmapResources(count: u32, resources: usize, stream: usize) {
     map_resources(count, resources, stream)
 }; cuGraphicsUnmapResources_ptsz);
+
+// A pool made without the handle type asked for cannot be exported
+// (`CUDA_ERROR_INVALID_VALUE`, as documented); one made with it cannot
+// either here, since pool memory is process-private.
+cu_export!(cuMemPoolExportToShareableHandle(handle_out: usize, pool: usize, handle_type: u32, flags: u64) {
+    let d = driver()?;
+    if handle_out == 0 || flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let types = d.read().pools.get(&(pool as u64)).map(|p| p.handle_types).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if handle_type == 0 || types & handle_type != handle_type {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
 
 /// `CUipcMemHandle` / `CUipcEventHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
