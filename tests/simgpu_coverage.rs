@@ -60,6 +60,10 @@ fn check_copies_and_fills(out: &Output) {
         out.assert_rc(key, cu::SUCCESS);
         assert_eq!(out.get(&format!("{key}.bytes_ok")), "1", "{key}\n{out}");
     }
+    out.assert_rc("memset2d16", cu::SUCCESS);
+    out.assert_rc("memset2d32_async", cu::SUCCESS);
+    assert_eq!(out.get("memset2d_wide.bytes_ok"), "1", "{out}");
+    out.assert_rc("memset16_misaligned", cu::INVALID_VALUE);
     out.assert_rc("memcpy3d_pitch_too_small", cu::INVALID_VALUE);
     out.assert_rc("batch_legacy_stream", cu::INVALID_VALUE);
     out.assert_rc("range_read_mostly", cu::SUCCESS);

@@ -421,6 +421,12 @@ proc_table! {
     cuMemcpyBatchAsync => [12080: cuMemcpyBatchAsync, 13000: cuMemcpyBatchAsync_v2] ptsz [12080: cuMemcpyBatchAsync_ptsz, 13000: cuMemcpyBatchAsync_v2_ptsz];
     cuMemsetD2D8 => [2000: cuMemsetD2D8, 3020: cuMemsetD2D8_v2] ptsz [7000: cuMemsetD2D8_v2_ptds];
     cuMemsetD2D8Async => [3020: cuMemsetD2D8Async] ptsz [7000: cuMemsetD2D8Async_ptsz];
+    cuMemsetD16 => [2000: cuMemsetD16, 3020: cuMemsetD16_v2] ptsz [7000: cuMemsetD16_v2_ptds];
+    cuMemsetD16Async => [3020: cuMemsetD16Async] ptsz [7000: cuMemsetD16Async_ptsz];
+    cuMemsetD2D16 => [2000: cuMemsetD2D16, 3020: cuMemsetD2D16_v2] ptsz [7000: cuMemsetD2D16_v2_ptds];
+    cuMemsetD2D16Async => [3020: cuMemsetD2D16Async] ptsz [7000: cuMemsetD2D16Async_ptsz];
+    cuMemsetD2D32 => [2000: cuMemsetD2D32, 3020: cuMemsetD2D32_v2] ptsz [7000: cuMemsetD2D32_v2_ptds];
+    cuMemsetD2D32Async => [3020: cuMemsetD2D32Async] ptsz [7000: cuMemsetD2D32Async_ptsz];
     cuMipmappedArrayGetLevel => [5000: cuMipmappedArrayGetLevel];
     cuMipmappedArrayGetMemoryRequirements => [11060: cuMipmappedArrayGetMemoryRequirements];
     cuMipmappedArrayGetSparseProperties => [11010: cuMipmappedArrayGetSparseProperties];

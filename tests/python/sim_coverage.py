@@ -138,6 +138,21 @@ def copies_and_fills():
     got = read(dptr, pitch * 2)
     show("memset2d_async.bytes_ok", int(got[32:36] == b"\xcd" * 4 and got[pitch + 32:pitch + 36] == b"\xcd" * 4))
 
+    # 16- and 32-bit fills: a 2D fill of 3 x 2 16-bit elements, and of
+    # 2 x 2 32-bit ones on a stream.
+    wide = rc("wide_alloc", cu.cuMemAlloc(2 * pitch))
+    rc("wide_zero", cu.cuMemsetD8(wide, 0, 2 * pitch))
+    rc("memset2d16", cu.cuMemsetD2D16(wide, pitch, 0xBEEF, 3, 2))
+    rc("memset2d32_async", cu.cuMemsetD2D32Async(cu.CUdeviceptr(int(wide) + 16), pitch, 0xA1B2C3D4, 2, 2, stream))
+    rc("wide_sync", cu.cuStreamSynchronize(stream))
+    got = read(wide, 2 * pitch)
+    row16 = b"\xef\xbe" * 3
+    row32 = b"\xd4\xc3\xb2\xa1" * 2
+    show("memset2d_wide.bytes_ok", int(all(got[r * pitch:r * pitch + 6] == row16 and got[r * pitch + 6:r * pitch + 8] == b"\0\0"
+                                          and got[r * pitch + 16:r * pitch + 24] == row32 for r in range(2))))
+    rc("memset16_misaligned", cu.cuMemsetD16(cu.CUdeviceptr(int(wide) + 1), 1, 1))
+    rc("wide_free", cu.cuMemFree(wide))
+
     # Two device-to-device copies in one batch.
     other = rc("batch_alloc", cu.cuMemAlloc(256))
     rc("batch_zero", cu.cuMemsetD8(other, 0, 256))

@@ -21,7 +21,7 @@
 //! never before, and never across a call to another entry point.
 
 use super::event::cuEventRecord;
-use super::memcpy3d::{cuMemcpy3DAsync_v2, CudaMemcpy3d};
+use super::memcpy3d::{cuMemcpy3DAsync_v2, cuMemsetD16Async, CudaMemcpy3d};
 use super::memory::{cuMemsetD32Async, cuMemsetD8Async};
 use super::stream::{cuLaunchHostFunc, cuStreamWaitEvent};
 use super::{h, ptr};
@@ -408,10 +408,6 @@ fn memset_op(d: &Driver, p: MemsetParams) -> CuResult<NodeOp> {
     if ![1, 2, 4].contains(&p.element_size) || p.width == 0 || p.height == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // 16-bit fills are not among simgpu's fill forms.
-    if p.element_size == 2 {
-        return Err(CUDA_ERROR_NOT_SUPPORTED);
-    }
     let row_bytes = p.width.checked_mul(p.element_size as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if p.height > 1 && p.pitch < row_bytes {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -685,6 +681,7 @@ unsafe fn issue(d: &Driver, op: NodeOp, ctx: &Arc<crate::driver::Context>, s: &A
                     let at = dst + row * pitch as u64;
                     check(match element_bytes {
                         1 => cuMemsetD8Async(at, value as u8, width, stream),
+                        2 => cuMemsetD16Async(at, value as u16, width, stream),
                         _ => cuMemsetD32Async(at, value, width, stream),
                     })?;
                 }

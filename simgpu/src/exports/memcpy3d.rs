@@ -5,14 +5,18 @@
 //!   array side is `CUDA_ERROR_NOT_SUPPORTED`, as in 2D);
 //! - a 3D peer copy names each side's context, which must exist; under
 //!   unified addressing the copy itself is a 3D copy;
-//! - a 2D fill is one fill per row;
+//! - a 2D fill is one fill per row; a 16-bit fill writes its pattern from
+//!   a host buffer (staged, as a copy from pageable memory is), in chunks;
 //! - a batch of copies is each copy in order on the stream;
 //! - managed memory lives in one place here, so prefetching, discarding
 //!   and attaching move nothing: they check their arguments as the driver
 //!   does and succeed, and range attributes answer as for memory that was
 //!   never advised or prefetched.
 
-use super::memory::{cuMemcpy2DAsync_v2, cuMemcpy2D_v2, cuMemcpyAsync, cuMemsetD8Async, cuMemsetD8_v2, CudaMemcpy2d};
+use super::memory::{
+    cuMemcpy2DAsync_v2, cuMemcpy2D_v2, cuMemcpyAsync, cuMemcpyHtoDAsync_v2, cuMemcpyHtoD_v2, cuMemsetD32Async, cuMemsetD32_v2,
+    cuMemsetD8Async, cuMemsetD8_v2, CudaMemcpy2d,
+};
 use crate::driver::{driver, CuResult, Driver};
 use crate::ffi::cu_export;
 use crate::ffi::input;
@@ -201,6 +205,110 @@ cu_export!(cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, value: u8, width: u
 }; cuMemsetD2D8Async_ptsz);
 
 cu_export!(cuMemsetD2D8(dst: c_uint, pitch: c_uint, value: u8, width: c_uint, height: c_uint) {
+    let _ = (dst, pitch, value, width, height);
+    driver()?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+/// Elements of a 16-bit fill written per copy: 1 MiB of pattern.
+const FILL16_CHUNK_ELEMENTS: usize = 1 << 19;
+
+/// `n` 16-bit elements of `value` at `dst`, as a copy of the pattern from
+/// host memory: synchronous, or in order on `stream`.
+fn fill_16(dst: CUdeviceptr, value: u16, n: usize, stream: Option<CUstream>) -> CuResult<()> {
+    driver()?;
+    if !dst.is_multiple_of(2) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let pattern: Vec<u16> = vec![value; n.min(FILL16_CHUNK_ELEMENTS)];
+    let mut done = 0usize;
+    while done < n {
+        let count = (n - done).min(FILL16_CHUNK_ELEMENTS);
+        let at = dst + 2 * done as u64;
+        // SAFETY: `pattern` holds at least `count` elements for the call
+        // (an asynchronous copy from pageable memory stages it at the call).
+        let r = unsafe {
+            match stream {
+                None => cuMemcpyHtoD_v2(at, pattern.as_ptr().cast(), 2 * count),
+                Some(s) => cuMemcpyHtoDAsync_v2(at, pattern.as_ptr().cast(), 2 * count, s),
+            }
+        };
+        result(r)?;
+        done += count;
+    }
+    Ok(())
+}
+
+cu_export!(cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize) {
+    fill_16(dst, value, n, None)
+}; cuMemsetD16_v2_ptds);
+
+cu_export!(cuMemsetD16Async(dst: CUdeviceptr, value: u16, n: usize, stream: CUstream) {
+    fill_16(dst, value, n, Some(stream))
+}; cuMemsetD16Async_ptsz);
+
+/// A 2D fill of 16- or 32-bit elements: one 1D fill per row.
+fn fill_2d_wide(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    element_bytes: usize,
+    width: usize,
+    height: usize,
+    stream: Option<CUstream>,
+) -> CuResult<()> {
+    driver()?;
+    if height > 1 && pitch < width.saturating_mul(element_bytes) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    for row in 0..height {
+        let at =
+            dst.checked_add((row as u64).checked_mul(pitch as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if element_bytes == 2 {
+            fill_16(at, value as u16, width, stream)?;
+        } else {
+            // SAFETY: plain values; the 1D fill checks the range.
+            result(unsafe {
+                match stream {
+                    None => cuMemsetD32_v2(at, value, width),
+                    Some(s) => cuMemsetD32Async(at, value, width, s),
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+cu_export!(cuMemsetD2D16_v2(dst: CUdeviceptr, pitch: usize, value: u16, width: usize, height: usize) {
+    fill_2d_wide(dst, pitch, value.into(), 2, width, height, None)
+}; cuMemsetD2D16_v2_ptds);
+
+cu_export!(cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, value: u16, width: usize, height: usize, stream: CUstream) {
+    fill_2d_wide(dst, pitch, value.into(), 2, width, height, Some(stream))
+}; cuMemsetD2D16Async_ptsz);
+
+cu_export!(cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize) {
+    fill_2d_wide(dst, pitch, value, 4, width, height, None)
+}; cuMemsetD2D32_v2_ptds);
+
+cu_export!(cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize, stream: CUstream) {
+    fill_2d_wide(dst, pitch, value, 4, width, height, Some(stream))
+}; cuMemsetD2D32Async_ptsz);
+
+// The 32-bit-pointer forms (see `cuMemsetD2D8`).
+cu_export!(cuMemsetD16(dst: c_uint, value: u16, n: c_uint) {
+    let _ = (dst, value, n);
+    driver()?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+cu_export!(cuMemsetD2D16(dst: c_uint, pitch: c_uint, value: u16, width: c_uint, height: c_uint) {
+    let _ = (dst, pitch, value, width, height);
+    driver()?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+});
+
+cu_export!(cuMemsetD2D32(dst: c_uint, pitch: c_uint, value: c_uint, width: c_uint, height: c_uint) {
     let _ = (dst, pitch, value, width, height);
     driver()?;
     Err(CUDA_ERROR_NOT_SUPPORTED)
