@@ -127,11 +127,11 @@ fn check_objects_and_devices(out: &Output) {
     out.assert_rc("host_atomics_none", cu::INVALID_VALUE);
     // The default pool was made with no shareable handle type.
     out.assert_rc("pool_export_no_handle_type", cu::INVALID_VALUE);
-    // An event recorded for the whole context has completed once the
-    // context's work has, and waiting on it succeeds.
+    // An event recorded for the whole context; once the context has waited
+    // for it, it has completed.
     out.assert_rc("ctx_record_event", cu::SUCCESS);
-    out.assert_rc("ctx_event_query", cu::SUCCESS);
     out.assert_rc("ctx_wait_event", cu::SUCCESS);
+    out.assert_rc("ctx_event_query", cu::SUCCESS);
     out.assert_rc("by_bus_id", cu::SUCCESS);
     assert_eq!(out.get("by_bus_id.same"), "1", "{out}");
     out.assert_rc("by_bus_id_unknown", cu::INVALID_DEVICE);

@@ -326,8 +326,8 @@ def objects_and_devices(dev):
     ctx = rc("ctx_current", cu.cuCtxGetCurrent())
     event = rc("ctx_event", cu.cuEventCreate(0))
     rc("ctx_record_event", cu.cuCtxRecordEvent(ctx, event))
-    rc("ctx_event_query", cu.cuEventQuery(event))
     rc("ctx_wait_event", cu.cuCtxWaitEvent(ctx, event))
+    rc("ctx_event_query", cu.cuEventQuery(event))
 
     bus_id = rc("bus_id", cu.cuDeviceGetPCIBusId(32, dev))
     bus_id = bytes(bus_id).split(b"\x00")[0]

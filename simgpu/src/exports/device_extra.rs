@@ -185,8 +185,9 @@ cu_export!(cuFuncSetSharedMemConfig(func: CUfunction, config: c_uint) {
 
 // Records in `event` all the work queued in `ctx` so far. simgpu's events
 // stand for one point in one stream, so the call waits for the context's
-// work and records the event on its default stream, where it completes at
-// once: later work in the context is not captured, as documented.
+// work and records the event on the current context's default stream,
+// where nothing of that work is left to precede it; later work in the
+// context is not captured, as documented.
 cu_export!(cuCtxRecordEvent(ctx: CUcontext, event: CUevent) {
     let d = driver()?;
     if ctx.is_null() {
