@@ -93,6 +93,10 @@ fn check_graphs(out: &Output) {
     // from memory the memset node had filled.
     assert_eq!(out.u64("dst_before_launch"), 0, "{out}");
     assert_eq!(out.u64("graph_copy.bytes"), 32, "{out}");
+    // A copy added before the fill it depends on still copies what the
+    // fill wrote: nodes launch in an order their edges allow.
+    out.assert_rc("order_launch", cu::SUCCESS);
+    assert_eq!(out.u64("order.bytes"), 32, "{out}");
     out.assert_rc("disable", cu::SUCCESS);
     assert_eq!(out.u64("get_enabled.value"), 0, "{out}");
     assert_eq!(out.u64("nodes_after_destroy.count"), 4, "{out}");

@@ -232,6 +232,23 @@ def graphs(ctx, stream):
     got = read(dst, 64)
     show("graph_copy.bytes", got.count(0x5A))
 
+    # Nodes run in an order their edges allow, not the order they were
+    # added in: a copy added first, made to depend on a fill added after.
+    ordered = rc("order_graph", cu.cuGraphCreate(0))
+    rc("order_zero", cu.cuMemsetD8(dst, 0, 64))
+    rc("order_src_zero", cu.cuMemsetD8(src, 0, 64))
+    copy_first = rc("order_copy", cu.cuGraphAddMemcpyNode(ordered, None, 0, cp, ctx))
+    ms.value = 0x77
+    fill_after = rc("order_fill", cu.cuGraphAddMemsetNode(ordered, None, 0, ms, ctx))
+    rc("order_edge", cu.cuGraphAddDependencies(ordered, [fill_after], [copy_first], None, 1))
+    order_exec = rc("order_instantiate", cu.cuGraphInstantiate(ordered, 0))
+    rc("order_launch", cu.cuGraphLaunch(order_exec, stream))
+    rc("order_sync", cu.cuStreamSynchronize(stream))
+    show("order.bytes", read(dst, 64).count(0x77))
+    rc("_order_exec_destroy", cu.cuGraphExecDestroy(order_exec))
+    rc("_order_destroy", cu.cuGraphDestroy(ordered))
+    ms.value = 0x5A
+
     clone = rc("clone", cu.cuGraphClone(graph))
     found = rc("find_in_clone", cu.cuGraphNodeFindInClone(memcpy_node, clone))
     kind = rc("clone_node_type", cu.cuGraphNodeGetType(found))

@@ -95,8 +95,11 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
     let mut objs = d.write();
     let g = objs.graphs.get(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let user_refs = g.user_refs.clone();
+    // Launch order: the nodes in an order their edges allow (insertion
+    // order where edges leave it free).
+    let order = super::graph_nodes::launch_order(h(graph), &g.nodes)?;
     let (nodes, kernels_ns): (Vec<u64>, Vec<u64>) =
-        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip();
+        order.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip();
     // An executable graph holds its own references to its graph's user
     // objects: they live while either does.
     for (object, count) in &user_refs {

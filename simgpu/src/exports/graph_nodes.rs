@@ -123,6 +123,39 @@ pub unsafe fn record_dependencies(graph: u64, node: u64, deps: *const CUgraphNod
     state(|s| s.edges.entry(graph).or_default().extend(from.into_iter().map(|f| (f, node))));
 }
 
+/// `nodes` (a graph's, in insertion order) in an order that puts every
+/// node after its dependencies, keeping insertion order where the edges
+/// leave a choice. A cycle cannot be launched: `CUDA_ERROR_INVALID_VALUE`.
+pub fn launch_order(graph: u64, nodes: &[u64]) -> CuResult<Vec<u64>> {
+    let edges = state(|s| s.edges.get(&graph).cloned().unwrap_or_default());
+    if edges.is_empty() {
+        return Ok(nodes.to_vec());
+    }
+    let mut waiting: HashMap<u64, usize> = nodes.iter().map(|&n| (n, 0)).collect();
+    for (_, to) in &edges {
+        if let Some(w) = waiting.get_mut(to) {
+            *w += 1;
+        }
+    }
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut placed = vec![false; nodes.len()];
+    while order.len() < nodes.len() {
+        // The first node in insertion order with no dependency left.
+        let next = (0..nodes.len()).find(|&i| !placed[i] && waiting.get(&nodes[i]) == Some(&0)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        placed[next] = true;
+        let node = nodes[next];
+        order.push(node);
+        for (from, to) in &edges {
+            if *from == node {
+                if let Some(w) = waiting.get_mut(to) {
+                    *w = w.saturating_sub(1);
+                }
+            }
+        }
+    }
+    Ok(order)
+}
+
 /// Forgets a destroyed graph's structure; returns the child graphs it held
 /// (the caller destroys them).
 pub fn forget_graph(graph: u64, nodes: &[u64]) -> Vec<u64> {
