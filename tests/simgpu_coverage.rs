@@ -97,6 +97,11 @@ fn check_graphs(out: &Output) {
     // fill wrote: nodes launch in an order their edges allow.
     out.assert_rc("order_launch", cu::SUCCESS);
     assert_eq!(out.u64("order.bytes"), 32, "{out}");
+    // CU_GRAPH_NODE_TYPE_MEMSET through cuGraphAddNode; graph memory
+    // nodes are not modelled.
+    out.assert_rc("generic_memset", cu::SUCCESS);
+    assert_eq!(out.u64("generic_memset.type"), 2, "{out}");
+    out.assert_rc("generic_mem_alloc", cu::NOT_SUPPORTED);
     out.assert_rc("disable", cu::SUCCESS);
     assert_eq!(out.u64("get_enabled.value"), 0, "{out}");
     assert_eq!(out.u64("nodes_after_destroy.count"), 4, "{out}");

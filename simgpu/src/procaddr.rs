@@ -331,7 +331,7 @@ proc_table! {
     cuGraphAddMemFreeNode => [11040: cuGraphAddMemFreeNode];
     cuGraphAddMemcpyNode => [10000: cuGraphAddMemcpyNode];
     cuGraphAddMemsetNode => [10000: cuGraphAddMemsetNode];
-    cuGraphAddNode => [12020: cuGraphAddNode, 12030: cuGraphAddNode_v2];
+    cuGraphAddNode => [12020: cuGraphAddNode, 12030: cuGraphAddNode_v2, 13040: cuGraphAddNode_v3];
     cuGraphChildGraphNodeGetGraph => [10000: cuGraphChildGraphNodeGetGraph];
     cuGraphClone => [10000: cuGraphClone];
     cuGraphConditionalHandleCreate => [12030: cuGraphConditionalHandleCreate];
@@ -374,7 +374,7 @@ proc_table! {
     cuGraphNodeGetDependentNodes => [10000: cuGraphNodeGetDependentNodes, 12030: cuGraphNodeGetDependentNodes_v2];
     cuGraphNodeGetEnabled => [11060: cuGraphNodeGetEnabled];
     cuGraphNodeSetEnabled => [11060: cuGraphNodeSetEnabled];
-    cuGraphNodeSetParams => [12020: cuGraphNodeSetParams];
+    cuGraphNodeSetParams => [12020: cuGraphNodeSetParams, 13040: cuGraphNodeSetParams_v2];
     cuGraphRemoveDependencies => [10000: cuGraphRemoveDependencies, 12030: cuGraphRemoveDependencies_v2];
     cuGraphicsEGLRegisterImage => [7000: cuGraphicsEGLRegisterImage];
     cuGraphicsGLRegisterBuffer => [3000: cuGraphicsGLRegisterBuffer];

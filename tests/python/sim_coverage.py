@@ -249,6 +249,23 @@ def graphs(ctx, stream):
     rc("_order_destroy", cu.cuGraphDestroy(ordered))
     ms.value = 0x5A
 
+    # The generic form: a memset node described by CUgraphNodeParams; a
+    # memory-allocation node, which graphs here do not hold.
+    generic = cu.CUgraphNodeParams()
+    generic.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET
+    generic.memset.dst = src
+    generic.memset.value = 1
+    generic.memset.elementSize = 4
+    generic.memset.width = 4
+    generic.memset.height = 1
+    generic.memset.ctx = ctx
+    node = rc("generic_memset", cu.cuGraphAddNode(graph, None, None, 0, generic))
+    show("generic_memset.type", int(rc("_generic_type", cu.cuGraphNodeGetType(node))))
+    alloc = cu.CUgraphNodeParams()
+    alloc.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEM_ALLOC
+    rc("generic_mem_alloc", cu.cuGraphAddNode(graph, None, None, 0, alloc))
+    rc("_generic_destroy", cu.cuGraphDestroyNode(node))
+
     clone = rc("clone", cu.cuGraphClone(graph))
     found = rc("find_in_clone", cu.cuGraphNodeFindInClone(memcpy_node, clone))
     kind = rc("clone_node_type", cu.cuGraphNodeGetType(found))

@@ -1218,7 +1218,7 @@ cu_export!(cuGraphAddNode(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const
 
 cu_export!(cuGraphAddNode_v2(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, data: *const EdgeData, n: usize, params: *mut GraphNodeParams) {
     add_generic(phnode, graph, deps, data, n, params)
-});
+}; cuGraphAddNode_v3);
 
 cu_export!(cuGraphNodeSetParams(node: CUgraphNode, params: *mut GraphNodeParams) {
     driver()?;
@@ -1238,7 +1238,7 @@ cu_export!(cuGraphNodeSetParams(node: CUgraphNode, params: *mut GraphNodeParams)
         NODE_EMPTY | NODE_GRAPH => Err(CUDA_ERROR_INVALID_VALUE),
         _ => Err(CUDA_ERROR_NOT_SUPPORTED),
     }
-});
+}; cuGraphNodeSetParams_v2);
 
 cu_export!(cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut GraphNodeParams) {
     driver()?;
