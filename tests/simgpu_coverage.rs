@@ -102,6 +102,12 @@ fn check_graphs(out: &Output) {
     out.assert_rc("generic_memset", cu::SUCCESS);
     assert_eq!(out.u64("generic_memset.type"), 2, "{out}");
     out.assert_rc("generic_mem_alloc", cu::NOT_SUPPORTED);
+    out.assert_rc("generic_get_params", cu::SUCCESS);
+    assert_eq!(out.u64("generic_get_params.type"), 2, "{out}");
+    assert_eq!(out.u64("generic_get_params.width"), 4, "{out}");
+    assert_eq!(out.get("containing_graph.same"), "1", "{out}");
+    out.assert_rc("graph_id", cu::SUCCESS);
+    assert_eq!(out.get("graph_id.distinct"), "1", "{out}");
     out.assert_rc("disable", cu::SUCCESS);
     assert_eq!(out.u64("get_enabled.value"), 0, "{out}");
     assert_eq!(out.u64("nodes_after_destroy.count"), 4, "{out}");

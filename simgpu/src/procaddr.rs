@@ -421,6 +421,16 @@ proc_table! {
     cuMemcpyBatchAsync => [12080: cuMemcpyBatchAsync, 13000: cuMemcpyBatchAsync_v2] ptsz [12080: cuMemcpyBatchAsync_ptsz, 13000: cuMemcpyBatchAsync_v2_ptsz];
     cuMemsetD2D8 => [2000: cuMemsetD2D8, 3020: cuMemsetD2D8_v2] ptsz [7000: cuMemsetD2D8_v2_ptds];
     cuMemsetD2D8Async => [3020: cuMemsetD2D8Async] ptsz [7000: cuMemsetD2D8Async_ptsz];
+    cuGraphGetId => [13010: cuGraphGetId];
+    cuGraphExecGetId => [13010: cuGraphExecGetId];
+    cuGraphNodeGetContainingGraph => [13010: cuGraphNodeGetContainingGraph];
+    cuGraphNodeGetLocalId => [13010: cuGraphNodeGetLocalId];
+    cuGraphNodeGetToolsId => [13010: cuGraphNodeGetToolsId];
+    cuGraphNodeGetParams => [13020: cuGraphNodeGetParams];
+    cuFuncGetParamCount => [13020: cuFuncGetParamCount];
+    cuKernelGetParamCount => [13020: cuKernelGetParamCount];
+    cuMemcpyWithAttributesAsync => [13020: cuMemcpyWithAttributesAsync] ptsz [13020: cuMemcpyWithAttributesAsync_ptsz];
+    cuMemcpy3DWithAttributesAsync => [13020: cuMemcpy3DWithAttributesAsync] ptsz [13020: cuMemcpy3DWithAttributesAsync_ptsz];
     cuMemsetD16 => [2000: cuMemsetD16, 3020: cuMemsetD16_v2] ptsz [7000: cuMemsetD16_v2_ptds];
     cuMemsetD16Async => [3020: cuMemsetD16Async] ptsz [7000: cuMemsetD16Async_ptsz];
     cuMemsetD2D16 => [2000: cuMemsetD2D16, 3020: cuMemsetD2D16_v2] ptsz [7000: cuMemsetD2D16_v2_ptds];

@@ -264,6 +264,16 @@ def graphs(ctx, stream):
     alloc = cu.CUgraphNodeParams()
     alloc.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEM_ALLOC
     rc("generic_mem_alloc", cu.cuGraphAddNode(graph, None, None, 0, alloc))
+    back = rc("generic_get_params", cu.cuGraphNodeGetParams(node))
+    show("generic_get_params.type", int(back.type))
+    show("generic_get_params.width", int(back.memset.width))
+    owner = rc("containing_graph", cu.cuGraphNodeGetContainingGraph(node))
+    show("containing_graph.same", int(int(owner) == int(graph)))
+    first_id = rc("graph_id", cu.cuGraphGetId(graph))
+    other = rc("_other_graph", cu.cuGraphCreate(0))
+    second_id = rc("_other_id", cu.cuGraphGetId(other))
+    show("graph_id.distinct", int(int(first_id) != int(second_id)))
+    rc("_other_destroy", cu.cuGraphDestroy(other))
     rc("_generic_destroy", cu.cuGraphDestroyNode(node))
 
     clone = rc("clone", cu.cuGraphClone(graph))

@@ -221,3 +221,18 @@ cu_export!(cuCtxWaitEvent(ctx: CUcontext, event: CUevent) {
         e => Err(e),
     }
 });
+
+// A kernel's parameter list is not kept (its layout is only read from the
+// image when a launch needs sizes), so the count answers as the per-index
+// query does: for a valid function, `CUDA_ERROR_NOT_SUPPORTED`.
+cu_export!(cuFuncGetParamCount(func: CUfunction, count: *mut usize) {
+    driver()?;
+    if count.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (mut offset, mut size) = (0usize, 0usize);
+    match super::module::cuFuncGetParamInfo(func, 0, &mut offset, &mut size) {
+        CUDA_SUCCESS => Err(CUDA_ERROR_NOT_SUPPORTED),
+        e => Err(e),
+    }
+}; cuKernelGetParamCount);

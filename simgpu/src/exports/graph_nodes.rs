@@ -1273,6 +1273,96 @@ cu_export!(cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params
     }
 });
 
+// ---- identities ---------------------------------------------------------------
+
+/// The number part of a handle (unique in the process), as a 32-bit id.
+fn id_of(handle: u64) -> c_uint {
+    (handle & 0xffff_ffff) as c_uint
+}
+
+cu_export!(cuGraphGetId(graph: CUgraph, id: *mut c_uint) {
+    let d = driver()?;
+    if !d.read().graphs.contains_key(&h(graph)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(id, id_of(h(graph)))
+});
+
+cu_export!(cuGraphExecGetId(exec: CUgraphExec, id: *mut c_uint) {
+    let d = driver()?;
+    if !d.read().execs.contains_key(&h(exec)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(id, id_of(h(exec)))
+});
+
+cu_export!(cuGraphNodeGetContainingGraph(node: CUgraphNode, graph_out: *mut CUgraph) {
+    let graph = graph_of(driver()?, node)?;
+    out(graph_out, ptr(graph))
+});
+
+cu_export!(cuGraphNodeGetLocalId(node: CUgraphNode, id: *mut c_uint) {
+    graph_of(driver()?, node)?;
+    out(id, id_of(h(node)))
+});
+
+// Unique in the process: the graph's id above the node's.
+cu_export!(cuGraphNodeGetToolsId(node: CUgraphNode, id: *mut u64) {
+    let graph = graph_of(driver()?, node)?;
+    out(id, (u64::from(id_of(graph)) << 32) | u64::from(id_of(h(node))))
+});
+
+// A node's description as `CUgraphNodeParams`: its type and the union
+// member for it (the kernel's argument values are not kept: null).
+cu_export!(cuGraphNodeGetParams(node: CUgraphNode, params: *mut GraphNodeParams) {
+    let d = driver()?;
+    if params.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let kernel = d.read().nodes.get(&h(node)).map(|(_, k)| (k.func, k.grid, k.block, k.shared_bytes)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let op = state(|s| s.ops.get(&h(node)).copied());
+    let mut p = GraphNodeParams { kind: NODE_EMPTY, reserved0: [0; 3], body: [0; 29], reserved2: 0 };
+    let body = std::ptr::addr_of_mut!(p.body).cast::<u8>();
+    match op {
+        None if kernel.0 != 0 => {
+            let (func, grid, block, shared) = kernel;
+            p.kind = NODE_KERNEL;
+            body.cast::<CUDA_KERNEL_NODE_PARAMS_v1>().write_unaligned(CUDA_KERNEL_NODE_PARAMS_v1 {
+                func: ptr(func), gridDimX: grid[0], gridDimY: grid[1], gridDimZ: grid[2],
+                blockDimX: block[0], blockDimY: block[1], blockDimZ: block[2], sharedMemBytes: shared,
+                kernelParams: std::ptr::null_mut(), extra: std::ptr::null_mut(),
+            });
+        }
+        None => {}
+        Some(NodeOp::Memset { dst, pitch, value, element_bytes, width, height }) => {
+            p.kind = NODE_MEMSET;
+            body.cast::<MemsetParams>().write_unaligned(MemsetParams { dst, pitch, value, element_size: element_bytes, width, height });
+        }
+        Some(NodeOp::Memcpy(c)) => {
+            p.kind = NODE_MEMCPY;
+            body.add(8).cast::<CudaMemcpy3d>().write_unaligned(c.0);
+        }
+        Some(NodeOp::Host { func, data }) => {
+            p.kind = NODE_HOST;
+            body.cast::<[usize; 2]>().write_unaligned([func, data]);
+        }
+        Some(NodeOp::Child(g)) => {
+            p.kind = NODE_GRAPH;
+            body.cast::<u64>().write_unaligned(g);
+        }
+        Some(NodeOp::EventWait(e)) => {
+            p.kind = NODE_WAIT_EVENT;
+            body.cast::<u64>().write_unaligned(e);
+        }
+        Some(NodeOp::EventRecord(e)) => {
+            p.kind = NODE_EVENT_RECORD;
+            body.cast::<u64>().write_unaligned(e);
+        }
+    }
+    params.write_unaligned(p);
+    Ok(())
+});
+
 // ---- kinds not modelled ------------------------------------------------------------
 
 // No external semaphore can be imported, so a node naming one names an

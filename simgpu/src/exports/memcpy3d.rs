@@ -406,6 +406,26 @@ cu_export!(cuMemcpyBatchAsync_v2(dsts: *const CUdeviceptr, srcs: *const CUdevice
     batch(dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, std::ptr::null_mut(), stream)
 }; cuMemcpyBatchAsync_v2_ptsz);
 
+// One copy with attributes: the attributes are checked as a batch's are
+// (they are hints), and the copy is ordered on the stream.
+cu_export!(cuMemcpyWithAttributesAsync(dst: CUdeviceptr, src: CUdeviceptr, size: usize, attr: *const MemcpyAttributes, stream: CUstream) {
+    driver()?;
+    let a = input(attr)?;
+    if a.src_access_order == 0 || a.src_access_order > SRC_ACCESS_ORDER_MAX || a.flags & !MEMCPY_FLAGS != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    result(cuMemcpyAsync(dst, src, size, stream))
+}; cuMemcpyWithAttributesAsync_ptsz);
+
+cu_export!(cuMemcpy3DWithAttributesAsync(op: *const c_void, flags: u64, stream: CUstream) {
+    let d = driver()?;
+    if op.is_null() || flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    d.stream(stream as u64)?;
+    Err(CUDA_ERROR_NOT_SUPPORTED)
+}; cuMemcpy3DWithAttributesAsync_ptsz);
+
 // Batches of 3D operations name arrays or pitched memory through operands
 // simgpu does not model (arrays hold no bytes here): each is refused.
 cu_export!(cuMemcpy3DBatchAsync(num_ops: usize, ops: *const c_void, fail_index: *mut usize, flags: u64, stream: CUstream) {
