@@ -13,6 +13,7 @@ use crate::exports::{
     array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, peer::*, pointer::*,
     pool::*, stream::*, tensor_map::*, unsupported::*, vmm::*,
 };
+use crate::exports::{device_extra::*, graph_nodes::*, interop::*, memcpy3d::*, texture::*};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};
@@ -278,6 +279,189 @@ proc_table! {
     cuDeviceGetGraphMemAttribute => [11040: cuDeviceGetGraphMemAttribute];
     cuDeviceSetGraphMemAttribute => [11040: cuDeviceSetGraphMemAttribute];
     cuDeviceGraphMemTrim => [11040: cuDeviceGraphMemTrim];
+    // What the CUDA 13 runtime and NVIDIA's libraries look up at start
+    // besides the above (features a simulated device lacks included).
+    cuArray3DGetDescriptor => [2000: cuArray3DGetDescriptor, 3020: cuArray3DGetDescriptor_v2];
+    cuArrayGetDescriptor => [2000: cuArrayGetDescriptor, 3020: cuArrayGetDescriptor_v2];
+    cuArrayGetMemoryRequirements => [11060: cuArrayGetMemoryRequirements];
+    cuArrayGetPlane => [11020: cuArrayGetPlane];
+    cuArrayGetSparseProperties => [11010: cuArrayGetSparseProperties];
+    cuCtxDetach => [2000: cuCtxDetach];
+    cuCtxGetDevResource => [12040: cuCtxGetDevResource];
+    cuCtxRecordEvent => [12050: cuCtxRecordEvent];
+    cuCtxWaitEvent => [12050: cuCtxWaitEvent];
+    cuDestroyExternalMemory => [10000: cuDestroyExternalMemory];
+    cuDestroyExternalSemaphore => [10000: cuDestroyExternalSemaphore];
+    cuDeviceGetByPCIBusId => [4010: cuDeviceGetByPCIBusId];
+    cuDeviceGetHostAtomicCapabilities => [13000: cuDeviceGetHostAtomicCapabilities];
+    cuDeviceGetNvSciSyncAttributes => [10020: cuDeviceGetNvSciSyncAttributes];
+    cuDeviceGetP2PAtomicCapabilities => [13000: cuDeviceGetP2PAtomicCapabilities];
+    cuDeviceGetTexture1DLinearMaxWidth => [11010: cuDeviceGetTexture1DLinearMaxWidth];
+    cuDeviceRegisterAsyncNotification => [12040: cuDeviceRegisterAsyncNotification];
+    cuDeviceUnregisterAsyncNotification => [12040: cuDeviceUnregisterAsyncNotification];
+    cuEGLStreamConsumerAcquireFrame => [7000: cuEGLStreamConsumerAcquireFrame];
+    cuEGLStreamConsumerConnect => [7000: cuEGLStreamConsumerConnect];
+    cuEGLStreamConsumerConnectWithFlags => [8000: cuEGLStreamConsumerConnectWithFlags];
+    cuEGLStreamConsumerDisconnect => [7000: cuEGLStreamConsumerDisconnect];
+    cuEGLStreamConsumerReleaseFrame => [7000: cuEGLStreamConsumerReleaseFrame];
+    cuEGLStreamProducerConnect => [7000: cuEGLStreamProducerConnect];
+    cuEGLStreamProducerDisconnect => [7000: cuEGLStreamProducerDisconnect];
+    cuEGLStreamProducerPresentFrame => [7000: cuEGLStreamProducerPresentFrame];
+    cuEGLStreamProducerReturnFrame => [7000: cuEGLStreamProducerReturnFrame];
+    cuExternalMemoryGetMappedBuffer => [10000: cuExternalMemoryGetMappedBuffer];
+    cuExternalMemoryGetMappedMipmappedArray => [10000: cuExternalMemoryGetMappedMipmappedArray];
+    cuFlushGPUDirectRDMAWrites => [11030: cuFlushGPUDirectRDMAWrites];
+    cuFuncSetSharedMemConfig => [4020: cuFuncSetSharedMemConfig];
+    cuGLCtxCreate => [2000: cuGLCtxCreate, 3020: cuGLCtxCreate_v2];
+    cuGLGetDevices => [4010: cuGLGetDevices, 6050: cuGLGetDevices_v2];
+    cuGLInit => [2000: cuGLInit];
+    cuGLMapBufferObject => [2000: cuGLMapBufferObject, 3020: cuGLMapBufferObject_v2] ptsz [7000: cuGLMapBufferObject_v2_ptds];
+    cuGLMapBufferObjectAsync => [2030: cuGLMapBufferObjectAsync, 3020: cuGLMapBufferObjectAsync_v2] ptsz [7000: cuGLMapBufferObjectAsync_v2_ptsz];
+    cuGLRegisterBufferObject => [2000: cuGLRegisterBufferObject];
+    cuGLSetBufferObjectMapFlags => [2030: cuGLSetBufferObjectMapFlags];
+    cuGLUnmapBufferObject => [2000: cuGLUnmapBufferObject];
+    cuGLUnmapBufferObjectAsync => [2030: cuGLUnmapBufferObjectAsync];
+    cuGLUnregisterBufferObject => [2000: cuGLUnregisterBufferObject];
+    cuGraphAddChildGraphNode => [10000: cuGraphAddChildGraphNode];
+    cuGraphAddDependencies => [10000: cuGraphAddDependencies, 12030: cuGraphAddDependencies_v2];
+    cuGraphAddEventRecordNode => [11010: cuGraphAddEventRecordNode];
+    cuGraphAddEventWaitNode => [11010: cuGraphAddEventWaitNode];
+    cuGraphAddExternalSemaphoresSignalNode => [11020: cuGraphAddExternalSemaphoresSignalNode];
+    cuGraphAddExternalSemaphoresWaitNode => [11020: cuGraphAddExternalSemaphoresWaitNode];
+    cuGraphAddHostNode => [10000: cuGraphAddHostNode];
+    cuGraphAddMemAllocNode => [11040: cuGraphAddMemAllocNode];
+    cuGraphAddMemFreeNode => [11040: cuGraphAddMemFreeNode];
+    cuGraphAddMemcpyNode => [10000: cuGraphAddMemcpyNode];
+    cuGraphAddMemsetNode => [10000: cuGraphAddMemsetNode];
+    cuGraphAddNode => [12020: cuGraphAddNode, 12030: cuGraphAddNode_v2, 13040: cuGraphAddNode_v3];
+    cuGraphChildGraphNodeGetGraph => [10000: cuGraphChildGraphNodeGetGraph];
+    cuGraphClone => [10000: cuGraphClone];
+    cuGraphConditionalHandleCreate => [12030: cuGraphConditionalHandleCreate];
+    cuGraphDebugDotPrint => [11030: cuGraphDebugDotPrint];
+    cuGraphDestroyNode => [10000: cuGraphDestroyNode];
+    cuGraphEventRecordNodeGetEvent => [11010: cuGraphEventRecordNodeGetEvent];
+    cuGraphEventRecordNodeSetEvent => [11010: cuGraphEventRecordNodeSetEvent];
+    cuGraphEventWaitNodeGetEvent => [11010: cuGraphEventWaitNodeGetEvent];
+    cuGraphEventWaitNodeSetEvent => [11010: cuGraphEventWaitNodeSetEvent];
+    cuGraphExecChildGraphNodeSetParams => [11010: cuGraphExecChildGraphNodeSetParams];
+    cuGraphExecEventRecordNodeSetEvent => [11010: cuGraphExecEventRecordNodeSetEvent];
+    cuGraphExecEventWaitNodeSetEvent => [11010: cuGraphExecEventWaitNodeSetEvent];
+    cuGraphExecExternalSemaphoresSignalNodeSetParams => [11020: cuGraphExecExternalSemaphoresSignalNodeSetParams];
+    cuGraphExecExternalSemaphoresWaitNodeSetParams => [11020: cuGraphExecExternalSemaphoresWaitNodeSetParams];
+    cuGraphExecHostNodeSetParams => [10020: cuGraphExecHostNodeSetParams];
+    cuGraphExecMemcpyNodeSetParams => [10020: cuGraphExecMemcpyNodeSetParams];
+    cuGraphExecMemsetNodeSetParams => [10020: cuGraphExecMemsetNodeSetParams];
+    cuGraphExecNodeSetParams => [12020: cuGraphExecNodeSetParams];
+    cuGraphExecUpdate => [10020: cuGraphExecUpdate, 12000: cuGraphExecUpdate_v2];
+    cuGraphExternalSemaphoresSignalNodeGetParams => [11020: cuGraphExternalSemaphoresSignalNodeGetParams];
+    cuGraphExternalSemaphoresSignalNodeSetParams => [11020: cuGraphExternalSemaphoresSignalNodeSetParams];
+    cuGraphExternalSemaphoresWaitNodeGetParams => [11020: cuGraphExternalSemaphoresWaitNodeGetParams];
+    cuGraphExternalSemaphoresWaitNodeSetParams => [11020: cuGraphExternalSemaphoresWaitNodeSetParams];
+    cuGraphGetEdges => [10000: cuGraphGetEdges, 12030: cuGraphGetEdges_v2];
+    cuGraphGetRootNodes => [10000: cuGraphGetRootNodes];
+    cuGraphHostNodeGetParams => [10000: cuGraphHostNodeGetParams];
+    cuGraphHostNodeSetParams => [10000: cuGraphHostNodeSetParams];
+    cuGraphKernelNodeCopyAttributes => [11000: cuGraphKernelNodeCopyAttributes];
+    cuGraphKernelNodeGetAttribute => [11000: cuGraphKernelNodeGetAttribute];
+    cuGraphKernelNodeSetAttribute => [11000: cuGraphKernelNodeSetAttribute];
+    cuGraphKernelNodeSetParams => [10000: cuGraphKernelNodeSetParams, 12000: cuGraphKernelNodeSetParams_v2];
+    cuGraphMemAllocNodeGetParams => [11040: cuGraphMemAllocNodeGetParams];
+    cuGraphMemFreeNodeGetParams => [11040: cuGraphMemFreeNodeGetParams];
+    cuGraphMemcpyNodeGetParams => [10000: cuGraphMemcpyNodeGetParams];
+    cuGraphMemcpyNodeSetParams => [10000: cuGraphMemcpyNodeSetParams];
+    cuGraphMemsetNodeGetParams => [10000: cuGraphMemsetNodeGetParams];
+    cuGraphMemsetNodeSetParams => [10000: cuGraphMemsetNodeSetParams];
+    cuGraphNodeFindInClone => [10000: cuGraphNodeFindInClone];
+    cuGraphNodeGetDependencies => [10000: cuGraphNodeGetDependencies, 12030: cuGraphNodeGetDependencies_v2];
+    cuGraphNodeGetDependentNodes => [10000: cuGraphNodeGetDependentNodes, 12030: cuGraphNodeGetDependentNodes_v2];
+    cuGraphNodeGetEnabled => [11060: cuGraphNodeGetEnabled];
+    cuGraphNodeSetEnabled => [11060: cuGraphNodeSetEnabled];
+    cuGraphNodeSetParams => [12020: cuGraphNodeSetParams, 13040: cuGraphNodeSetParams_v2];
+    cuGraphRemoveDependencies => [10000: cuGraphRemoveDependencies, 12030: cuGraphRemoveDependencies_v2];
+    cuGraphicsEGLRegisterImage => [7000: cuGraphicsEGLRegisterImage];
+    cuGraphicsGLRegisterBuffer => [3000: cuGraphicsGLRegisterBuffer];
+    cuGraphicsGLRegisterImage => [3000: cuGraphicsGLRegisterImage];
+    cuGraphicsMapResources => [3000: cuGraphicsMapResources] ptsz [7000: cuGraphicsMapResources_ptsz];
+    cuGraphicsResourceGetMappedEglFrame => [7000: cuGraphicsResourceGetMappedEglFrame];
+    cuGraphicsResourceGetMappedMipmappedArray => [5000: cuGraphicsResourceGetMappedMipmappedArray];
+    cuGraphicsResourceGetMappedPointer => [3000: cuGraphicsResourceGetMappedPointer, 3020: cuGraphicsResourceGetMappedPointer_v2];
+    cuGraphicsResourceSetMapFlags => [3000: cuGraphicsResourceSetMapFlags, 6050: cuGraphicsResourceSetMapFlags_v2];
+    cuGraphicsSubResourceGetMappedArray => [3000: cuGraphicsSubResourceGetMappedArray];
+    cuGraphicsUnmapResources => [3000: cuGraphicsUnmapResources] ptsz [7000: cuGraphicsUnmapResources_ptsz];
+    cuGraphicsUnregisterResource => [3000: cuGraphicsUnregisterResource];
+    cuGraphicsVDPAURegisterOutputSurface => [3010: cuGraphicsVDPAURegisterOutputSurface];
+    cuGraphicsVDPAURegisterVideoSurface => [3010: cuGraphicsVDPAURegisterVideoSurface];
+    cuGreenCtxGetId => [12090: cuGreenCtxGetId];
+    cuGreenCtxRecordEvent => [12040: cuGreenCtxRecordEvent];
+    cuGreenCtxWaitEvent => [12040: cuGreenCtxWaitEvent];
+    cuImportExternalMemory => [10000: cuImportExternalMemory];
+    cuImportExternalSemaphore => [10000: cuImportExternalSemaphore];
+    cuIpcCloseMemHandle => [4010: cuIpcCloseMemHandle];
+    cuIpcGetEventHandle => [4010: cuIpcGetEventHandle];
+    cuIpcGetMemHandle => [4010: cuIpcGetMemHandle];
+    cuIpcOpenEventHandle => [4010: cuIpcOpenEventHandle];
+    cuIpcOpenMemHandle => [4010: cuIpcOpenMemHandle, 11000: cuIpcOpenMemHandle_v2];
+    cuLibraryGetManaged => [12000: cuLibraryGetManaged];
+    cuLibraryGetUnifiedFunction => [12000: cuLibraryGetUnifiedFunction];
+    cuLogsCurrent => [12090: cuLogsCurrent];
+    cuLogsDumpToFile => [12090: cuLogsDumpToFile];
+    cuLogsDumpToMemory => [12090: cuLogsDumpToMemory];
+    cuMemDiscardAndPrefetchBatchAsync => [13000: cuMemDiscardAndPrefetchBatchAsync] ptsz [13000: cuMemDiscardAndPrefetchBatchAsync_ptsz];
+    cuMemDiscardBatchAsync => [13000: cuMemDiscardBatchAsync] ptsz [13000: cuMemDiscardBatchAsync_ptsz];
+    cuMemPoolExportPointer => [11020: cuMemPoolExportPointer];
+    cuMemPoolExportToShareableHandle => [11020: cuMemPoolExportToShareableHandle];
+    cuMemPoolImportFromShareableHandle => [11020: cuMemPoolImportFromShareableHandle];
+    cuMemPoolImportPointer => [11020: cuMemPoolImportPointer];
+    cuMemPrefetchBatchAsync => [13000: cuMemPrefetchBatchAsync] ptsz [13000: cuMemPrefetchBatchAsync_ptsz];
+    cuMemRangeGetAttribute => [8000: cuMemRangeGetAttribute];
+    cuMemRangeGetAttributes => [8000: cuMemRangeGetAttributes];
+    cuMemcpy3D => [2000: cuMemcpy3D, 3020: cuMemcpy3D_v2] ptsz [7000: cuMemcpy3D_v2_ptds];
+    cuMemcpy3DAsync => [2000: cuMemcpy3DAsync, 3020: cuMemcpy3DAsync_v2] ptsz [7000: cuMemcpy3DAsync_v2_ptsz];
+    cuMemcpy3DBatchAsync => [12080: cuMemcpy3DBatchAsync, 13000: cuMemcpy3DBatchAsync_v2] ptsz [12080: cuMemcpy3DBatchAsync_ptsz, 13000: cuMemcpy3DBatchAsync_v2_ptsz];
+    cuMemcpy3DPeer => [4000: cuMemcpy3DPeer] ptsz [7000: cuMemcpy3DPeer_ptds];
+    cuMemcpy3DPeerAsync => [4000: cuMemcpy3DPeerAsync] ptsz [7000: cuMemcpy3DPeerAsync_ptsz];
+    cuMemcpyBatchAsync => [12080: cuMemcpyBatchAsync, 13000: cuMemcpyBatchAsync_v2] ptsz [12080: cuMemcpyBatchAsync_ptsz, 13000: cuMemcpyBatchAsync_v2_ptsz];
+    cuMemsetD2D8 => [2000: cuMemsetD2D8, 3020: cuMemsetD2D8_v2] ptsz [7000: cuMemsetD2D8_v2_ptds];
+    cuMemsetD2D8Async => [3020: cuMemsetD2D8Async] ptsz [7000: cuMemsetD2D8Async_ptsz];
+    cuGraphGetId => [13010: cuGraphGetId];
+    cuGraphExecGetId => [13010: cuGraphExecGetId];
+    cuGraphNodeGetContainingGraph => [13010: cuGraphNodeGetContainingGraph];
+    cuGraphNodeGetLocalId => [13010: cuGraphNodeGetLocalId];
+    cuGraphNodeGetToolsId => [13010: cuGraphNodeGetToolsId];
+    cuGraphNodeGetParams => [13020: cuGraphNodeGetParams];
+    cuFuncGetParamCount => [13020: cuFuncGetParamCount];
+    cuKernelGetParamCount => [13020: cuKernelGetParamCount];
+    cuMemcpyWithAttributesAsync => [13020: cuMemcpyWithAttributesAsync] ptsz [13020: cuMemcpyWithAttributesAsync_ptsz];
+    cuMemcpy3DWithAttributesAsync => [13020: cuMemcpy3DWithAttributesAsync] ptsz [13020: cuMemcpy3DWithAttributesAsync_ptsz];
+    cuMemsetD16 => [2000: cuMemsetD16, 3020: cuMemsetD16_v2] ptsz [7000: cuMemsetD16_v2_ptds];
+    cuMemsetD16Async => [3020: cuMemsetD16Async] ptsz [7000: cuMemsetD16Async_ptsz];
+    cuMemsetD2D16 => [2000: cuMemsetD2D16, 3020: cuMemsetD2D16_v2] ptsz [7000: cuMemsetD2D16_v2_ptds];
+    cuMemsetD2D16Async => [3020: cuMemsetD2D16Async] ptsz [7000: cuMemsetD2D16Async_ptsz];
+    cuMemsetD2D32 => [2000: cuMemsetD2D32, 3020: cuMemsetD2D32_v2] ptsz [7000: cuMemsetD2D32_v2_ptds];
+    cuMemsetD2D32Async => [3020: cuMemsetD2D32Async] ptsz [7000: cuMemsetD2D32Async_ptsz];
+    cuMipmappedArrayGetLevel => [5000: cuMipmappedArrayGetLevel];
+    cuMipmappedArrayGetMemoryRequirements => [11060: cuMipmappedArrayGetMemoryRequirements];
+    cuMipmappedArrayGetSparseProperties => [11010: cuMipmappedArrayGetSparseProperties];
+    cuModuleGetSurfRef => [3000: cuModuleGetSurfRef];
+    cuModuleGetTexRef => [2000: cuModuleGetTexRef];
+    cuProfilerInitialize => [4000: cuProfilerInitialize];
+    cuProfilerStart => [4000: cuProfilerStart];
+    cuProfilerStop => [4000: cuProfilerStop];
+    cuSignalExternalSemaphoresAsync => [10000: cuSignalExternalSemaphoresAsync] ptsz [10000: cuSignalExternalSemaphoresAsync_ptsz];
+    cuStreamAttachMemAsync => [6000: cuStreamAttachMemAsync] ptsz [7000: cuStreamAttachMemAsync_ptsz];
+    cuStreamBeginCaptureToGraph => [12030: cuStreamBeginCaptureToGraph] ptsz [12030: cuStreamBeginCaptureToGraph_ptsz];
+    cuStreamUpdateCaptureDependencies => [11030: cuStreamUpdateCaptureDependencies, 12030: cuStreamUpdateCaptureDependencies_v2] ptsz [11030: cuStreamUpdateCaptureDependencies_ptsz, 12030: cuStreamUpdateCaptureDependencies_v2_ptsz];
+    cuSurfObjectCreate => [5000: cuSurfObjectCreate];
+    cuSurfObjectDestroy => [5000: cuSurfObjectDestroy];
+    cuSurfObjectGetResourceDesc => [5000: cuSurfObjectGetResourceDesc];
+    cuTexObjectCreate => [5000: cuTexObjectCreate];
+    cuTexObjectDestroy => [5000: cuTexObjectDestroy];
+    cuTexObjectGetResourceDesc => [5000: cuTexObjectGetResourceDesc];
+    cuTexObjectGetResourceViewDesc => [5000: cuTexObjectGetResourceViewDesc];
+    cuTexObjectGetTextureDesc => [5000: cuTexObjectGetTextureDesc];
+    cuVDPAUCtxCreate => [3010: cuVDPAUCtxCreate, 3020: cuVDPAUCtxCreate_v2];
+    cuVDPAUGetDevice => [3010: cuVDPAUGetDevice];
+    cuWaitExternalSemaphoresAsync => [10000: cuWaitExternalSemaphoresAsync] ptsz [10000: cuWaitExternalSemaphoresAsync_ptsz];
 }
 
 pub fn table() -> &'static [Entry] {
@@ -392,6 +576,42 @@ mod tests {
         assert_eq!(sym("cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
         // Per-thread form newer than asked: fall back.
         assert_eq!(sym("cuLaunchKernel", 4000, true), Some("cuLaunchKernel"));
+    }
+
+    /// The typedef headers' text: `cudaTypedefs.h` (scripts/setup.sh puts
+    /// it in .deps/include) and the interop ones (OpenGL, EGL, VDPAU,
+    /// profiler) that NVIDIA's runtime wheel ships beside it.
+    fn typedef_headers() -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let main = root.join(".deps/include/cudaTypedefs.h");
+        let mut text = std::fs::read_to_string(&main).unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", main.display()));
+        let wheel = root.join(".deps/jax-venv/lib/python3.11/site-packages/nvidia/cu13/include");
+        for name in ["cudaGLTypedefs.h", "cudaEGLTypedefs.h", "cudaVDPAUTypedefs.h", "cudaProfilerTypedefs.h"] {
+            let path = wheel.join(name);
+            text += &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", path.display()));
+        }
+        text
+    }
+
+    #[test]
+    fn every_variant_is_a_typedef_of_its_version() {
+        // `PFN_<name>_v<version>[_ptsz|_ptds]` is how the headers name the
+        // variant of <name> that appeared in <version>.
+        let text = typedef_headers();
+        let mut missing = Vec::new();
+        for e in table() {
+            let normal = e.normal.iter().map(|v| (v, String::new()));
+            let per_thread = e.per_thread.iter().map(|v| (v, v.symbol[v.symbol.len() - 5..].to_string()));
+            for (v, suffix) in normal.chain(per_thread) {
+                let typedef = format!("PFN_{}_v{}{})(", e.name, v.version, suffix);
+                // cuda.h maps cuGraphInstantiate to cuGraphInstantiateWithFlags
+                // from 12.0; the header names no typedef for that.
+                if !text.contains(&typedef) && v.symbol != "cuGraphInstantiateWithFlags" {
+                    missing.push(format!("{} ({})", typedef, v.symbol));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no such typedef: {missing:?}");
     }
 
     #[test]

@@ -57,6 +57,8 @@ unsafe fn add_kernel_node(
         (h(graph), KernelNode { duration_ns, func: h(p.func), grid: dims.grid, block: dims.block, shared_bytes: dims.shared_bytes }),
     );
     drop(objs);
+    // SAFETY: the dependencies were checked above.
+    unsafe { super::graph_nodes::record_dependencies(h(graph), node, deps, num_deps) };
     // SAFETY: checked non-null.
     unsafe { out(phnode, ptr(node)) }
 }
@@ -93,8 +95,11 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
     let mut objs = d.write();
     let g = objs.graphs.get(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let user_refs = g.user_refs.clone();
+    // Launch order: the nodes in an order their edges allow (insertion
+    // order where edges leave it free).
+    let order = super::graph_nodes::launch_order(h(graph), &g.nodes)?;
     let (nodes, kernels_ns): (Vec<u64>, Vec<u64>) =
-        g.nodes.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip();
+        order.iter().filter_map(|n| objs.nodes.get(n).map(|(_, k)| (*n, k.duration_ns))).unzip();
     // An executable graph holds its own references to its graph's user
     // objects: they live while either does.
     for (object, count) in &user_refs {
@@ -102,8 +107,15 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
             o.refs += count;
         }
     }
+    let launch_order = nodes.clone();
     objs.execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags, user_refs }));
     drop(objs);
+    // The executable graph keeps its own copy of each non-kernel node.
+    if let Err(err) = super::graph_nodes::snapshot(d, e, &launch_order) {
+        // SAFETY: the handle made just above; no pointer is read.
+        unsafe { cuGraphExecDestroy(ptr(e)) };
+        return Err(err);
+    }
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(pexec, ptr(e)) }
 }
@@ -163,8 +175,14 @@ cu_export!(cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     let kernels_ns = crate::exec::lock(&ge.kernels_ns).clone();
-    for ns in kernels_ns.into_iter().filter(|&ns| ns > 0) {
-        ctx.exec.submit(Op::Kernel { stream: s.clone(), remaining_ns: ns });
+    for (node, ns) in ge.nodes.iter().zip(kernels_ns) {
+        if ns > 0 {
+            ctx.exec.submit(Op::Kernel { stream: s.clone(), remaining_ns: ns });
+        } else {
+            // Other kinds (memset, memcpy, host, events, child graphs) are
+            // issued on the stream in node order, as the stream's own calls.
+            super::graph_nodes::launch_node(d, h(exec), *node, &ctx, &s, stream)?;
+        }
     }
     Ok(())
 }; cuGraphLaunch_ptsz);
@@ -186,6 +204,9 @@ cu_export!(cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_uint) {
     let d = driver()?;
     let objs = d.read();
     let (_, k) = objs.nodes.get(&h(node)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if let Some(t) = super::graph_nodes::node_type(h(node)) {
+        return out(kind, t);
+    }
     out(kind, if k.func != 0 { CU_GRAPH_NODE_TYPE_KERNEL } else { CU_GRAPH_NODE_TYPE_EMPTY })
 });
 
@@ -238,6 +259,7 @@ cu_export!(cuGraphAddEmptyNode(phnode: *mut CUgraphNode, graph: CUgraph, deps: *
     objs.graphs.get_mut(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?.nodes.push(node);
     objs.nodes.insert(node, (h(graph), KernelNode::empty()));
     drop(objs);
+    super::graph_nodes::record_dependencies(h(graph), node, deps, num_deps);
     out(phnode, ptr(node))
 });
 
@@ -278,6 +300,7 @@ cu_export!(cuGraphExecDestroy(exec: CUgraphExec) {
     let ge = objs.execs.remove(&h(exec)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let destroyed = ge.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
     drop(objs);
+    super::graph_nodes::forget_exec(h(exec));
     run_destructors(destroyed);
     Ok(())
 });
@@ -286,11 +309,15 @@ cu_export!(cuGraphDestroy(graph: CUgraph) {
     let d = driver()?;
     let mut objs = d.write();
     let g = objs.graphs.remove(&h(graph)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    for n in g.nodes {
-        objs.nodes.remove(&n);
+    for n in &g.nodes {
+        objs.nodes.remove(n);
     }
     let destroyed = g.user_refs.iter().filter_map(|(object, count)| release_user_object(&mut objs, *object, *count)).collect();
     drop(objs);
+    // Child graphs belong to their nodes: they go with the graph.
+    for child in super::graph_nodes::forget_graph(h(graph), &g.nodes) {
+        cuGraphDestroy(ptr(child));
+    }
     run_destructors(destroyed);
     Ok(())
 });

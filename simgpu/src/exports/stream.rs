@@ -243,9 +243,13 @@ cu_export!(cuStreamEndCapture(stream: CUstream, phgraph: *mut CUgraph) {
         return Err(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
     }
     let c = crate::capture::end(&s).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    let user_graph = take_user_graph(c.graph);
     if c.invalidated {
-        // A broken capture ends with no graph.
-        d.write().graphs.remove(&c.graph);
+        // A broken capture ends with no graph (one the application gave
+        // to capture into stays the application's).
+        if !user_graph {
+            d.write().graphs.remove(&c.graph);
+        }
         out(phgraph, std::ptr::null_mut())?;
         return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     }
@@ -436,3 +440,84 @@ cu_export!(cuStreamCopyAttributes(dst: CUstream, src: CUstream) {
     }
     Ok(())
 }; cuStreamCopyAttributes_ptsz);
+
+// ---- capture into an existing graph, and capture dependencies ----------------
+
+/// Graphs a capture was begun into by `cuStreamBeginCaptureToGraph`: the
+/// application owns them, so a broken capture leaves them to it.
+static USER_GRAPHS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether `graph` is an application's graph being captured into (and
+/// forgets it: the capture is ending).
+fn take_user_graph(graph: u64) -> bool {
+    let mut graphs = lock(&USER_GRAPHS);
+    let before = graphs.len();
+    graphs.retain(|&g| g != graph);
+    graphs.len() != before
+}
+
+// Captures into `graph`, which the application made; the captured work
+// follows `dependencies`, nodes already in it. simgpu records captured
+// launches as nodes in the order they come, so the dependencies are
+// checked and the new nodes are appended.
+cu_export!(cuStreamBeginCaptureToGraph(stream: CUstream, graph: CUgraph, dependencies: *const CUgraphNode, edge_data: *const c_void, count: usize, mode: c_uint) {
+    let d = driver()?;
+    if is_legacy(stream) {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    if mode > 2 || (count > 0 && dependencies.is_null()) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let _ = edge_data;
+    {
+        let objs = d.read();
+        if !objs.graphs.contains_key(&h(graph)) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..count {
+            let node = h(*dependencies.add(i));
+            if objs.nodes.get(&node).map(|(g, _)| *g) != Some(h(graph)) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+        }
+    }
+    let (_, s) = d.stream(h(stream))?;
+    if s.capturing().is_some() {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    }
+    crate::capture::begin(&s, h(graph), mode)?;
+    lock(&USER_GRAPHS).push(h(graph));
+    Ok(())
+}; cuStreamBeginCaptureToGraph_ptsz);
+
+/// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES`, `CU_STREAM_SET_CAPTURE_DEPENDENCIES`.
+const CAPTURE_DEPENDENCY_FLAGS_MAX: c_uint = 1;
+
+unsafe fn update_capture_dependencies(stream: CUstream, dependencies: *const CUgraphNode, count: usize, flags: c_uint) -> CuResult<()> {
+    let d = driver()?;
+    if flags > CAPTURE_DEPENDENCY_FLAGS_MAX || (count > 0 && dependencies.is_null()) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (_, s) = d.stream(h(stream))?;
+    let graph = s.capturing_valid()?.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    let objs = d.read();
+    for i in 0..count {
+        // SAFETY: `dependencies` holds `count` handles (checked non-null).
+        let node = h(unsafe { *dependencies.add(i) });
+        if objs.nodes.get(&node).map(|(g, _)| *g) != Some(graph) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    Ok(())
+}
+
+// The capture's dependency set is not kept (captured work is recorded in
+// the order it comes), so updating it checks the nodes and changes nothing.
+cu_export!(cuStreamUpdateCaptureDependencies(stream: CUstream, dependencies: *const CUgraphNode, count: usize, flags: c_uint) {
+    update_capture_dependencies(stream, dependencies, count, flags)
+}; cuStreamUpdateCaptureDependencies_ptsz);
+
+cu_export!(cuStreamUpdateCaptureDependencies_v2(stream: CUstream, dependencies: *const CUgraphNode, edge_data: *const c_void, count: usize, flags: c_uint) {
+    let _ = edge_data;
+    update_capture_dependencies(stream, dependencies, count, flags)
+}; cuStreamUpdateCaptureDependencies_v2_ptsz);
