@@ -4,7 +4,15 @@
 # then runs every test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's time goes to stderr at its end (the one-time installs of
+# the first run are most of "setup").
+phase_start=$SECONDS
+phase_done() {
+    echo "test: $1 took $((SECONDS - phase_start)) s" >&2
+    phase_start=$SECONDS
+}
 bash scripts/setup.sh
+phase_done setup
 # One format for the whole tree (rustfmt.toml): a difference fails here,
 # before anything is built.
 if cargo fmt --version >/dev/null 2>&1; then
@@ -12,11 +20,14 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
     echo "test: rustfmt is not installed; the format was not checked" >&2
 fi
+phase_done "format check"
 cargo build --workspace
+phase_done build
 # The shim as images and installs get it: linked against glibc 2.17's
 # symbols (tests/shim_glibc_floor.rs checks it loads and caps, here and on
 # Debian 11's glibc 2.31, with a simgpu built the same way).
 bash scripts/build-shim-portable.sh --with-simgpu
+phase_done "glibc-2.17 build"
 # Every crate, its tests and benchmarks are kept clippy-clean (warnings are
 # errors); the shim also denies unwrap/expect/indexing (a panic in a
 # preloaded library takes the user's job down), and clippy enforces that.
@@ -25,11 +36,13 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
     echo "test: clippy is not installed; the shim's unwrap/expect/indexing lints were not checked" >&2
 fi
+phase_done clippy
 # cargo prints one result line per test binary, the last often a crate's
 # empty doc-test run; close with the totals of all of them.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+phase_done tests
 awk '/^test result:/ { passed += $4; failed += $6 } END { printf "%d passed, %d failed\n", passed, failed }' "$log"
 exit "$status"

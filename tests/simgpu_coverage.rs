@@ -14,10 +14,6 @@
 use gpuslice_tests::{cu, repo_root, Output, Sim};
 use std::collections::BTreeSet;
 
-/// Driver functions the runtime looks up that another part of simgpu
-/// (green contexts) exports; none other may be missing.
-const EXPORTED_ELSEWHERE: &[&str] = &["cuGreenCtxGetDevResource"];
-
 #[test]
 fn cuda_runtime_finds_every_driver_function_it_looks_up() {
     let libcudart = repo_root().join(".deps/lib/libcudart.so.13");
@@ -30,7 +26,7 @@ fn cuda_runtime_finds_every_driver_function_it_looks_up() {
         .stderr
         .lines()
         .filter_map(|l| l.split_once("cuGetProcAddress: ")?.1.strip_suffix(" not found"))
-        .filter(|name| !name.is_empty() && !EXPORTED_ELSEWHERE.contains(name))
+        .filter(|name| !name.is_empty())
         .collect();
     assert!(missing.is_empty(), "the runtime looked up {} functions simgpu lacks: {missing:?}", missing.len());
     // The debug log is what this test reads: it was on (the runtime also
@@ -50,7 +46,15 @@ fn check_absent_features(out: &Output) {
     out.assert_rc("ipc_get_mem_handle", cu::NOT_SUPPORTED);
     out.assert_rc("ipc_get_event_handle", cu::NOT_SUPPORTED);
     // The attributes that announce these features say they are absent.
-    for attr in ["ipc_event_supported", "multicast_supported", "host_native_atomic"] {
+    for attr in [
+        "ipc_event_supported",
+        "multicast_supported",
+        "host_native_atomic",
+        "timeline_semaphore_interop",
+        "mempool_handle_types",
+        "sparse_arrays",
+        "deferred_mapping_arrays",
+    ] {
         assert_eq!(out.u64(&format!("attr.{attr}")), 0, "{attr}\n{out}");
     }
 }

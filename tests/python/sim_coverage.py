@@ -59,6 +59,10 @@ def absent_features(dev, ctx):
     show("attr.ipc_event_supported", attribute(dev, "CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED"))
     show("attr.multicast_supported", attribute(dev, "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED"))
     show("attr.host_native_atomic", attribute(dev, "CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED"))
+    show("attr.timeline_semaphore_interop", attribute(dev, "CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED"))
+    show("attr.mempool_handle_types", attribute(dev, "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES"))
+    show("attr.sparse_arrays", attribute(dev, "CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED"))
+    show("attr.deferred_mapping_arrays", attribute(dev, "CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED"))
 
 
 def copies_and_fills():

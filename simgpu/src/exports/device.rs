@@ -163,13 +163,17 @@ pub fn attribute(attrib: c_int, index: usize) -> CuResult<c_int> {
         109 => 134_213_632, // MAX_ACCESS_POLICY_WINDOW_SIZE
         110 => 0,
         111 => 1024, // RESERVED_SHARED_MEMORY_PER_BLOCK
-        112 | 113 => 1,
-        114 => 1,
+        // Features simgpu answers as absent elsewhere (sparse and
+        // deferred-mapping arrays, semaphore interop, exportable pools) are
+        // reported absent here too.
+        112 => 0,       // SPARSE_CUDA_ARRAY_SUPPORTED
+        113 => 1,       // READ_ONLY_HOST_REGISTER_SUPPORTED
+        114 => 0,       // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
         115 => 1,       // MEMORY_POOLS_SUPPORTED
         116..=118 => 0, // GPU_DIRECT_RDMA_*
-        119 => 1,       // MEMPOOL_SUPPORTED_HANDLE_TYPES (posix fd)
+        119 => 0,       // MEMPOOL_SUPPORTED_HANDLE_TYPES: none (pools cannot be exported)
         120 => 1,       // CLUSTER_LAUNCH
-        121 => 1,
+        121 => 0,       // DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED
         122 | 123 => 1,
         124 => 0, // DMA_BUF_SUPPORTED
         125 => 0, // IPC_EVENT_SUPPORTED
