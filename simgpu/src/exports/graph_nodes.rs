@@ -213,6 +213,29 @@ unsafe fn check_edge_data(data: *const EdgeData, n: usize) -> CuResult<()> {
     Ok(())
 }
 
+/// The edges an add or remove call names (`from[i]` → `to[i]`), checked
+/// as the driver checks them: a graph that exists, nodes of that graph,
+/// and edge data of the default kind only.
+unsafe fn named_edges(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    data: *const EdgeData,
+    n: usize,
+) -> CuResult<Vec<(u64, u64)>> {
+    let d = driver()?;
+    if !d.read().graphs.contains_key(&h(graph)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: forwarded under the caller's contract.
+    let (from, to) = unsafe { (read_nodes(d, h(graph), from, n)?, read_nodes(d, h(graph), to, n)?) };
+    unsafe { check_edge_data(data, n) }?;
+    Ok(from.into_iter().zip(to).collect())
+}
+
 unsafe fn add_dependencies(
     graph: CUgraph,
     from: *const CUgraphNode,
@@ -220,19 +243,13 @@ unsafe fn add_dependencies(
     data: *const EdgeData,
     n: usize,
 ) -> CuResult<()> {
-    let d = driver()?;
-    if !d.read().graphs.contains_key(&h(graph)) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if n == 0 {
+    // SAFETY: forwarded under the caller's contract.
+    let new = unsafe { named_edges(graph, from, to, data, n) }?;
+    if new.is_empty() {
         return Ok(());
     }
-    // SAFETY: forwarded under the caller's contract.
-    let (from, to) = unsafe { (read_nodes(d, h(graph), from, n)?, read_nodes(d, h(graph), to, n)?) };
-    unsafe { check_edge_data(data, n) }?;
     state(|s| {
         let edges = s.edges.entry(h(graph)).or_default();
-        let new: Vec<(u64, u64)> = from.into_iter().zip(to).collect();
         if new.iter().enumerate().any(|(i, e)| e.0 == e.1 || edges.contains(e) || new[..i].contains(e)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -256,19 +273,13 @@ unsafe fn remove_dependencies(
     data: *const EdgeData,
     n: usize,
 ) -> CuResult<()> {
-    let d = driver()?;
-    if !d.read().graphs.contains_key(&h(graph)) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if n == 0 {
+    // SAFETY: forwarded under the caller's contract.
+    let gone = unsafe { named_edges(graph, from, to, data, n) }?;
+    if gone.is_empty() {
         return Ok(());
     }
-    // SAFETY: forwarded under the caller's contract.
-    let (from, to) = unsafe { (read_nodes(d, h(graph), from, n)?, read_nodes(d, h(graph), to, n)?) };
-    unsafe { check_edge_data(data, n) }?;
     state(|s| {
         let edges = s.edges.entry(h(graph)).or_default();
-        let gone: Vec<(u64, u64)> = from.into_iter().zip(to).collect();
         if !gone.iter().all(|e| edges.contains(e)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
