@@ -71,6 +71,11 @@ fn nvidia_ml_py_reports_memory_and_processes_as_the_driver_does() {
     assert_eq!(out.u64("mem.used"), 8 * GIB - b_out.u64("info.free"), "{out}");
     assert_eq!(out.u64("mem2.total"), 8 * GIB, "{out}");
     assert_eq!(out.u64("mem2.free"), out.u64("mem.free"), "{out}");
+    // No confidential computing; peers over PCIe, no NVLink (status 5,
+    // NVML_P2P_STATUS_NOT_SUPPORTED); a PCIe 5 link (code 5, 32000 MB/s).
+    assert_eq!((out.u64("cc.environment"), out.u64("cc.feature")), (0, 0), "{out}");
+    assert_eq!((out.u64("p2p.read"), out.u64("p2p.write"), out.u64("p2p.nvlink")), (0, 0, 5), "{out}");
+    assert_eq!(out.u64("pcie.max_speed"), 5, "{out}");
     assert_eq!(out.u64("procs.count"), 2, "{out}");
     assert_eq!(out.u64(&format!("procs.pid.{a_pid}")), GIB + 300 * MIB, "{out}");
     assert_eq!(out.u64(&format!("procs.pid.{b_pid}")), 10 * MIB + 300 * MIB, "{out}");

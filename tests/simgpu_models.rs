@@ -55,13 +55,15 @@ fn check_training(out: &Output) {
     assert_eq!(out.get("mlp.fp16_matmul_shape"), "(64, 64)", "{out}");
     assert_section(out, "graph");
     assert_eq!(out.get("graph.replays"), "10", "{out}");
+    assert_section(out, "nccl");
+    assert_eq!((out.get("nccl.backend"), out.u64("nccl.world_size")), ("nccl", 1), "{out}");
     assert_eq!(out.get("done"), "1", "{out}");
 }
 
 #[test]
 fn pytorch_trains_an_mlp_and_a_conv_net_and_replays_a_graph() {
     let sim = two_devices();
-    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph", "events", "devices"]) else { return };
+    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph", "nccl", "events", "devices"]) else { return };
     check_training(&out);
     // Events: twenty 256x256 matmuls of 5 µs simulated each lie between
     // the two records.
@@ -95,7 +97,7 @@ fn pytorch_compiles_a_function_and_runs_it() {
 #[test]
 fn pytorch_trains_under_a_memory_cap() {
     let sim = two_devices().memory_limit("2GiB").tenant("models");
-    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph"]) else { return };
+    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph", "nccl"]) else { return };
     check_training(&out);
 }
 
@@ -110,7 +112,7 @@ fn pytorch_trains_under_a_memory_cap() {
 fn pytorch_trains_under_a_share_with_the_monitor() {
     let sim = two_devices().shim().tenant("shared").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info");
     let monitor = Monitor::start(&sim, MonitorOptions::default());
-    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph"]) else { return };
+    let Some(out) = run_torch(&sim, &["mlp", "conv", "graph", "nccl"]) else { return };
     check_training(&out);
     assert!(out.shim_log_lines().iter().all(|l| !l.contains("arbitrated by the monitor")), "it ran unarbitrated\n{out}");
     monitor.metrics_until("the tenant's share", |m| {

@@ -124,6 +124,7 @@ proc_table! {
     cuCtxFromGreenCtx => [12040: cuCtxFromGreenCtx];
     cuGreenCtxStreamCreate => [12050: cuGreenCtxStreamCreate];
     cuGreenCtxGetDevResource => [12040: cuGreenCtxGetDevResource];
+    cuMemGetHandleForAddressRange => [11070: cuMemGetHandleForAddressRange];
     cuStreamGetGreenCtx => [12040: cuStreamGetGreenCtx];
     cuDeviceGetDevResource => [12040: cuDeviceGetDevResource];
     cuDevSmResourceSplitByCount => [12040: cuDevSmResourceSplitByCount];

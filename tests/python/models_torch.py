@@ -1,6 +1,6 @@
 """PyTorch on simgpu: training steps through cuBLAS and cuDNN, events and
-stream waits, a CUDA graph, the cudaMallocAsync allocator and a copy
-between two devices. Each section prints key=value lines; a section that
+stream waits, a CUDA graph, the cudaMallocAsync allocator, a copy
+between two devices and NCCL's single-process path. Each section prints key=value lines; a section that
 fails prints `<section>=error <message>` and the script goes on, so one
 run reports every section. The sections to run are the arguments (all by
 default). `compiled` (torch.compile) is not in the default set: its first
@@ -127,6 +127,26 @@ def async_alloc():
     print(f"async_alloc.reserved_bytes={stats['reserved_bytes.all.current']}", flush=True)
     print(f"async_alloc.allocated_bytes={stats['allocated_bytes.all.current']}", flush=True)
     del t
+
+
+def nccl():
+    # NCCL's single-process path: a communicator of one rank (NCCL reads
+    # the topology through NVML and the driver), an all-reduce and a
+    # broadcast on device 0, and the group torn down.
+    import tempfile
+
+    import torch.distributed as dist
+
+    store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    torch.cuda.synchronize()
+    print(f"nccl.backend={dist.get_backend()}", flush=True)
+    print(f"nccl.world_size={dist.get_world_size()}", flush=True)
+    print(f"nccl.version={'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
+    dist.destroy_process_group()
 
 
 def compiled():

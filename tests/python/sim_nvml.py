@@ -4,6 +4,7 @@ do. Prints key=value lines for the test to check.
     sim_nvml.py memory        device identity, memory and per-process memory
     sim_nvml.py utilization   utilization while another process keeps the device busy
 """
+import ctypes
 import sys
 import time
 
@@ -26,6 +27,12 @@ def main():
         print(f"mem.total={mem.total}\nmem.used={mem.used}\nmem.free={mem.free}")
         mem2 = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
         print(f"mem2.total={mem2.total}\nmem2.used={mem2.used}\nmem2.free={mem2.free}\nmem2.reserved={mem2.reserved}")
+        # What NCCL asks before it builds a communicator.
+        state = nvml.nvmlSystemGetConfComputeState()
+        print(f"cc.environment={state.environment}\ncc.feature={state.ccFeature}")
+        for name, index in [("read", 0), ("write", 1), ("nvlink", 2)]:  # nvmlGpuP2PCapsIndex_t
+            print(f"p2p.{name}={nvml.nvmlDeviceGetP2PStatus(handle, handle, ctypes.c_uint(index))}")
+        print(f"pcie.max_speed={nvml.nvmlDeviceGetPcieLinkMaxSpeed(handle)}")
         procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
         print(f"procs.count={len(procs)}")
         for p in procs:

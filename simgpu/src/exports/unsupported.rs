@@ -1,6 +1,7 @@
 //! Entry points for features simgpu's devices report they lack, answered
 //! `CUDA_ERROR_NOT_SUPPORTED` as a real driver answers on such a device:
-//! multicast objects (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` is 0), green
+//! multicast objects (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` is 0),
+//! dma-buf handles for address ranges (`DMA_BUF_SUPPORTED` is 0; NCCL asks), green
 //! contexts and SM resource partitions, and driver log callbacks. They
 //! exist so that a framework that looks every entry point up at start
 //! (PyTorch does, through `cudaGetDriverEntryPoint`; cuBLASLt 13.10 does with
@@ -23,6 +24,7 @@ macro_rules! not_supported {
 }
 
 not_supported! {
+    cuMemGetHandleForAddressRange(handle_out, device_pointer, size, handle_type, flags);
     cuMulticastAddDevice(multicast, device);
     cuMulticastBindMem(multicast, multicast_offset, memory, memory_offset, size, flags);
     cuMulticastBindMem_v2(multicast, device, multicast_offset, memory, memory_offset, size, flags);

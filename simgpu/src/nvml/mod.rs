@@ -29,6 +29,7 @@ pub mod identity;
 pub mod memory;
 pub mod modes;
 pub mod nvlink;
+pub mod platform;
 pub mod processes;
 pub mod spec;
 pub mod system;
