@@ -2,18 +2,10 @@
 closing a private pool, and a graph built by stream capture and launched.
 Prints key=value lines; a failing section prints `<name>=error ...`."""
 import sys
-import traceback
 
 from cuda.core import Device, DeviceMemoryResource, DeviceMemoryResourceOptions
 
-
-def report(name, fn):
-    try:
-        fn()
-        print(f"{name}=ok", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        print(f"{name}=error {type(e).__name__}: {' '.join(str(e).split())[:300]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
+from sections import report
 
 
 dev = Device(0)

@@ -13,7 +13,6 @@ Prints key=value lines; a failing section prints `<name>=error ...`."""
 import ctypes
 import os
 import sys
-import traceback
 
 args = sys.argv[1:]
 lib_dir = None
@@ -25,14 +24,7 @@ if lib_dir:
 
 import cupy as cp  # noqa: E402 - the libraries above must be loaded first
 
-
-def report(name, fn):
-    try:
-        fn(name)
-        print(f"{name}=ok", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        print(f"{name}=error {type(e).__name__}: {' '.join(str(e).split())[:300]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
+from sections import report
 
 
 def timed(name, call):
@@ -78,5 +70,5 @@ def solve(name):
 
 
 for section in args or ["matmul", "matmul_fp16", "fft", "solve"]:
-    report(section, globals()[section])
+    report(section, globals()[section], section)
 print("done=1", flush=True)

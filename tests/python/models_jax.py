@@ -17,21 +17,13 @@ Sections (in the order given on the command line, all by default):
 """
 import re
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
 
+from sections import report
+
 MIB = 1 << 20
-
-
-def report(name, fn):
-    try:
-        fn()
-        print(f"{name}=ok", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        print(f"{name}=error {type(e).__name__}: {' '.join(str(e).split())[:300]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
 
 
 def devices():

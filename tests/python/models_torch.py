@@ -8,21 +8,12 @@ run compiles for tens of seconds."""
 import os
 import sys
 import time
-import traceback
 
 import torch
 
+from sections import report
+
 SECTIONS = sys.argv[1:] or ["mlp", "conv", "events", "graph", "devices", "async_alloc"]
-
-
-def report(name, fn):
-    try:
-        fn()
-        print(f"{name}=ok", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        message = " ".join(str(e).split())[:300]
-        print(f"{name}=error {type(e).__name__}: {message}", flush=True)
-        traceback.print_exc(file=sys.stderr)
 
 
 def train(model, make_batch, steps, prefix):
