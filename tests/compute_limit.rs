@@ -4,11 +4,11 @@
 //! shim alone, no monitor, and the tests check the share of the device they
 //! got: kernels × kernel duration / wall time.
 //!
-//! simgpu itself delivers less than the whole device to a client with no
-//! limit (its worker wakes late on a loaded machine: 0.8 to 0.9 here), so
-//! "not slowed" is measured against the same client without the shim, run
-//! at the same time on a simulated GPU of its own. The bounds leave room for
-//! a noisy two-core machine; how close to its limit a tenant gets is for
+//! "Not slowed" is measured against the same client without the shim, run
+//! at the same time on a simulated GPU of its own, so that what a loaded
+//! machine takes from both (a client descheduled between launches leaves
+//! the device idle) is not blamed on the shim. The bounds leave room for a
+//! noisy two-core machine; how close to its limit a tenant gets is for
 //! `benches/shim.rs` to say.
 
 use gpuslice_tests::{cu, Output, Running, Sim};

@@ -120,6 +120,26 @@ fn events_time_the_kernel_they_surround_and_synchronize_waits_for_it() {
     assert!(elapsed_us <= lived_us, "the events cannot be further apart than their process lived ({lived_us} us)\n{out}");
 }
 
+/// Kernels queued back to back run back to back: the events around them
+/// are as far apart as the kernels' time, however late the simulated
+/// device's worker thread wakes on a loaded machine (a real GPU does not
+/// wait for a host thread between two queued kernels). Everything is queued
+/// behind a first kernel, so no gap can come from the client either.
+#[test]
+fn events_around_queued_kernels_time_the_kernels_alone() {
+    let sim = Sim::new();
+    let out = sim.run(sim.py("event_gaps.py").args(["300000", "200", "1000"]));
+    out.assert_success();
+    assert_eq!(out.get("queued_before_start"), "True", "the start event was queued behind the first kernel\n{out}");
+    let (elapsed_us, expected_us) = (out.f64("elapsed_us"), out.f64("expected_us"));
+    eprintln!("200 kernels of 1 ms: {elapsed_us:.1} us between the events");
+    assert!(elapsed_us >= expected_us, "the events must time at least the kernels between them\n{out}");
+    assert!(
+        elapsed_us <= expected_us * 1.005,
+        "the device idled between queued kernels: {elapsed_us:.1} us for {expected_us} us of kernels\n{out}"
+    );
+}
+
 #[test]
 fn synchronize_waits_for_all_queued_work() {
     let sim = Sim::new();

@@ -14,6 +14,17 @@
 //! kernel longer than the slice is preempted at the slice boundary and resumes
 //! on the next turn. Simulated time is spent sleeping, never spinning.
 //!
+//! An op starts, on that clock, when the work before it has finished, when
+//! it was submitted, or when the device's previous holder left off
+//! (`free_at_ns` in the shared state), whichever is latest: never when the
+//! worker thread happened to get to it. A worker that a loaded machine
+//! wakes late therefore does not make the device slower than it is, nor
+//! put the wake-up into the time between two events around a kernel; the
+//! host learns of completions late, as a descheduled host thread would on a
+//! real GPU. Work the worker catches up on this way lies in the past, but
+//! never before another process's work on the device, so the device is
+//! never busy more than all the time there is.
+//!
 //! One queue per context executes ops in submission order; that is one valid
 //! serialisation of what the streams allow, and keeps stream order, event
 //! order and synchronisation exact. Stream priorities are recorded but do not
@@ -255,7 +266,8 @@ impl Op {
 }
 
 struct Queue {
-    ops: VecDeque<Op>,
+    /// Each op with the time it was submitted ([`sys::now_ns`]).
+    ops: VecDeque<(Op, u64)>,
     worker_sleeping: bool,
     /// Threads waiting on `done` (synchronisers and blocked launchers).
     waiters: u32,
@@ -319,7 +331,7 @@ impl Executor {
         }
         op.stream().submitted.fetch_add(1, Release);
         q.submitted += 1;
-        q.ops.push_back(op);
+        q.ops.push_back((op, sys::now_ns()));
         if q.worker_sleeping {
             q.worker_sleeping = false;
             self.work.notify_one();
@@ -390,16 +402,14 @@ impl Executor {
                     q.worker_sleeping = true;
                     q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
-                matches!(q.ops.front(), Some(Op::Kernel { .. }))
+                matches!(q.ops.front(), Some((Op::Kernel { .. }, _)))
             };
             if head_is_kernel && held.is_none() {
                 let t = sched.acquire();
-                let now = sys::now_ns();
-                held = Some((t, now));
-                vclock_ns = vclock_ns.max(now);
+                held = Some((t, sys::now_ns()));
+                vclock_ns = vclock_ns.max(sched.free_at_ns());
             }
             let now = sys::now_ns();
-            vclock_ns = vclock_ns.max(now);
             let horizon = match held {
                 Some((_, start)) => (start + slice_ns).min(now + BATCH_HORIZON_NS).max(now),
                 None => now,
@@ -409,10 +419,11 @@ impl Executor {
             {
                 let mut q = lock(&self.queue);
                 while done.len() < BATCH_MAX_OPS {
-                    let Some(front) = q.ops.front_mut() else { break };
+                    let Some((front, submitted_ns)) = q.ops.front_mut() else { break };
+                    let starts_ns = vclock_ns.max(*submitted_ns);
                     if front.is_barrier() {
                         if done.is_empty() {
-                            barrier = q.ops.pop_front();
+                            barrier = q.ops.pop_front().map(|(op, _)| op);
                         }
                         break;
                     }
@@ -421,6 +432,7 @@ impl Executor {
                             if held.is_none() {
                                 break;
                             }
+                            vclock_ns = starts_ns;
                             let room = horizon.saturating_sub(vclock_ns);
                             if *remaining_ns > room {
                                 if room > 0 {
@@ -433,12 +445,17 @@ impl Executor {
                             vclock_ns += *remaining_ns;
                             busy_ns += *remaining_ns;
                         }
-                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } | Op::Transfer { .. } => {}
+                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } | Op::Transfer { .. } => {
+                            vclock_ns = starts_ns;
+                        }
                     }
-                    if let Some(op) = q.ops.pop_front() {
+                    if let Some((op, _)) = q.ops.pop_front() {
                         done.push((op, vclock_ns));
                     }
                 }
+            }
+            if held.is_some() {
+                sched.hold_until_ns(vclock_ns);
             }
             if vclock_ns > sys::now_ns() {
                 sys::sleep_until_ns(vclock_ns);

@@ -130,6 +130,18 @@ impl Scheduler<'_> {
         self.state.device(self.device).now_serving.load(Acquire) == ticket
     }
 
+    /// Where the device's previous holders left off on the simulated clock:
+    /// the holder's work starts no earlier.
+    pub fn free_at_ns(&self) -> u64 {
+        self.state.device(self.device).free_at_ns.load(Acquire)
+    }
+
+    /// Records, while holding the device, that its work reaches `at_ns` on
+    /// the simulated clock.
+    pub fn hold_until_ns(&self, at_ns: u64) {
+        self.state.device(self.device).free_at_ns.fetch_max(at_ns, AcqRel);
+    }
+
     /// Passes the device on.
     pub fn release(&self, ticket: u64) {
         let d = self.state.device(self.device);

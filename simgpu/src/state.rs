@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPU\0\0");
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 pub const MAX_DEVICES: usize = crate::config::MAX_DEVICES as usize;
 pub const MAX_PROCS: usize = 256;
 /// Tickets outstanding at once per device (contexts waiting for the device).
@@ -120,6 +120,10 @@ pub struct DeviceShared {
     pub busy_ns_total: AtomicU64,
     pub last_sample_ns: AtomicU64,
     pub sample_head: AtomicU64,
+    /// The simulated time until which the device is taken: each holder
+    /// raises it to where its work has reached, and the next holder's
+    /// work starts no earlier (see `exec`'s module docs).
+    pub free_at_ns: AtomicU64,
     pub samples: [DeviceSample; DEVICE_SAMPLES],
     pub tickets: [TicketHolder; TICKET_RING],
     pub books: Books,
@@ -214,7 +218,7 @@ const _: () = assert!(std::mem::size_of::<Header>() == 64);
 // made before MIG, which is the digest of no partition).
 const _: () = assert!(std::mem::offset_of!(Header, mig_digest) == 56);
 const _: () = assert!(std::mem::offset_of!(Layout, devices) == 64);
-const _: () = assert!(std::mem::size_of::<DeviceShared>() == 64 + 64 * 16 + TICKET_RING * 16 + 64);
+const _: () = assert!(std::mem::size_of::<DeviceShared>() == 128 + 64 * 16 + TICKET_RING * 16 + 64);
 const _: () = assert!(std::mem::size_of::<Books>() == 64);
 const _: () = assert!(std::mem::size_of::<Helper>() == 8);
 const _: () = assert!(std::mem::size_of::<ProcDevice>() == 48 + PROC_SAMPLES * 16);
