@@ -23,7 +23,8 @@
 //! host learns of completions late, as a descheduled host thread would on a
 //! real GPU. Work the worker catches up on this way lies in the past, but
 //! never before another process's work on the device, so the device is
-//! never busy more than all the time there is.
+//! never busy more than all the time there is; and never more than
+//! [`MAX_CATCH_UP_NS`] in the past (a longer stall loses the rest).
 //!
 //! One queue per context executes ops in submission order; that is one valid
 //! serialisation of what the streams allow, and keeps stream order, event
@@ -49,6 +50,12 @@ pub const MAX_PENDING: usize = 1024;
 /// How far ahead of the real clock the worker completes work in one batch.
 const BATCH_HORIZON_NS: u64 = 500_000;
 const BATCH_MAX_OPS: usize = 4096;
+/// How far into the past the worker catches up: a wake-up later than this
+/// loses the rest, as every wake-up did before catching up. It is shorter
+/// than [`crate::sched::STOPPED_AFTER_NS`], so a holder stopped, skipped
+/// and continued in the moment before its batch can count at most this much
+/// of time another process had the device.
+const MAX_CATCH_UP_NS: u64 = 20_000_000;
 
 pub struct Stream {
     pub handle: u64,
@@ -404,12 +411,21 @@ impl Executor {
                 }
                 matches!(q.ops.front(), Some((Op::Kernel { .. }, _)))
             };
+            if let Some((t, _)) = held {
+                if !sched.still_serving(t) {
+                    // Skipped while this process was stopped: queue again,
+                    // after what the device ran meanwhile.
+                    held = None;
+                }
+            }
             if head_is_kernel && held.is_none() {
                 let t = sched.acquire();
-                held = Some((t, sys::now_ns()));
-                vclock_ns = vclock_ns.max(sched.free_at_ns());
+                let now = sys::now_ns();
+                held = Some((t, now));
+                vclock_ns = vclock_ns.max(sched.free_at_ns(now));
             }
             let now = sys::now_ns();
+            vclock_ns = vclock_ns.max(now.saturating_sub(MAX_CATCH_UP_NS));
             let horizon = match held {
                 Some((_, start)) => (start + slice_ns).min(now + BATCH_HORIZON_NS).max(now),
                 None => now,
@@ -455,7 +471,7 @@ impl Executor {
                 }
             }
             if held.is_some() {
-                sched.hold_until_ns(vclock_ns);
+                sched.hold_until_ns(vclock_ns, now);
             }
             if vclock_ns > sys::now_ns() {
                 sys::sleep_until_ns(vclock_ns);

@@ -27,6 +27,10 @@ const LIVENESS_POLL: Duration = Duration::from_millis(20);
 pub const STOPPED_AFTER_NS: u64 = 50_000_000;
 /// A ticket taken but never published is treated as abandoned after this long.
 const UNPUBLISHED_GRACE_NS: u64 = 1_000_000_000;
+/// A holder's work reaches at most a batch (half a millisecond) past the
+/// real clock; a published mark further ahead than this is not from this
+/// boot.
+const FREE_AT_SLACK_NS: u64 = 1_000_000_000;
 
 pub struct Scheduler<'a> {
     pub state: &'a SharedState,
@@ -130,16 +134,29 @@ impl Scheduler<'_> {
         self.state.device(self.device).now_serving.load(Acquire) == ticket
     }
 
-    /// Where the device's previous holders left off on the simulated clock:
-    /// the holder's work starts no earlier.
-    pub fn free_at_ns(&self) -> u64 {
-        self.state.device(self.device).free_at_ns.load(Acquire)
+    /// Where the device's previous holders left off on the simulated clock
+    /// (the holder's work starts no earlier), as of the real time `now_ns`.
+    /// A mark further ahead than any holder publishes is from an earlier
+    /// boot (the state file outlived it) and counts as none.
+    pub fn free_at_ns(&self, now_ns: u64) -> u64 {
+        let at = self.state.device(self.device).free_at_ns.load(Acquire);
+        if at > now_ns.saturating_add(FREE_AT_SLACK_NS) {
+            0
+        } else {
+            at
+        }
     }
 
     /// Records, while holding the device, that its work reaches `at_ns` on
-    /// the simulated clock.
-    pub fn hold_until_ns(&self, at_ns: u64) {
-        self.state.device(self.device).free_at_ns.fetch_max(at_ns, AcqRel);
+    /// the simulated clock (read at the real time `now_ns`); replaces a
+    /// mark from an earlier boot.
+    pub fn hold_until_ns(&self, at_ns: u64, now_ns: u64) {
+        let word = &self.state.device(self.device).free_at_ns;
+        if word.load(Acquire) > now_ns.saturating_add(FREE_AT_SLACK_NS) {
+            word.store(at_ns, Release);
+        } else {
+            word.fetch_max(at_ns, AcqRel);
+        }
     }
 
     /// Passes the device on.
@@ -156,5 +173,44 @@ impl Scheduler<'_> {
     /// Whether another context is queued behind `ticket`.
     pub fn others_waiting(&self, ticket: u64) -> bool {
         self.state.device(self.device).next_ticket.load(Acquire) > ticket + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn state(name: &str) -> (SharedState, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("simgpu-unit-sched-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = Config {
+            device_count: 1,
+            memory_bytes: 1 << 20,
+            state_path: Some(path.clone()),
+            context_memory_bytes: 0,
+            slice_us: 2000,
+            kernel_us: 5,
+            mig: Vec::new(),
+        };
+        (SharedState::open(&config).expect("a state file"), path)
+    }
+
+    #[test]
+    fn the_free_mark_only_rises_and_a_mark_from_another_boot_is_ignored_then_replaced() {
+        let (state, path) = state("free-at");
+        let sched = Scheduler { state: &state, device: 0, own_slot: 0 };
+        let now = 5_000_000_000;
+        assert_eq!(sched.free_at_ns(now), 0, "a fresh device is free");
+        sched.hold_until_ns(now + 300_000, now);
+        sched.hold_until_ns(now - 1_000, now);
+        assert_eq!(sched.free_at_ns(now), now + 300_000, "a later holder's work never starts before an earlier one's ended");
+        // A mark hours ahead of this clock: the file outlived a reboot.
+        state.device(0).free_at_ns.store(now + 7_200_000_000_000, Relaxed);
+        assert_eq!(sched.free_at_ns(now), 0, "a mark from another boot would stall every launch for hours");
+        sched.hold_until_ns(now + 100, now);
+        assert_eq!(sched.free_at_ns(now), now + 100, "the first holder replaces it");
+        drop(state);
+        let _ = std::fs::remove_file(&path);
     }
 }
