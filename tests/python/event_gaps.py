@@ -14,14 +14,7 @@ import sys
 
 from cuda.bindings import driver as cu
 
-
-def check(result):
-    """The call's values, or exit printing `fatal=<CUresult>`."""
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        print(f"fatal={int(err)}")
-        sys.exit(2)
-    return rest[0] if len(rest) == 1 else rest
+from driver_calls import check
 
 
 def launch(func, stream, kernel_us):

@@ -21,13 +21,7 @@ import time
 
 from cuda.bindings import driver as cu
 
-
-def check(result):
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        print(f"fatal={int(err)}", flush=True)
-        sys.exit(2)
-    return rest[0] if len(rest) == 1 else rest
+from driver_calls import check
 
 
 def setup(kernel_us, device=0):
