@@ -62,7 +62,6 @@
 
 use ledger::compute::{self, ComputeLimitError, COMPUTE_LIMIT_FORMAT, PRIORITY_FORMAT};
 use ledger::units::{self, PerDevice, MEMORY_LIMIT_FORMAT, TENANT_FORMAT};
-use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -508,18 +507,61 @@ pub fn parse(vars: &Vars, cgroup: impl FnOnce() -> Option<String>) -> Result<Con
     Ok(Config { memory, compute, share, priority, tenant, dir, dir_given, log_level })
 }
 
+/// Whether this module reads the variable `name`.
+fn is_read(name: &[u8]) -> bool {
+    name.starts_with(b"GPUSLICE_")
+        || name.starts_with(HAMI.as_bytes())
+        || name.starts_with(HAMI_COMPUTE.as_bytes())
+        || name == HAMI_PRIORITY.as_bytes()
+        || name == VISIBLE.as_bytes()
+}
+
+/// The variable in one `NAME=value` entry of the environment, if `keep`
+/// takes its name. The name ends at the first `=` after its first byte,
+/// as std's `vars_os` splits; an entry without one is no variable.
+fn read_entry(entry: &[u8], keep: impl Fn(&[u8]) -> bool) -> Option<(String, String)> {
+    let split = entry.iter().skip(1).position(|&b| b == b'=')? + 1;
+    let (name, value) = (entry.get(..split)?, entry.get(split + 1..)?);
+    keep(name).then(|| (String::from_utf8_lossy(name).into_owned(), String::from_utf8_lossy(value).into_owned()))
+}
+
+extern "C" {
+    /// The process's environment: a null-terminated array of `NAME=value`
+    /// strings (`environ(7)`).
+    static environ: *const *const core::ffi::c_char;
+}
+
+/// The variables this module reads, copied out of the environment in
+/// order. The environment is walked in place: `std::env::vars_os` would
+/// copy every variable first, tens of allocations in every process that
+/// starts under the shim for the few it reads.
 fn environment() -> Vars {
-    std::env::vars_os()
-        .filter(|(k, _)| {
-            let k = k.as_encoded_bytes();
-            k.starts_with(b"GPUSLICE_")
-                || k.starts_with(HAMI.as_bytes())
-                || k.starts_with(HAMI_COMPUTE.as_bytes())
-                || k == HAMI_PRIORITY.as_bytes()
-                || k == VISIBLE.as_bytes()
-        })
-        .map(|(k, v): (OsString, OsString)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
-        .collect()
+    environment_where(is_read)
+}
+
+/// The variables whose names `keep` takes, in order (see [`environment`]).
+fn environment_where(keep: impl Fn(&[u8]) -> bool) -> Vars {
+    let mut vars = Vars::new();
+    // SAFETY: `environ` is libc's pointer to the environment, read once
+    // here; it is null or a null-terminated array.
+    let mut entry = unsafe { environ };
+    while !entry.is_null() {
+        // SAFETY: `entry` points into that array, at or before its
+        // terminating null.
+        let text = unsafe { *entry };
+        if text.is_null() {
+            break;
+        }
+        // SAFETY: each element before the terminator is a NUL-terminated
+        // string that lives as long as the environment is not changed, and
+        // it is copied before the next element is read.
+        let bytes = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
+        vars.extend(read_entry(bytes, &keep));
+        // SAFETY: the terminator was not reached, so the next element is
+        // still within the array.
+        entry = unsafe { entry.add(1) };
+    }
+    vars
 }
 
 static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
@@ -916,5 +958,33 @@ mod tests {
         assert_eq!(c.tenant, "a");
         let c = parse(&vars(&[]), || Some(all_root.into())).unwrap();
         assert_eq!(c.tenant, "default");
+    }
+
+    #[test]
+    fn an_environment_entry_is_split_at_its_first_equals_sign_and_kept_only_if_read() {
+        let pair = |n: &str, v: &str| Some((n.to_string(), v.to_string()));
+        let read_entry = |entry: &[u8]| read_entry(entry, is_read);
+        assert_eq!(read_entry(b"GPUSLICE_TENANT=team-a"), pair("GPUSLICE_TENANT", "team-a"));
+        assert_eq!(read_entry(b"GPUSLICE_DIR=/a=b"), pair("GPUSLICE_DIR", "/a=b"));
+        assert_eq!(read_entry(b"GPUSLICE_MEMORY_LIMIT="), pair("GPUSLICE_MEMORY_LIMIT", ""));
+        assert_eq!(read_entry(b"CUDA_DEVICE_MEMORY_LIMIT_0=1g"), pair("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"));
+        assert_eq!(read_entry(b"CUDA_VISIBLE_DEVICES=1,0"), pair("CUDA_VISIBLE_DEVICES", "1,0"));
+        assert_eq!(read_entry(b"CUDA_TASK_PRIORITY=1"), pair("CUDA_TASK_PRIORITY", "1"));
+        // Not read: other names, a longer name with a read one as prefix
+        // where the name must match whole, no `=` at all, an empty name.
+        assert_eq!(read_entry(b"PATH=/usr/bin"), None);
+        assert_eq!(read_entry(b"CUDA_VISIBLE_DEVICES_X=1"), None);
+        assert_eq!(read_entry(b"GPUSLICE_TENANT"), None);
+        assert_eq!(read_entry(b""), None);
+        assert_eq!(read_entry(b"=GPUSLICE_TENANT=a"), None);
+        // A value that is not UTF-8 is kept, lossily, to be refused by name.
+        assert_eq!(read_entry(b"GPUSLICE_TENANT=a\xffb"), pair("GPUSLICE_TENANT", "a\u{FFFD}b"));
+    }
+
+    #[test]
+    fn the_environment_walk_finds_every_variable_std_finds() {
+        let by_std: Vars = std::env::vars_os().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())).collect();
+        assert!(by_std.iter().any(|(k, _)| k == "PATH"), "the test runs without PATH: {by_std:?}");
+        assert_eq!(environment_where(|_| true), by_std);
     }
 }
