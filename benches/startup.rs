@@ -16,7 +16,9 @@
 //! started at once, bare, under the shim, and under the shim with a monitor
 //! running, with the ratio to bare (target ≤ 1.1×): the wall time to all
 //! done, and the CPU time per process, which the load of a shared machine
-//! moves far less.
+//! moves far less. Beside them, the same for two preloaded libraries with
+//! nothing in them, one in C and one in Rust: what preloading anything
+//! costs on the machine at hand, the floor under the shim's ratio.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench startup`.
 //! Prints a table; timings are wall-clock on a possibly busy machine, so
@@ -52,7 +54,18 @@ fn compile(dir: &Path) -> PathBuf {
     out
 }
 
-fn command(program: &Path, dir: &Path, shim: bool) -> Command {
+/// What a process of the benchmark runs under.
+#[derive(Clone, Copy, Debug)]
+enum Preload<'a> {
+    Bare,
+    Shim,
+    /// A preloaded library with nothing in it (`benches/c/empty_preload.c`,
+    /// `benches/rust/empty_preload.rs`):
+    /// what preloading any library costs here, the floor under the shim.
+    Empty(&'a Path),
+}
+
+fn command(program: &Path, dir: &Path, preload: Preload) -> Command {
     let mut cmd = Command::new(program);
     cmd.env("LD_LIBRARY_PATH", gpuslice_tests::sim_lib_dir())
         .env("SIMGPU_STATE", dir.join("simgpu.state"))
@@ -61,15 +74,22 @@ fn command(program: &Path, dir: &Path, shim: bool) -> Command {
         .env("GPUSLICE_TENANT", TENANT)
         .env("GPUSLICE_MEMORY_LIMIT", "40GiB")
         .stdin(Stdio::null());
-    if shim {
-        cmd.env("LD_PRELOAD", gpuslice_tests::shim_lib());
+    match preload {
+        Preload::Bare => {}
+        Preload::Shim => {
+            cmd.env("LD_PRELOAD", gpuslice_tests::shim_lib());
+        }
+        Preload::Empty(library) => {
+            cmd.env("LD_PRELOAD", library);
+        }
     }
     cmd
 }
 
 fn timed_run(program: &Path, dir: &Path, shim: bool) -> Duration {
     let start = Instant::now();
-    let status = command(program, dir, shim).status().expect("cannot start the startup program");
+    let status =
+        command(program, dir, if shim { Preload::Shim } else { Preload::Bare }).status().expect("cannot start the startup program");
     let elapsed = start.elapsed();
     assert!(status.success(), "the startup program failed (shim: {shim})");
     elapsed
@@ -125,7 +145,7 @@ fn busy_tenant(dir: &Path, count: usize) -> Vec<Child> {
     let holder = HOLDER.replace("HOLDER_BYTES", &HOLDER_BYTES.to_string());
     let mut children: Vec<Child> = (0..count)
         .map(|_| {
-            command(&python, dir, true)
+            command(&python, dir, Preload::Shim)
                 .args(["-c", &holder])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -234,13 +254,13 @@ fn children_cpu() -> Duration {
 /// batch of hundreds of processes on a few cores takes about as long as
 /// their CPU time, and what the rest of the machine does moves the wall
 /// time far more than it moves the CPU time.
-fn timed_batch(program: &Path, dir: &Path, shim: bool, n: usize) -> Batch {
+fn timed_batch(program: &Path, dir: &Path, preload: Preload, n: usize) -> Batch {
     let cpu_before = children_cpu();
     let start = Instant::now();
-    let children: Vec<Child> = (0..n).map(|_| command(program, dir, shim).spawn().expect("cannot start the startup program")).collect();
+    let children: Vec<Child> = (0..n).map(|_| command(program, dir, preload).spawn().expect("cannot start the startup program")).collect();
     for mut child in children {
         let status = child.wait().expect("cannot wait for the startup program");
-        assert!(status.success(), "the startup program failed (shim: {shim}, {n} at once)");
+        assert!(status.success(), "the startup program failed ({preload:?}, {n} at once)");
     }
     Batch { wall: start.elapsed(), cpu: children_cpu().saturating_sub(cpu_before) }
 }
@@ -267,32 +287,42 @@ fn start_monitor(dir: &Path) -> Child {
 }
 
 /// Many processes of one tenant starting at once (the cost of orchestration
-/// on short jobs): medians of SCALE_RUNS, bare, under the shim, and under
-/// the shim with the monitor running, the three taking turns. The wall
-/// time to all done, then the CPU time per process (the batch's, divided
-/// by N), each with its ratio to bare.
-fn at_scale(program: &Path, dir: &Path) {
+/// on short jobs): medians of SCALE_RUNS, bare, under the shim, under the
+/// shim with the monitor running, and under each empty library of
+/// `floors`, the sides taking turns. The wall time to all done, then the
+/// CPU time per process (the batch's, divided by N), each with its ratio to
+/// bare; last, each empty library's two ratios: what preloading it costs on
+/// this machine, the floor under the shim's.
+fn at_scale(program: &Path, dir: &Path, floors: &[(&str, PathBuf)]) {
     println!(
         "\n{SCALE_RUNS} batches a side of N processes of one tenant started at once (each: init, context, 1 MiB alloc, exit); \
-         median wall time to all done, and median CPU time (user + system) per process"
+         median wall time to all done, and median CPU time (user + system) per process; last, empty preloaded libraries' \
+         ratios to bare, wall / cpu: the floor"
     );
-    println!(
+    print!(
         "{:>5} {:>10} {:>10} {:>7} {:>14} {:>7}   {:>9} {:>9} {:>7} {:>14} {:>7}",
         "N", "bare", "shim", "ratio", "shim+monitor", "ratio", "cpu bare", "cpu shim", "ratio", "cpu shim+mon", "ratio"
     );
+    for (name, _) in floors {
+        print!("   {name:>13}");
+    }
+    println!();
+    let sides = 3 + floors.len();
     for n in AT_ONCE {
         let (mut bare, mut shim, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
+        let mut floor: Vec<Vec<Batch>> = vec![Vec::new(); floors.len()];
         for run in 0..SCALE_RUNS {
-            for side in 0..3 {
-                match (side + run) % 3 {
-                    0 => bare.push(timed_batch(program, dir, false, n)),
-                    1 => shim.push(timed_batch(program, dir, true, n)),
-                    _ => {
+            for side in 0..sides {
+                match (side + run) % sides {
+                    0 => bare.push(timed_batch(program, dir, Preload::Bare, n)),
+                    1 => shim.push(timed_batch(program, dir, Preload::Shim, n)),
+                    2 => {
                         let mut monitor = start_monitor(dir);
-                        monitored.push(timed_batch(program, dir, true, n));
+                        monitored.push(timed_batch(program, dir, Preload::Shim, n));
                         let _ = monitor.kill();
                         let _ = monitor.wait();
                     }
+                    f => floor[f - 3].push(timed_batch(program, dir, Preload::Empty(&floors[f - 3].1), n)),
                 }
             }
         }
@@ -306,14 +336,38 @@ fn at_scale(program: &Path, dir: &Path) {
         let (b, s, m) = (median(&bare, wall), median(&shim, wall), median(&monitored, wall));
         let per = n as f64;
         let (cb, cs, cm) = (median(&bare, cpu) / per, median(&shim, cpu) / per, median(&monitored, cpu) / per);
-        println!(
+        print!(
             "{n:>5} {b:>8.1}ms {s:>8.1}ms {:>6.2}x {m:>12.1}ms {:>6.2}x   {cb:>7.2}ms {cs:>7.2}ms {:>6.2}x {cm:>12.2}ms {:>6.2}x",
             s / b,
             m / b,
             cs / cb,
             cm / cb
         );
+        for batches in &floor {
+            print!("   {:>5.2}x {:>5.2}x", median(batches, wall) / b, median(batches, cpu) / per / cb);
+        }
+        println!();
     }
+}
+
+/// The empty libraries preloaded for the floor, built in `dir`: one in C
+/// (`benches/c/empty_preload.c`), and one in Rust (`benches/rust/empty_preload.rs`),
+/// which carries the Rust runtime's start-up as the shim does.
+fn compile_empty_libraries(dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    let root = gpuslice_tests::repo_root();
+    let source = root.join("benches/c");
+    let c = dir.join("libempty_c.so");
+    let status = Command::new("gcc").args(["-O2", "-shared", "-fPIC"]).arg(source.join("empty_preload.c")).arg("-o").arg(&c).status();
+    assert!(status.expect("cannot run gcc").success(), "compiling benches/c/empty_preload.c failed");
+    let rust = dir.join("libempty_rust.so");
+    let status = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .args(["--edition", "2021", "--crate-type", "cdylib", "-C", "opt-level=3", "-C", "strip=debuginfo"])
+        .arg(root.join("benches/rust/empty_preload.rs"))
+        .arg("-o")
+        .arg(&rust)
+        .status();
+    assert!(status.expect("cannot run rustc").success(), "compiling benches/rust/empty_preload.rs failed");
+    vec![("empty C lib", c), ("empty Rust lib", rust)]
 }
 
 fn main() {
@@ -341,6 +395,6 @@ fn main() {
         );
         release(holders);
     }
-    at_scale(&program, &dir);
+    at_scale(&program, &dir, &compile_empty_libraries(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
