@@ -20,6 +20,10 @@
 //! nothing in them, one in C and one in Rust: what preloading anything
 //! costs on the machine at hand, the floor under the shim's ratio.
 //!
+//! Last, what a thread that sleeps costs a short process on the machine
+//! (`benches/c/threads.c` with 0, 1 and 2 threads): the shim starts one,
+//! its helper, beside the driver's own.
+//!
 //! Run: `cargo build --release --workspace && cargo bench --bench startup`.
 //! Prints a table; timings are wall-clock on a possibly busy machine, so
 //! compare the two columns of one run.
@@ -370,6 +374,53 @@ fn compile_empty_libraries(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     vec![("empty C lib", c), ("empty Rust lib", rust)]
 }
 
+/// What a thread that sleeps costs a short process here (the shim's helper
+/// is one, and a bare simgpu process already has simgpu's worker):
+/// `benches/c/threads.c` with 0, 1 and 2 such threads, batches of
+/// `THREADS_AT_ONCE` processes, the three taking turns; the median CPU
+/// time per process and what each thread adds to the one before.
+fn thread_cost(dir: &Path) {
+    const THREADS_AT_ONCE: usize = 128;
+    let program = dir.join("threads");
+    let status = Command::new("gcc")
+        .arg("-O2")
+        .arg(gpuslice_tests::repo_root().join("benches/c/threads.c"))
+        .args(["-lpthread", "-o"])
+        .arg(&program)
+        .status();
+    assert!(status.expect("cannot run gcc").success(), "compiling benches/c/threads.c failed");
+    let batch = |threads: usize| {
+        let cpu_before = children_cpu();
+        let children: Vec<Child> = (0..THREADS_AT_ONCE)
+            .map(|_| Command::new(&program).arg(threads.to_string()).spawn().expect("cannot start benches/c/threads.c"))
+            .collect();
+        for mut child in children {
+            assert!(child.wait().expect("cannot wait for benches/c/threads.c").success(), "benches/c/threads.c {threads} failed");
+        }
+        children_cpu().saturating_sub(cpu_before).as_secs_f64() * 1e6 / THREADS_AT_ONCE as f64
+    };
+    let mut cpu_us: [Vec<f64>; 3] = Default::default();
+    for run in 0..SCALE_RUNS {
+        for side in 0..3 {
+            let threads = (side + run) % 3;
+            cpu_us[threads].push(batch(threads));
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [none, one, two] = cpu_us.map(|mut v| median(&mut v));
+    println!(
+        "\nwhat a sleeping thread costs a short process here ({SCALE_RUNS} batches of {THREADS_AT_ONCE} processes a side, \
+         benches/c/threads.c): median CPU time per process"
+    );
+    println!("{:>8} {:>10} {:>14}", "threads", "cpu", "this thread");
+    println!("{:>8} {none:>8.0}us {:>14}", 0, "");
+    println!("{:>8} {one:>8.0}us {:>12.0}us", 1, one - none);
+    println!("{:>8} {two:>8.0}us {:>12.0}us", 2, two - one);
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -396,5 +447,6 @@ fn main() {
         release(holders);
     }
     at_scale(&program, &dir, &compile_empty_libraries(&dir));
+    thread_cost(&dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
