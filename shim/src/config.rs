@@ -527,8 +527,8 @@ fn read_entry(entry: &[u8], keep: impl Fn(&[u8]) -> bool) -> Option<(String, Str
 
 extern "C" {
     /// The process's environment: a null-terminated array of `NAME=value`
-    /// strings (`environ(7)`).
-    static environ: *const *const core::ffi::c_char;
+    /// strings (`environ(7)`). Mutable: `setenv` and `putenv` may move it.
+    static mut environ: *const *const core::ffi::c_char;
 }
 
 /// The variables this module reads, copied out of the environment in
@@ -541,24 +541,37 @@ fn environment() -> Vars {
 
 /// The variables whose names `keep` takes, in order (see [`environment`]).
 fn environment_where(keep: impl Fn(&[u8]) -> bool) -> Vars {
+    // SAFETY: a read of libc's pointer, by value and without a reference
+    // to the static.
+    let entries = unsafe { core::ptr::addr_of!(environ).read() };
+    // SAFETY: `environ` is null or a null-terminated array of
+    // NUL-terminated strings. No thread changes the environment during the
+    // walk: the assumption std's `vars_os` makes of C code too (its lock
+    // covers only std's own `set_var`, and the shim sets no variable).
+    unsafe { walk(entries, keep) }
+}
+
+/// The entries of `entries` whose names `keep` takes, in order.
+///
+/// # Safety
+/// `entries` is null, or points to an array of pointers ending with a null
+/// one, each before it a NUL-terminated string; none of them changes or is
+/// freed during the call.
+unsafe fn walk(entries: *const *const core::ffi::c_char, keep: impl Fn(&[u8]) -> bool) -> Vars {
     let mut vars = Vars::new();
-    // SAFETY: `environ` is libc's pointer to the environment, read once
-    // here; it is null or a null-terminated array.
-    let mut entry = unsafe { environ };
+    let mut entry = entries;
     while !entry.is_null() {
-        // SAFETY: `entry` points into that array, at or before its
-        // terminating null.
+        // SAFETY: `entry` points into the array, at or before its null.
         let text = unsafe { *entry };
         if text.is_null() {
             break;
         }
-        // SAFETY: each element before the terminator is a NUL-terminated
-        // string that lives as long as the environment is not changed, and
-        // it is copied before the next element is read.
+        // SAFETY: an element before the null is a NUL-terminated string
+        // (the caller's promise), copied before the next one is read.
         let bytes = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
         vars.extend(read_entry(bytes, &keep));
-        // SAFETY: the terminator was not reached, so the next element is
-        // still within the array.
+        // SAFETY: the null was not reached, so the next element is still
+        // within the array.
         entry = unsafe { entry.add(1) };
     }
     vars
@@ -968,23 +981,74 @@ mod tests {
         assert_eq!(read_entry(b"GPUSLICE_DIR=/a=b"), pair("GPUSLICE_DIR", "/a=b"));
         assert_eq!(read_entry(b"GPUSLICE_MEMORY_LIMIT="), pair("GPUSLICE_MEMORY_LIMIT", ""));
         assert_eq!(read_entry(b"CUDA_DEVICE_MEMORY_LIMIT_0=1g"), pair("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"));
+        assert_eq!(read_entry(b"CUDA_DEVICE_SM_LIMIT=30"), pair("CUDA_DEVICE_SM_LIMIT", "30"));
         assert_eq!(read_entry(b"CUDA_VISIBLE_DEVICES=1,0"), pair("CUDA_VISIBLE_DEVICES", "1,0"));
         assert_eq!(read_entry(b"CUDA_TASK_PRIORITY=1"), pair("CUDA_TASK_PRIORITY", "1"));
-        // Not read: other names, a longer name with a read one as prefix
-        // where the name must match whole, no `=` at all, an empty name.
+        // Not read: other names, a longer name where the name must match
+        // whole, an entry with no `=`, an empty entry.
         assert_eq!(read_entry(b"PATH=/usr/bin"), None);
         assert_eq!(read_entry(b"CUDA_VISIBLE_DEVICES_X=1"), None);
         assert_eq!(read_entry(b"GPUSLICE_TENANT"), None);
         assert_eq!(read_entry(b""), None);
+        // A leading `=` belongs to the name (as std splits), which is then
+        // `=GPUSLICE_TENANT`, not a variable the shim reads.
         assert_eq!(read_entry(b"=GPUSLICE_TENANT=a"), None);
+        assert_eq!(super::read_entry(b"=X=1", |_| true), pair("=X", "1"));
         // A value that is not UTF-8 is kept, lossily, to be refused by name.
         assert_eq!(read_entry(b"GPUSLICE_TENANT=a\xffb"), pair("GPUSLICE_TENANT", "a\u{FFFD}b"));
     }
 
     #[test]
+    fn every_variable_the_configuration_knows_is_copied_out_of_the_environment() {
+        let mut names: Vec<String> = SHIM_VARIABLES.iter().chain(TOOL_VARIABLES).map(|n| n.to_string()).collect();
+        for hami in [HAMI, HAMI_COMPUTE] {
+            names.push(hami.to_string());
+            names.push(format!("{hami}_0"));
+        }
+        names.extend([HAMI_PRIORITY.to_string(), VISIBLE.to_string()]);
+        for name in &names {
+            assert!(is_read(name.as_bytes()), "{name} is known to the configuration but not copied out of the environment");
+        }
+    }
+
+    /// A null-terminated array of C strings, as `environ` is.
+    struct Environ {
+        _strings: Vec<std::ffi::CString>,
+        pointers: Vec<*const core::ffi::c_char>,
+    }
+
+    fn environ_of(entries: &[&[u8]]) -> Environ {
+        let strings: Vec<std::ffi::CString> = entries.iter().map(|e| std::ffi::CString::new(*e).unwrap()).collect();
+        let mut pointers: Vec<*const core::ffi::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        pointers.push(core::ptr::null());
+        Environ { _strings: strings, pointers }
+    }
+
+    #[test]
+    fn the_walk_keeps_order_and_duplicates_and_stops_at_the_null() {
+        // SAFETY: a null array is allowed.
+        assert_eq!(unsafe { walk(core::ptr::null(), is_read) }, Vars::new());
+        let empty = environ_of(&[]);
+        // SAFETY: a live array holding only its null.
+        assert_eq!(unsafe { walk(empty.pointers.as_ptr(), is_read) }, Vars::new());
+        let env = environ_of(&[b"GPUSLICE_TENANT=a", b"NOEQ", b"PATH=/bin", b"=X=1", b"GPUSLICE_\xff=1", b"GPUSLICE_TENANT=b"]);
+        // SAFETY: a live, null-terminated array of live C strings.
+        let vars = unsafe { walk(env.pointers.as_ptr(), is_read) };
+        let expected: Vars = [("GPUSLICE_TENANT", "a"), ("GPUSLICE_\u{FFFD}", "1"), ("GPUSLICE_TENANT", "b")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(vars, expected);
+        // Both values reach the parser, which refuses a name set twice.
+        let twice: Vars = vars.iter().filter(|(k, _)| k == "GPUSLICE_TENANT").cloned().collect();
+        let refused = parse(&twice, || None).unwrap_err().to_string();
+        assert!(refused.contains("set twice"), "{refused}");
+    }
+
+    #[test]
     fn the_environment_walk_finds_every_variable_std_finds() {
         let by_std: Vars = std::env::vars_os().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())).collect();
-        assert!(by_std.iter().any(|(k, _)| k == "PATH"), "the test runs without PATH: {by_std:?}");
+        assert!(!by_std.is_empty(), "the test runs with an empty environment: nothing to compare");
         assert_eq!(environment_where(|_| true), by_std);
     }
 }
