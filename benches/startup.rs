@@ -290,6 +290,29 @@ fn start_monitor(dir: &Path) -> Child {
     monitor
 }
 
+/// The order of the sides in each run: a new permutation each time, from a
+/// fixed seed, so that no side always follows the same one (the monitor's
+/// teardown, say) and a run of the benchmark is repeatable.
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn new() -> Self {
+        Self(0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// `0..sides` in a new order (Fisher-Yates over xorshift64).
+    fn next(&mut self, sides: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..sides).collect();
+        for i in (1..sides).rev() {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            order.swap(i, (self.0 % (i as u64 + 1)) as usize);
+        }
+        order
+    }
+}
+
 /// Many processes of one tenant starting at once (the cost of orchestration
 /// on short jobs): medians of SCALE_RUNS, bare, under the shim, under the
 /// shim with the monitor running, and under each empty library of
@@ -308,16 +331,17 @@ fn at_scale(program: &Path, dir: &Path, floors: &[(&str, PathBuf)]) {
         "N", "bare", "shim", "ratio", "shim+monitor", "ratio", "cpu bare", "cpu shim", "ratio", "cpu shim+mon", "ratio"
     );
     for (name, _) in floors {
-        print!("   {name:>13}");
+        print!("   {name:>14}");
     }
     println!();
     let sides = 3 + floors.len();
+    let mut order = Shuffle::new();
     for n in AT_ONCE {
         let (mut bare, mut shim, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
         let mut floor: Vec<Vec<Batch>> = vec![Vec::new(); floors.len()];
-        for run in 0..SCALE_RUNS {
-            for side in 0..sides {
-                match (side + run) % sides {
+        for _ in 0..SCALE_RUNS {
+            for side in order.next(sides) {
+                match side {
                     0 => bare.push(timed_batch(program, dir, Preload::Bare, n)),
                     1 => shim.push(timed_batch(program, dir, Preload::Shim, n)),
                     2 => {
@@ -348,7 +372,7 @@ fn at_scale(program: &Path, dir: &Path, floors: &[(&str, PathBuf)]) {
             cm / cb
         );
         for batches in &floor {
-            print!("   {:>5.2}x {:>5.2}x", median(batches, wall) / b, median(batches, cpu) / per / cb);
+            print!("   {:>6.2}x {:>5.2}x", median(batches, wall) / b, median(batches, cpu) / per / cb);
         }
         println!();
     }
@@ -374,13 +398,8 @@ fn compile_empty_libraries(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     vec![("empty C lib", c), ("empty Rust lib", rust)]
 }
 
-/// What a thread that sleeps costs a short process here (the shim's helper
-/// is one, and a bare simgpu process already has simgpu's worker):
-/// `benches/c/threads.c` with 0, 1 and 2 such threads, batches of
-/// `THREADS_AT_ONCE` processes, the three taking turns; the median CPU
-/// time per process and what each thread adds to the one before.
-fn thread_cost(dir: &Path) {
-    const THREADS_AT_ONCE: usize = 128;
+/// `benches/c/threads.c` built in `dir`.
+fn compile_threads(dir: &Path) -> PathBuf {
     let program = dir.join("threads");
     let status = Command::new("gcc")
         .arg("-O2")
@@ -389,36 +408,64 @@ fn thread_cost(dir: &Path) {
         .arg(&program)
         .status();
     assert!(status.expect("cannot run gcc").success(), "compiling benches/c/threads.c failed");
-    let batch = |threads: usize| {
-        let cpu_before = children_cpu();
-        let children: Vec<Child> = (0..THREADS_AT_ONCE)
-            .map(|_| Command::new(&program).arg(threads.to_string()).spawn().expect("cannot start benches/c/threads.c"))
-            .collect();
-        for mut child in children {
+    program
+}
+
+/// What a thread that sleeps costs a short process here (the shim's helper
+/// is one, and a bare simgpu process already has simgpu's worker):
+/// `benches/c/threads.c` with 0, 1 and 2 such threads, the three taking
+/// turns in a new order each run; the median CPU time per process, in
+/// batches of `THREADS_AT_ONCE` started together and one process at a
+/// time, and what each thread adds to the one before.
+fn thread_cost(program: &Path) {
+    const THREADS_AT_ONCE: usize = 128;
+    /// Processes a side per run, one at a time.
+    const ONE_AT_A_TIME: usize = 100;
+    // CPU time per process, µs, of `count` processes with `threads`
+    // threads each, started together or one after another.
+    let cpu_us = |threads: usize, count: usize, together: bool| {
+        let start = || Command::new(program).arg(threads.to_string()).spawn().expect("cannot start benches/c/threads.c");
+        let check = |mut child: Child| {
             assert!(child.wait().expect("cannot wait for benches/c/threads.c").success(), "benches/c/threads.c {threads} failed");
+        };
+        let cpu_before = children_cpu();
+        if together {
+            let children: Vec<Child> = (0..count).map(|_| start()).collect();
+            children.into_iter().for_each(check);
+        } else {
+            (0..count).for_each(|_| check(start()));
         }
-        children_cpu().saturating_sub(cpu_before).as_secs_f64() * 1e6 / THREADS_AT_ONCE as f64
+        children_cpu().saturating_sub(cpu_before).as_secs_f64() * 1e6 / count as f64
     };
-    let mut cpu_us: [Vec<f64>; 3] = Default::default();
-    for run in 0..SCALE_RUNS {
-        for side in 0..3 {
-            let threads = (side + run) % 3;
-            cpu_us[threads].push(batch(threads));
-        }
-    }
-    let median = |v: &mut Vec<f64>| {
+    let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let [none, one, two] = cpu_us.map(|mut v| median(&mut v));
+    let mut order = Shuffle::new();
+    let mut rows = Vec::new();
+    for (count, together) in [(THREADS_AT_ONCE, true), (ONE_AT_A_TIME, false)] {
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        for _ in 0..SCALE_RUNS {
+            for threads in order.next(3) {
+                samples[threads].push(cpu_us(threads, count, together));
+            }
+        }
+        rows.push(samples.map(median));
+    }
     println!(
-        "\nwhat a sleeping thread costs a short process here ({SCALE_RUNS} batches of {THREADS_AT_ONCE} processes a side, \
-         benches/c/threads.c): median CPU time per process"
+        "\nwhat a sleeping thread costs a short process here (benches/c/threads.c, {SCALE_RUNS} runs a side): median CPU time \
+         per process, in batches of {THREADS_AT_ONCE} started together and {ONE_AT_A_TIME} one at a time"
     );
-    println!("{:>8} {:>10} {:>14}", "threads", "cpu", "this thread");
-    println!("{:>8} {none:>8.0}us {:>14}", 0, "");
-    println!("{:>8} {one:>8.0}us {:>12.0}us", 1, one - none);
-    println!("{:>8} {two:>8.0}us {:>12.0}us", 2, two - one);
+    println!("{:>8} {:>10} {:>12}   {:>13} {:>12}", "threads", "together", "this thread", "one at a time", "this thread");
+    for threads in 0..3 {
+        let (together, alone) = (rows[0][threads], rows[1][threads]);
+        if threads == 0 {
+            println!("{threads:>8} {together:>8.0}us {:>12}   {alone:>11.0}us {:>12}", "", "");
+        } else {
+            let (t, a) = (together - rows[0][threads - 1], alone - rows[1][threads - 1]);
+            println!("{threads:>8} {together:>8.0}us {t:>10.0}us   {alone:>11.0}us {a:>10.0}us");
+        }
+    }
 }
 
 fn main() {
@@ -429,6 +476,10 @@ fn main() {
     // The shim refuses a GPUSLICE_DIR that does not exist.
     std::fs::create_dir_all(dir.join("ledger")).expect("cannot create the benchmark directory");
     let program = compile(&dir);
+    // Every helper program is built before anything is measured, so a
+    // missing compiler fails the benchmark at once.
+    let floors = compile_empty_libraries(&dir);
+    let threads = compile_threads(&dir);
 
     println!("start-up of one CUDA process, median of {RUNS} runs a side, the sides taking turns");
     println!("{:<34} {:>10} {:>10} {:>12}", "tenant load", "bare", "shim", "shim adds");
@@ -446,7 +497,7 @@ fn main() {
         );
         release(holders);
     }
-    at_scale(&program, &dir, &compile_empty_libraries(&dir));
-    thread_cost(&dir);
+    at_scale(&program, &dir, &floors);
+    thread_cost(&threads);
     let _ = std::fs::remove_dir_all(&dir);
 }
