@@ -13,6 +13,9 @@ phase_done() {
 }
 bash scripts/setup.sh
 phase_done setup
+# One build from scratch has no use for incremental caches (2 GB or more of
+# target/ on a full run); a developer's own cargo commands keep them.
+export CARGO_INCREMENTAL=0
 # One format for the whole tree (rustfmt.toml): a difference fails here,
 # before anything is built.
 if cargo fmt --version >/dev/null 2>&1; then
