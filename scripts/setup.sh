@@ -19,6 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.deps
 mkdir -p "$deps/include" "$deps/wheels"
+# The wheels below come to some 12 GB installed (PyTorch and JAX each carry
+# their own NVIDIA libraries); a copy of each download in pip's cache would
+# take several GB more, for a set-up that runs once per checkout.
+export PIP_NO_CACHE_DIR=1
 
 # The end-to-end tests build C programs (gcc) and start processes in their
 # own PID namespaces (unshare, from util-linux).
