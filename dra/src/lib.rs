@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod apiserver;
+pub mod authority;
 pub mod cdi;
 pub mod claims;
 pub mod devices;

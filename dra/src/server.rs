@@ -1,7 +1,11 @@
 //! The two Unix sockets: the registration socket in the kubelet's
 //! `plugins_registry` directory (the kubelet finds it there and calls
 //! GetInfo) and the DRA service's socket, which registration names.
+//! The registration socket is served through the `authority` front: the
+//! kubelet's requests there carry the socket's path as `:authority`,
+//! which h2 would refuse.
 
+use crate::authority::FrontedIncoming;
 use crate::plugin::{log, Plugin, Service};
 use crate::proto::dra::dra_plugin_server::DraPluginServer;
 use crate::proto::registration::registration_server::RegistrationServer;
@@ -45,7 +49,7 @@ pub async fn serve(plugin: Plugin, registration_socket: PathBuf) -> Result<(), S
     );
     let registration_server = Server::builder().serve_with_incoming_shutdown(
         RegistrationServer::new(service),
-        UnixListenerStream::new(registration),
+        FrontedIncoming::new(registration),
         stopped(stop_rx),
     );
     log(&format!("serving registration on {} and DRA on {}", registration_socket.display(), dra_socket.display()));
