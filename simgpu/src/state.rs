@@ -454,6 +454,22 @@ impl SharedState {
         (std::mem::offset_of!(Layout, procs) + slot * std::mem::size_of::<ProcRecord>()) as u64
     }
 
+    /// The byte of record `slot` whose classic lock names its owner: beside
+    /// the liveness lock's byte, never overlapping it.
+    fn owner_lock_offset(slot: usize) -> u64 {
+        Self::lock_offset(slot) + std::mem::offset_of!(ProcRecord, host_pid) as u64
+    }
+
+    /// The pid of record `slot`'s process as NVML reports it: the pid the
+    /// asking process's namespace gives the record's owner, which the
+    /// kernel tells through the owner's classic lock (a monitor in the
+    /// host's PID namespace sees host pids for processes in containers, as
+    /// with the real driver); where the owner is not visible (or is the
+    /// asking process), the pid the owner recorded for itself.
+    pub fn proc_pid(&self, slot: usize) -> u32 {
+        sys::posix_lock_owner(self.fd(), Self::owner_lock_offset(slot)).unwrap_or_else(|| self.proc(slot).host_pid.load(Acquire))
+    }
+
     /// Claims a process record for this process and locks it (liveness).
     pub fn claim_proc(&self, host_pid: u32) -> Option<usize> {
         for pass in 0..2 {
@@ -467,6 +483,8 @@ impl SharedState {
                 }
                 rec.generation.fetch_add(1, AcqRel);
                 rec.host_pid.store(host_pid, Relaxed);
+                // Best effort: without it, readers see the recorded pid.
+                sys::posix_try_lock(self.fd(), Self::owner_lock_offset(slot));
                 for d in &rec.devices {
                     // `used_bytes` is left alone: a free record holds none,
                     // and it changes only under the books (module docs).
@@ -696,6 +714,7 @@ impl SharedState {
             rec.devices[dev].contexts.store(0, Relaxed);
         }
         rec.state.store(PROC_FREE, Release);
+        sys::posix_unlock(self.fd(), Self::owner_lock_offset(slot));
         sys::ofd_unlock(self.fd(), Self::lock_offset(slot));
     }
 

@@ -73,6 +73,28 @@ pub fn host_pid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
+/// Takes a classic (process-owned) write lock on one byte; false if
+/// another process has it. The kernel drops it when the process exits, or
+/// when the process closes any descriptor of the file.
+pub fn posix_try_lock(fd: i32, offset: u64) -> bool {
+    ofd_lock(fd, libc::F_SETLK, libc::F_WRLCK, offset).is_some()
+}
+
+/// Drops the lock taken by [`posix_try_lock`].
+pub fn posix_unlock(fd: i32, offset: u64) {
+    let _ = ofd_lock(fd, libc::F_SETLK, libc::F_UNLCK, offset);
+}
+
+/// The process that holds a classic lock on the byte, as the caller's PID
+/// namespace numbers it: the kernel translates the owner's pid into the
+/// asking process's namespace (0 when the owner is not visible there), as
+/// the real driver reports pids as the host sees them. `None` when no other
+/// process holds it or the owner is not visible.
+pub fn posix_lock_owner(fd: i32, offset: u64) -> Option<u32> {
+    let fl = ofd_lock(fd, libc::F_GETLK, libc::F_WRLCK, offset)?;
+    (fl.l_type != libc::F_UNLCK as libc::c_short && fl.l_pid > 0).then_some(fl.l_pid as u32)
+}
+
 /// Whether process `pid` (as this process's /proc shows it) is stopped:
 /// state `T` (a signal) or `t` (a tracer) in /proc/<pid>/stat. A process
 /// that cannot be read counts as running.

@@ -64,10 +64,10 @@ enum ProcessKind {
 /// The live processes with a context on slot `i`.
 fn slot_processes(st: &SharedState, i: usize, ids: (u32, u32)) -> Vec<DeviceProcess> {
     (0..crate::state::MAX_PROCS)
-        .map(|s| st.proc(s))
-        .filter(|r| r.state.load(Acquire) == PROC_ALIVE && r.devices[i].contexts.load(Acquire) > 0)
-        .map(|r| DeviceProcess {
-            pid: r.host_pid.load(Relaxed),
+        .map(|s| (s, st.proc(s)))
+        .filter(|(_, r)| r.state.load(Acquire) == PROC_ALIVE && r.devices[i].contexts.load(Acquire) > 0)
+        .map(|(s, r)| DeviceProcess {
+            pid: st.proc_pid(s),
             used_bytes: r.devices[i].used_bytes.load(Acquire),
             gpu_instance_id: ids.0,
             compute_instance_id: ids.1,
@@ -202,7 +202,7 @@ fn process_samples(st: &SharedState, i: usize, last_seen_us: u64) -> Vec<nvmlPro
         }
         if let Some(mean) = sum.checked_div(n) {
             out.push(nvmlProcessUtilizationSample_t {
-                pid: r.host_pid.load(Relaxed),
+                pid: st.proc_pid(slot),
                 timeStamp: newest,
                 smUtil: mean as c_uint,
                 memUtil: 0,
