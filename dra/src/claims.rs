@@ -41,13 +41,39 @@ pub struct AllocatedDevice {
     pub memory_bytes: Option<u64>,
     /// Consumed `compute`, percent of the device's time; `None` when none.
     pub compute_percent: Option<f64>,
+    /// A ceiling on the device's time the claim asked for in its opaque
+    /// configuration ([`SliceParameters`]), percent; `None` when none.
+    pub limit_percent: Option<f64>,
 }
+
+/// The API version and kind of this driver's opaque configuration, as a
+/// claim (or a DeviceClass) writes it:
+///
+/// ```yaml
+/// config:
+///   - requests: [gpu]          # optional: every request of the claim
+///     opaque:
+///       driver: gpu.gpuslice.dev
+///       parameters:
+///         apiVersion: gpu.gpuslice.dev/v1
+///         kind: SliceParameters
+///         computeLimit: 50     # at most 50 % of the device's time, even when it is idle
+/// ```
+///
+/// A limit can only lower what the claim gets, so a pod gains nothing by
+/// writing one; what raises a tenant (its memory, its guaranteed share)
+/// comes from the scheduler's allocation alone.
+pub const PARAMETERS_KIND: &str = "SliceParameters";
+/// The fields [`PARAMETERS_KIND`] accepts besides `apiVersion` and `kind`.
+const PARAMETER_FIELDS: &[&str] = &["computeLimit"];
 
 /// What this driver needs of a ResourceClaim: its UID and its devices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
     pub uid: String,
     pub devices: Vec<AllocatedDevice>,
+    /// The pods the claim is reserved for (`status.reservedFor`), by name.
+    pub pods: Vec<String>,
 }
 
 /// Reads the allocation of `claim` for `driver`: every result of
@@ -75,18 +101,75 @@ pub fn allocation(claim: &Value, driver: &str) -> Result<Allocation, String> {
         let compute_percent = amount("compute")
             .map(|q| parse_percent(&q).map_err(|e| format!("allocation result {i}: consumedCapacity.compute: {e}")))
             .transpose()?;
+        let request = field("request")?;
+        let limit_percent = compute_limit(claim, driver, &request)?;
         devices.push(AllocatedDevice {
-            request: field("request")?,
+            request,
             pool: field("pool")?,
             device: field("device")?,
             memory_bytes,
             compute_percent,
+            limit_percent,
         });
     }
     if devices.is_empty() {
         return Err(format!("the ResourceClaim has no device allocated by driver {driver}"));
     }
-    Ok(Allocation { uid, devices })
+    let pods = claim
+        .pointer("/status/reservedFor")
+        .and_then(Value::as_array)
+        .map(|consumers| {
+            consumers.iter().filter(|c| c.get("resource").and_then(Value::as_str) == Some("pods")).filter_map(|c| text(c, "name")).collect()
+        })
+        .unwrap_or_default();
+    Ok(Allocation { uid, devices, pods })
+}
+
+/// The lowest `computeLimit` that the allocation's opaque configuration
+/// for `driver` gives `request` (an entry without `requests` applies to
+/// every request), or what is wrong with it.
+fn compute_limit(claim: &Value, driver: &str, request: &str) -> Result<Option<f64>, String> {
+    let Some(configs) = claim.pointer("/status/allocation/devices/config").and_then(Value::as_array) else { return Ok(None) };
+    let mut limit: Option<f64> = None;
+    for (i, config) in configs.iter().enumerate() {
+        let Some(opaque) = config.get("opaque") else { continue };
+        if opaque.get("driver").and_then(Value::as_str) != Some(driver) {
+            continue;
+        }
+        let applies = match config.get("requests").and_then(Value::as_array) {
+            None => true,
+            Some(names) => names.is_empty() || names.iter().any(|n| n.as_str() == Some(request)),
+        };
+        if !applies {
+            continue;
+        }
+        let bad = |what: String| format!("configuration {i} for {driver}: {what}");
+        let parameters = opaque.get("parameters").and_then(Value::as_object).ok_or_else(|| bad("parameters is not an object".into()))?;
+        let api_version = format!("{driver}/v1");
+        if parameters.get("apiVersion").and_then(Value::as_str) != Some(&api_version)
+            || parameters.get("kind").and_then(Value::as_str) != Some(PARAMETERS_KIND)
+        {
+            return Err(bad(format!(
+                "apiVersion {} and kind {} are not known: apiVersion {api_version} with kind {PARAMETERS_KIND} is accepted",
+                parameters.get("apiVersion").unwrap_or(&Value::Null),
+                parameters.get("kind").unwrap_or(&Value::Null)
+            )));
+        }
+        if let Some(unknown) =
+            parameters.keys().find(|k| !["apiVersion", "kind"].contains(&k.as_str()) && !PARAMETER_FIELDS.contains(&k.as_str()))
+        {
+            return Err(bad(format!("field {unknown:?} is not known; accepted: {}", PARAMETER_FIELDS.join(", "))));
+        }
+        if let Some(value) = parameters.get("computeLimit") {
+            let percent = value
+                .as_f64()
+                .or_else(|| value.as_str().and_then(|q| parse_percent(q).ok()))
+                .filter(|p| p.is_finite() && *p > 0.0 && *p <= 100.0)
+                .ok_or_else(|| bad(format!("computeLimit {value} is not a percentage: a number above 0 and at most 100 is accepted")))?;
+            limit = Some(limit.map_or(percent, |l: f64| l.min(percent)));
+        }
+    }
+    Ok(limit)
 }
 
 /// The GPU or MIG UUID of a device named as this driver's ResourceSlices
@@ -124,6 +207,53 @@ mod tests {
         assert_eq!(a.devices.len(), 1);
         assert_eq!(a.devices[0].memory_bytes, Some(8 << 30));
         assert_eq!(a.devices[0].compute_percent, Some(30.0));
+        assert_eq!(a.devices[0].limit_percent, None);
+        assert!(a.pods.is_empty());
+    }
+
+    #[test]
+    fn reads_the_pods_and_the_compute_limit_of_this_driver() {
+        let mut c = claim(json!([
+            {"request": "gpu", "driver": "gpu.gpuslice.dev", "pool": "n", "device": "gpu-5f1c0001-0203-0405-0607-08090a0b0c00",
+             "consumedCapacity": {"memory": "4Gi", "compute": "30"}},
+            {"request": "other", "driver": "gpu.gpuslice.dev", "pool": "n", "device": "gpu-5f1c0001-0203-0405-0607-08090a0b0c00"}
+        ]));
+        let parameters = |limit: Value| json!({"apiVersion": "gpu.gpuslice.dev/v1", "kind": "SliceParameters", "computeLimit": limit});
+        c["status"]["allocation"]["devices"]["config"] = json!([
+            {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "gpu.gpuslice.dev", "parameters": parameters(json!(50))}},
+            {"source": "FromClass", "opaque": {"driver": "gpu.gpuslice.dev", "parameters": parameters(json!("70"))}},
+            {"source": "FromClaim", "opaque": {"driver": "other.example.com", "parameters": {"anything": 1}}}
+        ]);
+        c["status"]["reservedFor"] =
+            json!([{"resource": "pods", "name": "train-0", "uid": "p-1"}, {"resource": "jobs", "name": "j", "uid": "j-1"}]);
+        let a = allocation(&c, "gpu.gpuslice.dev").unwrap();
+        assert_eq!(a.devices[0].limit_percent, Some(50.0), "the lower of the two that apply");
+        assert_eq!(a.devices[1].limit_percent, Some(70.0), "the entry for every request");
+        assert_eq!(a.pods, vec!["train-0".to_string()]);
+    }
+
+    #[test]
+    fn refuses_configuration_it_does_not_know() {
+        let mut c = claim(json!([{"request": "gpu", "driver": "gpu.gpuslice.dev", "pool": "n", "device": "d"}]));
+        for (parameters, expected) in [
+            (
+                json!({"apiVersion": "gpu.gpuslice.dev/v1", "kind": "SliceParameters", "computeLimit": 150}),
+                "a number above 0 and at most 100",
+            ),
+            (
+                json!({"apiVersion": "gpu.gpuslice.dev/v1", "kind": "SliceParameters", "computeLimt": 50}),
+                "\"computeLimt\" is not known; accepted: computeLimit",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "SliceParameters"}),
+                "apiVersion gpu.gpuslice.dev/v1 with kind SliceParameters is accepted",
+            ),
+            (json!("50"), "parameters is not an object"),
+        ] {
+            c["status"]["allocation"]["devices"]["config"] = json!([{"opaque": {"driver": "gpu.gpuslice.dev", "parameters": parameters}}]);
+            let error = allocation(&c, "gpu.gpuslice.dev").unwrap_err();
+            assert!(error.contains(expected), "{error}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use gpuslice_dra::plugin::Plugin;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(name = "gpuslice-dra", about = "The gpuslice DRA driver: a kubelet plugin", version)]
@@ -108,12 +109,20 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let plugin_dir = args.kubelet_dir.join("plugins").join(&args.driver_name);
     let registration_socket = args.kubelet_dir.join("plugins_registry").join(format!("{}-reg.sock", args.driver_name));
-    let claims: Arc<dyn ClaimSource> = match &args.claims_dir {
-        Some(dir) => Arc::new(ClaimDir(dir.clone())),
+    let (registered, registrations) = std::sync::mpsc::channel();
+    let (claims, registered): (Arc<dyn ClaimSource>, _) = match &args.claims_dir {
+        Some(dir) => (Arc::new(ClaimDir(dir.clone())), None),
         None => {
             let api = Arc::new(ApiServer::in_cluster()?);
-            publish_slices(Arc::clone(&api), args.driver_name.clone(), args.node_name.clone(), args.nvml_lib.clone(), args.slice_period_s);
-            api
+            let publisher = Publisher {
+                api: Arc::clone(&api),
+                driver: args.driver_name.clone(),
+                node: args.node_name.clone(),
+                nvml_lib: args.nvml_lib.clone(),
+                period: Duration::from_secs(args.slice_period_s.max(1)),
+            };
+            std::thread::spawn(move || publisher.run(&registrations));
+            (api, Some(registered))
         }
     };
     let plugin = Plugin {
@@ -126,6 +135,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         cdi_dir: args.cdi_dir,
         claims,
         nvidia_cdi_kind: args.nvidia_cdi_kind,
+        registered,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -135,19 +145,61 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     runtime.block_on(gpuslice_dra::server::serve(plugin, registration_socket))
 }
 
-/// Publishes the node's ResourceSlice now and after every period in which
-/// NVML's device list changed (devices appearing, disappearing, MIG
-/// reconfigured), on a thread of its own. Not yet run against a real API
-/// server.
-fn publish_slices(api: Arc<ApiServer>, driver: String, node: String, nvml_lib: Option<PathBuf>, period_s: u64) {
-    std::thread::spawn(move || loop {
-        let published = gpuslice_dra::devices::read_devices(nvml_lib.as_deref())
-            .and_then(|devices| api.publish_slice(&gpuslice_dra::resourceslice::resource_slice(&driver, &node, 1, &devices)));
+/// Keeps this node's ResourceSlice published.
+///
+/// The kubelet deletes every ResourceSlice of its node when it starts, and
+/// 30 s after a plugin unregisters: a slice lives only while the plugin is
+/// registered with the kubelet that runs now. So the slice is written when
+/// the kubelet registers the plugin (and checked again a few times after,
+/// in case the kubelet's clean-up of its start comes after the
+/// registration), and then once a period: created when it is missing,
+/// replaced one generation up when NVML's device list changed (devices
+/// appearing, disappearing, MIG reconfigured), left alone otherwise.
+struct Publisher {
+    api: Arc<ApiServer>,
+    driver: String,
+    node: String,
+    nvml_lib: Option<PathBuf>,
+    period: Duration,
+}
+
+/// When the slice is checked again after a registration.
+const AFTER_REGISTRATION: [Duration; 4] =
+    [Duration::from_secs(1), Duration::from_secs(3), Duration::from_secs(10), Duration::from_secs(30)];
+
+impl Publisher {
+    fn run(&self, registrations: &std::sync::mpsc::Receiver<()>) {
+        let mut checks: Vec<Instant> = vec![Instant::now()];
+        loop {
+            let now = Instant::now();
+            if checks.iter().any(|at| *at <= now) {
+                checks.retain(|at| *at > now);
+                self.publish();
+            }
+            let next = checks.iter().min().copied().unwrap_or(now + self.period);
+            match registrations.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(()) => {
+                    let now = Instant::now();
+                    checks = std::iter::once(now).chain(AFTER_REGISTRATION.iter().map(|d| now + *d)).collect();
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if checks.is_empty() {
+                        checks.push(Instant::now());
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let published = gpuslice_dra::devices::read_devices(self.nvml_lib.as_deref()).and_then(|devices| {
+            self.api.publish_slice(&gpuslice_dra::resourceslice::resource_slice(&self.driver, &self.node, 1, &devices))
+        });
         match published {
             Ok(true) => gpuslice_dra::plugin::log("ResourceSlice published"),
             Ok(false) => {}
             Err(error) => gpuslice_dra::plugin::log(&format!("cannot publish the ResourceSlice: {error}")),
         }
-        std::thread::sleep(std::time::Duration::from_secs(period_s.max(1)));
-    });
+    }
 }

@@ -49,6 +49,10 @@ pub struct Plugin {
     pub nvidia_cdi_kind: String,
     /// The DRA service's socket, told to the kubelet at registration.
     pub dra_socket: PathBuf,
+    /// Told each time the kubelet registers this plugin: a kubelet that
+    /// starts deletes its node's ResourceSlices, so the slice is published
+    /// again then (`None`: nothing publishes, as with `--claims-dir`).
+    pub registered: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl Plugin {
@@ -83,6 +87,11 @@ impl Plugin {
             // No amount in one request: that request has the whole device.
             entry.memory_bytes = entry.memory_bytes.zip(allocated.memory_bytes).map(|(a, b)| a.saturating_add(b));
             entry.share_percent = entry.share_percent.zip(allocated.compute_percent).map(|(a, b)| (a + b).min(100.0));
+            // The lowest ceiling any of its requests asked for.
+            entry.limit_percent = match (entry.limit_percent, allocated.limit_percent) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let mut ids = vec![cdi::device_id(&claim.uid)];
             if !self.nvidia_cdi_kind.is_empty() {
                 ids.push(format!("{}={uuid}", self.nvidia_cdi_kind));
@@ -98,7 +107,8 @@ impl Plugin {
             .into_values()
             .map(|mut d| {
                 // A share of 0 is no share: the tenant runs on idle time.
-                d.share_percent = d.share_percent.filter(|s| *s > 0.0);
+                // A floor above the claim's own ceiling is the ceiling.
+                d.share_percent = d.share_percent.filter(|s| *s > 0.0).map(|s| d.limit_percent.map_or(s, |l| s.min(l)));
                 d
             })
             .collect();
@@ -109,6 +119,12 @@ impl Plugin {
             ("claim".to_string(), claim.name.clone()),
             ("claim-uid".to_string(), claim.uid.clone()),
         ]);
+        let mut labels = labels;
+        if !allocation.pods.is_empty() {
+            // The pods the scheduler reserved the claim for: what `gpuslice
+            // status` and the metrics name the tenant by.
+            labels.insert("pod".to_string(), label_value(&allocation.pods.join(",")));
+        }
         let admitted = self.monitor.admit(&tenant, &requests, &labels)?;
         let ledger_dir = admitted.ledger_dir.unwrap_or_else(|| self.ledger_dir.join("tenants").join(&tenant));
         cdi::write_spec(&self.cdi_dir, &cdi::claim_spec(&claim.uid, &tenant, &ledger_dir, &self.files))?;
@@ -149,6 +165,16 @@ pub fn check_claim(claim: &Claim) -> Result<(), String> {
             claim.namespace, claim.name, claim.uid
         ))
     }
+}
+
+/// `text` cut to the monitor's longest label value, on a character boundary.
+fn label_value(text: &str) -> String {
+    const MAX_LABEL_VALUE_BYTES: usize = 253;
+    let mut end = text.len().min(MAX_LABEL_VALUE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// The gRPC face of a [`Plugin`].
@@ -238,6 +264,9 @@ impl Registration for Service {
         let status = request.into_inner();
         if status.plugin_registered {
             log("registered with the kubelet");
+            if let Some(publisher) = &self.0.registered {
+                let _ = publisher.send(());
+            }
         } else {
             log(&format!("the kubelet did not register this plugin: {}", status.error));
         }
