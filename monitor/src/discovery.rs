@@ -57,7 +57,7 @@ pub struct HostArgs {
     #[arg(long, value_name = "GROUP")]
     pub group: Option<String>,
     /// Load NVML from this file instead of libnvidia-ml.so.1 (e.g. simgpu's libsimgpu.so).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "GPUSLICE_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
     /// Do not use NVML: ledgers only.
     #[arg(long)]

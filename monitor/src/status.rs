@@ -35,13 +35,55 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
     for warning in &view.warnings {
         eprintln!("gpuslice status: warning: {warning}");
     }
+    let allocations = allocations(&view.dir);
     if args.json {
-        let text = serde_json::to_string_pretty(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
+        let mut value = serde_json::to_value(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
+        if let (Some(object), Some(list)) = (value.as_object_mut(), &allocations) {
+            object.insert("allocations".into(), serde_json::to_value(list).unwrap_or_default());
+        }
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", table(&view.snapshot, &view.dir));
+        if let Some(list) = &allocations {
+            print!("{}", allocation_table(list));
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tenants a cluster's node agent admitted (Kubernetes claims, Slurm
+/// jobs), as the monitor's control socket lists them; `None` where no
+/// monitor answers (or this user may not ask it), which the tables then
+/// leave out.
+fn allocations(dir: &std::path::Path) -> Option<Vec<crate::allocation::Answer>> {
+    let answer = crate::allocation::call(dir, &crate::allocation::Request::List, std::time::Duration::from_secs(2)).ok()?;
+    answer.ok.then(|| answer.tenants.unwrap_or_default())
+}
+
+/// Who each admitted tenant is: its origin and, from its labels, the
+/// Kubernetes namespace, pod and claim, or the Slurm job and user.
+pub fn allocation_table(list: &[crate::allocation::Answer]) -> String {
+    let mut out = String::new();
+    if list.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nALLOCATIONS (admitted by a cluster's node agent)");
+    let mut rows = vec![vec!["TENANT".into(), "STATE".into(), "ORIGIN".into(), "NAMESPACE".into(), "POD".into(), "CLAIM / JOB".into()]];
+    for a in list {
+        let label = |key: &str| a.labels.get(key).cloned().unwrap_or_else(|| "-".into());
+        let claim_or_job = a.labels.get("claim").or_else(|| a.labels.get("job")).cloned().unwrap_or_else(|| "-".into());
+        rows.push(vec![
+            a.tenant.clone().unwrap_or_default(),
+            a.state.clone().unwrap_or_else(|| "-".into()),
+            label("origin"),
+            label("namespace"),
+            label("pod"),
+            claim_or_job,
+        ]);
+    }
+    render_rows(&mut out, &rows);
+    out
 }
 
 /// The human-readable form: devices, then tenants, then their processes.
