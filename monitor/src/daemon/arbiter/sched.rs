@@ -37,7 +37,9 @@
 //! A member with a limit has a budget of device time that refills at its
 //! limit (up to [`LIMIT_BURST_NS`]) and pays for its turns; it is granted
 //! only with [`MIN_GRANT_NS`] in it and revoked when it is spent, even when
-//! nobody else waits. The budget is the monitor's: no tenant writes it.
+//! nobody else waits. A holder's turn may end when a limited waiter's
+//! budget has refilled (and the quantum is over): the scheduler asks to be
+//! woken then. The budget is the monitor's: no tenant writes it.
 //!
 //! # Open devices
 //! While no member has a compute setting, the grant is `OPEN`: every
@@ -700,23 +702,19 @@ impl DeviceSched {
     pub fn next_deadline_ns(&self, now_ns: u64) -> Option<u64> {
         match &self.phase {
             Phase::Open => None,
-            Phase::Free => {
-                // A limited waiter becomes eligible when its budget refills.
-                self.members
-                    .iter()
-                    .flatten()
-                    .filter(|m| m.waits() && !m.eligible() && m.claim.limit_e4 > 0)
-                    .map(|m| {
-                        let missing = (MIN_GRANT_NS as i64).saturating_sub(m.budget_ns).max(0) as u64;
-                        now_ns.saturating_add(missing.saturating_mul(u64::from(WHOLE_E4)) / u64::from(m.claim.limit_e4.max(1)) + 1)
-                    })
-                    .min()
-            }
+            Phase::Free => self.next_eligible_ns(None, now_ns),
             Phase::Held { m, since_ns, busy_since_ns } => {
                 let mut next = None::<u64>;
                 let mut at = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
                 if self.best_waiter(Some(*m)).is_some() {
                     at(since_ns.saturating_add(QUANTUM_NS));
+                }
+                // A limited waiter that becomes eligible then may end the
+                // holder's turn (once its quantum is over): without this, the
+                // holder kept the device until the next periodic step, and a
+                // limit of 25 % beside a busy member got 18 %.
+                if let Some(eligible_at) = self.next_eligible_ns(Some(*m), now_ns) {
+                    at(eligible_at.max(since_ns.saturating_add(QUANTUM_NS)));
                 }
                 if let Some(holder) = self.member(*m).filter(|h| h.claim.limited()) {
                     let since = busy_since_ns.unwrap_or(now_ns);
@@ -728,6 +726,22 @@ impl DeviceSched {
             }
             Phase::Revoking { deadline_ns, .. } => Some(*deadline_ns),
         }
+    }
+
+    /// When the first limited member that waits (other than `except`) will
+    /// have refilled its budget enough to be granted.
+    fn next_eligible_ns(&self, except: Option<usize>, now_ns: u64) -> Option<u64> {
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != except)
+            .filter_map(|(_, m)| m.as_ref())
+            .filter(|m| m.waits() && !m.eligible() && m.claim.limit_e4 > 0)
+            .map(|m| {
+                let missing = (MIN_GRANT_NS as i64).saturating_sub(m.budget_ns).max(0) as u64;
+                now_ns.saturating_add(missing.saturating_mul(u64::from(WHOLE_E4)) / u64::from(m.claim.limit_e4.max(1)) + 1)
+            })
+            .min()
     }
 
     /// Publishes the members in the page (for `status`, metrics, and the
@@ -816,6 +830,13 @@ mod tests {
     /// Members that always have work: each revoke is drained at once and
     /// followed by a new `Want`. Returns each member's device time.
     fn saturate(s: &mut DeviceSched, conns: &[ConnId], from_ns: u64, until_ns: u64, drain_ns: u64) -> Vec<u64> {
+        saturate_stepping(s, conns, from_ns, until_ns, drain_ns, MS)
+    }
+
+    /// [`saturate`], stepping at most `step_ns` apart: the daemon steps only
+    /// on messages and at [`DeviceSched::next_deadline_ns`], so a long step
+    /// shows a deadline the scheduler failed to ask for.
+    fn saturate_stepping(s: &mut DeviceSched, conns: &[ConnId], from_ns: u64, until_ns: u64, drain_ns: u64, step_ns: u64) -> Vec<u64> {
         let before: Vec<u64> = conns.iter().map(|&c| served(s, c)).collect();
         let mut now = from_ns;
         for &c in conns {
@@ -828,8 +849,8 @@ mod tests {
                 pending.push((now + drain_ns, c));
             }
             let next_done = pending.iter().map(|p| p.0).min();
-            let next = [s.next_deadline_ns(now), next_done].into_iter().flatten().min().unwrap_or(now + MS).max(now + 1);
-            now = next.min(now + MS);
+            let next = [s.next_deadline_ns(now), next_done].into_iter().flatten().min().unwrap_or(now + step_ns).max(now + 1);
+            now = next.min(now + step_ns);
             let (done, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
             pending = rest;
             for (_, c) in done {
@@ -954,6 +975,20 @@ mod tests {
         let got = saturate(&mut s, &[1], 10_000 * MS, 20_000 * MS, MS);
         let ratio = got[0] as f64 / (10_000 * MS) as f64;
         assert!(ratio < 0.31, "{ratio}");
+    }
+
+    #[test]
+    fn a_limit_beside_a_busy_member_gets_its_limit_when_steps_come_only_at_deadlines() {
+        let mut s = sched();
+        s.join(1, claim(20, 25, 0), 1, 0).unwrap();
+        s.join(2, claim(10, 0, 0), 2, 0).unwrap();
+        // Turns end with 5 ms of work still in flight, and nothing wakes the
+        // scheduler but its own deadlines and the processes' messages.
+        let got = saturate_stepping(&mut s, &[1, 2], 0, 20_000 * MS, 5 * MS, 1_000 * MS);
+        let total = (got[0] + got[1]) as f64;
+        let limited = got[0] as f64 / total;
+        assert!((limited - 0.25).abs() < 0.01, "limit 25 beside a busy member: {limited:.3} ({got:?})");
+        assert!(total > 19_800.0 * MS as f64, "the device idled: {got:?}");
     }
 
     #[test]
