@@ -85,6 +85,32 @@ if [ "${1:-}" = "--demo" ]; then
     exit 0
 fi
 
+# zig's C compiler links the shim against glibc 2.17's symbols
+# (scripts/build-shim-portable.sh), so that it loads on older distributions
+# than the build host's; tests/shim_glibc_floor.rs checks that build, and
+# the Kubernetes images carry it.
+ensure_zig() {
+    if ! "$deps/venv/bin/python" -c 'import ziglang' 2>/dev/null; then
+        "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'ziglang==0.17.1'
+    fi
+}
+
+# The Kubernetes tests (scripts/test-kubernetes.sh) build images with
+# podman (Debian's, under runc: crun refuses hosts with a hybrid cgroup
+# hierarchy) from the headers and the glibc-2.17 build: `setup.sh
+# --kubernetes` installs only that. Go, which builds the cluster's
+# components, is the machine's own.
+if [ "${1:-}" = "--kubernetes" ]; then
+    if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+        echo "setup: installing podman and runc" >&2
+        apt-get update -qq && apt-get install -y -qq podman runc >/dev/null
+    fi
+    ensure_venv
+    fetch_headers
+    ensure_zig
+    exit 0
+fi
+
 # tests/monitor_alerts.rs checks deploy/prometheus/ with promtool (`check
 # rules`, and its rule unit tests on series scraped from a monitor), from
 # Debian's prometheus package. The package also holds the server: where
@@ -116,12 +142,7 @@ fi
 if ! "$deps/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
 fi
-# zig's C compiler links the shim against glibc 2.17's symbols
-# (scripts/build-shim-portable.sh), so that it loads on older distributions
-# than the build host's; tests/shim_glibc_floor.rs checks that build.
-if ! "$deps/venv/bin/python" -c 'import ziglang' 2>/dev/null; then
-    "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'ziglang==0.17.1'
-fi
+ensure_zig
 # ... and runs it on Debian 11's glibc 2.31 (older than the 2.34 a shim
 # built here needs), fetched into .deps/glibc-2.31 by apt with its own lists.
 bash scripts/old-glibc.sh

@@ -34,6 +34,7 @@
  *   procs[:LABEL]             nvmlDeviceGetComputeRunningProcesses_v3
  *                             -> LABEL=rc LABEL.count=N LABEL.self=B LABEL.pid.<pid>=B
  *   pid                       -> pid=<getpid()>
+ *   clock                     -> clock=<seconds since the epoch, to the microsecond>
  *   ready                     -> ready=1
  *   mark:LABEL                -> LABEL=1 (a checkpoint a test can wait for)
  *   hold                      -> ready=1, then wait for a line on stdin (or EOF)
@@ -332,6 +333,10 @@ int main(int argc, char **argv) {
             printf("%s.self=%llu\n", label, self);
         } else if (strcmp(op, "pid") == 0) {
             printf("pid=%d\n", (int)getpid());
+        } else if (strcmp(op, "clock") == 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            printf("clock=%lld.%06ld\n", (long long)now.tv_sec, now.tv_nsec / 1000);
         } else if (strcmp(op, "ready") == 0) {
             printf("ready=1\n");
         } else if (strcmp(op, "mark") == 0 && n == 2) {

@@ -23,6 +23,7 @@
 //! `GS_TEST_KEEP=1` (keep every test directory, not only failed ones).
 
 pub mod driver;
+pub mod kube;
 pub mod poll;
 
 use std::collections::HashMap;
