@@ -1,11 +1,11 @@
 //! The in-cluster API server: ResourceClaims read, the node's
 //! ResourceSlice written, with the pod's service account token over HTTPS.
 //!
-//! Not yet run against a real API server (no cluster was at hand).
-//! `tests/dra.rs` runs it against a stand-in HTTPS server on the loopback
-//! that keeps objects as the API server does (resourceVersion, 404, 409),
-//! and the plugin's own tests serve it ResourceClaims through
-//! [`crate::claims::ClaimDir`].
+//! `tests/kubernetes.rs` runs it against kube-apiserver v1.37.2 (the
+//! plugin in its DaemonSet, with its service account and the chart's
+//! RBAC); `tests/dra.rs` also runs it against an HTTPS server of its own on
+//! the loopback, for the answers a real API server gives rarely (409 on a
+//! stale resourceVersion).
 
 use crate::claims::ClaimSource;
 use serde_json::Value;
