@@ -133,6 +133,19 @@ impl Cluster {
         })
     }
 
+    /// Applies `pod`, waits for its end and checks that it was killed
+    /// (SIGKILL: exit code 137), saying how long that took; its log.
+    fn run_until_killed(&self, pod: &Pod, what: &str) -> String {
+        let started = Instant::now();
+        self.apply(&pod.manifest());
+        let (phase, log) = self.wait_done(pod.namespace, pod.name, Duration::from_secs(120));
+        let state = self.pod(pod.namespace, pod.name);
+        let terminated = &state["status"]["containerStatuses"][0]["state"]["terminated"];
+        eprintln!("{what}: {phase} after {:.1} s, exit code {} ({})\n{log}", secs(started), terminated["exitCode"], terminated["reason"]);
+        assert_eq!(terminated["exitCode"], 137, "{what}: not killed: {terminated}\n{log}");
+        log
+    }
+
     /// Waits until the pod ran to its end; its phase and log.
     fn wait_done(&self, namespace: &str, pod: &str, within: Duration) -> (String, String) {
         let phase = wait_until(&format!("{namespace}/{pod} to finish"), within, || {
@@ -560,31 +573,16 @@ fn a_pod_that_lies_about_itself_gains_nothing() {
     );
     mover.template = Some("gpu-8gi");
     mover.node = Some(&node);
-    let started = Instant::now();
-    c.apply(&mover.manifest());
-    let (phase, log) = c.wait_done(&ns.name, "mover", Duration::from_secs(90));
-    let state = c.pod(&ns.name, "mover");
-    let terminated = &state["status"]["containerStatuses"][0]["state"]["terminated"];
-    eprintln!(
-        "a pod whose process moved its ledger to /tmp/own: {phase} after {:.1} s, exit code {} ({})\n{log}",
-        secs(started),
-        terminated["exitCode"],
-        terminated["reason"]
-    );
-    assert_eq!(terminated["exitCode"], 137, "not killed: {terminated}\n{log}");
+    let log = c.run_until_killed(&mover, "a pod whose process moved its ledger to /tmp/own");
+    assert_eq!(number(&log, "info.total"), DEVICE_BYTES, "the shim alone let it see the whole GPU:\n{log}");
+    assert_eq!(number(&log, "big"), 0, "12 GiB past its 8 GiB claim, before the monitor found it:\n{log}");
     assert!(value(&log, "done").is_none(), "{log}");
     // One that launches through the driver's own entry points, past the
     // shim's gate: outside its tenant's turns, killed too.
     let mut skipper = Pod::new(&ns.name, "skipper", &["skip_gate", "1000", "60"]);
     skipper.template = Some("gpu-8gi");
     skipper.node = Some(&node);
-    let started = Instant::now();
-    c.apply(&skipper.manifest());
-    let (phase, log) = c.wait_done(&ns.name, "skipper", Duration::from_secs(120));
-    let state = c.pod(&ns.name, "skipper");
-    let terminated = &state["status"]["containerStatuses"][0]["state"]["terminated"];
-    eprintln!("a pod launching past the shim's gate: {phase} after {:.1} s, exit code {}\n{log}", secs(started), terminated["exitCode"]);
-    assert_eq!(terminated["exitCode"], 137, "not killed: {terminated}\n{log}");
+    let log = c.run_until_killed(&skipper, "a pod launching past the shim's gate");
     assert!(value(&log, "kernels").is_none(), "it ran to its end: {log}");
     ns.delete_and_check_released();
 }
