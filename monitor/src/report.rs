@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::history::store::{OpenError, Store};
 use crate::history::summary::{self, percent_e4, short_duration, DeviceSummary, TenantSummary};
 use crate::text::{human_bytes, render_rows};
+use crate::top::procinfo::printable;
 use clap::Args;
 use serde::Serialize;
 use std::fmt::Write;
@@ -84,14 +85,17 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
     let since_s = until_s.saturating_sub(args.since.as_secs());
     // One tenant and device at a time: a month of many is never in memory.
     let mut tenants = Vec::new();
-    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(Error::Failed)?;
+    // A read that fails past the opening (a damaged page, a value of the
+    // wrong type) names the file too.
+    let failed = |e: String| Error::Failed(format!("{}: {e}", path.display()));
+    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(failed)?;
     let mut devices = Vec::new();
-    store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(Error::Failed)?;
+    store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(failed)?;
     let report = Report {
         history: path.display().to_string(),
         since_s,
         until_s,
-        oldest_s: store.oldest_s().map_err(Error::Failed)?,
+        oldest_s: store.oldest_s().map_err(failed)?,
         tenants,
         devices,
         rule: rule_text(),
@@ -103,6 +107,23 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
         print!("{}", table(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The longest name a table shows; a tenant name is at most 63 bytes.
+const NAME_SHOWN_MAX: usize = 128;
+
+/// A name from the history as a table shows it. The file is read as
+/// found: a newline or an escape code in a name must not forge a row or
+/// drive the terminal, and a name of megabytes must neither flood the
+/// screen nor overflow a column's width (which panics when formatted).
+/// `--json` gives the name whole.
+fn shown(name: &str) -> String {
+    let mut text = printable(name);
+    if let Some((cut, _)) = text.char_indices().nth(NAME_SHOWN_MAX) {
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
 }
 
 fn time(unix_s: u64) -> String {
@@ -135,7 +156,7 @@ pub fn table(report: &Report) -> String {
         vec![["TENANT", "DEVICE", "RECORDED", "ACTIVE", "CAP", "PEAK", "P95", "P99", "REFUSED", "PROCS"].map(String::from).to_vec()];
     for t in &report.tenants {
         rows.push(vec![
-            t.tenant.clone(),
+            shown(&t.tenant),
             t.device_index.to_string(),
             short_duration(t.recorded_s),
             short_duration(t.active_s),
@@ -154,7 +175,7 @@ pub fn table(report: &Report) -> String {
     let mut rows = vec![["TENANT", "DEVICE", "SHARE", "LIMIT", "TARGET", "USED MEAN", "USED P99", "THROTTLED"].map(String::from).to_vec()];
     for t in &report.tenants {
         rows.push(vec![
-            t.tenant.clone(),
+            shown(&t.tenant),
             t.device_index.to_string(),
             pct(t.compute_share_ratio),
             pct(t.compute_limit_ratio),
@@ -168,7 +189,7 @@ pub fn table(report: &Report) -> String {
 
     let _ = writeln!(out, "\nRECOMMENDATIONS");
     for t in &report.tenants {
-        let _ = writeln!(out, "{} on device {}:", t.tenant, t.device_index);
+        let _ = writeln!(out, "{} on device {}:", shown(&t.tenant), t.device_index);
         let _ = writeln!(out, "  memory: {}", t.memory_advice.text);
         for advice in [&t.share_advice, &t.limit_advice].into_iter().flatten() {
             let _ = writeln!(out, "  compute: {}", advice.text);
@@ -181,7 +202,7 @@ pub fn table(report: &Report) -> String {
         for d in &report.devices {
             rows.push(vec![
                 d.device_index.to_string(),
-                d.device_uuid.clone(),
+                shown(&d.device_uuid),
                 human_bytes(d.memory_total_bytes),
                 d.memory_used_peak_bytes.map_or_else(dash, human_bytes),
                 pct(d.utilization_mean_ratio),

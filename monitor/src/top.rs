@@ -20,7 +20,8 @@
 //! process the kernel confirms holds the ledger slot that names it).
 //! `NO_COLOR` turns colour off; nothing on the screen depends on it.
 
-mod procinfo;
+/// Also `gpuslice report`'s: names made safe for a terminal.
+pub(crate) mod procinfo;
 mod rows;
 mod screen;
 mod table;
@@ -552,6 +553,7 @@ mod tests {
             compute_limit_ratio: Some(0.3),
             compute_target_ratio: Some(0.3),
             compute_unarbitrated_processes: None,
+            compute_member: None,
             compute_used_ratio: Some(0.29),
             alloc_denied_total: 2,
             ..fixtures::tenant_device(GIB / 100 * 95, Some(GIB), None)

@@ -124,6 +124,42 @@ fn small(value: i64) -> u32 {
     u32::try_from(value.max(0)).unwrap_or(u32::MAX)
 }
 
+/// What a file that is not a regular one is, for messages.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_dir() {
+        "directory"
+    } else if kind.is_file() {
+        "regular file"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "device"
+    }
+}
+
+/// The statements the store runs, each compiled once against the file:
+/// a table or a column that is missing fails here, naming it, rather
+/// than at every interval.
+const LAYOUT_PROBES: &[&str] = &[
+    "SELECT id, tenant, device_uuid FROM series LIMIT 0",
+    "SELECT start_s, series, span_s, device_index, rounds, active_rounds, memory_peak_bytes, memory_mean_bytes, \
+     driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, compute_limit_e4, compute_used_e4, compute_target_e4, \
+     throttled_ns, denied, processes_peak FROM tenant_intervals LIMIT 0",
+    "SELECT id, uuid FROM devices LIMIT 0",
+    "SELECT start_s, device, span_s, device_index, rounds, memory_total_bytes, memory_used_peak_bytes, utilization_e4 \
+     FROM device_intervals LIMIT 0",
+];
+
+fn check_layout(conn: &Connection) -> Result<(), rusqlite::Error> {
+    LAYOUT_PROBES.iter().try_for_each(|probe| conn.prepare(probe).map(drop))
+}
+
 fn sql(context: &str) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("{context}: {e}")
 }
@@ -191,22 +227,43 @@ fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeviceRow> {
 impl Store {
     /// Opens the history at `path` for writing, creating it (mode 0600)
     /// with its tables if it does not exist. The file must be a regular
-    /// file of this process's user; a mode other than 0600 is set to 0600.
+    /// file of this process's user with one name, its tables this
+    /// layout's and its pages whole (else [`CreateError::NotAHistory`]);
+    /// a mode other than 0600 is set to 0600.
     pub fn create(path: &Path) -> Result<Store, CreateError> {
         let shown = path.display();
         let failed = |what: String| CreateError::Failed(what);
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        // Whatever sits at the path and is not a plain file of ours (a
+        // link, a directory, a file of another user or with a second
+        // name) was not written by this monitor: moved aside, never
+        // followed or opened, so that it cannot stop the history.
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.is_file() || meta.uid() != me || meta.nlink() != 1 => {
+                return Err(CreateError::NotAHistory(format!(
+                    "{shown} is not a history this monitor wrote: a {} of uid {} with {} name(s), mode {:o}; \
+                     a regular file of uid {me} with one name is accepted",
+                    file_kind(&meta),
+                    meta.uid(),
+                    meta.nlink(),
+                    meta.mode()
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(format!("{shown}: {e}"))),
+        }
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
         let meta = std::fs::symlink_metadata(path).map_err(|e| failed(format!("{shown}: {e}")))?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
         if !meta.is_file() || meta.uid() != me {
             return Err(failed(format!("{shown} must be a regular file of uid {me}; found uid {} mode {:o}", meta.uid(), meta.mode())));
         }
@@ -239,7 +296,17 @@ impl Store {
                 ))
                 .map_err(|e| failed(format!("cannot create the history in {shown}: {e}")))?;
             }
-            SCHEMA_VERSION => {}
+            SCHEMA_VERSION => {
+                // The layout number is one word anyone can write: the
+                // tables must be there, and every page readable, or each
+                // interval would fail to be written from now on.
+                check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
+                let check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0)).map_err(not_a_history)?;
+                if check != "ok" {
+                    let check = check.lines().collect::<Vec<_>>().join("; ");
+                    return Err(CreateError::NotAHistory(format!("{shown} is not a history: it is damaged ({check})")));
+                }
+            }
             other => {
                 return Err(CreateError::NotAHistory(format!("{shown} has layout {other}; this gpuslice writes layout {SCHEMA_VERSION}")))
             }
@@ -250,7 +317,21 @@ impl Store {
     /// Opens the history at `path` for reading only.
     pub fn open_read(path: &Path) -> Result<Store, OpenError> {
         let shown = path.display();
-        match std::fs::metadata(path) {
+        match std::fs::symlink_metadata(path) {
+            // The monitor never writes through a link (see `create`): one
+            // here was put by someone else, and is not followed.
+            Ok(meta) if !meta.is_file() => {
+                return Err(OpenError::Other(format!("{shown} is a {}, not a history the monitor wrote: it is not read", file_kind(&meta))))
+            }
+            // Only the monitor writes its directory (mode 0700): a file of
+            // another user there was planted, and its figures are not the
+            // monitor's.
+            Ok(meta) if path.parent().and_then(|d| std::fs::metadata(d).ok()).is_some_and(|d| d.uid() != meta.uid()) => {
+                return Err(OpenError::Other(format!(
+                    "{shown} belongs to uid {}, not to the owner of its directory (the monitor's user): it is not read",
+                    meta.uid()
+                )))
+            }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::Missing),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Err(OpenError::Denied(format!("{shown}: {e}"))),
@@ -278,6 +359,7 @@ impl Store {
         if version != SCHEMA_VERSION {
             return Err(OpenError::Other(format!("{shown} has layout {version}; this gpuslice reads layout {SCHEMA_VERSION}")));
         }
+        check_layout(&conn).map_err(|e| OpenError::Other(format!("{shown} is not a history: {e}")))?;
         Ok(Store { conn })
     }
 
@@ -544,10 +626,18 @@ mod tests {
         let e = Store::create(&dir.file()).err().unwrap();
         assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("layout 99")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 99")));
-        // A link is not followed.
+        // A link is not followed: it is not a history, so it may be moved aside.
         std::fs::remove_file(dir.file()).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.file()).unwrap();
-        assert!(matches!(Store::create(&dir.file()), Err(CreateError::Failed(_))));
+        let e = Store::create(&dir.file()).err().unwrap();
+        assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("symbolic link")), "{e}");
+        assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("symbolic link")));
+        // Layout 1 in the header, other tables in the file.
+        std::fs::remove_file(dir.file()).unwrap();
+        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 1;").unwrap();
+        let e = Store::create(&dir.file()).err().unwrap();
+        assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("no such table: series")), "{e}");
+        assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("no such table: series")));
     }
 
     #[test]
