@@ -734,3 +734,126 @@ fn the_api_server_client_reads_claims_and_keeps_the_resource_slice() {
     validate_strictly(sim.dir(), "replaced-slice", replaced);
     drop(server);
 }
+
+/// What a hostile or broken request can carry, over the kubelet's socket:
+/// claim references that would escape the CDI directory or collide (`..`,
+/// `/`, NUL, unicode, a name past 253 bytes), amounts the API server would
+/// never write (negative, past 64 bits, a fraction of a byte, a share over
+/// 100), the same claim twice in one request, and the unprepare of a claim
+/// never prepared. Each is refused or answered alone; nothing is written
+/// outside the CDI directory; the plugin goes on serving.
+#[test]
+fn hostile_claims_are_refused_one_by_one_and_the_same_claim_twice_is_prepared_once() {
+    let _serial = serial();
+    let node = Node::new();
+    let slice = resource_slice(&node.sim);
+    let device = slice["spec"]["devices"][0]["name"].as_str().unwrap().to_string();
+    let plugin = node.start_plugin();
+    let endpoint = register(&node);
+    let cdi_before: std::collections::BTreeSet<_> = std::fs::read_dir(CDI_DIR).into_iter().flatten().flatten().map(|e| e.path()).collect();
+
+    // References that are no Kubernetes names.
+    let long = "n".repeat(254);
+    let refs = [
+        ("../../etc", "passwd", "u-1"),
+        ("team-a", "../../../tmp/x", "u-2"),
+        ("team-a", "x", "../../../tmp/gs-escape"),
+        ("team-a", "x/y", "u-3"),
+        ("team-a", "x\0y", "u-4"),
+        ("team-a", "x", "u\0-5"),
+        ("tëam", "x", "u-6"),
+        ("team-a", "trâin", "u-7"),
+        ("team-a", &long, "u-8"),
+        ("team-a", "x", "/abs"),
+        ("", "x", "u-9"),
+        ("team-a", "", "u-10"),
+        ("team-a", "x", ""),
+    ];
+    let claims: Vec<Claim> = refs.iter().map(|(ns, name, uid)| claim_ref(ns, name, uid)).collect();
+    let (answer, _) = prepare(&endpoint, claims.clone());
+    for (ns, name, uid) in refs {
+        let error = answer.get(uid).map(|r| r.error.as_str()).unwrap_or_else(|| panic!("no answer for {uid:?}: {answer:?}"));
+        assert!(error.contains("is not a Kubernetes claim reference"), "{ns:?}/{name:?} ({uid:?}): {error}");
+    }
+    let errors = unprepare(&endpoint, claims);
+    assert!(errors.values().all(|e| e.contains("is not a Kubernetes claim reference")), "{errors:?}");
+    assert!(!Path::new("/tmp/gs-escape").exists() && !Path::new("/tmp/gs-escape.json").exists());
+
+    // Amounts: each claim alone is refused with what is accepted, or
+    // admitted with the amount read as the API server means it.
+    let amounts = [
+        ("negative-memory", "-1Gi", "30", Err("is negative")),
+        ("negative-compute", "1Gi", "-5", Err("is negative")),
+        ("past-64-bits", "99999999Ei", "30", Err("64 bits")),
+        ("past-the-device", "1Gi", "100.5", Err("0 to 100")),
+        ("exponent", "1e400", "30", Err("is not a Kubernetes quantity")),
+        ("hex", "0x10", "30", Err("is not a Kubernetes quantity")),
+        ("a-fraction-of-a-byte", "0.5", "37.5", Ok((1, 37.5))),
+        ("milli-percent", "1536Mi", "2500m", Ok((1536 * MIB, 2.5))),
+    ];
+    let mut uids = Vec::new();
+    for (i, (name, memory, compute, _)) in amounts.iter().enumerate() {
+        let uid = claim_uid(20 + i as u32);
+        let mut claim = allocated_claim("team-h", name, &uid, &device, "1Gi", "30");
+        // Written as the scheduler never would: past the schema's check.
+        claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = json!({"memory": memory, "compute": compute});
+        node.uids.borrow_mut().push(uid.clone());
+        std::fs::create_dir_all(node.claims_dir.join("team-h")).unwrap();
+        std::fs::write(node.claims_dir.join("team-h").join(format!("{name}.json")), claim.to_string()).unwrap();
+        uids.push(uid);
+    }
+    let claims: Vec<Claim> = amounts.iter().zip(&uids).map(|((name, ..), uid)| claim_ref("team-h", name, uid)).collect();
+    let (answer, _) = prepare(&endpoint, claims.clone());
+    let tenants = node.tenants();
+    for ((name, memory, compute, expected), uid) in amounts.iter().zip(&uids) {
+        let error = &answer[uid].error;
+        let tenant = tenants.iter().find(|t| t["tenant"] == format!("team-h.{name}"));
+        match expected {
+            Err(why) => {
+                assert!(error.contains(why), "{memory} / {compute}: {error}");
+                assert!(tenant.is_none(), "{memory} / {compute} admitted: {tenant:?}");
+            }
+            Ok((bytes, share)) => {
+                assert_eq!(error, "", "{memory} / {compute}");
+                let tenant = tenant.unwrap_or_else(|| panic!("{name} not admitted: {tenants:#?}"));
+                assert_eq!(tenant["devices"][0]["memory_bytes"], *bytes, "{tenant:#}");
+                assert_eq!(tenant["devices"][0]["share_percent"], *share, "{tenant:#}");
+            }
+        }
+    }
+    assert!(unprepare(&endpoint, claims).values().all(String::is_empty));
+
+    // The same claim four times in one request, ten times over: one
+    // answer, no error, one spec that parses, one tenant.
+    let uid = claim_uid(40);
+    node.put_claim(&allocated_claim("team-h", "twice", &uid, &device, "1Gi", "30"));
+    let claim = claim_ref("team-h", "twice", &uid);
+    let spec_path = Path::new(CDI_DIR).join(format!("gpuslice.dev-slice_{uid}.json"));
+    for round in 0..10 {
+        let (answer, _) = prepare(&endpoint, vec![claim.clone(); 4]);
+        assert_eq!(answer.len(), 1, "{answer:?}");
+        assert_eq!(answer[&uid].error, "", "round {round}: the same claim twice in one request: {answer:?}");
+        let spec: Value = serde_json::from_str(&std::fs::read_to_string(&spec_path).unwrap())
+            .unwrap_or_else(|e| panic!("round {round}: the spec does not parse: {e}"));
+        assert_eq!(spec["devices"][0]["name"], uid.as_str());
+    }
+    assert_eq!(node.tenants().iter().filter(|t| t["tenant"] == "team-h.twice").count(), 1);
+
+    // Unprepare of a claim never prepared is no error, and releases
+    // nothing that another claim prepared.
+    let never = claim_uid(41);
+    let errors = unprepare(&endpoint, vec![claim_ref("team-h", "never", &never), claim_ref("team-h", "twice", &claim_uid(42))]);
+    assert!(errors.values().all(String::is_empty), "{errors:?}");
+    assert!(
+        node.tenants().iter().any(|t| t["tenant"] == "team-h.twice"),
+        "a stale UID of the same name released the prepared claim's tenant"
+    );
+    assert!(unprepare(&endpoint, vec![claim]).values().all(String::is_empty));
+
+    // Nothing left behind in the CDI directory, and nothing but spec files written there.
+    let cdi_after: std::collections::BTreeSet<_> = std::fs::read_dir(CDI_DIR).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    let new: Vec<_> = cdi_after.difference(&cdi_before).collect();
+    assert!(new.is_empty(), "left in {CDI_DIR}: {new:?}");
+    assert!(monitor_support::pid_alive(plugin.pid()), "the plugin is still serving");
+    drop(plugin);
+}

@@ -272,4 +272,86 @@ mod tests {
         assert!(device_uuid("gpu-0").unwrap_err().contains("accepted"));
         assert!(device_uuid("nvme-1").is_err());
     }
+
+    use proptest::prelude::*;
+
+    /// Any JSON up to a few levels deep.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("JSON numbers are finite", |f| f.is_finite()).prop_map(Value::from),
+            ".{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "metadata",
+                        "uid",
+                        "status",
+                        "allocation",
+                        "devices",
+                        "results",
+                        "driver",
+                        "request",
+                        "pool",
+                        "device",
+                        "consumedCapacity",
+                        "memory",
+                        "compute",
+                        "config",
+                        "opaque",
+                        "parameters",
+                        "apiVersion",
+                        "kind",
+                        "computeLimit",
+                        "requests",
+                        "reservedFor",
+                        "resource",
+                        "name"
+                    ])
+                    .prop_map(String::from),
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// An allocated claim whose amounts and configuration are anything.
+    fn hostile_claim() -> impl Strategy<Value = Value> {
+        (any_json(), any_json(), any_json(), prop_oneof![".{0,20}", "-?[0-9]{0,30}(\\.[0-9]{0,30})?(Gi|Ei|m|e[0-9]{1,3})?"]).prop_map(
+            |(memory, compute, limit, text)| {
+                let mut c = claim(json!([{"request": "gpu", "driver": "gpu.gpuslice.dev", "pool": "n", "device": "d",
+                    "consumedCapacity": {"memory": memory, "compute": text}}]));
+                c["status"]["allocation"]["devices"]["config"] = json!([{"opaque": {"driver": "gpu.gpuslice.dev",
+                    "parameters": {"apiVersion": "gpu.gpuslice.dev/v1", "kind": "SliceParameters", "computeLimit": limit}}}]);
+                if compute.is_string() {
+                    c["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"] = compute;
+                }
+                c
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        /// Any object as a ResourceClaim, and allocated claims with any
+        /// amounts: no panic, and whatever is accepted is in bounds: a
+        /// share 0 to 100, a limit above 0 and at most 100.
+        #[test]
+        fn any_claim_is_read_within_bounds_or_refused(claim in prop_oneof![any_json(), hostile_claim()]) {
+            if let Ok(allocation) = allocation(&claim, "gpu.gpuslice.dev") {
+                for d in allocation.devices {
+                    prop_assert!(d.compute_percent.is_none_or(|p| p.is_finite() && (0.0..=100.0).contains(&p)), "{d:?}");
+                    prop_assert!(d.limit_percent.is_none_or(|p| p.is_finite() && p > 0.0 && p <= 100.0), "{d:?}");
+                }
+            }
+        }
+    }
 }

@@ -298,4 +298,86 @@ mod tests {
             assert!(check_claim(&bad).unwrap_err().contains("is not a Kubernetes claim reference"), "{bad:?}");
         }
     }
+
+    use crate::cdi;
+    use crate::tenant::valid_tenant;
+    use proptest::prelude::*;
+    use std::path::{Component, Path};
+
+    /// Names near the grammar (DNS-ish, dots, dashes, long) and anything
+    /// at all (`/`, `..`, NUL, unicode).
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
+            "[a-z0-9.-]{1,300}",
+            "(\\.\\./){0,3}[a-z./-]{0,20}",
+            any::<String>(),
+            prop::collection::vec(prop::sample::select(vec!["a", "-", ".", "..", "/", "\0", "é", "\u{202e}", "x"]), 0..40)
+                .prop_map(|parts| parts.concat()),
+        ]
+    }
+
+    fn claim() -> impl Strategy<Value = Claim> {
+        (name(), name(), prop_oneof!["[A-Za-z0-9-]{1,64}", name()]).prop_map(|(namespace, name, uid)| Claim { namespace, name, uid })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        /// Every reference the plugin accepts puts its spec in the CDI
+        /// directory itself (one plain file name), names a tenant in the
+        /// monitor's grammar, and only a reference of Kubernetes names is
+        /// accepted.
+        #[test]
+        fn an_accepted_claim_stays_in_the_cdi_directory(claim in claim()) {
+            if check_claim(&claim).is_err() {
+                return Ok(());
+            }
+            let dir = Path::new("/var/run/cdi");
+            let path = cdi::spec_path(dir, &claim.uid);
+            prop_assert_eq!(path.parent(), Some(dir));
+            prop_assert!(path.components().skip(dir.components().count()).all(|c| matches!(c, Component::Normal(_))), "{path:?}");
+            prop_assert!(!claim.uid.contains(['/', '\0', '.']), "{claim:?}");
+            let tenant = tenant_name(&claim.namespace, &claim.name);
+            prop_assert!(valid_tenant(&tenant), "{claim:?} -> {tenant:?}");
+            prop_assert!(!claim.namespace.contains(['.', '/']) && !claim.name.contains('/'), "{claim:?}");
+        }
+
+        /// Two different accepted (namespace, name) pairs never share a
+        /// tenant, among them pairs built to look alike: one split at
+        /// another dot, one sharing a long prefix.
+        #[test]
+        fn distinct_claims_never_share_a_tenant(
+            a in claim(),
+            b in claim(),
+            prefix in "[a-z0-9]{40,250}",
+            tails in ("[a-z0-9]{0,10}", "[a-z0-9]{0,10}"),
+        ) {
+            let long = |tail: &str| Claim { namespace: "ns".into(), name: format!("{prefix}{tail}"), uid: "u".into() };
+            let moved_dot = |c: &Claim| Claim { namespace: format!("{}.{}", c.namespace, c.name), name: "x".into(), uid: c.uid.clone() };
+            let pairs = [(a.clone(), b.clone()), (long(&tails.0), long(&tails.1)), (a.clone(), moved_dot(&a))];
+            for (one, two) in pairs {
+                if check_claim(&one).is_err() || check_claim(&two).is_err() || (&one.namespace, &one.name) == (&two.namespace, &two.name) {
+                    continue;
+                }
+                prop_assert_ne!(
+                    tenant_name(&one.namespace, &one.name),
+                    tenant_name(&two.namespace, &two.name),
+                    "{:?} and {:?}", one, two
+                );
+            }
+        }
+
+        /// The kubelet's request, from any bytes: decoded or refused by
+        /// prost, never a panic; what decodes is checked claim by claim.
+        #[test]
+        fn any_request_bytes_decode_or_are_refused(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            use prost::Message;
+            if let Ok(request) = NodePrepareResourcesRequest::decode(bytes.as_slice()) {
+                for claim in &request.claims {
+                    let _ = check_claim(claim);
+                }
+            }
+        }
+    }
 }

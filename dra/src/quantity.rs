@@ -146,4 +146,88 @@ mod tests {
         assert!(parse_bytes("99999999Ei").unwrap_err().0.contains("64 bits"));
         assert!(parse_bytes("8GB").unwrap_err().0.contains("Kubernetes quantity"));
     }
+
+    use proptest::prelude::*;
+
+    /// Text shaped like a quantity, and near misses: a sign, digits, a
+    /// point, a suffix or exponent, anything after.
+    fn quantity_text() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(vec!["", "+", "-", "+-", "--"]),
+            "[0-9]{0,45}",
+            prop::option::of("\\.[0-9]{0,45}"),
+            prop::sample::select(vec![
+                "",
+                "Ki",
+                "Mi",
+                "Gi",
+                "Ti",
+                "Pi",
+                "Ei",
+                "n",
+                "u",
+                "m",
+                "k",
+                "M",
+                "G",
+                "T",
+                "P",
+                "E",
+                "e",
+                "E",
+                "e3",
+                "E-2",
+                "e-30",
+                "e30",
+                "e31",
+                "e-999999999999",
+                "e+5",
+                "i",
+                "KiB",
+                "gi",
+            ]),
+            prop::option::of(any::<String>()),
+        )
+            .prop_map(|(sign, whole, fraction, suffix, tail)| {
+                format!("{sign}{whole}{}{suffix}{}", fraction.unwrap_or_default(), tail.unwrap_or_default())
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        /// Any text: no panic; a percentage is finite and 0 to 100; a size
+        /// is never read from a negative quantity; an error names the text.
+        #[test]
+        fn any_text_is_read_within_bounds_or_refused(text in prop_oneof![quantity_text(), any::<String>()]) {
+            match parse_percent(&text) {
+                Ok(percent) => prop_assert!(percent.is_finite() && (0.0..=100.0).contains(&percent), "{text:?}: {percent}"),
+                Err(e) => prop_assert!(e.0.contains(&format!("{text:?}")), "{e}"),
+            }
+            match parse_bytes(&text) {
+                Ok(_) => prop_assert!(!text.trim_start_matches('+').starts_with('-'), "{text:?} is negative and was accepted"),
+                Err(e) => prop_assert!(e.0.contains(&format!("{text:?}")), "{e}"),
+            }
+        }
+
+        /// A whole number with a binary suffix is exactly that many bytes,
+        /// or refused as past 64 bits: never wrapped.
+        #[test]
+        fn binary_sizes_are_exact_or_refused(n in any::<u64>(), power in 0u32..=6) {
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power as usize];
+            let exact = u128::from(n) << (10 * power);
+            match parse_bytes(&format!("{n}{suffix}")) {
+                Ok(bytes) => prop_assert_eq!(u128::from(bytes), exact),
+                Err(e) => prop_assert!(exact > u128::from(u64::MAX) && e.0.contains("64 bits"), "{n}{suffix}: {e}"),
+            }
+        }
+
+        /// A fraction rounds up, never down: a claim is never capped below
+        /// what the scheduler allotted.
+        #[test]
+        fn fractions_of_a_byte_round_up(whole in 0u64..1_000_000, thousandths in 0u64..1000) {
+            let bytes = parse_bytes(&format!("{whole}.{thousandths:03}")).unwrap();
+            prop_assert_eq!(bytes, whole + u64::from(thousandths > 0));
+        }
+    }
 }
