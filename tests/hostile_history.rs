@@ -50,6 +50,9 @@ fn state_dir(sim: &Sim) -> PathBuf {
     dir
 }
 
+/// Puts something at the history's path.
+type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+
 #[test]
 fn whatever_is_planted_at_the_history_is_moved_aside_and_recording_goes_on() {
     // A history as the monitor writes it, to plant copies of.
@@ -61,7 +64,7 @@ fn whatever_is_planted_at_the_history_is_moved_aside_and_recording_goes_on() {
     let elsewhere = std::env::temp_dir().join(format!("gpuslice-hostile-history-{}", std::process::id()));
     std::fs::write(&elsewhere, b"a file the history must never be written into").unwrap();
     std::os::unix::fs::lchown(&elsewhere, Some(NOBODY), Some(NOBODY)).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+    let cases: Vec<(&str, Plant)> = vec![
         (
             "a link to another user's file",
             Box::new(|path: &Path| {
