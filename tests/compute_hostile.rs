@@ -228,12 +228,13 @@ fn a_lying_tenant_gains_nothing() {
 /// arbitrated at once.
 ///
 /// The idle ones and the slow one come from this process, which the
-/// monitor allows 80 connections (`MAX_CONNS_PER_PID` in
-/// `monitor/src/daemon/arbiter/mod.rs`): with more, it closes the newest as
-/// it accepts them, and the slow hello's write races that close.
+/// monitor allows 16 connections that have not said their hello
+/// (`MAX_PENDING_PER_PID` in `monitor/src/daemon/arbiter/mod.rs`): with
+/// more, it closes the newest as it accepts them, and the slow hello's
+/// write races that close.
 #[test]
 fn idle_connections_delay_nobody() {
-    const IDLE: usize = 79;
+    const IDLE: usize = 15;
     let _serial = serial();
     let sim = sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());

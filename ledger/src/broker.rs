@@ -172,6 +172,8 @@ pub enum Refusal {
     TooMany = 5,
     /// The monitor could not make the page.
     Internal = 6,
+    /// The process already holds a place on the device (one connection).
+    Duplicate = 7,
 }
 
 impl Refusal {
@@ -182,6 +184,7 @@ impl Refusal {
             3 => Refusal::NotYourSlot,
             4 => Refusal::Full,
             5 => Refusal::TooMany,
+            7 => Refusal::Duplicate,
             _ => Refusal::Internal,
         }
     }
@@ -192,8 +195,9 @@ impl Refusal {
             Refusal::UnknownDevice => "the monitor does not know the device",
             Refusal::NotYourSlot => "the monitor could not tie this process to its ledger slot",
             Refusal::Full => "the device has the most tenants it can arbitrate",
-            Refusal::TooMany => "this user has the most connections the monitor allows",
+            Refusal::TooMany => "this process or its user has the most connections the monitor allows",
             Refusal::Internal => "the monitor could not make the device's grant page",
+            Refusal::Duplicate => "this process already holds a place on the device",
         }
     }
 }
@@ -249,38 +253,71 @@ pub struct Joined {
 /// every process of a host without a monitor asks once at its first
 /// context and again every second after.
 pub fn join(dir: &Path, hello: &Hello) -> Result<Joined, String> {
-    let path = socket_path(dir);
-    if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
-        return Err(format!("no monitor at {}: no socket there", path.display()));
+    join_or_refusal(dir, hello).map_err(|e| e.to_string())
+}
+
+/// Why [`join_or_refusal`] got no page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// No monitor answered (none runs, or what is at the path is not one).
+    NoMonitor(String),
+    /// The monitor answered, and refused.
+    Refused(Refusal, String),
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinError::NoMonitor(why) | JoinError::Refused(_, why) => f.write_str(why),
+        }
     }
-    let mut stream = connect(dir).map_err(|e| format!("no monitor at {}: {e}", path.display()))?;
+}
+
+/// [`join`], telling a monitor's refusal from the absence of a monitor.
+pub fn join_or_refusal(dir: &Path, hello: &Hello) -> Result<Joined, JoinError> {
+    join_inner(dir, hello).map_err(|e| match e {
+        (Some(refusal), why) => JoinError::Refused(refusal, why),
+        (None, why) => JoinError::NoMonitor(why),
+    })
+}
+
+fn join_inner(dir: &Path, hello: &Hello) -> Result<Joined, (Option<Refusal>, String)> {
+    let path = socket_path(dir);
+    let no = |why: String| (None, why);
+    if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+        return Err(no(format!("no monitor at {}: no socket there", path.display())));
+    }
+    let mut stream = connect(dir).map_err(|e| no(format!("no monitor at {}: {e}", path.display())))?;
     // Only the monitor may answer: root, or the directory's owner (the
     // monitor made it). Anybody else who bound a socket at that path while
     // no monitor ran could hand out pages that freeze their readers.
-    let server = peer(stream.as_raw_fd()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
+    let server = peer(stream.as_raw_fd()).map_err(|e| no(format!("{}: {e}", path.display())))?;
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir).map_err(|e| no(format!("{}: {e}", dir.display())))?);
     if server.uid != 0 && server.uid != owner {
-        return Err(format!(
+        return Err(no(format!(
             "{} is served by uid {}, neither root nor the directory's owner (uid {owner}): not the monitor's, ignored",
             path.display(),
             server.uid
-        ));
+        )));
     }
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    stream.write_all(&hello.encode()).map_err(|e| format!("asking {}: {e}", path.display()))?;
-    let (answer, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    stream.write_all(&hello.encode()).map_err(|e| no(format!("asking {}: {e}", path.display())))?;
+    let (answer, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| no(format!("reading {}: {e}", path.display())))?;
     let _ = stream.set_read_timeout(None);
     match (answer[0], fd) {
         (OK, Some(fd)) => {
-            let grants = Grants::from_fd(fd)?;
+            let grants = Grants::from_fd(fd).map_err(no)?;
             let member = u32::from_le_bytes([answer[4], answer[5], answer[6], answer[7]]);
             if member as usize >= crate::grants::MAX_MEMBERS {
-                return Err(format!("the monitor at {} answered member {member}", path.display()));
+                return Err(no(format!("the monitor at {} answered member {member}", path.display())));
             }
             Ok(Joined { stream, grants, member })
         }
-        (_, _) => Err(format!("the monitor at {} refused: {}", path.display(), Refusal::from_u8(answer[1]).describe())),
+        (_, _) => {
+            let refusal = Refusal::from_u8(answer[1]);
+            Err((Some(refusal), format!("the monitor at {} refused: {}", path.display(), refusal.describe())))
+        }
     }
 }
 

@@ -169,8 +169,18 @@ pub fn fill_from_reports(snapshot: &mut Snapshot, mut report_of: impl FnMut(&[u8
             else {
                 // Not on the device now: what it is due when it comes back.
                 device.compute_target_ratio = device.compute_limit_ratio.or(device.compute_share_ratio);
+                if report.as_ref().is_some_and(|r| r.processes_known) {
+                    // The monitor's own figures say it holds no place in the
+                    // turns: it was charged nothing. Its ledger's counter is
+                    // its own writing, and never stands in for a charge.
+                    device.compute_member = Some(false);
+                    device.compute_busy_ns_total = 0;
+                }
                 continue;
             };
+            if report.as_ref().is_some_and(|r| r.processes_known) {
+                device.compute_member = Some(true);
+            }
             let ratio = |e4: u32| (e4 > 0).then(|| f64::from(e4.min(WHOLE_DEVICE_RATIO_E4)) / 10_000.0);
             device.compute_share_ratio = ratio(member.claim.share_e4);
             device.compute_limit_ratio = ratio(member.claim.limit_e4).filter(|_| ledger::compute::is_limiting(member.claim.limit_e4));

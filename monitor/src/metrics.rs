@@ -549,6 +549,7 @@ mod tests {
             compute_priority: 0,
             compute_target_ratio: (index == 0).then_some(0.3),
             compute_unarbitrated_processes: None,
+            compute_member: None,
             kernel_launches_total: 40,
             compute_busy_ns_total: 1_500_000_000,
             throttled_ns_total: 2_500_000_000,

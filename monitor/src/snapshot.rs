@@ -76,6 +76,12 @@ pub struct TenantDeviceView {
     /// `None` when that is not known (no monitor, or `status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_unarbitrated_processes: Option<u64>,
+    /// Whether the tenant holds a place in the monitor's turns on the
+    /// device (daemon only; `None` where the monitor does not arbitrate
+    /// it). A tenant without one was charged nothing, whatever its ledger
+    /// says: its ledger's counters are its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_member: Option<bool>,
     /// Kernel launches on the device while it was limited.
     pub kernel_launches_total: u64,
     /// Device time charged against the limit, ns.
@@ -303,6 +309,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                     compute_priority: ledger.compute_policy(entry.index).priority,
                     compute_target_ratio: None,
                     compute_unarbitrated_processes: None,
+                    compute_member: None,
                     kernel_launches_total: ledger.launches_total(entry.index),
                     compute_busy_ns_total: ledger.busy_ns_total(entry.index),
                     throttled_ns_total: ledger.throttled_ns_total(entry.index),
@@ -362,6 +369,7 @@ pub mod fixtures {
             compute_priority: 0,
             compute_target_ratio: None,
             compute_unarbitrated_processes: None,
+            compute_member: None,
             kernel_launches_total: 0,
             compute_busy_ns_total: 0,
             throttled_ns_total: 0,

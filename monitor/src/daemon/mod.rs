@@ -398,6 +398,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
         history.record(&snap);
+        violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());

@@ -106,6 +106,8 @@ pub struct ViolationState {
     /// Processes of tenants nobody governs (`other_tenants = "refuse"`), by
     /// (pid, start time).
     ungoverned: HashMap<(u32, u64), Episode>,
+    /// The arbiter stalled during this round (see [`Self::arbiter_stalled`]).
+    arbiter_stalled: bool,
 }
 
 /// How far a tenant's processes may run past the device time the monitor
@@ -131,6 +133,17 @@ fn kill(pid: u32, start_time_ticks: u64, why: &str, counters: &mut MonitorCounte
 
 impl ViolationState {
     /// Judges one round's snapshot taken at `now`.
+    /// Says that the arbiter's loop did not go round for a while during
+    /// this round: nobody was granted a turn meanwhile, so NVML's figures
+    /// against the turns say nothing, and no one is judged (or killed) for
+    /// running outside them; what was averaged so far is forgotten.
+    pub fn arbiter_stalled(&mut self, stalled: bool) {
+        self.arbiter_stalled = stalled;
+        if stalled {
+            self.compute.clear();
+        }
+    }
+
     pub fn check(
         &mut self,
         snapshot: &Snapshot,
@@ -281,12 +294,18 @@ impl ViolationState {
     /// work outside its turns: a process that skips the shim's gate, or one
     /// that did not finish its work when its turn ended.
     fn check_compute(&mut self, snapshot: &Snapshot, config: &Config, now: Instant, counters: &mut MonitorCounters) {
+        if self.arbiter_stalled {
+            return;
+        }
         let arbitrated = |uuid: &str| snapshot.devices.iter().any(|d| d.uuid == uuid && d.arbitrated == Some(true));
         let mut seen = HashMap::new();
         for tenant in &snapshot.tenants {
             let own: Vec<&crate::snapshot::ProcessView> = tenant.processes.iter().filter(|p| p.alive && p.confirmed).collect();
             for device in tenant.devices.iter().filter(|d| arbitrated(&d.uuid)) {
-                let Some(used) = device.compute_used_ratio else { continue };
+                // A tenant with no place in the device's turns was given
+                // none of it, whatever its ledger says.
+                let used = if device.compute_member == Some(false) { Some(0.0) } else { device.compute_used_ratio };
+                let Some(used) = used else { continue };
                 let on_device = |p: &&&crate::snapshot::ProcessView| p.devices.iter().any(|d| d.uuid == device.uuid);
                 let ran: f64 = own.iter().filter(on_device).filter_map(|p| p.sm_utilization_ratio).sum();
                 let key = (tenant.name.clone(), device.uuid.clone());

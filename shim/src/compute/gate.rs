@@ -53,7 +53,18 @@ pub struct Seat {
     pub waited_ns_total: AtomicU64,
     /// A launch passed the gate since the helper last looked.
     pub launched: AtomicBool,
+    /// When a running monitor refused this process a place here
+    /// (monotonic ns; 0: it did not, or it has one since).
+    refused_at_ns: AtomicU64,
 }
+
+/// Seats a running monitor refused: while there is one, every launch takes
+/// the slow path, which holds launches on such a device ([`refused_wait`]).
+static REFUSED_SEATS: AtomicUsize = AtomicUsize::new(0);
+
+/// How long a launch on a device whose monitor refused this process waits
+/// for a place before it fails: the helper asks again meanwhile.
+pub const REFUSED_WAIT_NS: u64 = 3_000_000_000;
 
 impl Seat {
     const fn new() -> Seat {
@@ -66,6 +77,7 @@ impl Seat {
             conn: AtomicI32::new(-1),
             waited_ns_total: AtomicU64::new(0),
             launched: AtomicBool::new(false),
+            refused_at_ns: AtomicU64::new(0),
         }
     }
 
@@ -81,8 +93,30 @@ impl Seat {
         self.member.load(Ordering::Relaxed)
     }
 
+    /// A running monitor refused this process a place on the seat's device
+    /// at `now_ns` (kept from the first refusal until it has one).
+    pub fn refuse(&self, now_ns: u64) {
+        if self.refused_at_ns.compare_exchange(0, now_ns.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            REFUSED_SEATS.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// When a running monitor refused this process a place here, if it did
+    /// and the process has none since.
+    pub fn refused_at_ns(&self) -> Option<u64> {
+        Some(self.refused_at_ns.load(Ordering::Acquire)).filter(|&t| t != 0)
+    }
+
+    /// No monitor answers any more: nobody arbitrates the device.
+    pub fn clear_refusal(&self) {
+        if self.refused_at_ns.swap(0, Ordering::AcqRel) != 0 {
+            REFUSED_SEATS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// Takes a page the monitor handed over for ledger device `dev`.
     pub fn join(&self, page: &'static GrantPage, member: u32, dev: usize, conn: i32) {
+        self.clear_refusal();
         self.member.store(member, Ordering::Relaxed);
         self.dev.store(dev, Ordering::Relaxed);
         self.conn.store(conn, Ordering::Relaxed);
@@ -179,6 +213,9 @@ pub enum Check {
 /// under: the launch path's whole check.
 #[inline(always)]
 pub fn check() -> Check {
+    if REFUSED_SEATS.load(Ordering::Relaxed) != 0 {
+        return Check::Changed;
+    }
     let count = SEAT_COUNT.load(Ordering::Relaxed);
     let mut arbitrated = false;
     for seat in SEATS.iter().take(count) {
@@ -253,7 +290,9 @@ pub fn pass(seat: &Seat) -> Pass {
 /// Forgets every seat and closes its connection (a forked child, alone in
 /// its process: the connections are its parent's). Async-signal-safe.
 pub fn forget_all() {
+    REFUSED_SEATS.store(0, Ordering::Relaxed);
     for seat in &SEATS {
+        seat.refused_at_ns.store(0, Ordering::Relaxed);
         seat.page.store(std::ptr::null_mut(), Ordering::Relaxed);
         let fd = seat.conn.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
@@ -262,4 +301,36 @@ pub fn forget_all() {
         }
     }
     SEAT_COUNT.store(0, Ordering::Release);
+}
+
+/// What a launch on a device whose monitor refused this process may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The seat has a place now (or never was refused): go on.
+    Placed,
+    /// No place came within [`REFUSED_WAIT_NS`] of the refusal.
+    Fail,
+}
+
+/// Whether a running monitor refused this process on some device.
+pub fn any_refused() -> bool {
+    REFUSED_SEATS.load(Ordering::Relaxed) != 0
+}
+
+/// Holds a launch on `seat` while a running monitor refuses this process
+/// a place there: until the helper gets one, or [`REFUSED_WAIT_NS`] after
+/// the first refusal. A process the monitor does not arbitrate never runs
+/// beside those it does (it would take their turns).
+pub fn refused_wait(seat: &Seat) -> Refused {
+    loop {
+        let Some(since_ns) = seat.refused_at_ns() else { return Refused::Placed };
+        if seat.page().is_some() {
+            return Refused::Placed;
+        }
+        if ledger::compute::monotonic_ns().saturating_sub(since_ns) >= REFUSED_WAIT_NS {
+            return Refused::Fail;
+        }
+        super::helper::wake();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

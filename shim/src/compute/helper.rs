@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 pub const PROBE: Duration = Duration::from_millis(2);
 /// How often a seat without a monitor asks for one again.
 pub const RETRY: Duration = Duration::from_secs(1);
+/// How often a seat a running monitor refused asks again (launches there
+/// are held meanwhile).
+pub const REFUSED_RETRY: Duration = Duration::from_millis(100);
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// An eventfd the helper also waits on: a seat joined, look again now (a
@@ -161,7 +164,13 @@ fn run(rt: &'static Runtime) {
         // process goes idle (a 1 s sleep here kept an inference tenant's
         // every turn for a whole quantum).
         let arbitrated = joined.iter().flatten().any(|(_, s)| s.page().is_some_and(|p| !p.grant().is_open()));
-        let timeout = if arbitrated { PROBE } else { RETRY };
+        let timeout = if arbitrated {
+            PROBE
+        } else if gate::any_refused() {
+            REFUSED_RETRY
+        } else {
+            RETRY
+        };
         let wake = WAKE.load(Ordering::Acquire);
         if let Some(fd) = fds.get_mut(count) {
             *fd = libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 };
@@ -186,7 +195,8 @@ fn run(rt: &'static Runtime) {
                 probe(rt, seat, armed);
             }
         }
-        if last_retry.elapsed() >= RETRY {
+        let retry_every = if gate::any_refused() { REFUSED_RETRY } else { RETRY };
+        if last_retry.elapsed() >= retry_every {
             last_retry = Instant::now();
             super::join::retry(rt);
         }

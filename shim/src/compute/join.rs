@@ -11,7 +11,7 @@
 
 use super::gate;
 use crate::accounting::{Device, Runtime};
-use ledger::broker::{self, Hello};
+use ledger::broker::{self, Hello, JoinError, Refusal};
 use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -42,6 +42,15 @@ pub fn join_device(rt: &'static Runtime, cu_device: abi::cuda::CUdevice) {
     super::helper::start(rt);
     match join_one(rt, seat, device, &config.dir) {
         Ok(()) => super::refresh_mode(rt),
+        Err(JoinError::Refused(why, e)) if holds_back(why) => {
+            seat.refuse(ledger::compute::monotonic_ns());
+            warn!(
+                "device {}: {e}: this process has no place in the monitor's turns there; its launches there wait up to {} s \
+                 for one (asked again meanwhile), then fail with CUDA_ERROR_NOT_PERMITTED",
+                device.ordinal,
+                gate::REFUSED_WAIT_NS / 1_000_000_000
+            );
+        }
         Err(e) if has_setting(rt) => {
             if !WARNED.swap(true, Ordering::Relaxed) {
                 warn!(
@@ -66,9 +75,15 @@ pub fn retry(rt: &Runtime) {
         if seat.page().is_some() {
             continue;
         }
-        if join_one(rt, seat, device, &config.dir).is_ok() {
-            joined_any = true;
-            info!("device {}: the monitor arbitrates it now", device.ordinal);
+        match join_one(rt, seat, device, &config.dir) {
+            Ok(()) => {
+                joined_any = true;
+                info!("device {}: the monitor arbitrates it now", device.ordinal);
+            }
+            Err(JoinError::Refused(why, _)) if holds_back(why) => seat.refuse(ledger::compute::monotonic_ns()),
+            // No monitor answers: nobody arbitrates the device.
+            Err(JoinError::NoMonitor(_)) => seat.clear_refusal(),
+            Err(JoinError::Refused(..)) => {}
         }
     }
     if joined_any {
@@ -76,7 +91,15 @@ pub fn retry(rt: &Runtime) {
     }
 }
 
-fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::Path) -> Result<(), String> {
+/// Whether a refusal means that the monitor arbitrates the device without
+/// this process: then its launches there are held ([`gate::refused_wait`]),
+/// for running beside the turns would take them from the others. A device
+/// the monitor does not know, or has no page for, it does not arbitrate.
+fn holds_back(why: Refusal) -> bool {
+    !matches!(why, Refusal::UnknownDevice | Refusal::Internal)
+}
+
+fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::Path) -> Result<(), JoinError> {
     let hello = Hello {
         tenant: rt.ledger.tenant(),
         slot: rt.slot.index() as u32,
@@ -84,7 +107,7 @@ fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::P
         uuid: device.uuid,
         asked_cap_bytes: rt.ledger.held_cap_bytes(device.ledger_index),
     };
-    let joined = broker::join(dir, &hello)?;
+    let joined = broker::join_or_refusal(dir, &hello)?;
     let member = joined.member;
     let page = joined.grants.leak();
     let fd = joined.stream.into_raw_fd();

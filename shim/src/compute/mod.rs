@@ -62,6 +62,8 @@ pub const MAX_CHECKPOINT_EVERY: u32 = 64;
 /// drains in a fraction of a quantum.
 pub const QUEUED_NS: u64 = 2_000_000;
 
+/// Said once: a launch failed for want of a place in the turns.
+static REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Launches left until the next checkpoint.
 static COUNTDOWN: AtomicU32 = AtomicU32::new(1);
 /// Launches between checkpoints now (adapted at each checkpoint).
@@ -110,6 +112,22 @@ impl Runtime {
         if targets.iter().any(|t| real::stream_capturing(t.stream).unwrap_or(false)) {
             return if bucket::governed() { self.govern_bucket(targets, launch) } else { launch() };
         }
+        // A device whose monitor refused this process a place: held until
+        // it has one, failed when none comes (see `gate::refused_wait`).
+        if gate::any_refused() {
+            for target in targets {
+                let Some(seat) = self.refused_seat_of(target) else { continue };
+                if gate::refused_wait(seat) == gate::Refused::Fail {
+                    if !REFUSED_SAID.swap(true, Ordering::Relaxed) {
+                        warn!(
+                            "a launch failed with CUDA_ERROR_NOT_PERMITTED: this process has no place in the monitor's turns on \
+                             its device, and the monitor arbitrates it (the reason was logged when it refused)"
+                        );
+                    }
+                    return CUDA_ERROR_NOT_PERMITTED;
+                }
+            }
+        }
         // Launching from here on, however long the gate or a checkpoint
         // makes it wait: the helper must not take the wait for idleness.
         for seat in gate::seats() {
@@ -156,6 +174,17 @@ impl Runtime {
             seat.launched.store(true, std::sync::atomic::Ordering::Release);
         }
         r
+    }
+
+    /// The seat of the device `target` runs on, if a running monitor
+    /// refused this process a place there.
+    fn refused_seat_of(&self, target: &Target) -> Option<&'static gate::Seat> {
+        if self.devices.len() == 1 {
+            return gate::seats().find(|s| s.refused_at_ns().is_some());
+        }
+        let ctx = real::stream_context(target.stream, target.per_thread).ok()?;
+        let dev = self.device_of_context(ctx)?;
+        gate::seats().find(|s| s.dev.load(Ordering::Relaxed) == dev && s.refused_at_ns().is_some())
     }
 
     /// The joined seat of the device `target` runs on.

@@ -7,8 +7,9 @@
 //! own), and serves every connection at once from one `poll` loop: no
 //! connection can hold up another. A connection must say its hello within
 //! [`HELLO_DEADLINE`]; a user has at most [`MAX_CONNS_PER_UID`] open and
-//! the monitor [`MAX_CONNS`], and a process [`MAX_CONNS_PER_PID`]. A
-//! hello is accepted only when:
+//! the monitor [`MAX_CONNS`], and a process [`MAX_PENDING_PER_PID`] that
+//! have not said their hello. A process holds at most one joined
+//! connection per device. A hello is accepted only when:
 //! - the device is one NVML lists (or, without NVML, one the tenant's
 //!   ledger registered, up to [`MAX_DEVICES`] in all);
 //! - the peer process (its pid from the kernel, `SO_PEERCRED`) holds the
@@ -45,9 +46,11 @@ use std::time::{Duration, Instant};
 
 /// How long a new connection has to say its hello.
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(1);
-/// Connections one process may hold open (one per device it sees, and a
-/// few viewers).
-pub const MAX_CONNS_PER_PID: usize = 80;
+/// Connections one process may have open that have not said their hello
+/// yet. A process holds one joined connection per device (a second is
+/// refused), so what it opens can never crowd out its own shim's join for
+/// longer than [`HELLO_DEADLINE`].
+pub const MAX_PENDING_PER_PID: usize = 16;
 /// Connections one user may hold open. In Kubernetes most pods run as
 /// root, so this is generous; the per-process bound is the one that bites.
 pub const MAX_CONNS_PER_UID: usize = 4096;
@@ -72,6 +75,9 @@ pub struct Shared {
     /// When the arbiter's loop last went round (monotonic ns; 0 before it
     /// started): `/healthz` fails when it stops.
     pub heartbeat_ns: std::sync::atomic::AtomicU64,
+    /// The longest time between two of its rounds since the main loop last
+    /// looked (ns).
+    pub longest_gap_ns: std::sync::atomic::AtomicU64,
     /// The least memory cap the processes of each tenant asked for in
     /// their hellos, by device: what the policy pins for a tenant the
     /// configuration does not name, whatever its page says by then.
@@ -103,7 +109,18 @@ impl Shared {
     }
 }
 
+/// A loop of the arbiter's that takes longer than this is a stall: turns
+/// froze meanwhile.
+pub const STALL: Duration = Duration::from_millis(250);
+
 impl Shared {
+    /// Whether the arbiter's loop stalled (went round more than `longer_than`
+    /// apart, or has not gone round for that long) since the last call.
+    pub fn stalled_since_last_look(&self, longer_than: Duration) -> bool {
+        let longest = self.longest_gap_ns.swap(0, std::sync::atomic::Ordering::Relaxed);
+        Duration::from_nanos(longest) > longer_than || self.stalled_for().is_some_and(|d| d > longer_than)
+    }
+
     /// How long the arbiter's loop has not gone round, if it ever started.
     pub fn stalled_for(&self) -> Option<Duration> {
         let beat = self.heartbeat_ns.load(std::sync::atomic::Ordering::Relaxed);
@@ -230,7 +247,11 @@ impl Arbiter {
         let mut last_report = Instant::now() - Duration::from_secs(1);
         let mut last_housekeeping = Instant::now() - Duration::from_secs(1);
         loop {
-            self.shared.heartbeat_ns.store(now_ns(), std::sync::atomic::Ordering::Relaxed);
+            let beat = now_ns();
+            let last = self.shared.heartbeat_ns.swap(beat, std::sync::atomic::Ordering::Relaxed);
+            if last != 0 {
+                self.shared.longest_gap_ns.fetch_max(beat.saturating_sub(last), std::sync::atomic::Ordering::Relaxed);
+            }
             if last_housekeeping.elapsed() >= Duration::from_millis(100) {
                 self.bind_tenant_dirs();
                 self.apply_configuration();
@@ -358,9 +379,12 @@ impl Arbiter {
             };
             let dir_tenant = l.tenant.clone();
             let Ok(peer) = broker::peer(stream.as_raw_fd()) else { continue };
-            let of_uid = self.conns.values().filter(|c| c.peer.uid == peer.uid).count();
-            let of_pid = self.conns.values().filter(|c| c.peer.pid == peer.pid).count();
-            if of_pid >= MAX_CONNS_PER_PID || of_uid >= MAX_CONNS_PER_UID || self.conns.len() >= MAX_CONNS {
+            let (mut of_uid, mut pending_of_pid) = (0, 0);
+            for c in self.conns.values() {
+                of_uid += usize::from(c.peer.uid == peer.uid);
+                pending_of_pid += usize::from(c.peer.pid == peer.pid && matches!(c.state, ConnState::Hello { .. }));
+            }
+            if pending_of_pid >= MAX_PENDING_PER_PID || of_uid >= MAX_CONNS_PER_UID || self.conns.len() >= MAX_CONNS {
                 let _ = broker::refuse(stream.as_raw_fd(), Refusal::TooMany);
                 continue;
             }
@@ -439,6 +463,17 @@ impl Arbiter {
                 return;
             }
         };
+        // One place per process and device: a second connection of the
+        // same process for the same device would only crowd its own shim out.
+        let peer_pid = conn.peer.pid;
+        let duplicate = self.conns.iter().any(|(other, c)| {
+            *other != id && c.peer.pid == peer_pid && matches!(&c.state, ConnState::Joined { uuid, .. } if *uuid == hello.uuid)
+        });
+        if duplicate {
+            let _ = broker::refuse(fd, Refusal::Duplicate);
+            self.conns.remove(&id);
+            return;
+        }
         if self_declared {
             claim.priority = self.held_to_ceiling(&hello.tenant, peer_uid, claim.priority);
         }
