@@ -328,3 +328,138 @@ fn a_job_that_rewrites_its_ledger_keeps_no_more_than_its_cap() {
         job.wait().assert_success();
     }
 }
+
+/// A line of `scontrol show job -d`'s per-node detail, forged: this node's
+/// GPU 0, whole.
+fn forged_gres_line(cluster: &Cluster) -> String {
+    format!("\n     Nodes={} CPU_IDs=0-7 Mem=0 GRES=gpu:simgpu:1(IDX:0)\n", cluster.node())
+}
+
+/// A one-shard job whose name, comment and work directory (all the job's
+/// user writes) each hold a newline and a forged detail line that makes it
+/// a whole GPU gets its one shard: 1 GiB and 12.5 %, and sees 1 GiB.
+#[test]
+fn a_forged_gres_line_in_a_job_field_gets_only_the_jobs_shard() {
+    let _serial = serial();
+    let cluster = cluster();
+    let forged = forged_gres_line(&cluster);
+    let workdir = cluster.dir().join(format!("work{forged}"));
+    std::fs::create_dir_all(&workdir).unwrap();
+    let mut job = cluster.sim.spawn(&mut cluster.srun(
+        &[
+            "--gres=shard:1",
+            &format!("--job-name=name{forged}"),
+            &format!("--comment=comment{forged}"),
+            &format!("--chdir={}", workdir.display()),
+        ],
+        compile_c("memctl"),
+        &["init", "ctx", "info", "hold"],
+    ));
+    job.wait_for("ready");
+    let id = job.wait_for("job");
+    // The forged lines are in the text a Prolog could read, as lines of their own.
+    let detail = cluster.sim.run(cluster.root_command("scontrol").args(["show", "job", "-d", &id]));
+    let forged_lines = detail.stdout.lines().filter(|line| format!("\n{line}\n") == forged).count();
+    assert!(forged_lines >= 2, "the job's fields did not carry the forged line into scontrol's text:\n{detail}");
+    let tenant = admitted(&cluster, &id);
+    let (_, cap, share) = slice(&tenant);
+    eprintln!("the forged job's tenant: memory {cap:?} bytes, share {share:?} %");
+    assert_eq!((cap, share), (Some(GIB), Some(12.5)), "one shard of 8 on an 8 GiB GPU:\n{tenant}\n{}", cluster.integration_log());
+    let out = job.wait();
+    out.assert_success().assert_rc("info", cu::SUCCESS);
+    assert_eq!(out.u64("info.total"), GIB, "the job sees one shard's memory\n{out}");
+}
+
+/// How the stand-in squeue of [`unexpected_allocation_data_drains_the_node`]
+/// changes the real one's JSON for the Prolog's job (`SLURM_JOB_ID`), as
+/// the file `mutation` beside it says.
+const MUTATE_SQUEUE_PY: &str = r#"
+import json, os, subprocess, sys
+here = os.path.dirname(os.path.abspath(__file__))
+mutation = open(os.path.join(here, "mutation")).read().strip()
+job = int(os.environ["SLURM_JOB_ID"])
+real = subprocess.run(["/usr/bin/squeue", "--json"], check=True, capture_output=True, text=True).stdout
+doc = json.loads(real)
+[mine] = [j for j in doc["jobs"] if j["job_id"] == job]
+whole = ["gpu:simgpu:1(IDX:0)"]
+text = None
+if mutation == "none":
+    text = real
+elif mutation == "gres_detail_twice":
+    # The job's own "gres_detail" and then a second one, a whole GPU.
+    text = json.dumps(doc, indent=2)
+    at = '"job_id": %d,' % job
+    assert at in text
+    text = text.replace(at, at + '\n      "gres_detail": ["gpu:simgpu:1(IDX:0)"],', 1)
+elif mutation == "job_listed_twice":
+    doc["jobs"].append(dict(mine, gres_detail=whole))
+elif mutation == "no_gres_detail":
+    del mine["gres_detail"]
+elif mutation == "more_gres_than_nodes":
+    mine["gres_detail"] = mine["gres_detail"] + whole
+elif mutation == "unreadable_gres":
+    mine["gres_detail"] = ["shard:one(IDX:0)"]
+elif mutation == "text_not_json":
+    text = subprocess.run(["/usr/bin/scontrol", "show", "job", "-d", str(job)], check=True, capture_output=True, text=True).stdout
+elif mutation == "cut_short":
+    text = real[: len(real) // 2]
+elif mutation == "fails":
+    sys.exit("squeue: error: the stand-in fails")
+else:
+    sys.exit("unknown mutation " + mutation)
+sys.stdout.write(text if text is not None else json.dumps(doc, indent=2) + "\n")
+"#;
+
+/// What the Prolog gets from the controller, changed in ways it must not
+/// guess through (a GRES named twice, the job listed twice, a GRES missing
+/// or unreadable, text, half a document, squeue failing): each time the
+/// Prolog fails, the one-shard job does not run, no tenant is admitted,
+/// and Slurm drains the node. Unchanged, the same stand-in admits 1 GiB.
+#[test]
+fn unexpected_allocation_data_drains_the_node() {
+    let _serial = serial();
+    let squeue = format!("#!/bin/sh\nexec {} \"${{0%/*}}/mutate_squeue.py\"\n", python().display());
+    let cluster = Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), squeue_script: Some(squeue), ..Default::default() });
+    let installed = cluster.dir().join("gpuslice-slurm");
+    std::fs::write(installed.join("mutate_squeue.py"), MUTATE_SQUEUE_PY).unwrap();
+    let node_state = || cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"])).stdout.trim().to_string();
+    let cases = [
+        ("none", ""),
+        ("gres_detail_twice", "gres_detail.0 twice"),
+        ("job_listed_twice", "squeue --json lists job"),
+        ("no_gres_detail", "lists 0 GRES details"),
+        ("more_gres_than_nodes", "lists 2 GRES details"),
+        ("unreadable_gres", "cannot read shard:one(IDX:0)"),
+        ("text_not_json", "not the JSON expected"),
+        ("cut_short", "not the JSON expected"),
+        ("fails", "the stand-in fails"),
+    ];
+    for (mutation, why) in cases {
+        std::fs::write(installed.join("mutation"), mutation).unwrap();
+        let log_before = cluster.integration_log().len();
+        let mut job = cluster.sim.spawn(&mut cluster.srun(&["--gres=shard:1"], compile_c("memctl"), &["init", "ctx", "info", "hold"]));
+        if mutation == "none" {
+            job.wait_for("ready");
+            let tenant = admitted(&cluster, &job.wait_for("job"));
+            assert_eq!((slice(&tenant).1, slice(&tenant).2), (Some(GIB), Some(12.5)), "{tenant}");
+            job.wait().assert_success();
+            continue;
+        }
+        let out = job.wait();
+        let log = cluster.integration_log()[log_before..].to_string();
+        eprintln!("{mutation}: {}", log.trim());
+        assert!(out.find("info").is_none(), "{mutation}: the job ran\n{out}\n{log}");
+        assert!(out.stderr.contains("Job prolog failed"), "{mutation}: {out}");
+        assert!(log.contains("error: ") && log.contains(why), "{mutation}: the Prolog's log does not say {why:?}:\n{log}");
+        assert!(!log.contains("admitted"), "{mutation}: {log}");
+        let tenants = cluster.tenants();
+        assert!(tenants["tenants"].as_array().is_some_and(|t| t.is_empty()), "{mutation}: a tenant was admitted:\n{tenants:#}");
+        let state = node_state();
+        assert!(state.starts_with("drain"), "{mutation}: Slurm drains a node whose Prolog failed: {state}");
+        cluster
+            .sim
+            .run(cluster.root_command("scontrol").args(["update", &format!("nodename={}", cluster.node()), "state=resume"]))
+            .assert_success();
+        poll::fetch_until("the node idle again", &node_state, |state| state.starts_with("idle"));
+    }
+}

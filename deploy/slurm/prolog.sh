@@ -10,17 +10,21 @@
 # Which GPUs: SLURM_JOB_GPUS (slurmd sets it for the Prolog: this node's
 # GPU indices, as gres.conf numbers them). How many shards: the Prolog's
 # environment does not say (Slurm 22.05 sets SLURM_SHARDS_ON_NODE for the
-# tasks only), so the job's detail from the controller does:
-# `scontrol show job -d` prints, per node, `GRES=shard:2(IDX:0)` or
-# `GRES=gpu:1(IDX:1)`.
+# tasks only), so the controller does, as JSON: `squeue --json` lists each
+# job with its GRES per node (`"gres_detail": ["shard:2(IDX:0)"]`, or
+# `gpu:h100:1(IDX:1)`) beside its nodes' names. Only JSON: the text of
+# `scontrol show job -d` also carries what the job's user wrote (its name,
+# comment, work directory), and a newline there can forge a GRES line.
 #
-# A job without GPUs here gets no tenant. Any failure exits 1: the job does
-# not start here and Slurm drains the node, rather than run a job whose
-# slice nothing enforces.
+# A job without GPUs here gets no tenant. Any failure, and anything
+# unexpected in what the controller says, exits 1: the job does not start
+# here and Slurm drains the node, rather than run a job whose slice nothing
+# enforces or one it is not sure of.
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"
+squeue=${squeue:-squeue}
 
 job=${SLURM_JOB_ID:-}
 node=${SLURMD_NODENAME:-$(hostname -s)}
@@ -49,8 +53,9 @@ if [ -z "$gpus" ]; then
     exit 0
 fi
 
-# Each GPU's memory (`gpuslice devices`) and the job's detail from the
-# controller (`scontrol show job -d`, for the shard counts), both at once.
+# Each GPU's memory (`gpuslice devices`) and the jobs' GRES from the
+# controller (`squeue --json`; Slurm 22.05's prints every job, whatever
+# -j says), both at once.
 # shellcheck disable=SC2086 # devices_args is a list of arguments
 input=$(
     {
@@ -58,29 +63,14 @@ input=$(
             inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
         printf '%s\n' "$inventory"
     } &
-    detail=$(scontrol show job -d "$job" 2>&1) || detail="@failed $(printf '%s' "$detail" | tr '\n' ' ')"
+    # Its messages kept out of the JSON; should it fail, run again for them.
+    detail=$("$squeue" --json 2>/dev/null) ||
+        detail="@failed exit $?: $("$squeue" --json 2>&1 >/dev/null | tr '\n' ' ')"
     wait
     printf '@detail\n%s\n' "$detail"
 )
-slices() {
-    printf '%s\n' "$input" | awk -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -v gres="$1" -f "$here/slices.awk"
-}
-plan=$(slices "")
-case $? in
-0) ;;
-3)
-    # A job on several nodes: which group of nodes is this one.
-    gres=$(printf '%s\n' "$plan" | while read -r hosts line_gres; do
-        [ "$hosts" = @resolve ] && continue
-        if scontrol show hostnames "$hosts" 2>/dev/null | grep -qx "$node"; then
-            echo "$line_gres"
-        fi
-    done)
-    [ -n "$gres" ] || fail "the job's detail names no GRES on $node"
-    plan=$(slices "$gres") || fail "${plan#error: }"
-    ;;
-*) fail "${plan#error: }" ;;
-esac
+plan=$(printf '%s\n' "$input" | awk -v job="$job" -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -f "$here/slices.awk") ||
+    fail "${plan#error: }"
 {
     read -r devices
     read -r memory

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //!  <test dir>/
-//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=)
+//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=,
+//!                  by a short link, /tmp/gs-munge-<pid>-<n>: a socket's address holds 108 bytes)
 //!    etc/          slurm.conf, gres.conf       (SLURM_CONF for every daemon and client)
 //!    dev/          nvidia0 → /dev/null, …      (gres.conf File=: slurmd wants a device file)
 //!    gpuslice-slurm/  deploy/slurm's scripts, installed, and their gpuslice-slurm.conf
@@ -58,11 +59,15 @@ pub struct ClusterOptions {
     pub integration: bool,
     /// The monitor's configuration file.
     pub monitor_config: String,
+    /// What the Prolog runs as `squeue` (gpuslice-slurm.conf's `squeue=`),
+    /// a shell script installed as `<dir>/gpuslice-slurm/squeue`, in place
+    /// of Slurm's `/usr/bin/squeue` (which it may call).
+    pub squeue_script: Option<String>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { gpus: 2, typed: true, memory: "8GiB", integration: true, monitor_config: String::new() }
+        ClusterOptions { gpus: 2, typed: true, memory: "8GiB", integration: true, monitor_config: String::new(), squeue_script: None }
     }
 }
 
@@ -74,6 +79,8 @@ pub struct Cluster {
     daemons: Vec<Running>,
     conf: PathBuf,
     node: String,
+    /// A short path to `<dir>/munge`, for munged's socket.
+    munge_link: PathBuf,
 }
 
 /// A port nothing listens on now.
@@ -111,6 +118,17 @@ impl Cluster {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         let node = short_hostname();
+        // A Unix socket's address holds 108 bytes, which a test directory
+        // named after a long test name (and a counter) can pass.
+        static NEXT_LINK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let munge_link = std::env::temp_dir().join(format!(
+            "gs-munge-{}-{}",
+            std::process::id(),
+            NEXT_LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&munge_link);
+        std::os::unix::fs::symlink(dir.join("munge"), &munge_link).unwrap();
+        let socket = munge_link.join("munge.socket");
         let conf = dir.join("etc/slurm.conf");
         let (ctld_port, slurmd_port) = (free_port(), free_port());
         let d = dir.display();
@@ -124,7 +142,7 @@ impl Cluster {
              SlurmUser=root\n\
              SlurmdUser=root\n\
              AuthType=auth/munge\n\
-             AuthInfo=socket={d}/munge/munge.socket\n\
+             AuthInfo=socket={socket}\n\
              CredType=cred/munge\n\
              StateSaveLocation={d}/state\n\
              SlurmdSpoolDir={d}/spool\n\
@@ -147,6 +165,7 @@ impl Cluster {
              NodeName={node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:{gpu_type}{gpus},shard:{shards} State=UNKNOWN\n\
              PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
             shards = gpus * SHARDS_PER_GPU,
+            socket = socket.display(),
         );
         let mut gres_conf = String::from("AutoDetect=off\n");
         for gpu in 0..gpus {
@@ -166,11 +185,20 @@ impl Cluster {
                 std::fs::copy(repo_root().join("deploy/slurm").join(script), &to).unwrap();
                 std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
             }
+            let squeue = match &options.squeue_script {
+                Some(script) => {
+                    let path = installed.join("squeue");
+                    write(&path, script);
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                    path
+                }
+                None => PathBuf::from("/usr/bin/squeue"),
+            };
             // The node's settings; on simgpu, also where its GPUs are.
             write(
                 &installed.join("gpuslice-slurm.conf"),
                 &format!(
-                    "gpuslice_bin={bin}\nshim_lib={shim}\nledger_dir={ledger}\nshards_per_gpu={SHARDS_PER_GPU}\n\
+                    "gpuslice_bin={bin}\nshim_lib={shim}\nledger_dir={ledger}\nsqueue={squeue}\nshards_per_gpu={SHARDS_PER_GPU}\n\
                      devices_args=\"--nvml-lib {simgpu}\"\nlog_file={d}/log/gpuslice-slurm.log\n\
                      export SIMGPU_STATE={d}/simgpu.state SIMGPU_DEVICES={gpus} SIMGPU_MEMORY={memory} SIMGPU_CONTEXT_MEMORY=64MiB\n",
                     bin = gpuslice_tests::gpuslice_bin().display(),
@@ -178,6 +206,7 @@ impl Cluster {
                     ledger = sim.ledger_dir().display(),
                     simgpu = simgpu_lib().display(),
                     memory = options.memory,
+                    squeue = squeue.display(),
                 ),
             );
             let i = installed.display();
@@ -196,19 +225,13 @@ impl Cluster {
         std::fs::write(&key, bytes).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
 
-        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node };
+        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node, munge_link };
         let mut munged = cluster.root_command("munged");
         munged.args(["--foreground", "--force"]).arg(format!("--key-file={}", key.display()));
-        munged.arg(format!("--socket={d}/munge/munge.socket")).arg(format!("--pid-file={d}/munge/munged.pid"));
+        munged.arg(format!("--socket={}", socket.display())).arg(format!("--pid-file={d}/munge/munged.pid"));
         munged.arg(format!("--log-file={d}/log/munged.log")).arg(format!("--seed-file={d}/munge/seed"));
         let munged = cluster.sim.spawn(&mut munged);
         cluster.daemons.push(munged);
-        let socket = dir.join("munge/munge.socket");
-        assert!(
-            socket.as_os_str().len() < 108,
-            "{} is too long for a Unix socket's address (108 bytes): give the test a shorter name",
-            socket.display()
-        );
         poll::until("munged's socket", || socket.exists());
 
         let slurmctld = cluster.sim.spawn(cluster.root_command("slurmctld").args(["-D", "-i"]));
@@ -224,6 +247,11 @@ impl Cluster {
             |state| state == "idle",
         );
         cluster
+    }
+
+    /// The node's name (slurm.conf's NodeName, the short host name).
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// This cluster's directory (the test's).
@@ -318,6 +346,7 @@ impl Drop for Cluster {
         while let Some(daemon) = self.daemons.pop() {
             drop(daemon);
         }
+        let _ = std::fs::remove_file(&self.munge_link);
         if std::thread::panicking() {
             eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
         }
