@@ -144,3 +144,138 @@ fn a_refused_join_fails_the_launch_rather_than_run_ungoverned() {
     let metrics = monitor.metrics();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "outside_turns")]), Some(0.0), "{att}\n{metrics:#?}");
 }
+
+fn env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("{key} is unset: this is the attacker, run by the other tests"))
+}
+
+/// This test binary run as the staller (`staller`), as `uid`.
+fn stall_command(sim: &Sim, uid: u32, uuid: [u8; 16], locks: usize, dups: usize) -> std::process::Command {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut cmd = sim.command(exe);
+    cmd.env_remove("LD_PRELOAD")
+        .env("STALL_DIR", sim.ledger_dir())
+        .env("STALL_UUID", uuid.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        .env("STALL_LOCKS", locks.to_string())
+        .env("STALL_DUPS", dups.to_string())
+        .args(["--ignored", "--exact", "staller", "--nocapture", "--test-threads=1"]);
+    gpuslice_tests::wrap_as_user(uid, &cmd)
+}
+
+/// The staller's side: a ledger of its own with `STALL_LOCKS` OFD locks on
+/// one open of it, that descriptor duplicated `STALL_DUPS` times, and one
+/// hello naming a slot of that ledger. Prints how long the answer took.
+#[test]
+#[ignore = "the attacker of the other tests, run by them as a child process"]
+fn staller() {
+    use std::os::fd::AsRawFd;
+    let dir = std::path::PathBuf::from(env("STALL_DIR"));
+    let hex = env("STALL_UUID");
+    let mut uuid = [0u8; 16];
+    for (i, byte) in uuid.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    let (locks, dups): (usize, usize) = (env("STALL_LOCKS").parse().unwrap(), env("STALL_DUPS").parse().unwrap());
+    // SAFETY: getrlimit/setrlimit into a live local: room for the duplicates.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let tenant = format!("stall{}", std::process::id());
+    let ledger = ledger::Ledger::open_or_create(&dir, &tenant).expect("a ledger of its own");
+    let slot = ledger.claim_slot().expect("a slot");
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(ledger::tenant_path(&dir, &tenant)).unwrap();
+    let base = 1u64 << 24;
+    for i in 0..locks as u64 {
+        // Every other byte, so that the kernel keeps each lock apart.
+        // SAFETY: an all-zero flock is valid; F_OFD_SETLK on a live descriptor.
+        let taken = unsafe {
+            let mut lock: libc::flock = std::mem::zeroed();
+            lock.l_type = libc::F_WRLCK as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_start = (base + 2 * i) as libc::off_t;
+            lock.l_len = 1;
+            libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) == 0
+        };
+        assert!(taken, "lock {i}");
+    }
+    // SAFETY: dup of a live descriptor; the copies stay open until exit.
+    let copies: Vec<i32> = (0..dups).map(|_| unsafe { libc::dup(file.as_raw_fd()) }).collect();
+    assert!(copies.iter().all(|&fd| fd >= 0), "the duplicates");
+    println!("\narmed=1");
+    // A slot it does not hold: every descriptor is worth a look.
+    let hello =
+        broker::Hello { tenant: tenant.clone(), slot: slot.index() as u32 + 1, generation: 1, uuid, asked_cap_bytes: ledger::UNLIMITED };
+    let started = Instant::now();
+    let answer = broker::join(&dir, &hello, Some(file.as_raw_fd()));
+    println!("answered_after_ms={}", started.elapsed().as_millis());
+    println!("refused={}", answer.is_err());
+    // Its descriptors and locks stay while the monitor may still look.
+    std::thread::sleep(Duration::from_secs(6));
+    println!("done=1");
+}
+
+/// One hello from another user, whose process holds 20,000 OFD locks on a
+/// ledger of its own and 1,000 duplicates of that descriptor, is answered
+/// at once; turns go on meanwhile, `/healthz` stays 200, and the honest
+/// tenant under the shim is not killed for running outside turns.
+///
+/// Before: the hello took 26–30 s on the arbiter's thread (descriptors ×
+/// locks of `/proc/PID/fdinfo`), `/healthz` said 503, and in kill mode the
+/// monitor killed the share-90 tenant.
+#[test]
+fn a_hello_is_answered_in_bounded_time_whatever_its_process_holds() {
+    let _serial = serial();
+    let sim = sim();
+    let config = config(&sim, "on_violation = \"kill\"\nviolation_grace = \"1s\"\n[tenants.att]\nshare = 10\n[tenants.vic]\nshare = 90\n");
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let vic = saturate(&sim, "vic", &[], "10");
+    let att = saturate(&sim, "att", &[], "10");
+    let uuid = ledger::Ledger::open(&ledger::tenant_path(&sim.ledger_dir(), "vic")).unwrap().devices()[0].uuid;
+    let mut attacker = sim.spawn(&mut stall_command(&sim, 65534, uuid, 20_000, 1_000));
+    attacker.wait_for("armed");
+    let mut unhealthy = 0;
+    while !attacker.has_printed("done") {
+        if monitor.get("/healthz").0 != 200 {
+            unhealthy += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let attacker = attacker.wait();
+    let answered_ms: f64 = attacker.stdout.lines().find_map(|l| l.strip_prefix("answered_after_ms=")).unwrap().parse().unwrap();
+    let (vic, att) = (vic.wait(), att.wait());
+    eprintln!("hostile hello answered after {answered_ms} ms; /healthz failed {unhealthy} times\n{attacker}");
+    assert!(attacker.stdout.contains("refused=true"), "a hello naming a slot its process does not hold was accepted\n{attacker}");
+    assert!(answered_ms < 1000.0, "the hostile hello took {answered_ms} ms\n{attacker}");
+    assert_eq!(unhealthy, 0, "/healthz failed while the hostile hello was checked");
+    assert!(vic.success() && att.success(), "an honest tenant was killed\n{vic}\n{att}");
+}
+
+/// Tenants nobody configured, each declaring share 100 in its processes'
+/// environment, beside a configured share 90: with 1, 2 and 10 of them (one
+/// user), the configured tenant keeps 90 ± 2 of what the device ran.
+///
+/// Before: one self-declared tenant took 54.9 % against the configured
+/// 90's 45.0 %.
+#[test]
+fn tenants_nobody_configured_divide_only_what_configured_shares_leave() {
+    let _serial = serial();
+    for n in [1usize, 2, 10] {
+        let sim = sim();
+        let config = config(&sim, "[tenants.vic]\nshare = 90\n");
+        let _monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+        let vic = saturate(&sim, "vic", &[], "7");
+        let others: Vec<_> = (0..n).map(|i| saturate(&sim, &format!("made-up{i}"), &[("GPUSLICE_COMPUTE_SHARE", "100")], "6")).collect();
+        let others: Vec<_> = others.into_iter().map(|o| o.wait()).collect();
+        let vic = vic.wait();
+        vic.assert_success();
+        let v = busy_ratio(&busy_bins(&vic, 1000.0), 2.0, 5.5);
+        let o: f64 = others.iter().map(|out| busy_ratio(&busy_bins(out, 1000.0), 2.0, 5.5)).sum();
+        let kept = v / (v + o);
+        eprintln!("configured 90 beside {n} self-declared share-100 tenant(s): vic {v:.3}, the others {o:.3}, vic's part {kept:.3}");
+        assert!(kept > 0.88, "with {n} self-declared tenants the configured 90 kept {kept:.3} (vic {v:.3}, others {o:.3})");
+        assert!(v + o > 0.6, "the device idled: vic {v:.3}, others {o:.3}");
+    }
+}

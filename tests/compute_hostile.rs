@@ -81,7 +81,11 @@ fn attacker() {
     // Speaking for another tenant: naming one of its live slots.
     if let Ok(victim) = std::env::var("ATTACK_VICTIM") {
         let slot: u32 = env("ATTACK_VICTIM_SLOT").parse().unwrap();
-        let said = broker::join(&dir, &hello(&victim, slot, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| {
+        // With the strongest proof it can bring: a descriptor of the
+        // victim's ledger, opened itself when its user may.
+        let victims_ledger = std::fs::OpenOptions::new().read(true).write(true).open(ledger::tenant_path(&dir, &victim)).ok();
+        let fd = victims_ledger.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let said = broker::join(&dir, &hello(&victim, slot, 1, uuid), fd).map(|_| "accepted").unwrap_or_else(|e| {
             if e.contains("could not tie") {
                 "refused"
             } else {
@@ -93,7 +97,9 @@ fn attacker() {
     if mode == "other-user" {
         // Not the tenant's user: it cannot open the tenant's ledger, so it
         // holds no slot; naming slot 0 is refused.
-        let said = broker::join(&dir, &hello(&tenant, 0, 1, uuid)).map(|_| "accepted").unwrap_or_else(|e| {
+        let theirs = std::fs::OpenOptions::new().read(true).open(ledger::tenant_path(&dir, &tenant)).ok();
+        let fd = theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let said = broker::join(&dir, &hello(&tenant, 0, 1, uuid), fd).map(|_| "accepted").unwrap_or_else(|e| {
             if e.contains("could not tie") {
                 "refused"
             } else {
@@ -107,7 +113,7 @@ fn attacker() {
     let ledger = ledger::Ledger::open_or_create(&dir, &tenant).expect("the tenant's own ledger");
     let slot = ledger.claim_slot().expect("a slot");
     let mine = hello(&tenant, slot.index() as u32, slot.generation(), uuid);
-    let joined = broker::join(&dir, &mine).expect("the monitor hands the page to the tenant's own process");
+    let joined = broker::join(&dir, &mine, Some(ledger.lock_fd())).expect("the monitor hands the page to the tenant's own process");
     println!("joined=1");
     // Writing the page, every way a process can.
     let page = joined.grants.page() as *const ledger::grants::GrantPage as *mut libc::c_void;
@@ -121,7 +127,9 @@ fn attacker() {
         println!("truncate={}", if libc::ftruncate(fd, 0) == 0 { "allowed" } else { "refused" });
     }
     // Made-up devices: none gets a page, and the real one still does.
-    let made_up = (0..64u8).filter(|i| broker::join(&dir, &hello(&tenant, mine.slot, mine.generation, [*i ^ 0x5a; 16])).is_ok()).count();
+    let made_up = (0..64u8)
+        .filter(|i| broker::join(&dir, &hello(&tenant, mine.slot, mine.generation, [*i ^ 0x5a; 16]), Some(ledger.lock_fd())).is_ok())
+        .count();
     println!("made_up_devices_accepted={made_up}");
     // Then, for ATTACK_SECONDS, every lie its own connection can tell: want
     // the device, claim to be busy and idle and done out of turn, with

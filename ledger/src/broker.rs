@@ -10,9 +10,12 @@
 //!    index and generation of its ledger slot, the device's UUID, and the
 //!    memory cap its environment asked for there (which the monitor pins
 //!    for a tenant its configuration does not name).
+//!    With the hello comes (`SCM_RIGHTS`) the descriptor of the tenant's
+//!    ledger through which the process holds its slot's lock.
 //! 2. The monitor checks that the device is one NVML lists, and that the
-//!    peer holds that slot's lock in that tenant's ledger (the kernel's
-//!    word); it answers [`ANSWER_BYTES`], with the page's descriptor
+//!    descriptor is that tenant's ledger and holds that slot's lock (the
+//!    kernel's word, asked in two `F_OFD_GETLK`, whatever else the process
+//!    holds); it answers [`ANSWER_BYTES`], with the page's descriptor
 //!    (`SCM_RIGHTS`) and the tenant's member index when it accepts, or a
 //!    [`Refusal`] when it does not.
 //! 3. Then [`MESSAGE_BYTES`] messages, each an [`Op`] and a sequence number
@@ -38,8 +41,9 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_millis(1000);
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GSH1");
 /// The hello's size.
 pub const HELLO_BYTES: usize = 104;
-/// The hello's version: 2 added the asked cap.
-const HELLO_VERSION: u32 = 2;
+/// The hello's version: 2 added the asked cap; 3 sends the process's
+/// ledger descriptor with it.
+const HELLO_VERSION: u32 = 3;
 /// The answer's size.
 pub const ANSWER_BYTES: usize = 8;
 /// Every later message's size.
@@ -252,8 +256,13 @@ pub struct Joined {
 /// `stat` says so: cheaper than making a socket to fail to connect it, and
 /// every process of a host without a monitor asks once at its first
 /// context and again every second after.
-pub fn join(dir: &Path, hello: &Hello) -> Result<Joined, String> {
-    join_or_refusal(dir, hello).map_err(|e| e.to_string())
+///
+/// `ledger_fd` is the descriptor of the tenant's ledger through which this
+/// process holds the slot the hello names: the monitor checks the lock
+/// through it. Without one, the monitor cannot tie the process to a slot
+/// and refuses.
+pub fn join(dir: &Path, hello: &Hello, ledger_fd: Option<RawFd>) -> Result<Joined, String> {
+    join_or_refusal(dir, hello, ledger_fd).map_err(|e| e.to_string())
 }
 
 /// Why [`join_or_refusal`] got no page.
@@ -274,20 +283,20 @@ impl std::fmt::Display for JoinError {
 }
 
 /// [`join`], telling a monitor's refusal from the absence of a monitor.
-pub fn join_or_refusal(dir: &Path, hello: &Hello) -> Result<Joined, JoinError> {
-    join_inner(dir, hello).map_err(|e| match e {
+pub fn join_or_refusal(dir: &Path, hello: &Hello, ledger_fd: Option<RawFd>) -> Result<Joined, JoinError> {
+    join_inner(dir, hello, ledger_fd).map_err(|e| match e {
         (Some(refusal), why) => JoinError::Refused(refusal, why),
         (None, why) => JoinError::NoMonitor(why),
     })
 }
 
-fn join_inner(dir: &Path, hello: &Hello) -> Result<Joined, (Option<Refusal>, String)> {
+fn join_inner(dir: &Path, hello: &Hello, ledger_fd: Option<RawFd>) -> Result<Joined, (Option<Refusal>, String)> {
     let path = socket_path(dir);
     let no = |why: String| (None, why);
     if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
         return Err(no(format!("no monitor at {}: no socket there", path.display())));
     }
-    let mut stream = connect(dir).map_err(|e| no(format!("no monitor at {}: {e}", path.display())))?;
+    let stream = connect(dir).map_err(|e| no(format!("no monitor at {}: {e}", path.display())))?;
     // Only the monitor may answer: root, or the directory's owner (the
     // monitor made it). Anybody else who bound a socket at that path while
     // no monitor ran could hand out pages that freeze their readers.
@@ -302,7 +311,7 @@ fn join_inner(dir: &Path, hello: &Hello) -> Result<Joined, (Option<Refusal>, Str
     }
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    stream.write_all(&hello.encode()).map_err(|e| no(format!("asking {}: {e}", path.display())))?;
+    send_with_fd(stream.as_raw_fd(), &hello.encode(), ledger_fd, false).map_err(|e| no(format!("asking {}: {e}", path.display())))?;
     let (answer, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| no(format!("reading {}: {e}", path.display())))?;
     let _ = stream.set_read_timeout(None);
     match (answer[0], fd) {
@@ -398,7 +407,14 @@ pub fn peer(socket: RawFd) -> io::Result<Peer> {
 const CMSG_SPACE: usize = 64;
 
 fn send_fd(socket: RawFd, bytes: &[u8; ANSWER_BYTES], fd: Option<RawFd>) -> io::Result<()> {
-    let mut data = *bytes;
+    send_with_fd(socket, bytes, fd, true)
+}
+
+/// Sends `bytes` in one message, with `fd` (`SCM_RIGHTS`) if any; without
+/// waiting when `dont_wait` (the monitor's side), else as the socket's
+/// timeouts allow.
+fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool) -> io::Result<()> {
+    let mut data = bytes.to_vec();
     let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
     let mut control = [0u8; CMSG_SPACE];
     // SAFETY: an all-zero msghdr is valid; every pointer set below points
@@ -424,14 +440,60 @@ fn send_fd(socket: RawFd, bytes: &[u8; ANSWER_BYTES], fd: Option<RawFd>) -> io::
         }
     }
     // SAFETY: a valid socket and a fully initialised msghdr.
-    let sent = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    if sent == ANSWER_BYTES as isize {
+    let flags = libc::MSG_NOSIGNAL | if dont_wait { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: a valid socket and a fully initialised msghdr.
+    let sent = unsafe { libc::sendmsg(socket, &msg, flags) };
+    if sent == bytes.len() as isize {
         Ok(())
     } else if sent < 0 {
         Err(io::Error::last_os_error())
     } else {
         Err(io::Error::from(io::ErrorKind::WriteZero))
     }
+}
+
+/// Reads what is there (at most `buf.len()` bytes) without waiting, and
+/// the first descriptor that came with it (`SCM_RIGHTS`; any other is
+/// closed). `Ok((0, _))` at the end of the stream.
+pub fn receive_now(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut control = [0u8; CMSG_SPACE];
+    // SAFETY: as in send_fd.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CMSG_SPACE;
+    // SAFETY: a valid socket and a msghdr whose buffers are live.
+    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
+    if received < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((received as usize, take_descriptors(&msg)))
+}
+
+/// The descriptors a received message carried: the first, the others closed.
+fn take_descriptors(msg: &libc::msghdr) -> Option<OwnedFd> {
+    let mut fd = None;
+    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
+    // well-formed headers; each descriptor it passed is now ours.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    fd
 }
 
 fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], Option<OwnedFd>)> {
@@ -449,23 +511,7 @@ fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], Option<OwnedFd>)
     if received != ANSWER_BYTES as isize {
         return Err(if received >= 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
     }
-    let mut fd = None;
-    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
-    // well-formed headers; each descriptor it passed is now ours.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-                let owned = OwnedFd::from_raw_fd(raw);
-                if fd.is_none() {
-                    fd = Some(owned);
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok((data, fd))
+    Ok((data, take_descriptors(&msg)))
 }
 
 #[cfg(test)]
@@ -526,13 +572,36 @@ mod tests {
             }
         });
         let hello = Hello { tenant: "t".into(), slot: 0, generation: 1, uuid: [7; 16], asked_cap_bytes: crate::UNLIMITED };
-        let joined = join(&dir, &hello).unwrap();
+        let joined = join(&dir, &hello, None).unwrap();
         assert_eq!(joined.member, 5);
         grants.page().header.turns_total.store(42, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(joined.grants.page().header.turns_total.load(std::sync::atomic::Ordering::Relaxed), 42);
         send(&joined.stream, Op::Want, 1).unwrap();
-        assert!(join(&dir, &hello).unwrap_err().contains("could not tie this process"));
+        assert!(join(&dir, &hello, None).unwrap_err().contains("could not tie this process"));
         server.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hello_carries_its_ledger_descriptor_and_only_the_first_is_kept() {
+        let (client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let hello = Hello { tenant: "t".into(), slot: 3, generation: 1, uuid: [1; 16], asked_cap_bytes: crate::UNLIMITED };
+        send_with_fd(client.as_raw_fd(), &hello.encode(), Some(file.as_raw_fd()), false).unwrap();
+        let mut buf = [0u8; HELLO_BYTES];
+        let (n, fd) = receive_now(server.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(n, HELLO_BYTES);
+        assert_eq!(Hello::decode(&buf), Some(hello));
+        let ino = |fd: RawFd| {
+            // SAFETY: fstat of a live descriptor into a zeroed struct.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+            (st.st_dev, st.st_ino)
+        };
+        assert_eq!(ino(fd.expect("the descriptor").as_raw_fd()), ino(file.as_raw_fd()), "the same file");
+        // Nothing waiting: an error, not a wait.
+        let err = receive_now(server.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
     }
 }

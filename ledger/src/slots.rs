@@ -146,6 +146,31 @@ impl Ledger {
         self.owned.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Whether `passed`, a descriptor a process handed over (`SCM_RIGHTS`),
+    /// is an open of this ledger's file through which slot `index`'s lock
+    /// is held. Two `F_OFD_GETLK` and one `fstat`, whatever else that
+    /// process holds: the lock is exclusive, so if this `Ledger`'s own
+    /// description sees it held and `passed` sees no other holder, the
+    /// holder is `passed`'s description. This `Ledger` must hold no lock of
+    /// the slot itself (the monitor's never does).
+    pub fn passed_descriptor_holds(&self, passed: std::os::fd::BorrowedFd<'_>, index: usize) -> bool {
+        use std::os::fd::{AsRawFd, RawFd};
+        if index >= MAX_SLOTS {
+            return false;
+        }
+        let same_file = |a: RawFd, b: RawFd| {
+            // SAFETY: fstat of two live descriptors into zeroed structs.
+            let (mut x, mut y): (libc::stat, libc::stat) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+            // SAFETY: as above; both structs are valid for writes.
+            let ok = unsafe { libc::fstat(a, &mut x) == 0 && libc::fstat(b, &mut y) == 0 };
+            ok && (x.st_mode & libc::S_IFMT) == libc::S_IFREG && x.st_dev == y.st_dev && x.st_ino == y.st_ino
+        };
+        let offset = lock_offset(index);
+        same_file(passed.as_raw_fd(), self.lock_fd())
+            && matches!(ofd::probe(self.lock_fd(), offset), Ok(ofd::Probe::Held))
+            && matches!(ofd::probe(passed.as_raw_fd(), offset), Ok(ofd::Probe::Free))
+    }
+
     /// Whether this `Ledger` holds slot `index`'s lock.
     pub(crate) fn owns_lock(&self, index: usize) -> bool {
         let (word_index, mask) = bit(index);

@@ -964,3 +964,22 @@ fn an_auditor_racing_busy_processes_never_finds_a_leak_that_is_not_there() {
     assert_eq!(admitted, WORKERS * ROUNDS * CHANGES_PER_ROUND, "the cap refused a change: the workers raced less than planned");
     assert_eq!(ledger.used_bytes(dev), 0);
 }
+
+#[test]
+fn only_the_description_that_holds_a_slots_lock_proves_it() {
+    use std::os::fd::AsFd;
+    let (dir, holder, _) = one_device_ledger();
+    let slot = holder.claim_slot().unwrap();
+    let monitor = Ledger::open(&tenant_path(&dir.0, "t")).unwrap();
+    let holder_fd = holder.file.as_fd();
+    assert!(monitor.passed_descriptor_holds(holder_fd, slot.index()), "the holder's own description");
+    assert!(!monitor.passed_descriptor_holds(holder_fd, slot.index() + 1), "a slot nobody holds");
+    assert!(!monitor.passed_descriptor_holds(holder_fd, MAX_SLOTS), "a slot past the end");
+    let another_open = std::fs::File::open(tenant_path(&dir.0, "t")).unwrap();
+    assert!(!monitor.passed_descriptor_holds(another_open.as_fd(), slot.index()), "an open of the same file that holds nothing");
+    let other_file = std::fs::File::open("/proc/self/exe").unwrap();
+    assert!(!monitor.passed_descriptor_holds(other_file.as_fd(), slot.index()), "another file");
+    // A descriptor duplicated from the holder's is the same description.
+    let copy = holder.file.try_clone().unwrap();
+    assert!(monitor.passed_descriptor_holds(copy.as_fd(), slot.index()));
+}

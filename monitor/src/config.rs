@@ -21,7 +21,17 @@
 //! default = 0                      # everyone not named below; default 0
 //! users = { alice = 10, "1001" = 5 }      # by user name or uid: this ceiling, whatever their groups say
 //! groups = { ml-team = 100 }       # by group name or gid: the highest of a user's groups counts
+//!
+//! [share_ceilings]                 # the most device share a user's self-declared tenants hold together
+//! default = 100                    # everyone not named below; default 100 (a whole device)
+//! users = { bob = 20 }             # same keys as [priority_ceilings]; a whole percentage from 0 to 100
 //! ```
+//!
+//! A tenant the file does not name declares its own share (its processes'
+//! environment). Such shares divide only what the configured shares of the
+//! device's active tenants leave, and all the self-declared tenants of one
+//! user count as one, held to that user's `[share_ceilings]` entry: a user
+//! gains nothing by splitting its work into many tenants.
 //!
 //! Root may ask for any priority. A request above the caller's ceiling is
 //! refused ([`Config::priority_ceiling`]). User and group names are looked
@@ -205,6 +215,9 @@ pub struct Config {
     pub tenants: BTreeMap<String, TenantConfig>,
     /// Who may ask for which priority.
     pub priority_ceilings: PriorityCeilings,
+    /// The most share each user's self-declared tenants hold together on a
+    /// device, ratio × 10 000 (`[share_ceilings]`).
+    pub share_ceilings: PriorityCeilings,
 }
 
 /// The highest priority each user may ask for (`[priority_ceilings]`).
@@ -219,6 +232,11 @@ pub struct PriorityCeilings {
 }
 
 impl PriorityCeilings {
+    /// Share ceilings with nothing named: a whole device for everyone.
+    pub fn whole_share() -> PriorityCeilings {
+        PriorityCeilings { default: ledger::compute::WHOLE_DEVICE_RATIO_E4 as i32, ..PriorityCeilings::default() }
+    }
+
     /// See [`Config::priority_ceiling`].
     pub fn of(&self, uid: u32, gids: &[u32]) -> i32 {
         if uid == 0 {
@@ -239,6 +257,7 @@ impl Default for Config {
             violation_grace: DEFAULT_VIOLATION_GRACE,
             tenants: BTreeMap::new(),
             priority_ceilings: PriorityCeilings::default(),
+            share_ceilings: PriorityCeilings::whole_share(),
         }
     }
 }
@@ -301,6 +320,8 @@ struct RawConfig {
     tenants: BTreeMap<String, toml::Spanned<RawTenant>>,
     #[serde(default)]
     priority_ceilings: Option<toml::Spanned<RawCeilings>>,
+    #[serde(default)]
+    share_ceilings: Option<toml::Spanned<RawCeilings>>,
 }
 
 #[derive(Deserialize)]
@@ -350,11 +371,30 @@ fn priority_ceilings(
     raw: &RawCeilings,
     at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
 ) -> Result<PriorityCeilings, ConfigError> {
+    ceilings(raw, "priority_ceilings", CEILING_FORMAT, priority_value, PriorityCeilings::default(), at)
+}
+
+/// The accepted form of a share ceiling, for messages.
+const SHARE_CEILING_FORMAT: &str = "a whole percentage from 0 to 100, like 20";
+
+/// Parses `[share_ceilings]` (kept as ratio × 10 000).
+fn share_ceilings(raw: &RawCeilings, at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError) -> Result<PriorityCeilings, ConfigError> {
+    let percent = |value: &toml::Value| value.as_integer().filter(|p| (0..=100).contains(p)).map(|p| p as i32 * 100);
+    ceilings(raw, "share_ceilings", SHARE_CEILING_FORMAT, percent, PriorityCeilings::whole_share(), at)
+}
+
+/// Parses a table of ceilings by user and group, named `section`.
+fn ceilings(
+    raw: &RawCeilings,
+    section: &str,
+    format: &str,
+    value_of: impl Fn(&toml::Value) -> Option<i32>,
+    mut ceilings: PriorityCeilings,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<PriorityCeilings, ConfigError> {
     let ceiling = |what: String, value: &toml::Spanned<toml::Value>| {
-        priority_value(value.get_ref())
-            .ok_or_else(|| at(value.span(), format!("priority_ceilings: {what} = {}: expected {CEILING_FORMAT}", value.get_ref())))
+        value_of(value.get_ref()).ok_or_else(|| at(value.span(), format!("{section}: {what} = {}: expected {format}", value.get_ref())))
     };
-    let mut ceilings = PriorityCeilings::default();
     if let Some(default) = &raw.default {
         ceilings.default = ceiling("default".into(), default)?;
     }
@@ -362,11 +402,11 @@ fn priority_ceilings(
         [(Principal::User, &raw.users, &mut ceilings.users), (Principal::Group, &raw.groups, &mut ceilings.groups)]
     {
         for (key, value) in entries {
-            let id = principal.id_of(key.get_ref()).map_err(|e| at(key.span(), format!("priority_ceilings: {e}")))?;
+            let id = principal.id_of(key.get_ref()).map_err(|e| at(key.span(), format!("{section}: {e}")))?;
             let word = principal.word();
             let parsed = ceiling(format!("{word} {:?}", key.get_ref()), value)?;
             if into.insert(id, parsed).is_some() {
-                return Err(at(key.span(), format!("priority_ceilings: {word} {:?} is {word} {id}, named twice", key.get_ref())));
+                return Err(at(key.span(), format!("{section}: {word} {:?} is {word} {id}, named twice", key.get_ref())));
             }
         }
     }
@@ -582,6 +622,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Some(raw) => priority_ceilings(raw.get_ref(), &at)?,
         None => PriorityCeilings::default(),
     };
+    let share_ceilings = match &raw.share_ceilings {
+        Some(raw) => share_ceilings(raw.get_ref(), &at)?,
+        None => PriorityCeilings::whole_share(),
+    };
     let other_tenants = match &raw.other_tenants {
         None => OtherTenants::Allow,
         Some(value) => match value.get_ref().as_str() {
@@ -590,7 +634,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             other => return Err(at(value.span(), format!("other_tenants = {other:?}: expected \"allow\" or \"refuse\""))),
         },
     };
-    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings })
+    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings })
 }
 
 /// Refuses a share above the same tenant's limit on a device: a share is
@@ -964,6 +1008,17 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         assert_eq!(config.priority_ceiling(1002, &[51, 50]), 100, "the highest of a user's groups");
         assert_eq!(config.priority_ceiling(1003, &[7]), -1);
         assert_eq!(Config::default().priority_ceiling(1003, &[7]), 0, "0 when the file says nothing");
+    }
+
+    #[test]
+    fn share_ceilings_are_whole_percentages_by_user_then_group_then_default() {
+        let config = parse("[share_ceilings]\ndefault = 50\nusers = { \"1001\" = 20 }\ngroups = { \"50\" = 30 }\n").unwrap();
+        assert_eq!(config.share_ceilings.of(1001, &[50]), 2000);
+        assert_eq!(config.share_ceilings.of(1002, &[50]), 3000);
+        assert_eq!(config.share_ceilings.of(1003, &[]), 5000);
+        assert_eq!(Config::default().share_ceilings.of(1003, &[]), 10_000, "a whole device unless the file says");
+        let err = parse("[share_ceilings]\ndefault = 101\n").unwrap_err().to_string();
+        assert!(err.contains("share_ceilings: default = 101: expected a whole percentage from 0 to 100"), "{err}");
     }
 
     #[test]

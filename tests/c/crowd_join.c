@@ -45,6 +45,9 @@ static void open_all(void) {
     }
 }
 
+/* The descriptor through which the shim holds its slot's lock. */
+static int ledger_fd = -1;
+
 /* The slot whose lock this process's shim holds, from /proc/self/fdinfo. */
 static long own_slot(long base, long stride) {
     for (int fd = 0; fd < 1024; fd++) {
@@ -59,6 +62,7 @@ static long own_slot(long base, long stride) {
             if (at && sscanf(at, "OFDLCK ADVISORY  WRITE %*d %63s %ld %ld", file, &start, &end) == 3 && start >= base &&
                 (start - base) % stride == 0) {
                 fclose(f);
+                ledger_fd = fd;
                 return (start - base) / stride;
             }
         }
@@ -73,7 +77,7 @@ static int join_all(const char *tenant, long slot, int ordinal) {
     CUuuid uuid;
     if (cuDeviceGet(&d1, ordinal) != CUDA_SUCCESS || cuDeviceGetUuid(&uuid, d1) != CUDA_SUCCESS) return 0;
     unsigned char hello[104] = {0};
-    uint32_t words[4] = {0x31485347u /* GSH1 */, 2, (uint32_t)slot, 1};
+    uint32_t words[4] = {0x31485347u /* GSH1 */, 3, (uint32_t)slot, 1};
     memcpy(hello, words, sizeof words);
     memcpy(hello + 16, uuid.bytes, 16);
     strncpy((char *)hello + 32, tenant, 63);
@@ -84,7 +88,19 @@ static int join_all(const char *tenant, long slot, int ordinal) {
         fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
         struct sockaddr_un a = {.sun_family = AF_UNIX};
         strncpy(a.sun_path, sock_path, sizeof(a.sun_path) - 1);
-        if (connect(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 || write(fds[i], hello, sizeof hello) != sizeof hello) continue;
+        /* The hello, with the ledger's descriptor as the shim sends it. */
+        struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } control;
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+        struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cmsg), &ledger_fd, sizeof(int));
+        if (connect(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 || sendmsg(fds[i], &msg, 0) != sizeof hello) continue;
         unsigned char answer[8];
         if (read(fds[i], answer, sizeof answer) == sizeof answer && answer[0] == 1)
             joined++;

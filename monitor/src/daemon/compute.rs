@@ -42,6 +42,11 @@ pub fn share_with_arbiter(shared: &Shared, config: &Config, dir: &std::path::Pat
         *ceilings = config.priority_ceilings.clone();
     }
     drop(ceilings);
+    let mut shares = shared.share_ceilings.lock().unwrap_or_else(|e| e.into_inner());
+    if shares.as_ref() != Some(&config.share_ceilings) {
+        *shares = Some(config.share_ceilings.clone());
+    }
+    drop(shares);
     let tenants = crate::discovery::tenants_dir(dir);
     let dirs: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&tenants)
         .into_iter()

@@ -107,7 +107,7 @@ fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::P
         uuid: device.uuid,
         asked_cap_bytes: rt.ledger.held_cap_bytes(device.ledger_index),
     };
-    let joined = broker::join_or_refusal(dir, &hello)?;
+    let joined = broker::join_or_refusal(dir, &hello, Some(rt.ledger.lock_fd()))?;
     let member = joined.member;
     let page = joined.grants.leak();
     let fd = joined.stream.into_raw_fd();

@@ -12,10 +12,11 @@
 //! connection per device. A hello is accepted only when:
 //! - the device is one NVML lists (or, without NVML, one the tenant's
 //!   ledger registered, up to [`MAX_DEVICES`] in all);
-//! - the peer process (its pid from the kernel, `SO_PEERCRED`) holds the
-//!   lock of the slot it names in the ledger of the tenant it names (the
-//!   kernel's word again, `host::check_lock`), so no process can speak for
-//!   another tenant;
+//! - the descriptor sent with the hello (`SCM_RIGHTS`) is an open of the
+//!   ledger of the tenant it names and holds the lock of the slot it names
+//!   (the kernel's word, two `F_OFD_GETLK`:
+//!   `Ledger::passed_descriptor_holds`), so no process can speak for another
+//!   tenant, and what the process holds besides costs the check nothing;
 //! - in a tenant's directory, it names that directory's tenant.
 //!
 //! A tenant's settings come from the configuration when it names the
@@ -31,12 +32,12 @@ pub mod sched;
 use super::log;
 use crate::compute::{Claim, DeviceReport};
 use crate::discovery::{self, Layout};
-use crate::host::{self, LockCheck, SlotLock};
+use crate::host;
 use ledger::broker::{self, Hello, Op, Refusal, HELLO_BYTES, MESSAGE_BYTES};
 use ledger::grants::{tenant_key, Grants};
 use sched::{ConnId, DeviceSched};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -56,6 +57,11 @@ pub const MAX_PENDING_PER_PID: usize = 16;
 pub const MAX_CONNS_PER_UID: usize = 4096;
 /// Connections the monitor holds open.
 pub const MAX_CONNS: usize = 16_384;
+/// Hellos of one user checked in one round of the loop: a user that sends
+/// thousands a second waits its turn, round by round, and delays no other
+/// user's hello nor anybody's turns by more than this many checks (each a
+/// few `fstat`, `fcntl` and a mapping of the ledger).
+pub const HELLOS_PER_ROUND_PER_UID: usize = 8;
 /// Devices the monitor arbitrates without NVML to list them.
 pub const MAX_DEVICES: usize = 64;
 /// The longest the loop sleeps with nothing due.
@@ -86,6 +92,10 @@ pub struct Shared {
     /// a tenant the configuration does not name runs at most at its
     /// process's user's ceiling, whatever its page says.
     pub priority_ceilings: Mutex<crate::config::PriorityCeilings>,
+    /// How much share each user's self-declared tenants hold together
+    /// (`[share_ceilings]`, ratio × 10 000; see `sched::effective_claims`);
+    /// `None` before the configuration is read (a whole device each).
+    pub share_ceilings: Mutex<Option<crate::config::PriorityCeilings>>,
 }
 
 impl Shared {
@@ -151,6 +161,8 @@ pub fn start(dir: &Path, layout: Layout, shared: Arc<Shared>) -> Result<(), Stri
         started: Instant::now(),
         ceilings: HashMap::new(),
         lowered: HashSet::new(),
+        hellos_this_round: HashMap::new(),
+        deferred: std::collections::VecDeque::new(),
     };
     std::thread::Builder::new()
         .name("arbiter".into())
@@ -207,8 +219,17 @@ struct Listening {
 }
 
 enum ConnState {
-    Hello { buf: Vec<u8>, deadline: Instant },
-    Joined { uuid: [u8; 16], tenant: String, buf: Vec<u8> },
+    /// Waiting for the hello, and the ledger descriptor sent with it.
+    Hello {
+        buf: Vec<u8>,
+        deadline: Instant,
+        ledger_fd: Option<std::os::fd::OwnedFd>,
+    },
+    Joined {
+        uuid: [u8; 16],
+        tenant: String,
+        buf: Vec<u8>,
+    },
 }
 
 struct Conn {
@@ -231,11 +252,16 @@ struct Arbiter {
     names: HashMap<u64, String>,
     next_id: ConnId,
     started: Instant,
-    /// Each user's priority ceiling and when it was looked up: the user
-    /// database is asked once a minute per user, not once per hello.
-    ceilings: HashMap<u32, (i32, Instant)>,
+    /// Each user's priority and share ceilings and when they were looked
+    /// up: the user database is asked once a minute per user, not once per
+    /// hello.
+    ceilings: HashMap<u32, (i32, u32, Instant)>,
     /// Tenants already told (in the log) that their priority was lowered.
     lowered: HashSet<String>,
+    /// Hellos checked this round, by the peer's user.
+    hellos_this_round: HashMap<u32, usize>,
+    /// Whole hellos waiting for their user's budget, oldest first.
+    deferred: std::collections::VecDeque<ConnId>,
 }
 
 fn now_ns() -> u64 {
@@ -258,7 +284,9 @@ impl Arbiter {
                 self.expire_hellos();
                 last_housekeeping = Instant::now();
             }
-            let timeout = self.poll_timeout();
+            self.hellos_this_round.clear();
+            self.run_deferred();
+            let timeout = if self.deferred.is_empty() { self.poll_timeout() } else { Duration::ZERO };
             let ready = self.poll(timeout);
             for (kind, fd_ready) in ready {
                 match kind {
@@ -393,7 +421,8 @@ impl Arbiter {
             }
             let id = self.next_id;
             self.next_id += 1;
-            let state = ConnState::Hello { buf: Vec::with_capacity(HELLO_BYTES), deadline: Instant::now() + HELLO_DEADLINE };
+            let state =
+                ConnState::Hello { buf: Vec::with_capacity(HELLO_BYTES), deadline: Instant::now() + HELLO_DEADLINE, ledger_fd: None };
             self.conns.insert(id, Conn { stream, peer, dir_tenant, state });
         }
     }
@@ -401,28 +430,63 @@ impl Arbiter {
     fn read_conn(&mut self, id: ConnId, readable: bool) {
         let Some(conn) = self.conns.get_mut(&id) else { return };
         let mut chunk = [0u8; 512];
-        let read = if readable { conn.stream.read(&mut chunk) } else { Ok(0) };
-        let n = match read {
-            Ok(0) => return self.drop_conn(id),
-            Ok(n) => n,
+        // A descriptor comes only with the hello; one sent later is closed.
+        let read = if readable { broker::receive_now(conn.stream.as_raw_fd(), &mut chunk) } else { Ok((0, None)) };
+        let (n, passed) = match read {
+            Ok((0, _)) => return self.drop_conn(id),
+            Ok(got) => got,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(_) => return self.drop_conn(id),
         };
         let bytes = chunk.get(..n).unwrap_or_default();
         match &mut conn.state {
-            ConnState::Hello { buf, .. } => {
+            ConnState::Hello { buf, ledger_fd, .. } => {
                 buf.extend_from_slice(bytes);
-                if buf.len() < HELLO_BYTES {
-                    return;
+                if ledger_fd.is_none() {
+                    *ledger_fd = passed;
                 }
-                let mut hello = [0u8; HELLO_BYTES];
-                hello.copy_from_slice(&buf[..HELLO_BYTES]);
-                let rest = buf[HELLO_BYTES..].to_vec();
-                self.hello(id, &hello, rest);
+                if buf.len() >= HELLO_BYTES && !self.try_hello(id) {
+                    self.deferred.push_back(id);
+                }
             }
             ConnState::Joined { buf, .. } => {
                 buf.extend_from_slice(bytes);
                 self.messages(id);
+            }
+        }
+    }
+
+    /// Checks connection `id`'s whole hello if its user has budget left
+    /// this round ([`HELLOS_PER_ROUND_PER_UID`]); `false` when it must
+    /// wait for the next round.
+    fn try_hello(&mut self, id: ConnId) -> bool {
+        let Some(conn) = self.conns.get_mut(&id) else { return true };
+        let uid = conn.peer.uid;
+        let ConnState::Hello { buf, ledger_fd, .. } = &mut conn.state else { return true };
+        if buf.len() < HELLO_BYTES {
+            return true;
+        }
+        let spent = self.hellos_this_round.entry(uid).or_default();
+        if *spent >= HELLOS_PER_ROUND_PER_UID {
+            return false;
+        }
+        *spent += 1;
+        let mut hello = [0u8; HELLO_BYTES];
+        hello.copy_from_slice(&buf[..HELLO_BYTES]);
+        let rest = buf[HELLO_BYTES..].to_vec();
+        // The descriptor keeps the process's lock alive while it is open:
+        // it is closed as soon as the hello is checked.
+        let ledger_fd = ledger_fd.take();
+        self.hello(id, &hello, ledger_fd, rest);
+        true
+    }
+
+    /// Checks the hellos that waited for their user's budget, oldest first.
+    fn run_deferred(&mut self) {
+        let waiting = std::mem::take(&mut self.deferred);
+        for id in waiting {
+            if !self.try_hello(id) {
+                self.deferred.push_back(id);
             }
         }
     }
@@ -438,9 +502,10 @@ impl Arbiter {
     }
 
     /// Checks a hello and answers it (see the module docs).
-    fn hello(&mut self, id: ConnId, bytes: &[u8; HELLO_BYTES], rest: Vec<u8>) {
+    fn hello(&mut self, id: ConnId, bytes: &[u8; HELLO_BYTES], ledger_fd: Option<std::os::fd::OwnedFd>, rest: Vec<u8>) {
         let Some(conn) = self.conns.get(&id) else { return };
-        let verdict = self.verify(conn, bytes);
+        let verdict = self.verify(conn, bytes, ledger_fd.as_ref().map(std::os::fd::AsFd::as_fd));
+        drop(ledger_fd);
         let Some(conn) = self.conns.get(&id) else { return };
         let fd = conn.stream.as_raw_fd();
         let peer_uid = conn.peer.uid;
@@ -474,9 +539,11 @@ impl Arbiter {
             self.conns.remove(&id);
             return;
         }
-        if self_declared {
-            claim.priority = self.held_to_ceiling(&hello.tenant, peer_uid, claim.priority);
-        }
+        let declared = self_declared.then(|| {
+            let (priority_ceiling, share_ceiling_e4) = self.ceilings_of(peer_uid);
+            claim.priority = self.held_to_ceiling(&hello.tenant, peer_uid, claim.priority, priority_ceiling);
+            sched::Declared { uid: peer_uid, ceiling_e4: share_ceiling_e4 }
+        });
         let now = now_ns();
         if let std::collections::hash_map::Entry::Vacant(vacant) = self.devices.entry(hello.uuid) {
             match Grants::create_sealed(&crate::nvml::uuid_string(&hello.uuid)) {
@@ -493,7 +560,7 @@ impl Arbiter {
         }
         let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
         let key = tenant_key(&hello.tenant);
-        let Some(member) = device.join(key, claim, id, now) else {
+        let Some(member) = device.join_as(key, claim, declared, id, now) else {
             let _ = broker::refuse(fd, Refusal::Full);
             self.conns.remove(&id);
             return;
@@ -516,16 +583,23 @@ impl Arbiter {
         self.step(hello.uuid, now);
     }
 
-    /// `priority`, or the ceiling of user `uid` when it is lower (said
-    /// once per tenant).
-    fn held_to_ceiling(&mut self, tenant: &str, uid: u32, priority: i32) -> i32 {
+    /// User `uid`'s priority ceiling and share ceiling (ratio × 10 000).
+    fn ceilings_of(&mut self, uid: u32) -> (i32, u32) {
         const LOOKUP_EVERY: Duration = Duration::from_secs(60);
-        let fresh = self.ceilings.get(&uid).filter(|(_, at)| at.elapsed() < LOOKUP_EVERY).map(|(c, _)| *c);
-        let ceiling = fresh.unwrap_or_else(|| {
-            let ceiling = self.shared.priority_ceilings.lock().unwrap_or_else(|e| e.into_inner()).of(uid, &host::groups_of(uid));
-            self.ceilings.insert(uid, (ceiling, Instant::now()));
-            ceiling
-        });
+        if let Some((priority, share, _)) = self.ceilings.get(&uid).filter(|(_, _, at)| at.elapsed() < LOOKUP_EVERY) {
+            return (*priority, *share);
+        }
+        let groups = host::groups_of(uid);
+        let priority = self.shared.priority_ceilings.lock().unwrap_or_else(|e| e.into_inner()).of(uid, &groups);
+        let share = self.shared.share_ceilings.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(i32::MAX, |c| c.of(uid, &groups));
+        let share = share.clamp(0, ledger::compute::WHOLE_DEVICE_RATIO_E4 as i32) as u32;
+        self.ceilings.insert(uid, (priority, share, Instant::now()));
+        (priority, share)
+    }
+
+    /// `priority`, or `ceiling` (user `uid`'s) when it is lower (said once
+    /// per tenant).
+    fn held_to_ceiling(&mut self, tenant: &str, uid: u32, priority: i32, ceiling: i32) -> i32 {
         if priority <= ceiling {
             return priority;
         }
@@ -538,7 +612,12 @@ impl Arbiter {
         ceiling
     }
 
-    fn verify(&self, conn: &Conn, bytes: &[u8; HELLO_BYTES]) -> Result<(Hello, Claim, bool), Refusal> {
+    fn verify(
+        &self,
+        conn: &Conn,
+        bytes: &[u8; HELLO_BYTES],
+        ledger_fd: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<(Hello, Claim, bool), Refusal> {
         let hello = Hello::decode(bytes).ok_or(Refusal::Malformed)?;
         if conn.dir_tenant.as_ref().is_some_and(|t| *t != hello.tenant) {
             return Err(Refusal::NotYourSlot);
@@ -561,8 +640,11 @@ impl Arbiter {
         if ledger.tenant() != hello.tenant {
             return Err(Refusal::NotYourSlot);
         }
-        let lock = SlotLock::of(&ledger, hello.slot as usize).ok_or(Refusal::NotYourSlot)?;
-        if host::check_lock(Path::new("/proc"), conn.peer.pid, &lock) != LockCheck::Holds {
+        // The kernel's word, in bounded time: the descriptor the process
+        // sent is that ledger and holds the slot's lock (never a walk of
+        // the process's open files, whose cost the process decides).
+        let passed = ledger_fd.ok_or(Refusal::NotYourSlot)?;
+        if !ledger.passed_descriptor_holds(passed, hello.slot as usize) {
             return Err(Refusal::NotYourSlot);
         }
         let entry = ledger.devices().into_iter().find(|d| d.uuid == hello.uuid);

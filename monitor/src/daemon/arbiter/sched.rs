@@ -131,6 +131,52 @@ pub fn targets(claims: &[Claim]) -> Vec<u32> {
     target.into_iter().map(|t| t.min(whole) as u32).collect()
 }
 
+/// Who declared a tenant's share when the configuration does not name it:
+/// the user of its first process on the device, and that user's ceiling
+/// (`[share_ceilings]`, ratio × 10 000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    pub uid: u32,
+    pub ceiling_e4: u32,
+}
+
+/// The claims [`targets`] splits the device by, with each self-declared
+/// share cut to what it may claim: the configured shares of the active
+/// members come first; the self-declared shares of one user count as one,
+/// held to that user's ceiling; and all the users' together divide only
+/// what the configured shares leave (in proportion to what each user's
+/// tenants declared). So a configured share holds whatever tenants others
+/// invent, and a user gains nothing by splitting its work into more of
+/// them. A self-declared share is never cut to nothing (0 would mean "no
+/// share", which splits what shares leave).
+pub fn effective_claims(members: &[(Claim, Option<Declared>)]) -> Vec<Claim> {
+    let whole = u64::from(WHOLE_E4);
+    let share = |c: &Claim| u64::from(c.share_e4.min(WHOLE_E4));
+    let configured: u64 = members.iter().filter(|(_, d)| d.is_none()).map(|(c, _)| share(c)).sum();
+    let left = whole.saturating_sub(configured);
+    // Each user's declared total, and what it may hold.
+    let mut users: Vec<(u32, u64, u64)> = Vec::new();
+    for (claim, declared) in members {
+        let Some(d) = declared else { continue };
+        match users.iter_mut().find(|(uid, _, _)| *uid == d.uid) {
+            Some((_, total, _)) => *total += share(claim),
+            None => users.push((d.uid, share(claim), u64::from(d.ceiling_e4.min(WHOLE_E4)))),
+        }
+    }
+    let held = |total: u64, ceiling: u64| total.min(ceiling);
+    let all_held: u64 = users.iter().map(|(_, total, ceiling)| held(*total, *ceiling)).sum();
+    members
+        .iter()
+        .map(|(claim, declared)| {
+            let Some(d) = declared.filter(|_| claim.share_e4 > 0) else { return *claim };
+            let Some(&(_, total, ceiling)) = users.iter().find(|(uid, _, _)| *uid == d.uid) else { return *claim };
+            let user_gets = if all_held > left { held(total, ceiling) * left / all_held.max(1) } else { held(total, ceiling) };
+            let mine = share(claim) * user_gets / total.max(1);
+            Claim { share_e4: mine.max(1) as u32, ..*claim }
+        })
+        .collect()
+}
+
 /// A connection's id, the monitor's own.
 pub type ConnId = u64;
 
@@ -149,6 +195,8 @@ struct Conn {
 struct MemberState {
     key: u64,
     claim: Claim,
+    /// Who declared its settings; `None` when the configuration names it.
+    declared: Option<Declared>,
     vtime: u64,
     served_ns: u64,
     weight_e4: u32,
@@ -279,7 +327,14 @@ impl DeviceSched {
 
     /// Adds connection `conn` of tenant `key` with settings `claim`;
     /// returns its member index, or `None` when the device is full.
+    #[cfg(test)]
     pub fn join(&mut self, key: u64, claim: Claim, conn: ConnId, now_ns: u64) -> Option<u32> {
+        self.join_as(key, claim, None, conn, now_ns)
+    }
+
+    /// [`join`](Self::join) for a tenant whose settings its own processes
+    /// declared (`declared`: who), the first process's word kept.
+    pub fn join_as(&mut self, key: u64, claim: Claim, declared: Option<Declared>, conn: ConnId, now_ns: u64) -> Option<u32> {
         let found = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key));
         let m = match found {
             Some(m) => m,
@@ -296,6 +351,7 @@ impl DeviceSched {
                 let state = MemberState {
                     key,
                     claim,
+                    declared,
                     vtime: 0,
                     served_ns: 0,
                     weight_e4: 0,
@@ -327,6 +383,7 @@ impl DeviceSched {
     pub fn set_claim(&mut self, key: u64, claim: Claim) {
         for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
             member.claim = claim;
+            member.declared = None;
         }
     }
 
@@ -467,8 +524,8 @@ impl DeviceSched {
     /// Every active member's weight, by [`targets`].
     fn update_weights(&mut self, now_ns: u64) {
         let active: Vec<usize> = (0..MAX_MEMBERS).filter(|&i| self.member(i).is_some_and(|m| m.active(now_ns))).collect();
-        let claims: Vec<Claim> = active.iter().filter_map(|&i| self.member(i).map(|m| m.claim)).collect();
-        for (i, weight) in active.into_iter().zip(targets(&claims)) {
+        let claims: Vec<(Claim, Option<Declared>)> = active.iter().filter_map(|&i| self.member(i).map(|m| (m.claim, m.declared))).collect();
+        for (i, weight) in active.into_iter().zip(targets(&effective_claims(&claims))) {
             if let Some(member) = self.member_mut(i) {
                 member.weight_e4 = weight.max(1);
             }
@@ -818,6 +875,34 @@ mod tests {
         assert_eq!(percents(&[claim(80, 0, 0), claim(80, 0, 0)]), vec![50, 50]);
         assert_eq!(percents(&[claim(0, 20, 0), claim(0, 30, 0)]), vec![20, 30]);
         assert!(targets(&[]).is_empty());
+    }
+
+    #[test]
+    fn self_declared_shares_divide_what_configured_ones_leave_and_splitting_gains_nothing() {
+        let user = |uid: u32, ceiling: u32| Some(Declared { uid, ceiling_e4: ceiling * 100 });
+        let effective = |members: &[(Claim, Option<Declared>)]| percents(&effective_claims(members));
+        // One, two and ten self-declared tenants of one user beside a configured 90.
+        for n in [1usize, 2, 10] {
+            let mut members = vec![(claim(90, 0, 0), None)];
+            members.extend((0..n).map(|_| (claim(100, 0, 0), user(1000, 100))));
+            let got = effective(&members);
+            assert_eq!(got[0], 90, "{n} self-declared tenants: {got:?}");
+            assert_eq!(targets(&effective_claims(&members)).iter().skip(1).sum::<u32>(), 1000, "{n}: they share the 10 left");
+        }
+        // Two users split what is left by what they declared, each held to its ceiling.
+        assert_eq!(
+            effective(&[(claim(50, 0, 0), None), (claim(100, 0, 0), user(1, 100)), (claim(100, 0, 0), user(2, 100))]),
+            vec![50, 25, 25]
+        );
+        assert_eq!(effective(&[(claim(100, 0, 0), user(1, 20)), (claim(100, 0, 0), user(2, 100))]), vec![17, 83]);
+        // Splitting into tenants gains a user nothing against another user.
+        let one = effective(&[(claim(60, 0, 0), user(1, 100)), (claim(60, 0, 0), user(2, 100))]);
+        let split = effective(&[(claim(30, 0, 0), user(1, 100)), (claim(30, 0, 0), user(1, 100)), (claim(60, 0, 0), user(2, 100))]);
+        assert_eq!(one, vec![50, 50]);
+        assert_eq!(split, vec![25, 25, 50]);
+        // Configured shares alone are untouched, and an undeclared share stays none.
+        assert_eq!(effective(&[(claim(25, 0, 0), None), (claim(75, 0, 0), None)]), vec![25, 75]);
+        assert_eq!(effective(&[(claim(100, 0, 0), None), (claim(0, 0, 0), user(1, 100))]), vec![100, 0]);
     }
 
     fn sched() -> DeviceSched {
