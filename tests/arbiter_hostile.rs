@@ -279,3 +279,60 @@ fn tenants_nobody_configured_divide_only_what_configured_shares_leave() {
         assert!(v + o > 0.6, "the device idled: vic {v:.3}, others {o:.3}");
     }
 }
+
+/// A process of `att` (share 10) forks while it holds its tenant's turn,
+/// with work in flight, and parent and child both go on launching: the
+/// child takes turns as a process of its own (the parent's connection is
+/// not its to use), nothing runs outside the turns, and `vic` (share 90)
+/// keeps its part.
+#[test]
+fn a_process_that_forks_while_it_holds_a_turn_gains_nothing() {
+    let _serial = serial();
+    let sim = sim();
+    let config = config(&sim, "[tenants.att]\nshare = 10\n[tenants.vic]\nshare = 90\n");
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let vic = saturate(&sim, "vic", &[], "7");
+    let mut cmd = sim.command(compile_c("fork_turn"));
+    cmd.env("GPUSLICE_TENANT", "att").args(["1000", "4"]);
+    let mut att = sim.spawn(&mut cmd);
+    att.wait_for("started");
+    let (att, vic) = (att.wait(), vic.wait());
+    att.assert_success();
+    vic.assert_success();
+    let count = |key: &str| att.stdout.lines().find_map(|l| l.strip_prefix(key)).and_then(|n| n.parse::<f64>().ok()).unwrap_or(0.0);
+    let (parent, child) = (count("parent.kernels="), count("child.kernels="));
+    assert!(att.stdout.contains("child.status=0"), "the child did not end well\n{att}");
+    assert!(parent > 0.0 && child > 0.0, "parent {parent}, child {child} kernels\n{att}");
+    let v = busy_ratio(&busy_bins(&vic, 1000.0), 2.0, 5.0);
+    // att's kernels over the same 4.5 s, as a part of the device.
+    let a = (parent + child) * 0.001 / 4.5;
+    eprintln!("fork while holding a turn: vic {v:.3}, att's parent {parent} and child {child} kernels (about {a:.3})");
+    assert!(v / (v + a) > 0.85, "vic kept {:.3} of what ran beside a forking tenant", v / (v + a));
+    let metrics = monitor.metrics();
+    assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "outside_turns")]), Some(0.0), "{att}\n{metrics:#?}");
+}
+
+/// The bounds on arbiter connections that `deploy/security.md` states
+/// hold: 16 without a hello per process, 4,096 per user. One process that
+/// opens 20 has 4 refused at once; 260 processes of one user that open 16
+/// each (4,160) have at most 64 refused (fewer if the first ones' hello
+/// deadline passed before the last ones came), never more.
+#[test]
+fn connections_are_bounded_per_process_and_per_user() {
+    let _serial = serial();
+    let sim = sim();
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let socket = broker::socket_path(&sim.ledger_dir());
+    let flood = |children: &str, per_child: &str| {
+        let out = sim.run(sim.command(compile_c("conn_flood")).arg(&socket).args([children, per_child]));
+        out.assert_success();
+        let value = |key: &str| out.stdout.lines().find_map(|l| l.strip_prefix(key)).and_then(|n| n.parse::<i64>().ok()).unwrap();
+        (value("opened="), value("refused="))
+    };
+    let (opened, refused) = flood("1", "20");
+    assert_eq!((opened, refused), (20, 4), "one process with 20 connections without a hello");
+    let (opened, refused) = flood("260", "16");
+    eprintln!("260 processes of one user, 16 connections each: {opened} opened, {refused} refused");
+    assert_eq!(opened, 4160);
+    assert!(refused > 0 && refused <= 64, "{refused} of 4,160 refused: the per-user bound is not 4,096");
+}
