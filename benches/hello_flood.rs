@@ -77,7 +77,13 @@ fn phase(flooded: bool, seconds: f64) {
     let dir = sim.ledger_dir();
     let probe = ledger::Ledger::open_or_create(&dir, "probe").expect("the probe's ledger");
     let slot = probe.claim_slot().expect("a slot");
-    let hello = Hello { tenant: "probe".into(), slot: slot.index() as u32, generation: slot.generation(), uuid, asked_cap_bytes: ledger::UNLIMITED };
+    let hello = Hello {
+        tenant: "probe".into(),
+        slot: slot.index() as u32,
+        generation: slot.generation(),
+        uuid,
+        asked_cap_bytes: ledger::UNLIMITED,
+    };
     let mut latencies_ms = Vec::new();
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < until {
