@@ -41,10 +41,20 @@ struct Tenant {
     kernel_us: u64,
     /// Stops after this many seconds (the rest of the run it is idle).
     stop_after_s: Option<f64>,
+    /// A training loop that synchronises every step: kernels per step and
+    /// µs of host work after each (`fairness_load.py steps`); `None`:
+    /// kernels back to back.
+    steps: Option<(u32, u32)>,
 }
 
 fn tenant(name: &'static str, share: Option<u32>, limit: Option<u32>, kernel_us: u64) -> Tenant {
-    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None }
+    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None, steps: None }
+}
+
+/// A tenant of 500 µs kernels that synchronises every `per_step` of them,
+/// with `host_us` of host work between steps.
+fn stepper(name: &'static str, share: u32, per_step: u32, host_us: u32) -> Tenant {
+    Tenant { steps: Some((per_step, host_us)), ..tenant(name, Some(share), None, 500) }
 }
 
 struct Scenario {
@@ -87,6 +97,26 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "25-75-100us",
             tenants: vec![t("a", Some(25), None, 100), t("b", Some(75), None, 100)],
+            targets: vec![25.0, 75.0],
+        },
+        // Training loops that synchronise every step (`loss.item()`).
+        Scenario { name: "sync-1ms-25-75", tenants: vec![stepper("a", 25, 2, 0), stepper("b", 75, 2, 0)], targets: vec![25.0, 75.0] },
+        Scenario { name: "sync-2ms-25-75", tenants: vec![stepper("a", 25, 4, 0), stepper("b", 75, 4, 0)], targets: vec![25.0, 75.0] },
+        Scenario { name: "sync-10ms-25-75", tenants: vec![stepper("a", 25, 20, 0), stepper("b", 75, 20, 0)], targets: vec![25.0, 75.0] },
+        Scenario { name: "sync-40ms-25-75", tenants: vec![stepper("a", 25, 80, 0), stepper("b", 75, 80, 0)], targets: vec![25.0, 75.0] },
+        Scenario {
+            name: "sync-10ms-host-2ms-25-75",
+            tenants: vec![stepper("a", 25, 20, 2000), stepper("b", 75, 20, 2000)],
+            targets: vec![25.0, 75.0],
+        },
+        Scenario {
+            name: "sync-2ms-25-vs-75",
+            tenants: vec![stepper("a", 25, 4, 0), tenant("b", Some(75), None, 500)],
+            targets: vec![25.0, 75.0],
+        },
+        Scenario {
+            name: "25-vs-sync-2ms-75",
+            tenants: vec![tenant("a", Some(25), None, 500), stepper("b", 75, 4, 0)],
             targets: vec![25.0, 75.0],
         },
         Scenario {
@@ -160,7 +190,11 @@ fn spawn(sim: &Sim, t: &Tenant, seconds: f64, epoch_s: f64) -> Running {
     if let Some(limit) = t.limit {
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit.to_string());
     }
-    cmd.args(["saturate", &t.kernel_us.to_string(), &t.stop_after_s.unwrap_or(seconds).to_string(), &t.device.to_string()]);
+    let run_s = t.stop_after_s.unwrap_or(seconds).to_string();
+    match t.steps {
+        Some((per_step, host_us)) => cmd.args(["steps", &t.kernel_us.to_string(), &per_step.to_string(), &host_us.to_string(), &run_s]),
+        None => cmd.args(["saturate", &t.kernel_us.to_string(), &run_s, &t.device.to_string()]),
+    };
     sim.spawn(&mut cmd)
 }
 
@@ -413,6 +447,63 @@ fn pytorch(seconds: f64) {
     println!("  bare:                       {bare:9.0}");
     println!("  alone with share 50:        {alone:9.0}  ({:.3}x bare)", alone / bare);
     println!("  two tenants, shares 25/75:  {:9.0} + {:9.0}  ({:.1} % / {:.1} %)", a, b, 100.0 * a / (a + b), 100.0 * b / (a + b));
+    // The same loop reading a value back (`.item()`) every op, and an MLP
+    // trained with `loss.item()` every step, as two tenants of 25 and 75.
+    let item_sim = Sim::new().shim().env("SIMGPU_KERNEL_US", "500").timeout(Duration::from_secs(seconds as u64 + 180));
+    let _item_monitor = Monitor::start(&item_sim, MonitorOptions::default());
+    let oploop = |tenant: &str, share: &str| {
+        let mut cmd = item_sim.command(&python);
+        cmd.arg(&script).arg(seconds.to_string()).arg("1").env("GPUSLICE_TENANT", tenant).env("GPUSLICE_COMPUTE_SHARE", share);
+        item_sim.spawn(&mut cmd)
+    };
+    let (a, b) = (oploop("a", "25"), oploop("b", "75"));
+    let (a, b) = (a.wait().f64("rate"), b.wait().f64("rate"));
+    println!("  one op and .item() each (500 us kernels), 25/75: {:.1} % / {:.1} %", 100.0 * a / (a + b), 100.0 * b / (a + b));
+    let train = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/torch_train_load.py");
+    let mlp = |tenant: &str, share: &str| {
+        let mut cmd = item_sim.command(&python);
+        cmd.arg(&train).arg(seconds.to_string()).arg("item").env("GPUSLICE_TENANT", tenant).env("GPUSLICE_COMPUTE_SHARE", share);
+        let mut running = item_sim.spawn(&mut cmd);
+        running.wait_for("started");
+        running
+    };
+    let (mut a, mut b) = (mlp("a", "25"), mlp("b", "75"));
+    a.send_line("go");
+    b.send_line("go");
+    let (a, b) = (a.wait().u64("steps") as f64, b.wait().u64("steps") as f64);
+    println!(
+        "  MLP with loss.item() every step (500 us kernels), 25/75: {:.1} % / {:.1} % of the steps",
+        100.0 * a / (a + b),
+        100.0 * b / (a + b)
+    );
+}
+
+/// The C client (`tests/c/compute_load.c`) synchronising every 4 kernels of
+/// 500 µs, two tenants of 25 and 75: a loop with no Python in it.
+fn c_sync(seconds: f64) {
+    let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let client = |tenant: &str, share: &str| {
+        let mut cmd = sim.c("compute_load");
+        cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_COMPUTE_SHARE", share).args([
+            "kernel",
+            "500",
+            &seconds.to_string(),
+            "0",
+            "sync=4",
+        ]);
+        sim.spawn(&mut cmd)
+    };
+    let (a, b) = (client("a", "25"), client("b", "75"));
+    let (a, b) = (a.wait(), b.wait());
+    let (ka, kb) = (a.u64("kernels") as f64, b.u64("kernels") as f64);
+    let busy = (ka + kb) * 500.0 / a.f64("wall_us").max(b.f64("wall_us"));
+    println!(
+        "\nC client synchronising every 4 kernels of 500 us, shares 25/75: {:.1} % / {:.1} % (device busy {:.1} %)",
+        100.0 * ka / (ka + kb),
+        100.0 * kb / (ka + kb),
+        100.0 * busy
+    );
 }
 
 fn main() {
@@ -429,6 +520,9 @@ fn main() {
     }
     if wanted("throughput") {
         throughput(args.seconds.min(6.0));
+    }
+    if wanted("c-sync") {
+        c_sync(args.seconds.min(8.0));
     }
     if wanted("pytorch") {
         pytorch(args.seconds.min(8.0));

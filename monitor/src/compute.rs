@@ -109,6 +109,38 @@ impl DeviceReport {
     }
 }
 
+/// Whether `device`, a tenant's on one device of `snapshot`, has a share
+/// or priority that nothing enforces: no monitor arbitrates that device
+/// (no grant page for it), so its processes share it as the hardware does.
+/// A limit is still kept, by the tenant's own processes.
+pub fn share_unenforced(snapshot: &Snapshot, device: &crate::snapshot::TenantDeviceView) -> bool {
+    let has_share_or_priority = device.compute_share_ratio.is_some() || device.compute_priority != 0;
+    has_share_or_priority && snapshot.devices.iter().any(|d| d.uuid == device.uuid && d.arbitrated.is_none())
+}
+
+/// One line per device whose shares or priorities nothing enforces (see
+/// [`share_unenforced`]), naming the tenants, for `status` and `top`.
+pub fn unenforced_notes(snapshot: &Snapshot) -> Vec<String> {
+    let mut notes = Vec::new();
+    for d in &snapshot.devices {
+        let tenants: Vec<&str> = snapshot
+            .tenants
+            .iter()
+            .filter(|t| t.devices.iter().any(|td| td.uuid == d.uuid && share_unenforced(snapshot, td)))
+            .map(|t| t.name.as_str())
+            .collect();
+        if !tenants.is_empty() {
+            notes.push(format!(
+                "device {}: no monitor arbitrates its time, so the shares and priorities of {} are NOT enforced there: \
+                 its processes share it as the hardware does (start the monitor: `gpuslice monitor`)",
+                d.index,
+                tenants.join(", ")
+            ));
+        }
+    }
+    notes
+}
+
 /// The counters of the last round, by (tenant, uuid).
 #[derive(Default)]
 pub struct ComputeState {

@@ -171,6 +171,7 @@ impl Sampler {
             Some(crate::compute::DeviceReport::from_page(grants.page(), &names))
         });
         self.compute.fill(&mut snapshot, Instant::now());
+        notes.extend(crate::compute::unenforced_notes(&snapshot));
         for device in &snapshot.devices {
             match device.arbitrated {
                 Some(true) => notes.push(format!("device {}: its time is arbitrated by the monitor", device.index)),

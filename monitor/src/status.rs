@@ -148,7 +148,11 @@ pub fn table(snapshot: &Snapshot, dir: &std::path::Path) -> String {
                 d.compute_limit_ratio.map_or("none".into(), percent),
                 d.compute_share_ratio.map_or("none".into(), percent),
                 d.compute_priority.to_string(),
-                d.compute_target_ratio.map_or("-".into(), percent),
+                if crate::compute::share_unenforced(snapshot, d) {
+                    "not enforced".into()
+                } else {
+                    d.compute_target_ratio.map_or("-".into(), percent)
+                },
                 d.compute_used_ratio.map_or("-".into(), percent),
             ]);
         }

@@ -1,7 +1,7 @@
 /* compute_load: keeps one device busy with back-to-back kernels, for the
  * compute limit tests.
  *
- *   compute_load ROUTE KERNEL_US SECONDS [DEVICE [sync]]
+ *   compute_load ROUTE KERNEL_US SECONDS [DEVICE [sync|sync=N]]
  *
  * Launches `sim_` kernels of KERNEL_US microseconds through ROUTE for
  * SECONDS of wall time (on device DEVICE, default 0), then waits for all of
@@ -11,7 +11,8 @@
  *   wall_us=W    from the first launch until the last kernel completed
  *   share=S      K x KERNEL_US / W: the share of the device it got
  * With `sync`, it waits for each launch before the next (a client that
- * never fills the queue). With GS_TEST_START_AT=T (seconds since the
+ * never fills the queue); with `sync=N`, for every N launches (a training
+ * loop that synchronises every step of N kernels). With GS_TEST_START_AT=T (seconds since the
  * epoch), it waits until the clock reads T before its first launch, so
  * that clients started apart (in containers, say) load the device over the
  * same stretch of time; it prints late_ms=L, how long after T it began.
@@ -62,14 +63,16 @@ static void *per_thread(const char *name) {
 int main(int argc, char **argv) {
     test_init_output();
     if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: compute_load ROUTE KERNEL_US SECONDS [DEVICE [sync]]\n");
+        fprintf(stderr, "usage: compute_load ROUTE KERNEL_US SECONDS [DEVICE [sync|sync=N]]\n");
         return 64;
     }
     const char *route = argv[1];
     uint64_t kernel_us = strtoull(argv[2], NULL, 10);
     double seconds = atof(argv[3]);
     int ordinal = argc > 4 ? atoi(argv[4]) : 0;
-    int sync_each = argc > 5 && strcmp(argv[5], "sync") == 0;
+    uint64_t sync_every = 0;
+    if (argc > 5 && strcmp(argv[5], "sync") == 0) sync_every = 1;
+    if (argc > 5 && strncmp(argv[5], "sync=", 5) == 0) sync_every = strtoull(argv[5] + 5, NULL, 10);
     size_t route_len = strlen(route);
     int ptsz = route_len > 5 && strcmp(route + route_len - 5, "_ptsz") == 0;
 
@@ -150,7 +153,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         launches++;
-        if (sync_each) CHECK(stream_sync(stream));
+        if (sync_every && launches % sync_every == 0) CHECK(stream_sync(stream));
     }
     CHECK(cuCtxSynchronize());
     CHECK(stream_sync(stream));

@@ -2,6 +2,7 @@
 
     fairness_load.py saturate KERNEL_US SECONDS [DEVICE]
     fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS
+    fairness_load.py steps KERNEL_US PER_STEP HOST_US SECONDS
 
 `saturate` launches `sim_sleep` kernels of KERNEL_US back to back on a
 stream of its own for SECONDS and prints, for every 100 ms of wall time
@@ -13,6 +14,12 @@ launches return at the pace kernels complete, to within that bound.
 
 `burst` launches COUNT kernels every PERIOD_MS, waits for each burst to
 complete, and prints each burst's latency in microseconds (`burst_us=L`).
+
+`steps` is a training loop that synchronises every step, as `loss.item()`
+does: PER_STEP kernels of KERNEL_US, then cuStreamSynchronize, then
+HOST_US of host work (a data loader's time; the CPU is busy meanwhile), for
+SECONDS. It prints the same `bin=I n=N` lines as `saturate` (the kernels of
+each step counted in the bin where the step ended), then `steps=S`.
 """
 import ctypes
 import os
@@ -76,8 +83,37 @@ def burst(kernel_us, count, period_ms, seconds):
     print("done=1", flush=True)
 
 
+def steps(kernel_us, per_step, host_us, seconds):
+    func, stream, keep = setup(kernel_us)
+    params = keep[1]
+    bins = {}
+    start = time.monotonic()
+    epoch = os.environ.get("FAIRNESS_EPOCH")
+    origin = start - (time.time() - float(epoch)) if epoch else start
+    print("started=1", flush=True)
+    until = start + seconds
+    done = 0
+    while time.monotonic() < until:
+        for _ in range(per_step):
+            check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
+        check(cu.cuStreamSynchronize(stream))
+        done += 1
+        b = int((time.monotonic() - origin) * 10)
+        if b >= 0:
+            bins[b] = bins.get(b, 0) + per_step
+        host_until = time.monotonic() + host_us / 1e6
+        while time.monotonic() < host_until:
+            pass
+    for b in sorted(bins):
+        print(f"bin={b} n={bins[b]}")
+    print(f"steps={done}")
+    print("done=1", flush=True)
+
+
 mode = sys.argv[1]
-if mode == "saturate":
+if mode == "steps":
+    steps(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+elif mode == "saturate":
     saturate(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
 else:
     burst(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))

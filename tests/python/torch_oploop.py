@@ -1,7 +1,9 @@
 """A PyTorch client of the fairness benchmark: a one-op loop (an in-place
-add on a small CUDA tensor) for SECONDS, synchronising every 1000 ops.
+add on a small CUDA tensor) for SECONDS, synchronising every 1000 ops, or
+with ITEM_EVERY, reading one value back (`.item()`, as a training loop's
+logging does) every ITEM_EVERY ops.
 
-    torch_oploop.py SECONDS
+    torch_oploop.py SECONDS [ITEM_EVERY]
 
 Prints started=1, then ops=N, wall_s=W and rate=N/W. On simgpu each op's
 kernel runs for SIMGPU_KERNEL_US."""
@@ -13,6 +15,7 @@ import torch
 
 def main():
     seconds = float(sys.argv[1])
+    item_every = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     x = torch.ones(16, device="cuda")
     for _ in range(200):
         x.add_(1)
@@ -22,6 +25,12 @@ def main():
     start = time.monotonic()
     until = start + seconds
     while time.monotonic() < until:
+        if item_every:
+            for _ in range(item_every):
+                x.add_(1)
+            x[0].item()
+            ops += item_every
+            continue
         for _ in range(1000):
             x.add_(1)
         torch.cuda.synchronize()

@@ -180,7 +180,11 @@ fn tenant_row(snapshot: &Snapshot, t: &TenantView, d: &TenantDeviceView) -> Vec<
         Cell::plain(d.compute_limit_ratio.map_or("none".into(), percent)),
         Cell::plain(d.compute_share_ratio.map_or("-".into(), percent)),
         Cell::plain(d.compute_priority.to_string()),
-        Cell::plain(d.compute_target_ratio.map_or("-".into(), percent)),
+        if crate::compute::share_unenforced(snapshot, d) {
+            Cell::toned("not enforced".to_string(), Tone::Warn)
+        } else {
+            Cell::plain(d.compute_target_ratio.map_or("-".into(), percent))
+        },
         Cell::plain(d.compute_used_ratio.map_or("-".into(), percent)),
         {
             let over = matches!((d.compute_used_ratio, d.compute_limit_ratio), (Some(u), Some(l)) if u > l + 0.05);

@@ -26,11 +26,37 @@
 use super::gate::{self, Seat};
 use crate::accounting::Runtime;
 use ledger::broker::{Op, MESSAGE_BYTES};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a busy process is looked at for idleness.
 pub const PROBE: Duration = Duration::from_millis(2);
+/// After a synchronisation returned in a turn (a training loop's
+/// `loss.item()`), how long without a launch makes the process idle: a loop
+/// that goes straight on keeps its turn, one that pauses for host work
+/// gives the device up at once instead of a [`PROBE`] or two later.
+pub const AFTER_SYNC: Duration = Duration::from_micros(300);
+/// When the look that a synchronisation asked for is due (monotonic ns; 0:
+/// none asked).
+static LOOK_AT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// A synchronisation returned: if this process is busy in a turn, look
+/// for idleness [`AFTER_SYNC`] from now (the next launch, if it comes,
+/// goes through the gate and says so).
+pub fn synchronized() {
+    let mut busy = false;
+    for seat in gate::seats() {
+        if holds_busy(seat) {
+            seat.launched.store(false, Ordering::Release);
+            seat.announced.store(0, Ordering::Release);
+            busy = true;
+        }
+    }
+    if busy {
+        LOOK_AT_NS.store(ledger::compute::monotonic_ns().saturating_add(AFTER_SYNC.as_nanos() as u64), Ordering::Release);
+        wake();
+    }
+}
 /// How often a seat without a monitor asks for one again.
 pub const RETRY: Duration = Duration::from_secs(1);
 /// How often a seat a running monitor refused asks again (launches there
@@ -171,13 +197,22 @@ fn run(rt: &'static Runtime) {
         } else {
             RETRY
         };
+        let look_at = LOOK_AT_NS.load(Ordering::Acquire);
+        let timeout = match look_at {
+            0 => timeout,
+            at => timeout.min(Duration::from_nanos(at.saturating_sub(ledger::compute::monotonic_ns()))),
+        };
         let wake = WAKE.load(Ordering::Acquire);
         if let Some(fd) = fds.get_mut(count) {
             *fd = libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 };
         }
         let polled = fds.get_mut(..=count).unwrap_or_default();
-        // SAFETY: `polled` is a live array of `polled.len()` pollfd.
-        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout.as_millis() as i32) };
+        // To the microsecond: a look due in 300 µs must not wait a whole
+        // millisecond (`poll` counts in milliseconds).
+        let wait = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+        // SAFETY: `polled` is a live array of `polled.len()` pollfd, and
+        // `wait` a live timespec; no signal mask is passed.
+        let n = unsafe { libc::ppoll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, &wait, std::ptr::null()) };
         if polled.last().is_some_and(|f| f.revents != 0) {
             let mut count = [0u8; 8];
             // SAFETY: an 8-byte read into a live local from our eventfd.
@@ -187,6 +222,18 @@ fn run(rt: &'static Runtime) {
             for (&(_, seat), fd) in joined.iter().flatten().zip(polled.iter()) {
                 if fd.revents != 0 {
                     read_messages(rt, seat, fd.revents);
+                }
+            }
+        }
+        let look_at = LOOK_AT_NS.load(Ordering::Acquire);
+        if look_at != 0 && ledger::compute::monotonic_ns() >= look_at {
+            LOOK_AT_NS.store(0, Ordering::Release);
+            // No launch since the synchronisation: idle now, as a probe
+            // that found a period without launches would say.
+            for &(i, seat) in joined.iter().flatten() {
+                if let Some(armed) = armed.get_mut(i) {
+                    *armed = true;
+                    probe(rt, seat, armed);
                 }
             }
         }

@@ -54,8 +54,9 @@ pub fn join_device(rt: &'static Runtime, cu_device: abi::cuda::CUdevice) {
         Err(e) if has_setting(rt) => {
             if !WARNED.swap(true, Ordering::Relaxed) {
                 warn!(
-                    "compute settings are arbitrated by the monitor, and on device {} {e}: this process runs without them \
-                     there until a monitor answers (asked every {} s; a limit is kept by the tenant's own processes meanwhile)",
+                    "device {}: {e}: compute settings there are not arbitrated by the monitor, so this tenant's share and priority are NOT enforced \
+                     (its processes share the device as the hardware does) until a monitor answers (asked every {} s); \
+                     a limit is kept by the tenant's own processes meanwhile",
                     device.ordinal,
                     super::helper::RETRY.as_secs()
                 );

@@ -5,8 +5,10 @@
 //! synchronisation is when a pool gives memory above its release threshold
 //! back). An application that frees stream-ordered memory and synchronises
 //! has given it back, and another process of the tenant may take it from
-//! then on, not only after this process's next allocation. With nothing of
-//! the kind a hook costs one load after the driver's call.
+//! then on, not only after this process's next allocation. On an arbitrated
+//! device a synchronisation in a turn also asks the helper to look for
+//! idleness soon (`compute::helper::synchronized`): a training loop that
+//! pauses after its `loss.item()` gives the device up at once.
 
 use super::real_or_return;
 use crate::compute::bucket::{governed, streams_changed};
@@ -22,6 +24,9 @@ fn after_synchronize() {
     let launches = governed();
     if frees || launches {
         poll_completed(frees, launches);
+    }
+    if crate::compute::gate::any_arbitrated() {
+        crate::compute::helper::synchronized();
     }
 }
 
