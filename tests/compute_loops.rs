@@ -105,13 +105,15 @@ fn loops_with_host_work_between_steps_and_back_to_back_kernels_still_hold() {
 
 /// A training loop that synchronises every step (steps of 20 kernels of
 /// 50 µs, priority 0) beside an inference tenant's bursts (20 kernels of
-/// 200 µs every 50 ms, priority 1): the training loop loses little more
-/// than what the bursts use, and the bursts' p99 latency stays within 1.5
-/// times what it is alone.
+/// 200 µs every 50 ms, priority 1): the training loop loses at most what
+/// the bursts use plus 5 points of its steps, and the bursts' p99 latency
+/// stays within 1.5 times what it is alone.
 ///
 /// Before: the bursts used 8 % of the device and the training loop lost
-/// 45 % of its steps (the training tenant kept one launch in flight for
-/// half a second after every burst).
+/// 51 % of its steps: while the bursts were active (half a second after
+/// each), the training tenant waited for its stream to empty before each
+/// of its 50 µs launches. Now it keeps up to 0.6 ms of short launches
+/// queued instead.
 #[test]
 fn priority_bursts_cost_a_training_loop_only_what_they_use() {
     let _serial = serial();
@@ -149,10 +151,7 @@ fn priority_bursts_cost_a_training_loop_only_what_they_use() {
         100.0 * lost,
         shared_p99 / alone_p99
     );
-    // The aim is the bursts' use + 5 points; on two cores the pair loses
-    // 8.9 % without any shim or monitor (the processes share the CPUs), and
-    // 15.1-15.5 % governed was measured: the bound checks what holds here.
-    assert!(lost <= used + 0.09, "the training loop lost {:.1} % of its steps to bursts that use {:.0} %", 100.0 * lost, 100.0 * used);
+    assert!(lost <= used + 0.05, "the training loop lost {:.1} % of its steps to bursts that use {:.0} %", 100.0 * lost, 100.0 * used);
     assert!(shared_p99 <= 1.5 * alone_p99, "burst p99 {shared_p99:.0} us beside training, {alone_p99:.0} us alone");
 }
 

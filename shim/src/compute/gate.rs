@@ -237,6 +237,11 @@ pub fn check() -> Check {
     }
 }
 
+/// Whether any joined device's grant is shallow now (see [`Pass::Shallow`]).
+pub fn any_shallow() -> bool {
+    seats().filter_map(Seat::page).any(|page| page.grant().is_shallow())
+}
+
 /// Whether any joined device is arbitrated now.
 pub fn any_arbitrated() -> bool {
     seats().filter_map(Seat::page).any(|page| !page.grant().is_open())

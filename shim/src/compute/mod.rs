@@ -64,6 +64,19 @@ pub const QUEUED_NS: u64 = 2_000_000;
 
 /// Said once: a launch failed for want of a place in the turns.
 static REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// How much work a process that must keep one launch in flight (a
+/// shallow grant) may keep queued instead, when its launches are short
+/// enough that three fit: a kernel of a tenant of higher priority waits for
+/// no more than this.
+pub const SHALLOW_QUEUED_NS: u64 = 600_000;
+/// Launches in a row under a shallow grant that ran for at most a third of
+/// [`SHALLOW_QUEUED_NS`] each (by the wait for their stream).
+static SHORT_LAUNCHES: AtomicU32 = AtomicU32::new(0);
+/// How many such launches in a row let a shallow grant's launches keep a
+/// few in flight.
+const SHORT_LAUNCHES_SEEN: u32 = 8;
+/// When this process last launched through the slow path (monotonic ns).
+static LAST_SLOW_LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
 /// Launches left until the next checkpoint.
 static COUNTDOWN: AtomicU32 = AtomicU32::new(1);
 /// Launches between checkpoints now (adapted at each checkpoint).
@@ -157,17 +170,42 @@ impl Runtime {
                 if pass == gate::Pass::Go {
                     break;
                 }
+                // Short kernels: the checkpoint this launch just took (one per
+                // launch on this path, each waiting for the one two before)
+                // keeps at most three launches, under SHALLOW_QUEUED_NS, in
+                // flight; waiting for the stream to empty before each would
+                // leave the device idle between them.
+                if SHORT_LAUNCHES.load(Ordering::Relaxed) >= SHORT_LAUNCHES_SEEN {
+                    // Launches go the fast way again, under this grant, with
+                    // checkpoints that keep SHALLOW_QUEUED_NS queued.
+                    if let Some(page) = seat.page() {
+                        seat.announced.store(page.grant().0, Ordering::Relaxed);
+                    }
+                    break;
+                }
                 // A tenant of higher priority is active: this launch waits
                 // for its stream's queue, so one launch at most is in
                 // flight; then it looks at the grant again, which may have
                 // moved on meanwhile.
                 let _ = real::stream_synchronize(target.stream, target.per_thread);
+                // From this process's last launch to its stream emptying: at
+                // most that launch's length (its host time between launches
+                // included). Launches that short, time after time, may keep
+                // a few in flight.
+                let now_ns = ledger::compute::monotonic_ns();
+                let last_ns = LAST_SLOW_LAUNCH_NS.load(Ordering::Relaxed);
+                if last_ns != 0 && now_ns.saturating_sub(last_ns).saturating_mul(3) <= SHALLOW_QUEUED_NS {
+                    SHORT_LAUNCHES.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    SHORT_LAUNCHES.store(0, Ordering::Relaxed);
+                }
                 if seat.page().is_none_or(|page| page.grant().lets(seat.member())) {
                     break;
                 }
             }
         }
         let r = if bucket::governed() { self.govern_bucket(targets, launch) } else { launch() };
+        LAST_SLOW_LAUNCH_NS.store(ledger::compute::monotonic_ns(), Ordering::Relaxed);
         // A launch that waited here (for a grant or a checkpoint) launched:
         // the helper must not take the wait for idleness.
         for seat in gate::seats() {
@@ -216,6 +254,10 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);
 /// swap), so threads that checkpoint at once never destroy an event
 /// another is looking at.
 fn checkpoint(target: &Target) {
+    // Under a shallow grant (a tenant of higher priority is active, or this
+    // one fills in for another) the queue kept is shorter.
+    let shallow = gate::any_shallow();
+    let queued_ns = if shallow { SHALLOW_QUEUED_NS } else { QUEUED_NS };
     let interval = INTERVAL.load(Ordering::Relaxed).max(1);
     let k = NEXT_CHECKPOINT.fetch_add(1, Ordering::Relaxed);
     let two_back = CHECKPOINT_EVENTS.get((k + CHECKPOINTS - 2) % CHECKPOINTS).map(|e| e.swap(0, Ordering::AcqRel)).unwrap_or(0);
@@ -231,13 +273,26 @@ fn checkpoint(target: &Target) {
             let mut sleep_ns = 10_000;
             while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_nanos(sleep_ns));
-                sleep_ns = (sleep_ns * 2).min(QUEUED_NS / 4);
+                sleep_ns = (sleep_ns * 2).min(queued_ns / 4);
             }
             let done_ns = ledger::compute::monotonic_ns();
             let last = LAST_DONE_NS.swap(done_ns, Ordering::Relaxed);
             if last != 0 {
-                let per_launch_ns = (done_ns.saturating_sub(last) / u64::from(interval)).max(1);
-                next = (QUEUED_NS / 2 / per_launch_ns).clamp(1, u64::from(MAX_CHECKPOINT_EVERY)) as u32;
+                // The launches since the last checkpoint: the interval, or
+                // fewer when a launch came this way before the countdown
+                // ran out (a grant that changed, a shallow grant).
+                let left = COUNTDOWN.load(Ordering::Relaxed);
+                let launched = if left <= interval { interval - left } else { interval }.max(1);
+                let per_launch_ns = (done_ns.saturating_sub(last) / u64::from(launched)).max(1);
+                next = (queued_ns / 2 / per_launch_ns).clamp(1, u64::from(MAX_CHECKPOINT_EVERY)) as u32;
+                if shallow && per_launch_ns.saturating_mul(3) > SHALLOW_QUEUED_NS {
+                    // Launches too long for a few in flight: each waits for
+                    // the stream again (the gate's shallow path).
+                    SHORT_LAUNCHES.store(0, Ordering::Relaxed);
+                    for seat in gate::seats() {
+                        seat.announced.store(0, Ordering::Relaxed);
+                    }
+                }
             }
         } else {
             // The device kept up: checkpoints can be a little rarer. Only a

@@ -85,10 +85,6 @@ pub const OWED_LEAD_NS: u64 = QUANTUM_NS;
 /// active to count as paused for its own synchronisation (a `loss.item()`,
 /// a data loader's step), rather than gone idle.
 pub const PAUSE_NS: u64 = 3_000_000;
-/// How long after a member of higher priority was last busy or waiting
-/// the others keep one launch in flight: the gaps within its burst of work,
-/// not the time between bursts.
-pub const OUTRANKED_NS: u64 = 2_000_000;
 /// The shortest turn the owed rule ends: a member of a small weight runs
 /// this long at least once granted, so that hand-overs (each a drain of up
 /// to `QUEUED_NS` of work and a wake-up) stay a small part of its turns.
@@ -592,22 +588,16 @@ impl DeviceSched {
             .map(|(i, _)| i)
     }
 
-    /// Whether a member of higher priority than `m` waits, is busy, or was
-    /// a moment ago ([`OUTRANKED_NS`]): then `m` keeps one launch in flight, so
-    /// that the other's next burst finds the device after one kernel. Only
-    /// a moment: a holder kept shallow for the whole [`ACTIVE_NS`] after
-    /// each burst left the device idle between its launches (a training
-    /// loop beside bursts that used 8 % of the device lost 45 % of its
-    /// steps).
+    /// Whether a member of higher priority than `m` is active: then `m`
+    /// keeps one launch in flight (its launches short enough, a few of
+    /// them: the shim's `SHALLOW_QUEUED_NS`), so that the other's next
+    /// burst finds the device free after one kernel.
     fn outranked(&self, m: usize, now_ns: u64) -> bool {
         let Some(mine) = self.member(m).map(|member| member.claim.priority) else { return false };
-        self.members.iter().enumerate().any(|(i, other)| {
-            i != m
-                && other.as_ref().is_some_and(|o| {
-                    o.claim.priority > mine
-                        && (o.waits() || o.busy() || o.last_active_ns.is_some_and(|t| now_ns.saturating_sub(t) < OUTRANKED_NS))
-                })
-        })
+        self.members
+            .iter()
+            .enumerate()
+            .any(|(i, other)| i != m && other.as_ref().is_some_and(|o| o.claim.priority > mine && o.active(now_ns)))
     }
 
     /// Whether `m`, holding (or about to hold) the device, only fills in
@@ -857,14 +847,10 @@ impl DeviceSched {
                     let since = busy_since_ns.unwrap_or(now_ns);
                     at(since.saturating_add(holder.budget_ns.max(0) as u64));
                 }
-                // A member's moment of activity ends: the holder may stop
-                // keeping one launch in flight (for a higher priority's
-                // burst, or while it fills in for a paused member).
+                // A paused member's pause ends: the holder stops filling in.
                 for other in self.members.iter().flatten() {
-                    for window in [OUTRANKED_NS, PAUSE_NS] {
-                        if let Some(t) = other.last_active_ns.filter(|t| now_ns.saturating_sub(*t) < window) {
-                            at(t.saturating_add(window));
-                        }
+                    if let Some(t) = other.last_active_ns.filter(|t| now_ns.saturating_sub(*t) < PAUSE_NS) {
+                        at(t.saturating_add(PAUSE_NS));
                     }
                 }
                 // Priorities and activity age.
