@@ -26,7 +26,7 @@
 use super::gate::{self, Seat};
 use crate::accounting::Runtime;
 use ledger::broker::{Op, MESSAGE_BYTES};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a busy process is looked at for idleness.
@@ -48,15 +48,21 @@ pub fn synchronized() {
     for seat in gate::seats() {
         if holds_busy(seat) {
             seat.launched.store(false, Ordering::Release);
-            seat.announced.store(0, Ordering::Release);
             busy = true;
         }
     }
     if busy {
+        // Launches that go the fast way move the checkpoint countdown; one
+        // that goes the slow way sets `launched`: either says the process
+        // went on (the launch path is left as it is).
+        SYNC_COUNTDOWN.store(super::launch_marker(), Ordering::Release);
         LOOK_AT_NS.store(ledger::compute::monotonic_ns().saturating_add(AFTER_SYNC.as_nanos() as u64), Ordering::Release);
         wake();
     }
 }
+
+/// The checkpoint countdown when the last synchronisation returned.
+static SYNC_COUNTDOWN: AtomicU32 = AtomicU32::new(0);
 /// How often a seat without a monitor asks for one again.
 pub const RETRY: Duration = Duration::from_secs(1);
 /// How often a seat a running monitor refused asks again (launches there
@@ -230,10 +236,12 @@ fn run(rt: &'static Runtime) {
             LOOK_AT_NS.store(0, Ordering::Release);
             // No launch since the synchronisation: idle now, as a probe
             // that found a period without launches would say.
+            let marker = SYNC_COUNTDOWN.load(Ordering::Acquire);
             for &(i, seat) in joined.iter().flatten() {
-                if let Some(armed) = armed.get_mut(i) {
-                    *armed = true;
-                    probe(rt, seat, armed);
+                if idle_after_sync(rt, seat, marker) {
+                    if let Some(armed) = armed.get_mut(i) {
+                        *armed = false;
+                    }
                 }
             }
         }
@@ -255,6 +263,28 @@ fn holds_busy(seat: &Seat) -> bool {
     let Some(page) = seat.page() else { return false };
     let word = page.grant();
     seat.state.load(Ordering::Relaxed) % 2 == 1 && !word.is_open() && word.lets(seat.member())
+}
+
+/// The look a synchronisation asked for: says `Idle` if `seat` is busy in
+/// a turn and the process launched nothing since (`marker`, the launch
+/// marker then), its work drained; `true` if it did.
+fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> bool {
+    let went_on = || seat.launched.load(Ordering::Acquire) || super::launch_marker() != marker;
+    if !holds_busy(seat) || went_on() {
+        return false;
+    }
+    rt.drain_device(seat.dev.load(Ordering::Relaxed));
+    if went_on() {
+        return false;
+    }
+    if let Some(n) = seat.mark_idle() {
+        seat.send(Op::Idle, n);
+    }
+    // A launch that raced with the report says so again.
+    if went_on() {
+        seat.report_busy();
+    }
+    true
 }
 
 /// One look for idleness (see the module docs).

@@ -95,6 +95,13 @@ pub fn clear() -> bool {
     }
 }
 
+/// A value that changes with every launch on an arbitrated device (the
+/// checkpoint countdown): the helper compares two readings to learn
+/// whether the process launched between them, at no cost to the launch.
+pub fn launch_marker() -> u32 {
+    COUNTDOWN.load(Ordering::Relaxed)
+}
+
 /// Whether the monitor arbitrates ledger device `dev` for this process
 /// (then its limit is the monitor's, not the bucket's).
 pub fn arbitrates(dev: usize) -> bool {
