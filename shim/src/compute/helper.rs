@@ -13,7 +13,10 @@
 //!   next launch passes through the gate and says so (`launched`). A
 //!   period with no launch means the process stopped launching; the helper
 //!   then waits for its work to finish and says `Idle`, so the monitor
-//!   stops charging the tenant and can hand the device on.
+//!   stops charging the tenant and can hand the device on. A
+//!   synchronisation in a turn (a training loop's `loss.item()`) asks for
+//!   a look [`AFTER_SYNC`] later (`synchronized`): a loop that pauses
+//!   there for host work gives the device up at once.
 //! - **The monitor going away.** A connection that closes orphans its seat:
 //!   launches there go ungoverned, with one warning, and the helper asks a
 //!   monitor for the device again every [`RETRY`], saying so once.
