@@ -224,6 +224,8 @@ enum ConnState {
         buf: Vec<u8>,
         deadline: Instant,
         ledger_fd: Option<std::os::fd::OwnedFd>,
+        /// Whole, and waiting in `Arbiter::deferred` for its user's budget.
+        deferred: bool,
     },
     Joined {
         uuid: [u8; 16],
@@ -421,8 +423,12 @@ impl Arbiter {
             }
             let id = self.next_id;
             self.next_id += 1;
-            let state =
-                ConnState::Hello { buf: Vec::with_capacity(HELLO_BYTES), deadline: Instant::now() + HELLO_DEADLINE, ledger_fd: None };
+            let state = ConnState::Hello {
+                buf: Vec::with_capacity(HELLO_BYTES),
+                deadline: Instant::now() + HELLO_DEADLINE,
+                ledger_fd: None,
+                deferred: false,
+            };
             self.conns.insert(id, Conn { stream, peer, dir_tenant, state });
         }
     }
@@ -440,12 +446,21 @@ impl Arbiter {
         };
         let bytes = chunk.get(..n).unwrap_or_default();
         match &mut conn.state {
-            ConnState::Hello { buf, ledger_fd, .. } => {
+            ConnState::Hello { buf, ledger_fd, deferred, .. } => {
+                // Nothing follows a hello before its answer: a peer that
+                // sends more while its hello waits is dropped, not buffered.
+                if buf.len() + bytes.len() > HELLO_BYTES + MESSAGE_BYTES * 8 {
+                    return self.drop_conn(id);
+                }
                 buf.extend_from_slice(bytes);
                 if ledger_fd.is_none() {
                     *ledger_fd = passed;
                 }
-                if buf.len() >= HELLO_BYTES && !self.try_hello(id) {
+                let (whole, waiting) = (buf.len() >= HELLO_BYTES, *deferred);
+                if whole && !waiting && !self.try_hello(id) {
+                    if let Some(Conn { state: ConnState::Hello { deferred, .. }, .. }) = self.conns.get_mut(&id) {
+                        *deferred = true;
+                    }
                     self.deferred.push_back(id);
                 }
             }
