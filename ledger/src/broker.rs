@@ -456,6 +456,12 @@ fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool)
 /// the first descriptor that came with it (`SCM_RIGHTS`; any other is
 /// closed). `Ok((0, _))` at the end of the stream.
 pub fn receive_now(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    receive(socket, buf, libc::MSG_DONTWAIT)
+}
+
+/// One `recvmsg` into `buf` with `flags`, and the first descriptor that
+/// came with it (any other is closed).
+fn receive(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<OwnedFd>)> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let mut control = [0u8; CMSG_SPACE];
     // SAFETY: as in send_fd.
@@ -465,7 +471,7 @@ pub fn receive_now(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<O
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = CMSG_SPACE;
     // SAFETY: a valid socket and a msghdr whose buffers are live.
-    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
+    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
     if received < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -498,20 +504,11 @@ fn take_descriptors(msg: &libc::msghdr) -> Option<OwnedFd> {
 
 fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], Option<OwnedFd>)> {
     let mut data = [0u8; ANSWER_BYTES];
-    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
-    let mut control = [0u8; CMSG_SPACE];
-    // SAFETY: as in send_fd.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = CMSG_SPACE;
-    // SAFETY: a valid socket and a msghdr whose buffers are live locals.
-    let received = unsafe { libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL) };
-    if received != ANSWER_BYTES as isize {
-        return Err(if received >= 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
+    let (received, fd) = receive(socket, &mut data, libc::MSG_WAITALL)?;
+    if received != ANSWER_BYTES {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
     }
-    Ok((data, take_descriptors(&msg)))
+    Ok((data, fd))
 }
 
 #[cfg(test)]
