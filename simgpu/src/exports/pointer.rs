@@ -7,8 +7,15 @@
 //! pointer: the single query refuses it with `CUDA_ERROR_INVALID_VALUE`,
 //! the multiple query answers it with empty values, as cuda.h says.
 //!
-//! Booleans are written as one byte, which is what a caller that declares
-//! `bool` or a zeroed `int` reads correctly.
+//! Each attribute is written at the width its callers read it, which
+//! cuda.h leaves to the prose ("a boolean", "an integer"): booleans as a
+//! 32-bit integer (NVIDIA's Python bindings read them into a C `int`,
+//! XLA's `GetPointerMemorySpace` and the CUDA runtime's
+//! `cudaPointerGetAttributes` into an `unsigned int` they have not
+//! zeroed: a one-byte write leaves the runtime calling pinned memory
+//! managed, so PyTorch's `is_pinned()` says false), the memory type and
+//! access flags as `unsigned int`, ordinals as `int`, sizes as `size_t`,
+//! identifiers, handle masks and addresses as 64-bit values.
 
 use crate::driver::{driver, CuResult, Driver};
 use crate::ffi::cu_export;
@@ -19,6 +26,9 @@ use std::ffi::{c_uint, c_void};
 const CU_MEMORYTYPE_HOST: c_uint = 1;
 const CU_MEMORYTYPE_DEVICE: c_uint = 2;
 const CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE: c_uint = 3;
+
+/// A boolean attribute's value as the driver writes it: a 32-bit integer.
+type CuBool = c_uint;
 
 // `CUpointer_attribute`
 const CONTEXT: c_uint = 1;
@@ -98,14 +108,14 @@ unsafe fn write_attribute(data: *mut c_void, attribute: c_uint, address: u64, p:
             DEVICE_POINTER => data.cast::<u64>().write_unaligned(address),
             // Device memory has no host address, unless it is managed.
             HOST_POINTER if p.host || p.managed => data.cast::<u64>().write_unaligned(address),
-            SYNC_MEMOPS | IS_GPU_DIRECT_RDMA_CAPABLE | IS_HW_DECOMPRESS_CAPABLE => data.cast::<u8>().write(0),
+            SYNC_MEMOPS | IS_GPU_DIRECT_RDMA_CAPABLE | IS_HW_DECOMPRESS_CAPABLE => data.cast::<CuBool>().write_unaligned(0),
             BUFFER_ID | MEMORY_BLOCK_ID => data.cast::<u64>().write_unaligned(p.base),
-            IS_MANAGED => data.cast::<u8>().write(u8::from(p.managed)),
+            IS_MANAGED => data.cast::<CuBool>().write_unaligned(CuBool::from(p.managed)),
             DEVICE_ORDINAL | LOCALITY_DOMAIN_ORDINAL => data.cast::<i32>().write_unaligned(p.ordinal),
-            IS_LEGACY_CUDA_IPC_CAPABLE => data.cast::<u8>().write(u8::from(p.ipc_capable)),
+            IS_LEGACY_CUDA_IPC_CAPABLE => data.cast::<CuBool>().write_unaligned(CuBool::from(p.ipc_capable)),
             RANGE_START_ADDR | MAPPING_BASE_ADDR => data.cast::<u64>().write_unaligned(p.base),
             RANGE_SIZE | MAPPING_SIZE => data.cast::<usize>().write_unaligned(p.size as usize),
-            MAPPED => data.cast::<u8>().write(1),
+            MAPPED => data.cast::<CuBool>().write_unaligned(1),
             ALLOWED_HANDLE_TYPES => data.cast::<u64>().write_unaligned(0),
             ACCESS_FLAGS => data.cast::<c_uint>().write_unaligned(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE),
             MEMPOOL_HANDLE => data.cast::<u64>().write_unaligned(p.pool),
@@ -153,7 +163,7 @@ cu_export!(cuPointerGetAttributes(count: c_uint, attributes: *mut c_uint, data: 
                 MEMORY_TYPE | ACCESS_FLAGS => slot.cast::<c_uint>().write_unaligned(0),
                 RANGE_SIZE | MAPPING_SIZE => slot.cast::<usize>().write_unaligned(0),
                 DEVICE_ORDINAL | LOCALITY_DOMAIN_ORDINAL => slot.cast::<i32>().write_unaligned(-2),
-                SYNC_MEMOPS | IS_MANAGED | IS_LEGACY_CUDA_IPC_CAPABLE | MAPPED | IS_GPU_DIRECT_RDMA_CAPABLE | IS_HW_DECOMPRESS_CAPABLE => slot.cast::<u8>().write(0),
+                SYNC_MEMOPS | IS_MANAGED | IS_LEGACY_CUDA_IPC_CAPABLE | MAPPED | IS_GPU_DIRECT_RDMA_CAPABLE | IS_HW_DECOMPRESS_CAPABLE => slot.cast::<CuBool>().write_unaligned(0),
                 _ => return Err(CUDA_ERROR_INVALID_VALUE),
             },
         }
