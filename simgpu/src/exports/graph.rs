@@ -8,6 +8,7 @@ use crate::driver::{driver, CuResult, Graph, GraphExec, KernelNode, UserObject, 
 use crate::exec::Op;
 use crate::ffi::cu_export;
 use crate::ffi::{input, out, out_opt};
+use crate::log::simgpu_debug;
 use abi::cuda::*;
 use std::ffi::{c_char, c_uint, c_ulonglong};
 use std::sync::{Arc, Mutex};
@@ -110,6 +111,10 @@ fn instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CuResult<
     let launch_order = nodes.clone();
     objs.execs.insert(e, Arc::new(GraphExec { nodes, kernels_ns: Mutex::new(kernels_ns), flags, user_refs }));
     drop(objs);
+    if crate::log::debug_enabled() {
+        let (edges, programmatic) = super::graph_nodes::edge_counts(h(graph));
+        simgpu_debug!("graph instantiated: {} nodes, {edges} edges, {programmatic} programmatic", launch_order.len());
+    }
     // The executable graph keeps its own copy of each non-kernel node.
     if let Err(err) = super::graph_nodes::snapshot(d, e, &launch_order) {
         // SAFETY: the handle made just above; no pointer is read.

@@ -1,7 +1,11 @@
 //! Graph structure and the node kinds beyond kernels, alongside the
 //! kernel and empty nodes of [`super::graph`]:
 //! - edges: each graph's dependency edges, added with the nodes or later
-//!   (`cuGraphAddDependencies`), queried both ways, removed;
+//!   (`cuGraphAddDependencies`), queried both ways, removed, each with its
+//!   edge data (`CUgraphEdgeData`: ports and type, checked as cuda.h
+//!   describes them; a programmatic edge between kernel nodes, as XLA's
+//!   command buffers add on sm_90, runs as a full dependency, which is a
+//!   schedule the driver may also choose);
 //! - memset, memcpy, host, event record, event wait and child-graph nodes:
 //!   a node of each is an entry in the graph's node list (so listing,
 //!   instantiating and destroying treat it like any node) whose operation
@@ -70,6 +74,9 @@ impl NodeOp {
 struct State {
     /// Each graph's edges (from, to), in the order they were added.
     edges: HashMap<u64, Vec<(u64, u64)>>,
+    /// The data of edges whose data is not the default, by (from, to)
+    /// (node handles are unique across graphs).
+    edge_data: HashMap<(u64, u64), EdgeData>,
     /// Operations of graph nodes, by node.
     ops: HashMap<u64, NodeOp>,
     /// Operations as an instantiated graph holds them, by (exec, node).
@@ -156,11 +163,24 @@ pub fn launch_order(graph: u64, nodes: &[u64]) -> CuResult<Vec<u64>> {
     Ok(order)
 }
 
+/// A graph's edges, and how many of them are programmatic (for the log).
+pub fn edge_counts(graph: u64) -> (usize, usize) {
+    state(|s| {
+        let edges = s.edges.get(&graph).map(Vec::as_slice).unwrap_or_default();
+        let programmatic = edges.iter().filter(|e| edge_data_of(s, **e).0[2] == DEPENDENCY_PROGRAMMATIC).count();
+        (edges.len(), programmatic)
+    })
+}
+
 /// Forgets a destroyed graph's structure; returns the child graphs it held
 /// (the caller destroys them).
 pub fn forget_graph(graph: u64, nodes: &[u64]) -> Vec<u64> {
     state(|s| {
-        s.edges.remove(&graph);
+        if let Some(edges) = s.edges.remove(&graph) {
+            for e in edges {
+                s.edge_data.remove(&e);
+            }
+        }
         s.clones.retain(|(clone, _), _| *clone != graph);
         nodes
             .iter()
@@ -197,32 +217,103 @@ unsafe fn add_node(phnode: *mut CUgraphNode, graph: CUgraph, deps: *const CUgrap
 
 // ---- edges ---------------------------------------------------------------------
 
-/// `CUgraphEdgeData`: ports and type; simgpu's edges are the default kind
-/// (all zero), the only kind every node supports.
+/// `CUgraphEdgeData`: `from_port`, `to_port`, `type`, five reserved bytes.
+/// All zero is the default edge: full completion of the upstream node,
+/// with its memory visible downstream.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 pub struct EdgeData([u8; 8]);
 
-unsafe fn check_edge_data(data: *const EdgeData, n: usize) -> CuResult<()> {
-    for i in 0..if data.is_null() { 0 } else { n } {
-        // SAFETY: `data` holds n entries when non-null (cuda.h's contract).
-        if unsafe { data.add(i).read_unaligned() }.0 != [0; 8] {
+/// `CU_GRAPH_KERNEL_NODE_PORT_*`: where on a kernel node an edge leaves.
+/// `CUDA_ERROR_LOSSY_QUERY`: a query without room for edge data where
+/// an edge has some.
+const CUDA_ERROR_LOSSY_QUERY: CUresult = 402;
+const PORT_PROGRAMMATIC: u8 = 1;
+const PORT_LAUNCH_ORDER: u8 = 2;
+/// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`.
+const DEPENDENCY_PROGRAMMATIC: u8 = 1;
+
+impl EdgeData {
+    fn is_default(&self) -> bool {
+        self.0 == [0; 8]
+    }
+
+    /// Whether the driver accepts this data on an edge between nodes of
+    /// these kinds (cuda.h, `CUgraphEdgeData` and `CUgraphDependencyType`):
+    /// only kernel nodes have non-zero outgoing ports, no node has a
+    /// non-zero incoming port, reserved bytes are zero, and a programmatic
+    /// edge joins two kernel nodes and leaves by the programmatic or the
+    /// launch-order port (the programmatic port by no other kind of edge).
+    fn valid(&self, from_kernel: bool, to_kernel: bool) -> bool {
+        let [from_port, to_port, kind, reserved @ ..] = self.0;
+        let port_ok = match from_port {
+            0 => kind == 0,
+            PORT_PROGRAMMATIC => from_kernel && kind == DEPENDENCY_PROGRAMMATIC,
+            PORT_LAUNCH_ORDER => from_kernel,
+            _ => false,
+        };
+        let kind_ok = match kind {
+            0 => true,
+            DEPENDENCY_PROGRAMMATIC => from_kernel && to_kernel,
+            _ => false,
+        };
+        reserved == [0; 5] && to_port == 0 && port_ok && kind_ok
+    }
+}
+
+/// Reads `n` edge data entries, all default where `data` is null.
+unsafe fn read_edge_data(data: *const EdgeData, n: usize) -> Vec<EdgeData> {
+    (0..n)
+        .map(|i| match data.is_null() {
+            true => EdgeData::default(),
+            // SAFETY: `data` holds n entries when non-null (cuda.h's contract).
+            false => unsafe { data.add(i).read_unaligned() },
+        })
+        .collect()
+}
+
+/// Whether a node of the driver's is a kernel node.
+fn is_kernel(d: &Driver, node: u64) -> bool {
+    d.read().nodes.get(&node).is_some_and(|(_, k)| k.func != 0)
+}
+
+/// Checks the edge data of edges from `from[i]` into a node that is (or is
+/// about to be) a kernel node where `to_kernel(i)` says so.
+fn check_edges(d: &Driver, from: &[u64], data: &[EdgeData], to_kernel: impl Fn(usize) -> bool) -> CuResult<()> {
+    for (i, e) in data.iter().enumerate() {
+        if !e.is_default() && !e.valid(is_kernel(d, from[i]), to_kernel(i)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
     Ok(())
 }
 
-/// The edges an add or remove call names (`from[i]` → `to[i]`), checked
-/// as the driver checks them: a graph that exists, nodes of that graph,
-/// and edge data of the default kind only.
+/// Keeps the non-default data of edges just added.
+fn record_edge_data(edges: impl IntoIterator<Item = ((u64, u64), EdgeData)>) {
+    state(|s| {
+        for (e, data) in edges {
+            if !data.is_default() {
+                s.edge_data.insert(e, data);
+            }
+        }
+    })
+}
+
+/// The data of an edge (default where none was given).
+fn edge_data_of(s: &State, e: (u64, u64)) -> EdgeData {
+    s.edge_data.get(&e).copied().unwrap_or_default()
+}
+
+/// The edges an add or remove call names (`from[i]` → `to[i]`) with their
+/// data, checked as the driver checks them: a graph that exists, nodes of
+/// that graph, and edge data that cuda.h allows between them.
 unsafe fn named_edges(
     graph: CUgraph,
     from: *const CUgraphNode,
     to: *const CUgraphNode,
     data: *const EdgeData,
     n: usize,
-) -> CuResult<Vec<(u64, u64)>> {
+) -> CuResult<Vec<((u64, u64), EdgeData)>> {
     let d = driver()?;
     if !d.read().graphs.contains_key(&h(graph)) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -231,9 +322,9 @@ unsafe fn named_edges(
         return Ok(Vec::new());
     }
     // SAFETY: forwarded under the caller's contract.
-    let (from, to) = unsafe { (read_nodes(d, h(graph), from, n)?, read_nodes(d, h(graph), to, n)?) };
-    unsafe { check_edge_data(data, n) }?;
-    Ok(from.into_iter().zip(to).collect())
+    let (from, to, data) = unsafe { (read_nodes(d, h(graph), from, n)?, read_nodes(d, h(graph), to, n)?, read_edge_data(data, n)) };
+    check_edges(d, &from, &data, |i| is_kernel(d, to[i]))?;
+    Ok(from.into_iter().zip(to).zip(data).collect())
 }
 
 unsafe fn add_dependencies(
@@ -250,10 +341,16 @@ unsafe fn add_dependencies(
     }
     state(|s| {
         let edges = s.edges.entry(h(graph)).or_default();
-        if new.iter().enumerate().any(|(i, e)| e.0 == e.1 || edges.contains(e) || new[..i].contains(e)) {
+        let pairs: Vec<(u64, u64)> = new.iter().map(|(e, _)| *e).collect();
+        if pairs.iter().enumerate().any(|(i, e)| e.0 == e.1 || edges.contains(e) || pairs[..i].contains(e)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        edges.extend(new);
+        edges.extend(pairs);
+        for (e, data) in new {
+            if !data.is_default() {
+                s.edge_data.insert(e, data);
+            }
+        }
         Ok(())
     })
 }
@@ -278,12 +375,16 @@ unsafe fn remove_dependencies(
     if gone.is_empty() {
         return Ok(());
     }
+    // An edge is named by its ends and its data (null data: the default).
     state(|s| {
-        let edges = s.edges.entry(h(graph)).or_default();
-        if !gone.iter().all(|e| edges.contains(e)) {
+        if !gone.iter().all(|(e, data)| s.edges.get(&h(graph)).is_some_and(|edges| edges.contains(e)) && edge_data_of(s, *e) == *data) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        edges.retain(|e| !gone.contains(e));
+        let pairs: Vec<(u64, u64)> = gone.iter().map(|(e, _)| *e).collect();
+        s.edges.entry(h(graph)).or_default().retain(|e| !pairs.contains(e));
+        for e in &pairs {
+            s.edge_data.remove(e);
+        }
         Ok(())
     })
 }
@@ -299,8 +400,12 @@ cu_export!(cuGraphRemoveDependencies_v2(graph: CUgraph, from: *const CUgraphNode
 /// Writes a list into caller arrays as the graph queries do: with no
 /// array, only the count; otherwise up to `*count` entries, null for the
 /// rest, and the number written.
+///
+/// Asked without a data array, a list that holds an edge with non-default
+/// data is `CUDA_ERROR_LOSSY_QUERY` (the legacy entry points have no
+/// array, so they always ask that way).
 unsafe fn write_list(
-    items: &[(u64, u64)],
+    items: &[(u64, u64, EdgeData)],
     first: *mut CUgraphNode,
     second: *mut CUgraphNode,
     data: *mut EdgeData,
@@ -316,6 +421,9 @@ unsafe fn write_list(
         // SAFETY: checked non-null.
         return unsafe { out(count, items.len()) };
     }
+    if data.is_null() && items.iter().any(|e| !e.2.is_default()) {
+        return Err(CUDA_ERROR_LOSSY_QUERY);
+    }
     // SAFETY: `count` is non-null; the arrays hold *count entries (cuda.h's contract).
     unsafe {
         let room = *count;
@@ -326,7 +434,7 @@ unsafe fn write_list(
                 second.add(i).write_unaligned(item.map_or(std::ptr::null_mut(), |e| ptr(e.1)));
             }
             if !data.is_null() {
-                data.add(i).write_unaligned(EdgeData::default());
+                data.add(i).write_unaligned(item.map_or(EdgeData::default(), |e| e.2));
             }
         }
         out(count, room.min(items.len()))
@@ -341,7 +449,8 @@ unsafe fn get_edges(graph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode
     if from.is_null() != to.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let edges = state(|s| s.edges.get(&h(graph)).cloned().unwrap_or_default());
+    let edges: Vec<(u64, u64, EdgeData)> =
+        state(|s| s.edges.get(&h(graph)).map(|e| e.iter().map(|&(f, t)| (f, t, edge_data_of(s, (f, t)))).collect()).unwrap_or_default());
     // SAFETY: forwarded under the caller's contract.
     unsafe { write_list(&edges, from, to, data, count) }
 }
@@ -363,13 +472,13 @@ fn graph_of(d: &Driver, node: CUgraphNode) -> CuResult<u64> {
 unsafe fn neighbours(node: CUgraphNode, incoming: bool, nodes: *mut CUgraphNode, data: *mut EdgeData, count: *mut usize) -> CuResult<()> {
     let d = driver()?;
     let graph = graph_of(d, node)?;
-    let list: Vec<(u64, u64)> = state(|s| {
+    let list: Vec<(u64, u64, EdgeData)> = state(|s| {
         let edges = s.edges.get(&graph).map(Vec::as_slice).unwrap_or_default();
         edges
             .iter()
             .filter_map(|&(f, t)| match incoming {
-                true if t == h(node) => Some((f, 0)),
-                false if f == h(node) => Some((t, 0)),
+                true if t == h(node) => Some((f, 0, edge_data_of(s, (f, t)))),
+                false if f == h(node) => Some((t, 0, edge_data_of(s, (f, t)))),
                 _ => None,
             })
             .collect()
@@ -398,7 +507,7 @@ cu_export!(cuGraphGetRootNodes(graph: CUgraph, roots: *mut CUgraphNode, count: *
     let d = driver()?;
     let nodes = d.read().graphs.get(&h(graph)).map(|g| g.nodes.clone()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let targets: HashSet<u64> = state(|s| s.edges.get(&h(graph)).map(|e| e.iter().map(|&(_, t)| t).collect()).unwrap_or_default());
-    let list: Vec<(u64, u64)> = nodes.into_iter().filter(|n| !targets.contains(n)).map(|n| (n, 0)).collect();
+    let list: Vec<(u64, u64, EdgeData)> = nodes.into_iter().filter(|n| !targets.contains(n)).map(|n| (n, 0, EdgeData::default())).collect();
     write_list(&list, roots, std::ptr::null_mut(), std::ptr::null_mut(), count)
 });
 
@@ -414,6 +523,7 @@ cu_export!(cuGraphDestroyNode(node: CUgraphNode) {
         if let Some(edges) = s.edges.get_mut(&graph) {
             edges.retain(|&(f, t)| f != h(node) && t != h(node));
         }
+        s.edge_data.retain(|&(f, t), _| f != h(node) && t != h(node));
         s.attrs.remove(&h(node));
         match s.ops.remove(&h(node)) {
             Some(NodeOp::Child(c)) => Some(c),
@@ -860,8 +970,15 @@ fn clone_graph(d: &Driver, graph: u64) -> CuResult<u64> {
     objs.graphs.insert(copy, crate::driver::Graph { nodes: list, user_refs: HashMap::new() });
     drop(objs);
     let children: Vec<(u64, u64)> = state(|s| {
-        let edges: Vec<(u64, u64)> =
-            s.edges.get(&graph).map(|e| e.iter().filter_map(|(f, t)| Some((*map.get(f)?, *map.get(t)?))).collect()).unwrap_or_default();
+        let old: Vec<(u64, u64)> = s.edges.get(&graph).cloned().unwrap_or_default();
+        let mut edges = Vec::with_capacity(old.len());
+        for (f, t) in old {
+            let (Some(&nf), Some(&nt)) = (map.get(&f), map.get(&t)) else { continue };
+            if let Some(data) = s.edge_data.get(&(f, t)).copied() {
+                s.edge_data.insert((nf, nt), data);
+            }
+            edges.push((nf, nt));
+        }
         s.edges.insert(copy, edges);
         let mut children = Vec::new();
         for (old, new) in &map {
@@ -1175,12 +1292,32 @@ unsafe fn add_generic(
     params: *mut GraphNodeParams,
 ) -> CuResult<()> {
     let d = driver()?;
-    if params.is_null() {
+    if params.is_null() || phnode.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // SAFETY: forwarded under the caller's contract.
-    unsafe { check_edge_data(data, n) }?;
     let kind = unsafe { (*params).kind };
+    // SAFETY: forwarded under the caller's contract.
+    let (deps_read, data) = unsafe { (read_nodes(d, h(graph), deps, n)?, read_edge_data(data, n)) };
+    check_edges(d, &deps_read, &data, |_| kind == NODE_KERNEL)?;
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { add_generic_node(d, phnode, graph, deps, n, params, kind) }?;
+    // The typed entry points record the edges; their data is kept here.
+    // SAFETY: written by the call above.
+    let node = h(unsafe { phnode.read() });
+    record_edge_data(deps_read.into_iter().map(|f| (f, node)).zip(data));
+    Ok(())
+}
+
+/// Adds a node of `kind` through the typed entry point for it.
+unsafe fn add_generic_node(
+    d: &Driver,
+    phnode: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut GraphNodeParams,
+    kind: c_uint,
+) -> CuResult<()> {
     // SAFETY (each arm): the union member the type names (cuda.h's contract).
     unsafe {
         match kind {
