@@ -88,13 +88,21 @@ fn check_runtime(out: &Output) {
             }
             out.assert_rc(&format!("{kind}.{name}.rc"), 0);
             assert_eq!(out.u64(&format!("{kind}.{name}.width")), *width as u64, "{kind}: bytes written for {name}\n{out}");
-            assert_eq!(out.u64(&format!("{kind}.many.{name}.width")), *width as u64, "{kind}: bytes written for {name} by cuPointerGetAttributes\n{out}");
+            assert_eq!(
+                out.u64(&format!("{kind}.many.{name}.width")),
+                *width as u64,
+                "{kind}: bytes written for {name} by cuPointerGetAttributes\n{out}"
+            );
         }
         out.assert_rc(&format!("{kind}.many.rc"), 0);
         let managed = u64::from(*kind == "managed");
         assert_eq!(out.u64(&format!("{kind}.is_managed.value")), managed, "{kind}\n{out}");
         assert_eq!(out.u64(&format!("{kind}.mapped.value")), 1, "{kind}\n{out}");
-        assert_eq!(out.u64(&format!("{kind}.memory_type.value")), if *has_host && managed == 0 { 1 } else { 2 }, "{kind}: CUmemorytype\n{out}");
+        assert_eq!(
+            out.u64(&format!("{kind}.memory_type.value")),
+            if *has_host && managed == 0 { 1 } else { 2 },
+            "{kind}: CUmemorytype\n{out}"
+        );
         assert_eq!(out.u64(&format!("{kind}.range_size.value")), 1 << 20, "{kind}\n{out}");
     }
     // Only plain cudaMalloc memory can be shared by legacy IPC.
