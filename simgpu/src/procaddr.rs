@@ -13,7 +13,7 @@ use crate::exports::{
     array::*, context::*, device::*, event::*, graph::*, host_register::*, init::*, launch::*, memory::*, module::*, peer::*, pointer::*,
     pool::*, stream::*, tensor_map::*, unsupported::*, vmm::*,
 };
-use crate::exports::{device_extra::*, graph_nodes::*, interop::*, memcpy3d::*, texture::*};
+use crate::exports::{dev_resource::*, device_extra::*, graph_nodes::*, interop::*, memcpy3d::*, texture::*};
 use crate::ffi::{cstr, guard, out, out_opt};
 use abi::cuda::*;
 use std::ffi::{c_char, c_int, c_void};

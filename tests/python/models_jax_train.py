@@ -12,6 +12,8 @@ Sections (in the order given on the command line, all by default):
   devices  the default backend and its devices
   grad     jax.grad of a scalar function of a matrix, jitted
   train    STEPS jitted training steps of an MLP with Adam
+  linalg   jnp.linalg solve, inv, cholesky, qr, svd and eigh, jitted
+           (cuSOLVER, the version JAX's wheels install)
   flags    the XLA flags in effect
   hold     prints holding=1 and waits for a line on stdin (a test reads
            the monitor meanwhile)
@@ -115,13 +117,31 @@ def train():
     print(f"train.opt_count_dtype={opt_state['count'].dtype}", flush=True)
 
 
+def linalg():
+    n = 32
+    a = jnp.sin(jnp.arange(n * n, dtype=jnp.float32).reshape(n, n))
+    spd = a @ a.T + n * jnp.eye(n, dtype=jnp.float32)
+    calls = {
+        "solve": lambda m: jnp.linalg.solve(m, jnp.ones((n, 4), jnp.float32)),
+        "inv": jnp.linalg.inv,
+        "cholesky": jnp.linalg.cholesky,
+        "qr": lambda m: jnp.linalg.qr(m[:, :16]),
+        "svd": lambda m: jnp.linalg.svd(m[:, :16], full_matrices=False),
+        "eigh": jnp.linalg.eigh,
+    }
+    for name, call in calls.items():
+        out = jax.block_until_ready(jax.jit(call)(spd))
+        leaves = jax.tree_util.tree_leaves(out)
+        print(f"linalg.{name}={','.join('x'.join(map(str, x.shape)) for x in leaves)}", flush=True)
+
+
 def hold():
     print("holding=1", flush=True)
     sys.stdin.readline()
 
 
-SECTIONS = {"devices": devices, "grad": grad, "train": train, "flags": flags, "hold": hold}
+SECTIONS = {"devices": devices, "grad": grad, "train": train, "linalg": linalg, "flags": flags, "hold": hold}
 
-for section in sys.argv[1:] or ["devices", "grad", "train", "flags"]:
+for section in sys.argv[1:] or ["devices", "grad", "train", "linalg", "flags"]:
     report(section, SECTIONS[section])
 print("done=1", flush=True)

@@ -111,7 +111,6 @@ absent! {
     CUDA_ERROR_NOT_SUPPORTED => cuGreenCtxGetId(green_context, id_out);
     CUDA_ERROR_NOT_SUPPORTED => cuGreenCtxRecordEvent(green_context, event);
     CUDA_ERROR_NOT_SUPPORTED => cuGreenCtxWaitEvent(green_context, event);
-    CUDA_ERROR_NOT_SUPPORTED => cuCtxGetDevResource(context, resource_out, kind);
     CUDA_ERROR_NOT_SUPPORTED => cuLogsCurrent(iterator_out, flags);
     CUDA_ERROR_NOT_SUPPORTED => cuLogsDumpToFile(iterator, path, flags);
     CUDA_ERROR_NOT_SUPPORTED => cuLogsDumpToMemory(iterator, buffer, size, flags);

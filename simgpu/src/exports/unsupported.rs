@@ -36,7 +36,6 @@ not_supported! {
     cuCtxFromGreenCtx(context_out, green_context);
     cuGreenCtxStreamCreate(stream_out, green_context, flags, priority);
     cuGreenCtxGetDevResource(green_context, resource_out, kind);
-    cuDeviceGetDevResource(device, resource_out, kind);
     cuDevSmResourceSplitByCount(result, groups, input, remaining, flags, min_count);
     cuDevResourceGenerateDesc(description_out, resources, count);
     cuLogsRegisterCallback(callback, user_data, handle_out);
