@@ -19,6 +19,8 @@
 #   null driver, T threads     null_alloc_free_threads/{bare,shim}/T, the process's CPU
 #                              time per pair                        (benches/shim_overhead.rs)
 #   process start-up           the table benches/startup.rs prints (medians of 60 runs)
+# Then the launch-bound loops' table (benches/launch_path.rs), into its own
+# block of the README.
 # "the shim adds" is shim − bare, or "nothing measurable" when the two
 # medians' 95% confidence intervals overlap or the shim side is faster.
 set -euo pipefail
@@ -29,6 +31,43 @@ cargo build --release --workspace --quiet
 out=target/bench
 rm -rf "$out"
 mkdir -p "$out"
+
+# Replaces the README's block between `<!-- bench.sh NAME: begin -->` and
+# its end marker with FILE (a copy of which is kept in benches/).
+replace_block() { # NAME FILE
+    python3 - "$1" "$2" README.md <<'PY'
+import sys
+
+name, results, readme = sys.argv[1:4]
+begin, end = f"<!-- bench.sh{name}: begin -->", f"<!-- bench.sh{name}: end -->"
+text = open(readme, encoding="utf-8").read()
+head, found, rest = text.partition(begin)
+_, found_end, tail = rest.partition(end)
+if not (found and found_end):
+    sys.exit(f"bench: {readme} lacks the {begin} … {end} markers; its table was not updated")
+block = open(results, encoding="utf-8").read().strip("\n")
+open(readme, "w", encoding="utf-8").write(f"{head}{begin}\n{block}\n{end}{tail}")
+print(f"bench: {readme}'s table and {results} now hold this run's figures", file=sys.stderr)
+PY
+}
+
+# The launch-bound loops, bare against governed (benches/launch_path.rs):
+# its own table, below the main one. `BENCH_ONLY=launch_path` runs this
+# part alone.
+launch_path() {
+    echo "bench: cargo bench --bench launch_path (log: $out/launch_path.log)" >&2
+    cargo bench --quiet --bench launch_path -- --rounds 9 >"$out/launch_path.log" 2>&1 || {
+        tail -n 30 "$out/launch_path.log" >&2
+        exit 1
+    }
+    grep -E '^(\||launch-bound|load average)' "$out/launch_path.log" >benches/results-launch-path.md
+    cat benches/results-launch-path.md
+    replace_block " launch-path" benches/results-launch-path.md
+}
+if [ "${BENCH_ONLY:-}" = launch_path ]; then
+    launch_path
+    exit 0
+fi
 export CRITERION_HOME="$PWD/$out/criterion"
 # Other work on the machine moves every figure: the caption reports the
 # one-minute load average before and after the run.
@@ -134,17 +173,5 @@ cat "$out/table.md"
 # benches/results.md, and the README's block between its bench.sh markers
 # is replaced by them (tests/readme_figures.rs checks that the two agree).
 cp "$out/table.md" benches/results.md
-python3 - benches/results.md README.md <<'PY'
-import sys
-
-results, readme = sys.argv[1:3]
-begin, end = "<!-- bench.sh: begin -->", "<!-- bench.sh: end -->"
-text = open(readme, encoding="utf-8").read()
-head, found, rest = text.partition(begin)
-_, found_end, tail = rest.partition(end)
-if not (found and found_end):
-    sys.exit(f"bench: {readme} lacks the {begin} … {end} markers; its table was not updated")
-block = open(results, encoding="utf-8").read().strip("\n")
-open(readme, "w", encoding="utf-8").write(f"{head}{begin}\n{block}\n{end}{tail}")
-print(f"bench: {readme}'s table and {results} now hold this run's figures", file=sys.stderr)
-PY
+replace_block "" benches/results.md
+launch_path
