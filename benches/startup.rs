@@ -231,7 +231,7 @@ fn release(holders: Vec<Child>) {
 
 /// How many processes start at once in the scale section, and how often
 /// each side is timed.
-const AT_ONCE: [usize; 3] = [32, 128, 256];
+const AT_ONCE: [usize; 4] = [1, 32, 128, 256];
 const SCALE_RUNS: usize = 15;
 
 /// What one batch took: the wall time until the last process exited, and
@@ -336,6 +336,7 @@ fn at_scale(program: &Path, dir: &Path, floors: &[(&str, PathBuf)]) {
     println!();
     let sides = 3 + floors.len();
     let mut order = Shuffle::new();
+    let mut adds = Vec::new();
     for n in AT_ONCE {
         let (mut bare, mut shim, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
         let mut floor: Vec<Vec<Batch>> = vec![Vec::new(); floors.len()];
@@ -375,7 +376,56 @@ fn at_scale(program: &Path, dir: &Path, floors: &[(&str, PathBuf)]) {
             print!("   {:>6.2}x {:>5.2}x", median(batches, wall) / b, median(batches, cpu) / per / cb);
         }
         println!();
+        adds.push((n, (s - b) / per * 1e3, (m - b) / per * 1e3, (cs - cb) * 1e3, (cm - cb) * 1e3));
     }
+    // The targets are absolute: what the shim adds to each process, not a
+    // ratio to simgpu's short-lived process (a real driver's start-up takes
+    // tens of milliseconds and more).
+    println!("\nwhat the shim adds per process (target: wall <= 500 us, cpu <= 300 us), from the medians above");
+    println!("{:>5} {:>12} {:>16} {:>12} {:>16}", "N", "wall", "wall +monitor", "cpu", "cpu +monitor");
+    for (n, w, wm, c, cm) in adds {
+        println!("{n:>5} {w:>10.0}us {wm:>14.0}us {c:>10.0}us {cm:>14.0}us");
+    }
+}
+
+/// Instructions a start-up process runs (`valgrind --tool=callgrind`),
+/// bare, under the shim and under the shim with a monitor running: counts
+/// that do not move with the machine's load, beside the times above.
+fn instructions(program: &Path, dir: &Path) {
+    if Command::new("valgrind").arg("--version").stdout(Stdio::null()).status().map_or(true, |s| !s.success()) {
+        println!("\ninstructions per process: not measured: no valgrind on this machine (apt-get install valgrind)");
+        return;
+    }
+    let count = |preload: Preload| -> u64 {
+        let out_file = dir.join("callgrind.out");
+        let mut cmd = command(program, dir, preload);
+        // valgrind runs the program with the same environment.
+        let inner = std::mem::replace(&mut cmd, Command::new("valgrind"));
+        cmd.args(["--tool=callgrind", "--callgrind-out-file"]).arg(&out_file).arg(inner.get_program());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().expect("cannot run valgrind");
+        assert!(out.status.success(), "valgrind failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stderr);
+        text.lines()
+            .find_map(|l| l.split_once("Collected :").map(|(_, n)| n.trim().replace(',', "")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no instruction count in valgrind's output:\n{text}"))
+    };
+    let bare = count(Preload::Bare);
+    let shim = count(Preload::Shim);
+    let mut monitor = start_monitor(dir);
+    let monitored = count(Preload::Shim);
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    println!("\ninstructions per start-up process (callgrind; the program's threads included)");
+    println!("  bare:                {bare:>12}");
+    println!("  shim:                {shim:>12}  (+{})", shim.saturating_sub(bare));
+    println!("  shim with a monitor: {monitored:>12}  (+{})", monitored.saturating_sub(bare));
 }
 
 /// The empty libraries preloaded for the floor, built in `dir`: one in C
@@ -498,6 +548,7 @@ fn main() {
         release(holders);
     }
     at_scale(&program, &dir, &floors);
+    instructions(&program, &dir);
     thread_cost(&threads);
     let _ = std::fs::remove_dir_all(&dir);
 }
