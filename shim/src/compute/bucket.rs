@@ -235,8 +235,8 @@ struct Lane {
     /// Recent pair durations times their weights, ns (an exponential
     /// average; 0 until measured): the work one pair stands for.
     recent_ns: AtomicU64,
-    /// Recent durations of one launch, ns (an exponential average; 0 until
-    /// measured).
+    /// Recent charges of one launch, ns (an exponential average; 0 until
+    /// measured): what sets the gap between samples.
     recent_launch_ns: AtomicU64,
     /// Bucket time of the last start record.
     last_record_ns: AtomicU64,
@@ -368,14 +368,18 @@ impl Lane {
                         sampled_charge_ns(busy_ns, weight, pair.span_ns.load(Ordering::Relaxed), pair.host_ns.load(Ordering::Relaxed));
                     sink.charge(charged_ns);
                     average(&self.recent_ns, charged_ns);
-                    // One bracket that caught a preemption of the host (a
-                    // millisecond around a launch of 200 ns) would hold the
-                    // sampling at every launch for dozens of samples: each
-                    // counts for at most four times the average.
+                    // The gap between samples follows what one launch is
+                    // charged (a bracket the host explains is longer than
+                    // the launch). One bracket that caught a preemption of
+                    // the host (a millisecond around a launch of 200 ns)
+                    // would hold the sampling at every launch for dozens of
+                    // samples: each counts for at most four times the
+                    // average.
+                    let per_launch_ns = charged_ns / weight;
                     let recent_launch = self.recent_launch_ns.load(Ordering::Relaxed);
                     average(
                         &self.recent_launch_ns,
-                        if recent_launch == 0 { busy_ns } else { busy_ns.min(recent_launch.saturating_mul(4)) },
+                        if recent_launch == 0 { per_launch_ns } else { per_launch_ns.min(recent_launch.saturating_mul(4)) },
                     );
                 }
                 pair.seq.store(pos + RING as u64, Ordering::Release);
