@@ -271,14 +271,22 @@ fn timed_batch(program: &Path, dir: &Path, preload: Preload, n: usize) -> Batch 
 
 /// `gpuslice monitor` on this benchmark's ledger directory, ready.
 fn start_monitor(dir: &Path) -> Child {
+    start_monitor_on(dir, &dir.join("simgpu.state"), Some("80GiB"))
+}
+
+/// The same, on the simgpu state `state` of devices of `memory`.
+fn start_monitor_on(dir: &Path, state: &Path, memory: Option<&str>) -> Child {
     use std::io::{BufRead, BufReader};
-    let mut monitor = Command::new(gpuslice_tests::gpuslice_bin())
+    let mut cmd = Command::new(gpuslice_tests::gpuslice_bin());
+    if let Some(memory) = memory {
+        cmd.env("SIMGPU_MEMORY", memory);
+    }
+    let mut monitor = cmd
         .args(["monitor", "--fix-mode", "--listen", "127.0.0.1:0", "--dir"])
         .arg(dir.join("ledger"))
         .arg("--nvml-lib")
         .arg(gpuslice_tests::simgpu_lib())
-        .env("SIMGPU_STATE", dir.join("simgpu.state"))
-        .env("SIMGPU_MEMORY", "80GiB")
+        .env("SIMGPU_STATE", state)
         .env_remove("LD_PRELOAD")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -399,9 +407,12 @@ fn instructions(program: &Path, dir: &Path) {
     let count = |preload: Preload| -> u64 {
         let out_file = dir.join("callgrind.out");
         let mut cmd = command(program, dir, preload);
+        // Under valgrind simgpu cannot map a device of 80 GiB: a state of
+        // its own, of the default size (the count does not depend on it).
+        cmd.env("SIMGPU_STATE", dir.join("callgrind.state")).env_remove("SIMGPU_MEMORY").env_remove("GPUSLICE_MEMORY_LIMIT");
         // valgrind runs the program with the same environment.
         let inner = std::mem::replace(&mut cmd, Command::new("valgrind"));
-        cmd.args(["--tool=callgrind", "--callgrind-out-file"]).arg(&out_file).arg(inner.get_program());
+        cmd.arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", out_file.display())).arg(inner.get_program());
         for (k, v) in inner.get_envs() {
             match v {
                 Some(v) => cmd.env(k, v),
@@ -418,7 +429,7 @@ fn instructions(program: &Path, dir: &Path) {
     };
     let bare = count(Preload::Bare);
     let shim = count(Preload::Shim);
-    let mut monitor = start_monitor(dir);
+    let mut monitor = start_monitor_on(dir, &dir.join("callgrind.state"), None);
     let monitored = count(Preload::Shim);
     let _ = monitor.kill();
     let _ = monitor.wait();
