@@ -99,6 +99,10 @@ fn scenarios() -> Vec<Scenario> {
             tenants: vec![t("a", Some(25), None, 100), t("b", Some(75), None, 100)],
             targets: vec![25.0, 75.0],
         },
+        // Launch-bound tenants: kernels of 5 µs and of 1 µs, which the
+        // checkpoints let hundreds of launches go between them.
+        Scenario { name: "25-75-5us", tenants: vec![t("a", Some(25), None, 5), t("b", Some(75), None, 5)], targets: vec![25.0, 75.0] },
+        Scenario { name: "25-75-1us", tenants: vec![t("a", Some(25), None, 1), t("b", Some(75), None, 1)], targets: vec![25.0, 75.0] },
         // Training loops that synchronise every step (`loss.item()`).
         Scenario { name: "sync-1ms-25-75", tenants: vec![stepper("a", 25, 2, 0), stepper("b", 75, 2, 0)], targets: vec![25.0, 75.0] },
         Scenario { name: "sync-2ms-25-75", tenants: vec![stepper("a", 25, 4, 0), stepper("b", 75, 4, 0)], targets: vec![25.0, 75.0] },
