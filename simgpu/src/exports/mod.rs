@@ -4,8 +4,8 @@
 pub mod array;
 pub mod context;
 pub mod cupti;
-pub mod device;
 pub mod dev_resource;
+pub mod device;
 pub mod device_extra;
 pub mod event;
 pub mod export_table;
