@@ -14,8 +14,7 @@
 #[path = "monitor_support/mod.rs"]
 mod monitor_support;
 
-use gpuslice_tests::{repo_root, wrap_as_user, Output, Running, Sim, GIB, MIB};
-use monitor_support::{Monitor, MonitorOptions};
+use gpuslice_tests::{repo_root, wrap_as_user, Output, Sim, GIB, MIB};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -154,30 +153,6 @@ fn jax_under_a_1gib_cap_with_the_documented_settings() {
     assert_eq!(out.u64("memory.bytes_limit"), 512 * MIB, "{out}");
     assert_eq!(out.u64("memory.pool_bytes"), 512 * MIB, "preallocated whole\n{out}");
     assert!(out.get("oversize.result").starts_with("refused"), "{out}");
-}
-
-/// Under a share, with the monitor arbitrating the device (every launch
-/// gated by the turns the monitor grants), JAX compiles and runs the same
-/// matmul: its process joined the monitor's arbiter for the device and ran
-/// no launch outside it.
-#[test]
-fn jax_runs_under_a_share_with_the_monitor() {
-    let sim = sim().shim().tenant("shared").env("GPUSLICE_COMPUTE_SHARE", "50").env("GPUSLICE_LOG", "info");
-    let monitor = Monitor::start(&sim, MonitorOptions::default());
-    let mut running: Running = sim.spawn(&mut jax_command(&sim, &["devices", "matmul", "memory", "hold"]));
-    running.wait_for("holding");
-    let labels = [("tenant", "shared"), ("device", "0")];
-    monitor.metrics_until("the JAX process arbitrated by the monitor", |m| {
-        m.value("gpuslice_tenant_processes", &labels) == Some(1.0)
-            && m.value("gpuslice_tenant_compute_unarbitrated_processes", &labels) == Some(0.0)
-            && m.find("gpuslice_device_arbitrated", &[("device", "0")]).first().is_some_and(|s| s.value == 1.0)
-    });
-    running.send_line("go");
-    let out = running.wait();
-    out.assert_success();
-    check_gpu_matmul(&out);
-    assert!(out.shim_log_lines().iter().all(|l| !l.contains("arbitrated by the monitor")), "it ran unarbitrated\n{out}");
-    monitor.metrics_until("the tenant's share", |m| m.value("gpuslice_tenant_compute_target_ratio", &labels) == Some(0.5));
 }
 
 /// `--device-nodes`: the command sees placeholder nodes (empty files, not
