@@ -290,6 +290,11 @@ fn checkpoint(target: &Target) {
     let shallow = gate::any_shallow();
     let queued_ns = if shallow { SHALLOW_QUEUED_NS } else { QUEUED_NS };
     let interval = INTERVAL.load(Ordering::Relaxed).max(1);
+    // The launches this checkpoint closes, since the last one: the
+    // interval, or fewer when a launch came this way before the countdown
+    // ran out (a grant that changed, a shallow grant).
+    let left = COUNTDOWN.load(Ordering::Relaxed);
+    let closed = if left <= interval { interval - left } else { interval }.max(1);
     let k = NEXT_CHECKPOINT.fetch_add(1, Ordering::Relaxed);
     let two_back = CHECKPOINT_EVENTS.get((k + CHECKPOINTS - 2) % CHECKPOINTS).map(|e| e.swap(0, Ordering::AcqRel)).unwrap_or(0);
     let mut next = interval;
@@ -309,12 +314,7 @@ fn checkpoint(target: &Target) {
             let done_ns = ledger::compute::monotonic_ns();
             let last = LAST_DONE_NS.swap(done_ns, Ordering::Relaxed);
             if last != 0 {
-                // The launches since the last checkpoint: the interval, or
-                // fewer when a launch came this way before the countdown
-                // ran out (a grant that changed, a shallow grant).
-                let left = COUNTDOWN.load(Ordering::Relaxed);
-                let launched = if left <= interval { interval - left } else { interval }.max(1);
-                let per_launch_ns = (done_ns.saturating_sub(last) / u64::from(launched)).max(1);
+                let per_launch_ns = (done_ns.saturating_sub(last) / u64::from(closed)).max(1);
                 next = (queued_ns / 2 / per_launch_ns).clamp(1, u64::from(MAX_CHECKPOINT_EVERY)) as u32;
                 if shallow && per_launch_ns.saturating_mul(3) > SHALLOW_QUEUED_NS {
                     // Launches too long for a few in flight: each waits for
@@ -334,9 +334,7 @@ fn checkpoint(target: &Target) {
         real::event_destroy(event);
     }
     INTERVAL.store(next, Ordering::Relaxed);
-    // The launches this checkpoint closes: those since the last one.
-    let left = COUNTDOWN.swap(next, Ordering::Relaxed);
-    let closed = if left <= interval { interval - left } else { interval }.max(1);
+    COUNTDOWN.store(next, Ordering::Relaxed);
     let Ok(ctx) = real::stream_context(target.stream, target.per_thread) else { return };
     let Ok(event) = real::record_event(ctx, target.stream, target.per_thread) else { return };
     if let (Some(at), Some(launches)) = (CHECKPOINT_AT_NS.get(k % CHECKPOINTS), CHECKPOINT_LAUNCHES.get(k % CHECKPOINTS)) {
