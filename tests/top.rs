@@ -179,6 +179,8 @@ struct Pty {
     /// Every byte it wrote, escape codes included.
     bytes: Arc<Mutex<Vec<u8>>>,
     reader: Option<std::thread::JoinHandle<()>>,
+    /// Tells the reader to let go of its copy of the master.
+    closing: Arc<std::sync::atomic::AtomicBool>,
     status: Option<ExitStatus>,
 }
 
@@ -194,6 +196,13 @@ impl Pty {
     /// Starts `cmd` as the leader of a new session whose controlling
     /// terminal is a fresh pseudo-terminal of `rows`×`cols`.
     fn spawn(cmd: &mut Command, rows: u16, cols: u16) -> Pty {
+        Pty::spawn_with(cmd, rows, cols, true)
+    }
+
+    /// As [`Pty::spawn`]; with `controlling` false the terminal is only the
+    /// program's descriptors 0, 1 and 2, so that closing it sends no
+    /// SIGHUP and the program learns of it only by reading.
+    fn spawn_with(cmd: &mut Command, rows: u16, cols: u16, controlling: bool) -> Pty {
         let (mut master, mut slave) = (-1, -1);
         let size = winsize(rows, cols);
         // SAFETY: the out-pointers are live locals; no name buffer, no termios.
@@ -211,8 +220,8 @@ impl Pty {
         // terminal on descriptor 0 the new session's controlling terminal,
         // so that a resize reaches the program as SIGWINCH.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 || (controlling && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0) {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -225,15 +234,23 @@ impl Pty {
         let bytes = Arc::new(Mutex::new(Vec::new()));
         let mut source = master.try_clone().expect("dup the master");
         let (to_screen, to_bytes) = (Arc::clone(&screen), Arc::clone(&bytes));
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = Arc::clone(&closing);
         let reader = std::thread::spawn(move || {
             let mut buffer = [0u8; 65536];
-            // EIO once the program has closed its terminal.
-            while let Ok(n @ 1..) = source.read(&mut buffer) {
+            while !stop.load(Ordering::Relaxed) {
+                let mut poll = libc::pollfd { fd: source.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one pollfd, a live local.
+                if unsafe { libc::poll(&mut poll, 1, 20) } < 1 {
+                    continue;
+                }
+                // EIO once the program has closed its terminal.
+                let Ok(n @ 1..) = source.read(&mut buffer) else { break };
                 to_screen.lock().unwrap().process(&buffer[..n]);
                 to_bytes.lock().unwrap().extend_from_slice(&buffer[..n]);
             }
         });
-        Pty { child, master, screen, bytes, reader: Some(reader), status: None }
+        Pty { child, master, screen, bytes, reader: Some(reader), closing, status: None }
     }
 
     /// The screen, row by row.
@@ -484,6 +501,42 @@ fn the_process_table_agrees_with_nvitop() {
     }
     small.wait().assert_success();
     big.wait().assert_success();
+}
+
+/// An SSH connection dropped or a tmux session killed: the terminal is
+/// closed under the live view. It exits within a second, whether the
+/// kernel hangs it up (its controlling terminal) or it only finds the end
+/// of its input, and it answers SIGTERM as it waits.
+#[test]
+fn top_exits_when_its_terminal_is_closed_or_on_sigterm() {
+    let sim = sim();
+    let _holder = hold(&sim, "team-a", "10M", "small");
+    for controlling in [true, false] {
+        let mut cmd = gpuslice_command(&sim);
+        cmd.args(["top", "--interval", "200ms", "--dir"]).arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib());
+        let mut pty = Pty::spawn_with(&mut cmd, 24, 100, controlling);
+        pty.wait_for("the process", |rows| rows.iter().any(|r| r.contains("small init")));
+        // Closing the master (and the reader's copy of it) closes the terminal.
+        pty.closing.store(true, Ordering::Relaxed);
+        if let Some(reader) = pty.reader.take() {
+            let _ = reader.join();
+        }
+        let closed = Instant::now();
+        drop(std::mem::replace(&mut pty.master, std::fs::File::open("/dev/null").expect("/dev/null")));
+        while !pty.exited() && closed.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(pty.exited(), "top still runs a second after its terminal closed (controlling terminal: {controlling})");
+    }
+    let mut pty = top(&sim, 24, 100, |c| c);
+    pty.wait_for("the process", |rows| rows.iter().any(|r| r.contains("small init")));
+    let before = pty.bytes().len();
+    // SAFETY: kill on the child's pid, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pty.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let status = pty.wait_exit();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let bytes = pty.bytes();
+    assert!(bytes[before..].windows(8).any(|w| w == b"\x1b[?1049l"), "left the alternate screen on SIGTERM");
 }
 
 #[test]

@@ -20,6 +20,7 @@
 //! process the kernel confirms holds the ledger slot that names it).
 //! `NO_COLOR` turns colour off; nothing on the screen depends on it.
 
+mod input;
 /// Also `gpuslice report`'s: names made safe for a terminal.
 pub(crate) mod procinfo;
 mod rows;
@@ -32,7 +33,7 @@ use crate::error::Error;
 use crate::sampler::{self, Sampler, View};
 use clap::Args;
 use procinfo::{ProcInfo, Users};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -385,6 +386,10 @@ fn live(mut sampler: Sampler, mut app: App) -> Result<ExitCode, String> {
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| format!("cannot handle signals: {e}"))?;
     }
+    // A resize is drawn at once (each draw fits the frame to the size).
+    let resized = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGWINCH, Arc::clone(&resized)).map_err(|e| format!("cannot handle signals: {e}"))?;
+    let mut input = input::Input::open().map_err(|e| format!("cannot read the terminal: {e}"))?;
     let mut tui = Tui::start()?;
     let mut next = Instant::now() + app.interval;
     loop {
@@ -394,6 +399,9 @@ fn live(mut sampler: Sampler, mut app: App) -> Result<ExitCode, String> {
             if stop.load(Ordering::Relaxed) {
                 return Ok(ExitCode::SUCCESS);
             }
+            if resized.swap(false, Ordering::Relaxed) {
+                break;
+            }
             let now = Instant::now();
             if now >= next {
                 app.refresh(sampler.look());
@@ -402,20 +410,20 @@ fn live(mut sampler: Sampler, mut app: App) -> Result<ExitCode, String> {
                 break;
             }
             let wait = next.saturating_duration_since(now).min(INPUT_POLL);
-            if !event::poll(wait).map_err(|e| format!("cannot read the terminal: {e}"))? {
+            // The terminal gone (a hang-up, a closed pty, end of input)
+            // ends the view quietly: nobody is left to read a message.
+            let Ok(keys) = input.wait(wait) else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            if keys.is_empty() {
                 continue;
             }
-            match event::read().map_err(|e| format!("cannot read the terminal: {e}"))? {
-                Event::Key(key) => {
-                    if app.on_key(&key) == Step::Quit {
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    break;
+            for key in &keys {
+                if app.on_key(key) == Step::Quit {
+                    return Ok(ExitCode::SUCCESS);
                 }
-                // Drawing again fits the frame to the new size.
-                Event::Resize(..) => break,
-                _ => {}
             }
+            break;
         }
     }
 }
