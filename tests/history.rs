@@ -229,3 +229,55 @@ fn a_tenant_lying_in_its_ledger_changes_only_its_own_report() {
     let liar = row("liar");
     assert_eq!(liar["memory_peak_bytes"].as_u64(), Some(i64::MAX as u64), "clamped to what the store holds: {liar:#}");
 }
+
+/// The history kept on its own path, as the shipped unit keeps it on disk
+/// (`--history-file /var/lib/gpuslice/history.sqlite`), survives the
+/// ledger directory being emptied as a reboot empties tmpfs: a week of it
+/// is reported after, and `report` finds the file by itself.
+#[test]
+fn a_history_on_disk_survives_the_ledger_directory_being_emptied() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("team-p");
+    let file = sim.dir().join("var-lib-gpuslice").join("history.sqlite");
+    let options = || MonitorOptions {
+        args: vec!["--history-interval".into(), "1s".into(), "--history-file".into(), file.display().to_string()],
+        ..Default::default()
+    };
+    let monitor = Monitor::start(&sim, options());
+    let mut held = sim.spawn(sim.c("memctl").args(["init", "ctx", "alloc:a:100M", "mark:held", "hold"]));
+    held.wait_for("held");
+    monitor.wait_rounds(8);
+    held.close_stdin();
+    held.wait().assert_success();
+    monitor.stop();
+    let mode = std::fs::metadata(file.parent().unwrap()).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the monitor made the history's directory its own");
+
+    // Every interval moved back a week less an hour, as if written then.
+    let week_s: i64 = 7 * 86_400 - 3600;
+    let shift = std::process::Command::new(gpuslice_tests::python())
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); n=int(sys.argv[2]); c.execute('UPDATE tenant_intervals SET start_s=start_s-?', (n,)); c.execute('UPDATE device_intervals SET start_s=start_s-?', (n,)); c.commit()"])
+        .arg(&file)
+        .arg(week_s.to_string())
+        .status()
+        .expect("python3");
+    assert!(shift.success());
+
+    // A reboot: the ledger directory (tmpfs) comes back empty.
+    let ledgers = sim.ledger_dir();
+    let ledger_mode = std::fs::metadata(&ledgers).unwrap().mode() & 0o7777;
+    std::fs::remove_dir_all(&ledgers).unwrap();
+    std::fs::create_dir(&ledgers).unwrap();
+    std::fs::set_permissions(&ledgers, std::os::unix::fs::PermissionsExt::from_mode(ledger_mode)).unwrap();
+    let monitor = Monitor::start(&sim, options());
+    monitor.wait_rounds(2);
+    let out = report(&sim, &["--json", "--since", "8d"]);
+    out.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+    assert_eq!(json["history"].as_str(), Some(file.to_str().unwrap()), "{json:#}");
+    let row = json["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team-p").unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(row["memory_peak_bytes"].as_u64(), Some((100 + 64) * MIB), "{row:#}");
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let oldest_s = json["oldest_s"].as_i64().unwrap_or_else(|| panic!("{json:#}"));
+    assert!((now_s - week_s - 120..=now_s - week_s + 60).contains(&oldest_s), "oldest {oldest_s}, now {now_s}");
+    monitor.stop();
+}

@@ -29,6 +29,10 @@ pub struct ReportArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// The history file to read (default: the one the monitor of --dir
+    /// names, else <dir>/.monitor/history.sqlite).
+    #[arg(long, value_name = "FILE")]
+    pub history_file: Option<std::path::PathBuf>,
 }
 
 /// `--since`: a duration in gpuslice's one grammar ([`crate::duration`]).
@@ -68,7 +72,7 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
     if std::fs::metadata(&dir).is_err() {
         return Err(Error::Usage(format!("{}: no such ledger directory", dir.display())));
     }
-    let path = crate::history::path(&dir);
+    let path = args.history_file.clone().unwrap_or_else(|| crate::history::recorded_path(&dir));
     let store = Store::open_read(&path).map_err(|e| match e {
         OpenError::Missing => Error::Usage(format!(
             "no history at {}: the monitor of {} has not written one (it writes a row a minute; it may run with --no-history, or on another --dir)",

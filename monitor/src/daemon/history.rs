@@ -63,29 +63,54 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder that records nothing (`--no-history`).
-    pub fn off() -> Recorder {
+    /// A recorder that records nothing (`--no-history`); `report` is told
+    /// of no file.
+    pub fn off(dir: &Path) -> Recorder {
+        let _ = std::fs::remove_file(crate::allocation::state_dir(dir).join(crate::history::POINTER_NAME));
+        Recorder::none()
+    }
+
+    fn none() -> Recorder {
         Recorder { aggregator: Aggregator::default(), interval_ms: u64::MAX, writer: None, dropped_intervals: 0 }
     }
 
-    /// Opens `<dir>/.monitor/history.sqlite` and starts the writer.
-    pub fn start(dir: &Path, settings: Settings) -> Recorder {
-        let path = crate::history::path(dir);
+    /// Opens the history at `file` (made absolute), names it in the
+    /// monitor's own directory for `report`, and starts the writer.
+    pub fn start(dir: &Path, file: &Path, settings: Settings) -> Recorder {
+        let path = match place(dir, file) {
+            Ok(path) => path,
+            Err(e) => {
+                log::warn(&format!("history is off: {e}"));
+                return Recorder::off(dir);
+            }
+        };
         let store = match open(&path) {
             Ok(store) => store,
             Err(e) => {
                 log::warn(&format!("history is off: {e}"));
-                return Recorder::off();
+                return Recorder::off(dir);
             }
         };
+        if let Err(e) = name_for_report(dir, &path) {
+            log::warn(&format!("history: `gpuslice report` will not find {} by itself ({e}); give it --history-file", path.display()));
+        }
+        if on_tmpfs(path.parent().unwrap_or(Path::new("/"))) {
+            log::warn(&format!(
+                "history: {} is on tmpfs and is lost at reboot; --history-file on a disk keeps it (the shipped unit uses /var/lib/gpuslice)",
+                path.display()
+            ));
+        }
         let (sender, receiver) = sync_channel::<Batch>(QUEUE_DEPTH);
         let retention = settings.retention;
-        let thread = std::thread::Builder::new().name("history".into()).spawn(move || write_loop(store, receiver, retention, path));
+        let thread = std::thread::Builder::new().name("history".into()).spawn({
+            let path = path.clone();
+            move || write_loop(store, receiver, retention, path)
+        });
         match thread {
             Ok(handle) => {
                 log::info(&format!(
                     "history: {} (an interval every {}, kept {})",
-                    crate::history::path(dir).display(),
+                    path.display(),
                     humantime::format_duration(settings.interval),
                     humantime::format_duration(settings.retention)
                 ));
@@ -98,7 +123,7 @@ impl Recorder {
             }
             Err(e) => {
                 log::warn(&format!("history is off: cannot start its writer: {e}"));
-                Recorder::off()
+                Recorder::off(dir)
             }
         }
     }
@@ -151,6 +176,66 @@ impl Drop for Recorder {
             let _ = handle.join();
         }
     }
+}
+
+/// The history's absolute path, its directory made (0700) if missing and
+/// checked: a directory another user could write would let a tenant swap
+/// the file under the monitor, so it must belong to the monitor's user
+/// (or root) and be writable by no group or other.
+fn place(dir: &Path, file: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let path = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let Some(parent) = path.parent().filter(|_| path.file_name().is_some()) else {
+        return Err(format!("--history-file {}: not a file name", file.display()));
+    };
+    if path != crate::history::path(dir) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    }
+    let meta = std::fs::symlink_metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || (meta.uid() != me && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a directory of the monitor's user (or root) that no group or other may write (mode {:o}, owner {})",
+            parent.display(),
+            meta.mode() & 0o7777,
+            meta.uid()
+        ));
+    }
+    Ok(path)
+}
+
+/// Names `path` in the monitor's own directory, where `gpuslice report`
+/// looks first (written whole, then renamed into place).
+fn name_for_report(dir: &Path, path: &Path) -> std::io::Result<()> {
+    let state = crate::allocation::state_dir(dir);
+    let pointer = state.join(crate::history::POINTER_NAME);
+    let partial = state.join(format!("{}.partial", crate::history::POINTER_NAME));
+    let _ = std::fs::remove_file(&partial);
+    std::fs::write(&partial, format!("{}\n", path.display()))?;
+    std::fs::rename(&partial, &pointer)
+}
+
+/// Whether `dir` is on a file system that a reboot empties.
+fn on_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes one struct into a zeroed local; the path is a
+    // NUL-terminated string alive for the call.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut fs) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let kind = fs.f_type as libc::c_long;
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
 }
 
 /// Opens the store; a file that is not a history this monitor can write

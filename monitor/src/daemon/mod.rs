@@ -93,8 +93,15 @@ pub struct MonitorArgs {
     /// Ledger files watched at most (the configured tenants' always are).
     #[arg(long, value_name = "N", default_value_t = ledgers::DEFAULT_MAX_LEDGERS)]
     pub max_ledgers: usize,
-    /// How long the history of tenants' use (<dir>/.monitor/history.sqlite,
-    /// read by `gpuslice report`) is kept: one row per tenant and device a minute.
+    /// Where the history of tenants' use is kept (default
+    /// <dir>/.monitor/history.sqlite, which is lost with a tmpfs <dir> at
+    /// reboot): a file in a directory only the monitor's user may write,
+    /// created 0700 if missing. The shipped unit uses
+    /// /var/lib/gpuslice/history.sqlite.
+    #[arg(long, value_name = "FILE")]
+    pub history_file: Option<std::path::PathBuf>,
+    /// How long the history of tenants' use (read by `gpuslice report`) is
+    /// kept: one row per tenant and device a minute.
     #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = history::parse_retention)]
     pub history_retention: std::time::Duration,
     /// Keep no history.
@@ -305,7 +312,12 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         log::warn(&format!("{e}; device time is not arbitrated"));
     }
     let settings = history::Settings { retention: args.history_retention, interval: args.history_interval };
-    let mut history = if args.no_history { history::Recorder::off() } else { history::Recorder::start(&dir, settings) };
+    let mut history = if args.no_history {
+        history::Recorder::off(&dir)
+    } else {
+        let file = args.history_file.clone().unwrap_or_else(|| crate::history::path(&dir));
+        history::Recorder::start(&dir, &file, settings)
+    };
     // The one local path for clusters' node agents: without it, allocations
     // cannot be admitted, and everything else works.
     let control = allocations::Control::start(&dir)
