@@ -121,8 +121,10 @@ fn commands_and_flags() -> BTreeMap<String, BTreeSet<String>> {
         let subs = subcommands(&page);
         todo.extend(subs.iter().map(|sub| [path.clone(), vec![sub.clone()]].concat()));
         let flags = flags(&page);
-        // A command that only groups others (`tenant`) has no flags of its own.
-        if !(flags.is_empty() && !subs.is_empty()) {
+        // A command that only groups others (`tenant`) has no flags of its
+        // own and no section.
+        let only_groups = flags.is_empty() && !subs.is_empty();
+        if !only_groups {
             found.insert(path.join(" "), flags);
         }
     }
