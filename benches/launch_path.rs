@@ -18,7 +18,7 @@
 //! Run: `cargo build --release --workspace && cargo bench --bench launch_path`
 //! (`-- --seconds S --rounds R`, default 2 s and 5 rounds; `-- --only NAME`
 //! for the rows whose name contains NAME). `scripts/bench.sh` runs it and
-//! writes its table into the README.
+//! writes its table into docs/benchmarks.md.
 
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates the README's benchmark table in one command: builds the
+# Regenerates the benchmark tables of docs/benchmarks.md in one command: builds the
 # workspace in release, runs the four benchmarks, and prints the table (same
-# rows and columns as the README's) filled with this run's medians, then
+# rows and columns as docs/benchmarks.md's) filled with this run's medians, then
 # simgpu's own figures.
 #
-#   bash scripts/bench.sh                                         # the full run the README quotes
+#   bash scripts/bench.sh                                         # the full run docs/benchmarks.md quotes
 #   bash scripts/bench.sh --warm-up-time 1 --measurement-time 2   # a quick look (criterion options)
 #
 # Arguments go to the criterion benchmarks (simgpu, shim, shim_overhead);
@@ -20,7 +20,7 @@
 #                              time per pair                        (benches/shim_overhead.rs)
 #   process start-up           the table benches/startup.rs prints (medians of 60 runs)
 # Then the launch-bound loops' table (benches/launch_path.rs), into its own
-# block of the README.
+# block of docs/benchmarks.md.
 # "the shim adds" is shim − bare, or "nothing measurable" when the two
 # medians' 95% confidence intervals overlap or the shim side is faster.
 set -euo pipefail
@@ -32,22 +32,22 @@ out=target/bench
 rm -rf "$out"
 mkdir -p "$out"
 
-# Replaces the README's block between `<!-- bench.sh NAME: begin -->` and
+# Replaces the block of docs/benchmarks.md between `<!-- bench.sh NAME: begin -->` and
 # its end marker with FILE (a copy of which is kept in benches/).
 replace_block() { # NAME FILE
-    python3 - "$1" "$2" README.md <<'PY'
+    python3 - "$1" "$2" docs/benchmarks.md <<'PY'
 import sys
 
-name, results, readme = sys.argv[1:4]
+name, results, page = sys.argv[1:4]
 begin, end = f"<!-- bench.sh{name}: begin -->", f"<!-- bench.sh{name}: end -->"
-text = open(readme, encoding="utf-8").read()
+text = open(page, encoding="utf-8").read()
 head, found, rest = text.partition(begin)
 _, found_end, tail = rest.partition(end)
 if not (found and found_end):
-    sys.exit(f"bench: {readme} lacks the {begin} … {end} markers; its table was not updated")
+    sys.exit(f"bench: {page} lacks the {begin} … {end} markers; its table was not updated")
 block = open(results, encoding="utf-8").read().strip("\n")
-open(readme, "w", encoding="utf-8").write(f"{head}{begin}\n{block}\n{end}{tail}")
-print(f"bench: {readme}'s table and {results} now hold this run's figures", file=sys.stderr)
+open(page, "w", encoding="utf-8").write(f"{head}{begin}\n{block}\n{end}{tail}")
+print(f"bench: {page}'s table and {results} now hold this run's figures", file=sys.stderr)
 PY
 }
 
@@ -169,9 +169,9 @@ print(
 )
 PY
 cat "$out/table.md"
-# The README's table is this run's, never typed in: the figures go to
-# benches/results.md, and the README's block between its bench.sh markers
-# is replaced by them (tests/readme_figures.rs checks that the two agree).
+# The table in docs/benchmarks.md is this run's, never typed in: the figures
+# go to benches/results.md, and the page's block between its bench.sh markers
+# is replaced by them (tests/benchmark_figures.rs checks that the two agree).
 cp "$out/table.md" benches/results.md
 replace_block "" benches/results.md
 launch_path

@@ -6,7 +6,7 @@
 #   PREFIX/lib/gpuslice/libgpuslice.so    the shim
 #   PREFIX/lib/gpuslice/libsimgpu.so      the simulated GPU, for `gpuslice run --sim` and `gpuslice sim`
 #   PREFIX/lib/gpuslice/simgpu-libs/      libcuda.so.1 and libnvidia-ml.so.1 linked to it
-#   PREFIX/share/doc/gpuslice/            the README and the deployment guides
+#   PREFIX/share/doc/gpuslice/            the README, its guides (docs/) and the deployment guides
 # The installed gpuslice finds its libraries in ../lib/gpuslice beside itself:
 # no environment variable is needed. The simgpu-libs links are made here, so
 # that `--sim` works for users who cannot write to the prefix.
@@ -99,6 +99,9 @@ install -m 0755 "$shim" "$lib/libgpuslice.so"
 doc=$prefix/share/doc/gpuslice
 install -d "$doc"
 install -m 0644 README.md "$doc/README.md"
+# The README links its guides as docs/*.md: the same place here.
+install -d "$doc/docs"
+install -m 0644 docs/*.md docs/*.svg "$doc/docs/"
 for guide in deploy/*.md deploy/kubernetes/README.md deploy/slurm/README.md; do
     [ -f "$guide" ] || continue
     install -m 0644 "$guide" "$doc/$(echo "${guide#deploy/}" | tr / -)"

@@ -128,7 +128,7 @@ fn jax_under_a_1gib_cap_default_preallocation_is_refused_then_backs_off() {
     assert!(used <= GIB && used >= pool + 256 * MIB, "the tenant's usage {used} holds the pool and the context, within the cap\n{out}");
 }
 
-/// The two settings the README gives for a slice: preallocation off (JAX
+/// The two settings docs/frameworks.md gives for a slice: preallocation off (JAX
 /// takes memory as it needs it, up to 75 % of the cap) or a fraction that
 /// leaves room for the context. Neither has an allocation refused.
 #[test]

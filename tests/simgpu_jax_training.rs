@@ -99,7 +99,7 @@ fn jax_trains_an_mlp_with_grad_and_adam_through_command_buffers() {
 /// Under a 1 GiB cap JAX's default preallocation (75 % of the cap) leaves
 /// too little beside the context for cuSOLVER's handle, whose workspace
 /// is allocated outside XLA's pool (`gpusolverDnCreate` fails, as on a
-/// 1 GiB GPU); with half the cap preallocated, as the README advises for
+/// 1 GiB GPU); with half the cap preallocated, as docs/frameworks.md advises for
 /// a slice, everything runs.
 #[test]
 fn jax_trains_under_a_1gib_cap() {

@@ -7,8 +7,8 @@
 //! ledger (`ledger::compute`), shared by its processes: it refills at the
 //! limit and measured device time is taken out of it. It needs nothing but
 //! the ledger, so it holds with no monitor running; it is the tenant's to
-//! write, so it holds honest processes only (the README's security
-//! section).
+//! write, so it holds honest processes only (docs/security.md,
+//! *What remains cooperative*).
 //!
 //! # What is measured
 //! A governed launch is bracketed by two timing events recorded on its own

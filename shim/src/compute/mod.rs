@@ -12,7 +12,7 @@
 //! - **Without one**, a limit is kept by the tenant's own processes: a
 //!   token bucket of measured device time in the tenant's ledger
 //!   ([`bucket`]). It is cooperative (the tenant can write its bucket), as
-//!   the README's security section says; shares and priorities need the
+//!   docs/security.md says; shares and priorities need the
 //!   monitor.
 //!
 //! # The launch path
