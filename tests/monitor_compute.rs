@@ -68,8 +68,23 @@ fn configured_shares_set_the_targets_shown() {
     out.assert_success();
     assert!(out.stderr.contains("the monitor sets this tenant's compute settings"), "{out}");
     assert_eq!(ledger_view::open(&sim.ledger_dir(), "small").compute_policy(0).share_ratio_e4, 2500);
+    let mut kernels = Vec::new();
     for running in [small, large] {
-        running.wait().assert_success();
+        let out = running.wait();
+        out.assert_success();
+        kernels.push(out.u64("kernels"));
+    }
+    // Under the monitor too, launches are counted (at each checkpoint, so
+    // a process's last few may not be) and the time each tenant's launches
+    // waited for the other's turns is throttled time.
+    let metrics = monitor.metrics();
+    for (tenant, launched) in ["small", "large"].into_iter().zip(kernels) {
+        let labels = [("tenant", tenant), ("device", "0")];
+        let counted = metrics.value("gpuslice_tenant_kernel_launches_total", &labels).unwrap_or(0.0) as u64;
+        assert!(counted <= launched && counted * 10 >= launched * 9, "{tenant}: {counted} launches counted of {launched}");
+        let throttled_s = metrics.value("gpuslice_tenant_throttled_seconds_total", &labels).unwrap_or(0.0);
+        eprintln!("{tenant}: {counted} launches counted of {launched}, {throttled_s:.2} s throttled");
+        assert!(throttled_s > 0.1, "{tenant}: {throttled_s} s throttled in 4 s beside another tenant");
     }
 }
 

@@ -268,13 +268,13 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "gpuslice_tenant_throttled_seconds_total",
-        help: "Time the tenant's launches were held back by its compute limit.",
+        help: "Time the tenant's launches were held back: waiting for its turn on a device the monitor arbitrates, or for its compute limit's bucket without a monitor.",
         kind: MetricType::Counter,
         series: Series::TenantDevice(|_, _, d| Some(Value::Real(d.throttled_ns_total as f64 / 1e9))),
     },
     Family {
         name: "gpuslice_tenant_kernel_launches_total",
-        help: "Kernel launches of the tenant on the device while a compute limit governed it.",
+        help: "Kernel launches of the tenant on the device while the monitor arbitrated it (counted at each checkpoint) or a compute limit governed it.",
         kind: MetricType::Counter,
         series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.kernel_launches_total))),
     },
@@ -678,12 +678,12 @@ gpuslice_tenant_compute_used_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.25
 gpuslice_tenant_compute_used_ratio{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 0.25
 # HELP gpuslice_tenant_compute_unarbitrated_processes Processes of a tenant with a compute setting that the monitor does not arbitrate on the device (they could not reach it; they retry every second).
 # TYPE gpuslice_tenant_compute_unarbitrated_processes gauge
-# HELP gpuslice_tenant_throttled_seconds_total Time the tenant's launches were held back by its compute limit.
+# HELP gpuslice_tenant_throttled_seconds_total Time the tenant's launches were held back: waiting for its turn on a device the monitor arbitrates, or for its compute limit's bucket without a monitor.
 # TYPE gpuslice_tenant_throttled_seconds_total counter
 gpuslice_tenant_throttled_seconds_total{tenant="team-a",device="0",uuid="GPU-0"} 2.5
 gpuslice_tenant_throttled_seconds_total{tenant="team-a",device="1",uuid="GPU-1"} 2.5
 gpuslice_tenant_throttled_seconds_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 2.5
-# HELP gpuslice_tenant_kernel_launches_total Kernel launches of the tenant on the device while a compute limit governed it.
+# HELP gpuslice_tenant_kernel_launches_total Kernel launches of the tenant on the device while the monitor arbitrated it (counted at each checkpoint) or a compute limit governed it.
 # TYPE gpuslice_tenant_kernel_launches_total counter
 gpuslice_tenant_kernel_launches_total{tenant="team-a",device="0",uuid="GPU-0"} 40
 gpuslice_tenant_kernel_launches_total{tenant="team-a",device="1",uuid="GPU-1"} 40

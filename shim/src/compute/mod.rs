@@ -180,7 +180,12 @@ impl Runtime {
         // 15 / 82).
         if gate::any_arbitrated() {
             if let Some(target) = targets.first() {
-                checkpoint(target);
+                let closed = checkpoint(target);
+                // The launches since the last checkpoint, counted here and
+                // not one by one: the fast path stays a countdown.
+                if let Some(bucket) = self.seat_of(target).and_then(|seat| self.ledger.compute_bucket(seat.dev.load(Ordering::Relaxed))) {
+                    bucket.count_launches(u64::from(closed));
+                }
             }
         }
         for target in targets {
@@ -188,11 +193,17 @@ impl Runtime {
             loop {
                 let waited_before = seat.waited_ns_total.load(Ordering::Relaxed);
                 let pass = gate::pass(seat);
-                if seat.waited_ns_total.load(Ordering::Relaxed) != waited_before {
+                let waited_ns = seat.waited_ns_total.load(Ordering::Relaxed).saturating_sub(waited_before);
+                if waited_ns != 0 {
                     // The device ran others' work while this launch waited:
                     // the time to the next checkpoint says nothing of this
                     // process's launches.
                     LAST_DONE_NS.store(0, Ordering::Relaxed);
+                    // Time held back for others' turns is throttled time,
+                    // as a bucket's sleep is without a monitor.
+                    if let Some(bucket) = self.ledger.compute_bucket(seat.dev.load(Ordering::Relaxed)) {
+                        bucket.count_throttled(waited_ns);
+                    }
                 }
                 if pass == gate::Pass::Go {
                     break;
@@ -283,8 +294,8 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);
 /// `target`'s stream, and sets how many launches go until the next (see
 /// the module docs). Each event has one owner at a time (taken with a
 /// swap), so threads that checkpoint at once never destroy an event
-/// another is looking at.
-fn checkpoint(target: &Target) {
+/// another is looking at. Returns the launches it closed.
+fn checkpoint(target: &Target) -> u32 {
     // Under a shallow grant (a tenant of higher priority is active, or this
     // one fills in for another) the queue kept is shorter.
     let shallow = gate::any_shallow();
@@ -335,8 +346,8 @@ fn checkpoint(target: &Target) {
     }
     INTERVAL.store(next, Ordering::Relaxed);
     COUNTDOWN.store(next, Ordering::Relaxed);
-    let Ok(ctx) = real::stream_context(target.stream, target.per_thread) else { return };
-    let Ok(event) = real::record_event(ctx, target.stream, target.per_thread) else { return };
+    let Ok(ctx) = real::stream_context(target.stream, target.per_thread) else { return closed };
+    let Ok(event) = real::record_event(ctx, target.stream, target.per_thread) else { return closed };
     if let (Some(at), Some(launches)) = (CHECKPOINT_AT_NS.get(k % CHECKPOINTS), CHECKPOINT_LAUNCHES.get(k % CHECKPOINTS)) {
         at.store(ledger::compute::monotonic_ns(), Ordering::Relaxed);
         launches.store(closed, Ordering::Relaxed);
@@ -347,6 +358,7 @@ fn checkpoint(target: &Target) {
             real::event_destroy(replaced as CUevent);
         }
     }
+    closed
 }
 
 /// The interval after checkpoint `k` found the checkpoint two back
