@@ -128,3 +128,49 @@ fn a_symlink_in_place_of_a_ledger_is_not_followed() {
     let log = monitor.stop();
     assert!(log.stderr.contains("cannot apply the configuration of tenant team-a"), "{log}");
 }
+
+/// A monitor started by a user who is not root is that user's private
+/// monitor: the directory it makes (here the user's fallback
+/// `/tmp/gpuslice-<uid>`) is 0700, as that user's own processes require of
+/// it, and they run under it, capped. Before, it made the directory 1777
+/// and every one of them was refused. Pointed at a root's directory, it
+/// refuses to start, in one line saying what it needs.
+#[test]
+fn a_monitor_that_is_not_root_is_its_users_private_monitor_or_refuses() {
+    const UID: u32 = 43_117;
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").memory_limit("1GiB").tenant("mine");
+    sim.share_the_gpu();
+    let private = PathBuf::from(format!("/tmp/gpuslice-{UID}"));
+    let _ = std::fs::remove_dir_all(&private);
+    let as_user = |program: PathBuf, dir: &PathBuf| {
+        let mut cmd = sim.as_user(UID, UID, &[], program);
+        cmd.env("GPUSLICE_DIR", dir).env_remove("XDG_RUNTIME_DIR");
+        cmd
+    };
+    let monitor_args = ["monitor", "--listen", "127.0.0.1:0", "--no-history", "--nvml-lib"];
+
+    // The root's directory of this test: refused, in one line.
+    let mut refused = as_user(gpuslice_tests::gpuslice_bin(), &sim.ledger_dir());
+    refused.env_remove("LD_PRELOAD").args(monitor_args).arg(gpuslice_tests::simgpu_lib());
+    let out = sim.run(&mut refused);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert!(out.stderr.contains("is root's, and this monitor runs as uid 43117") && out.stderr.contains("--dir"), "{out}");
+
+    let mut monitor = as_user(gpuslice_tests::gpuslice_bin(), &private);
+    monitor.env_remove("LD_PRELOAD").args(monitor_args).arg(gpuslice_tests::simgpu_lib());
+    let mut monitor = sim.spawn(&mut monitor);
+    monitor.wait_for("ready");
+    assert_eq!(mode(&private), 0o700, "a private monitor's directory is its user's alone");
+    let mut app = as_user(gpuslice_tests::compile_c("memctl"), &private);
+    app.args(["init", "ctx", "alloc:a:100M", "alloc:big:2G"]);
+    let out = sim.run(&mut app);
+    out.assert_rc("a", 0).assert_rc("big", 2);
+    let mut status = as_user(gpuslice_tests::gpuslice_bin(), &private);
+    status.env_remove("LD_PRELOAD").args(["status", "--json", "--nvml-lib"]).arg(gpuslice_tests::simgpu_lib());
+    let out = sim.run(&mut status);
+    out.assert_success();
+    assert!(out.stdout.contains("\"mine\""), "the private monitor's status shows its user's tenant:\n{out}");
+    monitor.signal("TERM");
+    monitor.wait().assert_success();
+    let _ = std::fs::remove_dir_all(&private);
+}

@@ -54,6 +54,12 @@ const TENANT_DIR_MODE: u32 = 0o1777;
 const DIR_MODE: u32 = 0o1777;
 /// Mode of the ledger directory with `--group`: only the group's members.
 const GROUP_DIR_MODE: u32 = 0o1770;
+/// Mode of the ledger directory of a monitor that is not root: it can open
+/// no other user's ledger (each is its owner's, 0600) nor govern their
+/// processes, so it is its own user's private monitor, and its directory
+/// is as private as that user's processes require of their own
+/// (`/tmp/gpuslice-<uid>` must be 0700).
+const PRIVATE_DIR_MODE: u32 = 0o700;
 /// The ledger directory the monitor may always set up itself.
 pub const DEFAULT_DIR: &str = "/run/gpuslice";
 /// How long a file may stay empty or uninitialised before it is refused. A
@@ -267,12 +273,25 @@ fn prepare_ledger_dir(dir: &Path, group: Option<u32>, changes: DirChanges) -> Re
             meta.uid()
         ));
     }
-    let mode = if group.is_some() { GROUP_DIR_MODE } else { DIR_MODE };
+    if me != 0 && meta.uid() != me {
+        return Err(format!(
+            "the ledger directory {} is root's, and this monitor runs as uid {me}: it could open no other user's ledger \
+             nor govern their processes. Run the monitor as root (the shipped unit does), or give it a directory of \
+             your own with --dir for a private monitor of your own tenants",
+            dir.display()
+        ));
+    }
+    let mode = match (group, me) {
+        (Some(_), _) => GROUP_DIR_MODE,
+        (None, 0) => DIR_MODE,
+        (None, _) => PRIVATE_DIR_MODE,
+    };
     let old_mode = meta.mode() & 0o7777;
     let new_group = group.filter(|gid| *gid != meta.gid());
     if (new_group.is_some() || old_mode != mode) && changes == DirChanges::Refused {
         let needed = match group {
             Some(gid) => format!("group {gid} and mode {mode:04o} (only the group's members create ledgers; sticky)"),
+            None if me != 0 => format!("mode {mode:04o} (a monitor that is not root governs its own user's tenants only)"),
             None => format!("mode {mode:04o} (every local user creates its ledger; sticky, so none removes another's)"),
         };
         return Err(format!(
@@ -364,6 +383,15 @@ impl LedgerSet {
         let group = host.group.as_deref().map(group_id).transpose().map_err(Error::Usage)?;
         if let Some(changed) = prepare_ledger_dir(&dir, group, changes).map_err(Error::Failed)? {
             log::info(&format!("ledger directory {}: {changed}", dir.display()));
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if me != 0 && group.is_none() {
+            log::warn(&format!(
+                "running as uid {me}, not root: a private monitor of this user's own tenants, in {} (mode 0700); \
+                 to govern every user's, run it as root (the shipped unit does)",
+                dir.display()
+            ));
         }
         sigbus::install().map_err(|e| Error::Failed(format!("cannot handle SIGBUS: {e}")))?;
         let layout = host.layout;
