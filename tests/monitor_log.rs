@@ -153,6 +153,15 @@ fn text_log_has_timestamps_and_levels_and_rust_log_filters_it() {
     }
     assert!(lines.iter().any(|(_, level, message)| *level == "INFO" && message.starts_with("watching ")), "{out}");
     assert!(lines.iter().any(|(_, level, message)| *level == "WARN" && message.contains("applies to nothing")), "{out}");
+    // The configured cap on the ledger the monitor made: nothing set it before.
+    assert!(
+        lines
+            .iter()
+            .any(|(_, _, message)| message.starts_with("tenant team-a device ") && message.contains("memory cap 1.0 GiB (none before)")),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("set by unset"), "{out}");
+    assert!(lines.iter().any(|(_, level, message)| *level == "INFO" && *message == "ready: the first round is done"), "{out}");
 
     let warn_only = run_monitor(&sim, Some("warn"), &[], |_| {});
     assert!(warn_only.success(), "{warn_only}");

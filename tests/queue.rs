@@ -109,7 +109,7 @@ fn a_job_that_fits_starts_at_once_and_one_that_does_not_waits_for_it() {
     all.sort();
     assert_eq!(a_visible, all, "two GPUs, named by UUID");
     assert_eq!(a.wait_for("cap"), "3GiB");
-    assert!(a.wait_for("tenant").starts_with("queue-"), "each job is its own tenant");
+    assert_eq!(a.wait_for("tenant"), "queue-1", "each job is its own tenant, named after the job (job 1)");
     assert_eq!(committed(&sim), [3 * GIB, 3 * GIB]);
     let out = sim.run(gpuslice(&sim).arg("devices").arg("--dir").arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib()).arg("--json"));
     let view: Value = serde_json::from_str(&out.stdout).unwrap();

@@ -694,3 +694,23 @@ fn live_view_quits_on_esc_and_ctrl_c() {
     app.send_line("done");
     app.wait().assert_success();
 }
+
+/// The monitor in an operator's terminal prints its log only: `listen=`
+/// and `ready=1` are for scripts that start it on a pipe. And `--group`,
+/// which only the monitor uses, is no flag of `status` or `top`.
+#[test]
+fn the_monitor_in_a_terminal_prints_no_lines_for_scripts_and_group_is_the_monitors() {
+    let sim = sim();
+    // The command holds copies of the terminal: it goes at once.
+    let mut pty = Pty::spawn(&mut monitor_command(&sim, &MonitorOptions::default()), 24, 200);
+    let rows = pty.wait_for("the first round", |rows| rows.iter().any(|r| r.contains("ready: the first round is done")));
+    assert!(!rows.iter().any(|r| r.starts_with("ready=") || r.starts_with("listen=")), "{}", rows.join("\n"));
+    // SAFETY: kill on the child's pid, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pty.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    pty.wait_exit();
+    for command in ["status", "top"] {
+        let out = sim.run(gpuslice_command(&sim).args([command, "--group", "wheel"]));
+        assert_eq!(out.code(), Some(2), "{out}");
+        assert!(out.stderr.contains("unexpected argument '--group'"), "{out}");
+    }
+}

@@ -51,11 +51,6 @@ pub struct HostArgs {
     /// mount into its pods). Both layouts are always read.
     #[arg(long, value_enum, default_value = "flat")]
     pub layout: Layout,
-    /// (monitor) Only members of this Unix group (a name or a gid) may create
-    /// ledgers: the ledger directory becomes root:GROUP, mode 1770. Without
-    /// it the directory is root's, mode 1777: any local user may.
-    #[arg(long, value_name = "GROUP")]
-    pub group: Option<String>,
     /// Load NVML from this file instead of libnvidia-ml.so.1 (e.g. simgpu's libsimgpu.so).
     #[arg(long, value_name = "PATH", env = "GPUSLICE_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,

@@ -379,8 +379,8 @@ impl LedgerSet {
     /// [`Layout::TenantDirs`] makes `<dir>/tenants` private.
     /// A `--group` that names no group is a usage mistake; the rest are
     /// failures of the host.
-    pub fn new(dir: PathBuf, host: &HostArgs, changes: DirChanges, bounds: Bounds) -> Result<LedgerSet, Error> {
-        let group = host.group.as_deref().map(group_id).transpose().map_err(Error::Usage)?;
+    pub fn new(dir: PathBuf, host: &HostArgs, group: Option<&str>, changes: DirChanges, bounds: Bounds) -> Result<LedgerSet, Error> {
+        let group = group.map(group_id).transpose().map_err(Error::Usage)?;
         if let Some(changed) = prepare_ledger_dir(&dir, group, changes).map_err(Error::Failed)? {
             log::info(&format!("ledger directory {}: {changed}", dir.display()));
         }

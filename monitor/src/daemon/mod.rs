@@ -49,7 +49,7 @@ use crate::nvml::GpuReader;
 use crate::snapshot::{self, Snapshot, ROUND};
 use clap::Args;
 use ledger::Ledger;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +68,11 @@ const ARBITER_STALL: Duration = Duration::from_secs(5);
 pub struct MonitorArgs {
     #[command(flatten)]
     pub host: discovery::HostArgs,
+    /// Only members of this Unix group (a name or a gid) may create
+    /// ledgers: the ledger directory becomes root:GROUP, mode 1770. Without
+    /// it the directory is root's, mode 1777: any local user may.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// TOML configuration: tenants' memory caps, compute limits, shares and priorities, priority ceilings and what to do about violations; reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -258,8 +263,13 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
 
     // What can refuse the directory does so before the monitor says it is
     // listening or puts anything (sockets, history) in it.
-    let mut ledgers =
-        ledgers::LedgerSet::new(dir.clone(), &args.host, dir_changes(&args, &dir, created_now), ledger_bounds(&args, descriptor_limit))?;
+    let mut ledgers = ledgers::LedgerSet::new(
+        dir.clone(),
+        &args.host,
+        args.group.as_deref(),
+        dir_changes(&args, &dir, created_now),
+        ledger_bounds(&args, descriptor_limit),
+    )?;
     let mut policy_state = policy::PolicyState::new(&dir).map_err(Error::Failed)?;
     let mut queue_state = queue::QueueState::new(&dir)?;
 
@@ -301,8 +311,14 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         args.host.layout.name(),
         if gpu_reader.is_some() { "on" } else { "off" }
     ));
-    println!("listen={local}");
-    let _ = std::io::stdout().flush();
+    // For scripts and tests that start a monitor on a pipe: where it
+    // listens (`--listen :0` picks a port) and, below, when its first round
+    // is done. An operator's terminal gets the log's lines only.
+    let for_scripts = !std::io::stdout().is_terminal();
+    if for_scripts {
+        println!("listen={local}");
+        let _ = std::io::stdout().flush();
+    }
 
     // Without the arbiter, caps still hold; compute settings are then kept
     // by the tenants' own processes (limits) or not at all (shares), and
@@ -453,7 +469,10 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         };
         *pages.lock().unwrap_or_else(|e| e.into_inner()) = page;
         if first_round {
-            println!("ready=1");
+            if for_scripts {
+                println!("ready=1");
+            }
+            log::info("ready: the first round is done");
             notify::notify("READY=1");
             let _ = std::io::stdout().flush();
             first_round = false;

@@ -273,10 +273,9 @@ impl PolicyState {
                     if now != compute || source != PolicySource::Monitor {
                         ledger.set_compute_policy(entry.index, compute);
                         log::info(&format!(
-                            "tenant {tenant} device {uuid}: compute {} (was {}, set by {})",
+                            "tenant {tenant} device {uuid}: compute {} ({})",
                             show_compute(compute),
-                            show_compute(now),
-                            source.name()
+                            was(show_compute(now), source)
                         ));
                     }
                 }
@@ -290,12 +289,7 @@ impl PolicyState {
                     } else {
                         String::new()
                     };
-                    log::info(&format!(
-                        "tenant {tenant} device {uuid}: memory cap {} (was {}, set by {}){note}",
-                        show(cap),
-                        show(now),
-                        source.name()
-                    ));
+                    log::info(&format!("tenant {tenant} device {uuid}: memory cap {} ({}){note}", show(cap), was(show(now), source)));
                 }
             }
         }
@@ -303,6 +297,15 @@ impl PolicyState {
 }
 
 /// `share 60%, limit none, priority 0`.
+/// What a setting was before the monitor's, for the log: `was X, set by
+/// the tenant's environment`, or `none before` when nothing had set it.
+fn was(before: String, source: PolicySource) -> String {
+    match source {
+        PolicySource::Unset => "none before".to_string(),
+        source => format!("was {before}, set by {}", source.name()),
+    }
+}
+
 fn show_compute(c: ledger::ComputePolicy) -> String {
     let percent =
         |ratio_e4: u32| if ratio_e4 == 0 { "none".to_string() } else { format!("{}%", crate::allocation::ratio_percent(ratio_e4)) };

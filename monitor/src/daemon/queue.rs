@@ -487,7 +487,7 @@ impl QueueState {
                 (uuid.clone(), tracked.job.memory_bytes.unwrap_or(whole))
             })
             .collect();
-        let tenant = self.free_tenant(snapshot);
+        let tenant = self.free_tenant(tracked.job.id, snapshot);
         let mut job = tracked.job;
         let ledger_inode = match make_tenant_ledger(&self.dir, &tenant, job.uid, &committed_bytes, gpus) {
             Ok(ledger) => {
@@ -520,16 +520,20 @@ impl QueueState {
         true
     }
 
-    /// `queue-<n>`, the lowest `n` that no admitted job uses and no live
-    /// process runs as.
-    fn free_tenant(&self, snapshot: &Snapshot) -> String {
+    /// `queue-<id>`, named after job `id`, or when that name is taken (a
+    /// process outside the queue runs as it) `queue-<id>-<n>`, the lowest
+    /// `n` that no admitted job uses and no live process runs as.
+    fn free_tenant(&self, id: u64, snapshot: &Snapshot) -> String {
         let used: HashSet<&str> = self
             .admitted
             .values()
             .map(|r| r.job.tenant.as_str())
             .chain(snapshot.tenants.iter().filter(|t| t.processes.iter().any(|p| p.alive)).map(|t| t.name.as_str()))
             .collect();
-        (0..).map(|n| format!("queue-{n}")).find(|t| !used.contains(t.as_str())).unwrap_or_default()
+        std::iter::once(format!("queue-{id}"))
+            .chain((1..).map(|n| format!("queue-{id}-{n}")))
+            .find(|t| !used.contains(t.as_str()))
+            .unwrap_or_default()
     }
 
     /// Keeps the admitted jobs where a restarted monitor finds them.
