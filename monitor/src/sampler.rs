@@ -92,6 +92,7 @@ pub struct Sampler {
     nvml_named: bool,
     locks: crate::host::LockCache,
     compute: ComputeState,
+    cpu: crate::activity::CpuClock,
 }
 
 impl Sampler {
@@ -122,6 +123,7 @@ impl Sampler {
             nvml_named: host.nvml_lib.is_some(),
             locks: crate::host::LockCache::default(),
             compute: ComputeState::default(),
+            cpu: crate::activity::CpuClock::default(),
         })
     }
 
@@ -171,6 +173,7 @@ impl Sampler {
             Some(crate::compute::DeviceReport::from_page(grants.page(), &names))
         });
         self.compute.fill(&mut snapshot, Instant::now());
+        self.cpu.fill(&mut snapshot, Instant::now());
         notes.extend(crate::compute::unenforced_notes(&snapshot));
         for device in &snapshot.devices {
             match device.arbitrated {

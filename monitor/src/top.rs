@@ -525,6 +525,7 @@ mod tests {
             parent_uuid: parent.map(Into::into),
             mig_profile: profile.map(Into::into),
             arbitrated: None,
+            health: None,
         }
     }
 
@@ -597,9 +598,12 @@ mod tests {
         assert!(text.starts_with("gpuslice top   ledger directory: /run/gpuslice   NVML: yes\n"), "{text}");
         let row = text.lines().find(|l| l.starts_with("0 ") && l.contains("team-a")).unwrap_or_else(|| panic!("{text}"));
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
-        assert_eq!(cells, ["0", "team-a", "972.8 MiB", "1.0 GiB", "95%", "1", "2", "30%", "-", "0", "30%", "29%"], "{row}");
+        // No activity: the fixture holds no CPU or SM figure.
+        assert_eq!(cells, ["0", "team-a", "972.8 MiB", "1.0 GiB", "95%", "1", "2", "30%", "-", "0", "30%", "29%", "-"], "{row}");
         assert!(
-            text.contains("\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED\n"),
+            text.contains(
+                "\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED  ACTIVITY\n"
+            ),
             "{text}"
         );
         assert!(text.contains("\nDEVICES\n") && text.contains("1.0 GiB / 4.0 GiB") && text.contains(UUID), "the whole UUID: {text}");
