@@ -166,22 +166,34 @@ impl DeviceHealth {
 /// `nvmlDeviceGetRemappedRows`, which the wrapper does not offer.
 type RemappedRowsFn = unsafe extern "C" fn(RawDevice, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint) -> c_uint;
 
-/// Reads a device's sensors and error counters; `remapped_rows` is the
-/// library's `nvmlDeviceGetRemappedRows`, when it has one.
-fn read_health(device: &Device<'_>, remapped_rows: Option<RemappedRowsFn>) -> DeviceHealth {
-    let ecc = |error: MemoryError, counter: EccCounter| device.total_ecc_errors(error, counter).ok();
+/// How often the readings that change rarely (thresholds, the power limit,
+/// error counters, retired pages, remapped rows) are read again: some of
+/// them take the driver milliseconds, and the monitor looks four times a
+/// second.
+pub const COUNTERS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a device's sensors, which move with its load: temperature,
+/// power, clocks and why they are held back.
+fn read_sensors(device: &Device<'_>, health: &mut DeviceHealth) {
     let reasons = device.current_throttle_reasons().ok().map(|r| r.bits());
+    health.temperature_c = device.temperature(TemperatureSensor::Gpu).ok();
+    health.power_usage_mw = device.power_usage().ok();
+    health.sm_clock_mhz = device.clock_info(Clock::SM).ok();
+    health.memory_clock_mhz = device.clock_info(Clock::Memory).ok();
+    health.clocks_event_reasons = reasons;
+    health.clocks_event_reason_names = reasons.map(reason_names);
+}
+
+/// Reads what changes rarely ([`COUNTERS_EVERY`]): thresholds, the power
+/// limit and the error counters; `remapped_rows` is the library's
+/// `nvmlDeviceGetRemappedRows`, when it has one.
+fn read_counters(device: &Device<'_>, remapped_rows: Option<RemappedRowsFn>) -> DeviceHealth {
+    let ecc = |error: MemoryError, counter: EccCounter| device.total_ecc_errors(error, counter).ok();
     let retired = |cause: RetirementCause| device.retired_pages(cause).ok().map(|pages| pages.len() as u64);
     let mut health = DeviceHealth {
-        temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
         slowdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
         shutdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Shutdown).ok(),
-        power_usage_mw: device.power_usage().ok(),
         power_limit_mw: device.power_management_limit().ok(),
-        sm_clock_mhz: device.clock_info(Clock::SM).ok(),
-        memory_clock_mhz: device.clock_info(Clock::Memory).ok(),
-        clocks_event_reasons: reasons,
-        clocks_event_reason_names: reasons.map(reason_names),
         ecc_corrected_volatile_total: ecc(MemoryError::Corrected, EccCounter::Volatile),
         ecc_uncorrected_volatile_total: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
         ecc_corrected_aggregate_total: ecc(MemoryError::Corrected, EccCounter::Aggregate),
@@ -215,6 +227,8 @@ pub struct GpuReader {
     mig: Option<MigFns>,
     /// `nvmlDeviceGetRemappedRows`, which the wrapper does not offer either.
     remapped_rows: Option<RemappedRowsFn>,
+    /// Per device index, what [`read_counters`] last read, and when.
+    counters: HashMap<u32, (std::time::Instant, DeviceHealth)>,
 }
 
 /// `nvmlDevice_t`, which the wrapper does not export.
@@ -313,20 +327,27 @@ impl GpuReader {
             // SAFETY: the symbol has this signature in nvml.h.
             unsafe { std::mem::transmute::<*mut libc::c_void, RemappedRowsFn>(f) }
         });
-        Ok(GpuReader { nvml, last_sample_us: HashMap::new(), mig: MigFns::resolve(&name), remapped_rows })
+        Ok(GpuReader { nvml, last_sample_us: HashMap::new(), mig: MigFns::resolve(&name), remapped_rows, counters: HashMap::new() })
     }
 
     /// Reads every device, and the MIG devices of a MIG-enabled one. A
     /// device that fails to answer is skipped.
     pub fn read(&mut self) -> Result<Vec<GpuInfo>, String> {
-        let GpuReader { nvml, last_sample_us, mig, remapped_rows } = self;
+        let GpuReader { nvml, last_sample_us, mig, remapped_rows, counters } = self;
+        let now = std::time::Instant::now();
         let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
         let mut gpus = Vec::new();
         for index in 0..count {
             let Ok(device) = nvml.device_by_index(index) else { continue };
             let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
             let Some(mut gpu) = read_device(last_sample_us, &device, index, index) else { continue };
-            gpu.health = Some(read_health(&device, *remapped_rows));
+            let stale = counters.get(&index).is_none_or(|(at, _)| now.duration_since(*at) >= COUNTERS_EVERY);
+            if stale {
+                counters.insert(index, (now, read_counters(&device, *remapped_rows)));
+            }
+            let mut health = counters.get(&index).map(|(_, h)| h.clone()).unwrap_or_default();
+            read_sensors(&device, &mut health);
+            gpu.health = Some(health);
             let mut instances = Vec::new();
             if let (true, Some(mig)) = (mig_enabled, *mig) {
                 // SAFETY: the handle stays valid while `self.nvml` lives.
