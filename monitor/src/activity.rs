@@ -17,9 +17,11 @@
 //! a data-loader worker that never touches CUDA is not there, and its CPU
 //! time is not seen.
 //!
-//! [`CpuClock`] turns each look's CPU times into a rate: over the time
-//! since its previous look at the same process, or over the process's life
-//! at the first look (so that a single look, `top --once`, has a figure).
+//! [`CpuClock`] turns each look's CPU times into a rate over the time since
+//! its previous look at the same process. A process seen for the first
+//! time has no rate yet (its start-up, which costs CPU, is no sign of what
+//! it does), and neither has its tenant: a reader that looks once
+//! (`top --once`) looks twice, a monitor round apart.
 
 use crate::snapshot::Snapshot;
 use serde::Serialize;
@@ -29,9 +31,10 @@ use std::time::Instant;
 /// Device time at or above which a tenant is busy, as a ratio of the device.
 pub const GPU_BUSY_RATIO: f64 = 0.10;
 /// CPU time at or above which a tenant with an unused GPU is starved, in
-/// cores (a quarter of one: a process that prepares its input on the CPU
-/// keeps a core busy, one that waits keeps none).
-pub const CPU_BUSY_CORES: f64 = 0.25;
+/// cores (a tenth of one: a process that prepares its input on the CPU
+/// keeps a core busy, or what share of one a crowded host gives it; one
+/// that waits keeps next to none).
+pub const CPU_BUSY_CORES: f64 = 0.10;
 
 /// What a tenant holding memory on a device does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -113,11 +116,6 @@ fn read_stat(pid: u32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Seconds since boot (`/proc/uptime`).
-fn uptime_s() -> Option<f64> {
-    std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()
-}
-
 fn ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -140,25 +138,21 @@ impl CpuClock {
     /// live processes whose pid the kernel confirmed are read.
     pub fn fill(&mut self, snapshot: &mut Snapshot, now: Instant) {
         let tick = ticks_per_s();
-        let uptime = uptime_s();
         let mut seen = HashMap::new();
         for tenant in &mut snapshot.tenants {
-            let mut cores: Option<f64> = None;
+            // `None` until every live process has a rate.
+            let mut cores = Some(0.0);
             for process in tenant.processes.iter().filter(|p| p.alive && p.confirmed) {
                 let Some(stat) = read_stat(process.pid) else { continue };
                 let key = (process.pid, stat.start_ticks);
                 let rate = match self.last.get(&key) {
                     Some((ticks, at)) if now > *at => {
-                        stat.cpu_ticks.saturating_sub(*ticks) as f64 / tick / now.duration_since(*at).as_secs_f64()
+                        Some(stat.cpu_ticks.saturating_sub(*ticks) as f64 / tick / now.duration_since(*at).as_secs_f64())
                     }
-                    // First look: over its life so far.
-                    _ => match uptime.map(|up| up - stat.start_ticks as f64 / tick) {
-                        Some(life_s) if life_s > 0.0 => stat.cpu_ticks as f64 / tick / life_s,
-                        _ => 0.0,
-                    },
+                    _ => None,
                 };
                 seen.insert(key, (stat.cpu_ticks, now));
-                *cores.get_or_insert(0.0) += rate;
+                cores = cores.zip(rate).map(|(sum, rate)| sum + rate);
             }
             for device in &mut tenant.devices {
                 device.cpu_cores = cores;

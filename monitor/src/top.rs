@@ -76,7 +76,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 
 pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
     if args.once {
-        let view = sampler::collect_view(&args.host)?;
+        let view = sampler::collect_view_with_activity(&args.host)?;
         for note in &view.notes {
             eprintln!("gpuslice top: {note}");
         }
