@@ -435,3 +435,61 @@ fn the_device_health_alerts_fire_and_clear() {
     assert_eq!(covered, health.keys().map(String::as_str).collect(), "every device-health alert is shown firing");
     promtool_test("health", "15s", &input, &cases);
 }
+
+/// The power-throttling alert on what a real monitor says: simgpu held to
+/// 300 W (`SIMGPU_POWER_LIMIT`) by a process that keeps it busy, between
+/// two idle stretches. The scrapes become promtool's input as in the
+/// test above; the alert fires at the end of the busy one only, with the
+/// labels the monitor gives the series, and no other device-health alert
+/// fires at any step.
+#[test]
+fn the_power_throttling_alert_fires_on_a_real_monitor_under_load() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB").shim().tenant("team-load").env("SIMGPU_POWER_LIMIT", "300");
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let capped = |m: &Metrics| m.value("gpuslice_device_clocks_event_reason_active", &[("device", "0"), ("reason", "sw_power_cap")]);
+    let mut scrapes = vec![Some(monitor.metrics_until("the idle device", |m| capped(m) == Some(0.0)))];
+    let load = sim.spawn(sim.c("compute_load").args(["kernel", "2000", "30"]));
+    let busy = monitor.metrics_until("the power cap holding the clocks", |m| capped(m) == Some(1.0));
+    let uuid = busy.find("gpuslice_device_clocks_event_reason_active", &[("device", "0")])[0].labels["uuid"].clone();
+    scrapes.push(Some(busy));
+    load.kill9();
+    scrapes.push(Some(monitor.metrics_until("the device idle again", |m| capped(m) == Some(0.0))));
+    monitor.stop();
+
+    let rules = alert_rules_of(|group| group == HEALTH_GROUP);
+    let throttled = vec![BTreeMap::from([("device".to_string(), "0".to_string()), ("uuid".to_string(), uuid)])];
+    let mut expected: Vec<(usize, &str, Vec<Labels>)> = Vec::new();
+    for (step, _) in scrapes.iter().enumerate() {
+        for alert in rules.keys() {
+            let firing = step == 1 && alert == "GpusliceGpuPowerThrottling";
+            expected.push((step, alert, if firing { throttled.clone() } else { Vec::new() }));
+        }
+    }
+    let alert_tests: Vec<Value> = expected
+        .iter()
+        .map(|(step, alert, alerts)| {
+            let (rule_labels, annotations) = &rules[*alert];
+            let exp: Vec<Value> = alerts
+                .iter()
+                .map(|series| {
+                    let mut labels = series.clone();
+                    labels.insert("job".into(), JOB.into());
+                    labels.insert("instance".into(), INSTANCE.into());
+                    labels.extend(rule_labels.clone());
+                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
+                    json!({ "exp_labels": labels, "exp_annotations": rendered })
+                })
+                .collect();
+            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
+        })
+        .collect();
+    let test = json!({
+        "rule_files": [repo_root().join(RULES)],
+        "evaluation_interval": format!("{INTERVAL_S}s"),
+        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
+    });
+    let file = sim.dir().join("power-alert-test.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
+    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
+    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+}
