@@ -141,6 +141,10 @@ fn every_query_is_promql_and_names_only_metrics_the_monitor_exports() {
     assert!(dashboard["title"].is_string() && dashboard["uid"].is_string(), "a dashboard has a title and a uid");
     let queries = queries(&dashboard);
     assert!(queries.len() >= 10, "{} queries", queries.len());
+    // A device-health row, between the host's panels and the tenants'.
+    let rows: Vec<&str> =
+        dashboard["panels"].as_array().expect("panels").iter().filter(|p| p["type"] == "row").filter_map(|p| p["title"].as_str()).collect();
+    assert_eq!(rows, ["Host", "Device health", "Tenants"], "the dashboard's rows");
 
     // What a real monitor exports: every family, with a histogram's series.
     let sim = Sim::new().memory("1GiB").context_memory("64MiB");
@@ -176,6 +180,14 @@ fn every_query_is_promql_and_names_only_metrics_the_monitor_exports() {
         "gpuslice_tenant_alloc_denied_total",
         "gpuslice_untracked_process_memory_bytes",
         "gpuslice_queue_jobs",
+        "gpuslice_device_utilization_ratio",
+        "gpuslice_tenant_allocation_info",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gpuslice_device_clocks_event_reason_active",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     ] {
         assert!(read.contains(wanted), "the dashboard shows no {wanted}");
     }

@@ -57,19 +57,38 @@ fn rules() -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{RULES} as JSON: {e}"))
 }
 
-/// Alert name → (labels, annotations) as the rule file gives them.
-fn alert_rules() -> BTreeMap<String, (Labels, Labels)> {
+/// The rule group of the device-health alerts, which the host's real
+/// scrapes cannot make fire (simgpu stays cool): their own test plays the
+/// series.
+const HEALTH_GROUP: &str = "gpuslice-device-health";
+
+/// Alert name → (labels, annotations) as the rule file gives them, for the
+/// alerts of the groups `keep` accepts (recording rules are left out).
+fn alert_rules_of(keep: impl Fn(&str) -> bool) -> BTreeMap<String, (Labels, Labels)> {
     let strings = |v: &Value| -> Labels {
         v.as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default()
     };
     let mut alerts = BTreeMap::new();
     for group in rules()["groups"].as_array().expect("groups") {
+        if !keep(group["name"].as_str().unwrap_or_default()) {
+            continue;
+        }
         for rule in group["rules"].as_array().expect("rules") {
-            let name = rule["alert"].as_str().expect("an alerting rule").to_string();
-            alerts.insert(name, (strings(&rule["labels"]), strings(&rule["annotations"])));
+            let Some(name) = rule["alert"].as_str() else { continue };
+            alerts.insert(name.to_string(), (strings(&rule["labels"]), strings(&rule["annotations"])));
         }
     }
     alerts
+}
+
+/// Every alert of the file.
+fn alert_rules() -> BTreeMap<String, (Labels, Labels)> {
+    alert_rules_of(|_| true)
+}
+
+/// Rules of every kind, as `promtool check rules` counts them.
+fn rule_count() -> usize {
+    rules()["groups"].as_array().expect("groups").iter().map(|g| g["rules"].as_array().map_or(0, Vec::len)).sum()
 }
 
 /// Renders an annotation template for an alert's labels. Only
@@ -93,7 +112,7 @@ fn render(template: &str, labels: &BTreeMap<String, String>) -> String {
 fn the_alert_rules_pass_promtool_check() {
     let (ok, text) = run(Command::new(promtool()).args(["check", "rules"]).arg(repo_root().join(RULES)));
     assert!(ok, "{text}");
-    assert!(text.contains(&format!("SUCCESS: {} rules found", alert_rules().len())), "{text}");
+    assert!(text.contains(&format!("SUCCESS: {} rules found", rule_count())), "{text}");
 }
 
 /// `name{label="value",…}` in PromQL's series notation.
@@ -256,7 +275,8 @@ fn every_alert_fires_on_real_scrapes_of_a_monitor_and_none_before() {
     // The unit test: every alert expected at the end of its step, with the
     // rule's labels and annotations and the target's.
     let tested: BTreeSet<&str> = expected.iter().filter(|(_, _, alerts)| !alerts.is_empty()).map(|(_, a, _)| *a).collect();
-    assert_eq!(tested, rules.keys().map(String::as_str).collect(), "every rule is shown firing");
+    let host_rules = alert_rules_of(|group| group != HEALTH_GROUP);
+    assert_eq!(tested, host_rules.keys().map(String::as_str).collect(), "every rule of the host is shown firing");
     let alert_tests: Vec<Value> = expected
         .iter()
         .map(|(step, alert, alerts)| {
@@ -281,6 +301,194 @@ fn every_alert_fires_on_real_scrapes_of_a_monitor_and_none_before() {
         "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
     });
     let file = sim.dir().join("alerts-test.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
+    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
+    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+}
+
+/// One promtool unit test of `input_series` (series, values) at
+/// `interval`, expecting at each (time, alert) exactly the alerts whose
+/// series labels are given, with the rule's labels and annotations.
+fn promtool_test(name: &str, interval: &str, input_series: &[(&str, &str)], cases: &[(&str, &str, Vec<Labels>)]) {
+    let rules = alert_rules();
+    let alert_tests: Vec<Value> = cases
+        .iter()
+        .map(|(at, alert, alerts)| {
+            let (rule_labels, annotations) = rules.get(*alert).unwrap_or_else(|| panic!("no alert {alert} in {RULES}"));
+            let exp: Vec<Value> = alerts
+                .iter()
+                .map(|series| {
+                    let mut labels = series.clone();
+                    labels.extend(rule_labels.clone());
+                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
+                    json!({ "exp_labels": labels, "exp_annotations": rendered })
+                })
+                .collect();
+            json!({ "eval_time": at, "alertname": alert, "exp_alerts": exp })
+        })
+        .collect();
+    let series: Vec<Value> = input_series.iter().map(|(s, v)| json!({ "series": s, "values": v })).collect();
+    let test = json!({
+        "rule_files": [repo_root().join(RULES)],
+        "evaluation_interval": interval,
+        "tests": [{ "interval": interval, "input_series": series, "alert_rule_test": alert_tests }],
+    });
+    let dir = std::env::temp_dir().join(format!("gpuslice-alerts-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("test.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
+    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
+    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A monitor that stays down for a day is reported down for the whole day
+/// (a rule that looked for its last scrape in a fixed window let go of it
+/// once the window passed), and no longer once it answers again.
+#[test]
+fn a_monitor_down_for_a_day_is_reported_throughout_and_cleared_when_back() {
+    let target = r#"{job="gpuslice",instance="gpu-node-1:9494"}"#;
+    let up = format!("up{target}");
+    let build = r#"gpuslice_build_info{job="gpuslice",instance="gpu-node-1:9494",version="1",ledger_layout_version="1"}"#;
+    // One sample a minute: up for the first hour, down for 24 hours (the
+    // monitor's series go stale), up again.
+    let input = [(up.as_str(), "1x59 0x1440 1x20"), (build, "1x59 stale _x1440 1x20")];
+    let down = || vec![labels(&[("job", "gpuslice"), ("instance", "gpu-node-1:9494")])];
+    let cases = [
+        ("30m", "GpusliceMonitorDown", vec![]),
+        ("1h30m", "GpusliceMonitorDown", down()),
+        ("7h30m", "GpusliceMonitorDown", down()),
+        ("13h", "GpusliceMonitorDown", down()),
+        ("24h59m", "GpusliceMonitorDown", down()),
+        ("25h10m", "GpusliceMonitorDown", vec![]),
+    ];
+    promtool_test("monitor-down", "1m", &input, &cases);
+}
+
+/// Each device-health alert fires on series that call for it, sustained as
+/// its rule asks, and clears when they stop; an idle device's `gpu_idle`
+/// reason, a cool device and an unchanging error count raise nothing.
+#[test]
+fn the_device_health_alerts_fire_and_clear() {
+    const T: &str = r#"job="gpuslice",instance="gpu-node-1:9494""#;
+    let reason = |device: &str, uuid: &str, reason: &str| {
+        format!(r#"gpuslice_device_clocks_event_reason_active{{{T},device="{device}",uuid="{uuid}",reason="{reason}"}}"#)
+    };
+    let dcgm = |name: &str, gpu: &str, uuid: &str| {
+        format!(r#"{name}{{{T},gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="NVIDIA H200"}}"#)
+    };
+    // One sample each 15 s. Two minutes normal, then the condition
+    // (thermal on GPU 0, power on GPU 1, heat on GPU 2, errors on GPU 3),
+    // then normal again.
+    let series = [
+        (reason("0", "GPU-0", "sw_thermal_slowdown"), "0x7 1x7 0x15"),
+        (reason("0", "GPU-0", "gpu_idle"), "1x31"),
+        (reason("1", "GPU-1", "sw_power_cap"), "0x7 1x7 0x15"),
+        (reason("1", "GPU-1", "hw_thermal_slowdown"), "0x31"),
+        (dcgm("DCGM_FI_DEV_GPU_TEMP", "2", "GPU-2"), "70x7 86x15 70x15"),
+        (dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", "2", "GPU-2"), "89x39"),
+        (dcgm("DCGM_FI_DEV_GPU_TEMP", "1", "GPU-1"), "80x39"),
+        (dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", "1", "GPU-1"), "89x39"),
+        (dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "3", "GPU-3"), "0x7 2x63"),
+        (dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "3", "GPU-3"), "0x7 5x63"),
+        (dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0", "GPU-0"), "1x71"),
+    ];
+    let input: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    let device = |d: &str, u: &str| labels(&[("job", "gpuslice"), ("instance", "gpu-node-1:9494"), ("device", d), ("uuid", u)]);
+    let gpu = |g: &str, u: &str| {
+        let node = format!("nvidia{g}");
+        labels(&[
+            ("job", "gpuslice"),
+            ("instance", "gpu-node-1:9494"),
+            ("gpu", g),
+            ("UUID", u),
+            ("device", &node),
+            ("modelName", "NVIDIA H200"),
+        ])
+    };
+    let mut cases = Vec::new();
+    for alert in ["GpusliceGpuThermalThrottling", "GpusliceGpuPowerThrottling", "GpusliceGpuNearSlowdownTemperature"] {
+        // Before: nothing; the condition began at 2 minutes.
+        cases.push(("1m45s", alert, vec![]));
+    }
+    cases.push(("2m30s", "GpusliceGpuThermalThrottling", vec![]));
+    cases.push(("3m45s", "GpusliceGpuThermalThrottling", vec![device("0", "GPU-0")]));
+    cases.push(("6m", "GpusliceGpuThermalThrottling", vec![]));
+    cases.push(("2m30s", "GpusliceGpuPowerThrottling", vec![]));
+    cases.push(("3m45s", "GpusliceGpuPowerThrottling", vec![device("1", "GPU-1")]));
+    cases.push(("6m", "GpusliceGpuPowerThrottling", vec![]));
+    cases.push(("3m", "GpusliceGpuNearSlowdownTemperature", vec![]));
+    cases.push(("5m30s", "GpusliceGpuNearSlowdownTemperature", vec![gpu("2", "GPU-2")]));
+    cases.push(("8m", "GpusliceGpuNearSlowdownTemperature", vec![]));
+    cases.push(("1m45s", "GpusliceGpuUncorrectableEccErrors", vec![]));
+    cases.push(("3m", "GpusliceGpuUncorrectableEccErrors", vec![gpu("3", "GPU-3")]));
+    cases.push(("15m", "GpusliceGpuUncorrectableEccErrors", vec![]));
+    cases.push(("1m45s", "GpusliceGpuCorrectableEccErrors", vec![]));
+    cases.push(("3m", "GpusliceGpuCorrectableEccErrors", vec![gpu("3", "GPU-3")]));
+    cases.push(("15m", "GpusliceGpuCorrectableEccErrors", vec![]));
+    let covered: BTreeSet<&str> = cases.iter().filter(|(_, _, a)| !a.is_empty()).map(|(_, a, _)| *a).collect();
+    let health = alert_rules_of(|group| group == HEALTH_GROUP);
+    assert_eq!(covered, health.keys().map(String::as_str).collect(), "every device-health alert is shown firing");
+    promtool_test("health", "15s", &input, &cases);
+}
+
+/// The power-throttling alert on what a real monitor says: simgpu held to
+/// 300 W (`SIMGPU_POWER_LIMIT`) by a process that keeps it busy, between
+/// two idle stretches. The scrapes become promtool's input as in the
+/// test above; the alert fires at the end of the busy one only, with the
+/// labels the monitor gives the series, and no other device-health alert
+/// fires at any step.
+#[test]
+fn the_power_throttling_alert_fires_on_a_real_monitor_under_load() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB").shim().tenant("team-load").env("SIMGPU_POWER_LIMIT", "300");
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let capped = |m: &Metrics| m.value("gpuslice_device_clocks_event_reason_active", &[("device", "0"), ("reason", "sw_power_cap")]);
+    let mut scrapes = vec![Some(monitor.metrics_until("the idle device", |m| capped(m) == Some(0.0)))];
+    let load = sim.spawn(sim.c("compute_load").args(["kernel", "2000", "30"]));
+    let busy = monitor.metrics_until("the power cap holding the clocks", |m| capped(m) == Some(1.0));
+    let uuid = busy.find("gpuslice_device_clocks_event_reason_active", &[("device", "0")])[0].labels["uuid"].clone();
+    scrapes.push(Some(busy));
+    load.kill9();
+    scrapes.push(Some(monitor.metrics_until("the device idle again", |m| capped(m) == Some(0.0))));
+    monitor.stop();
+
+    let rules = alert_rules_of(|group| group == HEALTH_GROUP);
+    let throttled = vec![BTreeMap::from([("device".to_string(), "0".to_string()), ("uuid".to_string(), uuid)])];
+    let mut expected: Vec<(usize, &str, Vec<Labels>)> = Vec::new();
+    for (step, _) in scrapes.iter().enumerate() {
+        for alert in rules.keys() {
+            let firing = step == 1 && alert == "GpusliceGpuPowerThrottling";
+            expected.push((step, alert, if firing { throttled.clone() } else { Vec::new() }));
+        }
+    }
+    let alert_tests: Vec<Value> = expected
+        .iter()
+        .map(|(step, alert, alerts)| {
+            let (rule_labels, annotations) = &rules[*alert];
+            let exp: Vec<Value> = alerts
+                .iter()
+                .map(|series| {
+                    let mut labels = series.clone();
+                    labels.insert("job".into(), JOB.into());
+                    labels.insert("instance".into(), INSTANCE.into());
+                    labels.extend(rule_labels.clone());
+                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
+                    json!({ "exp_labels": labels, "exp_annotations": rendered })
+                })
+                .collect();
+            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
+        })
+        .collect();
+    let test = json!({
+        "rule_files": [repo_root().join(RULES)],
+        "evaluation_interval": format!("{INTERVAL_S}s"),
+        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
+    });
+    let file = sim.dir().join("power-alert-test.json");
     std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
     let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
     assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());

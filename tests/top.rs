@@ -75,7 +75,7 @@ fn once_prints_one_plain_frame_without_a_terminal() {
     assert_eq!(text.lines().next(), Some(format!("gpuslice top   ledger directory: {}   NVML: yes", sim.ledger_dir().display()).as_str()));
 
     let devices = section(text, "DEVICES");
-    assert_eq!(cells(devices[0]), ["DEVICE", "UUID", "MEMORY USED / TOTAL", "USE", "UTIL", "TENANTS"]);
+    assert_eq!(cells(devices[0]), ["DEVICE", "UUID", "MEMORY USED / TOTAL", "USE", "UTIL", "TENANTS", "TEMP", "POWER", "HELD BY"]);
     assert_eq!(devices.len(), 2, "{text}");
     let device = cells(devices[1]);
     // The whole UUID, for scripts.
@@ -85,7 +85,10 @@ fn once_prints_one_plain_frame_without_a_terminal() {
     let tenants = section(text, "TENANTS");
     assert_eq!(tenants.len(), 2, "{text}");
     // Used: no kernel ran between the two looks.
-    assert_eq!(cells(tenants[1]), ["0", "team-top", "164.0 MiB", "1.0 GiB", "16%", "1", "0", "30%", "-", "0", "30%", "0%"], "{text}");
+    let tenant = cells(tenants[1]);
+    assert_eq!(tenant[..12], ["0", "team-top", "164.0 MiB", "1.0 GiB", "16%", "1", "0", "30%", "-", "0", "30%", "0%"], "{text}");
+    // It holds memory and does nothing: idle.
+    assert!(tenant[12].starts_with("idle (GPU 0%, CPU "), "{text}");
 
     let processes = section(text, "PROCESSES");
     assert_eq!(cells(processes[0]), ["PID", "USER", "TENANT", "DEVICE", "MEMORY", "DRIVER SEES", "SM", "TIME", "STATE", "COMMAND"]);
@@ -396,7 +399,7 @@ fn live_view_fits_120x40_80x24_and_60x15_without_cutting_a_value() {
         words,
         [
             "DEVICE", "TENANT", "MEMORY", "CAP", "CAP", "USE", "OF", "CAP", "PROCS", "DENIED", "LIMIT", "SHARE", "PRIO", "TARGET", "USED",
-            "COMPUTE"
+            "COMPUTE", "ACTIVITY"
         ],
         "{screen}"
     );

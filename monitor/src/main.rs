@@ -25,6 +25,7 @@ mod tenant;
 mod top;
 
 // Shared by the verbs.
+mod activity;
 mod allocation;
 mod chart;
 mod compute;

@@ -13,6 +13,7 @@
 //! process, no tenant over its cap) still gets its HELP and TYPE lines, so
 //! that a scraper can tell "none" from "not exported".
 
+use crate::nvml::{DeviceHealth, CLOCKS_EVENT_REASONS};
 use crate::snapshot::{DeviceView, Snapshot, TenantDeviceView, TenantView, UntrackedView};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::prometheus_text;
@@ -192,6 +193,11 @@ enum Series {
     Tenant(fn(&TenantView) -> Value),
     /// One per device, labelled device and uuid; none where the value is `None`.
     Device(fn(&Page, &DeviceView) -> Option<Value>),
+    /// One per device that NVML read the health of, labelled as
+    /// dcgm-exporter labels its series (`gpu`, `UUID`, `device` as
+    /// `nvidia<index>`, `modelName`), so that what is written for one reads
+    /// the other; none where the device lacks the reading.
+    Health(fn(&DeviceHealth) -> Option<Value>),
     /// One series without labels.
     One(fn(&Page) -> Value),
     /// The series the function lists, with their labels.
@@ -307,6 +313,136 @@ const FAMILIES: &[Family] = &[
         help: "Share of time the device was busy over the driver's last sample period.",
         kind: MetricType::Gauge,
         series: Series::Device(|_, d| d.utilization_ratio.map(Value::Real)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_GPU_TEMP",
+        help: "GPU temperature (in C), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.temperature_c.map(|c| Value::Whole(c.into()))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        help: "Temperature at which the GPU slows down (in C), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.slowdown_temperature_c.map(|c| Value::Whole(c.into()))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_SHUTDOWN_TEMP",
+        help: "Temperature at which the GPU shuts down (in C), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.shutdown_temperature_c.map(|c| Value::Whole(c.into()))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_POWER_USAGE",
+        help: "Power draw (in W), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.power_usage_mw.map(|mw| Value::Real(f64::from(mw) / 1000.0))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        help: "Power management limit (in W), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.power_limit_mw.map(|mw| Value::Real(f64::from(mw) / 1000.0))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_SM_CLOCK",
+        help: "SM clock frequency (in MHz), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.sm_clock_mhz.map(|m| Value::Whole(m.into()))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_MEM_CLOCK",
+        help: "Memory clock frequency (in MHz), as dcgm-exporter's field of that name.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.memory_clock_mhz.map(|m| Value::Whole(m.into()))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        help: "Why the clocks are held back, NVML's bitmask (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3); gpuslice_device_clocks_event_reason_active names each bit.",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.clocks_event_reasons.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        help: "Single-bit (corrected) ECC errors since the driver loaded, as dcgm-exporter's field of that name (a counter).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.ecc_corrected_volatile_total.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        help: "Double-bit (uncorrected) ECC errors since the driver loaded, as dcgm-exporter's field of that name (a counter).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.ecc_uncorrected_volatile_total.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        help: "Single-bit (corrected) ECC errors over the device's life, as dcgm-exporter's field of that name (a counter).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.ecc_corrected_aggregate_total.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        help: "Double-bit (uncorrected) ECC errors over the device's life, as dcgm-exporter's field of that name (a counter).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.ecc_uncorrected_aggregate_total.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_RETIRED_SBE",
+        help: "Pages retired for single-bit ECC errors, as dcgm-exporter's field of that name (devices before Ampere).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.retired_pages_sbe.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_RETIRED_DBE",
+        help: "Pages retired for double-bit ECC errors, as dcgm-exporter's field of that name (devices before Ampere).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.retired_pages_dbe.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_RETIRED_PENDING",
+        help: "1 while a page retirement waits for a reset, as dcgm-exporter's field of that name (devices before Ampere).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.retired_pages_pending.map(|p| Value::Whole(u64::from(p)))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        help: "Rows remapped for correctable errors, as dcgm-exporter's field of that name (Ampere and later).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.remapped_rows_correctable.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        help: "Rows remapped for uncorrectable errors, as dcgm-exporter's field of that name (Ampere and later).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.remapped_rows_uncorrectable.map(Value::Whole)),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        help: "1 while a row remapping waits for a reset, as DCGM's field of that name (Ampere and later).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.row_remap_pending.map(|p| Value::Whole(u64::from(p)))),
+    },
+    Family {
+        name: "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        help: "1 when a row remapping failed, as dcgm-exporter's field of that name (Ampere and later).",
+        kind: MetricType::Gauge,
+        series: Series::Health(|h| h.row_remap_failure.map(|p| Value::Whole(u64::from(p)))),
+    },
+    Family {
+        name: "gpuslice_device_clocks_event_reason_active",
+        help: "1 while the reason (NVML's clock event reasons, by name) holds the device's clocks back, else 0; no series where the device does not report its reasons.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| {
+            let mut series = Vec::new();
+            for device in &page.snapshot.devices {
+                let Some(mask) = device.health.as_ref().and_then(|h| h.clocks_event_reasons) else { continue };
+                for (bit, reason) in CLOCKS_EVENT_REASONS {
+                    let labels = vec![("device", device.index.to_string()), ("uuid", device.uuid.clone()), ("reason", reason.to_string())];
+                    series.push((labels, Value::Whole(u64::from(mask & bit != 0))));
+                }
+            }
+            series
+        }),
     },
     Family {
         name: "gpuslice_untracked_process_memory_bytes",
@@ -502,6 +638,15 @@ impl Page {
                     }
                 }
             }
+            Series::Health(value_of) => {
+                for device in &self.snapshot.devices {
+                    let Some(value) = device.health.as_ref().and_then(value_of) else { continue };
+                    let gpu = device.index.to_string();
+                    let node = format!("nvidia{}", device.index);
+                    let model = self.counters.device_names.get(&device.uuid).cloned().unwrap_or_default();
+                    sample(&mut out, kind, &[("gpu", &gpu), ("UUID", &device.uuid), ("device", &node), ("modelName", &model)], value)?;
+                }
+            }
             Series::One(value_of) => sample(&mut out, kind, &[], value_of(self))?,
             Series::Listed(list) => {
                 for (labels, value) in list(self) {
@@ -555,6 +700,9 @@ mod tests {
             throttled_ns_total: 2_500_000_000,
             processes: 2,
             driver_memory_used_bytes: driver,
+            sm_utilization_ratio: None,
+            cpu_cores: None,
+            activity: None,
         }
     }
 
@@ -577,6 +725,26 @@ mod tests {
                     parent_uuid: None,
                     mig_profile: None,
                     arbitrated: None,
+                    health: Some(crate::nvml::DeviceHealth {
+                        temperature_c: Some(41),
+                        slowdown_temperature_c: Some(89),
+                        shutdown_temperature_c: Some(92),
+                        power_usage_mw: Some(123_456),
+                        power_limit_mw: Some(700_000),
+                        sm_clock_mhz: Some(1980),
+                        memory_clock_mhz: Some(2619),
+                        clocks_event_reasons: Some(0x44),
+                        clocks_event_reason_names: Some(crate::nvml::reason_names(0x44)),
+                        ecc_corrected_volatile_total: Some(3),
+                        ecc_uncorrected_volatile_total: Some(0),
+                        ecc_corrected_aggregate_total: Some(5),
+                        ecc_uncorrected_aggregate_total: Some(1),
+                        remapped_rows_correctable: Some(2),
+                        remapped_rows_uncorrectable: Some(0),
+                        row_remap_pending: Some(false),
+                        row_remap_failure: Some(true),
+                        ..Default::default()
+                    }),
                 },
                 DeviceView {
                     index: 1,
@@ -587,6 +755,8 @@ mod tests {
                     parent_uuid: None,
                     mig_profile: None,
                     arbitrated: None,
+                    // A device that reports its temperature and nothing else.
+                    health: Some(crate::nvml::DeviceHealth { temperature_c: Some(30), ..Default::default() }),
                 },
             ],
             tenants: vec![
@@ -705,6 +875,72 @@ gpuslice_device_memory_total_bytes{device="1",uuid="GPU-1"} 85899345920
 # TYPE gpuslice_device_utilization_ratio gauge
 gpuslice_device_utilization_ratio{device="0",uuid="GPU-0"} 0.25
 gpuslice_device_utilization_ratio{device="1",uuid="GPU-1"} 1.0
+# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 41
+DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-1",device="nvidia1",modelName="NVIDIA \"H200\""} 30
+# HELP DCGM_FI_DEV_SLOWDOWN_TEMP Temperature at which the GPU slows down (in C), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_SLOWDOWN_TEMP gauge
+DCGM_FI_DEV_SLOWDOWN_TEMP{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 89
+# HELP DCGM_FI_DEV_SHUTDOWN_TEMP Temperature at which the GPU shuts down (in C), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_SHUTDOWN_TEMP gauge
+DCGM_FI_DEV_SHUTDOWN_TEMP{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 92
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 123.456
+# HELP DCGM_FI_DEV_POWER_MGMT_LIMIT Power management limit (in W), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_POWER_MGMT_LIMIT gauge
+DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 700.0
+# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 1980
+# HELP DCGM_FI_DEV_MEM_CLOCK Memory clock frequency (in MHz), as dcgm-exporter's field of that name.
+# TYPE DCGM_FI_DEV_MEM_CLOCK gauge
+DCGM_FI_DEV_MEM_CLOCK{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 2619
+# HELP DCGM_FI_DEV_CLOCKS_EVENT_REASONS Why the clocks are held back, NVML's bitmask (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3); gpuslice_device_clocks_event_reason_active names each bit.
+# TYPE DCGM_FI_DEV_CLOCKS_EVENT_REASONS gauge
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 68
+# HELP DCGM_FI_DEV_ECC_SBE_VOL_TOTAL Single-bit (corrected) ECC errors since the driver loaded, as dcgm-exporter's field of that name (a counter).
+# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL gauge
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 3
+# HELP DCGM_FI_DEV_ECC_DBE_VOL_TOTAL Double-bit (uncorrected) ECC errors since the driver loaded, as dcgm-exporter's field of that name (a counter).
+# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL gauge
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 0
+# HELP DCGM_FI_DEV_ECC_SBE_AGG_TOTAL Single-bit (corrected) ECC errors over the device's life, as dcgm-exporter's field of that name (a counter).
+# TYPE DCGM_FI_DEV_ECC_SBE_AGG_TOTAL gauge
+DCGM_FI_DEV_ECC_SBE_AGG_TOTAL{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 5
+# HELP DCGM_FI_DEV_ECC_DBE_AGG_TOTAL Double-bit (uncorrected) ECC errors over the device's life, as dcgm-exporter's field of that name (a counter).
+# TYPE DCGM_FI_DEV_ECC_DBE_AGG_TOTAL gauge
+DCGM_FI_DEV_ECC_DBE_AGG_TOTAL{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 1
+# HELP DCGM_FI_DEV_RETIRED_SBE Pages retired for single-bit ECC errors, as dcgm-exporter's field of that name (devices before Ampere).
+# TYPE DCGM_FI_DEV_RETIRED_SBE gauge
+# HELP DCGM_FI_DEV_RETIRED_DBE Pages retired for double-bit ECC errors, as dcgm-exporter's field of that name (devices before Ampere).
+# TYPE DCGM_FI_DEV_RETIRED_DBE gauge
+# HELP DCGM_FI_DEV_RETIRED_PENDING 1 while a page retirement waits for a reset, as dcgm-exporter's field of that name (devices before Ampere).
+# TYPE DCGM_FI_DEV_RETIRED_PENDING gauge
+# HELP DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS Rows remapped for correctable errors, as dcgm-exporter's field of that name (Ampere and later).
+# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS gauge
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 2
+# HELP DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS Rows remapped for uncorrectable errors, as dcgm-exporter's field of that name (Ampere and later).
+# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS gauge
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 0
+# HELP DCGM_FI_DEV_ROW_REMAP_PENDING 1 while a row remapping waits for a reset, as DCGM's field of that name (Ampere and later).
+# TYPE DCGM_FI_DEV_ROW_REMAP_PENDING gauge
+DCGM_FI_DEV_ROW_REMAP_PENDING{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 0
+# HELP DCGM_FI_DEV_ROW_REMAP_FAILURE 1 when a row remapping failed, as dcgm-exporter's field of that name (Ampere and later).
+# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge
+DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu="0",UUID="GPU-0",device="nvidia0",modelName="NVIDIA H200"} 1
+# HELP gpuslice_device_clocks_event_reason_active 1 while the reason (NVML's clock event reasons, by name) holds the device's clocks back, else 0; no series where the device does not report its reasons.
+# TYPE gpuslice_device_clocks_event_reason_active gauge
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="gpu_idle"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="applications_clocks_setting"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="sw_power_cap"} 1
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="hw_slowdown"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="sync_boost"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="sw_thermal_slowdown"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="hw_thermal_slowdown"} 1
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="hw_power_brake_slowdown"} 0
+gpuslice_device_clocks_event_reason_active{device="0",uuid="GPU-0",reason="display_clock_setting"} 0
 # HELP gpuslice_untracked_process_memory_bytes Device memory of processes that no tenant ledger knows (they bypassed the shim).
 # TYPE gpuslice_untracked_process_memory_bytes gauge
 gpuslice_untracked_process_memory_bytes{device="0",uuid="GPU-0",pid="4242"} 123456789

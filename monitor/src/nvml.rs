@@ -7,12 +7,20 @@
 //! whole memory but no processes, since every process runs in one of its
 //! instances and is listed there.
 //!
+//! A device (not a MIG device, whose sensors are its parent's) is also read
+//! for its health: temperature and its thresholds, power, clocks and why
+//! they are held back, ECC errors, retired pages and remapped rows
+//! ([`DeviceHealth`]). A reading the device does not support is `None`, so
+//! that it is left out, never shown as zero.
+//!
 //! NVML is loaded at run time (by name, or from `--nvml-lib`, so the monitor
 //! runs on simgpu). Without it the monitor and `status` work from the ledgers
 //! alone.
 
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::ffi::c_uint;
 use std::ffi::OsStr;
@@ -49,6 +57,165 @@ pub struct GpuInfo {
     pub utilization_ratio: Option<f64>,
     /// Processes with a context on the device.
     pub processes: Vec<GpuProcess>,
+    /// Sensors and error counters (a device's, not a MIG device's).
+    pub health: Option<DeviceHealth>,
+}
+
+/// What a device's sensors and error counters say, each `None` where the
+/// device does not answer (`NVML_ERROR_NOT_SUPPORTED`, or any other error):
+/// a reading that is not there is left out, never taken for zero.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct DeviceHealth {
+    /// GPU die temperature, °C.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature_c: Option<u32>,
+    /// Temperature at which the GPU slows down, °C.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slowdown_temperature_c: Option<u32>,
+    /// Temperature at which the GPU shuts down, °C.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_temperature_c: Option<u32>,
+    /// Power draw, milliwatts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_usage_mw: Option<u32>,
+    /// Power management limit, milliwatts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_limit_mw: Option<u32>,
+    /// SM clock, MHz.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<u32>,
+    /// Memory clock, MHz.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_clock_mhz: Option<u32>,
+    /// Why the clocks are held back: NVML's bitmask.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks_event_reasons: Option<u64>,
+    /// The same, by name (`sw_power_cap`, `hw_thermal_slowdown`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks_event_reason_names: Option<Vec<&'static str>>,
+    /// ECC errors since the driver loaded: corrected (single-bit) and
+    /// uncorrected (double-bit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected_volatile_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected_volatile_total: Option<u64>,
+    /// ECC errors over the device's life.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected_aggregate_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected_aggregate_total: Option<u64>,
+    /// Pages retired for single-bit and double-bit errors, and whether a
+    /// retirement waits for a reset (devices before Ampere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_pages_sbe: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_pages_dbe: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_pages_pending: Option<bool>,
+    /// Rows remapped for correctable and uncorrectable errors, whether a
+    /// remapping waits for a reset, and whether one failed (Ampere on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_correctable: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_uncorrectable: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_remap_pending: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_remap_failure: Option<bool>,
+}
+
+/// NVML's clock event reasons (`nvmlClocksEventReason*`, formerly
+/// `nvmlClocksThrottleReason*`), by bit, with the names the metrics and
+/// `status` use.
+pub const CLOCKS_EVENT_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// The reasons that mean heat holds the clocks back.
+pub const THERMAL_REASONS: [&str; 3] = ["sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"];
+/// The reasons that mean the power limit holds the clocks back.
+pub const POWER_REASONS: [&str; 2] = ["sw_power_cap", "hw_power_brake_slowdown"];
+
+/// The names of the reasons set in `mask`, in bit order; unknown bits are left out.
+pub fn reason_names(mask: u64) -> Vec<&'static str> {
+    CLOCKS_EVENT_REASONS.iter().filter(|(bit, _)| mask & bit != 0).map(|(_, name)| *name).collect()
+}
+
+impl DeviceHealth {
+    /// Whether heat or the power limit holds the clocks back now.
+    pub fn throttled_by(&self) -> Option<&'static str> {
+        let names = self.clocks_event_reason_names.as_deref()?;
+        if names.iter().any(|n| THERMAL_REASONS.contains(n)) {
+            Some("thermal")
+        } else if names.iter().any(|n| POWER_REASONS.contains(n)) {
+            Some("power")
+        } else {
+            None
+        }
+    }
+}
+
+/// `nvmlDeviceGetRemappedRows`, which the wrapper does not offer.
+type RemappedRowsFn = unsafe extern "C" fn(RawDevice, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint) -> c_uint;
+
+/// How often the readings that change rarely (thresholds, the power limit,
+/// error counters, retired pages, remapped rows) are read again: some of
+/// them take the driver milliseconds, and the monitor looks four times a
+/// second.
+pub const COUNTERS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a device's sensors, which move with its load: temperature,
+/// power, clocks and why they are held back.
+fn read_sensors(device: &Device<'_>, health: &mut DeviceHealth) {
+    let reasons = device.current_throttle_reasons().ok().map(|r| r.bits());
+    health.temperature_c = device.temperature(TemperatureSensor::Gpu).ok();
+    health.power_usage_mw = device.power_usage().ok();
+    health.sm_clock_mhz = device.clock_info(Clock::SM).ok();
+    health.memory_clock_mhz = device.clock_info(Clock::Memory).ok();
+    health.clocks_event_reasons = reasons;
+    health.clocks_event_reason_names = reasons.map(reason_names);
+}
+
+/// Reads what changes rarely ([`COUNTERS_EVERY`]): thresholds, the power
+/// limit and the error counters; `remapped_rows` is the library's
+/// `nvmlDeviceGetRemappedRows`, when it has one.
+fn read_counters(device: &Device<'_>, remapped_rows: Option<RemappedRowsFn>) -> DeviceHealth {
+    let ecc = |error: MemoryError, counter: EccCounter| device.total_ecc_errors(error, counter).ok();
+    let retired = |cause: RetirementCause| device.retired_pages(cause).ok().map(|pages| pages.len() as u64);
+    let mut health = DeviceHealth {
+        slowdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
+        shutdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Shutdown).ok(),
+        power_limit_mw: device.power_management_limit().ok(),
+        ecc_corrected_volatile_total: ecc(MemoryError::Corrected, EccCounter::Volatile),
+        ecc_uncorrected_volatile_total: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
+        ecc_corrected_aggregate_total: ecc(MemoryError::Corrected, EccCounter::Aggregate),
+        ecc_uncorrected_aggregate_total: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
+        retired_pages_sbe: retired(RetirementCause::MultipleSingleBitEccErrors),
+        retired_pages_dbe: retired(RetirementCause::DoubleBitEccError),
+        retired_pages_pending: device.are_pages_pending_retired().ok(),
+        ..DeviceHealth::default()
+    };
+    if let Some(remapped_rows) = remapped_rows {
+        let (mut corrected, mut uncorrected, mut pending, mut failed) = (0, 0, 0, 0);
+        // SAFETY: a device handle of the same library, used while it is
+        // loaded, and four valid out-pointers.
+        let status = unsafe { remapped_rows(device.handle().cast(), &mut corrected, &mut uncorrected, &mut pending, &mut failed) };
+        if status == 0 {
+            health.remapped_rows_correctable = Some(u64::from(corrected));
+            health.remapped_rows_uncorrectable = Some(u64::from(uncorrected));
+            health.row_remap_pending = Some(pending != 0);
+            health.row_remap_failure = Some(failed != 0);
+        }
+    }
+    health
 }
 
 /// A loaded NVML.
@@ -58,6 +225,10 @@ pub struct GpuReader {
     last_sample_us: HashMap<u32, u64>,
     /// The MIG entry points, which the wrapper does not offer.
     mig: Option<MigFns>,
+    /// `nvmlDeviceGetRemappedRows`, which the wrapper does not offer either.
+    remapped_rows: Option<RemappedRowsFn>,
+    /// Per device index, what [`read_counters`] last read, and when.
+    counters: HashMap<u32, (std::time::Instant, DeviceHealth)>,
 }
 
 /// `nvmlDevice_t`, which the wrapper does not export.
@@ -152,19 +323,31 @@ impl GpuReader {
                 loaded.ok_or_else(|| errors.join("; "))?
             }
         };
-        Ok(GpuReader { nvml, last_sample_us: HashMap::new(), mig: MigFns::resolve(&name) })
+        let remapped_rows = lookup(&name, c"nvmlDeviceGetRemappedRows").map(|f| {
+            // SAFETY: the symbol has this signature in nvml.h.
+            unsafe { std::mem::transmute::<*mut libc::c_void, RemappedRowsFn>(f) }
+        });
+        Ok(GpuReader { nvml, last_sample_us: HashMap::new(), mig: MigFns::resolve(&name), remapped_rows, counters: HashMap::new() })
     }
 
     /// Reads every device, and the MIG devices of a MIG-enabled one. A
     /// device that fails to answer is skipped.
     pub fn read(&mut self) -> Result<Vec<GpuInfo>, String> {
-        let GpuReader { nvml, last_sample_us, mig } = self;
+        let GpuReader { nvml, last_sample_us, mig, remapped_rows, counters } = self;
+        let now = std::time::Instant::now();
         let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
         let mut gpus = Vec::new();
         for index in 0..count {
             let Ok(device) = nvml.device_by_index(index) else { continue };
             let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
             let Some(mut gpu) = read_device(last_sample_us, &device, index, index) else { continue };
+            let stale = counters.get(&index).is_none_or(|(at, _)| now.duration_since(*at) >= COUNTERS_EVERY);
+            if stale {
+                counters.insert(index, (now, read_counters(&device, *remapped_rows)));
+            }
+            let mut health = counters.get(&index).map(|(_, h)| h.clone()).unwrap_or_default();
+            read_sensors(&device, &mut health);
+            gpu.health = Some(health);
             let mut instances = Vec::new();
             if let (true, Some(mig)) = (mig_enabled, *mig) {
                 // SAFETY: the handle stays valid while `self.nvml` lives.
@@ -232,7 +415,24 @@ fn read_device(last_sample_us: &mut HashMap<u32, u64>, device: &Device<'_>, inde
         used_bytes: memory.as_ref().map_or(0, |m| m.used),
         utilization_ratio,
         processes,
+        health: None,
     })
+}
+
+/// A symbol of the library the wrapper loaded under `name` (`RTLD_NOLOAD`:
+/// the same handle, nothing new is loaded).
+fn lookup(name: &OsStr, symbol: &std::ffi::CStr) -> Option<*mut libc::c_void> {
+    let cname = std::ffi::CString::new(name.as_encoded_bytes()).ok()?;
+    // SAFETY: a valid C string; RTLD_NOLOAD only finds a loaded library.
+    let lib = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if lib.is_null() {
+        return None;
+    }
+    // SAFETY: `lib` is a live handle; the name is NUL-terminated.
+    let found = unsafe { libc::dlsym(lib, symbol.as_ptr()) };
+    // SAFETY: dropping our extra reference; the wrapper's keeps it loaded.
+    unsafe { libc::dlclose(lib) };
+    (!found.is_null()).then_some(found)
 }
 
 /// The profile in a MIG device's name: `3g.71gb` in `NVIDIA H200 MIG
@@ -309,6 +509,18 @@ mod tests {
         assert_eq!(uuid_bytes("MIG-5f1c0001-0203-0405-0607-08090a0b0cff"), None);
         assert_eq!(any_uuid_bytes("MIG-5f1c0001-0203-0405-0607-08090a0b0cff"), Some(raw));
         assert_eq!(any_uuid_bytes(&text), Some(raw));
+    }
+
+    #[test]
+    fn clock_event_reasons_are_named_by_bit() {
+        assert_eq!(reason_names(0), Vec::<&str>::new());
+        assert_eq!(reason_names(0x1), vec!["gpu_idle"]);
+        assert_eq!(reason_names(0x4 | 0x40 | 0x8000), vec!["sw_power_cap", "hw_thermal_slowdown"]);
+        let health = |mask| DeviceHealth { clocks_event_reason_names: Some(reason_names(mask)), ..DeviceHealth::default() };
+        assert_eq!(health(0x4).throttled_by(), Some("power"));
+        assert_eq!(health(0x4 | 0x20).throttled_by(), Some("thermal"));
+        assert_eq!(health(0x1).throttled_by(), None);
+        assert_eq!(DeviceHealth::default().throttled_by(), None);
     }
 
     #[test]

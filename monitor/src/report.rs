@@ -191,6 +191,20 @@ pub fn table(report: &Report) -> String {
     }
     render_rows(&mut out, &rows);
 
+    let _ = writeln!(out, "\nACTIVITY");
+    let cores = |c: Option<f64>| c.map_or_else(dash, |c| format!("{:.0} %", c * 100.0));
+    let mut rows = vec![["TENANT", "DEVICE", "GPU MEAN", "CPU MEAN", "STATE"].map(String::from).to_vec()];
+    for t in &report.tenants {
+        rows.push(vec![
+            shown(&t.tenant),
+            t.device_index.to_string(),
+            pct(t.gpu_mean_ratio),
+            cores(t.cpu_mean_cores),
+            t.activity.map_or_else(dash, |a| a.name().to_string()),
+        ]);
+    }
+    render_rows(&mut out, &rows);
+
     let _ = writeln!(out, "\nRECOMMENDATIONS");
     for t in &report.tenants {
         let _ = writeln!(out, "{} on device {}:", shown(&t.tenant), t.device_index);
@@ -198,11 +212,15 @@ pub fn table(report: &Report) -> String {
         for advice in [&t.share_advice, &t.limit_advice].into_iter().flatten() {
             let _ = writeln!(out, "  compute: {}", advice.text);
         }
+        if let Some(advice) = &t.activity_advice {
+            let _ = writeln!(out, "  activity: {advice}");
+        }
     }
 
     if !report.devices.is_empty() {
         let _ = writeln!(out, "\nDEVICES");
-        let mut rows = vec![["INDEX", "UUID", "TOTAL", "PEAK USED", "MEAN UTIL"].map(String::from).to_vec()];
+        let mut rows =
+            vec![["INDEX", "UUID", "TOTAL", "PEAK USED", "MEAN UTIL", "PEAK TEMP", "PEAK POWER", "CLOCKS HELD"].map(String::from).to_vec()];
         for d in &report.devices {
             rows.push(vec![
                 d.device_index.to_string(),
@@ -210,6 +228,9 @@ pub fn table(report: &Report) -> String {
                 human_bytes(d.memory_total_bytes),
                 d.memory_used_peak_bytes.map_or_else(dash, human_bytes),
                 pct(d.utilization_mean_ratio),
+                d.temperature_peak_c.map_or_else(dash, |t| format!("{t} C")),
+                d.power_peak_watts.map_or_else(dash, |w| format!("{w:.0} W")),
+                pct(d.throttled_ratio),
             ]);
         }
         render_rows(&mut out, &rows);
@@ -246,6 +267,8 @@ mod tests {
                 throttled_ns: 0,
                 denied: 0,
                 processes_peak: 3,
+                cpu_e4: Some(9000),
+                gpu_e4: Some(200),
             })
             .collect();
         let report = Report {
@@ -269,6 +292,15 @@ mod tests {
         assert_eq!(memory_row, ["team-a", "0", "1h 40m", "1h 40m", "16.0 GiB", "5.2 GiB", "5.2 GiB", "5.2 GiB", "0", "3"], "{text}");
         assert!(text.contains("  memory: cap 16.0 GiB, p99 5.2 GiB over 1h 40m: 6.0 GiB would do\n"), "{text}");
         assert!(text.contains("  compute: share 50 %, p99 used 12 % over 1h 40m: 15 % would do\n"), "{text}");
+        // 12 % of the device charged, 90 % of a core busy: busy by the rule.
+        let activity_row: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "ACTIVITY")
+            .find(|l| l.starts_with("team-a"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .split_whitespace()
+            .collect();
+        assert_eq!(activity_row, ["team-a", "0", "12", "%", "90", "%", "busy"], "{text}");
         assert!(text.contains("rule: memory: p99 of each active minute's peak, plus 10%, rounded up to a whole 512.0 MiB"), "{text}");
     }
 

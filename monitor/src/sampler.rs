@@ -92,6 +92,7 @@ pub struct Sampler {
     nvml_named: bool,
     locks: crate::host::LockCache,
     compute: ComputeState,
+    cpu: crate::activity::CpuClock,
 }
 
 impl Sampler {
@@ -122,6 +123,7 @@ impl Sampler {
             nvml_named: host.nvml_lib.is_some(),
             locks: crate::host::LockCache::default(),
             compute: ComputeState::default(),
+            cpu: crate::activity::CpuClock::default(),
         })
     }
 
@@ -171,6 +173,7 @@ impl Sampler {
             Some(crate::compute::DeviceReport::from_page(grants.page(), &names))
         });
         self.compute.fill(&mut snapshot, Instant::now());
+        self.cpu.fill(&mut snapshot, Instant::now());
         notes.extend(crate::compute::unenforced_notes(&snapshot));
         for device in &snapshot.devices {
             match device.arbitrated {
@@ -189,12 +192,28 @@ fn has_compute_policy(snapshot: &Snapshot) -> bool {
     snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some())
 }
 
+/// Whether a tenant holds memory with a live process: then what it does
+/// with it (busy, starved or idle) is a rate of its CPU time.
+fn holds_memory(snapshot: &Snapshot) -> bool {
+    snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.memory_used_bytes > 0 && d.processes > 0)
+}
+
 /// One view for a reader that looks once: where a tenant has a compute
 /// policy, it looks twice, a monitor round apart, to give the rate.
 pub fn collect_view(host: &HostArgs) -> Result<View, Error> {
+    collect_view_where(host, has_compute_policy)
+}
+
+/// The same, looking twice also where a tenant holds memory, so that its
+/// activity has a CPU rate (`top --once`).
+pub fn collect_view_with_activity(host: &HostArgs) -> Result<View, Error> {
+    collect_view_where(host, |s| has_compute_policy(s) || holds_memory(s))
+}
+
+fn collect_view_where(host: &HostArgs, twice: impl Fn(&Snapshot) -> bool) -> Result<View, Error> {
     let mut sampler = Sampler::new(host)?;
     let view = sampler.look()?;
-    if !has_compute_policy(&view.snapshot) {
+    if !twice(&view.snapshot) {
         return Ok(view);
     }
     std::thread::sleep(crate::snapshot::ROUND);

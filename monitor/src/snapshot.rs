@@ -38,6 +38,10 @@ pub struct DeviceView {
     /// compute setting); `None` when the monitor holds no grant page for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arbitrated: Option<bool>,
+    /// Its sensors and error counters (NVML only; a device's, not a MIG
+    /// device's); a reading the device lacks is left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::nvml::DeviceHealth>,
 }
 
 /// A tenant on one device.
@@ -92,6 +96,20 @@ pub struct TenantDeviceView {
     pub processes: u64,
     /// Memory the driver reports for the tenant's processes (NVML only).
     pub driver_memory_used_bytes: Option<u64>,
+    /// SM utilization of the tenant's processes on the device, as a ratio
+    /// of the device (NVML only: 0 where it sampled none of them). Like the
+    /// two below, a rate of the moment: `status --json` leaves them out, so
+    /// that two looks at an unchanged host read the same; `top` shows them.
+    #[serde(skip)]
+    pub sm_utilization_ratio: Option<f64>,
+    /// CPU time of the tenant's live processes, in cores, as the monitor
+    /// reads `/proc` (see `activity`); `None` until read.
+    #[serde(skip)]
+    pub cpu_cores: Option<f64>,
+    /// Busy, starved or idle (see `activity`); `None` where it holds no
+    /// memory here or a figure is not known.
+    #[serde(skip)]
+    pub activity: Option<crate::activity::Activity>,
 }
 
 /// A process of a tenant.
@@ -189,11 +207,13 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
     // Driver-reported memory and SM share by (uuid, pid) and by pid.
     let mut driver_by_uuid_pid: HashMap<(&str, u32), u64> = HashMap::new();
     let mut sm_by_pid: HashMap<u32, f64> = HashMap::new();
+    let mut sm_by_uuid_pid: HashMap<(&str, u32), f64> = HashMap::new();
     for gpu in gpus.unwrap_or_default() {
         for p in &gpu.processes {
             *driver_by_uuid_pid.entry((gpu.uuid.as_str(), p.pid)).or_default() += p.used_bytes;
             if let Some(sm) = p.sm_ratio {
                 *sm_by_pid.entry(p.pid).or_default() += sm;
+                *sm_by_uuid_pid.entry((gpu.uuid.as_str(), p.pid)).or_default() += sm;
             }
         }
     }
@@ -211,6 +231,7 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                 parent_uuid: gpu.parent_uuid.clone(),
                 mig_profile: gpu.mig_profile.clone(),
                 arbitrated: None,
+                health: gpu.health.clone(),
             },
         );
     }
@@ -231,12 +252,14 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                 parent_uuid: None,
                 mig_profile: None,
                 arbitrated: None,
+                health: None,
             });
         }
         let slots = ledger.slots();
         let mut processes = Vec::new();
         let mut per_device_processes: HashMap<usize, u64> = HashMap::new();
         let mut driver_per_device: HashMap<usize, u64> = HashMap::new();
+        let mut sm_per_device: HashMap<usize, f64> = HashMap::new();
         for slot in &slots {
             // A live process is named by its host pid once the kernel says it
             // holds the slot's lock (or cannot say); a dead one by the pid it
@@ -257,6 +280,9 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
             if let (Some(_), Some(pid)) = (gpus, resolved) {
                 let mut total = 0;
                 for (index, uuid) in &uuid_of {
+                    if let Some(sm) = sm_by_uuid_pid.get(&(uuid.as_str(), pid)) {
+                        *sm_per_device.entry(*index).or_default() += sm;
+                    }
                     if let Some(bytes) = driver_by_uuid_pid.get(&(uuid.as_str(), pid)) {
                         total += bytes;
                         *driver_per_device.entry(*index).or_default() += bytes;
@@ -315,6 +341,9 @@ pub fn collect(ledgers: &[&Ledger], gpus: Option<&[GpuInfo]>, locks: &mut LockCa
                     throttled_ns_total: ledger.throttled_ns_total(entry.index),
                     processes: per_device_processes.get(&entry.index).copied().unwrap_or(0),
                     driver_memory_used_bytes: gpus.map(|_| driver_per_device.get(&entry.index).copied().unwrap_or(0)),
+                    sm_utilization_ratio: gpus.map(|_| sm_per_device.get(&entry.index).copied().unwrap_or(0.0).min(1.0)),
+                    cpu_cores: None,
+                    activity: None,
                 }
             })
             .collect();
@@ -375,6 +404,9 @@ pub mod fixtures {
             throttled_ns_total: 0,
             processes: 1,
             driver_memory_used_bytes: driver_bytes,
+            sm_utilization_ratio: None,
+            cpu_cores: None,
+            activity: None,
         }
     }
 

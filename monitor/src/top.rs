@@ -77,7 +77,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 
 pub fn main(args: TopArgs) -> Result<ExitCode, Error> {
     if args.once {
-        let view = sampler::collect_view(&args.host)?;
+        let view = sampler::collect_view_with_activity(&args.host)?;
         for note in &view.notes {
             eprintln!("gpuslice top: {note}");
         }
@@ -533,6 +533,7 @@ mod tests {
             parent_uuid: parent.map(Into::into),
             mig_profile: profile.map(Into::into),
             arbitrated: None,
+            health: None,
         }
     }
 
@@ -605,9 +606,12 @@ mod tests {
         assert!(text.starts_with("gpuslice top   ledger directory: /run/gpuslice   NVML: yes\n"), "{text}");
         let row = text.lines().find(|l| l.starts_with("0 ") && l.contains("team-a")).unwrap_or_else(|| panic!("{text}"));
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
-        assert_eq!(cells, ["0", "team-a", "972.8 MiB", "1.0 GiB", "95%", "1", "2", "30%", "-", "0", "30%", "29%"], "{row}");
+        // No activity: the fixture holds no CPU or SM figure.
+        assert_eq!(cells, ["0", "team-a", "972.8 MiB", "1.0 GiB", "95%", "1", "2", "30%", "-", "0", "30%", "29%", "-"], "{row}");
         assert!(
-            text.contains("\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED\n"),
+            text.contains(
+                "\nTENANTS\nDEVICE  TENANT  MEMORY     CAP      OF CAP  PROCS  DENIED  LIMIT  SHARE  PRIO  TARGET  USED  ACTIVITY\n"
+            ),
             "{text}"
         );
         assert!(text.contains("\nDEVICES\n") && text.contains("1.0 GiB / 4.0 GiB") && text.contains(UUID), "the whole UUID: {text}");

@@ -24,6 +24,29 @@ pub struct Config {
     pub kernel_us: u64,
     /// `SIMGPU_MIG`: the partitioned devices (see [`crate::mig`]).
     pub mig: Vec<Partition>,
+    /// What the board's NVML sensors report (`SIMGPU_ECC`, `SIMGPU_POWER_LIMIT`).
+    pub sensors: Sensors,
+}
+
+/// Board options that change only what NVML reports, so that a reader of
+/// NVML can be tried on a board without ECC or one held to a lower power
+/// limit. They are per process (the state file does not hold them): the
+/// process that reads NVML decides what it sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sensors {
+    /// `SIMGPU_ECC=off`: ECC disabled, so its counters and row remapping
+    /// answer `NVML_ERROR_NOT_SUPPORTED`, as on a board without ECC.
+    pub ecc: bool,
+    /// `SIMGPU_POWER_LIMIT`, in watts: the enforced power limit; a load that
+    /// would draw more is capped there, with a lower SM clock and
+    /// `nvmlClocksEventReasonSwPowerCap`.
+    pub power_limit_mw: u32,
+}
+
+impl Default for Sensors {
+    fn default() -> Sensors {
+        Sensors { ecc: true, power_limit_mw: crate::nvml::spec::POWER_LIMIT_MW }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +99,8 @@ impl Config {
             None => Vec::new(),
             Some(v) => mig_var(&v, device_count, memory_bytes, context_memory_bytes).map_err(|e| err("SIMGPU_MIG", v, e.to_string()))?,
         };
-        Ok(Config { device_count, memory_bytes, state_path, context_memory_bytes, slice_us, kernel_us, mig })
+        let sensors = sensors_var(&get)?;
+        Ok(Config { device_count, memory_bytes, state_path, context_memory_bytes, slice_us, kernel_us, mig, sensors })
     }
 
     /// What each slot of the state file holds: the devices, then their MIG
@@ -125,6 +149,29 @@ fn mig_var(value: &str, device_count: u32, memory_bytes: u64, context_memory_byt
         return Err(mig::MigError::Slots { slots, max: crate::state::MAX_DEVICES });
     }
     Ok(partitions)
+}
+
+/// `SIMGPU_ECC` (`on` or `off`) and `SIMGPU_POWER_LIMIT` (whole watts,
+/// within the board's limit constraints).
+fn sensors_var(get: &impl Fn(&str) -> Option<String>) -> Result<Sensors, ConfigError> {
+    use crate::nvml::spec::{POWER_LIMIT_MIN_MW, POWER_LIMIT_MW};
+    let mut sensors = Sensors::default();
+    if let Some(v) = get("SIMGPU_ECC") {
+        sensors.ecc = match v.trim() {
+            "on" | "1" => true,
+            "off" | "0" => false,
+            _ => return Err(err("SIMGPU_ECC", v, "on or off".into())),
+        };
+    }
+    if let Some(v) = get("SIMGPU_POWER_LIMIT") {
+        let (min_w, max_w) = (POWER_LIMIT_MIN_MW / 1000, POWER_LIMIT_MW / 1000);
+        let watts = v.trim().strip_suffix('W').unwrap_or(v.trim()).parse::<u32>().ok().filter(|w| (min_w..=max_w).contains(w));
+        sensors.power_limit_mw = match watts {
+            Some(w) => w * 1000,
+            None => return Err(err("SIMGPU_POWER_LIMIT", v, format!("whole watts from {min_w} to {max_w}, such as 300 or 300W"))),
+        };
+    }
+    Ok(sensors)
 }
 
 fn size_var(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: u64, min: u64) -> Result<u64, ConfigError> {
@@ -198,6 +245,17 @@ mod tests {
         assert_eq!(cfg(&[("SIMGPU_SLICE_US", "x")]).unwrap_err().variable, "SIMGPU_SLICE_US");
         assert_eq!(cfg(&[("SIMGPU_MEMORY", "1GiB"), ("SIMGPU_CONTEXT_MEMORY", "1GiB")]).unwrap_err().variable, "SIMGPU_CONTEXT_MEMORY");
         assert_eq!(cfg(&[("SIMGPU_CONTEXT_MEMORY", "0")]).unwrap().context_memory_bytes, 0);
+    }
+
+    #[test]
+    fn sensor_options() {
+        assert_eq!(cfg(&[]).unwrap().sensors, Sensors::default());
+        let c = cfg(&[("SIMGPU_ECC", "off"), ("SIMGPU_POWER_LIMIT", "300W")]).unwrap();
+        assert_eq!((c.sensors.ecc, c.sensors.power_limit_mw), (false, 300_000));
+        assert_eq!(cfg(&[("SIMGPU_POWER_LIMIT", "250")]).unwrap().sensors.power_limit_mw, 250_000);
+        assert_eq!(cfg(&[("SIMGPU_ECC", "maybe")]).unwrap_err().variable, "SIMGPU_ECC");
+        let e = cfg(&[("SIMGPU_POWER_LIMIT", "900")]).unwrap_err();
+        assert!(e.to_string().contains("200 to 700"), "{e}");
     }
 
     #[test]

@@ -192,6 +192,7 @@ mod tests {
             slice_us: 2000,
             kernel_us: 5,
             mig: Vec::new(),
+            sensors: Default::default(),
         };
         (SharedState::open(&config).expect("a state file"), path)
     }

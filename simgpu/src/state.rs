@@ -837,6 +837,7 @@ mod tests {
             slice_us: 2000,
             kernel_us: 5,
             mig: Vec::new(),
+            sensors: Default::default(),
         }
     }
 

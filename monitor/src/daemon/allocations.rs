@@ -640,6 +640,7 @@ mod tests {
             used_bytes: 0,
             utilization_ratio: None,
             processes: Vec::new(),
+            health: None,
         }
     }
 

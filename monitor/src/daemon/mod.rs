@@ -344,6 +344,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     ledgers.set_configured(governed.tenants.keys());
     let mut lock_cache = crate::host::LockCache::default();
     let mut compute_state = crate::compute::ComputeState::default();
+    let mut cpu_clock = crate::activity::CpuClock::default();
     let mut violation_state = violations::ViolationState::default();
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
@@ -425,6 +426,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
+        cpu_clock.fill(&mut snap, Instant::now());
         history.record(&snap);
         violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);

@@ -151,6 +151,7 @@ mod tests {
             parent_uuid: None,
             mig_profile: None,
             arbitrated: None,
+            health: None,
         }];
         snapshot
     }

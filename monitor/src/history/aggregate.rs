@@ -71,6 +71,11 @@ pub struct TenantRow {
     pub denied: u64,
     /// The most live processes seen at once.
     pub processes_peak: u32,
+    /// Mean CPU time of its live processes over the rounds that read it,
+    /// in ten-thousandths of a core (above 10 000 for more than one core).
+    pub cpu_e4: Option<u32>,
+    /// Mean SM utilization of its processes on the device (NVML only).
+    pub gpu_e4: Option<u32>,
 }
 
 /// One device over one interval.
@@ -86,6 +91,13 @@ pub struct DeviceRow {
     pub memory_used_peak_bytes: Option<u64>,
     /// Mean busy share (NVML only).
     pub utilization_e4: Option<u32>,
+    /// The hottest it ran, °C, and the most power it drew, mW (NVML only,
+    /// where the device reports them).
+    pub temperature_peak_c: Option<u32>,
+    pub power_peak_mw: Option<u32>,
+    /// Rounds in which heat or the power limit held its clocks back (where
+    /// the device reports why its clocks are held back).
+    pub throttled_rounds: Option<u32>,
 }
 
 /// What one interval wrote: the rows, and how many tenant-and-device
@@ -115,6 +127,10 @@ struct TenantAcc {
     throttled_ns: u64,
     denied: u64,
     processes_peak: u32,
+    cpu_sum_e4: u64,
+    cpu_rounds: u32,
+    gpu_sum_e4: u64,
+    gpu_rounds: u32,
 }
 
 #[derive(Default)]
@@ -125,6 +141,9 @@ struct DeviceAcc {
     memory_used_peak_bytes: Option<u64>,
     util_sum_e4: u64,
     util_rounds: u32,
+    temperature_peak_c: Option<u32>,
+    power_peak_mw: Option<u32>,
+    throttled_rounds: Option<u32>,
 }
 
 /// The counters of a tenant on a device as last seen.
@@ -209,6 +228,14 @@ impl Aggregator {
                 acc.throttled_ns = acc.throttled_ns.saturating_add(counter_growth(last.throttled_ns_total, now.throttled_ns_total));
                 acc.denied = acc.denied.saturating_add(counter_growth(last.denied_total, now.denied_total));
                 acc.processes_peak = acc.processes_peak.max(u32::try_from(device.processes).unwrap_or(u32::MAX));
+                if let Some(cores) = device.cpu_cores.filter(|c| c.is_finite()) {
+                    acc.cpu_sum_e4 += (cores.clamp(0.0, 100_000.0) * 10_000.0).round() as u64;
+                    acc.cpu_rounds += 1;
+                }
+                if let Some(sm) = device.sm_utilization_ratio {
+                    acc.gpu_sum_e4 += u64::from(ratio_e4(sm));
+                    acc.gpu_rounds += 1;
+                }
             }
         }
         // A tenant-and-device pair not seen this round starts from zero
@@ -228,6 +255,18 @@ impl Aggregator {
             if let Some(util) = device.utilization_ratio {
                 acc.util_sum_e4 += u64::from(ratio_e4(util));
                 acc.util_rounds += 1;
+            }
+            if let Some(health) = &device.health {
+                if let Some(t) = health.temperature_c {
+                    acc.temperature_peak_c = Some(acc.temperature_peak_c.unwrap_or(0).max(t));
+                }
+                if let Some(mw) = health.power_usage_mw {
+                    acc.power_peak_mw = Some(acc.power_peak_mw.unwrap_or(0).max(mw));
+                }
+                if health.clocks_event_reasons.is_some() {
+                    let held = u32::from(health.throttled_by().is_some());
+                    acc.throttled_rounds = Some(acc.throttled_rounds.unwrap_or(0) + held);
+                }
             }
         }
     }
@@ -260,6 +299,8 @@ impl Aggregator {
                 throttled_ns: acc.throttled_ns,
                 denied: acc.denied,
                 processes_peak: acc.processes_peak,
+                cpu_e4: mean(acc.cpu_sum_e4, acc.cpu_rounds),
+                gpu_e4: mean(acc.gpu_sum_e4, acc.gpu_rounds),
             })
             .collect();
         let devices = std::mem::take(&mut self.devices)
@@ -273,6 +314,9 @@ impl Aggregator {
                 memory_total_bytes: acc.memory_total_bytes,
                 memory_used_peak_bytes: acc.memory_used_peak_bytes,
                 utilization_e4: mean(acc.util_sum_e4, acc.util_rounds),
+                temperature_peak_c: acc.temperature_peak_c,
+                power_peak_mw: acc.power_peak_mw,
+                throttled_rounds: acc.throttled_rounds,
             })
             .collect();
         let left_out = std::mem::take(&mut self.left_out).len();

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The layout this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 /// How long a writer or reader waits for the other's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -49,6 +49,8 @@ CREATE TABLE tenant_intervals (
     throttled_ns INTEGER NOT NULL,
     denied INTEGER NOT NULL,
     processes_peak INTEGER NOT NULL,
+    cpu_e4 INTEGER,
+    gpu_e4 INTEGER,
     PRIMARY KEY (start_s, series)
 ) WITHOUT ROWID;
 CREATE TABLE devices (
@@ -64,8 +66,23 @@ CREATE TABLE device_intervals (
     memory_total_bytes INTEGER NOT NULL,
     memory_used_peak_bytes INTEGER,
     utilization_e4 INTEGER,
+    temperature_peak_c INTEGER,
+    power_peak_mw INTEGER,
+    throttled_rounds INTEGER,
     PRIMARY KEY (start_s, device)
 ) WITHOUT ROWID;
+";
+
+/// From layout 1 to 2: the CPU and GPU use of a tenant's processes (the
+/// report's busy, starved or idle), and a device's peak temperature and
+/// power and the rounds its clocks were held back. Rows of layout 1 have
+/// none of them (NULL: not known).
+const MIGRATE_1_TO_2: &str = "
+ALTER TABLE tenant_intervals ADD COLUMN cpu_e4 INTEGER;
+ALTER TABLE tenant_intervals ADD COLUMN gpu_e4 INTEGER;
+ALTER TABLE device_intervals ADD COLUMN temperature_peak_c INTEGER;
+ALTER TABLE device_intervals ADD COLUMN power_peak_mw INTEGER;
+ALTER TABLE device_intervals ADD COLUMN throttled_rounds INTEGER;
 ";
 
 /// Why the history could not be opened for reading.
@@ -150,10 +167,10 @@ const LAYOUT_PROBES: &[&str] = &[
     "SELECT id, tenant, device_uuid FROM series LIMIT 0",
     "SELECT start_s, series, span_s, device_index, rounds, active_rounds, memory_peak_bytes, memory_mean_bytes, \
      driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, compute_limit_e4, compute_used_e4, compute_target_e4, \
-     throttled_ns, denied, processes_peak FROM tenant_intervals LIMIT 0",
+     throttled_ns, denied, processes_peak, cpu_e4, gpu_e4 FROM tenant_intervals LIMIT 0",
     "SELECT id, uuid FROM devices LIMIT 0",
-    "SELECT start_s, device, span_s, device_index, rounds, memory_total_bytes, memory_used_peak_bytes, utilization_e4 \
-     FROM device_intervals LIMIT 0",
+    "SELECT start_s, device, span_s, device_index, rounds, memory_total_bytes, memory_used_peak_bytes, utilization_e4, \
+     temperature_peak_c, power_peak_mw, throttled_rounds FROM device_intervals LIMIT 0",
 ];
 
 fn check_layout(conn: &Connection) -> Result<(), rusqlite::Error> {
@@ -208,6 +225,8 @@ fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
         throttled_ns: uint(r.get(15)?),
         denied: uint(r.get(16)?),
         processes_peak: small(r.get(17)?),
+        cpu_e4: r.get::<_, Option<i64>>(18)?.map(small),
+        gpu_e4: r.get::<_, Option<i64>>(19)?.map(small),
     })
 }
 
@@ -221,6 +240,9 @@ fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeviceRow> {
         memory_total_bytes: uint(r.get(5)?),
         memory_used_peak_bytes: r.get::<_, Option<i64>>(6)?.map(uint),
         utilization_e4: r.get::<_, Option<i64>>(7)?.map(small),
+        temperature_peak_c: r.get::<_, Option<i64>>(8)?.map(small),
+        power_peak_mw: r.get::<_, Option<i64>>(9)?.map(small),
+        throttled_rounds: r.get::<_, Option<i64>>(10)?.map(small),
     })
 }
 
@@ -295,6 +317,11 @@ impl Store {
                     "PRAGMA auto_vacuum = INCREMENTAL; BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
                 ))
                 .map_err(|e| failed(format!("cannot create the history in {shown}: {e}")))?;
+            }
+            1 => {
+                conn.execute_batch(&format!("BEGIN; {MIGRATE_1_TO_2} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                    .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 1 to {SCHEMA_VERSION}: {e}")))?;
+                check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
             }
             SCHEMA_VERSION => {
                 // The layout number is one word anyone can write: the
@@ -374,8 +401,8 @@ impl Store {
                 .prepare(
                     "INSERT OR REPLACE INTO tenant_intervals (start_s, series, span_s, device_index, rounds, active_rounds, \
                      memory_peak_bytes, memory_mean_bytes, driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, \
-                     compute_limit_e4, compute_used_e4, compute_target_e4, throttled_ns, denied, processes_peak) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                     compute_limit_e4, compute_used_e4, compute_target_e4, throttled_ns, denied, processes_peak, cpu_e4, gpu_e4) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
                 )
                 .map_err(sql("prepare"))?;
             for row in &batch.tenants {
@@ -400,6 +427,8 @@ impl Store {
                         int(row.throttled_ns),
                         int(row.denied),
                         row.processes_peak,
+                        row.cpu_e4,
+                        row.gpu_e4,
                     ])
                     .map_err(sql("cannot write a tenant's interval"))?;
             }
@@ -408,7 +437,8 @@ impl Store {
             let mut add_device_row = tx
                 .prepare(
                     "INSERT OR REPLACE INTO device_intervals (start_s, device, span_s, device_index, rounds, memory_total_bytes, \
-                     memory_used_peak_bytes, utilization_e4) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     memory_used_peak_bytes, utilization_e4, temperature_peak_c, power_peak_mw, throttled_rounds) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )
                 .map_err(sql("prepare"))?;
             for row in &batch.devices {
@@ -424,6 +454,9 @@ impl Store {
                         int(row.memory_total_bytes),
                         row.memory_used_peak_bytes.map(int),
                         row.utilization_e4,
+                        row.temperature_peak_c,
+                        row.power_peak_mw,
+                        row.throttled_rounds,
                     ])
                     .map_err(sql("cannot write a device's interval"))?;
             }
@@ -456,7 +489,7 @@ impl Store {
                 "SELECT i.start_s, i.span_s, s.tenant, s.device_uuid, i.device_index, i.rounds, i.active_rounds, \
                  i.memory_peak_bytes, i.memory_mean_bytes, i.driver_memory_peak_bytes, i.memory_cap_bytes, \
                  i.compute_share_e4, i.compute_limit_e4, i.compute_used_e4, i.compute_target_e4, i.throttled_ns, \
-                 i.denied, i.processes_peak \
+                 i.denied, i.processes_peak, i.cpu_e4, i.gpu_e4 \
                  FROM tenant_intervals i JOIN series s ON s.id = i.series WHERE i.start_s >= ?1 \
                  ORDER BY s.tenant, s.device_uuid, i.start_s",
             )
@@ -472,7 +505,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT i.start_s, i.span_s, d.uuid, i.device_index, i.rounds, i.memory_total_bytes, \
-                 i.memory_used_peak_bytes, i.utilization_e4 \
+                 i.memory_used_peak_bytes, i.utilization_e4, i.temperature_peak_c, i.power_peak_mw, i.throttled_rounds \
                  FROM device_intervals i JOIN devices d ON d.id = i.device WHERE i.start_s >= ?1 \
                  ORDER BY d.uuid, i.start_s",
             )
@@ -547,6 +580,8 @@ mod tests {
             throttled_ns: 0,
             denied: 0,
             processes_peak: 2,
+            cpu_e4: Some(9500),
+            gpu_e4: Some(300),
         }
     }
 
@@ -560,6 +595,9 @@ mod tests {
             memory_total_bytes: 80 * GIB,
             memory_used_peak_bytes: Some(20 * GIB + u64::from(device)),
             utilization_e4: Some(4321),
+            temperature_peak_c: Some(71),
+            power_peak_mw: Some(512_000),
+            throttled_rounds: Some(3),
         }
     }
 
@@ -632,12 +670,41 @@ mod tests {
         let e = Store::create(&dir.file()).err().unwrap();
         assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("symbolic link")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("symbolic link")));
-        // Layout 1 in the header, other tables in the file.
+        // This layout in the header, other tables in the file.
         std::fs::remove_file(dir.file()).unwrap();
-        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 1;").unwrap();
+        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 2;").unwrap();
         let e = Store::create(&dir.file()).err().unwrap();
         assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("no such table: series")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("no such table: series")));
+        // Layout 1 in the header, other tables in the file: nothing to bring forward.
+        std::fs::remove_file(dir.file()).unwrap();
+        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 1;").unwrap();
+        let e = Store::create(&dir.file()).err().unwrap();
+        assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("from layout 1")), "{e}");
+    }
+
+    #[test]
+    fn a_history_of_layout_1_is_brought_forward_with_its_rows() {
+        let dir = Dir::new("layout1");
+        let mut store = Store::create(&dir.file()).unwrap();
+        store.write(&Batch { tenants: vec![row("team-a", 0, 1000)], devices: vec![device_row(0, 1000)], left_out: 0 }).unwrap();
+        drop(store);
+        // The same file as layout 1 wrote it: without the newer columns.
+        Connection::open(dir.file())
+            .unwrap()
+            .execute_batch(
+                "ALTER TABLE tenant_intervals DROP COLUMN cpu_e4; ALTER TABLE tenant_intervals DROP COLUMN gpu_e4; \
+                 ALTER TABLE device_intervals DROP COLUMN temperature_peak_c; ALTER TABLE device_intervals DROP COLUMN power_peak_mw; \
+                 ALTER TABLE device_intervals DROP COLUMN throttled_rounds; PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 1")));
+        drop(Store::create(&dir.file()).unwrap());
+        let read = Store::open_read(&dir.file()).unwrap().read(0).unwrap();
+        let old = TenantRow { cpu_e4: None, gpu_e4: None, ..row("team-a", 0, 1000) };
+        assert_eq!(read.tenants, vec![old]);
+        let old = DeviceRow { temperature_peak_c: None, power_peak_mw: None, throttled_rounds: None, ..device_row(0, 1000) };
+        assert_eq!(read.devices, vec![old]);
     }
 
     #[test]

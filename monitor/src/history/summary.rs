@@ -203,6 +203,15 @@ pub struct TenantSummary {
     pub memory_advice: Advice,
     pub share_advice: Option<Advice>,
     pub limit_advice: Option<Advice>,
+    /// Mean CPU time of its processes over active intervals, in cores.
+    pub cpu_mean_cores: Option<f64>,
+    /// Mean device time of its processes over active intervals: NVML's SM
+    /// utilization, or the compute it was charged where that is more.
+    pub gpu_mean_ratio: Option<f64>,
+    /// Busy, starved or idle over the window, by the rule of `activity`.
+    pub activity: Option<crate::activity::Activity>,
+    /// What to change for a starved or idle tenant, in words.
+    pub activity_advice: Option<String>,
 }
 
 fn ratio(e4: u64) -> f64 {
@@ -227,6 +236,25 @@ pub fn summarize_one(rows: &[TenantRow]) -> Option<TenantSummary> {
     let memory_p99 = percentile(&peaks, 99);
     let used_p99 = percentile(&used, 99).map(|v| u32::try_from(v).unwrap_or(u32::MAX));
     let peak = peaks.last().copied().unwrap_or(0);
+    let mean_of = |values: Vec<u64>| (!values.is_empty()).then(|| ratio(values.iter().sum::<u64>() / values.len() as u64));
+    let cpu_mean_cores = mean_of(active.iter().filter_map(|r| r.cpu_e4.map(u64::from)).collect());
+    let gpu_mean_ratio = mean_of(
+        active
+            .iter()
+            .filter_map(|r| match (r.gpu_e4, r.compute_used_e4) {
+                (Some(sm), Some(used)) => Some(u64::from(sm.max(used))),
+                (Some(sm), None) => Some(u64::from(sm)),
+                // Compute used alone, from a history without SM samples,
+                // is not enough to call a tenant idle.
+                (None, _) => None,
+            })
+            .collect(),
+    );
+    let mean_memory = active.iter().map(|r| u128::from(r.memory_mean_bytes)).sum::<u128>() / (active.len().max(1) as u128);
+    let mean_memory = u64::try_from(mean_memory).unwrap_or(u64::MAX);
+    let activity = crate::activity::classify(mean_memory, gpu_mean_ratio, cpu_mean_cores);
+    let activity_advice = activity
+        .and_then(|a| crate::activity::advice(a, gpu_mean_ratio.unwrap_or(0.0), cpu_mean_cores.unwrap_or(0.0), &human_bytes(mean_memory)));
     Some(TenantSummary {
         tenant: last.tenant.clone(),
         device_uuid: last.device_uuid.clone(),
@@ -249,6 +277,10 @@ pub fn summarize_one(rows: &[TenantRow]) -> Option<TenantSummary> {
         memory_advice: recommend_memory(last.memory_cap_bytes, memory_p99, peak, denied, recorded_s),
         share_advice: recommend_compute(ComputeSetting::Share, last.compute_share_e4, used_p99, throttled_ns, recorded_s),
         limit_advice: recommend_compute(ComputeSetting::Limit, last.compute_limit_e4, used_p99, throttled_ns, recorded_s),
+        cpu_mean_cores,
+        gpu_mean_ratio,
+        activity,
+        activity_advice,
     })
 }
 
@@ -270,6 +302,13 @@ pub struct DeviceSummary {
     pub memory_used_peak_bytes: Option<u64>,
     /// Mean busy share (NVML only).
     pub utilization_mean_ratio: Option<f64>,
+    /// The hottest it ran, °C (where the device reports it).
+    pub temperature_peak_c: Option<u32>,
+    /// The most power it drew, W (where the device reports it).
+    pub power_peak_watts: Option<f64>,
+    /// Share of the rounds in which heat or the power limit held its
+    /// clocks back (where the device reports why).
+    pub throttled_ratio: Option<f64>,
 }
 
 /// Sums up every device of `rows` (sorted by device, then time).
@@ -285,6 +324,14 @@ pub fn summarize_devices(rows: &[DeviceRow]) -> Vec<DeviceSummary> {
                 memory_total_bytes: last.memory_total_bytes,
                 memory_used_peak_bytes: rows.iter().filter_map(|r| r.memory_used_peak_bytes).max(),
                 utilization_mean_ratio: (!utils.is_empty()).then(|| ratio(utils.iter().sum::<u64>() / utils.len() as u64)),
+                temperature_peak_c: rows.iter().filter_map(|r| r.temperature_peak_c).max(),
+                power_peak_watts: rows.iter().filter_map(|r| r.power_peak_mw).max().map(|mw| f64::from(mw) / 1000.0),
+                throttled_ratio: {
+                    let known: Vec<&DeviceRow> = rows.iter().filter(|r| r.throttled_rounds.is_some()).collect();
+                    let rounds: u64 = known.iter().map(|r| u64::from(r.rounds)).sum();
+                    let held: u64 = known.iter().filter_map(|r| r.throttled_rounds).map(u64::from).sum();
+                    (rounds > 0).then(|| held as f64 / rounds as f64)
+                },
             })
         })
         .collect()
@@ -392,6 +439,8 @@ mod tests {
             throttled_ns: 10,
             denied: 0,
             processes_peak: u32::from(active),
+            cpu_e4: None,
+            gpu_e4: None,
         }
     }
 

@@ -122,9 +122,47 @@ pub const DEVICE_COLUMNS: &[Column] = &[
     table::text("TENANTS", 2),
 ];
 
+/// The same, with the devices' health, where NVML reads it.
+pub const DEVICE_HEALTH_COLUMNS: &[Column] = &[
+    table::text("DEVICE", 0),
+    table::text("UUID", 3),
+    table::text("MEMORY USED / TOTAL", 0),
+    table::bar("MEMORY", 2),
+    table::text("USE", 1),
+    table::text("UTIL", 1),
+    table::bar("BUSY", 4),
+    table::text("TENANTS", 2),
+    table::text("TEMP", 9),
+    table::text("POWER", 9),
+    table::text("HELD BY", 9),
+];
+
+/// A device's temperature against its slowdown threshold, its power draw,
+/// and what holds its clocks back (heat or the power limit), each `-`
+/// where the device does not report it.
+fn health_cells(d: &crate::snapshot::DeviceView) -> [Cell; 3] {
+    let Some(h) = d.health.as_ref() else { return ["-", "-", "-"].map(Cell::plain) };
+    let temperature = match (h.temperature_c, h.slowdown_temperature_c) {
+        (Some(t), Some(slow)) if t + 5 >= slow => Cell::toned(format!("{t} C"), Tone::Alert),
+        (Some(t), _) => Cell::plain(format!("{t} C")),
+        (None, _) => Cell::plain("-"),
+    };
+    let power = match (h.power_usage_mw, h.power_limit_mw) {
+        (Some(draw), Some(limit)) => Cell::plain(format!("{} / {} W", draw / 1000, limit / 1000)),
+        (Some(draw), None) => Cell::plain(format!("{} W", draw / 1000)),
+        _ => Cell::plain("-"),
+    };
+    let held = match h.throttled_by() {
+        Some(by) => Cell::toned(by.to_string(), Tone::Warn),
+        None => Cell::plain("-"),
+    };
+    [temperature, power, held]
+}
+
 pub fn devices(snapshot: &Snapshot) -> Table {
     let uuids: Vec<&str> = snapshot.devices.iter().map(|d| d.uuid.as_str()).collect();
     let short = short_uuids(&uuids);
+    let with_health = snapshot.devices.iter().any(|d| d.health.is_some());
     let mut rows = Vec::new();
     let mut keys = Vec::new();
     for d in &snapshot.devices {
@@ -144,9 +182,15 @@ pub fn devices(snapshot: &Snapshot) -> Table {
             Cell::bar(Bar { fill_ratio: d.utilization_ratio.unwrap_or(0.0), mark_ratio: None }, Tone::Plain),
             Cell::plain(tenants.to_string()),
         ]);
+        if with_health {
+            if let Some(row) = rows.last_mut() {
+                row.extend(health_cells(d));
+            }
+        }
         keys.push(d.uuid.clone());
     }
-    Table { title: "DEVICES", columns: DEVICE_COLUMNS, rows, keys, empty: "no device: NVML did not answer and no ledger names one" }
+    let columns = if with_health { DEVICE_HEALTH_COLUMNS } else { DEVICE_COLUMNS };
+    Table { title: "DEVICES", columns, rows, keys, empty: "no device: NVML did not answer and no ledger names one" }
 }
 
 /// Short names (`status` spells them out); the bars are the live view's.
@@ -165,7 +209,22 @@ pub const TENANT_COLUMNS: &[Column] = &[
     table::text("TARGET", 2),
     table::text("USED", 1),
     table::bar("COMPUTE", 3),
+    table::text("ACTIVITY", 9),
 ];
+
+/// Busy, starved or idle (see `activity`), with the figures behind it.
+fn activity_cell(d: &TenantDeviceView) -> Cell {
+    let Some(activity) = d.activity else { return Cell::plain("-") };
+    let gpu = match (d.sm_utilization_ratio, d.compute_used_ratio) {
+        (Some(sm), Some(used)) => sm.max(used),
+        (sm, used) => sm.or(used).unwrap_or(0.0),
+    };
+    let text = format!("{} (GPU {}, CPU {})", activity.name(), percent(gpu), percent(d.cpu_cores.unwrap_or(0.0)));
+    match activity {
+        crate::activity::Activity::Busy => Cell::plain(text),
+        _ => Cell::toned(text, Tone::Warn),
+    }
+}
 
 fn tenant_row(snapshot: &Snapshot, t: &TenantView, d: &TenantDeviceView) -> Vec<Cell> {
     vec![
@@ -193,6 +252,7 @@ fn tenant_row(snapshot: &Snapshot, t: &TenantView, d: &TenantDeviceView) -> Vec<
                 if over { Tone::Warn } else { Tone::Plain },
             )
         },
+        activity_cell(d),
     ]
 }
 
@@ -228,6 +288,7 @@ pub fn tenants(snapshot: &Snapshot, sort: Sort) -> Table {
         let mut row = vec![Cell::plain("-"), Cell::plain(t.name.clone()), Cell::plain("0 B"), Cell::plain("-"), memory_bar(0, None)];
         row.extend(["-", "0", "0", "-", "-", "-", "-", "-"].map(Cell::plain));
         row.push(Cell::bar(Bar { fill_ratio: 0.0, mark_ratio: None }, Tone::Plain));
+        row.push(Cell::plain("-"));
         rows.push(row);
         keys.push(t.name.clone());
     }

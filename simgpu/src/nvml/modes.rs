@@ -1,5 +1,8 @@
 //! Modes a device is in, as an H200 in a data-centre host reports them:
-//! compute mode default, persistence on, ECC on with no errors, no display,
+//! compute mode default, persistence on, ECC on with no errors and no
+//! remapped rows (`SIMGPU_ECC=off`: a board without ECC, whose counters
+//! are not supported), no page retirement (Hopper remaps rows instead of
+//! retiring pages, so NVML answers `NVML_ERROR_NOT_SUPPORTED`), no display,
 //! MIG enabled where `SIMGPU_MIG` partitions the device, else disabled.
 //! The driver model is a Windows notion: on Linux NVML answers
 //! `NVML_ERROR_NOT_SUPPORTED`, and so does simgpu.
@@ -58,15 +61,43 @@ nvml_export! {
         Err(NVML_ERROR_NOT_SUPPORTED)
     }
     nvmlDeviceGetEccMode(dev: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
-        ready_device(dev)?;
-        current_and_pending(current, pending, NVML_FEATURE_ENABLED)
+        let (m, _) = ready_device(dev)?;
+        current_and_pending(current, pending, if m.config.sensors.ecc { NVML_FEATURE_ENABLED } else { NVML_FEATURE_DISABLED })
     }
     nvmlDeviceGetTotalEccErrors(dev: nvmlDevice_t, error_type: c_uint, counter_type: c_uint, count: *mut u64) {
-        ready_device(dev)?;
-        if error_type >= MEMORY_ERROR_TYPES || counter_type >= ECC_COUNTER_TYPES {
+        let (m, _) = ready_device(dev)?;
+        if error_type >= MEMORY_ERROR_TYPES || counter_type >= ECC_COUNTER_TYPES || count.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
+        if !m.config.sensors.ecc {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        }
         out(count, 0)
+    }
+    nvmlDeviceGetRemappedRows(dev: nvmlDevice_t, corr_rows: *mut c_uint, unc_rows: *mut c_uint, is_pending: *mut c_uint, failure_occurred: *mut c_uint) {
+        let (m, _) = ready_device(dev)?;
+        if corr_rows.is_null() || unc_rows.is_null() || is_pending.is_null() || failure_occurred.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        if !m.config.sensors.ecc {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        }
+        out(corr_rows, 0)?;
+        out(unc_rows, 0)?;
+        out(is_pending, 0)?;
+        out(failure_occurred, 0)
+    }
+    nvmlDeviceGetRetiredPages(dev: nvmlDevice_t, _cause: c_uint, _page_count: *mut c_uint, _addresses: *mut u64) {
+        ready_device(dev)?;
+        Err(NVML_ERROR_NOT_SUPPORTED)
+    }
+    nvmlDeviceGetRetiredPages_v2(dev: nvmlDevice_t, _cause: c_uint, _page_count: *mut c_uint, _addresses: *mut u64, _timestamps: *mut u64) {
+        ready_device(dev)?;
+        Err(NVML_ERROR_NOT_SUPPORTED)
+    }
+    nvmlDeviceGetRetiredPagesPendingStatus(dev: nvmlDevice_t, _is_pending: *mut c_uint) {
+        ready_device(dev)?;
+        Err(NVML_ERROR_NOT_SUPPORTED)
     }
     nvmlDeviceGetMigMode(dev: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
         let (m, i) = ready_device(dev)?;

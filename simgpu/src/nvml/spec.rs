@@ -88,26 +88,68 @@ impl Clock {
         }
     }
 
-    /// The current clock at `util_percent` utilization: boosted when busy.
-    pub fn current_mhz(self, util_percent: u32) -> u32 {
-        if util_percent > 0 {
-            self.max_mhz()
-        } else {
-            self.idle_mhz()
+    /// The current clock at `util_percent` utilization under a power limit
+    /// of `limit_mw`: boosted when busy; where the load would draw more than
+    /// the limit, the graphics and SM clocks come down in proportion to the
+    /// power the limit leaves (never below idle), as the board's power
+    /// controller does. HBM stays at full speed.
+    pub fn current_mhz(self, util_percent: u32, limit_mw: u32) -> u32 {
+        if util_percent == 0 {
+            return self.idle_mhz();
         }
+        let demand = power_demand_mw(util_percent);
+        if demand <= limit_mw || !matches!(self, Clock::Graphics | Clock::Sm) {
+            return self.max_mhz();
+        }
+        let allowed = u64::from(limit_mw.saturating_sub(POWER_IDLE_MW));
+        let wanted = u64::from(demand - POWER_IDLE_MW).max(1);
+        let scaled = u64::from(self.max_mhz()) * allowed / wanted;
+        (scaled as u32).clamp(self.idle_mhz(), self.max_mhz())
     }
 }
 
-/// Board power draw at `util_percent` utilization, in milliwatts, never
-/// above the enforced limit.
-pub fn power_draw_mw(util_percent: u32) -> u32 {
-    let util = util_percent.min(100);
-    (POWER_IDLE_MW + util * POWER_PER_UTIL_PERCENT_MW).min(POWER_LIMIT_MW)
+/// What a load at `util_percent` would draw with no limit, in milliwatts.
+pub fn power_demand_mw(util_percent: u32) -> u32 {
+    POWER_IDLE_MW + util_percent.min(100) * POWER_PER_UTIL_PERCENT_MW
 }
 
-/// GPU die temperature at `util_percent` utilization, in degrees Celsius.
-pub fn temperature_c(util_percent: u32) -> u32 {
-    TEMPERATURE_IDLE_C + util_percent.min(100) * TEMPERATURE_LOAD_RISE_C / 100
+/// Board power draw at `util_percent` utilization, in milliwatts, never
+/// above the enforced limit `limit_mw`.
+pub fn power_draw_mw(util_percent: u32, limit_mw: u32) -> u32 {
+    power_demand_mw(util_percent).min(limit_mw)
+}
+
+/// GPU die temperature at `util_percent` utilization under `limit_mw`, in
+/// degrees Celsius: it follows the power drawn, from idle to
+/// [`TEMPERATURE_LOAD_RISE_C`] above it at full, unlimited load.
+pub fn temperature_c(util_percent: u32, limit_mw: u32) -> u32 {
+    let above_idle = power_draw_mw(util_percent, limit_mw).saturating_sub(POWER_IDLE_MW);
+    let full = power_demand_mw(100) - POWER_IDLE_MW;
+    TEMPERATURE_IDLE_C + above_idle * TEMPERATURE_LOAD_RISE_C / full
+}
+
+/// `nvmlClocksEventReasonGpuIdle`.
+pub const CLOCKS_EVENT_GPU_IDLE: u64 = 0x1;
+/// `nvmlClocksEventReasonSwPowerCap`.
+pub const CLOCKS_EVENT_SW_POWER_CAP: u64 = 0x4;
+/// `nvmlClocksEventReasonSwThermalSlowdown`.
+pub const CLOCKS_EVENT_SW_THERMAL_SLOWDOWN: u64 = 0x20;
+
+/// Why the clocks are where they are (`nvmlDeviceGetCurrentClocksEventReasons`):
+/// idle with no work; the software power cap while a load would draw past
+/// the limit; thermal slowdown at or above the slowdown threshold.
+pub fn clocks_event_reasons(util_percent: u32, limit_mw: u32) -> u64 {
+    if util_percent == 0 {
+        return CLOCKS_EVENT_GPU_IDLE;
+    }
+    let mut reasons = 0;
+    if power_demand_mw(util_percent) > limit_mw {
+        reasons |= CLOCKS_EVENT_SW_POWER_CAP;
+    }
+    if temperature_c(util_percent, limit_mw) >= TEMPERATURE_SLOWDOWN_C {
+        reasons |= CLOCKS_EVENT_SW_THERMAL_SLOWDOWN;
+    }
+    reasons
 }
 
 /// BAR1 aperture for a device of `memory_bytes`: the next power of two (an
@@ -133,22 +175,39 @@ mod tests {
 
     #[test]
     fn power_and_temperature_follow_utilization_within_limits() {
-        assert_eq!(power_draw_mw(0), POWER_IDLE_MW);
-        assert!(power_draw_mw(100) <= POWER_LIMIT_MW);
-        assert!(power_draw_mw(100) > power_draw_mw(50));
-        assert_eq!(power_draw_mw(1000), power_draw_mw(100));
-        assert_eq!(temperature_c(0), TEMPERATURE_IDLE_C);
-        assert!(temperature_c(100) < TEMPERATURE_GPU_MAX_C);
+        let limit = POWER_LIMIT_MW;
+        assert_eq!(power_draw_mw(0, limit), POWER_IDLE_MW);
+        assert!(power_draw_mw(100, limit) <= POWER_LIMIT_MW);
+        assert!(power_draw_mw(100, limit) > power_draw_mw(50, limit));
+        assert_eq!(power_draw_mw(1000, limit), power_draw_mw(100, limit));
+        assert_eq!(temperature_c(0, limit), TEMPERATURE_IDLE_C);
+        assert_eq!(temperature_c(100, limit), TEMPERATURE_IDLE_C + TEMPERATURE_LOAD_RISE_C);
+        assert!(temperature_c(100, limit) < TEMPERATURE_GPU_MAX_C);
+        // Under a lower limit the draw stops there, and so does the heat.
+        assert_eq!(power_draw_mw(100, 300_000), 300_000);
+        assert!(temperature_c(100, 300_000) < temperature_c(100, limit));
     }
 
     #[test]
     fn clocks_boost_when_busy_and_never_pass_their_maximum() {
         for clock in [Clock::Graphics, Clock::Sm, Clock::Memory, Clock::Video] {
             assert!(clock.idle_mhz() <= clock.max_mhz());
-            assert_eq!(clock.current_mhz(1), clock.max_mhz());
-            assert_eq!(clock.current_mhz(0), clock.idle_mhz());
+            assert_eq!(clock.current_mhz(1, POWER_LIMIT_MW), clock.max_mhz());
+            assert_eq!(clock.current_mhz(0, POWER_LIMIT_MW), clock.idle_mhz());
+            let capped = clock.current_mhz(100, POWER_LIMIT_MIN_MW);
+            assert!(capped >= clock.idle_mhz() && capped <= clock.max_mhz());
         }
+        assert!(Clock::Sm.current_mhz(100, 300_000) < Clock::Sm.max_mhz());
+        assert_eq!(Clock::Memory.current_mhz(100, 300_000), Clock::Memory.max_mhz());
         assert_eq!(Clock::from_nvml(4), None);
+    }
+
+    #[test]
+    fn clock_event_reasons_follow_the_state() {
+        assert_eq!(clocks_event_reasons(0, POWER_LIMIT_MW), CLOCKS_EVENT_GPU_IDLE);
+        assert_eq!(clocks_event_reasons(100, POWER_LIMIT_MW), 0);
+        assert_eq!(clocks_event_reasons(100, 300_000), CLOCKS_EVENT_SW_POWER_CAP);
+        assert_eq!(clocks_event_reasons(10, 300_000), 0);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Sensors and counters: utilization, temperature, power, fans, clocks,
 //! performance state, PCIe traffic and field values. Temperature, power and
-//! clocks follow the device's sampled utilization through [`spec`]; the
+//! clocks follow the device's sampled utilization and its power limit
+//! (`SIMGPU_POWER_LIMIT`) through [`spec`]; the
 //! board is passively cooled (an SXM module), so it has no fan to report.
 
 use super::spec::{self, *};
@@ -16,8 +17,6 @@ const NVML_TEMPERATURE_GPU: c_uint = 0;
 const TEMPERATURE_THRESHOLD_COUNT: c_uint = 8;
 /// `NVML_PSTATE_0`, maximum performance.
 const NVML_PSTATE_0: c_uint = 0;
-/// `nvmlClocksEventReasonGpuIdle`.
-const CLOCKS_EVENT_REASON_GPU_IDLE: u64 = 0x1;
 /// `NVML_FEATURE_ENABLED`.
 const NVML_FEATURE_ENABLED: c_uint = 1;
 /// How often the encoder/decoder utilization is sampled, in microseconds.
@@ -31,8 +30,20 @@ const NVML_VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
 
 /// Device `i`'s GPU utilization over the last sample window, in percent.
 fn utilization_percent(dev: nvmlDevice_t) -> NvResult<u32> {
+    Ok(load(dev)?.0)
+}
+
+/// Device `i`'s utilization, in percent, and the power limit it runs
+/// under, in milliwatts: what its temperature, power, clocks and clock
+/// event reasons follow.
+fn load(dev: nvmlDevice_t) -> NvResult<(u32, u32)> {
     let (m, i) = ready_device(dev)?;
-    Ok(m.state.device_utilization_percent(i))
+    Ok((m.state.device_utilization_percent(i), m.config.sensors.power_limit_mw))
+}
+
+/// The enforced power limit of the handle's device, in milliwatts.
+fn power_limit_mw(dev: nvmlDevice_t) -> NvResult<u32> {
+    Ok(load(dev)?.1)
 }
 
 /// `nvmlTemperatureThresholds_t` -> degrees Celsius. The acoustic and GPS
@@ -54,9 +65,9 @@ fn clock(clock_type: c_uint) -> NvResult<Clock> {
 
 /// `nvmlDeviceGetClock`: `nvmlClockId_t` picks the current clock, or one of
 /// the targets, which are all the maximum on a board with default settings.
-fn clock_by_id_mhz(clock: Clock, clock_id: c_uint, util_percent: u32) -> NvResult<u32> {
+fn clock_by_id_mhz(clock: Clock, clock_id: c_uint, util_percent: u32, limit_mw: u32) -> NvResult<u32> {
     match clock_id {
-        0 => Ok(clock.current_mhz(util_percent)),
+        0 => Ok(clock.current_mhz(util_percent, limit_mw)),
         1..=3 => Ok(clock.max_mhz()),
         _ => Err(NVML_ERROR_INVALID_ARGUMENT),
     }
@@ -100,14 +111,14 @@ nvml_export! {
         out(sampling_period_us, CODEC_SAMPLING_PERIOD_US)
     }
     nvmlDeviceGetTemperature(dev: nvmlDevice_t, sensor: c_uint, temp_c: *mut c_uint) {
-        let util = utilization_percent(dev)?;
+        let (util, limit) = load(dev)?;
         if sensor != NVML_TEMPERATURE_GPU {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        out(temp_c, spec::temperature_c(util))
+        out(temp_c, spec::temperature_c(util, limit))
     }
     nvmlDeviceGetTemperatureV(dev: nvmlDevice_t, temperature: *mut TemperatureV1) {
-        let util = utilization_percent(dev)?;
+        let (util, limit) = load(dev)?;
         if version_of(temperature)? != TEMPERATURE_V1 {
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
@@ -116,7 +127,7 @@ nvml_export! {
         if sensor != NVML_TEMPERATURE_GPU {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let reading = TemperatureV1 { version: TEMPERATURE_V1, sensorType: sensor, temperature: spec::temperature_c(util) as c_int };
+        let reading = TemperatureV1 { version: TEMPERATURE_V1, sensorType: sensor, temperature: spec::temperature_c(util, limit) as c_int };
         out(temperature, reading)
     }
     nvmlDeviceGetTemperatureThreshold(dev: nvmlDevice_t, threshold: c_uint, temp_c: *mut c_uint) {
@@ -125,24 +136,24 @@ nvml_export! {
         out(temp_c, value)
     }
     nvmlDeviceGetPowerUsage(dev: nvmlDevice_t, power_mw: *mut c_uint) {
-        let util = utilization_percent(dev)?;
-        out(power_mw, spec::power_draw_mw(util))
+        let (util, limit) = load(dev)?;
+        out(power_mw, spec::power_draw_mw(util, limit))
     }
     nvmlDeviceGetPowerManagementMode(dev: nvmlDevice_t, mode: *mut c_uint) {
         ready_device(dev)?;
         out(mode, NVML_FEATURE_ENABLED)
     }
     nvmlDeviceGetPowerManagementLimit(dev: nvmlDevice_t, limit_mw: *mut c_uint) {
-        ready_device(dev)?;
-        out(limit_mw, POWER_LIMIT_MW)
+        let limit = power_limit_mw(dev)?;
+        out(limit_mw, limit)
     }
     nvmlDeviceGetPowerManagementDefaultLimit(dev: nvmlDevice_t, limit_mw: *mut c_uint) {
         ready_device(dev)?;
         out(limit_mw, POWER_LIMIT_MW)
     }
     nvmlDeviceGetEnforcedPowerLimit(dev: nvmlDevice_t, limit_mw: *mut c_uint) {
-        ready_device(dev)?;
-        out(limit_mw, POWER_LIMIT_MW)
+        let limit = power_limit_mw(dev)?;
+        out(limit_mw, limit)
     }
     nvmlDeviceGetPowerManagementLimitConstraints(dev: nvmlDevice_t, min_limit_mw: *mut c_uint, max_limit_mw: *mut c_uint) {
         ready_device(dev)?;
@@ -171,8 +182,8 @@ nvml_export! {
         out(fans, 0)
     }
     nvmlDeviceGetClockInfo(dev: nvmlDevice_t, clock_type: c_uint, clock_mhz: *mut c_uint) {
-        let util = utilization_percent(dev)?;
-        out(clock_mhz, clock(clock_type)?.current_mhz(util))
+        let (util, limit) = load(dev)?;
+        out(clock_mhz, clock(clock_type)?.current_mhz(util, limit))
     }
     nvmlDeviceGetMaxClockInfo(dev: nvmlDevice_t, clock_type: c_uint, clock_mhz: *mut c_uint) {
         ready_device(dev)?;
@@ -191,16 +202,16 @@ nvml_export! {
         out(clock_mhz, clock(clock_type)?.max_mhz())
     }
     nvmlDeviceGetClock(dev: nvmlDevice_t, clock_type: c_uint, clock_id: c_uint, clock_mhz: *mut c_uint) {
-        let util = utilization_percent(dev)?;
-        out(clock_mhz, clock_by_id_mhz(clock(clock_type)?, clock_id, util)?)
+        let (util, limit) = load(dev)?;
+        out(clock_mhz, clock_by_id_mhz(clock(clock_type)?, clock_id, util, limit)?)
     }
     nvmlDeviceGetCurrentClocksEventReasons(dev: nvmlDevice_t, reasons: *mut u64) {
-        let util = utilization_percent(dev)?;
-        out(reasons, if util == 0 { CLOCKS_EVENT_REASON_GPU_IDLE } else { 0 })
+        let (util, limit) = load(dev)?;
+        out(reasons, spec::clocks_event_reasons(util, limit))
     }
     nvmlDeviceGetCurrentClocksThrottleReasons(dev: nvmlDevice_t, reasons: *mut u64) {
-        let util = utilization_percent(dev)?;
-        out(reasons, if util == 0 { CLOCKS_EVENT_REASON_GPU_IDLE } else { 0 })
+        let (util, limit) = load(dev)?;
+        out(reasons, spec::clocks_event_reasons(util, limit))
     }
     nvmlDeviceGetPerformanceState(dev: nvmlDevice_t, pstate: *mut c_uint) {
         ready_device(dev)?;
@@ -252,9 +263,9 @@ mod tests {
 
     #[test]
     fn clock_ids_pick_current_or_maximum() {
-        assert_eq!(clock_by_id_mhz(Clock::Sm, 0, 0), Ok(Clock::Sm.idle_mhz()));
-        assert_eq!(clock_by_id_mhz(Clock::Sm, 3, 0), Ok(Clock::Sm.max_mhz()));
-        assert_eq!(clock_by_id_mhz(Clock::Sm, 4, 0), Err(NVML_ERROR_INVALID_ARGUMENT));
+        assert_eq!(clock_by_id_mhz(Clock::Sm, 0, 0, POWER_LIMIT_MW), Ok(Clock::Sm.idle_mhz()));
+        assert_eq!(clock_by_id_mhz(Clock::Sm, 3, 0, POWER_LIMIT_MW), Ok(Clock::Sm.max_mhz()));
+        assert_eq!(clock_by_id_mhz(Clock::Sm, 4, 0, POWER_LIMIT_MW), Err(NVML_ERROR_INVALID_ARGUMENT));
     }
 
     #[test]
