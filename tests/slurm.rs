@@ -463,3 +463,74 @@ fn unexpected_allocation_data_drains_the_node() {
         poll::fetch_until("the node idle again", &node_state, |state| state.starts_with("idle"));
     }
 }
+
+/// The monitor stopped under a running job, and a job that starts while
+/// it is down: the running job keeps its cap throughout (refused past it
+/// while the monitor is down, and the monitor back lists it with the same
+/// slice); a GPU job that meets no monitor for `monitor_wait_s` (3 s here)
+/// is cancelled alone, with the reason in its AdminComment, and never runs,
+/// while the node stays up; a job without GPUs runs meanwhile; a job whose
+/// Prolog sees the monitor come back within the wait (a restart) runs
+/// under its slice; and the release the cancelled job left pending is done.
+#[test]
+fn a_monitor_outage_cancels_its_jobs_a_restart_keeps_caps() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), monitor_wait_s: 3, ..Default::default() });
+    let mut running = memctl_job(&cluster, "shard:2", &["init", "ctx", "alloc:a:1G", "ready", "wait", "alloc:b:1G", "alloc:c:512M", "hold"]);
+    running.wait_for("ready");
+    let running_job = running.wait_for("job");
+    let before = slice(&admitted(&cluster, &running_job));
+    assert_eq!((before.1, before.2), (Some(2 * GIB), Some(25.0)));
+    cluster.stop_monitor();
+
+    // Down: the running job is still held to 2 GiB (1 GiB, a context, and 1 GiB more is past it).
+    running.send_line("go");
+    assert_eq!(running.wait_for("b"), cu::OUT_OF_MEMORY.to_string(), "past its cap with the monitor down");
+    assert_eq!(running.wait_for("c"), cu::SUCCESS.to_string());
+
+    let started = std::time::Instant::now();
+    let cancelled = cluster.sim.run(&mut cluster.srun(&["--gres=shard:1"], compile_c("memctl"), &["init", "ctx", "info"]));
+    let waited = started.elapsed();
+    assert!(cancelled.find("info").is_none(), "a job ran with no monitor to admit it\n{cancelled}");
+    let log = cluster.integration_log();
+    let cancelled_job = log
+        .lines()
+        .find_map(|line| line.split_once("cancelled job ").map(|(_, rest)| rest.split(':').next().unwrap_or_default().to_string()))
+        .unwrap_or_else(|| panic!("the Prolog cancelled no job:\n{log}\n{cancelled}"));
+    let shown = cluster.show_job(&cancelled_job);
+    let reason = shown.lines().find(|line| line.trim_start().starts_with("AdminComment=")).unwrap_or_default().trim().to_string();
+    eprintln!("monitor down: job {cancelled_job} cancelled after {:.1} s; scontrol show job: {reason}; node: {}", waited.as_secs_f64(), cluster.node_state());
+    assert!(shown.contains("JobState=CANCELLED"), "{shown}");
+    assert!(
+        reason.starts_with(&format!("AdminComment=gpuslice: not started on {}: no gpuslice monitor answered within 3 s", cluster.node())),
+        "{shown}"
+    );
+    assert!(waited >= std::time::Duration::from_secs(3), "the Prolog gave the monitor its 3 s: {waited:?}");
+    assert!(cluster.node_state().starts_with("idle") || cluster.node_state().starts_with("mix"), "the node stays up: {}", cluster.node_state());
+    let no_gpu = cluster.sim.run(&mut cluster.srun(&[], "true", &[]));
+    no_gpu.assert_success();
+
+    // Restarting: a job whose Prolog meets the monitor back within the wait runs under its slice.
+    let during = memctl_job(&cluster, "shard:1", &["init", "ctx", "info"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let restart = std::time::Instant::now();
+    cluster.start_monitor();
+    eprintln!("the monitor answered {:.2} s after its start", restart.elapsed().as_secs_f64());
+    let during_out = during.wait();
+    during_out.assert_success().assert_rc("info", cu::SUCCESS);
+    assert_eq!(during_out.u64("info.total"), GIB, "admitted after the restart: one shard\n{during_out}");
+
+    // Back: the running job's slice is the one it had, and it is still held to it.
+    assert_eq!(slice(&admitted(&cluster, &running_job)), before, "the restart kept the running job's slice");
+    let out = running.wait();
+    out.assert_success();
+    let state_dir = cluster.dir().join("gpuslice-state");
+    poll::fetch_until(
+        "every job's note gone, the cancelled job's pending release done",
+        || std::fs::read_dir(&state_dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<_>>()).unwrap_or_default(),
+        |names| names.is_empty(),
+    );
+    let tenants = cluster.tenants();
+    assert!(tenants["tenants"].as_array().is_some_and(|t| t.is_empty()), "nothing left admitted:\n{tenants:#}");
+    assert!(cluster.node_state().starts_with("idle"), "no drain: {}", cluster.node_state());
+}

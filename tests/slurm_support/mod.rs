@@ -63,11 +63,37 @@ pub struct ClusterOptions {
     /// a shell script installed as `<dir>/gpuslice-slurm/squeue`, in place
     /// of Slurm's `/usr/bin/squeue` (which it may call).
     pub squeue_script: Option<String>,
+    /// gpuslice-slurm.conf's `monitor_wait_s`: how long the Prolog and
+    /// Epilog wait for a monitor that does not answer.
+    pub monitor_wait_s: u32,
+    /// Installed as a site does that has Prologs and Epilogs of its own:
+    /// `Prolog=<dir>/prolog.d/*` and `Epilog=<dir>/epilog.d/*`, with
+    /// deploy/slurm's scripts linked in as `50-gpuslice` between the
+    /// site's `10-site` and `90-site` (see [`SITE_SCRIPT`]).
+    pub site_scripts: bool,
 }
+
+/// A site's own Prolog or Epilog: appends `<its name> <job> <the
+/// Prolog's note on the job>` to `<dir>/log/site-order`, so a test sees
+/// which ran, in which order, and whether gpuslice's had admitted the job
+/// by then. `{dir}` is the cluster's directory.
+pub const SITE_SCRIPT: &str = r#"#!/bin/sh
+note=$(cat {dir}/gpuslice-state/job-$SLURM_JOB_ID 2>/dev/null)
+echo "${0##*/} $SLURM_JOB_ID ${note:-none}" >>{dir}/log/site-order
+"#;
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { gpus: 2, typed: true, memory: "8GiB", integration: true, monitor_config: String::new(), squeue_script: None }
+        ClusterOptions {
+            gpus: 2,
+            typed: true,
+            memory: "8GiB",
+            integration: true,
+            monitor_config: String::new(),
+            squeue_script: None,
+            monitor_wait_s: 10,
+            site_scripts: false,
+        }
     }
 }
 
@@ -199,6 +225,7 @@ impl Cluster {
                 &installed.join("gpuslice-slurm.conf"),
                 &format!(
                     "gpuslice_bin={bin}\nshim_lib={shim}\nledger_dir={ledger}\nsqueue={squeue}\nshards_per_gpu={SHARDS_PER_GPU}\n\
+                     scontrol=/usr/bin/scontrol\nscancel=/usr/bin/scancel\nmonitor_wait_s={wait}\nstate_dir={d}/gpuslice-state\n\
                      devices_args=\"--nvml-lib {simgpu}\"\nlog_file={d}/log/gpuslice-slurm.log\n\
                      export SIMGPU_STATE={d}/simgpu.state SIMGPU_DEVICES={gpus} SIMGPU_MEMORY={memory} SIMGPU_CONTEXT_MEMORY=64MiB\n",
                     bin = gpuslice_tests::gpuslice_bin().display(),
@@ -207,10 +234,27 @@ impl Cluster {
                     simgpu = simgpu_lib().display(),
                     memory = options.memory,
                     squeue = squeue.display(),
+                    wait = options.monitor_wait_s,
                 ),
             );
             let i = installed.display();
-            slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog.sh\n"));
+            if options.site_scripts {
+                for (kind, ours) in [("prolog", "prolog.sh"), ("epilog", "epilog.sh")] {
+                    let scripts = dir.join(format!("{kind}.d"));
+                    std::fs::create_dir_all(&scripts).unwrap();
+                    std::os::unix::fs::symlink(installed.join(ours), scripts.join("50-gpuslice")).unwrap();
+                    for site in ["10-site", "90-site"] {
+                        let path = scripts.join(site);
+                        write(&path, &SITE_SCRIPT.replace("{dir}", &d.to_string()));
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                    }
+                    let key = if kind == "prolog" { "Prolog" } else { "Epilog" };
+                    slurm_conf.push_str(&format!("{key}={}/*\n", scripts.display()));
+                }
+                slurm_conf.push_str(&format!("TaskProlog={i}/task_prolog.sh\n"));
+            } else {
+                slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog.sh\n"));
+            }
             let config = dir.join("monitor.toml");
             write(&config, &options.monitor_config);
             monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() }));
@@ -279,6 +323,56 @@ impl Cluster {
         cmd.args(srun_args).args(["sh", "-c", "echo job=$SLURM_JOB_ID; exec \"$0\" \"$@\""]).arg(program).args(args);
         cmd.current_dir(self.dir());
         cmd
+    }
+
+    /// Stops the node's monitor (SIGTERM, as systemd does), and returns
+    /// what it printed.
+    pub fn stop_monitor(&mut self) -> Output {
+        self.monitor.take().expect("this cluster has no monitor running").stop()
+    }
+
+    /// Starts the node's monitor again, on its configuration and ledger
+    /// directory, and waits until it is ready.
+    pub fn start_monitor(&mut self) {
+        assert!(self.monitor.is_none(), "a monitor runs already");
+        let config = self.dir().join("monitor.toml");
+        self.monitor = Some(Monitor::start(&self.sim, MonitorOptions { config: Some(config), ..Default::default() }));
+    }
+
+    /// `sinfo`'s state of the node and the reason it gives (`idle none`).
+    pub fn node_state(&self) -> String {
+        self.sim.run(self.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"])).stdout.trim().to_string()
+    }
+
+    /// `scontrol show job JOB`, as root.
+    pub fn show_job(&self, job: &str) -> String {
+        self.sim.run(self.root_command("scontrol").args(["show", "job", job])).stdout
+    }
+
+    /// `sbatch --parsable ARGS SCRIPT` as the job user, from the cluster's
+    /// directory; its output goes to `<dir>/out/<job>.out` (or, for an
+    /// array, `<dir>/out/<array job>_<task>.out`). The job's id.
+    pub fn sbatch(&self, args: &[&str], script: &str) -> String {
+        let out_dir = self.dir().join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path = out_dir.join(format!("script-{}.sh", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+        write(&path, script);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = self.root_command("sbatch");
+        cmd.arg("--parsable").arg(format!("--output={}/%A_%a.out", out_dir.display())).args(args).arg(&path);
+        cmd.current_dir(self.dir());
+        let out = self.sim.run(&mut wrap_as_user(JOB_UID, &cmd));
+        out.assert_success();
+        out.stdout.trim().split(';').next().unwrap_or_default().to_string()
+    }
+
+    /// What batch job `name` (`<job>_4294967294` for a job that is not an
+    /// array, `<array job>_<task>` for a task of one) wrote, once its job
+    /// has left the queue.
+    pub fn batch_output(&self, job: &str, name: &str) -> String {
+        poll::fetch_until(&format!("batch job {job} to leave the queue"), || self.job_state(job), |state| state.is_empty());
+        std::fs::read_to_string(self.dir().join(format!("out/{name}.out"))).unwrap_or_else(|e| panic!("no output of {name}: {e}"))
     }
 
     /// `gpuslice tenant list --json`: the monitor's allocations.
