@@ -15,7 +15,7 @@ mod monitor_support;
 mod slurm_support;
 
 use compute_support::{busy_bins, busy_ratio, serial};
-use gpuslice_tests::{compile_c, cu, poll, python, python_script, Output, Running, GIB};
+use gpuslice_tests::{compile_c, cu, poll, python, python_script, wrap_as_user, Output, Running, GIB};
 use monitor_support::{kill9, pid_alive};
 use slurm_support::{Cluster, ClusterOptions, JOB_UID};
 use std::os::unix::fs::MetadataExt;
@@ -533,4 +533,78 @@ fn a_monitor_outage_cancels_its_jobs_a_restart_keeps_caps() {
     let tenants = cluster.tenants();
     assert!(tenants["tenants"].as_array().is_some_and(|t| t.is_empty()), "nothing left admitted:\n{tenants:#}");
     assert!(cluster.node_state().starts_with("idle"), "no drain: {}", cluster.node_state());
+}
+
+/// `info.total` of each memctl run in a batch job's output, in order.
+fn totals(output: &str) -> Vec<u64> {
+    output.lines().filter_map(|line| line.strip_prefix("info.total=")).map(|v| v.trim().parse().unwrap()).collect()
+}
+
+/// What the Prolog admitted job `job` with: `memory <spec>, shares <spec>`.
+fn admitted_as(cluster: &Cluster, job: &str) -> String {
+    let log = cluster.integration_log();
+    let line = log
+        .lines()
+        .find(|line| line.contains(&format!("admitted slurm-{job}: ")))
+        .unwrap_or_else(|| panic!("job {job} was not admitted:\n{log}"));
+    line.split_once(", memory ").map(|(_, rest)| format!("memory {rest}")).unwrap_or_default()
+}
+
+/// Jobs as production clusters run them, on a node whose Prolog and
+/// Epilog are directories (`Prolog=<dir>/prolog.d/*`) holding a site's own
+/// scripts beside a link to deploy/slurm's: a batch job of 2 shards (its
+/// batch step and an `srun` step inside it), a job array of 1 shard per
+/// task, and `salloc` of 3 shards followed by `srun`. Every task sees its
+/// allocation's cap as the device's memory and each job is admitted with
+/// the allocation's share. Slurm runs the scripts of a directory one at a
+/// time, in reverse order of their names: `90-site`, gpuslice's, `10-site`.
+#[test]
+fn batch_jobs_arrays_and_salloc_are_capped_beside_a_sites_own_prologs() {
+    let _serial = serial();
+    let cluster = Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), site_scripts: true, ..Default::default() });
+    let memctl = compile_c("memctl");
+    let m = memctl.display();
+    let batch = cluster.sbatch(&["--gres=shard:2"], &format!("#!/bin/sh\necho job=$SLURM_JOB_ID\n{m} init ctx info\nsrun {m} init ctx info\n"));
+    let array = cluster.sbatch(&["--gres=shard:1", "--array=0-1"], &format!("#!/bin/sh\necho job=$SLURM_JOB_ID\n{m} init ctx info\n"));
+    let mut salloc = cluster.root_command("salloc");
+    salloc.args(["--gres=shard:3", "sh", "-c"]).arg(format!("echo job=$SLURM_JOB_ID; srun {m} init ctx info")).current_dir(cluster.dir());
+    let salloc = cluster.sim.run(&mut wrap_as_user(JOB_UID, &salloc));
+    salloc.assert_success().assert_rc("info", cu::SUCCESS);
+    assert_eq!(salloc.u64("info.total"), 3 * GIB, "salloc --gres=shard:3, then srun\n{salloc}");
+    let salloc_job = salloc.get("job").to_string();
+
+    let batch_out = cluster.batch_output(&batch, &format!("{batch}_4294967294"));
+    assert_eq!(totals(&batch_out), [2 * GIB, 2 * GIB], "the batch step and an srun step in it, 2 shards each:\n{batch_out}");
+    let mut jobs = vec![(batch.clone(), 2), (salloc_job, 3)];
+    for task in 0..2 {
+        let out = cluster.batch_output(&array, &format!("{array}_{task}"));
+        assert_eq!(totals(&out), [GIB], "array task {task}, 1 shard:\n{out}");
+        jobs.push((out.lines().find_map(|l| l.strip_prefix("job=")).unwrap().to_string(), 1));
+    }
+    for (job, shards) in &jobs {
+        let shares = (*shards as f64 * 100.0 / 8.0).to_string();
+        let got = admitted_as(&cluster, job);
+        eprintln!("job {job}, shard:{shards}: admitted with {got}");
+        let on = |gpu: u32| format!("memory {gpu}={}B, shares {gpu}={shares}", shards * GIB);
+        assert!(got == on(0) || got == on(1), "job {job}, shard:{shards}: {got}");
+    }
+
+    cluster.wait_idle();
+    let order = std::fs::read_to_string(cluster.dir().join("log/site-order")).unwrap();
+    eprintln!("the site's scripts ran:\n{order}");
+    for (job, _) in &jobs {
+        let of_job: Vec<&str> = order.lines().filter(|l| l.split(' ').nth(1) == Some(job.as_str())).collect();
+        assert_eq!(
+            of_job,
+            [
+                format!("prolog.d/90-site {job} none"),
+                format!("prolog.d/10-site {job} admitted"),
+                format!("epilog.d/90-site {job} admitted"),
+                format!("epilog.d/10-site {job} none"),
+            ],
+            "the site's Prologs around gpuslice's, then its Epilogs around gpuslice's:\n{order}"
+        );
+    }
+    let tenants = cluster.tenants();
+    assert!(tenants["tenants"].as_array().is_some_and(|t| t.is_empty()), "every job released:\n{tenants:#}");
 }

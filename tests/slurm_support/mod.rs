@@ -6,8 +6,9 @@
 //!
 //! ```text
 //!  <test dir>/
-//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=,
-//!                  by a short link, /tmp/gs-munge-<pid>-<n>: a socket's address holds 108 bytes)
+//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=)
+//!    spool/        slurmd's spool, with slurmstepd's sockets (both by a short link to the
+//!                  test dir, /tmp/gs-<pid>-<n>: a socket's address holds 108 bytes)
 //!    etc/          slurm.conf, gres.conf       (SLURM_CONF for every daemon and client)
 //!    dev/          nvidia0 → /dev/null, …      (gres.conf File=: slurmd wants a device file)
 //!    gpuslice-slurm/  deploy/slurm's scripts, installed, and their gpuslice-slurm.conf
@@ -73,13 +74,13 @@ pub struct ClusterOptions {
     pub site_scripts: bool,
 }
 
-/// A site's own Prolog or Epilog: appends `<its name> <job> <the
-/// Prolog's note on the job>` to `<dir>/log/site-order`, so a test sees
+/// A site's own Prolog or Epilog: appends `<its path in the cluster's
+/// directory> <job> <the Prolog's note on the job>` to `<dir>/log/site-order`, so a test sees
 /// which ran, in which order, and whether gpuslice's had admitted the job
 /// by then. `{dir}` is the cluster's directory.
 pub const SITE_SCRIPT: &str = r#"#!/bin/sh
 note=$(cat {dir}/gpuslice-state/job-$SLURM_JOB_ID 2>/dev/null)
-echo "${0##*/} $SLURM_JOB_ID ${note:-none}" >>{dir}/log/site-order
+echo "${0#{dir}/} $SLURM_JOB_ID ${note:-none}" >>{dir}/log/site-order
 "#;
 
 impl Default for ClusterOptions {
@@ -105,8 +106,8 @@ pub struct Cluster {
     daemons: Vec<Running>,
     conf: PathBuf,
     node: String,
-    /// A short path to `<dir>/munge`, for munged's socket.
-    munge_link: PathBuf,
+    /// A short path to `<dir>`, for the sockets of munged and slurmstepd.
+    short_link: PathBuf,
 }
 
 /// A port nothing listens on now.
@@ -145,16 +146,18 @@ impl Cluster {
         }
         let node = short_hostname();
         // A Unix socket's address holds 108 bytes, which a test directory
-        // named after a long test name (and a counter) can pass.
+        // named after a long test name (and a counter) can pass: munged's
+        // socket and slurmstepd's (`<spool>/<node>_<job>.<step>`, the batch
+        // step's number is 4294967291) are made through a short link.
         static NEXT_LINK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let munge_link = std::env::temp_dir().join(format!(
-            "gs-munge-{}-{}",
+        let short_link = std::env::temp_dir().join(format!(
+            "gs-{}-{}",
             std::process::id(),
             NEXT_LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_file(&munge_link);
-        std::os::unix::fs::symlink(dir.join("munge"), &munge_link).unwrap();
-        let socket = munge_link.join("munge.socket");
+        let _ = std::fs::remove_file(&short_link);
+        std::os::unix::fs::symlink(&dir, &short_link).unwrap();
+        let socket = short_link.join("munge/munge.socket");
         let conf = dir.join("etc/slurm.conf");
         let (ctld_port, slurmd_port) = (free_port(), free_port());
         let d = dir.display();
@@ -171,7 +174,7 @@ impl Cluster {
              AuthInfo=socket={socket}\n\
              CredType=cred/munge\n\
              StateSaveLocation={d}/state\n\
-             SlurmdSpoolDir={d}/spool\n\
+             SlurmdSpoolDir={spool}\n\
              SlurmctldPidFile={d}/slurmctld.pid\n\
              SlurmdPidFile={d}/slurmd.pid\n\
              SlurmctldLogFile={d}/log/slurmctld.log\n\
@@ -192,6 +195,7 @@ impl Cluster {
              PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
             shards = gpus * SHARDS_PER_GPU,
             socket = socket.display(),
+            spool = short_link.join("spool").display(),
         );
         let mut gres_conf = String::from("AutoDetect=off\n");
         for gpu in 0..gpus {
@@ -269,7 +273,7 @@ impl Cluster {
         std::fs::write(&key, bytes).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
 
-        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node, munge_link };
+        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node, short_link };
         let mut munged = cluster.root_command("munged");
         munged.args(["--foreground", "--force"]).arg(format!("--key-file={}", key.display()));
         munged.arg(format!("--socket={}", socket.display())).arg(format!("--pid-file={d}/munge/munged.pid"));
@@ -440,7 +444,7 @@ impl Drop for Cluster {
         while let Some(daemon) = self.daemons.pop() {
             drop(daemon);
         }
-        let _ = std::fs::remove_file(&self.munge_link);
+        let _ = std::fs::remove_file(&self.short_link);
         if std::thread::panicking() {
             eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
         }
