@@ -608,3 +608,49 @@ fn batch_jobs_arrays_and_salloc_are_capped_beside_a_sites_own_prologs() {
     let tenants = cluster.tenants();
     assert!(tenants["tenants"].as_array().is_some_and(|t| t.is_empty()), "every job released:\n{tenants:#}");
 }
+
+/// The cgroup layout production uses (`proctrack/cgroup`, `task/cgroup`
+/// with `ConstrainDevices=yes`, `PrologFlags=Alloc,Contain`), on one GPU:
+/// the Prolog admits `salloc --gres=shard:2` at allocation, before any
+/// step; the step's task, in its own cgroup (`.../job_<id>/step_0/...`),
+/// sees its 2 GiB and may open the GPU's device file, which a job without
+/// GPUs may not; and a batch job cancelled while it holds memory leaves
+/// nothing held.
+#[test]
+fn cgroups_constrain_devices_and_prolog_at_allocation() {
+    let _serial = serial();
+    let cluster = Cluster::start(ClusterOptions { gpus: 1, monitor_config: KILL_MODE.into(), cgroups: true, ..Default::default() });
+    let memctl = compile_c("memctl");
+    let (m, d) = (memctl.display(), cluster.dir().display());
+    let step = format!(
+        "echo job=$SLURM_JOB_ID; echo note=$(cat {d}/gpuslice-state/job-$SLURM_JOB_ID); \
+         srun sh -c 'echo cgroup=$(grep -m1 freezer /proc/self/cgroup); (exec 3<{d}/dev/nvidia0) 2>&1 | sed \"s/^/device=/\"; exec {m} init ctx info'"
+    );
+    let mut salloc = cluster.root_command("salloc");
+    salloc.args(["--gres=shard:2", "sh", "-c", &step]).current_dir(cluster.dir());
+    let out = cluster.sim.run(&mut wrap_as_user(JOB_UID, &salloc));
+    let job = out.get("job").to_string();
+    eprintln!("salloc --gres=shard:2: note before any step: {}; {}; {}", out.get("note"), out.get("cgroup"), out.find("device").unwrap_or("device opened"));
+    out.assert_success().assert_rc("info", cu::SUCCESS);
+    assert_eq!(out.get("note"), "admitted", "PrologFlags=Alloc: admitted before the first step\n{out}");
+    assert!(out.get("cgroup").contains(&format!("/job_{job}/step_0")), "the task in the step's cgroup\n{out}");
+    assert_eq!(out.u64("info.total"), 2 * GIB, "{out}");
+    // No driver behind the simulated GPU's device number: allowed, opening it finds no device.
+    assert!(out.find("device").is_some_and(|e| e.contains("No such device")), "the job's own GPU is allowed\n{out}");
+
+    let mut plain = cluster.root_command("srun");
+    plain.args(["sh", "-c"]).arg(format!("(exec 3<{d}/dev/nvidia0) 2>&1 | sed 's/^/device=/'; echo done=1")).current_dir(cluster.dir());
+    let plain = cluster.sim.run(&mut wrap_as_user(JOB_UID, &plain));
+    eprintln!("a job without GPUs: {}", plain.find("device").unwrap_or("device opened"));
+    assert!(plain.find("device").is_some_and(|e| e.contains("Operation not permitted")), "ConstrainDevices denies the GPU\n{plain}");
+
+    let batch = cluster.sbatch(&["--gres=shard:4"], &format!("#!/bin/sh\n{m} init ctx pid alloc:a:1G sleep:60000\n"));
+    let tenant = poll::fetch_until(
+        "the batch job to hold its 1 GiB",
+        || cluster.tenant(&batch),
+        |t| t.as_ref().is_some_and(|t| t["held_bytes"].as_u64().unwrap_or(0) >= GIB),
+    )
+    .unwrap();
+    cluster.scancel(&batch);
+    assert_job_left_nothing(&cluster, &batch, tenant["ledger"].as_str().unwrap());
+}

@@ -72,6 +72,13 @@ pub struct ClusterOptions {
     /// deploy/slurm's scripts linked in as `50-gpuslice` between the
     /// site's `10-site` and `90-site` (see [`SITE_SCRIPT`]).
     pub site_scripts: bool,
+    /// The cgroup layout production uses: `proctrack/cgroup`,
+    /// `task/cgroup` with `ConstrainDevices=yes` (cgroup v1, as this
+    /// machine has), `PrologFlags=Alloc,Contain`. The GPUs' files are
+    /// then device nodes (`c 195 <index>`, as NVIDIA's), which the cgroup
+    /// allows or denies by number; `false`: `proctrack/linuxproc`,
+    /// `task/none`, and links to /dev/null.
+    pub cgroups: bool,
 }
 
 /// A site's own Prolog or Epilog: appends `<its path in the cluster's
@@ -94,6 +101,7 @@ impl Default for ClusterOptions {
             squeue_script: None,
             monitor_wait_s: 10,
             site_scripts: false,
+            cgroups: false,
         }
     }
 }
@@ -108,6 +116,13 @@ pub struct Cluster {
     node: String,
     /// A short path to `<dir>`, for the sockets of munged and slurmstepd.
     short_link: PathBuf,
+}
+
+/// `mknod PATH c MAJOR MINOR`, mode 0666.
+fn make_device_node(path: &Path, major: u32, minor: u32) {
+    let out = Command::new("mknod").arg("-m").arg("0666").arg(path).args(["c", &major.to_string(), &minor.to_string()]).output();
+    let out = out.expect("cannot run mknod");
+    assert!(out.status.success(), "mknod {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
 /// A port nothing listens on now.
@@ -179,8 +194,7 @@ impl Cluster {
              SlurmdPidFile={d}/slurmd.pid\n\
              SlurmctldLogFile={d}/log/slurmctld.log\n\
              SlurmdLogFile={d}/log/slurmd.log\n\
-             ProctrackType=proctrack/linuxproc\n\
-             TaskPlugin=task/none\n\
+             {tracking}\
              JobAcctGatherType=jobacct_gather/none\n\
              AccountingStorageType=accounting_storage/none\n\
              SchedulerType=sched/builtin\n\
@@ -196,11 +210,20 @@ impl Cluster {
             shards = gpus * SHARDS_PER_GPU,
             socket = socket.display(),
             spool = short_link.join("spool").display(),
+            tracking = if options.cgroups {
+                "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nPrologFlags=Alloc,Contain\n"
+            } else {
+                "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+            },
         );
         let mut gres_conf = String::from("AutoDetect=off\n");
         for gpu in 0..gpus {
             let file = dir.join(format!("dev/nvidia{gpu}"));
-            std::os::unix::fs::symlink("/dev/null", &file).unwrap();
+            if options.cgroups {
+                make_device_node(&file, 195, gpu);
+            } else {
+                std::os::unix::fs::symlink("/dev/null", &file).unwrap();
+            }
             let typed = if options.typed { " Type=simgpu" } else { "" };
             gres_conf.push_str(&format!("Name=gpu{typed} File={}\n", file.display()));
         }
@@ -265,6 +288,9 @@ impl Cluster {
         }
         write(&conf, &slurm_conf);
         write(&dir.join("etc/gres.conf"), &gres_conf);
+        if options.cgroups {
+            write(&dir.join("etc/cgroup.conf"), "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n");
+        }
 
         let key = dir.join("munge/munge.key");
         let mut bytes = [0u8; 1024];
@@ -445,6 +471,13 @@ impl Drop for Cluster {
             drop(daemon);
         }
         let _ = std::fs::remove_file(&self.short_link);
+        // slurmd (cgroup/v1) leaves its empty `slurm_<node>` in each
+        // hierarchy it used; the jobs' own cgroups went with the jobs.
+        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+            for hierarchy in hierarchies.flatten() {
+                let _ = std::fs::remove_dir(hierarchy.path().join(format!("slurm_{}", self.node)));
+            }
+        }
         if std::thread::panicking() {
             eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
         }
