@@ -98,9 +98,10 @@ EOF
 # The note the TaskProlog and the Epilog read: written before the monitor
 # is asked (should the Prolog die after the monitor admitted, the Epilog
 # still releases), and says `admitted` only once the monitor answered so.
+# (0755 and 0644: the TaskProlog reads it as the job's user.)
 record="$state_dir/job-$job"
-mkdir -p "$state_dir" && chmod 0755 "$state_dir" && echo admitting >"$record" && chmod 0644 "$record" ||
-    fail "cannot write $record"
+umask 022
+{ [ -d "$state_dir" ] || mkdir -p "$state_dir"; } && echo admitting >"$record" || fail "cannot write $record"
 
 set -- tenant admit "$tenant" --device "$devices" --share "$shares" --owner-uid "${SLURM_JOB_UID:?}" \
     --label origin=slurm --label "job=$job" --dir "$ledger_dir" --json
@@ -144,8 +145,8 @@ release_pending() {
 # it); it did not when there is only gpuslice's own message (no socket,
 # nothing listening, no answer in time): ask again until the deadline.
 deadline=$(($(date +%s) + monitor_wait_s))
+left=$monitor_wait_s
 while :; do
-    left=$((deadline - $(date +%s)))
     [ "$left" -ge 1 ] || left=1
     answer=$("$gpuslice_bin" "$@" --timeout "${left}s" 2>&1)
     rc=$?
@@ -164,4 +165,5 @@ while :; do
         cancel_job "no gpuslice monitor answered within ${monitor_wait_s} s ($(printf '%s' "$answer" | tr '\n' ' '))"
     fi
     sleep 1
+    left=$((deadline - $(date +%s)))
 done

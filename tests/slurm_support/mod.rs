@@ -82,12 +82,12 @@ pub struct ClusterOptions {
 }
 
 /// A site's own Prolog or Epilog: appends `<its path in the cluster's
-/// directory> <job> <the Prolog's note on the job>` to `<dir>/log/site-order`, so a test sees
+/// directory> <job> <the Prolog's note on the job> <unix time>` to `<dir>/log/site-order`, so a test sees
 /// which ran, in which order, and whether gpuslice's had admitted the job
 /// by then. `{dir}` is the cluster's directory.
 pub const SITE_SCRIPT: &str = r#"#!/bin/sh
 note=$(cat {dir}/gpuslice-state/job-$SLURM_JOB_ID 2>/dev/null)
-echo "${0#{dir}/} $SLURM_JOB_ID ${note:-none}" >>{dir}/log/site-order
+echo "${0#{dir}/} $SLURM_JOB_ID ${note:-none} $(date +%s.%N)" >>{dir}/log/site-order
 "#;
 
 impl Default for ClusterOptions {
