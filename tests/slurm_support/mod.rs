@@ -386,7 +386,8 @@ impl Cluster {
         let out_dir = self.dir().join("out");
         std::fs::create_dir_all(&out_dir).unwrap();
         std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let path = out_dir.join(format!("script-{}.sh", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+        let path =
+            out_dir.join(format!("script-{}.sh", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
         write(&path, script);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut cmd = self.root_command("sbatch");
