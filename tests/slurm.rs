@@ -489,27 +489,35 @@ fn a_monitor_outage_cancels_its_jobs_a_restart_keeps_caps() {
     assert_eq!(running.wait_for("b"), cu::OUT_OF_MEMORY.to_string(), "past its cap with the monitor down");
     assert_eq!(running.wait_for("c"), cu::SUCCESS.to_string());
 
+    // A batch job and an srun job, their Prologs waiting at once.
+    let memctl = compile_c("memctl");
+    let batch = cluster.sbatch(&["--gres=shard:1"], &format!("#!/bin/sh\n{} init ctx info\n", memctl.display()));
     let started = std::time::Instant::now();
-    let cancelled = cluster.sim.run(&mut cluster.srun(&["--gres=shard:1"], compile_c("memctl"), &["init", "ctx", "info"]));
+    let cancelled = cluster.sim.run(&mut cluster.srun(&["--gres=shard:1"], &memctl, &["init", "ctx", "info"]));
     let waited = started.elapsed();
     assert!(cancelled.find("info").is_none(), "a job ran with no monitor to admit it\n{cancelled}");
+    poll::fetch_until("the batch job to leave the queue", || cluster.job_state(&batch), |state| state.is_empty());
+    let batch_out = std::fs::read_to_string(cluster.dir().join(format!("out/{batch}_4294967294.out"))).unwrap_or_default();
+    assert!(!batch_out.contains("info"), "a batch job ran with no monitor to admit it\n{batch_out}");
     let log = cluster.integration_log();
-    let cancelled_job = log
+    let cancelled_jobs: Vec<String> = log
         .lines()
-        .find_map(|line| line.split_once("cancelled job ").map(|(_, rest)| rest.split(':').next().unwrap_or_default().to_string()))
-        .unwrap_or_else(|| panic!("the Prolog cancelled no job:\n{log}\n{cancelled}"));
-    let shown = cluster.show_job(&cancelled_job);
-    let reason = shown.lines().find(|line| line.trim_start().starts_with("AdminComment=")).unwrap_or_default().trim().to_string();
-    eprintln!(
-        "monitor down: job {cancelled_job} cancelled after {:.1} s; scontrol show job: {reason}; node: {}",
-        waited.as_secs_f64(),
-        cluster.node_state()
-    );
-    assert!(shown.contains("JobState=CANCELLED"), "{shown}");
-    assert!(
-        reason.starts_with(&format!("AdminComment=gpuslice: not started on {}: no gpuslice monitor answered within 3 s", cluster.node())),
-        "{shown}"
-    );
+        .filter_map(|line| line.split_once("cancelled job ").map(|(_, rest)| rest.split(':').next().unwrap_or_default().to_string()))
+        .collect();
+    assert_eq!(cancelled_jobs.len(), 2, "the Prolog cancelled the batch job and the srun job:\n{log}\n{cancelled}");
+    assert!(cancelled_jobs.contains(&batch), "{log}");
+    for job in &cancelled_jobs {
+        let shown = cluster.show_job(job);
+        let reason = shown.lines().find(|line| line.trim_start().starts_with("AdminComment=")).unwrap_or_default().trim().to_string();
+        eprintln!("monitor down: job {job} cancelled; scontrol show job: {reason}; node: {}", cluster.node_state());
+        assert!(shown.contains("JobState=CANCELLED"), "{shown}");
+        assert!(
+            reason
+                .starts_with(&format!("AdminComment=gpuslice: not started on {}: no gpuslice monitor answered within 3 s", cluster.node())),
+            "{shown}"
+        );
+    }
+    eprintln!("the srun job ended {:.1} s after it started", waited.as_secs_f64());
     assert!(waited >= std::time::Duration::from_secs(3), "the Prolog gave the monitor its 3 s: {waited:?}");
     let node = cluster.node_state();
     assert!(!node.contains("drain"), "the node stays up: {node}");
