@@ -799,3 +799,88 @@ fn sbatch_to_the_first_cuda_call_with_and_without_the_integration() {
         prolog_ms[prolog_ms.len() - 1]
     );
 }
+
+/// Bytes used and committed on every GPU `devices` lists.
+fn held_on(devices: &serde_json::Value) -> (u64, u64) {
+    let list = devices["devices"].as_array().unwrap();
+    (
+        list.iter().map(|d| d["memory_used_bytes"].as_u64().unwrap()).sum(),
+        list.iter().map(|d| d["memory_committed_bytes"].as_u64().unwrap()).sum(),
+    )
+}
+
+/// Two nodes, each a host of its own (its slurmd in a network namespace,
+/// its own simulated GPU and monitor): `srun --nodes=2 --gres=shard:2` is
+/// admitted by both nodes' monitors and capped at 2 GiB on both; and a
+/// job on both whose second node fails mid-run (every process of it
+/// killed) leaves nothing held and nothing admitted on the first once
+/// Slurm ends the job. Slow (Slurm takes 20 s or more to find a node
+/// dead): `scripts/test-slurm.sh` runs it.
+#[test]
+#[ignore = "slow: scripts/test-slurm.sh runs it"]
+fn two_node_jobs_are_capped_on_both_and_a_node_failure_frees_the_other() {
+    let _serial = serial();
+    let cluster = Cluster::start(ClusterOptions { gpus: 1, monitor_config: KILL_MODE.into(), two_nodes: true, ..Default::default() });
+    let second = cluster.second.as_ref().unwrap();
+    let memctl = compile_c("memctl");
+    let out = cluster.sim.run(&mut cluster.srun(
+        &["--nodes=2", "--ntasks-per-node=1", "--gres=shard:2"],
+        "sh",
+        &["-c", &format!("echo node=$SLURMD_NODENAME; exec {} init ctx info alloc:past:2100M", memctl.display())],
+    ));
+    out.assert_success();
+    let job = out.get("job").to_string();
+    eprintln!(
+        "--nodes=2 --gres=shard:2: nodes {:?}, totals {:?}, past the cap {:?}",
+        out.all("node"),
+        out.all("info.total"),
+        out.all("past")
+    );
+    assert_eq!(out.all("info.total"), [(2 * GIB).to_string(), (2 * GIB).to_string()], "2 GiB on each node\n{out}");
+    assert_eq!(out.all("past"), [cu::OUT_OF_MEMORY.to_string(), cu::OUT_OF_MEMORY.to_string()], "{out}");
+    let log = cluster.integration_log();
+    for node in [cluster.node(), second.name.as_str()] {
+        assert!(
+            log.contains(&format!("job {job} on {node}: admitted slurm-{job}: devices 0, memory 0=2147483648B, shares 0=25")),
+            "job {job} admitted on {node} with 2 GiB and 25 %:\n{log}"
+        );
+    }
+
+    let mut held = cluster.sim.spawn(&mut cluster.srun(
+        &["--nodes=2", "--ntasks-per-node=1", "--gres=shard:2"],
+        "sh",
+        &["-c", &format!("exec {} init ctx alloc:a:1G ready sleep:120000", memctl.display())],
+    ));
+    let job = held.wait_for("job");
+    let holds = |tenants: serde_json::Value| {
+        tenants["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tenant"] == format!("slurm-{job}") && t["held_bytes"].as_u64().unwrap_or(0) >= GIB)
+    };
+    poll::until("the job holding 1 GiB on both nodes", || holds(cluster.tenants()) && holds(cluster.second_tenants()));
+    // The second node fails: every process in its namespace (slurmd, slurmstepd, the task) is killed.
+    let pids = std::process::Command::new("ip").args(["netns", "pids", &second.netns]).output().unwrap();
+    let pids: Vec<u32> = String::from_utf8_lossy(&pids.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+    assert!(pids.len() >= 3, "slurmd, slurmstepd and the task in the second node: {pids:?}");
+    let failed_at = std::time::Instant::now();
+    for pid in pids {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    poll::fetch_until("Slurm to end the job for its failed node", || cluster.job_state(&job), |state| state.is_empty());
+    let ended_s = failed_at.elapsed().as_secs_f64();
+    poll::fetch_until(
+        "nothing held or admitted on the first node",
+        || (held_on(&cluster.devices()), cluster.tenants()["tenants"].as_array().map_or(usize::MAX, Vec::len)),
+        |(held, tenants)| *held == (0, 0) && *tenants == 0,
+    );
+    let out = held.wait();
+    let nodes = cluster.node_state();
+    eprintln!(
+        "the second node failed: Slurm ended job {job} {ended_s:.1} s later; the first node holds nothing; nodes: {}",
+        nodes.replace('\n', ", ")
+    );
+    assert!(out.stderr.contains("Node failure"), "{out}");
+    assert!(nodes.lines().next().is_some_and(|first| first.starts_with("idle")), "the first node is up: {nodes}");
+}
