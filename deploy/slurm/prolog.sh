@@ -99,9 +99,12 @@ EOF
 # is asked (should the Prolog die after the monitor admitted, the Epilog
 # still releases), and says `admitted` only once the monitor answered so.
 # (0755 and 0644: the TaskProlog reads it as the job's user.)
+# A release of this same job left pending (a requeued job keeps its id) is
+# void: the admission below replaces what the job had.
 record="$state_dir/job-$job"
 umask 022
-{ [ -d "$state_dir" ] || mkdir -p "$state_dir"; } && echo admitting >"$record" || fail "cannot write $record"
+{ [ -d "$state_dir" ] || mkdir -p "$state_dir"; } && rm -f "$state_dir/release-$job" && echo admitting >"$record" ||
+    fail "cannot write $record"
 
 set -- tenant admit "$tenant" --device "$devices" --share "$shares" --owner-uid "${SLURM_JOB_UID:?}" \
     --label origin=slurm --label "job=$job" --dir "$ledger_dir" --json
