@@ -8,8 +8,8 @@
 #
 # A monitor that does not answer (down, restarting) is asked again for up
 # to monitor_wait_s seconds; past that the release waits, as
-# `release-<id>` in state_dir, for the next Prolog or Epilog the monitor
-# answers, and the node stays up. A monitor that answers and refuses exits
+# `release-<id>` in state_dir, for the next Prolog the monitor answers,
+# and the node stays up. A monitor that answers and refuses exits
 # 1, which drains the node: an allocation the monitor still counts would
 # refuse the next job's.
 set -u

@@ -115,8 +115,7 @@ fi
 # Ends this job, and only it, without draining the node: the reason goes
 # where `scontrol show job` shows it (AdminComment, which only an
 # administrator can write). The monitor may have admitted it in the
-# meantime: its release waits for the next Prolog or Epilog the monitor
-# answers.
+# meantime: its release waits for the next Prolog the monitor answers.
 cancel_job() {
     mv -f "$record" "$state_dir/release-$job" 2>/dev/null
     reason="gpuslice: not started on $node: $1"
