@@ -17,14 +17,26 @@
 # comment, work directory), and a newline there can forge a GRES line.
 #
 # A job without GPUs here gets no tenant. Any failure, and anything
-# unexpected in what the controller says, exits 1: the job does not start
-# here and Slurm drains the node, rather than run a job whose slice nothing
-# enforces or one it is not sure of.
+# unexpected in what the controller says or the monitor answers, exits 1:
+# the job does not start here and Slurm drains the node, rather than run a
+# job whose slice nothing enforces or one it is not sure of.
+#
+# A monitor that does not answer (down, or restarting) is not the node's
+# fault: the Prolog asks again for up to monitor_wait_s seconds, then
+# cancels this job alone, with the reason in its AdminComment (`scontrol
+# show job` shows it), and exits 0, so the node stays up. The TaskProlog
+# starts no task of a job with GPUs that this Prolog did not admit.
 set -u
-case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
+# The files beside the script, also when slurm.conf's Prolog is a directory
+# of links to scripts (Prolog=/etc/slurm/prolog.d/*).
+self=$(readlink -f "$0" 2>/dev/null) || self=$0
+case $self in */*) here=${self%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"
 squeue=${squeue:-squeue}
+scontrol=${scontrol:-scontrol}
+scancel=${scancel:-scancel}
+state_dir=${state_dir:-/run/gpuslice-slurm}
 
 job=${SLURM_JOB_ID:-}
 node=${SLURMD_NODENAME:-$(hostname -s)}
@@ -45,6 +57,10 @@ fail() {
 case $job in
 '' | *[!0-9]*) fail "SLURM_JOB_ID is ${job:-unset}; expected a job id (is this script slurm.conf's Prolog?)" ;;
 esac
+case ${monitor_wait_s:-10} in
+'' | *[!0-9]*) fail "monitor_wait_s in $here/gpuslice-slurm.conf is $monitor_wait_s; expected whole seconds, like 10" ;;
+esac
+monitor_wait_s=${monitor_wait_s:-10}
 case ${shards_per_gpu:-} in
 '' | *[!0-9]* | 0) fail "shards_per_gpu in $here/gpuslice-slurm.conf is ${shards_per_gpu:-unset}; expected a whole number of shards per GPU, like 8" ;;
 esac
@@ -79,13 +95,77 @@ plan=$(printf '%s\n' "$input" | awk -v job="$job" -v node="$node" -v bound="$gpu
 $plan
 EOF
 
+# The note the TaskProlog and the Epilog read: written before the monitor
+# is asked (should the Prolog die after the monitor admitted, the Epilog
+# still releases), and says `admitted` only once the monitor answered so.
+# (0755 and 0644: the TaskProlog reads it as the job's user.)
+# A release of this same job left pending (a requeued job keeps its id) is
+# void: the admission below replaces what the job had.
+record="$state_dir/job-$job"
+umask 022
+{ [ -d "$state_dir" ] || mkdir -p "$state_dir"; } && rm -f "$state_dir/release-$job" && echo admitting >"$record" ||
+    fail "cannot write $record"
+
 set -- tenant admit "$tenant" --device "$devices" --share "$shares" --owner-uid "${SLURM_JOB_UID:?}" \
-    --label origin=slurm --label "job=$job" --dir "$ledger_dir"
+    --label origin=slurm --label "job=$job" --dir "$ledger_dir" --json
 if [ -n "$memory" ]; then
     set -- "$@" --memory "$memory"
 fi
-if answer=$("$gpuslice_bin" "$@" 2>&1); then
-    log "admitted $tenant: devices $devices, memory ${memory:-whole}, shares $shares"
-else
-    fail "gpuslice $*: $answer"
-fi
+
+# Ends this job, and only it, without draining the node: the reason goes
+# where `scontrol show job` shows it (AdminComment, which only an
+# administrator can write). The monitor may have admitted it in the
+# meantime: its release waits for the next Prolog the monitor answers.
+cancel_job() {
+    mv -f "$record" "$state_dir/release-$job" 2>/dev/null
+    reason="gpuslice: not started on $node: $1"
+    "$scontrol" update "jobid=$job" "admincomment=$reason" >/dev/null 2>&1 ||
+        log "warning: could not set job $job's AdminComment"
+    # Should the job not be cancelled, fail: the node drains, but no task
+    # starts without its slice.
+    answer=$("$scancel" "$job" 2>&1) || fail "$1; and scancel $job failed: $answer"
+    log "cancelled job $job: $1"
+    exit 0
+}
+
+# Releases what an earlier Epilog (or a cancelled Prolog) could not, now
+# that the monitor answers; what fails waits for the next time.
+release_pending() {
+    for pending in "$state_dir"/release-*; do
+        [ -e "$pending" ] || continue
+        id=${pending##*/release-}
+        case $id in '' | *[!0-9]*) continue ;; esac
+        if "$gpuslice_bin" tenant release "slurm-$id" --dir "$ledger_dir" --timeout 2s >/dev/null 2>&1; then
+            rm -f "$pending"
+            log "released slurm-$id, which job $id's Epilog could not"
+        fi
+    done
+}
+
+# The monitor answered when its JSON answer is on stdout (an `ok: false`
+# answer is a refusal: the allocation and the node disagree, which drains
+# it); it did not when there is only gpuslice's own message (no socket,
+# nothing listening, no answer in time): ask again until the deadline.
+deadline=$(($(date +%s) + monitor_wait_s))
+left=$monitor_wait_s
+while :; do
+    [ "$left" -ge 1 ] || left=1
+    answer=$("$gpuslice_bin" "$@" --timeout "${left}s" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        echo admitted >"$record" || fail "cannot write $record"
+        log "admitted $tenant: devices $devices, memory ${memory:-whole}, shares $shares"
+        release_pending
+        exit 0
+    fi
+    case $rc:$answer in
+    1:\{*) fail "the monitor refused gpuslice $*: $answer" ;;
+    1:*) ;;
+    *) fail "gpuslice $*: $answer" ;;
+    esac
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+        cancel_job "no gpuslice monitor answered within ${monitor_wait_s} s ($(printf '%s' "$answer" | tr '\n' ' '))"
+    fi
+    sleep 1
+    left=$((deadline - $(date +%s)))
+done

@@ -6,8 +6,9 @@
 //!
 //! ```text
 //!  <test dir>/
-//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=,
-//!                  by a short link, /tmp/gs-munge-<pid>-<n>: a socket's address holds 108 bytes)
+//!    munge/        munge.key, munge.socket     (munged --socket; slurm.conf AuthInfo=socket=)
+//!    spool/        slurmd's spool, with slurmstepd's sockets (both by a short link to the
+//!                  test dir, /tmp/gs-<pid>-<n>: a socket's address holds 108 bytes)
 //!    etc/          slurm.conf, gres.conf       (SLURM_CONF for every daemon and client)
 //!    dev/          nvidia0 → /dev/null, …      (gres.conf File=: slurmd wants a device file)
 //!    gpuslice-slurm/  deploy/slurm's scripts, installed, and their gpuslice-slurm.conf
@@ -63,11 +64,122 @@ pub struct ClusterOptions {
     /// a shell script installed as `<dir>/gpuslice-slurm/squeue`, in place
     /// of Slurm's `/usr/bin/squeue` (which it may call).
     pub squeue_script: Option<String>,
+    /// gpuslice-slurm.conf's `monitor_wait_s`: how long the Prolog and
+    /// Epilog wait for a monitor that does not answer.
+    pub monitor_wait_s: u32,
+    /// Installed as a site does that has Prologs and Epilogs of its own:
+    /// `Prolog=<dir>/prolog.d/*` and `Epilog=<dir>/epilog.d/*`, with
+    /// deploy/slurm's scripts linked in as `50-gpuslice` between the
+    /// site's `10-site` and `90-site` (see [`SITE_SCRIPT`]).
+    pub site_scripts: bool,
+    /// The cgroup layout production uses: `proctrack/cgroup`,
+    /// `task/cgroup` with `ConstrainDevices=yes` (cgroup v1, as this
+    /// machine has), `PrologFlags=Alloc,Contain`. The GPUs' files are
+    /// then device nodes (`c 195 <index>`, as NVIDIA's), which the cgroup
+    /// allows or denies by number; `false`: `proctrack/linuxproc`,
+    /// `task/none`, and links to /dev/null.
+    pub cgroups: bool,
+    /// Two nodes, each a host of its own: its slurmd in a network
+    /// namespace of its own (`nsenter --net=`, on a bridge with
+    /// slurmctld's address), and its own simulated GPUs, monitor, ledger
+    /// directory and state_dir (see [`SecondNode`]). The test's own
+    /// commands (srun, sinfo…) run on the first node's simulated GPUs.
+    pub two_nodes: bool,
 }
+
+/// The second node of a [`ClusterOptions::two_nodes`] cluster: its own
+/// simulated GPUs and monitor. One installed copy of deploy/slurm serves
+/// both nodes: gpuslice-slurm.conf (a shell fragment) gives this node its
+/// ledger directory, state_dir and GPUs by `SLURMD_NODENAME`, and a
+/// TaskProlog in front of deploy/slurm's points its tasks at its simulated
+/// GPUs (on real hosts, each has its own driver).
+pub struct SecondNode {
+    pub name: String,
+    pub sim: Sim,
+    pub monitor: Option<Monitor>,
+    /// The network namespace its slurmd runs in.
+    pub netns: String,
+}
+
+/// The bridge, addresses and namespaces of a two-node cluster: the host
+/// (slurmctld, srun) is 10.77.0.1 on bridge `gs<tag>br`, the nodes 10.77.0.2
+/// and .3 in namespaces `gs<tag>a` and `gs<tag>b`.
+struct Network {
+    tag: String,
+}
+
+impl Network {
+    fn up(tag: &str) -> Network {
+        let network = Network { tag: tag.to_string() };
+        network.down();
+        let br = format!("gs{tag}br");
+        let mut steps: Vec<Vec<String>> = vec![
+            vec!["link".into(), "add".into(), br.clone(), "type".into(), "bridge".into()],
+            vec!["addr".into(), "add".into(), "10.77.0.1/24".into(), "dev".into(), br.clone()],
+            vec!["link".into(), "set".into(), br.clone(), "up".into()],
+        ];
+        for (n, address) in [("a", "10.77.0.2/24"), ("b", "10.77.0.3/24")] {
+            let (ns, host_end, node_end) = (format!("gs{tag}{n}"), format!("gs{tag}{n}h"), format!("gs{tag}{n}n"));
+            let words = |text: String| text.split(' ').map(String::from).collect::<Vec<_>>();
+            steps.extend([
+                words(format!("netns add {ns}")),
+                words(format!("link add {host_end} type veth peer name {node_end}")),
+                words(format!("link set {node_end} netns {ns}")),
+                words(format!("link set {host_end} master {br}")),
+                words(format!("link set {host_end} up")),
+                words(format!("-n {ns} addr add {address} dev {node_end}")),
+                words(format!("-n {ns} link set {node_end} up")),
+                words(format!("-n {ns} link set lo up")),
+            ]);
+        }
+        for step in steps {
+            let out = Command::new("ip").args(&step).output().expect("cannot run ip");
+            assert!(out.status.success(), "ip {}: {}", step.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        network
+    }
+
+    fn netns(&self, n: &str) -> String {
+        format!("gs{}{n}", self.tag)
+    }
+
+    fn down(&self) {
+        for n in ["a", "b"] {
+            let _ = Command::new("ip").args(["netns", "del", &self.netns(n)]).output();
+        }
+        let _ = Command::new("ip").args(["link", "del", &format!("gs{}br", self.tag)]).output();
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// A site's own Prolog or Epilog: appends `<its path in the cluster's
+/// directory> <job> <the Prolog's note on the job> <unix time>` to `<dir>/log/site-order`, so a test sees
+/// which ran, in which order, and whether gpuslice's had admitted the job
+/// by then. `{dir}` is the cluster's directory.
+pub const SITE_SCRIPT: &str = r#"#!/bin/sh
+note=$(cat {dir}/gpuslice-state/job-$SLURM_JOB_ID 2>/dev/null)
+echo "${0#{dir}/} $SLURM_JOB_ID ${note:-none} $(date +%s.%N)" >>{dir}/log/site-order
+"#;
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { gpus: 2, typed: true, memory: "8GiB", integration: true, monitor_config: String::new(), squeue_script: None }
+        ClusterOptions {
+            gpus: 2,
+            typed: true,
+            memory: "8GiB",
+            integration: true,
+            monitor_config: String::new(),
+            squeue_script: None,
+            monitor_wait_s: 10,
+            site_scripts: false,
+            cgroups: false,
+            two_nodes: false,
+        }
     }
 }
 
@@ -79,8 +191,19 @@ pub struct Cluster {
     daemons: Vec<Running>,
     conf: PathBuf,
     node: String,
-    /// A short path to `<dir>/munge`, for munged's socket.
-    munge_link: PathBuf,
+    /// A short path to `<dir>`, for the sockets of munged and slurmstepd.
+    short_link: PathBuf,
+    /// The second node of a two-node cluster.
+    pub second: Option<SecondNode>,
+    /// Dropped after the daemons.
+    network: Option<Network>,
+}
+
+/// `mknod PATH c MAJOR MINOR`, mode 0666.
+fn make_device_node(path: &Path, major: u32, minor: u32) {
+    let out = Command::new("mknod").arg("-m").arg("0666").arg(path).args(["c", &major.to_string(), &minor.to_string()]).output();
+    let out = out.expect("cannot run mknod");
+    assert!(out.status.success(), "mknod {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
 /// A port nothing listens on now.
@@ -117,26 +240,36 @@ impl Cluster {
         for sub in ["munge", "etc", "dev", "state", "spool", "log", "gpuslice-slurm"] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
-        let node = short_hostname();
+        let node = if options.two_nodes { format!("gs{}a", std::process::id() % 100_000) } else { short_hostname() };
+        let network = options.two_nodes.then(|| Network::up(&(std::process::id() % 100_000).to_string()));
+        let mut second = network.as_ref().map(|network| {
+            let sim = Sim::new().devices(options.gpus).memory(options.memory).context_memory("64MiB");
+            sim.share_the_gpu();
+            std::fs::set_permissions(sim.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            SecondNode { name: network.netns("b"), sim, monitor: None, netns: network.netns("b") }
+        });
         // A Unix socket's address holds 108 bytes, which a test directory
-        // named after a long test name (and a counter) can pass.
+        // named after a long test name (and a counter) can pass: munged's
+        // socket and slurmstepd's (`<spool>/<node>_<job>.<step>`, the batch
+        // step's number is 4294967291) are made through a short link.
         static NEXT_LINK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let munge_link = std::env::temp_dir().join(format!(
-            "gs-munge-{}-{}",
+        let short_link = std::env::temp_dir().join(format!(
+            "gs-{}-{}",
             std::process::id(),
             NEXT_LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_file(&munge_link);
-        std::os::unix::fs::symlink(dir.join("munge"), &munge_link).unwrap();
-        let socket = munge_link.join("munge.socket");
+        let _ = std::fs::remove_file(&short_link);
+        std::os::unix::fs::symlink(&dir, &short_link).unwrap();
+        let socket = short_link.join("munge/munge.socket");
         let conf = dir.join("etc/slurm.conf");
         let (ctld_port, slurmd_port) = (free_port(), free_port());
         let d = dir.display();
         let gpus = options.gpus;
         let gpu_type = if options.typed { "simgpu:" } else { "" };
+        let node_spec = format!("CPUs=8 RealMemory=1000 Gres=gpu:{gpu_type}{gpus},shard:{} State=UNKNOWN", gpus * SHARDS_PER_GPU);
         let mut slurm_conf = format!(
             "ClusterName=gpuslice-test\n\
-             SlurmctldHost={node}(127.0.0.1)\n\
+             SlurmctldHost={host}({ctld_addr})\n\
              SlurmctldPort={ctld_port}\n\
              SlurmdPort={slurmd_port}\n\
              SlurmUser=root\n\
@@ -145,13 +278,12 @@ impl Cluster {
              AuthInfo=socket={socket}\n\
              CredType=cred/munge\n\
              StateSaveLocation={d}/state\n\
-             SlurmdSpoolDir={d}/spool\n\
+             SlurmdSpoolDir={spool}\n\
              SlurmctldPidFile={d}/slurmctld.pid\n\
-             SlurmdPidFile={d}/slurmd.pid\n\
+             SlurmdPidFile={d}/slurmd-%n.pid\n\
              SlurmctldLogFile={d}/log/slurmctld.log\n\
-             SlurmdLogFile={d}/log/slurmd.log\n\
-             ProctrackType=proctrack/linuxproc\n\
-             TaskPlugin=task/none\n\
+             SlurmdLogFile={d}/log/slurmd-%n.log\n\
+             {tracking}\
              JobAcctGatherType=jobacct_gather/none\n\
              AccountingStorageType=accounting_storage/none\n\
              SchedulerType=sched/builtin\n\
@@ -162,15 +294,37 @@ impl Cluster {
              SlurmdParameters=config_overrides\n\
              KillWait=2\n\
              GresTypes=gpu,shard\n\
-             NodeName={node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:{gpu_type}{gpus},shard:{shards} State=UNKNOWN\n\
-             PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
-            shards = gpus * SHARDS_PER_GPU,
+             {nodes}\
+             PartitionName=gpu Nodes={node_list} Default=YES MaxTime=INFINITE State=UP\n",
             socket = socket.display(),
+            spool = short_link.join(if options.two_nodes { "spool/%n" } else { "spool" }).display(),
+            host = short_hostname(),
+            ctld_addr = if options.two_nodes { "10.77.0.1" } else { "127.0.0.1" },
+            nodes = match &second {
+                None => format!("NodeName={node} NodeAddr=127.0.0.1 {node_spec}\n"),
+                Some(b) => format!(
+                    "SlurmdTimeout=5\nNodeName={node} NodeAddr=10.77.0.2 {node_spec}\nNodeName={} NodeAddr=10.77.0.3 {node_spec}\n",
+                    b.name
+                ),
+            },
+            node_list = match &second {
+                None => node.clone(),
+                Some(b) => format!("{node},{}", b.name),
+            },
+            tracking = if options.cgroups {
+                "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nPrologFlags=Alloc,Contain\n"
+            } else {
+                "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+            },
         );
         let mut gres_conf = String::from("AutoDetect=off\n");
         for gpu in 0..gpus {
             let file = dir.join(format!("dev/nvidia{gpu}"));
-            std::os::unix::fs::symlink("/dev/null", &file).unwrap();
+            if options.cgroups {
+                make_device_node(&file, 195, gpu);
+            } else {
+                std::os::unix::fs::symlink("/dev/null", &file).unwrap();
+            }
             let typed = if options.typed { " Type=simgpu" } else { "" };
             gres_conf.push_str(&format!("Name=gpu{typed} File={}\n", file.display()));
         }
@@ -199,6 +353,7 @@ impl Cluster {
                 &installed.join("gpuslice-slurm.conf"),
                 &format!(
                     "gpuslice_bin={bin}\nshim_lib={shim}\nledger_dir={ledger}\nsqueue={squeue}\nshards_per_gpu={SHARDS_PER_GPU}\n\
+                     scontrol=/usr/bin/scontrol\nscancel=/usr/bin/scancel\nmonitor_wait_s={wait}\nstate_dir={d}/gpuslice-state\n\
                      devices_args=\"--nvml-lib {simgpu}\"\nlog_file={d}/log/gpuslice-slurm.log\n\
                      export SIMGPU_STATE={d}/simgpu.state SIMGPU_DEVICES={gpus} SIMGPU_MEMORY={memory} SIMGPU_CONTEXT_MEMORY=64MiB\n",
                     bin = gpuslice_tests::gpuslice_bin().display(),
@@ -207,16 +362,63 @@ impl Cluster {
                     simgpu = simgpu_lib().display(),
                     memory = options.memory,
                     squeue = squeue.display(),
+                    wait = options.monitor_wait_s,
                 ),
             );
+            if let Some(b) = &second {
+                let conf = installed.join("gpuslice-slurm.conf");
+                let mut text = std::fs::read_to_string(&conf).unwrap();
+                text.push_str(&format!(
+                    "case ${{SLURMD_NODENAME:-}} in\n{name})\n    ledger_dir={ledger}\n    state_dir={bd}/gpuslice-state\n    export SIMGPU_STATE={bd}/simgpu.state\n    ;;\nesac\n",
+                    name = b.name,
+                    ledger = b.sim.ledger_dir().display(),
+                    bd = b.sim.dir().display(),
+                ));
+                write(&conf, &text);
+                let wrapper = installed.join("task_prolog_simgpu.sh");
+                write(
+                    &wrapper,
+                    &format!(
+                        "#!/bin/sh\ncase $SLURMD_NODENAME in {name}) echo \"export SIMGPU_STATE={bd}/simgpu.state\" ;; esac\nexec {installed}/task_prolog.sh\n",
+                        name = b.name,
+                        bd = b.sim.dir().display(),
+                        installed = installed.display(),
+                    ),
+                );
+                std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
             let i = installed.display();
-            slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog.sh\n"));
+            if options.site_scripts {
+                for (kind, ours) in [("prolog", "prolog.sh"), ("epilog", "epilog.sh")] {
+                    let scripts = dir.join(format!("{kind}.d"));
+                    std::fs::create_dir_all(&scripts).unwrap();
+                    std::os::unix::fs::symlink(installed.join(ours), scripts.join("50-gpuslice")).unwrap();
+                    for site in ["10-site", "90-site"] {
+                        let path = scripts.join(site);
+                        write(&path, &SITE_SCRIPT.replace("{dir}", &d.to_string()));
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                    }
+                    let key = if kind == "prolog" { "Prolog" } else { "Epilog" };
+                    slurm_conf.push_str(&format!("{key}={}/*\n", scripts.display()));
+                }
+                slurm_conf.push_str(&format!("TaskProlog={i}/task_prolog.sh\n"));
+            } else if second.is_some() {
+                slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog_simgpu.sh\n"));
+            } else {
+                slurm_conf.push_str(&format!("Prolog={i}/prolog.sh\nEpilog={i}/epilog.sh\nTaskProlog={i}/task_prolog.sh\n"));
+            }
             let config = dir.join("monitor.toml");
             write(&config, &options.monitor_config);
-            monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() }));
+            monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() }));
+            if let Some(b) = second.as_mut() {
+                b.monitor = Some(Monitor::start(&b.sim, MonitorOptions { config: Some(config), ..Default::default() }));
+            }
         }
         write(&conf, &slurm_conf);
         write(&dir.join("etc/gres.conf"), &gres_conf);
+        if options.cgroups {
+            write(&dir.join("etc/cgroup.conf"), "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n");
+        }
 
         let key = dir.join("munge/munge.key");
         let mut bytes = [0u8; 1024];
@@ -225,7 +427,7 @@ impl Cluster {
         std::fs::write(&key, bytes).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
 
-        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node, munge_link };
+        let mut cluster = Cluster { sim, monitor, daemons: Vec::new(), conf, node, short_link, second, network };
         let mut munged = cluster.root_command("munged");
         munged.args(["--foreground", "--force"]).arg(format!("--key-file={}", key.display()));
         munged.arg(format!("--socket={}", socket.display())).arg(format!("--pid-file={d}/munge/munged.pid"));
@@ -236,15 +438,24 @@ impl Cluster {
 
         let slurmctld = cluster.sim.spawn(cluster.root_command("slurmctld").args(["-D", "-i"]));
         cluster.daemons.push(slurmctld);
-        let slurmd = cluster.sim.spawn(cluster.root_command("slurmd").args(["-D"]));
-        cluster.daemons.push(slurmd);
+        if let Some(network) = &cluster.network {
+            for (n, name) in [("a", cluster.node.clone()), ("b", cluster.second.as_ref().unwrap().name.clone())] {
+                let mut slurmd = cluster.root_command("nsenter");
+                slurmd.arg(format!("--net=/run/netns/{}", network.netns(n))).args(["slurmd", "-D", "-N", &name]);
+                let slurmd = cluster.sim.spawn(&mut slurmd);
+                cluster.daemons.push(slurmd);
+            }
+        } else {
+            let slurmd = cluster.sim.spawn(cluster.root_command("slurmd").args(["-D"]));
+            cluster.daemons.push(slurmd);
+        }
         poll::fetch_until(
-            "the node idle in sinfo",
+            "the nodes idle in sinfo",
             || {
                 let out = cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T"]));
                 out.stdout.trim().to_string()
             },
-            |state| state == "idle",
+            |state| state.lines().all(|s| s == "idle"),
         );
         cluster
     }
@@ -281,13 +492,70 @@ impl Cluster {
         cmd
     }
 
+    /// Stops the node's monitor (SIGTERM, as systemd does), and returns
+    /// what it printed.
+    pub fn stop_monitor(&mut self) -> Output {
+        self.monitor.take().expect("this cluster has no monitor running").stop()
+    }
+
+    /// Starts the node's monitor again, on its configuration and ledger
+    /// directory, and waits until it is ready.
+    pub fn start_monitor(&mut self) {
+        assert!(self.monitor.is_none(), "a monitor runs already");
+        let config = self.dir().join("monitor.toml");
+        self.monitor = Some(Monitor::start(&self.sim, MonitorOptions { config: Some(config), ..Default::default() }));
+    }
+
+    /// `sinfo`'s state of the node and the reason it gives (`idle none`).
+    pub fn node_state(&self) -> String {
+        self.sim.run(self.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"])).stdout.trim().to_string()
+    }
+
+    /// `scontrol show job JOB`, as root.
+    pub fn show_job(&self, job: &str) -> String {
+        self.sim.run(self.root_command("scontrol").args(["show", "job", job])).stdout
+    }
+
+    /// `sbatch --parsable ARGS SCRIPT` as the job user, from the cluster's
+    /// directory; its output goes to `<dir>/out/<job>.out` (or, for an
+    /// array, `<dir>/out/<array job>_<task>.out`). The job's id.
+    pub fn sbatch(&self, args: &[&str], script: &str) -> String {
+        let out_dir = self.dir().join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path =
+            out_dir.join(format!("script-{}.sh", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+        write(&path, script);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = self.root_command("sbatch");
+        cmd.arg("--parsable").arg(format!("--output={}/%A_%a.out", out_dir.display())).args(args).arg(&path);
+        cmd.current_dir(self.dir());
+        let out = self.sim.run(&mut wrap_as_user(JOB_UID, &cmd));
+        out.assert_success();
+        out.stdout.trim().split(';').next().unwrap_or_default().to_string()
+    }
+
+    /// What batch job `name` (`<job>_4294967294` for a job that is not an
+    /// array, `<array job>_<task>` for a task of one) wrote, once its job
+    /// has left the queue.
+    pub fn batch_output(&self, job: &str, name: &str) -> String {
+        poll::fetch_until(&format!("batch job {job} to leave the queue"), || self.job_state(job), |state| state.is_empty());
+        std::fs::read_to_string(self.dir().join(format!("out/{name}.out"))).unwrap_or_else(|e| panic!("no output of {name}: {e}"))
+    }
+
     /// `gpuslice tenant list --json`: the monitor's allocations.
     pub fn tenants(&self) -> serde_json::Value {
-        let mut cmd = gpuslice_command(&self.sim);
-        cmd.args(["tenant", "list", "--json", "--dir"]).arg(self.sim.ledger_dir());
-        let out = self.sim.run(&mut cmd);
-        out.assert_success();
-        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("tenant list is not JSON ({e}):\n{out}"))
+        tenants_of(&self.sim)
+    }
+
+    /// `gpuslice devices --json` on the second node's GPUs.
+    pub fn second_devices(&self) -> serde_json::Value {
+        devices_of(&self.second.as_ref().expect("one node").sim)
+    }
+
+    /// The second node's monitor's allocations.
+    pub fn second_tenants(&self) -> serde_json::Value {
+        tenants_of(&self.second.as_ref().expect("one node").sim)
     }
 
     /// The allocation of job `job` (tenant `slurm-<job>`), if listed.
@@ -298,11 +566,7 @@ impl Cluster {
 
     /// `gpuslice devices --json` on this cluster's GPUs.
     pub fn devices(&self) -> serde_json::Value {
-        let mut cmd = gpuslice_command(&self.sim);
-        cmd.args(["devices", "--json", "--dir"]).arg(self.sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib());
-        let out = self.sim.run(&mut cmd);
-        out.assert_success();
-        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("devices is not JSON ({e}):\n{out}"))
+        devices_of(&self.sim)
     }
 
     /// `squeue` for one job: `STATE REASON`, or empty once it is gone.
@@ -330,7 +594,7 @@ impl Cluster {
                 let node = self.sim.run(self.root_command("sinfo").args(["-h", "-N", "-o", "%T"])).stdout;
                 (jobs.trim().to_string(), node.trim().to_string())
             },
-            |(jobs, node)| jobs.is_empty() && node == "idle",
+            |(jobs, node)| jobs.is_empty() && node.lines().all(|s| s == "idle"),
         );
     }
 }
@@ -346,11 +610,36 @@ impl Drop for Cluster {
         while let Some(daemon) = self.daemons.pop() {
             drop(daemon);
         }
-        let _ = std::fs::remove_file(&self.munge_link);
+        let _ = std::fs::remove_file(&self.short_link);
+        // slurmd (cgroup/v1) leaves its empty `slurm_<node>` in each
+        // hierarchy it used; the jobs' own cgroups went with the jobs.
+        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+            for hierarchy in hierarchies.flatten() {
+                let _ = std::fs::remove_dir(hierarchy.path().join(format!("slurm_{}", self.node)));
+            }
+        }
         if std::thread::panicking() {
             eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
         }
     }
+}
+
+/// `gpuslice tenant list --json` of the monitor on `sim`'s ledger directory.
+fn tenants_of(sim: &Sim) -> serde_json::Value {
+    let mut cmd = gpuslice_command(sim);
+    cmd.args(["tenant", "list", "--json", "--dir"]).arg(sim.ledger_dir());
+    let out = sim.run(&mut cmd);
+    out.assert_success();
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("tenant list is not JSON ({e}):\n{out}"))
+}
+
+/// `gpuslice devices --json` on `sim`'s GPUs.
+fn devices_of(sim: &Sim) -> serde_json::Value {
+    let mut cmd = gpuslice_command(sim);
+    cmd.args(["devices", "--json", "--dir"]).arg(sim.ledger_dir()).arg("--nvml-lib").arg(simgpu_lib());
+    let out = sim.run(&mut cmd);
+    out.assert_success();
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("devices is not JSON ({e}):\n{out}"))
 }
 
 /// The output of a finished job, with its id.
