@@ -8,6 +8,10 @@ Sections (in the order given on the command line, all by default):
   matmul    a jitted matmul of two 256x256 float32 arrays, run twice
   memory    memory_stats() at start, and after a 64 MiB array is made
   oversize  a 1.5 GiB array: refused where the device (or slice) is 1 GiB
+  step_oom  a jitted step whose result (4 GiB) is larger than the device:
+            JAX's own out-of-memory error, how long it took to come, and
+            what XLA's allocator holds before and after (nothing is lost)
+  after     a small jitted step (a matmul and a reduction), which runs
   blas      the library calls XLA compiled a jitted matmul into (its custom
             calls: `__cublas$lt$matmul` where the dot goes to cuBLASLt, as
             it does with XLA_FLAGS=--xla_gpu_enable_triton_gemm=false), and
@@ -17,6 +21,7 @@ Sections (in the order given on the command line, all by default):
 """
 import re
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +29,7 @@ import jax.numpy as jnp
 from sections import report
 
 MIB = 1 << 20
+GIB = 1 << 30
 
 
 def devices():
@@ -82,12 +88,49 @@ def oversize():
         print(f"oversize.message={' '.join(str(e).split())[:200]}", flush=True)
 
 
+def step_oom():
+    @jax.jit
+    def step(scale):
+        return jnp.ones((4 * GIB // 4,), dtype=jnp.float32) * scale
+
+    print(f"step_oom.bytes_limit={stats().get('bytes_limit', -1)}", flush=True)
+    before = stats().get("bytes_in_use", -1)
+    start = time.monotonic()
+    try:
+        y = step(jnp.float32(2)).block_until_ready()
+        print(f"step_oom.result=ran {y.nbytes}", flush=True)
+        del y
+    except Exception as e:  # noqa: BLE001 - the error is the answer
+        print(f"step_oom.result=raised {type(e).__name__}", flush=True)
+        print(f"step_oom.message={' '.join(str(e).split())[:200]}", flush=True)
+    print(f"step_oom.seconds={time.monotonic() - start:.1f}", flush=True)
+    print(f"step_oom.in_use_before={before}", flush=True)
+    print(f"step_oom.in_use_after={stats().get('bytes_in_use', -1)}", flush=True)
+
+
+def after():
+    f = jax.jit(lambda a, b: (a @ b).sum(axis=0))
+    a = jnp.ones((256, 256), dtype=jnp.float32)
+    c = f(a, a).block_until_ready()
+    print(f"after.shape={c.shape[0]}", flush=True)
+    print(f"after.device={','.join(str(d) for d in c.devices())}", flush=True)
+
+
 def hold():
     print("holding=1", flush=True)
     sys.stdin.readline()
 
 
-SECTIONS = {"devices": devices, "matmul": matmul, "memory": memory, "oversize": oversize, "blas": blas, "hold": hold}
+SECTIONS = {
+    "devices": devices,
+    "matmul": matmul,
+    "memory": memory,
+    "oversize": oversize,
+    "blas": blas,
+    "step_oom": step_oom,
+    "after": after,
+    "hold": hold,
+}
 
 for section in sys.argv[1:] or ["devices", "matmul", "memory", "oversize"]:
     report(section, SECTIONS[section])
