@@ -10,7 +10,8 @@
 //! "Got" is the tenant's kernel time as a share of all the kernel time the
 //! device ran in the window: simgpu's worker itself runs a little less than
 //! the whole wall time on a loaded machine, and a share is a share of what
-//! the device does. A lone tenant is measured against the same client
+//! the device does. A limited tenant's is its kernel time as a share of the
+//! wall time: a limit is a ceiling on device time. A lone tenant is measured against the same client
 //! without the shim, run just before.
 //!
 //! Run: `cargo build --release --workspace && cargo bench --bench fairness`
@@ -45,10 +46,12 @@ struct Tenant {
     /// µs of host work after each (`fairness_load.py steps`); `None`:
     /// kernels back to back.
     steps: Option<(u32, u32)>,
+    /// `GPUSLICE_PRIORITY`, when set.
+    priority: Option<i32>,
 }
 
 fn tenant(name: &'static str, share: Option<u32>, limit: Option<u32>, kernel_us: u64) -> Tenant {
-    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None, steps: None }
+    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None, steps: None, priority: None }
 }
 
 /// A tenant of 500 µs kernels that synchronises every `per_step` of them,
@@ -123,6 +126,31 @@ fn scenarios() -> Vec<Scenario> {
             tenants: vec![tenant("a", Some(25), None, 500), stepper("b", 75, 4, 0)],
             targets: vec![25.0, 75.0],
         },
+        // Limits and priorities beside shares, 2 ms kernels back to back.
+        // Targets by the monitor's rule (`sched::targets`): shares first,
+        // members without one split what they leave, each cut to its
+        // limit, then the spare time by priority within limits.
+        Scenario { name: "limit-30-alone", tenants: vec![t("b", None, Some(30), 2000)], targets: vec![30.0] },
+        Scenario {
+            name: "limit-30-beside-share-60",
+            tenants: vec![t("a", Some(60), None, 2000), t("b", None, Some(30), 2000)],
+            targets: vec![70.0, 30.0],
+        },
+        Scenario {
+            name: "limit-30-prio-1-beside-share-60",
+            tenants: vec![t("a", Some(60), None, 2000), Tenant { priority: Some(1), ..t("b", None, Some(30), 2000) }],
+            targets: vec![70.0, 30.0],
+        },
+        Scenario {
+            name: "share-10-prio-1-limit-50-beside-share-40",
+            tenants: vec![Tenant { priority: Some(1), ..t("a", Some(10), Some(50), 2000) }, t("b", Some(40), None, 2000)],
+            targets: vec![50.0, 50.0],
+        },
+        Scenario {
+            name: "share-25-prio-1-beside-share-75",
+            tenants: vec![Tenant { priority: Some(1), ..t("a", Some(25), None, 2000) }, t("b", Some(75), None, 2000)],
+            targets: vec![25.0, 75.0],
+        },
         Scenario {
             name: "no-shares-3",
             tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)]
@@ -193,6 +221,9 @@ fn spawn(sim: &Sim, t: &Tenant, seconds: f64, epoch_s: f64) -> Running {
     }
     if let Some(limit) = t.limit {
         cmd.env("GPUSLICE_COMPUTE_LIMIT", limit.to_string());
+    }
+    if let Some(priority) = t.priority {
+        cmd.env("GPUSLICE_PRIORITY", priority.to_string());
     }
     let run_s = t.stop_after_s.unwrap_or(seconds).to_string();
     match t.steps {
@@ -276,8 +307,12 @@ fn fairness(scenario: &Scenario, seconds: f64) {
                 format!("{:5.1}", if t > 0.0 { 100.0 * sum(b, w, w + 20) / t } else { 0.0 })
             })
             .collect();
+        // A limit is a fraction of the device's wall time, not of what it ran.
+        let limited = scenario.tenants.iter().find(|t| t.name == *name && t.device == *device).is_some_and(|t| t.limit.is_some());
+        let of_wall = 100.0 * sum(b, from, to) / ((to - from) as f64 * 100_000.0);
+        let (got, note) = if limited { (of_wall, "  (of wall time: a limit)") } else { (got, "") };
         worst = worst.max((got - target).abs());
-        println!("  {:<8} {:>6} {:>6.1}% {:>6.1}% {:>+6.1}   {}", name, device, target, got, got - target, windows.join(" "));
+        println!("  {:<8} {:>6} {:>6.1}% {:>6.1}% {:>+6.1}   {}{note}", name, device, target, got, got - target, windows.join(" "));
     }
     let wall_us = (to - from) as f64 * 100_000.0;
     let device_count = devices.iter().max().map_or(1, |d| d + 1);

@@ -843,6 +843,11 @@ impl DeviceSched {
                 if let Some(eligible_at) = self.next_eligible_ns(Some(*m), now_ns) {
                     at(eligible_at.max(since_ns.saturating_add(QUANTUM_NS)));
                 }
+                // One of higher priority may end it as soon as it is
+                // eligible (a preemption does not wait for the quantum).
+                if let Some(eligible_at) = self.next_eligible_of_priority_above(*m, now_ns) {
+                    at(eligible_at);
+                }
                 if let Some(holder) = self.member(*m).filter(|h| h.claim.limited()) {
                     let since = busy_since_ns.unwrap_or(now_ns);
                     at(since.saturating_add(holder.budget_ns.max(0) as u64));
@@ -864,13 +869,23 @@ impl DeviceSched {
     /// When the first limited member that waits (other than `except`) will
     /// have refilled its budget enough to be granted.
     fn next_eligible_ns(&self, except: Option<usize>, now_ns: u64) -> Option<u64> {
+        self.next_eligible_where(now_ns, |i, _| Some(i) != except)
+    }
+
+    /// [`next_eligible_ns`](Self::next_eligible_ns) of the members of
+    /// higher priority than `holder`.
+    fn next_eligible_of_priority_above(&self, holder: usize, now_ns: u64) -> Option<u64> {
+        let priority = self.member(holder)?.claim.priority;
+        self.next_eligible_where(now_ns, |i, m| i != holder && m.claim.priority > priority)
+    }
+
+    fn next_eligible_where(&self, now_ns: u64, include: impl Fn(usize, &MemberState) -> bool) -> Option<u64> {
         self.members
             .iter()
             .enumerate()
-            .filter(|(i, _)| Some(*i) != except)
-            .filter_map(|(_, m)| m.as_ref())
-            .filter(|m| m.waits() && !m.eligible() && m.claim.limit_e4 > 0)
-            .map(|m| {
+            .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
+            .filter(|&(i, m)| include(i, m) && m.waits() && !m.eligible() && m.claim.limit_e4 > 0)
+            .map(|(_, m)| {
                 let missing = (MIN_GRANT_NS as i64).saturating_sub(m.budget_ns).max(0) as u64;
                 now_ns.saturating_add(missing.saturating_mul(u64::from(WHOLE_E4)) / u64::from(m.claim.limit_e4.max(1)) + 1)
             })
@@ -1216,6 +1231,21 @@ mod tests {
         let total = (got[0] + got[1]) as f64;
         let limited = got[0] as f64 / total;
         assert!((limited - 0.25).abs() < 0.01, "limit 25 beside a busy member: {limited:.3} ({got:?})");
+        assert!(total > 19_800.0 * MS as f64, "the device idled: {got:?}");
+    }
+
+    /// A limited member of higher priority beside a share: it is due its
+    /// share and the spare time up to its limit, and gets it.
+    #[test]
+    fn a_limited_member_of_higher_priority_gets_the_spare_time_up_to_its_limit() {
+        assert_eq!(targets(&[claim(10, 50, 1), claim(40, 0, 0)]), vec![5000, 5000]);
+        let mut s = sched();
+        s.join(1, claim(10, 50, 1), 1, 0).unwrap();
+        s.join(2, claim(40, 0, 0), 2, 0).unwrap();
+        let got = saturate_stepping(&mut s, &[1, 2], 0, 20_000 * MS, 5 * MS, 1_000 * MS);
+        let total = (got[0] + got[1]) as f64;
+        let limited = got[0] as f64 / total;
+        assert!((limited - 0.5).abs() < 0.01, "share 10, limit 50, priority 1 beside share 40: {limited:.3} ({got:?})");
         assert!(total > 19_800.0 * MS as f64, "the device idled: {got:?}");
     }
 
