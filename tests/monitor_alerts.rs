@@ -159,6 +159,46 @@ fn input_series(scrapes: &[Option<Metrics>]) -> Vec<Value> {
         .collect()
 }
 
+/// Runs `promtool test rules` on the rule file with `scrapes` as its input
+/// series, expecting each `(step, alert, series)` of `expected`: the alert
+/// firing at the end of that step for exactly those series (none: silent),
+/// with its rule's labels, the target's and its rendered annotations.
+fn promtool_test_scrapes(
+    sim: &Sim,
+    rules: &BTreeMap<String, (Labels, Labels)>,
+    expected: &[(usize, &str, Vec<Labels>)],
+    scrapes: &[Option<Metrics>],
+    file_name: &str,
+) {
+    let alert_tests: Vec<Value> = expected
+        .iter()
+        .map(|(step, alert, alerts)| {
+            let (rule_labels, annotations) = &rules[*alert];
+            let exp: Vec<Value> = alerts
+                .iter()
+                .map(|series| {
+                    let mut labels = series.clone();
+                    labels.insert("job".into(), JOB.into());
+                    labels.insert("instance".into(), INSTANCE.into());
+                    labels.extend(rule_labels.clone());
+                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
+                    json!({ "exp_labels": labels, "exp_annotations": rendered })
+                })
+                .collect();
+            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
+        })
+        .collect();
+    let test = json!({
+        "rule_files": [repo_root().join(RULES)],
+        "evaluation_interval": format!("{INTERVAL_S}s"),
+        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(scrapes), "alert_rule_test": alert_tests }],
+    });
+    let file = sim.dir().join(file_name);
+    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
+    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
+    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+}
+
 /// The last evaluation of step `step`.
 fn end_of(step: usize) -> String {
     format!("{}s", ((step + 1) * REPEAT - 1) * INTERVAL_S)
@@ -277,33 +317,7 @@ fn every_alert_fires_on_real_scrapes_of_a_monitor_and_none_before() {
     let tested: BTreeSet<&str> = expected.iter().filter(|(_, _, alerts)| !alerts.is_empty()).map(|(_, a, _)| *a).collect();
     let host_rules = alert_rules_of(|group| group != HEALTH_GROUP);
     assert_eq!(tested, host_rules.keys().map(String::as_str).collect(), "every rule of the host is shown firing");
-    let alert_tests: Vec<Value> = expected
-        .iter()
-        .map(|(step, alert, alerts)| {
-            let (rule_labels, annotations) = &rules[*alert];
-            let exp: Vec<Value> = alerts
-                .iter()
-                .map(|series| {
-                    let mut labels = series.clone();
-                    labels.insert("job".into(), JOB.into());
-                    labels.insert("instance".into(), INSTANCE.into());
-                    labels.extend(rule_labels.clone());
-                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
-                    json!({ "exp_labels": labels, "exp_annotations": rendered })
-                })
-                .collect();
-            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
-        })
-        .collect();
-    let test = json!({
-        "rule_files": [repo_root().join(RULES)],
-        "evaluation_interval": format!("{INTERVAL_S}s"),
-        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
-    });
-    let file = sim.dir().join("alerts-test.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
-    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
-    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+    promtool_test_scrapes(&sim, &rules, &expected, &scrapes, "alerts-test.json");
 }
 
 /// One promtool unit test of `input_series` (series, values) at
@@ -465,31 +479,5 @@ fn the_power_throttling_alert_fires_on_a_real_monitor_under_load() {
             expected.push((step, alert, if firing { throttled.clone() } else { Vec::new() }));
         }
     }
-    let alert_tests: Vec<Value> = expected
-        .iter()
-        .map(|(step, alert, alerts)| {
-            let (rule_labels, annotations) = &rules[*alert];
-            let exp: Vec<Value> = alerts
-                .iter()
-                .map(|series| {
-                    let mut labels = series.clone();
-                    labels.insert("job".into(), JOB.into());
-                    labels.insert("instance".into(), INSTANCE.into());
-                    labels.extend(rule_labels.clone());
-                    let rendered: BTreeMap<&String, String> = annotations.iter().map(|(k, t)| (k, render(t, &labels))).collect();
-                    json!({ "exp_labels": labels, "exp_annotations": rendered })
-                })
-                .collect();
-            json!({ "eval_time": end_of(*step), "alertname": alert, "exp_alerts": exp })
-        })
-        .collect();
-    let test = json!({
-        "rule_files": [repo_root().join(RULES)],
-        "evaluation_interval": format!("{INTERVAL_S}s"),
-        "tests": [{ "interval": format!("{INTERVAL_S}s"), "input_series": input_series(&scrapes), "alert_rule_test": alert_tests }],
-    });
-    let file = sim.dir().join("power-alert-test.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&test).unwrap()).unwrap();
-    let (ok, text) = run(Command::new(promtool()).args(["test", "rules"]).arg(&file));
-    assert!(ok && text.contains("SUCCESS"), "promtool test rules {}:\n{text}", file.display());
+    promtool_test_scrapes(&sim, &rules, &expected, &scrapes, "power-alert-test.json");
 }
