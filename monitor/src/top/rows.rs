@@ -111,31 +111,27 @@ pub fn short_uuids(uuids: &[&str]) -> HashMap<String, String> {
     short
 }
 
-pub const DEVICE_COLUMNS: &[Column] = &[
-    table::text("DEVICE", 0),
-    table::text("UUID", 3),
-    table::text("MEMORY USED / TOTAL", 0),
-    table::bar("MEMORY", 2),
-    table::text("USE", 1),
-    table::text("UTIL", 1),
-    table::bar("BUSY", 4),
-    table::text("TENANTS", 2),
-];
+/// The device table's columns, then `$extra`.
+macro_rules! device_columns {
+    ($($extra:expr),*) => {
+        &[
+            table::text("DEVICE", 0),
+            table::text("UUID", 3),
+            table::text("MEMORY USED / TOTAL", 0),
+            table::bar("MEMORY", 2),
+            table::text("USE", 1),
+            table::text("UTIL", 1),
+            table::bar("BUSY", 4),
+            table::text("TENANTS", 2),
+            $($extra),*
+        ]
+    };
+}
+
+pub const DEVICE_COLUMNS: &[Column] = device_columns!();
 
 /// The same, with the devices' health, where NVML reads it.
-pub const DEVICE_HEALTH_COLUMNS: &[Column] = &[
-    table::text("DEVICE", 0),
-    table::text("UUID", 3),
-    table::text("MEMORY USED / TOTAL", 0),
-    table::bar("MEMORY", 2),
-    table::text("USE", 1),
-    table::text("UTIL", 1),
-    table::bar("BUSY", 4),
-    table::text("TENANTS", 2),
-    table::text("TEMP", 9),
-    table::text("POWER", 9),
-    table::text("HELD BY", 9),
-];
+pub const DEVICE_HEALTH_COLUMNS: &[Column] = device_columns!(table::text("TEMP", 9), table::text("POWER", 9), table::text("HELD BY", 9));
 
 /// A device's temperature against its slowdown threshold, its power draw,
 /// and what holds its clocks back (heat or the power limit), each `-`
