@@ -31,7 +31,9 @@ pub fn device_name(snapshot: &Snapshot, index: u32, uuid: &str) -> String {
 }
 
 /// Writes `rows` as aligned columns, each as wide as its widest cell and
-/// two spaces apart, without trailing spaces.
+/// two spaces apart, without trailing spaces. The padding is written by
+/// hand: `format!`'s width stops at 65,535 (past it, it panics), and a cell
+/// may hold anything a file or a process named.
 pub fn render_rows(out: &mut String, rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
@@ -40,7 +42,8 @@ pub fn render_rows(out: &mut String, rows: &[Vec<String>]) {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
             let width = widths.get(c).copied().unwrap_or(0);
-            let _ = write!(line, "{cell:<width$}  ");
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.chars().count()) + 2));
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
@@ -55,5 +58,20 @@ mod tests {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(512 << 20), "512.0 MiB");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn columns_align_and_any_cell_fits() {
+        let mut out = String::new();
+        render_rows(&mut out, &[vec!["a".into(), "bb".into()], vec!["ccc".into(), "d".into()]]);
+        assert_eq!(out, "a    bb\nccc  d\n");
+        // Wider than format!'s widest padding.
+        let long = "x".repeat(70_000);
+        let mut out = String::new();
+        render_rows(&mut out, &[vec![long.clone(), "y".into()], vec!["z".into(), "w".into()]]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], format!("{long}  y"));
+        assert_eq!(lines[1].len(), 70_000 + 3);
+        assert!(lines[1].starts_with('z') && lines[1].ends_with("  w"));
     }
 }
