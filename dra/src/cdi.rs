@@ -173,9 +173,15 @@ fn path_text(path: &Path) -> String {
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // A name of its own per write, even for writes of one path at once
+    // (every claim's prepare copies the shim to the same path): a shared
+    // temporary name let one write truncate the file another was about to
+    // rename into place.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -189,6 +195,34 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_of_one_path_at_once_each_land_whole() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-dra-cdi-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("shim.so");
+        let contents: Vec<Vec<u8>> = (0..8u8).map(|i| vec![b'a' + i; 256 << 10]).collect();
+        std::thread::scope(|scope| {
+            for bytes in &contents {
+                let path = &path;
+                scope.spawn(move || {
+                    for _ in 0..20 {
+                        write_atomically(path, bytes, 0o644).unwrap();
+                        let now = std::fs::read(path).unwrap();
+                        assert!(contents_is_one_of(&now, 8), "a write landed torn or mixed");
+                    }
+                });
+            }
+        });
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("shim.so")], "temporary files were left");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Whether `bytes` is one whole write of the test above.
+    fn contents_is_one_of(bytes: &[u8], writers: u8) -> bool {
+        bytes.len() == 256 << 10 && bytes.iter().all(|b| *b == bytes[0]) && (b'a'..b'a' + writers).contains(&bytes[0])
+    }
 
     #[test]
     fn a_spec_round_trips_through_its_directory() {
