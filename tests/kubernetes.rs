@@ -708,7 +708,8 @@ fn a_whole_gpu_asked_for_the_classic_way_is_served_by_the_device_class() {
 /// start a process that asks 1 GiB more: refused while the slice is nearly
 /// full, so that its refusals are counted too.
 fn trainer_deployment(namespace: &str, template: &str, hold: &str) -> String {
-    let script = "memctl init ctx alloc:held:$HOLD mark:held sleep:3600000 & while sleep 2; do memctl init ctx alloc:probe:1G >/dev/null 2>&1; done";
+    let script =
+        "memctl init ctx alloc:held:$HOLD mark:held sleep:3600000 & while sleep 2; do memctl init ctx alloc:probe:1G >/dev/null 2>&1; done";
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: trainer, namespace: {namespace}}}\nspec:\n  replicas: 1\n  strategy: {{type: Recreate}}\n\
          \x20 selector: {{matchLabels: {{app: trainer}}}}\n  template:\n    metadata: {{labels: {{app: trainer}}}}\n    spec:\n\
