@@ -769,22 +769,24 @@ fn a_horizontal_pod_autoscaler_adds_replicas_under_memory_pressure_and_removes_t
     let hpa = c.root.join("deploy/kubernetes/autoscaling/hpa.yaml");
     c.kubectl(&["apply", "-n", &ns.name, "-f", hpa.to_str().unwrap()]);
 
-    let first = wait_until("the custom metrics API to serve the first pod's pressure", Duration::from_secs(120), || {
-        pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio").into_iter().next()
+    // Served from the tenant's admission on, at 0 until the process has
+    // allocated; then 7 GiB and the context's 256 MiB of 8 GiB (0.906),
+    // 0.938 while a probe's context is there too.
+    let first = wait_until("the custom metrics API to serve the first pod's 7 GiB", Duration::from_secs(120), || {
+        pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio").into_iter().find(|(_, v)| *v > 0.85)
     });
     eprintln!("{}: gpuslice_memory_pressure_ratio of {} = {:.3}, {:.1} s after kubectl apply", ns.name, first.0, first.1, secs(started));
-    assert!((0.85..=1.0).contains(&first.1), "7 GiB and a context held of 8 GiB: {first:?}");
+    assert!((0.9..=0.94).contains(&first.1), "7.25 GiB (7.5 with a probe) held of 8 GiB: {first:?}");
     // Three pods held under pressure: the HPA goes to its maxReplicas.
     wait_until("3 ready replicas", Duration::from_secs(240), || (replicas(c, &ns.name) == (3, 3)).then_some(()));
     let up = secs(started);
-    let pressure = wait_until("the pressure of all 3 pods", Duration::from_secs(60), || {
+    // The newest pod's tenant is served from its admission, at 0 until
+    // its process has allocated.
+    let pressure = wait_until("7 GiB held in each of the 3 pods", Duration::from_secs(60), || {
         let m = pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio");
-        (m.len() == 3).then_some(m)
+        (m.len() == 3 && m.iter().all(|(_, v)| *v > 0.85)).then_some(m)
     });
     eprintln!("scaled 1 -> 3 replicas (maxReplicas) {up:.1} s after kubectl apply; pressure by pod: {pressure:?}");
-    for (pod, value) in &pressure {
-        assert!(*value > 0.85, "{pod}: {value}");
-    }
     // Each probe past the claim is refused, and that is served too.
     let denied = wait_until("refused allocations per second for every pod", Duration::from_secs(120), || {
         let m = pod_metric(c, &ns.name, "gpuslice_alloc_denied_per_second");
