@@ -670,7 +670,7 @@ down() {
     fi
     # Nothing of the cluster is kept but its certificates' CA and logs:
     # the next `up` starts from an empty etcd and empty nodes.
-    rm -rf "$cluster/etcd" "$cluster/nodes" "$cluster/ns"
+    rm -rf "$cluster/etcd" "$cluster/nodes" "$cluster/ns" "$cluster/prometheus" "$cluster/prometheus.yml" "$cluster/prometheus-targets.json"
     say "down"
 }
 
