@@ -16,6 +16,11 @@
 #     (/etc/cdi/simgpu.yaml) that gives containers of NVIDIA's CDI devices
 #     nvidia.com/gpu=<uuid> simgpu as libcuda.so.1 and libnvidia-ml.so.1,
 #     as NVIDIA's CDI spec gives them the real driver.
+# On the host beside the control plane, the metrics pipeline that a
+# HorizontalPodAutoscaler reads: Prometheus (Debian's package) scraping
+# every node's gpuslice monitor, and prometheus-adapter serving its
+# recorded series as the custom metrics API (custom.metrics.k8s.io), with
+# the rules, RBAC and APIServices of deploy/kubernetes/autoscaling.
 #
 #   scripts/k8s-cluster.sh up [--nodes N]     build what is missing, start, wait until every node is Ready
 #   scripts/k8s-cluster.sh down               stop everything, remove what `up` made on the host
@@ -178,11 +183,18 @@ certificates() {
     cert scheduler /CN=system:kube-scheduler
     cert kube-proxy /CN=system:kube-proxy
     cert front-proxy-client /CN=front-proxy-client "" front-proxy-ca
+    # prometheus-adapter: its serving certificate, for the name the API
+    # server checks (its Service's), and a client one whose user is its
+    # ServiceAccount's name, so that the RBAC of
+    # deploy/kubernetes/autoscaling/custom-metrics-api.yaml is what it has.
+    cert prometheus-adapter-serving /CN=prometheus-adapter "DNS:prometheus-adapter.custom-metrics.svc,IP:$host_ip"
+    cert prometheus-adapter "/O=system:serviceaccounts/CN=system:serviceaccount:custom-metrics:prometheus-adapter"
     [ -f "$pki/sa.key" ] || { openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null && openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null; }
     kubeconfig "$cluster/kubeconfig" admin
     kubeconfig "$cluster/controller-manager.kubeconfig" controller-manager
     kubeconfig "$cluster/scheduler.kubeconfig" scheduler
     kubeconfig "$cluster/kube-proxy.kubeconfig" kube-proxy
+    kubeconfig "$cluster/prometheus-adapter.kubeconfig" prometheus-adapter
 }
 
 # --- the control plane --------------------------------------------------------------
@@ -214,6 +226,7 @@ control_plane() {
             --requestheader-extra-headers-prefix X-Remote-Extra- --requestheader-group-headers X-Remote-Group \
             --requestheader-username-headers X-Remote-User \
             --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+            --enable-aggregator-routing=true \
             --feature-gates "$feature_gates" --profiling=false
         wait_for kube-apiserver 120 --process kube-apiserver kubectl get --raw /readyz
     fi
@@ -222,7 +235,8 @@ control_plane() {
             --authentication-kubeconfig "$cluster/controller-manager.kubeconfig" --authorization-kubeconfig "$cluster/controller-manager.kubeconfig" \
             --client-ca-file "$pki/ca.crt" --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
             --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" --use-service-account-credentials=true \
-            --leader-elect=false --bind-address 127.0.0.1 --feature-gates "$feature_gates" --profiling=false
+            --leader-elect=false --bind-address 127.0.0.1 --feature-gates "$feature_gates" --profiling=false \
+            --horizontal-pod-autoscaler-sync-period=5s
     fi
     if ! alive kube-scheduler; then
         start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$cluster/scheduler.kubeconfig" \
@@ -230,6 +244,98 @@ control_plane() {
             --client-ca-file "$pki/ca.crt" --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
             --leader-elect=false --bind-address 127.0.0.1 --feature-gates "$feature_gates" --profiling=false
     fi
+}
+
+# --- the metrics pipeline -------------------------------------------------------------
+prometheus_port=19090
+adapter_port=16443
+metrics_pipeline() {
+    local prometheus=${PROMETHEUS:-/usr/bin/prometheus}
+    [ -x "$prometheus" ] || die "no Prometheus at $prometheus (scripts/setup.sh --kubernetes installs Debian's)"
+    local rules=$root/deploy/kubernetes/autoscaling
+    # The adapter's API: its RBAC and APIServices as the guide gives them,
+    # with its serving CA; its Service has no selector, and its endpoint
+    # is the adapter on the host.
+    sed "s|CA_BUNDLE|$(base64 -w0 "$pki/ca.crt")|" "$rules/custom-metrics-api.yaml" | kubectl apply -f - >/dev/null
+    kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: prometheus-adapter, namespace: custom-metrics}
+spec:
+  ports: [{name: https, port: 443, targetPort: $adapter_port}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: prometheus-adapter-host
+  namespace: custom-metrics
+  labels: {kubernetes.io/service-name: prometheus-adapter}
+addressType: IPv4
+ports: [{name: https, port: $adapter_port, protocol: TCP}]
+endpoints: [{addresses: ["$host_ip"], conditions: {ready: true}}]
+EOF
+    alive prometheus-sd || start prometheus-sd bash "$root/scripts/k8s-cluster.sh" sd-loop
+    if ! alive prometheus; then
+        mkdir -p "$cluster/prometheus"
+        # Every node's monitor, as the chart's metrics Service lists them;
+        # the monitor's own namespace and pod labels are kept
+        # (honor_labels). Debian's Prometheus is built without Kubernetes
+        # service discovery (`kubernetes_sd_configs` is an unknown field),
+        # so the Service's endpoints reach it through a file (sd_loop).
+        cat >"$cluster/prometheus.yml" <<EOF
+global: {scrape_interval: 2s, evaluation_interval: 2s}
+rule_files: ["$rules/prometheus-rules.yaml"]
+scrape_configs:
+  - job_name: gpuslice
+    honor_labels: true
+    file_sd_configs: [{files: ["$cluster/prometheus-targets.json"], refresh_interval: 2s}]
+EOF
+        [ -f "$cluster/prometheus-targets.json" ] || echo '[]' >"$cluster/prometheus-targets.json"
+        start prometheus "$prometheus" --config.file "$cluster/prometheus.yml" --storage.tsdb.path "$cluster/prometheus" \
+            --storage.tsdb.retention.time 1d --web.listen-address "127.0.0.1:$prometheus_port"
+        wait_for prometheus 60 --process prometheus curl -sf "http://127.0.0.1:$prometheus_port/-/ready"
+    fi
+    if ! alive prometheus-adapter; then
+        # Series are listed again every 5 s (default 10 min), so that a
+        # metric is served as soon as Prometheus records it.
+        start prometheus-adapter "$bin/prometheus-adapter" --prometheus-url "http://127.0.0.1:$prometheus_port" \
+            --config "$rules/adapter-config.yaml" --metrics-relist-interval 5s --metrics-max-age 1m \
+            --lister-kubeconfig "$cluster/prometheus-adapter.kubeconfig" \
+            --authentication-kubeconfig "$cluster/prometheus-adapter.kubeconfig" \
+            --authorization-kubeconfig "$cluster/prometheus-adapter.kubeconfig" \
+            --bind-address "$host_ip" --secure-port "$adapter_port" \
+            --tls-cert-file "$pki/prometheus-adapter-serving.crt" --tls-private-key-file "$pki/prometheus-adapter-serving.key"
+        wait_for "the custom metrics API" 90 --process prometheus-adapter kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2
+    fi
+}
+
+# Every 2 s, the ready endpoints of the chart's metrics Service (port 9494,
+# the chart's monitor.port) as Prometheus' file_sd targets, each labelled
+# with its node: one Python process that asks the API server with the
+# admin's certificate (a kubectl started every 2 s cost 3 % of a core).
+sd_loop() {
+    exec python3 - "$cluster/prometheus-targets.json" "https://$host_ip:$api_port" "$pki" <<'PY'
+import json, os, ssl, sys, time, urllib.request
+path, server, pki = sys.argv[1:4]
+context = ssl.create_default_context(cafile=f"{pki}/ca.crt")
+context.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
+url = f"{server}/apis/discovery.k8s.io/v1/namespaces/gpuslice/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dgpuslice-metrics"
+while True:
+    time.sleep(2)
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=5) as response:
+            slices = json.load(response)["items"]
+    except Exception as error:
+        print(f"sd-loop: {error}", file=sys.stderr, flush=True)
+        continue
+    targets = [
+        {"targets": [f"{e['addresses'][0]}:9494"], "labels": {"node": e.get("nodeName", "")}}
+        for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
+    ]
+    with open(path + ".tmp", "w") as f:
+        json.dump(targets, f)
+    os.replace(path + ".tmp", path)
+PY
 }
 
 # --- a node -------------------------------------------------------------------------
@@ -508,6 +614,8 @@ up() {
         wait_for "node$n Ready" 120 --process "kubelet-node$n" kubectl wait --for=condition=Ready "node/node$n" --timeout=2s
     done
     wait_for "the default ServiceAccount" 60 kubectl get serviceaccount default
+    say "starting Prometheus and prometheus-adapter (the custom metrics API)"
+    metrics_pipeline
     say "up: export KUBECONFIG=$cluster/kubeconfig; kubectl is $bin/kubectl"
 }
 
@@ -562,7 +670,7 @@ down() {
     fi
     # Nothing of the cluster is kept but its certificates' CA and logs:
     # the next `up` starts from an empty etcd and empty nodes.
-    rm -rf "$cluster/etcd" "$cluster/nodes" "$cluster/ns"
+    rm -rf "$cluster/etcd" "$cluster/nodes" "$cluster/ns" "$cluster/prometheus" "$cluster/prometheus.yml" "$cluster/prometheus-targets.json"
     say "down"
 }
 
@@ -581,6 +689,7 @@ case "$command" in
     down) down ;;
     status) status ;;
     kubectl) kubectl "$@" ;;
+    sd-loop) sd_loop ;;
     on)
         [ $# -ge 2 ] || die "usage: on NODE CMD..."
         on "$@"

@@ -95,6 +95,23 @@ ensure_zig() {
     fi
 }
 
+# Debian's prometheus package: promtool, with which tests/monitor_alerts.rs
+# checks deploy/prometheus/ (`check rules`, and its rule unit tests on
+# series scraped from a monitor), and the server, which the Kubernetes test
+# cluster runs beside its control plane (scripts/k8s-cluster.sh: the
+# metrics a HorizontalPodAutoscaler reads). Where systemd starts the
+# server on install it is stopped and disabled again: the tests start
+# their own.
+ensure_prometheus() {
+    if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus ]; then
+        echo "setup: installing prometheus" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+        if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
+            systemctl disable --now prometheus >/dev/null 2>&1 || true
+        fi
+    fi
+}
+
 # The Kubernetes tests (scripts/test-kubernetes.sh) build images with
 # podman (Debian's, under runc: crun refuses hosts with a hybrid cgroup
 # hierarchy) from the headers and the glibc-2.17 build: `setup.sh
@@ -108,21 +125,11 @@ if [ "${1:-}" = "--kubernetes" ]; then
     ensure_venv
     fetch_headers
     ensure_zig
+    ensure_prometheus
     exit 0
 fi
 
-# tests/monitor_alerts.rs checks deploy/prometheus/ with promtool (`check
-# rules`, and its rule unit tests on series scraped from a monitor), from
-# Debian's prometheus package. The package also holds the server: where
-# systemd starts it on install it is stopped and disabled again, since only
-# promtool is wanted.
-if ! command -v promtool >/dev/null 2>&1; then
-    echo "setup: installing prometheus (for promtool)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
-        systemctl disable --now prometheus >/dev/null 2>&1 || true
-    fi
-fi
+ensure_prometheus
 # tests/dra.rs: a real CDI consumer reads the DRA driver's CDI specs.
 # podman (Debian's) runs the container with the host's root as its image,
 # under runc (crun refuses hosts with a hybrid cgroup hierarchy).

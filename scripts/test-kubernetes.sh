@@ -26,7 +26,7 @@ phase_done() {
 bash scripts/setup.sh --kubernetes
 phase_done setup
 bash scripts/k8s/build.sh
-phase_done "Kubernetes, containerd, helm (build)"
+phase_done "Kubernetes, containerd, helm, prometheus-adapter (build)"
 bash scripts/k8s/images.sh
 phase_done images
 # A fresh cluster: nothing of an earlier run's pods or tenants.

@@ -703,6 +703,175 @@ fn a_whole_gpu_asked_for_the_classic_way_is_served_by_the_device_class() {
     ns.delete_and_check_released();
 }
 
+/// A Deployment `trainer` of the client image whose pods each claim
+/// `template` and hold `hold` of it for their life (`HOLD`), and every 2 s
+/// start a process that asks 1 GiB more: refused while the slice is nearly
+/// full, so that its refusals are counted too.
+fn trainer_deployment(namespace: &str, template: &str, hold: &str) -> String {
+    let script =
+        "memctl init ctx alloc:held:$HOLD mark:held sleep:3600000 & while sleep 2; do memctl init ctx alloc:probe:1G >/dev/null 2>&1; done";
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: trainer, namespace: {namespace}}}\nspec:\n  replicas: 1\n  strategy: {{type: Recreate}}\n\
+         \x20 selector: {{matchLabels: {{app: trainer}}}}\n  template:\n    metadata: {{labels: {{app: trainer}}}}\n    spec:\n\
+         \x20     terminationGracePeriodSeconds: 1\n      resourceClaims: [{{name: gpu, resourceClaimTemplateName: {template}}}]\n\
+         \x20     securityContext: {{runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: {{type: RuntimeDefault}}}}\n\
+         \x20     containers:\n        - name: app\n          image: {CLIENT_IMAGE}\n          imagePullPolicy: Never\n\
+         \x20         command: [\"/bin/sh\", \"-c\", {script}]\n          env: [{{name: HOLD, value: {hold}}}]\n\
+         \x20         resources: {{claims: [{{name: gpu}}]}}\n\
+         \x20         securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [\"ALL\"]}}}}\n",
+        script = serde_json::to_string(script).unwrap(),
+    )
+}
+
+/// A Kubernetes quantity as a number ("906m", "1", "2500m", "0.5").
+fn quantity(text: &str) -> f64 {
+    let parsed = match text.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().map(|m| m / 1000.0),
+        None => text.parse::<f64>(),
+    };
+    parsed.unwrap_or_else(|e| panic!("not a quantity: {text:?} ({e})"))
+}
+
+/// The custom metrics API's value of `metric` for each pod of the
+/// namespace that has one, by pod name.
+fn pod_metric(c: &Cluster, namespace: &str, metric: &str) -> Vec<(String, f64)> {
+    let path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/pods/*/{metric}?labelSelector=app%3Dtrainer");
+    let Ok(body) = c.try_kubectl(&["get", "--raw", &path]) else { return Vec::new() };
+    let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"));
+    items(&list).iter().map(|i| (text(i, "/describedObject/name"), quantity(&text(i, "/value")))).collect()
+}
+
+/// The Deployment's replicas as its spec says and how many are ready.
+fn replicas(c: &Cluster, namespace: &str) -> (u64, u64) {
+    let d = c.json(&["get", "deployment", "-n", namespace, "trainer"]);
+    (d["spec"]["replicas"].as_u64().unwrap_or(0), d["status"]["readyReplicas"].as_u64().unwrap_or(0))
+}
+
+#[test]
+#[ignore = "needs the Kubernetes cluster of scripts/test-kubernetes.sh"]
+fn a_horizontal_pod_autoscaler_adds_replicas_under_memory_pressure_and_removes_them_after() {
+    let c = cluster();
+    // The pipeline of scripts/k8s-cluster.sh: Prometheus scraping every
+    // node's monitor, prometheus-adapter serving its recorded series.
+    for version in ["v1beta1", "v1beta2"] {
+        let name = format!("{version}.custom.metrics.k8s.io");
+        wait_until(&format!("the APIService {name} Available"), Duration::from_secs(60), || {
+            let service = c.json(&["get", "apiservice", &name]);
+            let conditions = service.pointer("/status/conditions")?.as_array()?.clone();
+            conditions.iter().any(|cond| cond["type"] == "Available" && cond["status"] == "True").then_some(())
+        });
+    }
+    let ns = Namespace::new("slice-autoscale");
+    c.apply(&claim_template(&ns.name, "gpu-8gi", &Slice { memory: Some("8Gi"), compute: None, limit: None }));
+    // 7 GiB held of an 8 GiB claim (with the context's 256 MiB: 0.906).
+    let started = Instant::now();
+    c.apply(&trainer_deployment(&ns.name, "gpu-8gi", "7G"));
+    let hpa = c.root.join("deploy/kubernetes/autoscaling/hpa.yaml");
+    c.kubectl(&["apply", "-n", &ns.name, "-f", hpa.to_str().unwrap()]);
+
+    // Served from the tenant's admission on, at 0 until the process has
+    // allocated; then 7 GiB and the context's 256 MiB of 8 GiB (0.906),
+    // 0.938 while a probe's context is there too.
+    let first = wait_until("the custom metrics API to serve the first pod's 7 GiB", Duration::from_secs(120), || {
+        pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio").into_iter().find(|(_, v)| *v > 0.85)
+    });
+    eprintln!("{}: gpuslice_memory_pressure_ratio of {} = {:.3}, {:.1} s after kubectl apply", ns.name, first.0, first.1, secs(started));
+    assert!((0.9..=0.94).contains(&first.1), "7.25 GiB (7.5 with a probe) held of 8 GiB: {first:?}");
+    // Three pods held under pressure: the HPA goes to its maxReplicas.
+    wait_until("3 ready replicas", Duration::from_secs(240), || (replicas(c, &ns.name) == (3, 3)).then_some(()));
+    let up = secs(started);
+    // The newest pod's tenant is served from its admission, at 0 until
+    // its process has allocated.
+    let pressure = wait_until("7 GiB held in each of the 3 pods", Duration::from_secs(60), || {
+        let m = pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio");
+        (m.len() == 3 && m.iter().all(|(_, v)| *v > 0.85)).then_some(m)
+    });
+    eprintln!("scaled 1 -> 3 replicas (maxReplicas) {up:.1} s after kubectl apply; pressure by pod: {pressure:?}");
+    // Each probe past the claim is refused, and that is served too.
+    let denied = wait_until("refused allocations per second for every pod", Duration::from_secs(120), || {
+        let m = pod_metric(c, &ns.name, "gpuslice_alloc_denied_per_second");
+        (m.len() == 3 && m.iter().all(|(_, v)| *v > 0.0)).then_some(m)
+    });
+    eprintln!("gpuslice_alloc_denied_per_second by pod (a 1 GiB probe every 2 s, refused): {denied:?}");
+    // Every replica is a tenant of its own claim, on some node.
+    let tenants: usize = c.nodes.iter().map(|n| c.tenants_of(n, &ns.name).len()).sum();
+    assert_eq!(tenants, 3, "one tenant per replica");
+    let hpa_status = c.json(&["get", "hpa", "-n", &ns.name, "trainer"]);
+    eprintln!("HPA status under pressure: {}", hpa_status["status"]);
+    assert_eq!(hpa_status["status"]["desiredReplicas"], 3, "{}", hpa_status["status"]);
+
+    // The load changes: the pods now hold 1 GiB (0.16 of the claim) and
+    // their probes fit. The Deployment's new pods are under no pressure,
+    // and the HPA goes back to its minReplicas.
+    let changed = Instant::now();
+    c.kubectl(&["set", "env", "-n", &ns.name, "deployment/trainer", "HOLD=1G"]);
+    wait_until("1 replica", Duration::from_secs(240), || (replicas(c, &ns.name) == (1, 1)).then_some(()));
+    let down = secs(changed);
+    let after = wait_until("the pressure of the last pod", Duration::from_secs(60), || {
+        let m = pod_metric(c, &ns.name, "gpuslice_memory_pressure_ratio");
+        (m.len() == 1).then_some(m)
+    });
+    eprintln!("scaled 3 -> 1 replica (minReplicas) {down:.1} s after the pods' hold went from 7 GiB to 1 GiB; pressure: {after:?}");
+    assert!(after[0].1 < 0.5, "{after:?}");
+    let events = c.kubectl(&["get", "events", "-n", &ns.name, "--field-selector", "involvedObject.kind=HorizontalPodAutoscaler"]);
+    eprintln!("the HPA's events:\n{events}");
+    assert!(events.contains("New size: 3") && events.contains("New size: 1"), "{events}");
+    c.kubectl(&["delete", "hpa", "-n", &ns.name, "trainer", "--wait=true"]);
+    ns.delete_and_check_released();
+}
+
+#[test]
+#[ignore = "needs the Kubernetes cluster of scripts/test-kubernetes.sh"]
+fn a_resource_quota_on_the_device_class_refuses_the_claim_past_it() {
+    let c = cluster();
+    let ns = Namespace::new("slice-quota");
+    let resource = format!("{CLASS}.deviceclass.resource.k8s.io/devices");
+    c.apply(&format!(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: gpu-devices, namespace: {}}}\nspec:\n  hard: {{\"{resource}\": \"2\"}}\n",
+        ns.name
+    ));
+    // The quota admission refuses every claim until the quota controller
+    // has computed the quota's status.
+    wait_until("the quota's status", Duration::from_secs(60), || {
+        let quota = c.json(&["get", "resourcequota", "-n", &ns.name, "gpu-devices"]);
+        quota.pointer("/status/hard").and_then(|h| h.get(&resource)).map(|_| ())
+    });
+    let claim = |name: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: {}}}\nspec:\n  devices:\n    requests:\n\
+             \x20     - name: gpu\n        exactly:\n          deviceClassName: {CLASS}\n          capacity:\n            requests: {{memory: 1Gi}}\n",
+            ns.name
+        )
+    };
+    c.apply(&claim("first"));
+    c.apply(&claim("second"));
+    let (ok, out, err) = c.command(&c.kubectl, &["apply", "-f", "-"], Some(&claim("third")));
+    eprintln!("a third claim of {CLASS} in a namespace whose quota is 2 devices: {}", format!("{err}{out}").trim());
+    assert!(!ok, "the API server accepted a claim past the quota: {out}");
+    assert!(err.contains("exceeded quota: gpu-devices") && err.contains(&format!("limited: {resource}=2")), "{err}");
+    assert!(c.try_kubectl(&["get", "resourceclaim", "-n", &ns.name, "third"]).is_err(), "the refused claim exists");
+    // A pod whose template would make a third claim: the ResourceClaim
+    // controller is refused the same way and the pod is never scheduled.
+    c.apply(&claim_template(&ns.name, "gpu-1gi", &Slice { memory: Some("1Gi"), compute: None, limit: None }));
+    let mut pod = Pod::new(&ns.name, "over", &["memctl", "init", "ctx", "info"]);
+    pod.template = Some("gpu-1gi");
+    c.apply(&pod.manifest());
+    let event = wait_until("the ResourceClaim controller's event on the pod", Duration::from_secs(60), || {
+        let events = c.kubectl(&["get", "events", "-n", &ns.name, "--field-selector", "involvedObject.name=over", "-o", "json"]);
+        let events: Value = serde_json::from_str(&events).ok()?;
+        items(&events).into_iter().map(|e| text(&e, "/message")).find(|m| m.contains("exceeded quota"))
+    });
+    eprintln!("a pod whose claim template passes the quota: {event}");
+    assert_eq!(text(&c.pod(&ns.name, "over"), "/status/phase"), "Pending");
+    // A claim deleted frees its device in the quota: the pod's claim is
+    // made, allocated and prepared, and the pod runs.
+    c.kubectl(&["delete", "resourceclaim", "-n", &ns.name, "first", "--wait=true"]);
+    let (phase, log) = c.wait_done(&ns.name, "over", Duration::from_secs(120));
+    assert_eq!(phase, "Succeeded", "{log}");
+    assert_eq!(number(&log, "info.total"), GIB, "{log}");
+    ns.delete_and_check_released();
+}
+
 // --- helpers ---------------------------------------------------------------
 
 fn number(log: &str, key: &str) -> u64 {

@@ -205,3 +205,34 @@ fn a_process_two_ledgers_claim_is_judged_under_the_strictest_cap() {
     assert!(monitor.metrics().value("gpuslice_violation_kills_total", &[]).is_some_and(|kills| kills >= 1.0));
     drop(honest);
 }
+
+/// The attacker writes into its own ledger that it holds every byte there
+/// is, as any of its processes can. Its memory pressure, the figure an
+/// autoscaler reads, says full (1) and no more; the victim's stays what
+/// the victim holds, and the attacker's cap stays 1 GiB: the lie can raise
+/// only its own pressure, to what a tenant that really filled its cap shows.
+#[test]
+fn a_ledger_claiming_more_than_its_cap_reads_as_full_pressure_and_moves_no_other_tenant() {
+    let sim = Sim::new().memory("4GiB").context_memory("64MiB").shim();
+    let monitor = Monitor::start(&sim, MonitorOptions::default());
+    let mut victim = holder(&sim, "victim", "1GiB", &["alloc:a:448M"]);
+    victim.wait_for("ready");
+    let mut attacker = holder(&sim, "attacker", "1GiB", &[]);
+    attacker.wait_for("ready");
+    let pressure = |m: &monitor_support::Metrics, tenant: &str| {
+        m.value("gpuslice_tenant_memory_pressure_ratio", &[("tenant", tenant), ("device", "0")])
+    };
+    let before = monitor.metrics_until("both tenants' pressure", |m| pressure(m, "victim").is_some() && pressure(m, "attacker").is_some());
+    // 448 MiB and the context's 64 MiB of 1 GiB; the attacker's context alone.
+    assert_eq!(pressure(&before, "victim"), Some(0.5));
+    assert_eq!(pressure(&before, "attacker"), Some(0.0625));
+    let ledger = ledger_view::open(&sim.ledger_dir(), "attacker");
+    ledger.layout().usage.devices[0].used_bytes.store(u64::MAX, Ordering::SeqCst);
+    let after = monitor.metrics_until("the attacker's claim read", |m| pressure(m, "attacker") == Some(1.0));
+    assert_eq!(pressure(&after, "victim"), Some(0.5));
+    let cap = |tenant: &str| after.value("gpuslice_tenant_memory_limit_bytes", &[("tenant", tenant), ("device", "0")]);
+    assert_eq!(cap("attacker"), Some(GIB as f64));
+    assert_eq!(cap("victim"), Some(GIB as f64));
+    drop(attacker);
+    drop(victim);
+}

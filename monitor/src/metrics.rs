@@ -241,6 +241,12 @@ const FAMILIES: &[Family] = &[
         series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.alloc_denied_total))),
     },
     Family {
+        name: "gpuslice_tenant_memory_pressure_ratio",
+        help: "Memory the tenant holds on the device over its cap, 0 to 1 (1: nothing more fits); no series where the tenant is uncapped.",
+        kind: MetricType::Gauge,
+        series: Series::TenantDevice(|_, _, d| memory_pressure(d.memory_used_bytes, d.memory_limit_bytes).map(Value::Real)),
+    },
+    Family {
         name: "gpuslice_tenant_unattributed_bytes",
         help: "Memory the tenant's usage counts that no process holds (a process killed while reserving).",
         kind: MetricType::Gauge,
@@ -588,6 +594,17 @@ const FAMILIES: &[Family] = &[
     },
 ];
 
+/// Held over cap, clamped to 0..=1: a ledger is the tenant's own memory, so
+/// a count past the cap (or a cap of 0) reads as full, never above it. None
+/// for an uncapped tenant, whose pressure is the device's.
+fn memory_pressure(used_bytes: u64, limit_bytes: Option<u64>) -> Option<f64> {
+    let limit = limit_bytes?;
+    if limit == 0 || used_bytes >= limit {
+        return Some(1.0);
+    }
+    Some(used_bytes as f64 / limit as f64)
+}
+
 /// One series per key of `keys`, labelled `label`, with the count `counts`
 /// holds for it (0 when none).
 fn by_key(label: &'static str, keys: &[&'static str], counts: &BTreeMap<&'static str, u64>) -> Vec<(Labels, Value)> {
@@ -829,6 +846,9 @@ gpuslice_tenant_processes{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 2
 gpuslice_tenant_alloc_denied_total{tenant="team-a",device="0",uuid="GPU-0"} 3
 gpuslice_tenant_alloc_denied_total{tenant="team-a",device="1",uuid="GPU-1"} 3
 gpuslice_tenant_alloc_denied_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 3
+# HELP gpuslice_tenant_memory_pressure_ratio Memory the tenant holds on the device over its cap, 0 to 1 (1: nothing more fits); no series where the tenant is uncapped.
+# TYPE gpuslice_tenant_memory_pressure_ratio gauge
+gpuslice_tenant_memory_pressure_ratio{tenant="team-a",device="0",uuid="GPU-0"} 0.25
 # HELP gpuslice_tenant_unattributed_bytes Memory the tenant's usage counts that no process holds (a process killed while reserving).
 # TYPE gpuslice_tenant_unattributed_bytes gauge
 gpuslice_tenant_unattributed_bytes{tenant="team-a",device="0",uuid="GPU-0"} 0
@@ -1023,6 +1043,18 @@ gpuslice_nvml_available 1
             assert_eq!(got, want, "line {}", number + 1);
         }
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn memory_pressure_is_held_over_cap_within_0_and_1() {
+        assert_eq!(memory_pressure(0, Some(8 << 30)), Some(0.0));
+        assert_eq!(memory_pressure(6 << 30, Some(8 << 30)), Some(0.75));
+        assert_eq!(memory_pressure(8 << 30, Some(8 << 30)), Some(1.0));
+        // A ledger that counts more than its cap (its own writes) reads as
+        // full, not as more than full.
+        assert_eq!(memory_pressure(u64::MAX, Some(8 << 30)), Some(1.0));
+        assert_eq!(memory_pressure(0, Some(0)), Some(1.0));
+        assert_eq!(memory_pressure(5, None), None);
     }
 
     #[test]

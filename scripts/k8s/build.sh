@@ -4,7 +4,9 @@
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 #   kubectl (k8s.io/kubernetes), containerd containerd-shim-runc-v2 ctr
 #   (github.com/containerd/containerd/v2), helm (helm.sh/helm/v4),
-#   etcd etcdctl runc and the CNI plugins (Debian 12's packages, unpacked).
+#   prometheus-adapter (sigs.k8s.io/prometheus-adapter, the custom metrics
+#   API server of the autoscaling test), etcd etcdctl runc and the CNI
+#   plugins (Debian 12's packages, unpacked).
 #
 # Each component is rebuilt only when its pinned version changes (a stamp
 # beside it names the version it was built from). A cold build on a 2-core
@@ -147,6 +149,22 @@ helm() {
     say "helm built ($(took) so far)"
 }
 
+# --- prometheus-adapter ------------------------------------------------------------
+# The custom metrics API (custom.metrics.k8s.io) from Prometheus queries,
+# which the HorizontalPodAutoscaler reads. Its module has no replace
+# directives: a module of our own requires its command package.
+prometheus_adapter() {
+    if up_to_date prometheus-adapter "$PROMETHEUS_ADAPTER_VERSION" prometheus-adapter; then return; fi
+    local src=$deps/src/prometheus-adapter module=sigs.k8s.io/prometheus-adapter
+    say "building prometheus-adapter $PROMETHEUS_ADAPTER_VERSION"
+    rm -rf "$src" && mkdir -p "$src"
+    printf 'module gpuslice.dev/prometheus-adapter-build\n\ngo 1.22\n' >"$src/go.mod"
+    (cd "$src" && go get "$module/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION")
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/prometheus-adapter" "$module/cmd/adapter")
+    stamp prometheus-adapter "$PROMETHEUS_ADAPTER_VERSION"
+    say "prometheus-adapter built ($(took) so far)"
+}
+
 # The pause program of the pinned release, for the pause image
 # (scripts/k8s/images.sh packs it).
 pause() {
@@ -163,6 +181,7 @@ debian_packages
 kubernetes
 containerd
 helm
+prometheus_adapter
 pause
 if [ "$keep_cache" = 0 ] && [ -d "$GOCACHE" ]; then
     go clean -cache
