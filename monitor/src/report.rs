@@ -1,6 +1,8 @@
-//! `gpuslice report [--since 7d] [--json] [--dir DIR]`: what each tenant
-//! used over a window of the monitor's history, against its cap, share and
-//! limit, with a recommendation by the rule of [`crate::history::summary`].
+//! `gpuslice report [--since 7d] [--by tenant|job|user] [--json] [--dir DIR]`:
+//! what each tenant used over a window of the monitor's history, against
+//! its cap, share and limit, with a recommendation by the rule of
+//! [`crate::history::summary`]; or, `--by job` and `--by user`, what each
+//! cluster job or user held and used ([`crate::history::groups`]).
 //!
 //! The history is `<dir>/.monitor/history.sqlite`, in the monitor's own
 //! directory (mode 0700): only root, or the user the monitor runs as, can
@@ -8,6 +10,7 @@
 
 use crate::discovery;
 use crate::error::Error;
+use crate::history::groups::{self, GroupSummary, Grouping};
 use crate::history::store::{OpenError, Store};
 use crate::history::summary::{self, percent_e4, short_duration, DeviceSummary, TenantSummary};
 use crate::text::{human_bytes, render_rows};
@@ -26,6 +29,10 @@ pub struct ReportArgs {
     /// How far back to look: a duration such as 7d, 24h or 2w.
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_since)]
     pub since: Duration,
+    /// What to sum up: each tenant on each device, each cluster job, or
+    /// each user (the job and user its admission named, e.g. by Slurm's Prolog).
+    #[arg(long, value_name = "GROUPING", value_enum, default_value_t = Grouping::Tenant)]
+    pub by: Grouping,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -49,7 +56,14 @@ pub struct Report {
     pub until_s: u64,
     /// The oldest interval the history holds at all, Unix seconds.
     pub oldest_s: Option<u64>,
+    /// The grouping asked for.
+    pub by: Grouping,
+    /// `--by tenant`: each tenant on each device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<TenantSummary>,
+    /// `--by job` or `--by user`: each group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupSummary>>,
     pub devices: Vec<DeviceSummary>,
     /// The rule behind the recommendations, in words.
     pub rule: String,
@@ -92,7 +106,14 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
     // A read that fails past the opening (a damaged page, a value of the
     // wrong type) names the file too.
     let failed = |e: String| Error::Failed(format!("{}: {e}", path.display()));
-    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(failed)?;
+    // Grouped, a use per tenant and device (a few numbers) is kept instead.
+    let mut uses = Vec::new();
+    store
+        .each_tenant_series(since_s, |rows| match args.by {
+            Grouping::Tenant => tenants.extend(summary::summarize_one(rows)),
+            _ => uses.extend(groups::uses(rows)),
+        })
+        .map_err(failed)?;
     let mut devices = Vec::new();
     store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(failed)?;
     let report = Report {
@@ -100,7 +121,9 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
         since_s,
         until_s,
         oldest_s: store.oldest_s().map_err(failed)?,
+        by: args.by,
         tenants,
+        groups: groups::group(args.by, &uses),
         devices,
         rule: rule_text(),
     };
@@ -150,6 +173,10 @@ pub fn table(report: &Report) -> String {
             _ => String::new(),
         }
     );
+    if let Some(groups) = &report.groups {
+        group_table(&mut out, report.by, groups);
+        return out;
+    }
     if report.tenants.is_empty() {
         let _ = writeln!(out, "\nno tenant recorded in the window");
         return out;
@@ -239,6 +266,46 @@ pub fn table(report: &Report) -> String {
     out
 }
 
+/// The table of `--by job` or `--by user`.
+fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
+    if groups.is_empty() {
+        let _ = writeln!(out, "\nno tenant recorded in the window");
+        return;
+    }
+    let list =
+        |names: &[String]| if names.is_empty() { "-".to_string() } else { names.iter().map(|n| shown(n)).collect::<Vec<_>>().join(",") };
+    let seconds = |s: f64| format!("{s:.1}s");
+    let (title, head) = match by {
+        Grouping::User => ("BY USER", ["USER", "JOBS", "ACCOUNTS", "TENANTS"]),
+        _ => ("BY JOB", ["JOB", "USER", "ACCOUNT", "TENANTS"]),
+    };
+    let _ = writeln!(out, "\n{title}");
+    let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    rows[0].extend(["DEVICES", "SHARE", "HELD", "DEVICE TIME HELD", "DEVICE TIME USED", "MEMORY PEAK", "REFUSED"].map(String::from));
+    for g in groups {
+        let mut row = match by {
+            Grouping::User => vec![shown(&g.key), g.jobs.len().to_string(), list(&g.accounts), list(&g.tenants)],
+            _ => vec![shown(&g.key), list(&g.users), list(&g.accounts), list(&g.tenants)],
+        };
+        row.extend([
+            g.devices.len().to_string(),
+            g.share_ratio.map_or_else(|| "-".into(), |r| percent_e4((r * 10_000.0).round() as u64)),
+            short_duration(g.held_s),
+            seconds(g.allocated_device_s),
+            seconds(g.used_device_s),
+            human_bytes(g.memory_peak_bytes),
+            g.alloc_denied_total.to_string(),
+        ]);
+        rows.push(row);
+    }
+    render_rows(out, &rows);
+    let _ = writeln!(
+        out,
+        "\nHELD: from the first to the last interval recorded of each job (or tenant of no job), added up; \
+         DEVICE TIME: share (held) or compute charged (used) times the time, in device-seconds"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +336,7 @@ mod tests {
                 processes_peak: 3,
                 cpu_e4: Some(9000),
                 gpu_e4: Some(200),
+                origin: None,
             })
             .collect();
         let report = Report {
@@ -276,7 +344,9 @@ mod tests {
             since_s: 1_000_000,
             until_s: 1_000_000 + 7 * 86_400,
             oldest_s: Some(1_000_000),
+            by: Grouping::Tenant,
             tenants: summary::summarize(&rows),
+            groups: None,
             devices: vec![],
             rule: rule_text(),
         };
