@@ -108,6 +108,15 @@ umask 022
 
 set -- tenant admit "$tenant" --device "$devices" --share "$shares" --owner-uid "${SLURM_JOB_UID:?}" \
     --label origin=slurm --label "job=$job" --dir "$ledger_dir" --json
+# Whose the job is, for `gpuslice report --by user` and accounting: from
+# slurmd's environment for the Prolog (the job's credential), never from
+# anything the job's user set.
+if [ -n "${SLURM_JOB_USER:-}" ]; then
+    set -- "$@" --label "user=$SLURM_JOB_USER"
+fi
+if [ -n "${SLURM_JOB_ACCOUNT:-}" ]; then
+    set -- "$@" --label "account=$SLURM_JOB_ACCOUNT"
+fi
 if [ -n "$memory" ]; then
     set -- "$@" --memory "$memory"
 fi

@@ -68,10 +68,20 @@ pub struct SeriesUse {
 /// The uses in the rows of one tenant on one device (oldest first), one
 /// per run of rows with the same origin.
 pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
+    // An interval's span is rounded up to a whole second, so that short
+    // ones overlap the next's start: each counts up to the next's start.
+    let spans: Vec<u64> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| rows.get(i + 1).map_or(r.span_s, |next| r.span_s.min(next.start_s.saturating_sub(r.start_s))))
+        .collect();
+    let mut at = 0;
     rows.chunk_by(|a, b| a.origin == b.origin)
         .filter_map(|run| {
+            let run_spans = &spans[at..at + run.len()];
+            at += run.len();
             let (first, last) = (run.first()?, run.last()?);
-            let add = |f: &dyn Fn(&TenantRow) -> u64| run.iter().map(f).fold(0u64, u64::saturating_add);
+            let add = |f: &dyn Fn(&TenantRow, u64) -> u64| run.iter().zip(run_spans).map(|(r, s)| f(r, *s)).fold(0u64, u64::saturating_add);
             Some(SeriesUse {
                 tenant: last.tenant.clone(),
                 device_uuid: last.device_uuid.clone(),
@@ -81,15 +91,15 @@ pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
                 share_e4: last.compute_share_e4,
                 memory_cap_bytes: last.memory_cap_bytes,
                 memory_peak_bytes: run.iter().map(|r| r.memory_peak_bytes).max().unwrap_or(0),
-                allocated_e4_s: add(&|r| u64::from(r.compute_share_e4.unwrap_or(0)).saturating_mul(r.span_s)),
-                used_e4_s: add(&|r| {
+                allocated_e4_s: add(&|r, span| u64::from(r.compute_share_e4.unwrap_or(0)).saturating_mul(span)),
+                used_e4_s: add(&|r, span| {
                     if r.active_rounds > 0 {
-                        u64::from(r.compute_used_e4.unwrap_or(0)).saturating_mul(r.span_s)
+                        u64::from(r.compute_used_e4.unwrap_or(0)).saturating_mul(span)
                     } else {
                         0
                     }
                 }),
-                alloc_denied_total: add(&|r| r.denied),
+                alloc_denied_total: add(&|r, _| r.denied),
             })
         })
         .collect()
@@ -160,7 +170,15 @@ pub fn sum_group(grouping: Grouping, key: String, members: &[&SeriesUse]) -> Gro
         users: names(&|o| o.user.clone()),
         accounts: names(&|o| o.account.clone()),
         tenants: members.iter().map(|u| u.tenant.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
-        devices: members.iter().map(|u| u.device_uuid.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
+        // The devices it had a slice of or used: not those an admission
+        // capped at 0 bytes (every device but the job's).
+        devices: members
+            .iter()
+            .filter(|u| u.share_e4.unwrap_or(0) > 0 || u.memory_cap_bytes != Some(0) || u.memory_peak_bytes > 0)
+            .map(|u| u.device_uuid.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
         first_s: members.iter().map(|u| u.first_s).min().unwrap_or(0),
         until_s: members.iter().map(|u| u.until_s).max().unwrap_or(0),
         held_s: spans.values().map(|(first, until)| until.saturating_sub(*first)).fold(0u64, u64::saturating_add),
@@ -221,6 +239,8 @@ mod tests {
             // Job 43 of bob on two devices, 12.5 % each, 10 s.
             vec![row("slurm-43", "GPU-0", 300, 1250, 0, Some(("43", "bob")))],
             vec![row("slurm-43", "GPU-1", 300, 1250, 0, Some(("43", "bob")))],
+            // Job 43 had no slice of GPU-2: capped at 0 bytes, never used.
+            vec![TenantRow { memory_cap_bytes: Some(0), memory_peak_bytes: 0, ..row("slurm-43", "GPU-2", 300, 0, 0, Some(("43", "bob"))) }],
             // A tenant of the configuration: no job, no user.
             vec![row("team-a", "GPU-0", 100, 1000, 1000, None)],
         ];
@@ -234,7 +254,10 @@ mod tests {
         assert_eq!((j41.held_s, j41.share_ratio, j41.allocated_device_s, j41.used_device_s), (30, Some(0.25), 7.5, 3.75));
         assert_eq!((j41.users.clone(), j41.accounts.clone(), j41.alloc_denied_total), (vec!["alice".to_string()], vec!["lab".into()], 3));
         let j43 = &jobs[2];
-        assert_eq!((j43.held_s, j43.share_ratio, j43.devices.len(), j43.memory_cap_bytes), (10, Some(0.25), 2, Some(4 << 30)));
+        assert_eq!(
+            (j43.held_s, j43.share_ratio, j43.devices.clone(), j43.memory_cap_bytes),
+            (10, Some(0.25), vec!["GPU-0".to_string(), "GPU-1".into()], Some(4 << 30))
+        );
         assert_eq!(jobs[3].jobs, Vec::<String>::new());
 
         let users = group(Grouping::User, &uses).unwrap();
@@ -245,6 +268,18 @@ mod tests {
         assert_eq!((alice.held_s, alice.allocated_device_s, alice.used_device_s, alice.share_ratio), (50, 17.5, 13.75, None));
         assert_eq!(alice.jobs, ["41", "42"]);
         assert_eq!(users[0].tenants, ["team-a"]);
+    }
+
+    #[test]
+    fn intervals_rounded_up_to_a_second_count_only_to_the_next_ones_start() {
+        // Intervals of 1.25 s, each recorded as 2 s from a whole second.
+        let rows: Vec<TenantRow> = [100, 101, 102, 103, 105]
+            .iter()
+            .map(|&start_s| TenantRow { span_s: 2, ..row("slurm-5", "GPU-0", start_s, 5000, 0, Some(("5", "alice"))) })
+            .collect();
+        let jobs = group(Grouping::Job, &uses(&rows)).unwrap();
+        // 1 + 1 + 1 + 2 + 2 s at half a device; held from 100 to 107.
+        assert_eq!((jobs[0].allocated_device_s, jobs[0].held_s), (3.5, 7));
     }
 
     #[test]
