@@ -1010,3 +1010,58 @@ fn sacct_and_the_report_agree_on_each_jobs_and_users_shards_and_time() {
         assert!((allocated - device_s).abs() <= *device_slack, "{user}: {allocated} device-s, sacct {device_s}");
     }
 }
+
+/// With slurmdbd and `AccountingStorageEnforce=associations,limits`, an
+/// account's `GrpTRES=gres/shard=4` bounds its shards across the cluster:
+/// with 3 shards of it running on one node and 1 on the other, its next
+/// `shard:1` job stays pending with Slurm's reason `AssocGrpGRES` (and is
+/// admitted nowhere) while both nodes have shards free and another
+/// account's job runs; once one of its jobs ends, it runs. Slow (two
+/// nodes, a database and slurmdbd): `scripts/test-slurm.sh` runs it.
+#[test]
+#[ignore = "slow: scripts/test-slurm.sh runs it"]
+fn an_accounts_grp_tres_bounds_its_shards_across_the_cluster() {
+    let _serial = serial();
+    let cluster = Cluster::start(ClusterOptions {
+        gpus: 1,
+        monitor_config: KILL_MODE.into(),
+        two_nodes: true,
+        accounting: true,
+        enforce: true,
+        ..Default::default()
+    });
+    cluster.sacctmgr(&["modify", "account", "physics", "set", "GrpTRES=gres/shard=4"]);
+    let limits = cluster.sim.run(cluster.root_command("sacctmgr").args([
+        "-n",
+        "-P",
+        "show",
+        "assoc",
+        "account=physics",
+        "user=",
+        "format=Account,GrpTRES",
+    ]));
+    assert!(limits.stdout.contains("physics|gres/shard=4"), "{limits}");
+    let (a, b) = (cluster.node().to_string(), cluster.second.as_ref().unwrap().name.clone());
+    let long = "#!/bin/sh\nsleep 300\n";
+    let running = |job: &str| poll::fetch_until(&format!("job {job} to run"), || cluster.job_state(job), |s| s.starts_with("RUNNING"));
+    let on_a = cluster.sbatch(&["--account=physics", "--gres=shard:3", &format!("--nodelist={a}")], long);
+    let on_b = cluster.sbatch(&["--account=physics", "--gres=shard:1", &format!("--nodelist={b}")], long);
+    running(&on_a);
+    running(&on_b);
+    let past = cluster.sbatch(&["--account=physics", "--gres=shard:1"], long);
+    let state = poll::fetch_until(&format!("job {past} to wait on its account"), || cluster.job_state(&past), |s| s.contains("AssocGrp"));
+    eprintln!("physics at 4 of 4 shards (3 on {a}, 1 on {b}); its next shard:1 job: {state}");
+    assert_eq!(state, "PENDING AssocGrpGRES");
+    // Room on both nodes: another account's job runs beside it.
+    let other = cluster.sbatch(&["--account=chemistry", "--gres=shard:4"], long);
+    running(&other);
+    assert_eq!(cluster.job_state(&past), "PENDING AssocGrpGRES", "still bounded by its account, not by room");
+    let name = format!("slurm-{past}");
+    for tenants in [cluster.tenants(), cluster.second_tenants()] {
+        let names: Vec<&str> = tenants["tenants"].as_array().unwrap().iter().filter_map(|t| t["tenant"].as_str()).collect();
+        assert!(!names.contains(&name.as_str()), "the pending job is admitted nowhere: {tenants:#}");
+    }
+    cluster.scancel(&on_a);
+    running(&past);
+    eprintln!("job {on_a} ended: job {past} runs ({})", cluster.job_state(&past));
+}
