@@ -448,6 +448,20 @@ impl Cluster {
                 b.monitor = Some(Monitor::start(&b.sim, MonitorOptions { config: Some(config), ..Default::default() }));
             }
         }
+        if options.site_scripts && !options.integration {
+            // The site's scripts alone, as on a node without gpuslice: the
+            // same Prologs and Epilogs, for measurements against one with it.
+            for (kind, key) in [("prolog", "Prolog"), ("epilog", "Epilog")] {
+                let scripts = dir.join(format!("{kind}.d"));
+                std::fs::create_dir_all(&scripts).unwrap();
+                for site in ["10-site", "90-site"] {
+                    let path = scripts.join(site);
+                    write(&path, &SITE_SCRIPT.replace("{dir}", &d.to_string()));
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                }
+                slurm_conf.push_str(&format!("{key}={}/*\n", scripts.display()));
+            }
+        }
         write(&conf, &slurm_conf);
         write(&dir.join("etc/gres.conf"), &gres_conf);
         if options.cgroups {
