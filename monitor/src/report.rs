@@ -375,6 +375,57 @@ mod tests {
     }
 
     #[test]
+    fn the_job_table_shows_each_jobs_user_share_and_time_and_names_are_made_printable() {
+        let row = |tenant: &str, job: &str, user: &str, start_s: u64| TenantRow {
+            start_s,
+            span_s: 60,
+            tenant: tenant.into(),
+            device_uuid: "GPU-0".into(),
+            device_index: 0,
+            rounds: 240,
+            active_rounds: 240,
+            memory_peak_bytes: 1 << 30,
+            memory_mean_bytes: 1 << 30,
+            driver_memory_peak_bytes: None,
+            memory_cap_bytes: Some(2 << 30),
+            compute_share_e4: Some(2500),
+            compute_limit_e4: None,
+            compute_used_e4: Some(1000),
+            compute_target_e4: None,
+            throttled_ns: 0,
+            denied: 0,
+            processes_peak: 1,
+            cpu_e4: None,
+            gpu_e4: None,
+            origin: Some(crate::history::aggregate::Origin {
+                job: Some(job.into()),
+                user: Some(user.into()),
+                account: Some("physics".into()),
+            }),
+        };
+        let rows: Vec<TenantRow> = (0..10).map(|i| row("slurm-42", "42", "alice\nforged", 1_000_000 + i * 60)).collect();
+        let report = Report {
+            history: "h".into(),
+            since_s: 1_000_000,
+            until_s: 1_000_000 + 3600,
+            oldest_s: Some(1_000_000),
+            by: Grouping::Job,
+            tenants: vec![],
+            groups: groups::group(Grouping::Job, &groups::uses(&rows)),
+            devices: vec![],
+            rule: rule_text(),
+        };
+        let text = table(&report);
+        let line: Vec<&str> = text.lines().find(|l| l.starts_with("42 ")).unwrap_or_else(|| panic!("{text}")).split_whitespace().collect();
+        // 25 % for 10 minutes: 150 device-seconds held, 60 used (10 %).
+        assert_eq!(
+            line,
+            ["42", "alice?forged", "physics", "slurm-42", "1", "25", "%", "10m", "150.0s", "60.0s", "1.0", "GiB", "0"],
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_bad_since_says_what_is_accepted() {
         assert_eq!(parse_since("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert!(parse_since("7 dayz").unwrap_err().contains(crate::duration::FORMAT));
