@@ -323,7 +323,10 @@ impl Aggregator {
     pub fn close(&mut self, now_ms: u64) -> Option<Batch> {
         let start_ms = self.start_ms.take()?;
         let start_s = start_ms / 1000;
-        let span_s = (now_ms.saturating_sub(start_ms).div_ceil(1000)).max(1);
+        // To the nearest second: an interval closes at the first round
+        // past its length (a minute and up to a round, 250 ms, more), and
+        // rounded up each would count a second too many.
+        let span_s = (now_ms.saturating_sub(start_ms).saturating_add(500) / 1000).max(1);
         let mean = |sum: u64, n: u32| (n > 0).then(|| u32::try_from(sum / u64::from(n)).unwrap_or(u32::MAX));
         let tenants = std::mem::take(&mut self.tenants)
             .into_iter()
@@ -437,6 +440,16 @@ mod tests {
         agg.set_origins([]);
         agg.fold(&round(1, 0, 0, 1), 2500);
         assert_eq!(agg.close(3000).unwrap().tenants[0].origin, None);
+    }
+
+    #[test]
+    fn an_intervals_span_is_to_the_nearest_second_at_least_one() {
+        let span = |from_ms: u64, to_ms: u64| {
+            let mut agg = Aggregator::default();
+            agg.fold(&round(1, 0, 0, 1), from_ms);
+            agg.close(to_ms).unwrap().tenants[0].span_s
+        };
+        assert_eq!((span(0, 60_240), span(0, 1_240), span(0, 1_600), span(0, 100)), (60, 1, 2, 1));
     }
 
     #[test]
