@@ -105,7 +105,7 @@ fn sorted(mut values: Vec<f64>) -> Vec<f64> {
 fn median(values: &[f64]) -> f64 {
     let v = sorted(values.to_vec());
     let n = v.len();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     } else {
         v[n / 2]
