@@ -967,7 +967,6 @@ fn sacct_and_the_report_agree_on_each_jobs_and_users_shards_and_time() {
     for row in &sacct {
         eprintln!("  {}", row.join(" "));
     }
-    eprintln!("report --by job:\n{by_job:#}");
     let shards_of = |tres: &str| -> u32 {
         tres.split(',').find_map(|t| t.strip_prefix("gres/shard=")).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{tres}"))
     };
@@ -1011,7 +1010,6 @@ fn sacct_and_the_report_agree_on_each_jobs_and_users_shards_and_time() {
     let mut names = vec![other.clone(), "nobody".to_string()];
     names.sort();
     assert_eq!(per_user.keys().cloned().collect::<Vec<_>>(), names, "sacct's users");
-    eprintln!("report --by user:\n{by_user:#}");
     let users = by_user.as_array().unwrap();
     assert_eq!(users.len(), per_user.len(), "one entry per user: {by_user:#}");
     for (user, (ids, elapsed, device_s, device_slack)) in &per_user {
