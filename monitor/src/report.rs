@@ -58,8 +58,7 @@ pub struct Report {
     pub oldest_s: Option<u64>,
     /// The grouping asked for.
     pub by: Grouping,
-    /// `--by tenant`: each tenant on each device.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// `--by tenant`: each tenant on each device (empty for another grouping).
     pub tenants: Vec<TenantSummary>,
     /// `--by job` or `--by user`: each group.
     #[serde(skip_serializing_if = "Option::is_none")]
