@@ -68,6 +68,24 @@ if [ "${BENCH_ONLY:-}" = launch_path ]; then
     launch_path
     exit 0
 fi
+
+# A Slurm job's start-up with and without deploy/slurm (benches/slurm_startup.rs):
+# two private Slurm clusters, as root. Its table goes to benches/results-slurm.md,
+# which deploy/slurm/README.md quotes. `BENCH_ONLY=slurm_startup` runs it alone;
+# the full run leaves it out (it needs root and Slurm).
+slurm_startup() {
+    echo "bench: cargo bench --bench slurm_startup (log: $out/slurm_startup.log)" >&2
+    cargo bench --quiet --bench slurm_startup >"$out/slurm_startup.log" 2>&1 || {
+        tail -n 30 "$out/slurm_startup.log" >&2
+        exit 1
+    }
+    grep -E '^(\||Slurm job start-up|load average)' "$out/slurm_startup.log" >benches/results-slurm.md
+    cat benches/results-slurm.md
+}
+if [ "${BENCH_ONLY:-}" = slurm_startup ]; then
+    slurm_startup
+    exit 0
+fi
 export CRITERION_HOME="$PWD/$out/criterion"
 # Other work on the machine moves every figure: the caption reports the
 # one-minute load average before and after the run.

@@ -192,13 +192,14 @@ if ! "$deps/jax-venv/bin/python" -c 'import jax, jax_plugins.xla_cuda13' 2>/dev/
 fi
 
 # --- Slurm (tests/slurm.rs, benches/slurm_startup.rs) -----------------------
-# Debian's Slurm and munge: the tests start munged, slurmctld and slurmd
-# themselves, each on a private configuration, so nothing here is started
-# or configured. Postinst scripts may try to start the services; where
-# there is no init system that fails harmlessly, and a policy-rc.d keeps
-# them from starting where there is one.
+# Debian's Slurm and munge, and for accounting slurmdbd and MariaDB: the
+# tests start munged, mariadbd, slurmdbd, slurmctld and slurmd themselves,
+# each on a private configuration and data directory, so nothing here is
+# started or configured. Postinst scripts may try to start the services;
+# where there is no init system that fails harmlessly, and a policy-rc.d
+# keeps them from starting where there is one.
 slurm_missing=()
-for program in munged slurmctld slurmd srun; do
+for program in munged slurmctld slurmd srun slurmdbd sacct mariadbd mariadb-install-db; do
     command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || slurm_missing+=("$program")
 done
 if [ ${#slurm_missing[@]} -gt 0 ]; then
@@ -209,7 +210,7 @@ if [ ${#slurm_missing[@]} -gt 0 ]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
     fi
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurmctld slurmd slurm-client slurmdbd mariadb-server >/dev/null
     if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi
 fi
 # --- end of Slurm ------------------------------------------------------------

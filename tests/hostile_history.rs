@@ -153,14 +153,14 @@ fn tenant_names_with_quotes_newlines_and_sql_are_only_data() {
          names = json.loads({list:?}) + ['m' * (1 << 20)]\n\
          for i, name in enumerate(names):\n\
          \x20   cur = db.execute('INSERT INTO series (tenant, device_uuid) VALUES (?, ?)', (name, 'GPU-hostile'))\n\
-         \x20   db.execute('INSERT INTO tenant_intervals VALUES (?, ?, 60, 0, 240, 240, ?, 1, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL, NULL)', (now - 120, cur.lastrowid, 9223372036854775807 if i == 0 else 1))\n"
+         \x20   db.execute('INSERT INTO tenant_intervals VALUES (?, ?, 60, 0, 240, 240, ?, 1, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL, NULL, NULL)', (now - 120, cur.lastrowid, 9223372036854775807 if i == 0 else 1))\n"
     );
     sqlite(&path, &script);
     // The monitor goes on writing and pruning the file with them in it.
     let log = record_a_while(&sim);
     assert!(!log.stderr.contains("moved to") && !log.stderr.contains("was not written"), "{}", log.stderr);
     let tables = sqlite(&path, "print(sorted(r[0] for r in db.execute(\"SELECT name FROM sqlite_master WHERE type = 'table'\")))");
-    assert_eq!(tables.trim(), "['device_intervals', 'devices', 'series', 'tenant_intervals']");
+    assert_eq!(tables.trim(), "['device_intervals', 'devices', 'origins', 'series', 'tenant_intervals']");
 
     let out = report(&sim, &["--json"]);
     out.assert_success();
@@ -193,7 +193,7 @@ fn a_report_of_a_history_with_rows_of_the_wrong_type_names_the_file() {
     sqlite(
         &path,
         "import time\ncur = db.execute(\"INSERT INTO series (tenant, device_uuid) VALUES ('t', 'GPU-x')\")\n\
-         db.execute(\"INSERT INTO tenant_intervals VALUES (?, ?, 60, 0, 'many', 240, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL, NULL)\", (int(time.time()) - 60, cur.lastrowid))",
+         db.execute(\"INSERT INTO tenant_intervals VALUES (?, ?, 60, 0, 'many', 240, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL, NULL, NULL)\", (int(time.time()) - 60, cur.lastrowid))",
     );
     let out = report(&sim, &[]);
     assert_eq!(out.code(), Some(1), "{out}");

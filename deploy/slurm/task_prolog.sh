@@ -14,7 +14,9 @@
 # Nothing here is a security boundary: the task may unset all of it. What
 # holds the job to its slice is the monitor (its caps in the ledger, and in
 # kill mode the end of any process on a GPU outside every ledger).
-self=$(readlink -f "$0" 2>/dev/null) || self=$0
+# readlink only for a link (a fork saved on every job otherwise).
+self=$0
+if [ -L "$0" ]; then self=$(readlink -f "$0" 2>/dev/null) || self=$0; fi
 case $self in */*) here=${self%/*} ;; *) here=. ;; esac
 # shellcheck source=gpuslice-slurm.conf
 . "$here/gpuslice-slurm.conf"

@@ -1,6 +1,8 @@
-//! `gpuslice report [--since 7d] [--json] [--dir DIR]`: what each tenant
-//! used over a window of the monitor's history, against its cap, share and
-//! limit, with a recommendation by the rule of [`crate::history::summary`].
+//! `gpuslice report [--since 7d] [--by tenant|job|user] [--json] [--dir DIR]`:
+//! what each tenant used over a window of the monitor's history, against
+//! its cap, share and limit, with a recommendation by the rule of
+//! [`crate::history::summary`]; or, `--by job` and `--by user`, what each
+//! cluster job or user held and used ([`crate::history::groups`]).
 //!
 //! The history is `<dir>/.monitor/history.sqlite`, in the monitor's own
 //! directory (mode 0700): only root, or the user the monitor runs as, can
@@ -8,6 +10,7 @@
 
 use crate::discovery;
 use crate::error::Error;
+use crate::history::groups::{self, GroupSummary, Grouping};
 use crate::history::store::{OpenError, Store};
 use crate::history::summary::{self, percent_e4, short_duration, DeviceSummary, TenantSummary};
 use crate::text::{human_bytes, render_rows};
@@ -26,6 +29,10 @@ pub struct ReportArgs {
     /// How far back to look: a duration such as 7d, 24h or 2w.
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_since)]
     pub since: Duration,
+    /// What to sum up: each tenant on each device, each cluster job, or
+    /// each user (the job and user its admission named, e.g. by Slurm's Prolog).
+    #[arg(long, value_name = "GROUPING", value_enum, default_value_t = Grouping::Tenant)]
+    pub by: Grouping,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -49,7 +56,13 @@ pub struct Report {
     pub until_s: u64,
     /// The oldest interval the history holds at all, Unix seconds.
     pub oldest_s: Option<u64>,
+    /// The grouping asked for.
+    pub by: Grouping,
+    /// `--by tenant`: each tenant on each device (empty for another grouping).
     pub tenants: Vec<TenantSummary>,
+    /// `--by job` or `--by user`: each group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupSummary>>,
     pub devices: Vec<DeviceSummary>,
     /// The rule behind the recommendations, in words.
     pub rule: String,
@@ -92,7 +105,14 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
     // A read that fails past the opening (a damaged page, a value of the
     // wrong type) names the file too.
     let failed = |e: String| Error::Failed(format!("{}: {e}", path.display()));
-    store.each_tenant_series(since_s, |rows| tenants.extend(summary::summarize_one(rows))).map_err(failed)?;
+    // Grouped, a use per tenant and device (a few numbers) is kept instead.
+    let mut uses = Vec::new();
+    store
+        .each_tenant_series(since_s, |rows| match args.by {
+            Grouping::Tenant => tenants.extend(summary::summarize_one(rows)),
+            _ => uses.extend(groups::uses(rows)),
+        })
+        .map_err(failed)?;
     let mut devices = Vec::new();
     store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(failed)?;
     let report = Report {
@@ -100,7 +120,9 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
         since_s,
         until_s,
         oldest_s: store.oldest_s().map_err(failed)?,
+        by: args.by,
         tenants,
+        groups: groups::group(args.by, &uses),
         devices,
         rule: rule_text(),
     };
@@ -150,6 +172,10 @@ pub fn table(report: &Report) -> String {
             _ => String::new(),
         }
     );
+    if let Some(groups) = &report.groups {
+        group_table(&mut out, report.by, groups);
+        return out;
+    }
     if report.tenants.is_empty() {
         let _ = writeln!(out, "\nno tenant recorded in the window");
         return out;
@@ -239,6 +265,46 @@ pub fn table(report: &Report) -> String {
     out
 }
 
+/// The table of `--by job` or `--by user`.
+fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
+    if groups.is_empty() {
+        let _ = writeln!(out, "\nno tenant recorded in the window");
+        return;
+    }
+    let list =
+        |names: &[String]| if names.is_empty() { "-".to_string() } else { names.iter().map(|n| shown(n)).collect::<Vec<_>>().join(",") };
+    let seconds = |s: f64| format!("{s:.1}s");
+    let (title, head) = match by {
+        Grouping::User => ("BY USER", ["USER", "JOBS", "ACCOUNTS", "TENANTS"]),
+        _ => ("BY JOB", ["JOB", "USER", "ACCOUNT", "TENANTS"]),
+    };
+    let _ = writeln!(out, "\n{title}");
+    let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    rows[0].extend(["DEVICES", "SHARE", "HELD", "DEVICE TIME HELD", "DEVICE TIME USED", "MEMORY PEAK", "REFUSED"].map(String::from));
+    for g in groups {
+        let mut row = match by {
+            Grouping::User => vec![shown(&g.key), g.jobs.len().to_string(), list(&g.accounts), list(&g.tenants)],
+            _ => vec![shown(&g.key), list(&g.users), list(&g.accounts), list(&g.tenants)],
+        };
+        row.extend([
+            g.devices.len().to_string(),
+            g.share_ratio.map_or_else(|| "-".into(), |r| percent_e4((r * 10_000.0).round() as u64)),
+            short_duration(g.held_s),
+            seconds(g.allocated_device_s),
+            seconds(g.used_device_s),
+            human_bytes(g.memory_peak_bytes),
+            g.alloc_denied_total.to_string(),
+        ]);
+        rows.push(row);
+    }
+    render_rows(out, &rows);
+    let _ = writeln!(
+        out,
+        "\nHELD: from the first to the last interval recorded of each job (or tenant of no job), added up; \
+         DEVICE TIME: share (held) or compute charged (used) times the time, in device-seconds"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +335,7 @@ mod tests {
                 processes_peak: 3,
                 cpu_e4: Some(9000),
                 gpu_e4: Some(200),
+                origin: None,
             })
             .collect();
         let report = Report {
@@ -276,7 +343,9 @@ mod tests {
             since_s: 1_000_000,
             until_s: 1_000_000 + 7 * 86_400,
             oldest_s: Some(1_000_000),
+            by: Grouping::Tenant,
             tenants: summary::summarize(&rows),
+            groups: None,
             devices: vec![],
             rule: rule_text(),
         };
@@ -302,6 +371,57 @@ mod tests {
             .collect();
         assert_eq!(activity_row, ["team-a", "0", "12", "%", "90", "%", "busy"], "{text}");
         assert!(text.contains("rule: memory: p99 of each active minute's peak, plus 10%, rounded up to a whole 512.0 MiB"), "{text}");
+    }
+
+    #[test]
+    fn the_job_table_shows_each_jobs_user_share_and_time_and_names_are_made_printable() {
+        let row = |tenant: &str, job: &str, user: &str, start_s: u64| TenantRow {
+            start_s,
+            span_s: 60,
+            tenant: tenant.into(),
+            device_uuid: "GPU-0".into(),
+            device_index: 0,
+            rounds: 240,
+            active_rounds: 240,
+            memory_peak_bytes: 1 << 30,
+            memory_mean_bytes: 1 << 30,
+            driver_memory_peak_bytes: None,
+            memory_cap_bytes: Some(2 << 30),
+            compute_share_e4: Some(2500),
+            compute_limit_e4: None,
+            compute_used_e4: Some(1000),
+            compute_target_e4: None,
+            throttled_ns: 0,
+            denied: 0,
+            processes_peak: 1,
+            cpu_e4: None,
+            gpu_e4: None,
+            origin: Some(crate::history::aggregate::Origin {
+                job: Some(job.into()),
+                user: Some(user.into()),
+                account: Some("physics".into()),
+            }),
+        };
+        let rows: Vec<TenantRow> = (0..10).map(|i| row("slurm-42", "42", "alice\nforged", 1_000_000 + i * 60)).collect();
+        let report = Report {
+            history: "h".into(),
+            since_s: 1_000_000,
+            until_s: 1_000_000 + 3600,
+            oldest_s: Some(1_000_000),
+            by: Grouping::Job,
+            tenants: vec![],
+            groups: groups::group(Grouping::Job, &groups::uses(&rows)),
+            devices: vec![],
+            rule: rule_text(),
+        };
+        let text = table(&report);
+        let line: Vec<&str> = text.lines().find(|l| l.starts_with("42 ")).unwrap_or_else(|| panic!("{text}")).split_whitespace().collect();
+        // 25 % for 10 minutes: 150 device-seconds held, 60 used (10 %).
+        assert_eq!(
+            line,
+            ["42", "alice?forged", "physics", "slurm-42", "1", "25", "%", "10m", "150.0s", "60.0s", "1.0", "GiB", "0"],
+            "{text}"
+        );
     }
 
     #[test]

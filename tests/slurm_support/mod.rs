@@ -85,7 +85,23 @@ pub struct ClusterOptions {
     /// directory and state_dir (see [`SecondNode`]). The test's own
     /// commands (srun, sinfo…) run on the first node's simulated GPUs.
     pub two_nodes: bool,
+    /// Accounting: a MariaDB of the cluster's own (Debian's mariadb-server,
+    /// its data in `<dir>/mysql`, on 127.0.0.1 and a free port) behind a
+    /// slurmdbd of its own, `AccountingStorageType=accounting_storage/slurmdbd`
+    /// with `AccountingStorageTRES=gres/gpu,gres/shard`, and the accounts
+    /// [`ACCOUNTS`] with the users [`JOB_UID`] and [`OTHER_UID`] in both.
+    pub accounting: bool,
+    /// `AccountingStorageEnforce=associations,limits` (with `accounting`):
+    /// an account's `GrpTRES` bounds its jobs.
+    pub enforce: bool,
+    /// More arguments for the node's monitor (`--history-interval 1s`).
+    pub monitor_args: Vec<String>,
 }
+
+/// The accounts of a cluster with accounting; the first is each user's default.
+pub const ACCOUNTS: [&str; 2] = ["physics", "chemistry"];
+/// A second job user (Debian's `daemon`), for what is per user.
+pub const OTHER_UID: u32 = 1;
 
 /// The second node of a [`ClusterOptions::two_nodes`] cluster: its own
 /// simulated GPUs and monitor. One installed copy of deploy/slurm serves
@@ -179,6 +195,9 @@ impl Default for ClusterOptions {
             site_scripts: false,
             cgroups: false,
             two_nodes: false,
+            accounting: false,
+            enforce: false,
+            monitor_args: Vec::new(),
         }
     }
 }
@@ -262,7 +281,7 @@ impl Cluster {
         std::os::unix::fs::symlink(&dir, &short_link).unwrap();
         let socket = short_link.join("munge/munge.socket");
         let conf = dir.join("etc/slurm.conf");
-        let (ctld_port, slurmd_port) = (free_port(), free_port());
+        let (ctld_port, slurmd_port, dbd_port) = (free_port(), free_port(), free_port());
         let d = dir.display();
         let gpus = options.gpus;
         let gpu_type = if options.typed { "simgpu:" } else { "" };
@@ -285,7 +304,7 @@ impl Cluster {
              SlurmdLogFile={d}/log/slurmd-%n.log\n\
              {tracking}\
              JobAcctGatherType=jobacct_gather/none\n\
-             AccountingStorageType=accounting_storage/none\n\
+             {accounting}\
              SchedulerType=sched/builtin\n\
              SelectType=select/cons_tres\n\
              SelectTypeParameters=CR_Core\n\
@@ -310,6 +329,20 @@ impl Cluster {
             node_list = match &second {
                 None => node.clone(),
                 Some(b) => format!("{node},{}", b.name),
+            },
+            accounting = if options.accounting {
+                format!(
+                    "AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n\
+                     AccountingStoragePort={dbd_port}\nAccountingStorageTRES=gres/gpu,gres/shard\n{enforce}\
+                     AccountingStoragePass={socket}\n",
+                    enforce = if options.enforce { "AccountingStorageEnforce=associations,limits\n" } else { "" },
+                    // The munge socket for slurmdbd's connections: slurm.conf's
+                    // AuthInfo serves the cluster's own, and without this
+                    // sacctmgr and slurmctld ask the system's munged.
+                    socket = socket.display(),
+                )
+            } else {
+                "AccountingStorageType=accounting_storage/none\n".to_string()
             },
             tracking = if options.cgroups {
                 "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nPrologFlags=Alloc,Contain\n"
@@ -409,9 +442,24 @@ impl Cluster {
             }
             let config = dir.join("monitor.toml");
             write(&config, &options.monitor_config);
-            monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() }));
+            let args = options.monitor_args.clone();
+            monitor = Some(Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), args, ..Default::default() }));
             if let Some(b) = second.as_mut() {
                 b.monitor = Some(Monitor::start(&b.sim, MonitorOptions { config: Some(config), ..Default::default() }));
+            }
+        }
+        if options.site_scripts && !options.integration {
+            // The site's scripts alone, as on a node without gpuslice: the
+            // same Prologs and Epilogs, for measurements against one with it.
+            for (kind, key) in [("prolog", "Prolog"), ("epilog", "Epilog")] {
+                let scripts = dir.join(format!("{kind}.d"));
+                std::fs::create_dir_all(&scripts).unwrap();
+                for site in ["10-site", "90-site"] {
+                    let path = scripts.join(site);
+                    write(&path, &SITE_SCRIPT.replace("{dir}", &d.to_string()));
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                }
+                slurm_conf.push_str(&format!("{key}={}/*\n", scripts.display()));
             }
         }
         write(&conf, &slurm_conf);
@@ -435,6 +483,9 @@ impl Cluster {
         let munged = cluster.sim.spawn(&mut munged);
         cluster.daemons.push(munged);
         poll::until("munged's socket", || socket.exists());
+        if options.accounting {
+            cluster.start_accounting(dbd_port, &socket);
+        }
 
         let slurmctld = cluster.sim.spawn(cluster.root_command("slurmctld").args(["-D", "-i"]));
         cluster.daemons.push(slurmctld);
@@ -458,6 +509,93 @@ impl Cluster {
             |state| state.lines().all(|s| s == "idle"),
         );
         cluster
+    }
+
+    /// MariaDB and slurmdbd of this cluster's own, and its accounts and
+    /// users, before slurmctld starts (it registers with slurmdbd).
+    fn start_accounting(&mut self, dbd_port: u16, munge_socket: &Path) {
+        for program in ["mariadbd", "mariadb-install-db", "slurmdbd"] {
+            let found = ["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(program).is_file());
+            assert!(found, "{program} is missing: `bash scripts/setup.sh` installs Debian's mariadb-server and slurmdbd");
+        }
+        let d = self.dir().to_path_buf();
+        let data = d.join("mysql/data");
+        std::fs::create_dir_all(&data).unwrap();
+        let mut install = Command::new("mariadb-install-db");
+        install.arg("--no-defaults").arg(format!("--datadir={}", data.display()));
+        install.args(["--user=root", "--auth-root-authentication-method=socket", "--skip-test-db"]);
+        self.sim.run(&mut install).assert_success();
+        let db_socket = self.short_link.join("mysql/sock");
+        let db_port = free_port();
+        let mut mariadbd = Command::new("mariadbd");
+        mariadbd.arg("--no-defaults").arg(format!("--datadir={}", data.display())).arg("--user=root");
+        mariadbd.arg(format!("--socket={}", db_socket.display())).arg(format!("--port={db_port}")).arg("--bind-address=127.0.0.1");
+        mariadbd.arg(format!("--pid-file={}/mysql/pid", d.display())).arg(format!("--log-error={}/log/mariadb.log", d.display()));
+        mariadbd.args(["--skip-log-bin", "--innodb-buffer-pool-size=32M"]);
+        let mariadbd = self.sim.spawn(&mut mariadbd);
+        self.daemons.push(mariadbd);
+        poll::until("MariaDB's socket", || db_socket.exists());
+        // slurmdbd's own database user, by TCP with a password of this run.
+        let password = format!("gs{}{}", std::process::id(), dbd_port);
+        let mut grant = Command::new("mariadb");
+        grant.arg("--no-defaults").arg(format!("--socket={}", db_socket.display())).args(["-u", "root", "-e"]);
+        grant.arg(format!(
+            "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        ));
+        poll::fetch_until("MariaDB to take the grant", || self.sim.run(&mut grant).status.is_some_and(|s| s.success()), |ok| *ok);
+        let dbd_conf = self.conf.with_file_name("slurmdbd.conf");
+        write(
+            &dbd_conf,
+            &format!(
+                "AuthType=auth/munge\nAuthInfo=socket={munge}\nDbdHost={host}\nDbdAddr=127.0.0.1\nDbdPort={dbd_port}\n\
+                 SlurmUser=root\nPidFile={d}/slurmdbd.pid\nLogFile={d}/log/slurmdbd.log\n\
+                 StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={db_port}\n\
+                 StorageUser=slurm\nStoragePass={password}\nStorageLoc=slurm_acct_db\n",
+                munge = munge_socket.display(),
+                host = short_hostname(),
+                d = d.display(),
+            ),
+        );
+        // slurmdbd refuses a configuration others can read (it holds the password).
+        std::fs::set_permissions(&dbd_conf, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let slurmdbd = self.sim.spawn(self.root_command("slurmdbd").args(["-D"]));
+        self.daemons.push(slurmdbd);
+        poll::fetch_until(
+            "slurmdbd to answer sacctmgr",
+            || self.sim.run(self.root_command("sacctmgr").args(["-n", "show", "cluster"])).status.is_some_and(|s| s.success()),
+            |ok| *ok,
+        );
+        let users = format!("nobody,{}", user_name(OTHER_UID));
+        for args in [
+            vec!["add".to_string(), "cluster".into(), "gpuslice-test".into()],
+            vec!["add".into(), "account".into(), ACCOUNTS.join(",")],
+            vec!["add".into(), "user".into(), users, format!("account={}", ACCOUNTS.join(",")), format!("defaultaccount={}", ACCOUNTS[0])],
+        ] {
+            self.sim.run(self.root_command("sacctmgr").arg("-i").args(&args)).assert_success();
+        }
+    }
+
+    /// `sacctmgr -i ARGS` as root.
+    pub fn sacctmgr(&self, args: &[&str]) -> Output {
+        let out = self.sim.run(self.root_command("sacctmgr").arg("-i").args(args));
+        out.assert_success();
+        out
+    }
+
+    /// `sacct -X -a -n -P -o FIELDS` as root: one line per job, fields by `|`.
+    pub fn sacct(&self, fields: &str) -> Vec<Vec<String>> {
+        let out = self.sim.run(self.root_command("sacct").args(["-X", "-a", "-n", "-P", "-o", fields]));
+        out.assert_success();
+        out.stdout.lines().filter(|l| !l.is_empty()).map(|l| l.split('|').map(String::from).collect()).collect()
+    }
+
+    /// `gpuslice report --by BY --json` on this node's monitor's history.
+    pub fn report(&self, by: &str) -> serde_json::Value {
+        let mut cmd = gpuslice_command(&self.sim);
+        cmd.args(["report", "--json", "--since", "1h", "--by", by, "--dir"]).arg(self.sim.ledger_dir());
+        let out = self.sim.run(&mut cmd);
+        out.assert_success();
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{out}"))
     }
 
     /// The node's name (slurm.conf's NodeName, the short host name).
@@ -520,6 +658,11 @@ impl Cluster {
     /// directory; its output goes to `<dir>/out/<job>.out` (or, for an
     /// array, `<dir>/out/<array job>_<task>.out`). The job's id.
     pub fn sbatch(&self, args: &[&str], script: &str) -> String {
+        self.sbatch_as(JOB_UID, args, script)
+    }
+
+    /// [`Cluster::sbatch`] as user `uid`.
+    pub fn sbatch_as(&self, uid: u32, args: &[&str], script: &str) -> String {
         let out_dir = self.dir().join("out");
         std::fs::create_dir_all(&out_dir).unwrap();
         std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -530,7 +673,7 @@ impl Cluster {
         let mut cmd = self.root_command("sbatch");
         cmd.arg("--parsable").arg(format!("--output={}/%A_%a.out", out_dir.display())).args(args).arg(&path);
         cmd.current_dir(self.dir());
-        let out = self.sim.run(&mut wrap_as_user(JOB_UID, &cmd));
+        let out = self.sim.run(&mut wrap_as_user(uid, &cmd));
         out.assert_success();
         out.stdout.trim().split(';').next().unwrap_or_default().to_string()
     }
@@ -622,6 +765,12 @@ impl Drop for Cluster {
             eprintln!("slurm logs: {}/log; node: {}", self.dir().display(), self.node);
         }
     }
+}
+
+/// The name of user `uid`.
+pub fn user_name(uid: u32) -> String {
+    let out = Command::new("id").args(["-nu", &uid.to_string()]).output().expect("cannot run id");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// `gpuslice tenant list --json` of the monitor on `sim`'s ledger directory.

@@ -130,10 +130,13 @@ impl Recorder {
 
     /// Folds this round's snapshot in; hands the interval to the writer
     /// once it is over.
-    pub fn record(&mut self, snapshot: &Snapshot) {
+    pub fn record(&mut self, snapshot: &Snapshot, allocations: &[crate::metrics::AllocationInfo]) {
         if self.writer.is_none() {
             return;
         }
+        self.aggregator.set_origins(
+            allocations.iter().filter_map(|a| crate::history::aggregate::Origin::from_labels(&a.labels).map(|o| (a.tenant.clone(), o))),
+        );
         let now_ms = unix_ms(SystemTime::now());
         if self.aggregator.started_ms().is_some_and(|start| now_ms.saturating_sub(start) >= self.interval_ms || now_ms < start) {
             self.hand_over(now_ms);

@@ -427,7 +427,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
         cpu_clock.fill(&mut snap, Instant::now());
-        history.record(&snap);
+        history.record(&snap, &counters.allocations);
         violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);

@@ -18,6 +18,7 @@
 //! from zero.
 
 use crate::snapshot::Snapshot;
+use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Tenant-and-device rows one interval may hold at most: the monitor
@@ -76,6 +77,32 @@ pub struct TenantRow {
     pub cpu_e4: Option<u32>,
     /// Mean SM utilization of its processes on the device (NVML only).
     pub gpu_e4: Option<u32>,
+    /// The cluster job and user the tenant was admitted for, at the
+    /// interval's end; `None`: not an admitted tenant of a job.
+    pub origin: Option<Origin>,
+}
+
+/// Whose a tenant is in the cluster's terms: the job, user and account
+/// its admission named (the `job`, `user` and `account` labels of
+/// `gpuslice tenant admit`). Only root or the monitor's user can admit
+/// (the control socket checks the peer), so these are the node agent's
+/// word (Slurm's Prolog, as root, from slurmd's environment), never a
+/// tenant's: a job's processes cannot name themselves another's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Origin {
+    pub job: Option<String>,
+    pub user: Option<String>,
+    pub account: Option<String>,
+}
+
+impl Origin {
+    /// The origin an admission's labels name; `None` when they name no
+    /// job and no user.
+    pub fn from_labels(labels: &BTreeMap<String, String>) -> Option<Origin> {
+        let get = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
+        let origin = Origin { job: get("job"), user: get("user"), account: get("account") };
+        (origin.job.is_some() || origin.user.is_some()).then_some(origin)
+    }
 }
 
 /// One device over one interval.
@@ -131,6 +158,7 @@ struct TenantAcc {
     cpu_rounds: u32,
     gpu_sum_e4: u64,
     gpu_rounds: u32,
+    origin: Option<Origin>,
 }
 
 #[derive(Default)]
@@ -173,12 +201,25 @@ pub struct Aggregator {
     left_out: HashSet<(String, String)>,
     last: HashMap<(String, String), Counters>,
     seen_a_round: bool,
+    /// Each admitted tenant's origin, kept while the tenant is seen after
+    /// its release (its last processes ending are still its job's).
+    origins: BTreeMap<String, Origin>,
+    /// The tenants of the last round.
+    present: HashSet<String>,
 }
 
 impl Aggregator {
     /// When the open interval began (Unix ms); `None` when it has no round.
     pub fn started_ms(&self) -> Option<u64> {
         self.start_ms
+    }
+
+    /// The origins of the admitted tenants from now on (the monitor's
+    /// admissions, see [`Origin`]); a tenant not in it has none.
+    pub fn set_origins(&mut self, origins: impl IntoIterator<Item = (String, Origin)>) {
+        let present = &self.present;
+        self.origins.retain(|tenant, _| present.contains(tenant));
+        self.origins.extend(origins);
     }
 
     /// Folds one round, taken at Unix time `now_ms`, into the open interval.
@@ -204,6 +245,11 @@ impl Aggregator {
                     continue;
                 }
                 let acc = self.tenants.entry(key).or_default();
+                // Kept once seen: a released tenant's last rounds are
+                // still its job's.
+                if let Some(origin) = self.origins.get(&tenant.name) {
+                    acc.origin = Some(origin.clone());
+                }
                 acc.device_index = device.index;
                 acc.rounds += 1;
                 if device.processes > 0 || device.memory_used_bytes > 0 {
@@ -241,6 +287,7 @@ impl Aggregator {
         // A tenant-and-device pair not seen this round starts from zero
         // when it comes back (its ledger was made anew).
         self.last = seen;
+        self.present = snapshot.tenants.iter().map(|t| t.name.clone()).collect();
         for device in &snapshot.devices {
             if !self.devices.contains_key(&device.uuid) && self.devices.len() >= MAX_DEVICE_ROWS {
                 continue;
@@ -276,7 +323,10 @@ impl Aggregator {
     pub fn close(&mut self, now_ms: u64) -> Option<Batch> {
         let start_ms = self.start_ms.take()?;
         let start_s = start_ms / 1000;
-        let span_s = (now_ms.saturating_sub(start_ms).div_ceil(1000)).max(1);
+        // To the nearest second: an interval closes at the first round
+        // past its length (a minute and up to a round, 250 ms, more), and
+        // rounded up each would count a second too many.
+        let span_s = (now_ms.saturating_sub(start_ms).saturating_add(500) / 1000).max(1);
         let mean = |sum: u64, n: u32| (n > 0).then(|| u32::try_from(sum / u64::from(n)).unwrap_or(u32::MAX));
         let tenants = std::mem::take(&mut self.tenants)
             .into_iter()
@@ -301,6 +351,7 @@ impl Aggregator {
                 processes_peak: acc.processes_peak,
                 cpu_e4: mean(acc.cpu_sum_e4, acc.cpu_rounds),
                 gpu_e4: mean(acc.gpu_sum_e4, acc.gpu_rounds),
+                origin: acc.origin,
             })
             .collect();
         let devices = std::mem::take(&mut self.devices)
@@ -365,6 +416,40 @@ mod tests {
         agg.fold(&round(0, 12, 1600, 0), 120_250);
         let row = agg.close(180_000).unwrap().tenants.remove(0);
         assert_eq!((row.denied, row.throttled_ns, row.active_rounds), (2, 0, 0));
+    }
+
+    #[test]
+    fn a_tenants_origin_comes_from_its_admission_and_outlives_its_release_while_seen() {
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        // What a DRA claim carries names no job or user: no origin.
+        assert_eq!(Origin::from_labels(&labels(&[("origin", "kubernetes"), ("pod", "p")])), None);
+        let origin = Origin::from_labels(&labels(&[("origin", "slurm"), ("job", "42"), ("user", "alice"), ("account", "")]));
+        assert_eq!(origin, Some(Origin { job: Some("42".into()), user: Some("alice".into()), account: None }));
+        let tenant = round(1, 0, 0, 1).tenants[0].name.clone();
+        let mut agg = Aggregator::default();
+        agg.fold(&round(1, 0, 0, 1), 0);
+        agg.set_origins([(tenant.clone(), origin.clone().unwrap())]);
+        agg.fold(&round(1, 0, 0, 1), 250);
+        assert_eq!(agg.close(1000).unwrap().tenants[0].origin, origin);
+        // Released (no longer admitted) but its processes still seen.
+        agg.set_origins([]);
+        agg.fold(&round(1, 0, 0, 1), 1250);
+        assert_eq!(agg.close(2000).unwrap().tenants[0].origin, origin);
+        // Gone for a round: forgotten, and a tenant of that name later is nobody's.
+        agg.fold(&Snapshot { nvml: false, devices: vec![], tenants: vec![], untracked_processes: vec![] }, 2250);
+        agg.set_origins([]);
+        agg.fold(&round(1, 0, 0, 1), 2500);
+        assert_eq!(agg.close(3000).unwrap().tenants[0].origin, None);
+    }
+
+    #[test]
+    fn an_intervals_span_is_to_the_nearest_second_at_least_one() {
+        let span = |from_ms: u64, to_ms: u64| {
+            let mut agg = Aggregator::default();
+            agg.fold(&round(1, 0, 0, 1), from_ms);
+            agg.close(to_ms).unwrap().tenants[0].span_s
+        };
+        assert_eq!((span(0, 60_240), span(0, 1_240), span(0, 1_600), span(0, 100)), (60, 1, 2, 1));
     }
 
     #[test]

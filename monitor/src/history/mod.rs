@@ -29,6 +29,7 @@
 //! history from being written either.
 
 pub mod aggregate;
+pub mod groups;
 pub mod store;
 pub mod summary;
 

@@ -13,14 +13,14 @@
 //! `i64::MAX`: only a tenant that lies in its ledger reaches them, and it
 //! must not make the batch, and so the other tenants' rows, fail.
 
-use super::aggregate::{Batch, DeviceRow, TenantRow};
+use super::aggregate::{Batch, DeviceRow, Origin, TenantRow};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
 /// The layout this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 /// How long a writer or reader waits for the other's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -51,8 +51,16 @@ CREATE TABLE tenant_intervals (
     processes_peak INTEGER NOT NULL,
     cpu_e4 INTEGER,
     gpu_e4 INTEGER,
+    origin INTEGER,
     PRIMARY KEY (start_s, series)
 ) WITHOUT ROWID;
+CREATE TABLE origins (
+    id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    user TEXT NOT NULL,
+    account TEXT NOT NULL,
+    UNIQUE (job, user, account)
+);
 CREATE TABLE devices (
     id INTEGER PRIMARY KEY,
     uuid TEXT NOT NULL UNIQUE
@@ -83,6 +91,21 @@ ALTER TABLE tenant_intervals ADD COLUMN gpu_e4 INTEGER;
 ALTER TABLE device_intervals ADD COLUMN temperature_peak_c INTEGER;
 ALTER TABLE device_intervals ADD COLUMN power_peak_mw INTEGER;
 ALTER TABLE device_intervals ADD COLUMN throttled_rounds INTEGER;
+";
+
+/// From layout 2 to 3: the job, user and account a tenant was admitted
+/// for ([`Origin`]), one row per distinct origin, which a tenant's
+/// interval names (NULL: none; an empty text: that part not known). Rows
+/// of layout 2 have none.
+const MIGRATE_2_TO_3: &str = "
+ALTER TABLE tenant_intervals ADD COLUMN origin INTEGER;
+CREATE TABLE origins (
+    id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    user TEXT NOT NULL,
+    account TEXT NOT NULL,
+    UNIQUE (job, user, account)
+);
 ";
 
 /// Why the history could not be opened for reading.
@@ -167,7 +190,8 @@ const LAYOUT_PROBES: &[&str] = &[
     "SELECT id, tenant, device_uuid FROM series LIMIT 0",
     "SELECT start_s, series, span_s, device_index, rounds, active_rounds, memory_peak_bytes, memory_mean_bytes, \
      driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, compute_limit_e4, compute_used_e4, compute_target_e4, \
-     throttled_ns, denied, processes_peak, cpu_e4, gpu_e4 FROM tenant_intervals LIMIT 0",
+     throttled_ns, denied, processes_peak, cpu_e4, gpu_e4, origin FROM tenant_intervals LIMIT 0",
+    "SELECT id, job, user, account FROM origins LIMIT 0",
     "SELECT id, uuid FROM devices LIMIT 0",
     "SELECT start_s, device, span_s, device_index, rounds, memory_total_bytes, memory_used_peak_bytes, utilization_e4, \
      temperature_peak_c, power_peak_mw, throttled_rounds FROM device_intervals LIMIT 0",
@@ -227,6 +251,13 @@ fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
         processes_peak: small(r.get(17)?),
         cpu_e4: r.get::<_, Option<i64>>(18)?.map(small),
         gpu_e4: r.get::<_, Option<i64>>(19)?.map(small),
+        origin: match (r.get::<_, Option<String>>(20)?, r.get::<_, Option<String>>(21)?, r.get::<_, Option<String>>(22)?) {
+            (None, None, None) => None,
+            (job, user, account) => {
+                let known = |v: Option<String>| v.filter(|v| !v.is_empty());
+                Some(Origin { job: known(job), user: known(user), account: known(account) })
+            }
+        },
     })
 }
 
@@ -319,8 +350,13 @@ impl Store {
                 .map_err(|e| failed(format!("cannot create the history in {shown}: {e}")))?;
             }
             1 => {
-                conn.execute_batch(&format!("BEGIN; {MIGRATE_1_TO_2} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                conn.execute_batch(&format!("BEGIN; {MIGRATE_1_TO_2} {MIGRATE_2_TO_3} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
                     .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 1 to {SCHEMA_VERSION}: {e}")))?;
+                check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
+            }
+            2 => {
+                conn.execute_batch(&format!("BEGIN; {MIGRATE_2_TO_3} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                    .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 2 to {SCHEMA_VERSION}: {e}")))?;
                 check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
             }
             SCHEMA_VERSION => {
@@ -401,13 +437,26 @@ impl Store {
                 .prepare(
                     "INSERT OR REPLACE INTO tenant_intervals (start_s, series, span_s, device_index, rounds, active_rounds, \
                      memory_peak_bytes, memory_mean_bytes, driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, \
-                     compute_limit_e4, compute_used_e4, compute_target_e4, throttled_ns, denied, processes_peak, cpu_e4, gpu_e4) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                     compute_limit_e4, compute_used_e4, compute_target_e4, throttled_ns, denied, processes_peak, cpu_e4, gpu_e4, \
+                     origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
                 )
                 .map_err(sql("prepare"))?;
+            let mut add_origin =
+                tx.prepare("INSERT OR IGNORE INTO origins (job, user, account) VALUES (?1, ?2, ?3)").map_err(sql("prepare"))?;
+            let mut origin_id =
+                tx.prepare("SELECT id FROM origins WHERE job = ?1 AND user = ?2 AND account = ?3").map_err(sql("prepare"))?;
             for row in &batch.tenants {
                 add_series.execute(params![row.tenant, row.device_uuid]).map_err(sql("cannot add a series"))?;
                 let id: i64 = series_id.query_row(params![row.tenant, row.device_uuid], |r| r.get(0)).map_err(sql("series"))?;
+                let origin: Option<i64> = match &row.origin {
+                    Some(o) => {
+                        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+                        let key = params![text(&o.job), text(&o.user), text(&o.account)];
+                        add_origin.execute(key).map_err(sql("cannot add an origin"))?;
+                        Some(origin_id.query_row(key, |r| r.get(0)).map_err(sql("origin"))?)
+                    }
+                    None => None,
+                };
                 add_row
                     .execute(params![
                         int(row.start_s),
@@ -429,6 +478,7 @@ impl Store {
                         row.processes_peak,
                         row.cpu_e4,
                         row.gpu_e4,
+                        origin,
                     ])
                     .map_err(sql("cannot write a tenant's interval"))?;
             }
@@ -473,6 +523,8 @@ impl Store {
         gone += tx.execute("DELETE FROM device_intervals WHERE start_s < ?1", [int(before_s)]).map_err(sql("prune"))?;
         tx.execute("DELETE FROM series WHERE id NOT IN (SELECT DISTINCT series FROM tenant_intervals)", []).map_err(sql("prune"))?;
         tx.execute("DELETE FROM devices WHERE id NOT IN (SELECT DISTINCT device FROM device_intervals)", []).map_err(sql("prune"))?;
+        tx.execute("DELETE FROM origins WHERE id NOT IN (SELECT DISTINCT origin FROM tenant_intervals WHERE origin IS NOT NULL)", [])
+            .map_err(sql("prune"))?;
         tx.commit().map_err(sql("cannot commit the pruning"))?;
         self.conn.execute_batch("PRAGMA incremental_vacuum").map_err(sql("incremental vacuum"))?;
         Ok(gone)
@@ -489,8 +541,9 @@ impl Store {
                 "SELECT i.start_s, i.span_s, s.tenant, s.device_uuid, i.device_index, i.rounds, i.active_rounds, \
                  i.memory_peak_bytes, i.memory_mean_bytes, i.driver_memory_peak_bytes, i.memory_cap_bytes, \
                  i.compute_share_e4, i.compute_limit_e4, i.compute_used_e4, i.compute_target_e4, i.throttled_ns, \
-                 i.denied, i.processes_peak, i.cpu_e4, i.gpu_e4 \
-                 FROM tenant_intervals i JOIN series s ON s.id = i.series WHERE i.start_s >= ?1 \
+                 i.denied, i.processes_peak, i.cpu_e4, i.gpu_e4, o.job, o.user, o.account \
+                 FROM tenant_intervals i JOIN series s ON s.id = i.series LEFT JOIN origins o ON o.id = i.origin \
+                 WHERE i.start_s >= ?1 \
                  ORDER BY s.tenant, s.device_uuid, i.start_s",
             )
             .map_err(sql("cannot read the history"))?;
@@ -582,6 +635,7 @@ mod tests {
             processes_peak: 2,
             cpu_e4: Some(9500),
             gpu_e4: Some(300),
+            origin: None,
         }
     }
 
@@ -672,7 +726,7 @@ mod tests {
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("symbolic link")));
         // This layout in the header, other tables in the file.
         std::fs::remove_file(dir.file()).unwrap();
-        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 2;").unwrap();
+        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 3;").unwrap();
         let e = Store::create(&dir.file()).err().unwrap();
         assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("no such table: series")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("no such table: series")));
@@ -693,7 +747,8 @@ mod tests {
         Connection::open(dir.file())
             .unwrap()
             .execute_batch(
-                "ALTER TABLE tenant_intervals DROP COLUMN cpu_e4; ALTER TABLE tenant_intervals DROP COLUMN gpu_e4; \
+                "ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; \
+                 ALTER TABLE tenant_intervals DROP COLUMN cpu_e4; ALTER TABLE tenant_intervals DROP COLUMN gpu_e4; \
                  ALTER TABLE device_intervals DROP COLUMN temperature_peak_c; ALTER TABLE device_intervals DROP COLUMN power_peak_mw; \
                  ALTER TABLE device_intervals DROP COLUMN throttled_rounds; PRAGMA user_version = 1;",
             )
@@ -705,6 +760,40 @@ mod tests {
         assert_eq!(read.tenants, vec![old]);
         let old = DeviceRow { temperature_peak_c: None, power_peak_mw: None, throttled_rounds: None, ..device_row(0, 1000) };
         assert_eq!(read.devices, vec![old]);
+    }
+
+    #[test]
+    fn a_history_of_layout_2_is_brought_forward_and_origins_come_back_as_written() {
+        let dir = Dir::new("layout2");
+        let mut store = Store::create(&dir.file()).unwrap();
+        store.write(&Batch { tenants: vec![row("team-a", 0, 1000)], devices: vec![], left_out: 0 }).unwrap();
+        drop(store);
+        Connection::open(dir.file())
+            .unwrap()
+            .execute_batch("ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; PRAGMA user_version = 2;")
+            .unwrap();
+        assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 2")));
+        let mut store = Store::create(&dir.file()).unwrap();
+        let origin = |job: &str, user: &str, account: Option<&str>| {
+            Some(Origin { job: Some(job.into()), user: Some(user.into()), account: account.map(String::from) })
+        };
+        let jobs = vec![
+            TenantRow { origin: origin("41", "alice", Some("physics")), ..row("slurm-41", 0, 1060) },
+            TenantRow { origin: origin("42", "bob", None), ..row("slurm-42", 0, 1060) },
+            // The same origin again in the next interval: one origin row.
+            TenantRow { origin: origin("41", "alice", Some("physics")), ..row("slurm-41", 0, 1120) },
+        ];
+        store.write(&Batch { tenants: jobs.clone(), devices: vec![], left_out: 0 }).unwrap();
+        let read = Store::open_read(&dir.file()).unwrap().read(0).unwrap();
+        let mut expected = vec![row("team-a", 0, 1000), jobs[0].clone(), jobs[2].clone(), jobs[1].clone()];
+        expected.sort_by(|a, b| (&a.tenant, a.start_s).cmp(&(&b.tenant, b.start_s)));
+        assert_eq!(read.tenants, expected);
+        let origins: i64 = store.conn.query_row("SELECT count(*) FROM origins", [], |r| r.get(0)).unwrap();
+        assert_eq!(origins, 2);
+        // Pruned with the last interval that names it.
+        store.prune(1100).unwrap();
+        let origins: i64 = store.conn.query_row("SELECT count(*) FROM origins", [], |r| r.get(0)).unwrap();
+        assert_eq!(origins, 1);
     }
 
     #[test]

@@ -441,6 +441,7 @@ mod tests {
             processes_peak: u32::from(active),
             cpu_e4: None,
             gpu_e4: None,
+            origin: None,
         }
     }
 
