@@ -40,6 +40,7 @@ mod libs;
 mod metrics;
 mod nvml;
 mod policy_check;
+mod teams;
 mod queue;
 mod sampler;
 mod sigbus;

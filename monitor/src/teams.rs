@@ -1,0 +1,212 @@
+//! Teams: groups of tenants that the monitor's configuration file, and
+//! nothing else, names.
+//!
+//! ```toml
+//! [teams.research]
+//! tenants = ["alice-*", "bert"]   # names or patterns (`*`: any run of characters, `?`: one)
+//! share = 50                      # the team's guaranteed part of each device while a member has work
+//! limit = 70                      # the most its members take together
+//! priority = 0
+//! memory = "40GiB"                # the quota its members hold together on each device
+//! ```
+//!
+//! `share`, `limit`, `priority` and `memory` take the forms a tenant's do
+//! (one value, or a table by device). Membership is decided here, from the
+//! file alone: a tenant's environment, its ledger and its processes have no
+//! word in it. A tenant that two teams name, by name or by patterns that
+//! can both match one name, is an error when the file is read, and the error
+//! names both entries with their lines.
+//!
+//! Compute: the arbiter splits a device between teams (and tenants in no
+//! team) by the teams' settings, then each team's part between its active
+//! members by their own shares ([`crate::daemon::arbiter::teams`]). So a
+//! team gains nothing by starting more tenants or processes.
+
+use crate::config::{ConfigError, TenantConfig};
+
+/// One entry of a team's `tenants`: a tenant name or a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberPattern {
+    /// As written.
+    pub pattern: String,
+    /// 1-based line of the entry in the file.
+    pub line: usize,
+}
+
+impl MemberPattern {
+    /// Whether `tenant` is one this entry names.
+    pub fn matches(&self, tenant: &str) -> bool {
+        glob_matches(self.pattern.as_bytes(), tenant.as_bytes())
+    }
+}
+
+/// One team the file names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TeamConfig {
+    /// Who belongs to it.
+    pub members: Vec<MemberPattern>,
+    /// Its quota (`memory_bytes`), limit, share and priority, by device.
+    pub settings: TenantConfig,
+}
+
+impl TeamConfig {
+    /// Whether `tenant` belongs to this team.
+    pub fn has(&self, tenant: &str) -> bool {
+        self.members.iter().any(|m| m.matches(tenant))
+    }
+}
+
+/// The accepted form of a `tenants` entry, for messages.
+pub const PATTERN_FORMAT: &str =
+    "a tenant name ([A-Za-z0-9._-], at most 63 characters) or a pattern of those with * (any run of characters) and ? (one character)";
+
+/// Checks one `tenants` entry.
+pub fn validate_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.is_empty() {
+        return Err(format!("an empty entry: expected {PATTERN_FORMAT}"));
+    }
+    if let Some(c) = pattern.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '?'))) {
+        return Err(format!("{pattern:?}: {c:?} is not allowed: expected {PATTERN_FORMAT}"));
+    }
+    if !pattern.contains(['*', '?']) {
+        return ledger::units::validate_tenant_name(pattern).map_err(|e| format!("{pattern:?}: {e}"));
+    }
+    if pattern.len() > 255 {
+        return Err(format!("{pattern:?}: longer than 255 characters"));
+    }
+    Ok(())
+}
+
+/// Whether `name` matches `pattern` (`*` any run, `?` one character).
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    // Iterative with one backtrack point: linear in practice, and never
+    // exponential (a later `*` replaces the earlier backtrack point).
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Whether some tenant name matches both patterns: the two entries would
+/// put one tenant in two teams. A dynamic programme over the two patterns'
+/// positions (at most 256 × 256 states).
+pub fn patterns_overlap(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut seen = vec![false; (a.len() + 1) * (b.len() + 1)];
+    let mut stack = vec![(0usize, 0usize)];
+    while let Some((i, j)) = stack.pop() {
+        let cell = i * (b.len() + 1) + j;
+        if seen[cell] {
+            continue;
+        }
+        seen[cell] = true;
+        if i == a.len() && j == b.len() {
+            return true;
+        }
+        match (a.get(i), b.get(j)) {
+            (Some(b'*'), _) => {
+                // `*` of `a` matches nothing more, or takes in `b`'s next token.
+                stack.push((i + 1, j));
+                if j < b.len() {
+                    stack.push((i, j + 1));
+                }
+            }
+            (_, Some(b'*')) => {
+                stack.push((i, j + 1));
+                if i < a.len() {
+                    stack.push((i + 1, j));
+                }
+            }
+            (Some(&x), Some(&y)) if x == y || x == b'?' || y == b'?' => stack.push((i + 1, j + 1)),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Refuses a tenant that two teams could both claim; `at_line` makes the
+/// error at an entry's line.
+pub fn check_disjoint(
+    teams: &std::collections::BTreeMap<String, TeamConfig>,
+    at_line: impl Fn(usize, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let entries: Vec<(&str, &MemberPattern)> = teams.iter().flat_map(|(team, t)| t.members.iter().map(move |m| (team.as_str(), m))).collect();
+    for (k, (team_a, a)) in entries.iter().enumerate() {
+        for (team_b, b) in entries.iter().skip(k + 1) {
+            if team_a == team_b || !patterns_overlap(&a.pattern, &b.pattern) {
+                continue;
+            }
+            let how = if a.pattern == b.pattern { "both name".to_string() } else { "can both match".to_string() };
+            return Err(at_line(
+                b.line,
+                format!(
+                    "team {team_b}: {:?} (line {}) and team {team_a}: {:?} (line {}) {how} one tenant; a tenant belongs to at most one team",
+                    b.pattern, b.line, a.pattern, a.line
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_names() {
+        let m = |p: &str, n: &str| glob_matches(p.as_bytes(), n.as_bytes());
+        assert!(m("alice-*", "alice-1"));
+        assert!(m("alice-*", "alice-"));
+        assert!(!m("alice-*", "alice"));
+        assert!(m("bert", "bert"));
+        assert!(!m("bert", "berta"));
+        assert!(m("*-gpu-?", "x-gpu-1"));
+        assert!(!m("*-gpu-?", "x-gpu-12"));
+        assert!(m("*a*b*", "xxaxxbxx"));
+        assert!(!m("*a*b*", "xxbxxaxx"));
+        assert!(m("*", "anything"));
+    }
+
+    #[test]
+    fn overlapping_patterns_are_found_and_disjoint_ones_are_not() {
+        for (a, b) in [("alice-*", "alice-b"), ("alice-*", "*-b"), ("a*", "*z"), ("?", "x"), ("bert", "bert"), ("a*c", "ab*"), ("*", "x")] {
+            assert!(patterns_overlap(a, b), "{a} {b}");
+            assert!(patterns_overlap(b, a), "{b} {a}");
+        }
+        for (a, b) in [("alice-*", "bob-*"), ("a?", "abc"), ("*x", "*y"), ("bert", "bert2"), ("a*c", "b*")] {
+            assert!(!patterns_overlap(a, b), "{a} {b}");
+            assert!(!patterns_overlap(b, a), "{b} {a}");
+        }
+    }
+
+    #[test]
+    fn bad_entries_are_refused_with_what_is_accepted() {
+        for bad in ["", "a b", "a/b", "-rf", ".hidden", "ü*"] {
+            let e = validate_pattern(bad).unwrap_err();
+            assert!(e.contains("expected") || e.contains("starts with"), "{bad:?}: {e}");
+        }
+        for good in ["alice", "alice-*", "*", "job-??", "a.b_c-*"] {
+            assert_eq!(validate_pattern(good), Ok(()), "{good}");
+        }
+    }
+}
