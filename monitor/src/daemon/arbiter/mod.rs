@@ -116,7 +116,13 @@ impl Shared {
     pub fn team_claim(&self, tenant: &str, uuid: &[u8; 16]) -> Option<teams::TeamClaim> {
         let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
         let (index, team) = teams.iter().enumerate().find(|(_, t)| t.config.has(tenant))?;
-        Some(teams::TeamClaim { id: index as u32 + 1, claim: team.claims.get(uuid).copied().unwrap_or_default() })
+        // A device the round has not listed yet (NVML not read yet): the
+        // team's setting for it by UUID or for all devices.
+        let claim = team.claims.get(uuid).copied().or_else(|| {
+            let p = team.config.settings.compute_for(&crate::nvml::uuid_string(uuid), None)?;
+            Some(Claim { share_e4: p.share_ratio_e4, limit_e4: p.limit_ratio_e4, priority: p.priority })
+        });
+        Some(teams::TeamClaim { id: index as u32 + 1, claim: claim.unwrap_or_default() })
     }
 }
 
@@ -608,12 +614,12 @@ impl Arbiter {
         }
         let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
         let key = tenant_key(&hello.tenant);
-        let Some(member) = device.join_as(key, claim, declared, id, now) else {
+        let team = self.shared.team_claim(&hello.tenant, &hello.uuid);
+        let Some(member) = device.join_in_team(key, claim, declared, team, id, now) else {
             let _ = broker::refuse(fd, Refusal::Full);
             self.conns.remove(&id);
             return;
         };
-        device.set_team(key, self.shared.team_claim(&hello.tenant, &hello.uuid));
         // Stepped before the page is handed over: a setting that ends the
         // device's open grant ends it before this process can read it.
         self.step(hello.uuid, now);

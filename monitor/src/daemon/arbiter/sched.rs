@@ -371,6 +371,21 @@ impl DeviceSched {
     /// [`join`](Self::join) for a tenant whose settings its own processes
     /// declared (`declared`: who), the first process's word kept.
     pub fn join_as(&mut self, key: u64, claim: Claim, declared: Option<Declared>, conn: ConnId, now_ns: u64) -> Option<u32> {
+        self.join_in_team(key, claim, declared, None, conn, now_ns)
+    }
+
+    /// [`join_as`](Self::join_as) for a member of `team`, known before the
+    /// process gets the page: a team with settings ends an open grant
+    /// before the newcomer could launch under it.
+    pub fn join_in_team(
+        &mut self,
+        key: u64,
+        claim: Claim,
+        declared: Option<Declared>,
+        team: Option<TeamClaim>,
+        conn: ConnId,
+        now_ns: u64,
+    ) -> Option<u32> {
         let found = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key));
         let m = match found {
             Some(m) => m,
@@ -404,6 +419,7 @@ impl DeviceSched {
                 free
             }
         };
+        self.set_team(key, team);
         let member = self.member_mut(m)?;
         member.left_at_ns = None;
         member.conns.push(Conn { id: conn, waiting: false, busy: false, seq: None });
@@ -433,14 +449,26 @@ impl DeviceSched {
     /// Puts tenant `key` in team `team` on this device, or in none (the
     /// configuration changed, or its first process joined); its weight and
     /// the settings it is held to follow at the next step.
+    ///
+    /// A member whose team changes starts level with the others (the least
+    /// virtual time of the active members): what it ran or was owed at
+    /// its old weight says nothing of its new one, and a member charged
+    /// at a tiny weight before its team was known would wait for the
+    /// others to catch up with it.
     pub fn set_team(&mut self, key: u64, team: Option<TeamClaim>) {
-        for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
-            if member.team != team {
-                member.team = team;
-                if team.is_none() {
-                    member.claim = member.own;
-                }
-            }
+        let Some(m) = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key)) else { return };
+        let now_ns = self.members.iter().flatten().filter_map(|m| m.last_active_ns).max().unwrap_or(0);
+        let least = self.least_active_vtime(m, now_ns);
+        let Some(member) = self.member_mut(m) else { return };
+        if member.team == team {
+            return;
+        }
+        member.team = team;
+        if team.is_none() {
+            member.claim = member.own;
+        }
+        if let Some(least) = least {
+            member.vtime = least;
         }
     }
 
@@ -1173,6 +1201,26 @@ mod tests {
         s.leave(20, 4 * MS);
         s.step(4 * MS);
         assert!(s.page().grant().is_open());
+    }
+
+    #[test]
+    fn a_member_of_a_team_with_settings_ends_the_open_grant_before_it_launches() {
+        let mut s = sched();
+        assert!(s.page().grant().is_open());
+        s.join(1, Claim::default(), 1, 0).unwrap();
+        s.set_team(1, Some(TeamClaim { id: 1, claim: claim(50, 0, 0) }));
+        s.step(0);
+        assert!(!s.page().grant().is_open(), "{:?}", s.phase);
+        s.message(1, Op::Done, 0, MS);
+        s.message(1, Op::Want, 0, MS);
+        s.step(MS);
+        assert!(!s.page().grant().is_open(), "{:?}", s.phase);
+        s.join(2, Claim::default(), 2, MS).unwrap();
+        s.set_team(2, Some(TeamClaim { id: 2, claim: claim(50, 0, 0) }));
+        for t in 2..50 {
+            s.step(t * MS);
+            assert!(!s.page().grant().is_open(), "{t}: {:?}", s.phase);
+        }
     }
 
     #[test]
