@@ -31,8 +31,7 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     std::fs::write(&config, "[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n").unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let liar = [("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
-    let clients: [(&str, &[(&str, &str)]); 6] =
-        [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
+    let clients: [(&str, &[(&str, &str)]); 6] = [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
     // Every client counts from one epoch and runs 6 s from its own start;
     // the window measured starts once all have started.
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
@@ -54,6 +53,16 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
     monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4", |m| {
         target(m, "solo") == Some(0.5) && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
+    });
+    // Each team's figures: its share, its members, its part of the device now.
+    let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
+    monitor.metrics_until("each team's share, members and target", |m| {
+        ["a", "b"].iter().all(|t| {
+            team(m, "gpuslice_team_compute_share_ratio", t) == Some(0.5)
+                && team(m, "gpuslice_team_compute_target_ratio", t).is_some_and(|x| (x - 0.5).abs() < 0.001)
+        }) && team(m, "gpuslice_team_members", "a") == Some(1.0)
+            && team(m, "gpuslice_team_members", "b") == Some(4.0)
+            && team(m, "gpuslice_team_compute_used_ratio", "b").is_some_and(|x| x > 0.0)
     });
     let mut got: Vec<(&str, f64)> = Vec::new();
     for (tenant, r) in running {

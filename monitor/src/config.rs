@@ -646,11 +646,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 
 /// Parses the settings a tenant or a team may have (`memory`, `limit`,
 /// `share`, `priority`); `who` names it in messages ("tenant a", "team b").
-fn settings(
-    who: &str,
-    raw: &RawTenant,
-    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<TenantConfig, ConfigError> {
+fn settings(who: &str, raw: &RawTenant, at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError) -> Result<TenantConfig, ConfigError> {
     let mut config = TenantConfig::default();
     match raw.memory.as_ref().map(|memory| (memory, memory.get_ref())) {
         None => {}
@@ -669,10 +665,7 @@ fn settings(
                 let bytes = units::parse_size(text)
                     .map_err(|e| at(size.span(), format!("{who}: memory for device {}: {text:?}: {e}", key.get_ref())))?;
                 if let Some(first) = spelled.insert(device.clone(), key.get_ref()) {
-                    return Err(at(
-                        key.span(),
-                        format!("{who}: device {:?} is given twice (also as {first:?})", key.get_ref()),
-                    ));
+                    return Err(at(key.span(), format!("{who}: device {:?} is given twice (also as {first:?})", key.get_ref())));
                 }
                 // A device spelled once is set once.
                 let _ = set_device(&mut config.memory_bytes, device, bytes);

@@ -40,11 +40,11 @@ mod libs;
 mod metrics;
 mod nvml;
 mod policy_check;
-mod teams;
 mod queue;
 mod sampler;
 mod sigbus;
 mod snapshot;
+mod teams;
 mod text;
 
 use clap::{Parser, Subcommand};

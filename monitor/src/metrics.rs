@@ -34,6 +34,8 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// counters, and what it reads beside the ledgers (device names, the queue).
 #[derive(Debug, Clone, Default)]
 pub struct MonitorCounters {
+    /// Each team's figures on each device (`[teams]` of the configuration).
+    pub teams: Vec<crate::teams::TeamDeviceFigures>,
     /// Violations found, by kind (`untracked_process`, `over_cap`).
     pub violations_total: std::collections::BTreeMap<&'static str, u64>,
     /// Processes killed because of a violation.
@@ -283,6 +285,48 @@ const FAMILIES: &[Family] = &[
         help: "Kernel launches of the tenant on the device while the monitor arbitrated it (counted at each checkpoint) or a compute limit governed it.",
         kind: MetricType::Counter,
         series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.kernel_launches_total))),
+    },
+    Family {
+        name: "gpuslice_team_members",
+        help: "Tenants of the team (by the monitor's configuration) with a ledger entry for the device.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Whole(f.members)))),
+    },
+    Family {
+        name: "gpuslice_team_memory_quota_bytes",
+        help: "The team's memory quota on the device, from the monitor's configuration; no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.memory_quota_bytes.map(Value::Whole))),
+    },
+    Family {
+        name: "gpuslice_team_memory_used_bytes",
+        help: "Device memory the team's tenants hold together, by their ledgers.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Whole(f.memory_used_bytes)))),
+    },
+    Family {
+        name: "gpuslice_team_compute_share_ratio",
+        help: "The team's guaranteed share of the device's time while a member has work; no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.compute_share_ratio.map(Value::Real))),
+    },
+    Family {
+        name: "gpuslice_team_compute_limit_ratio",
+        help: "The most of the device's time the team's tenants take together; no series for a team without a limit.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.compute_limit_ratio.map(Value::Real))),
+    },
+    Family {
+        name: "gpuslice_team_compute_target_ratio",
+        help: "What the device's turns give the team's active tenants together now, as a ratio of device time.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Real(f.compute_target_ratio)))),
+    },
+    Family {
+        name: "gpuslice_team_compute_used_ratio",
+        help: "Device time charged to the team's tenants together over the monitor's last round, as a ratio of wall time.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Real(f.compute_used_ratio)))),
     },
     Family {
         name: "gpuslice_reclaimed_processes_total",
@@ -601,6 +645,19 @@ fn sample(family: &mut MetricEncoder, kind: MetricType, labels: &[(&str, &str)],
         MetricType::Counter => ConstCounter::new(value).encode(encoder),
         _ => ConstGauge::new(value).encode(encoder),
     }
+}
+
+/// One series per team and device, labelled team, device and uuid; none
+/// where `value_of` says `None`.
+fn team_series(page: &Page, value_of: fn(&crate::teams::TeamDeviceFigures) -> Option<Value>) -> Vec<(Labels, Value)> {
+    page.counters
+        .teams
+        .iter()
+        .filter_map(|f| {
+            let labels = vec![("team", f.team.clone()), ("device", f.index.to_string()), ("uuid", f.uuid.clone())];
+            value_of(f).map(|v| (labels, v))
+        })
+        .collect()
 }
 
 impl Page {

@@ -149,7 +149,8 @@ pub fn check_disjoint(
     teams: &std::collections::BTreeMap<String, TeamConfig>,
     at_line: impl Fn(usize, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    let entries: Vec<(&str, &MemberPattern)> = teams.iter().flat_map(|(team, t)| t.members.iter().map(move |m| (team.as_str(), m))).collect();
+    let entries: Vec<(&str, &MemberPattern)> =
+        teams.iter().flat_map(|(team, t)| t.members.iter().map(move |m| (team.as_str(), m))).collect();
     for (k, (team_a, a)) in entries.iter().enumerate() {
         for (team_b, b) in entries.iter().skip(k + 1) {
             if team_a == team_b || !patterns_overlap(&a.pattern, &b.pattern) {
@@ -209,4 +210,70 @@ mod tests {
             assert_eq!(validate_pattern(good), Ok(()), "{good}");
         }
     }
+}
+
+/// One team on one device, as `/metrics` shows it: its settings from the
+/// configuration, and what its members hold and get, summed from the
+/// monitor's own figures (the members' ledgers as the snapshot reads them,
+/// the arbiter's targets and charges).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamDeviceFigures {
+    pub team: String,
+    /// Host index and UUID of the device.
+    pub index: u32,
+    pub uuid: String,
+    /// Members with a ledger entry for the device.
+    pub members: u64,
+    /// The team's memory quota there; `None` when it has none.
+    pub memory_quota_bytes: Option<u64>,
+    /// What its members hold there together (their ledgers' usage).
+    pub memory_used_bytes: u64,
+    /// The team's share and limit there, ratios of the device.
+    pub compute_share_ratio: Option<f64>,
+    pub compute_limit_ratio: Option<f64>,
+    /// The sum of its active members' targets (the team's part now).
+    pub compute_target_ratio: f64,
+    /// The device time charged to its members over the last round, as a
+    /// ratio of wall time.
+    pub compute_used_ratio: f64,
+}
+
+/// Each team's figures on each device some member has used.
+pub fn figures(config: &crate::config::Config, snapshot: &crate::snapshot::Snapshot) -> Vec<TeamDeviceFigures> {
+    let ratio = |e4: Option<u32>| e4.filter(|v| *v > 0).map(|v| f64::from(v) / 10_000.0);
+    let mut out: Vec<TeamDeviceFigures> = Vec::new();
+    for tenant in &snapshot.tenants {
+        let Some((team_name, team)) = config.team_of(&tenant.name) else { continue };
+        for device in &tenant.devices {
+            let host_index = snapshot.nvml.then_some(device.index);
+            let at = match out.iter().position(|f| f.team == team_name && f.uuid == device.uuid) {
+                Some(at) => at,
+                None => {
+                    let compute = team.settings.compute_for(&device.uuid, host_index);
+                    out.push(TeamDeviceFigures {
+                        team: team_name.to_string(),
+                        index: device.index,
+                        uuid: device.uuid.clone(),
+                        members: 0,
+                        memory_quota_bytes: team.settings.memory_for(&device.uuid, host_index),
+                        memory_used_bytes: 0,
+                        compute_share_ratio: ratio(compute.map(|p| p.share_ratio_e4)),
+                        compute_limit_ratio: ratio(compute.map(|p| p.limit_ratio_e4)),
+                        compute_target_ratio: 0.0,
+                        compute_used_ratio: 0.0,
+                    });
+                    out.len() - 1
+                }
+            };
+            let f = &mut out[at];
+            f.members += 1;
+            f.memory_used_bytes = f.memory_used_bytes.saturating_add(device.memory_used_bytes);
+            if device.compute_member == Some(true) {
+                f.compute_target_ratio += device.compute_target_ratio.unwrap_or(0.0);
+            }
+            f.compute_used_ratio += device.compute_used_ratio.unwrap_or(0.0);
+        }
+    }
+    out.sort_by(|a, b| (&a.team, a.index).cmp(&(&b.team, b.index)));
+    out
 }

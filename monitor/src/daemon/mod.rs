@@ -426,6 +426,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
+        counters.teams = crate::teams::figures(config, &snap);
         cpu_clock.fill(&mut snap, Instant::now());
         history.record(&snap);
         violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));

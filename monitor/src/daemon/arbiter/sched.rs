@@ -370,6 +370,7 @@ impl DeviceSched {
 
     /// [`join`](Self::join) for a tenant whose settings its own processes
     /// declared (`declared`: who), the first process's word kept.
+    #[cfg(test)]
     pub fn join_as(&mut self, key: u64, claim: Claim, declared: Option<Declared>, conn: ConnId, now_ns: u64) -> Option<u32> {
         self.join_in_team(key, claim, declared, None, conn, now_ns)
     }
