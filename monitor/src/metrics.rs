@@ -305,6 +305,12 @@ const FAMILIES: &[Family] = &[
         series: Series::Listed(|page| team_series(page, |f| Some(Value::Whole(f.memory_used_bytes)))),
     },
     Family {
+        name: "gpuslice_team_memory_over_quota_bytes",
+        help: "How far the memory the team's tenants hold passes its quota (the larger of their ledgers and NVML); no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.over_quota_bytes().map(Value::Whole))),
+    },
+    Family {
         name: "gpuslice_team_compute_share_ratio",
         help: "The team's guaranteed share of the device's time while a member has work; no series for a team without one.",
         kind: MetricType::Gauge,

@@ -228,6 +228,9 @@ pub struct TeamDeviceFigures {
     pub memory_quota_bytes: Option<u64>,
     /// What its members hold there together (their ledgers' usage).
     pub memory_used_bytes: u64,
+    /// What the driver (NVML) reports for its members' processes there
+    /// together; `None` without NVML.
+    pub driver_memory_used_bytes: Option<u64>,
     /// The team's share and limit there, ratios of the device.
     pub compute_share_ratio: Option<f64>,
     pub compute_limit_ratio: Option<f64>,
@@ -236,6 +239,42 @@ pub struct TeamDeviceFigures {
     /// The device time charged to its members over the last round, as a
     /// ratio of wall time.
     pub compute_used_ratio: f64,
+}
+
+impl TeamDeviceFigures {
+    /// How far what the team holds passes its quota: the larger of its
+    /// members' ledgers and what the driver reports for their processes
+    /// (a member can lower its own ledger's figure, not NVML's).
+    pub fn over_quota_bytes(&self) -> Option<u64> {
+        let quota = self.memory_quota_bytes?;
+        Some(self.memory_used_bytes.max(self.driver_memory_used_bytes.unwrap_or(0)).saturating_sub(quota))
+    }
+}
+
+/// Says once per episode (a team's device in `over`) when a team holds
+/// more than its quota, naming the excess, and when it is back within it.
+/// A quota lowered below what a team holds frees nothing a process holds.
+pub fn say_over_quota(figures: &[TeamDeviceFigures], over: &mut std::collections::BTreeSet<(String, String)>) {
+    let mut now = std::collections::BTreeSet::new();
+    for f in figures {
+        let Some(excess) = f.over_quota_bytes().filter(|e| *e > 0) else { continue };
+        let key = (f.team.clone(), f.uuid.clone());
+        if !over.contains(&key) {
+            crate::daemon::log::warn(&format!(
+                "team {}: its tenants hold {} bytes on device {} ({}), {excess} bytes over its quota of {} bytes; nothing they hold is freed",
+                f.team,
+                f.memory_used_bytes.max(f.driver_memory_used_bytes.unwrap_or(0)),
+                f.index,
+                f.uuid,
+                f.memory_quota_bytes.unwrap_or(0)
+            ));
+        }
+        now.insert(key);
+    }
+    for (team, uuid) in over.difference(&now) {
+        crate::daemon::log::info(&format!("team {team}: back within its memory quota on device {uuid}"));
+    }
+    *over = now;
 }
 
 /// Each team's figures on each device some member has used.
@@ -257,6 +296,7 @@ pub fn figures(config: &crate::config::Config, snapshot: &crate::snapshot::Snaps
                         members: 0,
                         memory_quota_bytes: team.settings.memory_for(&device.uuid, host_index),
                         memory_used_bytes: 0,
+                        driver_memory_used_bytes: None,
                         compute_share_ratio: ratio(compute.map(|p| p.share_ratio_e4)),
                         compute_limit_ratio: ratio(compute.map(|p| p.limit_ratio_e4)),
                         compute_target_ratio: 0.0,
@@ -268,6 +308,9 @@ pub fn figures(config: &crate::config::Config, snapshot: &crate::snapshot::Snaps
             let f = &mut out[at];
             f.members += 1;
             f.memory_used_bytes = f.memory_used_bytes.saturating_add(device.memory_used_bytes);
+            if let Some(driver) = device.driver_memory_used_bytes {
+                f.driver_memory_used_bytes = Some(f.driver_memory_used_bytes.unwrap_or(0).saturating_add(driver));
+            }
             if device.compute_member == Some(true) {
                 f.compute_target_ratio += device.compute_target_ratio.unwrap_or(0.0);
             }

@@ -1,10 +1,11 @@
-//! Teams in the arbiter, end to end: tenants saturate one simulated device
+//! Teams (`[teams.NAME]`), end to end. Compute: tenants saturate one simulated device
 //! under the shim and a monitor whose configuration puts them in teams,
 //! and each client reports the device time it got.
 //!
 //! The bounds leave room for a loaded two-core machine; how close to its
 //! target each tenant gets is for `cargo bench --bench fairness` (its
-//! `teams 1 vs 4` scenario) to say.
+//! `teams-1-vs-4` scenario) to say. Memory: what a team holds against its
+//! quota, as the monitor reports it.
 
 #[path = "compute_support/mod.rs"]
 mod compute_support;
@@ -108,4 +109,44 @@ fn a_reload_applies_team_changes_to_running_tenants() {
     for running in clients {
         running.wait().assert_success();
     }
+}
+
+/// A team's memory: what its tenants hold together on a device, against
+/// its quota, in /metrics; the excess (a quota lowered below what the team
+/// holds, as here by a reload) is said in the log and frees nothing.
+#[test]
+fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
+    const MIB: u64 = 1 << 20;
+    // Not beside the compute tests' measurements.
+    let _serial = serial();
+    let sim = gpuslice_tests::Sim::new().shim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"4GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    let hold = |tenant: &str| {
+        let mut cmd = sim.c("memctl");
+        cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", "2GiB").args(["init", "ctx", "alloc:a:600M", "hold"]);
+        let mut running = sim.spawn(&mut cmd);
+        assert_eq!(running.wait_for("a"), gpuslice_tests::cu::SUCCESS.to_string());
+        running
+    };
+    let holders = [hold("lab-1"), hold("lab-2")];
+    let team = |m: &Metrics, name: &str| m.value(name, &[("team", "lab"), ("device", "0")]);
+    let held = monitor.metrics_until("the team's two tenants' memory", |m| {
+        team(m, "gpuslice_team_memory_used_bytes").is_some_and(|b| b >= (1200 * MIB) as f64)
+            && team(m, "gpuslice_team_memory_over_quota_bytes") == Some(0.0)
+    });
+    let held = team(&held, "gpuslice_team_memory_used_bytes").unwrap();
+    assert_eq!(team(&monitor.metrics(), "gpuslice_team_memory_quota_bytes"), Some((4096 * MIB) as f64));
+    // The quota lowered below what the team holds: the excess is reported.
+    write_atomically(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"1GiB\"\n");
+    monitor.metrics_until("the excess over the lowered quota", |m| {
+        team(m, "gpuslice_team_memory_over_quota_bytes").is_some_and(|b| b >= held - (1024 * MIB) as f64)
+    });
+    for holder in holders {
+        drop(holder.kill9());
+    }
+    let out = monitor.stop();
+    let log = out.stderr.clone();
+    assert!(log.contains("team lab: its tenants hold") && log.contains("over its quota of 1073741824 bytes"), "{out}");
 }
