@@ -22,6 +22,11 @@
 //! users = { alice = 10, "1001" = 5 }      # by user name or uid: this ceiling, whatever their groups say
 //! groups = { ml-team = 100 }       # by group name or gid: the highest of a user's groups counts
 //!
+//! [teams.research]                # tenants grouped (see crate::teams)
+//! tenants = ["alice-*", "bert"]    # names or patterns; a tenant belongs to at most one team
+//! share = 50                       # the team's part, divided among its busy members
+//! limit = 70                       # its members together
+//!
 //! [share_ceilings]                 # the most device share a user's self-declared tenants hold together
 //! default = 100                    # everyone not named below; default 100 (a whole device)
 //! users = { bob = 20 }             # same keys as [priority_ceilings]; a whole percentage from 0 to 100
