@@ -21,8 +21,9 @@ fn target(m: &Metrics, tenant: &str) -> Option<f64> {
 
 /// Team A's one tenant against team B's four, 50 / 50: A gets half the
 /// device and each B tenant an eighth, not a fifth each. Within B, one
-/// tenant asks its environment for a share of 100 and priority 9 (a
-/// member declares nothing: its team's file settings hold), and another
+/// tenant asks its environment for a share of 100 and priority 9, which
+/// its shim writes into its ledger's policy page (a member declares
+/// nothing: its team's file settings hold), and another
 /// runs two processes (its tenant's part, not twice it): neither gains.
 #[test]
 fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_nothing() {
