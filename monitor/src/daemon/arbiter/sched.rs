@@ -613,7 +613,7 @@ impl DeviceSched {
         let active: Vec<usize> = (0..MAX_MEMBERS).filter(|&i| self.member(i).is_some_and(|m| m.active(now_ns))).collect();
         let claims: Vec<(Claim, Option<Declared>)> = active.iter().filter_map(|&i| self.member(i).map(|m| (m.own, m.declared))).collect();
         let member_teams: Vec<Option<TeamClaim>> = active.iter().filter_map(|&i| self.member(i).map(|m| m.team)).collect();
-        let split = teams::split(&effective_claims(&claims), &member_teams);
+        let split = teams::split(&claims, &member_teams);
         for ((i, weight), held) in active.into_iter().zip(split.targets).zip(split.claims) {
             if let Some(member) = self.member_mut(i) {
                 member.weight_e4 = weight.max(1);

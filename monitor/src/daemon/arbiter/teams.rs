@@ -22,7 +22,7 @@
 //! Members' processes never reach this: who is in which team, and the
 //! teams' settings, come from the configuration alone.
 
-use super::sched::targets;
+use super::sched::{effective_claims, targets, Declared};
 use crate::compute::Claim;
 
 const WHOLE_E4: u64 = ledger::compute::WHOLE_DEVICE_RATIO_E4 as u64;
@@ -47,25 +47,32 @@ pub struct Split {
     pub claims: Vec<Claim>,
 }
 
-/// Splits a device between `claims` (each active member's own settings),
-/// `teams[i]` being member `i`'s team; without teams it is [`targets`].
-pub fn split(claims: &[Claim], teams: &[Option<TeamClaim>]) -> Split {
+/// Splits a device between `members` (each active member's own settings,
+/// and who declared them when the configuration does not name it),
+/// `teams[i]` being member `i`'s team; without teams it is
+/// [`targets`] of [`effective_claims`]. A team's share counts as a
+/// configured one: self-declared shares divide only what configured and
+/// team shares leave.
+pub fn split(members: &[(Claim, Option<Declared>)], teams: &[Option<TeamClaim>]) -> Split {
+    let claims: Vec<Claim> = members.iter().map(|(claim, _)| *claim).collect();
+    let claims = &claims[..];
     // Groups: one per team present, one per member in no team.
-    let mut groups: Vec<(Option<u32>, Claim, Vec<usize>)> = Vec::new();
-    for (i, claim) in claims.iter().enumerate() {
+    let mut groups: Vec<(Option<u32>, (Claim, Option<Declared>), Vec<usize>)> = Vec::new();
+    for (i, member) in members.iter().enumerate() {
         match teams.get(i).copied().flatten() {
             Some(team) => match groups.iter_mut().find(|(id, _, _)| *id == Some(team.id)) {
                 Some((_, _, members)) => members.push(i),
-                None => groups.push((Some(team.id), team.claim, vec![i])),
+                None => groups.push((Some(team.id), (team.claim, None), vec![i])),
             },
-            None => groups.push((None, *claim, vec![i])),
+            None => groups.push((None, *member, vec![i])),
         }
     }
-    let group_claims: Vec<Claim> = groups.iter().map(|(_, claim, _)| *claim).collect();
+    let group_members: Vec<(Claim, Option<Declared>)> = groups.iter().map(|(_, member, _)| *member).collect();
+    let group_claims = effective_claims(&group_members);
     let group_targets = targets(&group_claims);
     let mut out = vec![0u64; claims.len()];
     let mut held: Vec<Claim> = claims.to_vec();
-    for ((team, team_claim, members), group_target) in groups.iter().zip(group_targets) {
+    for ((team, (team_claim, _), members), group_target) in groups.iter().zip(group_targets) {
         if team.is_none() {
             for &i in members {
                 out[i] = u64::from(group_target);
@@ -133,6 +140,10 @@ mod tests {
         Some(TeamClaim { id, claim: claim(share, limit, priority) })
     }
 
+    fn split(claims: &[Claim], teams: &[Option<TeamClaim>]) -> Split {
+        super::split(&claims.iter().map(|c| (*c, None)).collect::<Vec<_>>(), teams)
+    }
+
     fn percents(split: &Split) -> Vec<f64> {
         split.targets.iter().map(|t| f64::from(*t) / 100.0).collect()
     }
@@ -189,6 +200,13 @@ mod tests {
         let got = split(&[claim(0, 0, 5), claim(0, 0, 0), claim(20, 0, 0)], &[team(1, 20, 0, 1), team(1, 20, 0, 1), None]);
         assert!(got.claims[..2].iter().all(|c| c.priority == 1), "{:?}", got.claims);
         assert_eq!(percents(&got), vec![40.0, 40.0, 20.0]);
+    }
+
+    #[test]
+    fn a_teams_share_counts_as_configured_against_self_declared_ones() {
+        let declared = Some(Declared { uid: 1000, ceiling_e4: 10_000 });
+        let got = super::split(&[(claim(0, 0, 0), None), (claim(100, 0, 0), declared)], &[team(1, 90, 0, 0), None]);
+        assert_eq!(percents(&got), vec![90.0, 10.0]);
     }
 
     #[test]
