@@ -138,6 +138,17 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
             && team(m, "gpuslice_team_memory_over_quota_bytes") == Some(0.0)
     });
     let held = team(&held, "gpuslice_team_memory_used_bytes").unwrap();
+    // `status --config` shows the same team.
+    let out = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lab = &status["teams"][0];
+    assert_eq!((lab["team"].as_str(), lab["members"].as_u64()), (Some("lab"), Some(2)), "{status}");
+    assert!(lab["memory_used_bytes"].as_u64().is_some_and(|b| b >= 1200 * MIB), "{status}");
+    assert_eq!(lab["memory_quota_bytes"].as_u64(), Some(4096 * MIB), "{status}");
+    let text = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("TEAMS (by the configuration)") && text.lines().any(|l| l.starts_with("lab ")), "{text}");
     assert_eq!(team(&monitor.metrics(), "gpuslice_team_memory_quota_bytes"), Some((4096 * MIB) as f64));
     // The quota lowered below what the team holds: the excess is reported.
     write_atomically(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"1GiB\"\n");

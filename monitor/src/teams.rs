@@ -216,7 +216,7 @@ mod tests {
 /// configuration, and what its members hold and get, summed from the
 /// monitor's own figures (the members' ledgers as the snapshot reads them,
 /// the arbiter's targets and charges).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TeamDeviceFigures {
     pub team: String,
     /// Host index and UUID of the device.
