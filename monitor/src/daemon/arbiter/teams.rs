@@ -47,6 +47,10 @@ pub struct Split {
     pub claims: Vec<Claim>,
 }
 
+/// A claimant between teams: a team (its number) or a member in none, its
+/// settings and who declared them, and the indices of its members.
+type Group = (Option<u32>, (Claim, Option<Declared>), Vec<usize>);
+
 /// Splits a device between `members` (each active member's own settings,
 /// and who declared them when the configuration does not name it),
 /// `teams[i]` being member `i`'s team; without teams it is
@@ -57,7 +61,7 @@ pub fn split(members: &[(Claim, Option<Declared>)], teams: &[Option<TeamClaim>])
     let claims: Vec<Claim> = members.iter().map(|(claim, _)| *claim).collect();
     let claims = &claims[..];
     // Groups: one per team present, one per member in no team.
-    let mut groups: Vec<(Option<u32>, (Claim, Option<Declared>), Vec<usize>)> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     for (i, member) in members.iter().enumerate() {
         match teams.get(i).copied().flatten() {
             Some(team) => match groups.iter_mut().find(|(id, _, _)| *id == Some(team.id)) {
