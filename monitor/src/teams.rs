@@ -201,6 +201,33 @@ mod tests {
     }
 
     #[test]
+    fn a_teams_figures_sum_its_members_and_its_excess_takes_the_larger_of_ledgers_and_nvml() {
+        use crate::snapshot::fixtures::{one_tenant, tenant_device};
+        let config = crate::config::parse("[teams.t]\ntenants = [\"team-*\", \"other\"]\nmemory = \"1GiB\"\nshare = 40\n").unwrap();
+        let gib = 1u64 << 30;
+        let mut snapshot = one_tenant(true, tenant_device(gib / 2, None, Some(gib)), vec![]);
+        let mut second = snapshot.tenants[0].clone();
+        second.name = "other".into();
+        second.devices[0].memory_used_bytes = gib;
+        second.devices[0].driver_memory_used_bytes = Some(gib / 4);
+        let mut outsider = snapshot.tenants[0].clone();
+        outsider.name = "outsider".into();
+        snapshot.tenants.extend([second, outsider]);
+        let figures = figures(&config, &snapshot);
+        assert_eq!(figures.len(), 1, "{figures:?}");
+        let f = &figures[0];
+        assert_eq!((f.members, f.memory_used_bytes, f.driver_memory_used_bytes), (2, gib + gib / 2, Some(gib + gib / 4)));
+        assert_eq!((f.memory_quota_bytes, f.compute_share_ratio, f.compute_limit_ratio), (Some(gib), Some(0.4), None));
+        assert_eq!(f.over_quota_bytes(), Some(gib / 2));
+        // The excess is said once per episode, and its end once.
+        let mut over = std::collections::BTreeSet::new();
+        say_over_quota(&figures, &mut over);
+        assert!(over.contains(&("t".to_string(), "GPU-0".to_string())));
+        say_over_quota(&[], &mut over);
+        assert!(over.is_empty());
+    }
+
+    #[test]
     fn bad_entries_are_refused_with_what_is_accepted() {
         for bad in ["", "a b", "a/b", "-rf", ".hidden", "ü*"] {
             let e = validate_pattern(bad).unwrap_err();
