@@ -10,7 +10,10 @@
 //! # The split
 //! Each member's weight is its target fraction of the device ([`targets`]):
 //! its share, plus the spare time of the device by priority and by share
-//! within a priority, never past its limit. A member is charged the wall
+//! within a priority, never past its limit; with teams in the
+//! configuration, between teams first and then within each team
+//! ([`teams::split`]), each member held to its team's priority and its part
+//! of its team's limit. A member is charged the wall
 //! time of its turns while it is busy in them (from the grant, or from its
 //! `Busy`, to its last process's `Idle` or `Done`): `charge` advances its
 //! virtual time by `ns × 10 000 / weight`. When the device is free the
