@@ -151,6 +151,20 @@ fn scenarios() -> Vec<Scenario> {
             tenants: vec![Tenant { priority: Some(1), ..t("a", Some(25), None, 2000) }, t("b", Some(75), None, 2000)],
             targets: vec![25.0, 75.0],
         },
+        // Teams (`[teams.NAME]` in the monitor's configuration, see
+        // `team_config`): team a's one tenant against team b's four, the
+        // teams at 50 / 50. Each b tenant gets an eighth, not a fifth.
+        Scenario {
+            name: "teams-1-vs-4",
+            tenants: vec![
+                t("solo", None, None, 1000),
+                t("b-1", None, None, 1000),
+                t("b-2", None, None, 1000),
+                t("b-3", None, None, 1000),
+                t("b-4", None, None, 1000),
+            ],
+            targets: vec![50.0, 12.5, 12.5, 12.5, 12.5],
+        },
         Scenario {
             name: "no-shares-3",
             tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)]
@@ -237,12 +251,22 @@ fn sum(bins: &[f64], from: usize, to: usize) -> f64 {
     bins.iter().skip(from).take(to.saturating_sub(from)).sum()
 }
 
+/// The monitor's configuration for a scenario of teams.
+fn team_config(scenario: &str) -> Option<&'static str> {
+    (scenario == "teams-1-vs-4").then_some("[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n")
+}
+
 /// Runs a scenario; returns each tenant's kernel time per bin.
 fn run(scenario: &Scenario, seconds: f64) -> Vec<Vec<f64>> {
     let devices = scenario.tenants.iter().map(|t| t.device + 1).max().unwrap_or(1);
     let sim = Sim::new().shim().devices(devices).timeout(Duration::from_secs(seconds as u64 + 120));
     // A share needs the monitor (it arbitrates the device).
-    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let config = team_config(scenario.name).map(|text| {
+        let path = sim.dir().join("monitor.toml");
+        std::fs::write(&path, text).expect("write the monitor's configuration");
+        path
+    });
+    let _monitor = Monitor::start(&sim, MonitorOptions { config, ..MonitorOptions::default() });
     // Every client counts from one epoch, a moment after they are all
     // spawned, and runs past the run's end by its own start-up time.
     let epoch_s = epoch_now_s() + 0.5;
@@ -334,6 +358,7 @@ fn fairness(scenario: &Scenario, seconds: f64) {
             match (t.share.is_some() || t.shares.is_some(), t.limit) {
                 (true, _) => label += &format!(", share {target:.0}"),
                 (false, Some(limit)) => label += &format!(", limit {limit}"),
+                (false, None) if team_config(scenario.name).is_some() => label += ", its team's share",
                 (false, None) => label += ", no setting",
             }
             (label, *target)

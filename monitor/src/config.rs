@@ -22,6 +22,11 @@
 //! users = { alice = 10, "1001" = 5 }      # by user name or uid: this ceiling, whatever their groups say
 //! groups = { ml-team = 100 }       # by group name or gid: the highest of a user's groups counts
 //!
+//! [teams.research]                # tenants grouped (see crate::teams)
+//! tenants = ["alice-*", "bert"]    # names or patterns; a tenant belongs to at most one team
+//! share = 50                       # the team's part, divided among its busy members
+//! limit = 70                       # its members together
+//!
 //! [share_ceilings]                 # the most device share a user's self-declared tenants hold together
 //! default = 100                    # everyone not named below; default 100 (a whole device)
 //! users = { bob = 20 }             # same keys as [priority_ceilings]; a whole percentage from 0 to 100
@@ -62,6 +67,7 @@
 //! cap in it unenforced on the hosts where it does not fit.
 
 use crate::nvml::GpuInfo;
+use crate::teams::{MemberPattern, TeamConfig};
 use ledger::units::{self, DuplicateDevice, PerDevice};
 use serde::de::{self, MapAccess};
 use serde::Deserialize;
@@ -218,6 +224,8 @@ pub struct Config {
     /// The most share each user's self-declared tenants hold together on a
     /// device, ratio × 10 000 (`[share_ceilings]`).
     pub share_ceilings: PriorityCeilings,
+    /// Teams by name ([`crate::teams`]); no tenant belongs to two.
+    pub teams: BTreeMap<String, TeamConfig>,
 }
 
 /// The highest priority each user may ask for (`[priority_ceilings]`).
@@ -258,6 +266,7 @@ impl Default for Config {
             tenants: BTreeMap::new(),
             priority_ceilings: PriorityCeilings::default(),
             share_ceilings: PriorityCeilings::whole_share(),
+            teams: BTreeMap::new(),
         }
     }
 }
@@ -268,6 +277,11 @@ impl Config {
     /// entry of its groups; else the default (0 unless the file says).
     pub fn priority_ceiling(&self, uid: u32, gids: &[u32]) -> i32 {
         self.priority_ceilings.of(uid, gids)
+    }
+
+    /// The team `tenant` belongs to, by this file alone.
+    pub fn team_of(&self, tenant: &str) -> Option<(&str, &TeamConfig)> {
+        self.teams.iter().find(|(_, team)| team.has(tenant)).map(|(name, team)| (name.as_str(), team))
     }
 
     /// The cap the file sets for `tenant` on a device, if it names one.
@@ -322,6 +336,23 @@ struct RawConfig {
     priority_ceilings: Option<toml::Spanned<RawCeilings>>,
     #[serde(default)]
     share_ceilings: Option<toml::Spanned<RawCeilings>>,
+    #[serde(default)]
+    teams: BTreeMap<String, toml::Spanned<RawTeam>>,
+}
+
+/// A `[teams.NAME]` table: its members, and the settings a tenant may have.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTeam {
+    tenants: toml::Spanned<Vec<toml::Spanned<String>>>,
+    #[serde(default)]
+    memory: Option<toml::Spanned<RawMemory>>,
+    #[serde(default)]
+    limit: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    share: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    priority: Option<toml::Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -459,19 +490,19 @@ fn priority_value(value: &toml::Value) -> Option<i32> {
 /// Parses one device-keyed setting (`limit`, `share`, `priority`): one
 /// value for every device or a table by device.
 fn device_setting<T: Copy>(
-    name: &str,
+    who: &str,
     setting: &str,
     format: &str,
     raw: &toml::Spanned<toml::Value>,
     value_of: impl Fn(&toml::Value) -> Option<T>,
     at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
 ) -> Result<PerDevice<T, DeviceKey>, ConfigError> {
-    let bad = |what: String| at(raw.span(), format!("tenant {name}: {setting} {what}: expected {format}"));
+    let bad = |what: String| at(raw.span(), format!("{who}: {setting} {what}: expected {format}"));
     let mut values = PerDevice::default();
     match raw.get_ref() {
         toml::Value::Table(entries) => {
             for (key, value) in entries {
-                let device = parse_device_key(key).map_err(|e| at(raw.span(), format!("tenant {name}: {setting}: {e}")))?;
+                let device = parse_device_key(key).map_err(|e| at(raw.span(), format!("{who}: {setting}: {e}")))?;
                 let parsed = value_of(value).ok_or_else(|| bad(format!("for device {key:?} = {value}")))?;
                 set_device(&mut values, device, parsed).map_err(|DuplicateDevice| bad(format!("names device {key:?} twice")))?;
             }
@@ -574,48 +605,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         if let Err(e) = units::validate_tenant_name(&name) {
             return Err(at(tenant.span(), format!("tenant name {name:?} is invalid: {e}")));
         }
-        let mut config = TenantConfig::default();
-        match tenant.get_ref().memory.as_ref().map(|memory| (memory, memory.get_ref())) {
-            None => {}
-            Some((memory, RawMemory::AllDevices(size))) => {
-                let bytes = units::parse_size(size).map_err(|e| at(memory.span(), format!("tenant {name}: memory = {size:?}: {e}")))?;
-                config.memory_bytes.all = Some(bytes);
-            }
-            Some((_, RawMemory::PerDevice(entries))) => {
-                // The first spelling of each device, to name both on a duplicate.
-                let mut spelled: BTreeMap<Option<DeviceKey>, &str> = BTreeMap::new();
-                for (key, size) in entries {
-                    let device = parse_device_key(key.get_ref()).map_err(|e| at(key.span(), format!("tenant {name}: {e}")))?;
-                    let text = size.get_ref().as_str().ok_or_else(|| {
-                        at(size.span(), format!("tenant {name}: memory for device {}: expected {}", key.get_ref(), units::SIZE_FORMAT))
-                    })?;
-                    let bytes = units::parse_size(text)
-                        .map_err(|e| at(size.span(), format!("tenant {name}: memory for device {}: {text:?}: {e}", key.get_ref())))?;
-                    if let Some(first) = spelled.insert(device.clone(), key.get_ref()) {
-                        return Err(at(
-                            key.span(),
-                            format!("tenant {name}: device {:?} is given twice (also as {first:?})", key.get_ref()),
-                        ));
-                    }
-                    // A device spelled once is set once.
-                    let _ = set_device(&mut config.memory_bytes, device, bytes);
-                }
-                config.memory_bytes.devices.sort_by(|(a, _), (b, _)| a.cmp(b));
-            }
-        }
-        let raw = tenant.get_ref();
-        if let Some(limit) = &raw.limit {
-            config.compute_limit_ratio_e4 = device_setting(&name, "limit", LIMIT_FORMAT, limit, limit_value, &at)?;
-        }
-        if let Some(share) = &raw.share {
-            config.compute_share_ratio_e4 = device_setting(&name, "share", SHARE_FORMAT, share, limit_value, &at)?;
-        }
-        if let Some(priority) = &raw.priority {
-            config.priority = device_setting(&name, "priority", PRIORITY_FORMAT, priority, priority_value, &at)?;
-        }
-        if let (Some(share), Some(_)) = (&raw.share, &raw.limit) {
-            share_within_limit(&name, &config).map_err(|message| at(share.span(), message))?;
-        }
+        let config = settings(&format!("tenant {name}"), tenant.get_ref(), &at)?;
         tenants.insert(name, config);
     }
     let priority_ceilings = match &raw.priority_ceilings {
@@ -634,12 +624,78 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             other => return Err(at(value.span(), format!("other_tenants = {other:?}: expected \"allow\" or \"refuse\""))),
         },
     };
-    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings })
+    let mut teams = BTreeMap::new();
+    for (name, team) in raw.teams {
+        if let Err(e) = units::validate_tenant_name(&name) {
+            let e = e.to_string().replace("tenant name", "team name");
+            return Err(at(team.span(), format!("team name {name:?} is invalid: {e}")));
+        }
+        let span = team.span();
+        let raw = team.into_inner();
+        let who = format!("team {name}");
+        if raw.tenants.get_ref().is_empty() {
+            return Err(at(raw.tenants.span(), format!("{who}: tenants = []: name at least one tenant, like [\"alice-*\", \"bert\"]")));
+        }
+        let mut members = Vec::new();
+        for entry in raw.tenants.get_ref() {
+            crate::teams::validate_pattern(entry.get_ref()).map_err(|e| at(entry.span(), format!("{who}: tenants: {e}")))?;
+            members.push(MemberPattern { pattern: entry.get_ref().clone(), line: line_column(text, entry.span().start).0 });
+        }
+        let as_tenant = RawTenant { memory: raw.memory, limit: raw.limit, share: raw.share, priority: raw.priority };
+        let settings = settings(&who, &as_tenant, &at).map_err(|e| if e.position.is_none() { at(span.clone(), e.message) } else { e })?;
+        teams.insert(name, TeamConfig { members, settings });
+    }
+    crate::teams::check_disjoint(&teams, |line, message| ConfigError { path: None, position: Some((line, 1)), message })?;
+    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings, teams })
+}
+
+/// Parses the settings a tenant or a team may have (`memory`, `limit`,
+/// `share`, `priority`); `who` names it in messages ("tenant a", "team b").
+fn settings(who: &str, raw: &RawTenant, at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError) -> Result<TenantConfig, ConfigError> {
+    let mut config = TenantConfig::default();
+    match raw.memory.as_ref().map(|memory| (memory, memory.get_ref())) {
+        None => {}
+        Some((memory, RawMemory::AllDevices(size))) => {
+            let bytes = units::parse_size(size).map_err(|e| at(memory.span(), format!("{who}: memory = {size:?}: {e}")))?;
+            config.memory_bytes.all = Some(bytes);
+        }
+        Some((_, RawMemory::PerDevice(entries))) => {
+            // The first spelling of each device, to name both on a duplicate.
+            let mut spelled: BTreeMap<Option<DeviceKey>, &str> = BTreeMap::new();
+            for (key, size) in entries {
+                let device = parse_device_key(key.get_ref()).map_err(|e| at(key.span(), format!("{who}: {e}")))?;
+                let text = size.get_ref().as_str().ok_or_else(|| {
+                    at(size.span(), format!("{who}: memory for device {}: expected {}", key.get_ref(), units::SIZE_FORMAT))
+                })?;
+                let bytes = units::parse_size(text)
+                    .map_err(|e| at(size.span(), format!("{who}: memory for device {}: {text:?}: {e}", key.get_ref())))?;
+                if let Some(first) = spelled.insert(device.clone(), key.get_ref()) {
+                    return Err(at(key.span(), format!("{who}: device {:?} is given twice (also as {first:?})", key.get_ref())));
+                }
+                // A device spelled once is set once.
+                let _ = set_device(&mut config.memory_bytes, device, bytes);
+            }
+            config.memory_bytes.devices.sort_by(|(a, _), (b, _)| a.cmp(b));
+        }
+    }
+    if let Some(limit) = &raw.limit {
+        config.compute_limit_ratio_e4 = device_setting(who, "limit", LIMIT_FORMAT, limit, limit_value, &at)?;
+    }
+    if let Some(share) = &raw.share {
+        config.compute_share_ratio_e4 = device_setting(who, "share", SHARE_FORMAT, share, limit_value, &at)?;
+    }
+    if let Some(priority) = &raw.priority {
+        config.priority = device_setting(who, "priority", PRIORITY_FORMAT, priority, priority_value, &at)?;
+    }
+    if let (Some(share), Some(_)) = (&raw.share, &raw.limit) {
+        share_within_limit(who, &config).map_err(|message| at(share.span(), message))?;
+    }
+    Ok(config)
 }
 
 /// Refuses a share above the same tenant's limit on a device: a share is
 /// time guaranteed, a limit a ceiling, so it could never be given.
-fn share_within_limit(name: &str, config: &TenantConfig) -> Result<(), String> {
+fn share_within_limit(who: &str, config: &TenantConfig) -> Result<(), String> {
     let Some((device, share, limit)) =
         crate::policy_check::share_above_limit(&config.compute_share_ratio_e4, &config.compute_limit_ratio_e4)
     else {
@@ -651,7 +707,7 @@ fn share_within_limit(name: &str, config: &TenantConfig) -> Result<(), String> {
         Some(DeviceKey::Uuid(uuid)) => format!("on device {uuid}"),
     };
     Err(format!(
-        "tenant {name}: share {} % is above its limit {} % {on}: a share is device time guaranteed and a limit a ceiling, \
+        "{who}: share {} % is above its limit {} % {on}: a share is device time guaranteed and a limit a ceiling, \
          so the share could never be given; lower the share or raise the limit",
         crate::policy_check::percent(share),
         crate::policy_check::percent(limit)
@@ -1033,6 +1089,66 @@ memory = { 0 = "2GiB", all = "1G", "GPU-00112233-4455-6677-8899-AABBCCDDEEFF" = 
         ] {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains("line 2, column") && e.contains(says), "{text}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod team_tests {
+    use super::*;
+
+    #[test]
+    fn a_team_names_its_tenants_and_has_a_tenants_settings() {
+        let config = parse(
+            "[teams.research]\ntenants = [\"alice-*\", \"bert\"]\nmemory = \"40GiB\"\nshare = 50\nlimit = 70\npriority = 1\n\
+             [teams.ops]\ntenants = [\"ops-?\"]\nshare = { 0 = 20, all = 30 }\n",
+        )
+        .unwrap();
+        let (name, team) = config.team_of("alice-7").unwrap();
+        assert_eq!(name, "research");
+        assert_eq!(team.settings.memory_for("GPU-x", Some(0)), Some(40 << 30));
+        let p = team.settings.compute_for("GPU-x", Some(0)).unwrap();
+        assert_eq!((p.share_ratio_e4, p.limit_ratio_e4, p.priority), (5000, 7000, 1));
+        assert_eq!(config.team_of("bert").unwrap().0, "research");
+        assert_eq!(config.team_of("ops-1").unwrap().0, "ops");
+        assert_eq!(config.teams["ops"].settings.compute_for("GPU-x", Some(1)).unwrap().share_ratio_e4, 3000);
+        assert!(config.team_of("ops-12").is_none());
+        assert!(config.team_of("alice").is_none());
+        assert_eq!(config.teams["research"].members[1].line, 2);
+    }
+
+    #[test]
+    fn a_tenant_two_teams_name_is_refused_naming_both_lines() {
+        for (text, lines) in [
+            ("[teams.a]\ntenants = [\"bert\"]\n[teams.b]\ntenants = [\"x\",\n \"bert\"]\n", ["(line 2)", "(line 5)"]),
+            ("[teams.a]\ntenants = [\"alice-*\"]\n[teams.b]\ntenants = [\"*-b\"]\n", ["(line 2)", "(line 4)"]),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("at most one team"), "{e}");
+            for line in lines {
+                assert!(e.contains(line), "{text}: {e}");
+            }
+            assert!(e.contains("team a") && e.contains("team b"), "{e}");
+        }
+        // One team may name a tenant twice; disjoint patterns are fine.
+        parse("[teams.a]\ntenants = [\"bert\", \"b*\"]\n[teams.b]\ntenants = [\"c*\"]\n").unwrap();
+    }
+
+    #[test]
+    fn bad_team_values_are_refused_at_their_place() {
+        for (text, says) in [
+            ("[teams.a]\ntenants = []\n", "name at least one tenant"),
+            ("[teams.a]\nshare = 50\n", "tenants"),
+            ("[teams.a]\ntenants = [\"a b\"]\n", "is not allowed"),
+            ("[teams.a]\ntenants = [\"x\"]\nmemory = \"4GG\"\n", "team a: memory"),
+            ("[teams.a]\ntenants = [\"x\"]\nshare = 0\n", "team a: share"),
+            ("[teams.a]\ntenants = [\"x\"]\nshare = 80\nlimit = 50\n", "team a: share 80 % is above its limit"),
+            ("[teams.a]\ntenants = [\"x\"]\nquota = 3\n", "unknown field"),
+            ("[teams.\".a\"]\ntenants = [\"x\"]\n", "team name"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(e.contains("line "), "{text}: {e}");
         }
     }
 }

@@ -44,6 +44,7 @@ mod queue;
 mod sampler;
 mod sigbus;
 mod snapshot;
+mod teams;
 mod text;
 
 use clap::{Parser, Subcommand};

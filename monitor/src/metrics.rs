@@ -34,6 +34,8 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// counters, and what it reads beside the ledgers (device names, the queue).
 #[derive(Debug, Clone, Default)]
 pub struct MonitorCounters {
+    /// Each team's figures on each device (`[teams]` of the configuration).
+    pub teams: Vec<crate::teams::TeamDeviceFigures>,
     /// Violations found, by kind (`untracked_process`, `over_cap`).
     pub violations_total: std::collections::BTreeMap<&'static str, u64>,
     /// Processes killed because of a violation.
@@ -289,6 +291,54 @@ const FAMILIES: &[Family] = &[
         help: "Kernel launches of the tenant on the device while the monitor arbitrated it (counted at each checkpoint) or a compute limit governed it.",
         kind: MetricType::Counter,
         series: Series::TenantDevice(|_, _, d| Some(Value::Whole(d.kernel_launches_total))),
+    },
+    Family {
+        name: "gpuslice_team_members",
+        help: "Tenants of the team (by the monitor's configuration) with a ledger entry for the device.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Whole(f.members)))),
+    },
+    Family {
+        name: "gpuslice_team_memory_quota_bytes",
+        help: "The team's memory quota on the device, from the monitor's configuration; no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.memory_quota_bytes.map(Value::Whole))),
+    },
+    Family {
+        name: "gpuslice_team_memory_used_bytes",
+        help: "Device memory the team's tenants hold together, by their ledgers.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Whole(f.memory_used_bytes)))),
+    },
+    Family {
+        name: "gpuslice_team_memory_over_quota_bytes",
+        help: "How far the memory the team's tenants hold passes its quota (the larger of their ledgers and NVML); no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.over_quota_bytes().map(Value::Whole))),
+    },
+    Family {
+        name: "gpuslice_team_compute_share_ratio",
+        help: "The team's guaranteed share of the device's time while a member has work; no series for a team without one.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.compute_share_ratio.map(Value::Real))),
+    },
+    Family {
+        name: "gpuslice_team_compute_limit_ratio",
+        help: "The most of the device's time the team's tenants take together; no series for a team without a limit.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| f.compute_limit_ratio.map(Value::Real))),
+    },
+    Family {
+        name: "gpuslice_team_compute_target_ratio",
+        help: "What the device's turns give the team's active tenants together now, as a ratio of device time.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Real(f.compute_target_ratio)))),
+    },
+    Family {
+        name: "gpuslice_team_compute_used_ratio",
+        help: "Device time charged to the team's tenants together over the monitor's last round, as a ratio of wall time.",
+        kind: MetricType::Gauge,
+        series: Series::Listed(|page| team_series(page, |f| Some(Value::Real(f.compute_used_ratio)))),
     },
     Family {
         name: "gpuslice_reclaimed_processes_total",
@@ -620,6 +670,19 @@ fn sample(family: &mut MetricEncoder, kind: MetricType, labels: &[(&str, &str)],
     }
 }
 
+/// One series per team and device, labelled team, device and uuid; none
+/// where `value_of` says `None`.
+fn team_series(page: &Page, value_of: fn(&crate::teams::TeamDeviceFigures) -> Option<Value>) -> Vec<(Labels, Value)> {
+    page.counters
+        .teams
+        .iter()
+        .filter_map(|f| {
+            let labels = vec![("team", f.team.clone()), ("device", f.index.to_string()), ("uuid", f.uuid.clone())];
+            value_of(f).map(|v| (labels, v))
+        })
+        .collect()
+}
+
 impl Page {
     /// Writes `family`'s HELP and TYPE lines, then its series.
     fn encode_family(&self, encoder: &mut DescriptorEncoder, family: &Family) -> fmt::Result {
@@ -803,6 +866,19 @@ mod tests {
         counters.over_cap.push(OverCap { tenant: "team-a".into(), device: 0, uuid: "GPU-0".into(), over_bytes: 99 });
         counters.unattributed_bytes.insert(("team-a".into(), "GPU-1".into()), 11);
         counters.rounds_total = 12345;
+        counters.teams.push(crate::teams::TeamDeviceFigures {
+            team: "research".into(),
+            index: 0,
+            uuid: "GPU-0".into(),
+            members: 2,
+            memory_quota_bytes: Some(4 << 30),
+            memory_used_bytes: 5 << 30,
+            driver_memory_used_bytes: Some(3 << 30),
+            compute_share_ratio: Some(0.5),
+            compute_limit_ratio: None,
+            compute_target_ratio: 0.75,
+            compute_used_ratio: 0.5,
+        });
         counters.device_names.insert("GPU-0".into(), "NVIDIA H200".into());
         counters.device_names.insert("GPU-1".into(), "NVIDIA \"H200\"".into());
         counters.committed_bytes.insert("GPU-0".into(), 4 << 30);
@@ -878,6 +954,29 @@ gpuslice_tenant_throttled_seconds_total{tenant="we\\ird\"te\nnant",device="0",uu
 gpuslice_tenant_kernel_launches_total{tenant="team-a",device="0",uuid="GPU-0"} 40
 gpuslice_tenant_kernel_launches_total{tenant="team-a",device="1",uuid="GPU-1"} 40
 gpuslice_tenant_kernel_launches_total{tenant="we\\ird\"te\nnant",device="0",uuid="GPU-0"} 40
+# HELP gpuslice_team_members Tenants of the team (by the monitor's configuration) with a ledger entry for the device.
+# TYPE gpuslice_team_members gauge
+gpuslice_team_members{team="research",device="0",uuid="GPU-0"} 2
+# HELP gpuslice_team_memory_quota_bytes The team's memory quota on the device, from the monitor's configuration; no series for a team without one.
+# TYPE gpuslice_team_memory_quota_bytes gauge
+gpuslice_team_memory_quota_bytes{team="research",device="0",uuid="GPU-0"} 4294967296
+# HELP gpuslice_team_memory_used_bytes Device memory the team's tenants hold together, by their ledgers.
+# TYPE gpuslice_team_memory_used_bytes gauge
+gpuslice_team_memory_used_bytes{team="research",device="0",uuid="GPU-0"} 5368709120
+# HELP gpuslice_team_memory_over_quota_bytes How far the memory the team's tenants hold passes its quota (the larger of their ledgers and NVML); no series for a team without one.
+# TYPE gpuslice_team_memory_over_quota_bytes gauge
+gpuslice_team_memory_over_quota_bytes{team="research",device="0",uuid="GPU-0"} 1073741824
+# HELP gpuslice_team_compute_share_ratio The team's guaranteed share of the device's time while a member has work; no series for a team without one.
+# TYPE gpuslice_team_compute_share_ratio gauge
+gpuslice_team_compute_share_ratio{team="research",device="0",uuid="GPU-0"} 0.5
+# HELP gpuslice_team_compute_limit_ratio The most of the device's time the team's tenants take together; no series for a team without a limit.
+# TYPE gpuslice_team_compute_limit_ratio gauge
+# HELP gpuslice_team_compute_target_ratio What the device's turns give the team's active tenants together now, as a ratio of device time.
+# TYPE gpuslice_team_compute_target_ratio gauge
+gpuslice_team_compute_target_ratio{team="research",device="0",uuid="GPU-0"} 0.75
+# HELP gpuslice_team_compute_used_ratio Device time charged to the team's tenants together over the monitor's last round, as a ratio of wall time.
+# TYPE gpuslice_team_compute_used_ratio gauge
+gpuslice_team_compute_used_ratio{team="research",device="0",uuid="GPU-0"} 0.5
 # HELP gpuslice_reclaimed_processes_total Dead processes whose memory was reclaimed, by tenant.
 # TYPE gpuslice_reclaimed_processes_total counter
 gpuslice_reclaimed_processes_total{tenant="team-a"} 7

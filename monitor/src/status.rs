@@ -25,6 +25,10 @@ pub struct StatusArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// The monitor's configuration, to show each team it names (`[teams]`):
+    /// its members' memory against its quota, its share, what it gets and uses.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
@@ -36,15 +40,28 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
         eprintln!("gpuslice status: warning: {warning}");
     }
     let allocations = allocations(&view.dir);
+    let teams = match &args.config {
+        Some(path) => {
+            let config = crate::config::load(path).map_err(|e| Error::Usage(format!("bad configuration: {e}")))?;
+            Some(crate::teams::figures(&config, &view.snapshot))
+        }
+        None => None,
+    };
     if args.json {
         let mut value = serde_json::to_value(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         if let (Some(object), Some(list)) = (value.as_object_mut(), &allocations) {
             object.insert("allocations".into(), serde_json::to_value(list).unwrap_or_default());
         }
+        if let (Some(object), Some(teams)) = (value.as_object_mut(), &teams) {
+            object.insert("teams".into(), serde_json::to_value(teams).unwrap_or_default());
+        }
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", table(&view.snapshot, &view.dir));
+        if let Some(teams) = &teams {
+            print!("{}", team_table(&view.snapshot, teams));
+        }
         if let Some(list) = &allocations {
             print!("{}", allocation_table(list));
         }
@@ -59,6 +76,41 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
 fn allocations(dir: &std::path::Path) -> Option<Vec<crate::allocation::Answer>> {
     let answer = crate::allocation::call(dir, &crate::allocation::Request::List, std::time::Duration::from_secs(2)).ok()?;
     answer.ok.then(|| answer.tenants.unwrap_or_default())
+}
+
+/// Each team on each device its members used (`--config`).
+pub fn team_table(snapshot: &Snapshot, teams: &[crate::teams::TeamDeviceFigures]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\nTEAMS (by the configuration)");
+    let mut rows = vec![vec![
+        "TEAM".into(),
+        "DEVICE".into(),
+        "MEMBERS".into(),
+        "MEMORY HELD".into(),
+        "QUOTA".into(),
+        "OVER QUOTA".into(),
+        "SHARE".into(),
+        "LIMIT".into(),
+        "TARGET".into(),
+        "USED".into(),
+    ]];
+    let percent = |r: f64| format!("{:.0}%", r * 100.0);
+    for f in teams {
+        rows.push(vec![
+            f.team.clone(),
+            device_name(snapshot, f.index, &f.uuid),
+            f.members.to_string(),
+            human_bytes(f.memory_used_bytes.max(f.driver_memory_used_bytes.unwrap_or(0))),
+            f.memory_quota_bytes.map_or("none".into(), human_bytes),
+            f.over_quota_bytes().map_or("-".into(), human_bytes),
+            f.compute_share_ratio.map_or("none".into(), percent),
+            f.compute_limit_ratio.map_or("none".into(), percent),
+            percent(f.compute_target_ratio),
+            percent(f.compute_used_ratio),
+        ]);
+    }
+    render_rows(&mut out, &rows);
+    out
 }
 
 /// Who each admitted tenant is: its origin and, from its labels, the

@@ -37,6 +37,24 @@ pub fn share_with_arbiter(shared: &Shared, config: &Config, dir: &std::path::Pat
         configured.insert(tenant.clone(), devices);
     }
     *shared.configured.lock().unwrap_or_else(|e| e.into_inner()) = configured;
+    let mut teams = Vec::new();
+    for (name, team) in &config.teams {
+        let mut claims = HashMap::new();
+        for uuid in known.iter().chain(shared.views.lock().unwrap_or_else(|e| e.into_inner()).keys()) {
+            let text = gpus
+                .and_then(|g| g.iter().find(|d| any_uuid_bytes(&d.uuid).as_ref() == Some(uuid)).map(|d| d.uuid.clone()))
+                .unwrap_or_else(|| crate::nvml::uuid_string(uuid));
+            if let Some(p) = team.settings.compute_for(&text, index_of(uuid)) {
+                claims.insert(*uuid, Claim { share_e4: p.share_ratio_e4, limit_e4: p.limit_ratio_e4, priority: p.priority });
+            }
+        }
+        teams.push(super::arbiter::ArbiterTeam { name: name.clone(), config: team.clone(), claims });
+    }
+    let mut shared_teams = shared.teams.lock().unwrap_or_else(|e| e.into_inner());
+    if *shared_teams != teams {
+        *shared_teams = teams;
+    }
+    drop(shared_teams);
     let mut ceilings = shared.priority_ceilings.lock().unwrap_or_else(|e| e.into_inner());
     if *ceilings != config.priority_ceilings {
         *ceilings = config.priority_ceilings.clone();

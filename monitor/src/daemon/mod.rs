@@ -349,6 +349,8 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     let mut overhead_state = overhead::OverheadState::default();
     let mut audit_state = audit::AuditState::default();
     let mut counters = MonitorCounters::default();
+    // Teams over their memory quota now, said once per episode.
+    let mut teams_over: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
     let mut nvml_failing = false;
     let mut first_round = true;
     let mut arbiter_stalled = false;
@@ -426,6 +428,8 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         }
         compute::fill_from_arbiter(&mut snap, &arbiter_shared);
         compute_state.fill(&mut snap, Instant::now());
+        counters.teams = crate::teams::figures(config, &snap);
+        crate::teams::say_over_quota(&counters.teams, &mut teams_over);
         cpu_clock.fill(&mut snap, Instant::now());
         history.record(&snap, &counters.allocations);
         violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));

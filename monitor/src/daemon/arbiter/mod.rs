@@ -28,6 +28,7 @@
 //! and reads back each device's members for `/metrics` and `status`.
 
 pub mod sched;
+pub mod teams;
 
 use super::log;
 use crate::compute::{Claim, DeviceReport};
@@ -96,6 +97,33 @@ pub struct Shared {
     /// (`[share_ceilings]`, ratio × 10 000; see `sched::effective_claims`);
     /// `None` before the configuration is read (a whole device each).
     pub share_ceilings: Mutex<Option<crate::config::PriorityCeilings>>,
+    /// The configuration's teams, with their compute settings by device.
+    pub teams: Mutex<Vec<ArbiterTeam>>,
+}
+
+/// A team as the arbiter needs it: who is in it (by the configuration's
+/// patterns) and its settings on each device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArbiterTeam {
+    pub name: String,
+    pub config: crate::teams::TeamConfig,
+    pub claims: HashMap<[u8; 16], Claim>,
+}
+
+impl Shared {
+    /// `tenant`'s team on `uuid` (numbered from 1 in the configuration's
+    /// order), by the configuration alone.
+    pub fn team_claim(&self, tenant: &str, uuid: &[u8; 16]) -> Option<teams::TeamClaim> {
+        let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        let (index, team) = teams.iter().enumerate().find(|(_, t)| t.config.has(tenant))?;
+        // A device the round has not listed yet (NVML not read yet): the
+        // team's setting for it by UUID or for all devices.
+        let claim = team.claims.get(uuid).copied().or_else(|| {
+            let p = team.config.settings.compute_for(&crate::nvml::uuid_string(uuid), None)?;
+            Some(Claim { share_e4: p.share_ratio_e4, limit_e4: p.limit_ratio_e4, priority: p.priority })
+        });
+        Some(teams::TeamClaim { id: index as u32 + 1, claim: claim.unwrap_or_default() })
+    }
 }
 
 impl Shared {
@@ -385,6 +413,17 @@ impl Arbiter {
                 }
             }
         }
+        // Teams, for every tenant with a process here: a member the file
+        // gives no settings of its own has none (it declares nothing).
+        for (key, tenant) in &self.names {
+            for (uuid, device) in self.devices.iter_mut() {
+                let team = self.shared.team_claim(tenant, uuid);
+                if team.is_some() && !configured.contains_key(tenant) {
+                    device.set_claim(*key, Claim::default());
+                }
+                device.set_team(*key, team);
+            }
+        }
     }
 
     fn expire_hellos(&mut self) {
@@ -575,7 +614,8 @@ impl Arbiter {
         }
         let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
         let key = tenant_key(&hello.tenant);
-        let Some(member) = device.join_as(key, claim, declared, id, now) else {
+        let team = self.shared.team_claim(&hello.tenant, &hello.uuid);
+        let Some(member) = device.join_in_team(key, claim, declared, team, id, now) else {
             let _ = broker::refuse(fd, Refusal::Full);
             self.conns.remove(&id);
             return;
@@ -672,6 +712,10 @@ impl Arbiter {
         }
         let configured =
             self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
+        // A team's member declares nothing: its team and its settings are
+        // the file's alone, whatever its page says.
+        let in_team = self.shared.teams.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.config.has(&hello.tenant));
+        let configured = if in_team { Some(configured.flatten()) } else { configured };
         let self_declared = configured.is_none();
         let claim = match configured {
             // A configured tenant gets what the file says, and nothing

@@ -10,7 +10,10 @@
 //! # The split
 //! Each member's weight is its target fraction of the device ([`targets`]):
 //! its share, plus the spare time of the device by priority and by share
-//! within a priority, never past its limit. A member is charged the wall
+//! within a priority, never past its limit; with teams in the
+//! configuration, between teams first and then within each team
+//! ([`teams::split`]), each member held to its team's priority and its part
+//! of its team's limit. A member is charged the wall
 //! time of its turns while it is busy in them (from the grant, or from its
 //! `Busy`, to its last process's `Idle` or `Done`): `charge` advances its
 //! virtual time by `ns × 10 000 / weight`. When the device is free the
@@ -61,6 +64,7 @@
 //! When a member with a setting arrives, every process on the device is
 //! revoked and drained, and turns begin.
 
+use super::teams::{self, TeamClaim};
 use crate::compute::{Claim, MemberView};
 use ledger::grants::{self, member_state, Grant, GrantPage, Grants, MAX_MEMBERS, NOBODY, OPEN};
 use std::sync::atomic::Ordering;
@@ -223,7 +227,13 @@ struct Conn {
 #[derive(Debug)]
 struct MemberState {
     key: u64,
+    /// The settings it is held to: its own ([`own`](Self::own)), with its
+    /// team's priority and its part of its team's limit (`teams::split`).
     claim: Claim,
+    /// Its own settings, from the configuration or its first process.
+    own: Claim,
+    /// Its team on this device, from the configuration alone.
+    team: Option<TeamClaim>,
     /// Who declared its settings; `None` when the configuration names it.
     declared: Option<Declared>,
     vtime: u64,
@@ -363,7 +373,23 @@ impl DeviceSched {
 
     /// [`join`](Self::join) for a tenant whose settings its own processes
     /// declared (`declared`: who), the first process's word kept.
+    #[cfg(test)]
     pub fn join_as(&mut self, key: u64, claim: Claim, declared: Option<Declared>, conn: ConnId, now_ns: u64) -> Option<u32> {
+        self.join_in_team(key, claim, declared, None, conn, now_ns)
+    }
+
+    /// [`join_as`](Self::join_as) for a member of `team`, known before the
+    /// process gets the page: a team with settings ends an open grant
+    /// before the newcomer could launch under it.
+    pub fn join_in_team(
+        &mut self,
+        key: u64,
+        claim: Claim,
+        declared: Option<Declared>,
+        team: Option<TeamClaim>,
+        conn: ConnId,
+        now_ns: u64,
+    ) -> Option<u32> {
         let found = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key));
         let m = match found {
             Some(m) => m,
@@ -380,6 +406,8 @@ impl DeviceSched {
                 let state = MemberState {
                     key,
                     claim,
+                    own: claim,
+                    team: None,
                     declared,
                     vtime: 0,
                     served_ns: 0,
@@ -395,6 +423,7 @@ impl DeviceSched {
                 free
             }
         };
+        self.set_team(key, team);
         let member = self.member_mut(m)?;
         member.left_at_ns = None;
         member.conns.push(Conn { id: conn, waiting: false, busy: false, seq: None });
@@ -411,8 +440,39 @@ impl DeviceSched {
     /// Changes tenant `key`'s settings (the configuration changed).
     pub fn set_claim(&mut self, key: u64, claim: Claim) {
         for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
-            member.claim = claim;
+            // A member of a team is held to what `update_weights` makes of
+            // its own settings and its team's, at the next step.
+            if member.team.is_none() {
+                member.claim = claim;
+            }
+            member.own = claim;
             member.declared = None;
+        }
+    }
+
+    /// Puts tenant `key` in team `team` on this device, or in none (the
+    /// configuration changed, or its first process joined); its weight and
+    /// the settings it is held to follow at the next step.
+    ///
+    /// A member whose team changes starts level with the others (the least
+    /// virtual time of the active members): what it ran or was owed at
+    /// its old weight says nothing of its new one, and a member charged
+    /// at a tiny weight before its team was known would wait for the
+    /// others to catch up with it.
+    pub fn set_team(&mut self, key: u64, team: Option<TeamClaim>) {
+        let Some(m) = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key)) else { return };
+        let now_ns = self.members.iter().flatten().filter_map(|m| m.last_active_ns).max().unwrap_or(0);
+        let least = self.least_active_vtime(m, now_ns);
+        let Some(member) = self.member_mut(m) else { return };
+        if member.team == team {
+            return;
+        }
+        member.team = team;
+        if team.is_none() {
+            member.claim = member.own;
+        }
+        if let Some(least) = least {
+            member.vtime = least;
         }
     }
 
@@ -550,13 +610,17 @@ impl DeviceSched {
         member.last_active_ns = Some(now_ns);
     }
 
-    /// Every active member's weight, by [`targets`].
+    /// Every active member's weight, by [`targets`] within and between
+    /// teams ([`teams::split`]), and the settings each is held to.
     fn update_weights(&mut self, now_ns: u64) {
         let active: Vec<usize> = (0..MAX_MEMBERS).filter(|&i| self.member(i).is_some_and(|m| m.active(now_ns))).collect();
-        let claims: Vec<(Claim, Option<Declared>)> = active.iter().filter_map(|&i| self.member(i).map(|m| (m.claim, m.declared))).collect();
-        for (i, weight) in active.into_iter().zip(targets(&effective_claims(&claims))) {
+        let claims: Vec<(Claim, Option<Declared>)> = active.iter().filter_map(|&i| self.member(i).map(|m| (m.own, m.declared))).collect();
+        let member_teams: Vec<Option<TeamClaim>> = active.iter().filter_map(|&i| self.member(i).map(|m| m.team)).collect();
+        let split = teams::split(&claims, &member_teams);
+        for ((i, weight), held) in active.into_iter().zip(split.targets).zip(split.claims) {
             if let Some(member) = self.member_mut(i) {
                 member.weight_e4 = weight.max(1);
+                member.claim = Claim { share_e4: member.own.share_e4, ..held };
             }
         }
     }
@@ -564,7 +628,7 @@ impl DeviceSched {
     /// Whether a member here now has a compute setting (one that left and
     /// is only remembered does not count).
     fn arbitrated(&self) -> bool {
-        self.members.iter().flatten().any(|m| m.claim.any() && !m.conns.is_empty())
+        self.members.iter().flatten().any(|m| (m.claim.any() || m.team.is_some_and(|t| t.claim.any())) && !m.conns.is_empty())
     }
 
     fn all_conns(&self) -> Vec<ConnId> {
@@ -1141,6 +1205,56 @@ mod tests {
         s.leave(20, 4 * MS);
         s.step(4 * MS);
         assert!(s.page().grant().is_open());
+    }
+
+    #[test]
+    fn a_member_of_a_team_with_settings_ends_the_open_grant_before_it_launches() {
+        let mut s = sched();
+        assert!(s.page().grant().is_open());
+        s.join(1, Claim::default(), 1, 0).unwrap();
+        s.set_team(1, Some(TeamClaim { id: 1, claim: claim(50, 0, 0) }));
+        s.step(0);
+        assert!(!s.page().grant().is_open(), "{:?}", s.phase);
+        s.message(1, Op::Done, 0, MS);
+        s.message(1, Op::Want, 0, MS);
+        s.step(MS);
+        assert!(!s.page().grant().is_open(), "{:?}", s.phase);
+        s.join(2, Claim::default(), 2, MS).unwrap();
+        s.set_team(2, Some(TeamClaim { id: 2, claim: claim(50, 0, 0) }));
+        for t in 2..50 {
+            s.step(t * MS);
+            assert!(!s.page().grant().is_open(), "{t}: {:?}", s.phase);
+        }
+    }
+
+    #[test]
+    fn teams_split_the_device_first_and_a_teams_limit_holds_its_members_together() {
+        let team = |id: u32, share: u32, limit: u32| Some(TeamClaim { id, claim: claim(share, limit, 0) });
+        let mut s = sched();
+        // Team A: one tenant; team B: four; 50 / 50, no settings of their own.
+        for key in 1..=5u64 {
+            s.join(key, Claim::default(), key, 0).unwrap();
+            s.set_team(key, if key == 1 { team(1, 50, 0) } else { team(2, 50, 0) });
+        }
+        let got = saturate(&mut s, &[1, 2, 3, 4, 5], 0, 10_000 * MS, 0);
+        let total: u64 = got.iter().sum();
+        assert!(total > 9_900 * MS, "the device idled: {got:?}");
+        let share = |i: usize| got[i] as f64 / total as f64;
+        assert!((share(0) - 0.5).abs() < 0.01, "{got:?}");
+        for i in 1..5 {
+            assert!((share(i) - 0.125).abs() < 0.01, "{got:?}");
+        }
+        // B alone, limited to 70 together: its members get 70 % in all.
+        s.leave(1, 10_000 * MS);
+        for key in 2..=5u64 {
+            s.set_team(key, team(2, 50, 70));
+        }
+        let got = saturate(&mut s, &[2, 3, 4, 5], 10_000 * MS, 20_000 * MS, 0);
+        let used = got.iter().sum::<u64>() as f64 / (10_000 * MS) as f64;
+        assert!((used - 0.70).abs() < 0.02, "{used} of the device: {got:?}");
+        // Out of the team, a member is held to its own settings again.
+        s.set_team(2, None);
+        assert_eq!(s.members.iter().flatten().find(|m| m.key == 2).unwrap().claim, Claim::default());
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! Teams (`[teams.NAME]`), end to end. Compute: tenants saturate one simulated device
+//! under the shim and a monitor whose configuration puts them in teams,
+//! and each client reports the device time it got.
+//!
+//! The bounds leave room for a loaded two-core machine; how close to its
+//! target each tenant gets is for `cargo bench --bench fairness` (its
+//! `teams-1-vs-4` scenario) to say. Memory: what a team holds against its
+//! quota, as the monitor reports it.
+
+#[path = "compute_support/mod.rs"]
+mod compute_support;
+#[path = "monitor_support/mod.rs"]
+mod monitor_support;
+
+use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
+use monitor_support::{write_atomically, Metrics, Monitor, MonitorOptions};
+
+fn target(m: &Metrics, tenant: &str) -> Option<f64> {
+    m.value("gpuslice_tenant_compute_target_ratio", &[("tenant", tenant), ("device", "0")]).map(|t| (t * 1000.0).round() / 1000.0)
+}
+
+/// Team A's one tenant against team B's four, 50 / 50: A gets half the
+/// device and each B tenant an eighth, not a fifth each. Within B, one
+/// tenant asks its environment for a share of 100 and priority 9, which
+/// its shim writes into its ledger's policy page (a member declares
+/// nothing: its team's file settings hold), and another
+/// runs two processes (its tenant's part, not twice it): neither gains.
+#[test]
+fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_nothing() {
+    let _serial = serial();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
+    let liar = [("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
+    let clients: [(&str, &[(&str, &str)]); 6] = [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
+    // Every client counts from one epoch and runs 6 s from its own start;
+    // the window measured starts once all have started.
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
+    let started = std::time::Instant::now();
+    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
+        .iter()
+        .map(|(tenant, envs)| {
+            let mut cmd = sim.py("fairness_load.py");
+            let epoch = format!("{epoch:.6}");
+            cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "6"]);
+            (*tenant, sim.spawn(&mut cmd))
+        })
+        .collect();
+    for (_, r) in &mut running {
+        r.wait_for("started");
+    }
+    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
+    let to_s = 5.3;
+    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4", |m| {
+        target(m, "solo") == Some(0.5) && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
+    });
+    // Each team's figures: its share, its members, its part of the device now.
+    let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
+    monitor.metrics_until("each team's share, members and target", |m| {
+        ["a", "b"].iter().all(|t| {
+            team(m, "gpuslice_team_compute_share_ratio", t) == Some(0.5)
+                && team(m, "gpuslice_team_compute_target_ratio", t).is_some_and(|x| (x - 0.5).abs() < 0.001)
+        }) && team(m, "gpuslice_team_members", "a") == Some(1.0)
+            && team(m, "gpuslice_team_members", "b") == Some(4.0)
+            && team(m, "gpuslice_team_compute_used_ratio", "b").is_some_and(|x| x > 0.0)
+    });
+    let mut got: Vec<(&str, f64)> = Vec::new();
+    for (tenant, r) in running {
+        let out = r.wait();
+        out.assert_success();
+        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
+        match got.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, r)) => *r += ratio,
+            None => got.push((tenant, ratio)),
+        }
+    }
+    eprintln!("teams 50 / 50, one tenant against four, {from_s:.1}-{to_s:.1} s: {got:?}");
+    // Each tenant's part of the device time the clients got together, as
+    // the fairness benchmark measures it.
+    let total: f64 = got.iter().map(|(_, r)| r).sum();
+    let part = |ratio: f64| ratio / total;
+    let solo = part(got[0].1);
+    assert!((0.4..=0.6).contains(&solo), "team a's only tenant got {solo:.3} of the device time, not about 0.5: {got:?}");
+    for (tenant, ratio) in &got[1..] {
+        let part = part(*ratio);
+        assert!((0.07..=0.18).contains(&part), "{tenant} got {part:.3} of the device time, not about 0.125: {got:?}");
+    }
+    assert!(total > 0.4, "together they left the device idle: {got:?}");
+}
+
+/// A reload that puts running tenants in teams splits the device by team
+/// from then on, and one that takes the teams away splits it by tenant again.
+#[test]
+fn a_reload_applies_team_changes_to_running_tenants() {
+    let _serial = serial();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    let by_tenant = "[tenants.x-1]\nshare = 10\n[tenants.x-2]\nshare = 10\n[tenants.y]\nshare = 10\n";
+    std::fs::write(&config, by_tenant).unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    let clients = [saturate(&sim, "x-1", &[], "4"), saturate(&sim, "x-2", &[], "4"), saturate(&sim, "y", &[], "4")];
+    let split = |x: f64, y: f64| move |m: &Metrics| target(m, "x-1") == Some(x) && target(m, "x-2") == Some(x) && target(m, "y") == Some(y);
+    monitor.metrics_until("a third each, by tenant", split(0.333, 0.333));
+    write_atomically(&config, "[teams.x]\ntenants = [\"x-?\"]\nshare = 50\n[teams.y]\ntenants = [\"y\"]\nshare = 50\n");
+    monitor.metrics_until("a quarter for each x and a half for y, by team", split(0.25, 0.5));
+    write_atomically(&config, &format!("{by_tenant}[teams.x]\ntenants = [\"x-1\"]\nshare = 10\n"));
+    monitor.metrics_until("x-1 alone in its team, the others in none: a third each", split(0.333, 0.333));
+    for running in clients {
+        running.wait().assert_success();
+    }
+}
+
+/// A team's memory: what its tenants hold together on a device, against
+/// its quota, in /metrics; the excess (a quota lowered below what the team
+/// holds, as here by a reload) is said in the log and frees nothing.
+#[test]
+fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
+    const MIB: u64 = 1 << 20;
+    // Not beside the compute tests' measurements.
+    let _serial = serial();
+    let sim = gpuslice_tests::Sim::new().shim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"4GiB\"\n").unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    let hold = |tenant: &str| {
+        let mut cmd = sim.c("memctl");
+        cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_MEMORY_LIMIT", "2GiB").args(["init", "ctx", "alloc:a:600M", "hold"]);
+        let mut running = sim.spawn(&mut cmd);
+        assert_eq!(running.wait_for("a"), gpuslice_tests::cu::SUCCESS.to_string());
+        running
+    };
+    let holders = [hold("lab-1"), hold("lab-2")];
+    let team = |m: &Metrics, name: &str| m.value(name, &[("team", "lab"), ("device", "0")]);
+    let held = monitor.metrics_until("the team's two tenants' memory", |m| {
+        team(m, "gpuslice_team_memory_used_bytes").is_some_and(|b| b >= (1200 * MIB) as f64)
+            && team(m, "gpuslice_team_memory_over_quota_bytes") == Some(0.0)
+    });
+    let held = team(&held, "gpuslice_team_memory_used_bytes").unwrap();
+    // `status --config` shows the same team.
+    let out = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lab = &status["teams"][0];
+    assert_eq!((lab["team"].as_str(), lab["members"].as_u64()), (Some("lab"), Some(2)), "{status}");
+    assert!(lab["memory_used_bytes"].as_u64().is_some_and(|b| b >= 1200 * MIB), "{status}");
+    assert_eq!(lab["memory_quota_bytes"].as_u64(), Some(4096 * MIB), "{status}");
+    let text = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("TEAMS (by the configuration)") && text.lines().any(|l| l.starts_with("lab ")), "{text}");
+    assert_eq!(team(&monitor.metrics(), "gpuslice_team_memory_quota_bytes"), Some((4096 * MIB) as f64));
+    // The quota lowered below what the team holds: the excess is reported.
+    write_atomically(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"1GiB\"\n");
+    monitor.metrics_until("the excess over the lowered quota", |m| {
+        team(m, "gpuslice_team_memory_over_quota_bytes").is_some_and(|b| b >= held - (1024 * MIB) as f64)
+    });
+    for holder in holders {
+        drop(holder.kill9());
+    }
+    let out = monitor.stop();
+    let log = out.stderr.clone();
+    assert!(log.contains("team lab: its tenants hold") && log.contains("over its quota of 1073741824 bytes"), "{out}");
+}
