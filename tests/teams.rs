@@ -25,15 +25,25 @@ fn target(m: &Metrics, tenant: &str) -> Option<f64> {
 /// its shim writes into its ledger's policy page (a member declares
 /// nothing: its team's file settings hold), and another
 /// runs two processes (its tenant's part, not twice it): neither gains.
+/// A tenant the configuration does not govern, named to match B's pattern
+/// and asking for the same, joins no team: it is not counted in B, takes
+/// none of B's part, and its share and priority are held to its user's
+/// ceilings like any self-declared tenant's.
 #[test]
 fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_nothing() {
     let _serial = serial();
     let sim = sim();
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(&config, "[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n").unwrap();
+    std::fs::write(
+        &config,
+        "[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n\
+         [tenants.solo]\n[tenants.b-1]\n[tenants.b-2]\n[tenants.b-3]\n[tenants.b-4]\n",
+    )
+    .unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let liar = [("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
-    let clients: [(&str, &[(&str, &str)]); 6] = [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
+    let clients: [(&str, &[(&str, &str)]); 7] =
+        [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[]), ("b-squatter", &liar)];
     // Every client counts from one epoch and runs 6 s from its own start;
     // the window measured starts once all have started.
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
@@ -53,8 +63,10 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
     let to_s = 5.3;
     assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
-    monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4", |m| {
-        target(m, "solo") == Some(0.5) && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
+    monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4, next to nothing for the squatter", |m| {
+        target(m, "solo") == Some(0.5)
+            && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
+            && target(m, "b-squatter").is_some_and(|t| t < 0.01)
     });
     // Each team's figures: its share, its members, its part of the device now.
     let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
@@ -83,7 +95,9 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     let part = |ratio: f64| ratio / total;
     let solo = part(got[0].1);
     assert!((0.4..=0.6).contains(&solo), "team a's only tenant got {solo:.3} of the device time, not about 0.5: {got:?}");
-    for (tenant, ratio) in &got[1..] {
+    let (squatter, members) = got[1..].split_last().expect("the squatter's figure");
+    assert!(part(squatter.1) < 0.05, "the squatter got {:.3} of the device time: {got:?}", part(squatter.1));
+    for (tenant, ratio) in members {
         let part = part(*ratio);
         assert!((0.07..=0.18).contains(&part), "{tenant} got {part:.3} of the device time, not about 0.125: {got:?}");
     }
@@ -103,7 +117,10 @@ fn a_reload_applies_team_changes_to_running_tenants() {
     let clients = [saturate(&sim, "x-1", &[], "4"), saturate(&sim, "x-2", &[], "4"), saturate(&sim, "y", &[], "4")];
     let split = |x: f64, y: f64| move |m: &Metrics| target(m, "x-1") == Some(x) && target(m, "x-2") == Some(x) && target(m, "y") == Some(y);
     monitor.metrics_until("a third each, by tenant", split(0.333, 0.333));
-    write_atomically(&config, "[teams.x]\ntenants = [\"x-?\"]\nshare = 50\n[teams.y]\ntenants = [\"y\"]\nshare = 50\n");
+    write_atomically(
+        &config,
+        &format!("{by_tenant}[teams.x]\ntenants = [\"x-?\"]\nshare = 50\n[teams.y]\ntenants = [\"y\"]\nshare = 50\n"),
+    );
     monitor.metrics_until("a quarter for each x and a half for y, by team", split(0.25, 0.5));
     write_atomically(&config, &format!("{by_tenant}[teams.x]\ntenants = [\"x-1\"]\nshare = 10\n"));
     monitor.metrics_until("x-1 alone in its team, the others in none: a third each", split(0.333, 0.333));
@@ -122,7 +139,8 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
     let _serial = serial();
     let sim = gpuslice_tests::Sim::new().shim();
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"4GiB\"\n").unwrap();
+    let tenants = "[tenants.lab-1]\nmemory = \"2GiB\"\n[tenants.lab-2]\nmemory = \"2GiB\"\n";
+    std::fs::write(&config, format!("[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"4GiB\"\n{tenants}")).unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
     let hold = |tenant: &str| {
         let mut cmd = sim.c("memctl");
@@ -151,7 +169,7 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
     assert!(text.contains("TEAMS (by the configuration)") && text.lines().any(|l| l.starts_with("lab ")), "{text}");
     assert_eq!(team(&monitor.metrics(), "gpuslice_team_memory_quota_bytes"), Some((4096 * MIB) as f64));
     // The quota lowered below what the team holds: the excess is reported.
-    write_atomically(&config, "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"1GiB\"\n");
+    write_atomically(&config, &format!("[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"1GiB\"\n{tenants}"));
     monitor.metrics_until("the excess over the lowered quota", |m| {
         team(m, "gpuslice_team_memory_over_quota_bytes").is_some_and(|b| b >= held - (1024 * MIB) as f64)
     });

@@ -279,8 +279,17 @@ impl Config {
         self.priority_ceilings.of(uid, gids)
     }
 
-    /// The team `tenant` belongs to, by this file alone.
+    /// The team `tenant` belongs to, by this file alone: a tenant the
+    /// configuration governs (named in `[tenants]`, or admitted by a cluster
+    /// engine, whose admissions join `tenants` in the monitor's effective
+    /// configuration) that a team's entry names. A tenant that only named
+    /// itself (its `GPUSLICE_TENANT`) is in no team, whatever its name: a
+    /// pattern such as `alice-*` would otherwise be anyone's to match, and a
+    /// team's settings and priority anyone's to take past their ceilings.
     pub fn team_of(&self, tenant: &str) -> Option<(&str, &TeamConfig)> {
+        if !self.tenants.contains_key(tenant) {
+            return None;
+        }
         self.teams.iter().find(|(_, team)| team.has(tenant)).map(|(name, team)| (name.as_str(), team))
     }
 
@@ -1101,7 +1110,8 @@ mod team_tests {
     fn a_team_names_its_tenants_and_has_a_tenants_settings() {
         let config = parse(
             "[teams.research]\ntenants = [\"alice-*\", \"bert\"]\nmemory = \"40GiB\"\nshare = 50\nlimit = 70\npriority = 1\n\
-             [teams.ops]\ntenants = [\"ops-?\"]\nshare = { 0 = 20, all = 30 }\n",
+             [teams.ops]\ntenants = [\"ops-?\"]\nshare = { 0 = 20, all = 30 }\n\
+             [tenants.alice-7]\n[tenants.bert]\n[tenants.ops-1]\n[tenants.ops-12]\n[tenants.alice]\n",
         )
         .unwrap();
         let (name, team) = config.team_of("alice-7").unwrap();
@@ -1114,6 +1124,9 @@ mod team_tests {
         assert_eq!(config.teams["ops"].settings.compute_for("GPU-x", Some(1)).unwrap().share_ratio_e4, 3000);
         assert!(config.team_of("ops-12").is_none());
         assert!(config.team_of("alice").is_none());
+        // A name the configuration does not govern joins no team, whatever
+        // pattern it matches.
+        assert!(config.team_of("alice-8").is_none());
         assert_eq!(config.teams["research"].members[1].line, 2);
     }
 

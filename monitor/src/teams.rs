@@ -7,13 +7,16 @@
 //! share = 50                      # the team's guaranteed part of each device while a member has work
 //! limit = 70                      # the most its members take together
 //! priority = 0
-//! memory = "40GiB"                # the quota its members hold together on each device
+//! memory = "40GiB"                # its members' quota on each device: reported, not yet enforced
 //! ```
 //!
 //! `share`, `limit`, `priority` and `memory` take the forms a tenant's do
 //! (one value, or a table by device). Membership is decided here, from the
 //! file alone: a tenant's environment, its ledger and its processes have no
-//! word in it. A tenant that two teams name, by name or by patterns that
+//! word in it. The entries select among the tenants the monitor governs
+//! (named in `[tenants]`, or admitted by a cluster engine:
+//! `Config::team_of`): a tenant that only named itself is in no team, since
+//! any user may give a process any free name, a pattern's included. A tenant that two teams name, by name or by patterns that
 //! can both match one name, is an error when the file is read, and the error
 //! names both entries with their lines.
 //!
@@ -203,7 +206,10 @@ mod tests {
     #[test]
     fn a_teams_figures_sum_its_members_and_its_excess_takes_the_larger_of_ledgers_and_nvml() {
         use crate::snapshot::fixtures::{one_tenant, tenant_device};
-        let config = crate::config::parse("[teams.t]\ntenants = [\"team-*\", \"other\"]\nmemory = \"1GiB\"\nshare = 40\n").unwrap();
+        let config = crate::config::parse(
+            "[teams.t]\ntenants = [\"team-*\", \"other\"]\nmemory = \"1GiB\"\nshare = 40\n[tenants.team-a]\n[tenants.other]\n[tenants.outsider]\n",
+        )
+        .unwrap();
         let gib = 1u64 << 30;
         let mut snapshot = one_tenant(true, tenant_device(gib / 2, None, Some(gib)), vec![]);
         let mut second = snapshot.tenants[0].clone();

@@ -114,6 +114,11 @@ impl Shared {
     /// `tenant`'s team on `uuid` (numbered from 1 in the configuration's
     /// order), by the configuration alone.
     pub fn team_claim(&self, tenant: &str, uuid: &[u8; 16]) -> Option<teams::TeamClaim> {
+        // Only a tenant the configuration governs is in a team (see
+        // `Config::team_of`): a name a process gave itself is anyone's.
+        if !self.configured.lock().unwrap_or_else(|e| e.into_inner()).contains_key(tenant) {
+            return None;
+        }
         let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
         let (index, team) = teams.iter().enumerate().find(|(_, t)| t.config.has(tenant))?;
         // A device the round has not listed yet (NVML not read yet): the
@@ -413,15 +418,11 @@ impl Arbiter {
                 }
             }
         }
-        // Teams, for every tenant with a process here: a member the file
-        // gives no settings of its own has none (it declares nothing).
+        // Teams, for every tenant with a process here (members are all
+        // governed, so their own settings are the file's, set above).
         for (key, tenant) in &self.names {
             for (uuid, device) in self.devices.iter_mut() {
-                let team = self.shared.team_claim(tenant, uuid);
-                if team.is_some() && !configured.contains_key(tenant) {
-                    device.set_claim(*key, Claim::default());
-                }
-                device.set_team(*key, team);
+                device.set_team(*key, self.shared.team_claim(tenant, uuid));
             }
         }
     }
@@ -714,7 +715,8 @@ impl Arbiter {
             self.shared.configured.lock().unwrap_or_else(|e| e.into_inner()).get(&hello.tenant).map(|d| d.get(&hello.uuid).copied());
         // A team's member declares nothing: its team and its settings are
         // the file's alone, whatever its page says.
-        let in_team = self.shared.teams.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.config.has(&hello.tenant));
+        let in_team =
+            configured.is_some() && self.shared.teams.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.config.has(&hello.tenant));
         let configured = if in_team { Some(configured.flatten()) } else { configured };
         let self_declared = configured.is_none();
         let claim = match configured {
