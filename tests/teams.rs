@@ -162,3 +162,93 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
     let log = out.stderr.clone();
     assert!(log.contains("team lab: its tenants hold") && log.contains("over its quota of 1073741824 bytes"), "{out}");
 }
+
+/// Teams by Slurm account: three tenants admitted through the control
+/// socket as the Prolog admits jobs (`--label account=...`), two of account
+/// physics and one of chemistry, teams physics and chemistry at 50 / 50:
+/// the chemistry tenant gets half the device and each physics tenant a
+/// quarter. What a tenant's own processes say has no part in it: a physics
+/// tenant whose environment names the account chemistry (and asks for a
+/// share of 100 at priority 9) stays in physics, and a process of the
+/// physics job that names the chemistry job's tenant as its own
+/// (`GPUSLICE_TENANT`) is one more process of that tenant, which gets its
+/// tenant's part and no more.
+#[test]
+fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
+    let _serial = serial();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(
+        &config,
+        "[teams.physics]\naccounts = [\"physics\"]\nshare = 50\n[teams.chemistry]\naccounts = [\"chemistry\"]\nshare = 50\n",
+    )
+    .unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    for (tenant, account) in [("slurm-101", "physics"), ("slurm-102", "physics"), ("slurm-103", "chemistry")] {
+        let mut cmd = monitor_support::gpuslice_command(&sim);
+        cmd.args(["tenant", "admit", tenant, "--device", "0", "--label", &format!("job={}", &tenant[6..])])
+            .args(["--label", "user=root", "--label", &format!("account={account}"), "--dir"])
+            .arg(sim.ledger_dir());
+        sim.run(&mut cmd).assert_success();
+    }
+    let liar =
+        [("SLURM_JOB_ACCOUNT", "chemistry"), ("SLURM_JOB_USER", "root"), ("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
+    // (tenant it counts for, GPUSLICE_TENANT, environment)
+    let clients: [(&str, &str, &[(&str, &str)]); 4] = [
+        ("slurm-101", "slurm-101", &[]),
+        ("slurm-102", "slurm-102", &liar),
+        ("slurm-103", "slurm-103", &[]),
+        ("slurm-103", "slurm-103", &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_ID", "101")]),
+    ];
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
+    let started = std::time::Instant::now();
+    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
+        .iter()
+        .map(|(counted, tenant, envs)| {
+            let mut cmd = sim.py("fairness_load.py");
+            let epoch = format!("{epoch:.6}");
+            cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "9"]);
+            (*counted, sim.spawn(&mut cmd))
+        })
+        .collect();
+    for (_, r) in &mut running {
+        r.wait_for("started");
+    }
+    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
+    let to_s = 8.3;
+    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    monitor.metrics_until("targets of 50 % for slurm-103 and 25 % for each of slurm-101 and slurm-102", |m| {
+        target(m, "slurm-103") == Some(0.5) && target(m, "slurm-101") == Some(0.25) && target(m, "slurm-102") == Some(0.25)
+    });
+    let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
+    monitor.metrics_until("each team's members and share", |m| {
+        team(m, "gpuslice_team_members", "physics") == Some(2.0)
+            && team(m, "gpuslice_team_members", "chemistry") == Some(1.0)
+            && ["physics", "chemistry"].iter().all(|t| team(m, "gpuslice_team_compute_share_ratio", t) == Some(0.5))
+    });
+    // `status --config` puts the tenants in the same teams, from the
+    // monitor's admission records.
+    let out = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let members =
+        |name: &str| status["teams"].as_array().and_then(|t| t.iter().find(|t| t["team"] == name)).and_then(|t| t["members"].as_u64());
+    assert_eq!((members("physics"), members("chemistry")), (Some(2), Some(1)), "{status}");
+    let mut got: Vec<(&str, f64)> = Vec::new();
+    for (tenant, r) in running {
+        let out = r.wait();
+        out.assert_success();
+        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
+        match got.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, r)) => *r += ratio,
+            None => got.push((tenant, ratio)),
+        }
+    }
+    eprintln!("accounts physics and chemistry 50 / 50, {from_s:.1}-{to_s:.1} s: {got:?}");
+    let total: f64 = got.iter().map(|(_, r)| r).sum();
+    assert!(total > 0.4, "together they left the device idle: {got:?}");
+    for (tenant, expected) in [("slurm-101", 0.25), ("slurm-102", 0.25), ("slurm-103", 0.5)] {
+        let part = got.iter().find(|(t, _)| *t == tenant).map_or(0.0, |(_, r)| r / total);
+        assert!((part - expected).abs() <= 0.03, "{tenant} got {part:.3} of the device time, not {expected} ± 0.03: {got:?}");
+    }
+}

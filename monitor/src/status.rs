@@ -42,7 +42,14 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
     let allocations = allocations(&view.dir);
     let teams = match &args.config {
         Some(path) => {
-            let config = crate::config::load(path).map_err(|e| Error::Usage(format!("bad configuration: {e}")))?;
+            let mut config = crate::config::load(path).map_err(|e| Error::Usage(format!("bad configuration: {e}")))?;
+            // Teams that name accounts: the tenants the monitor admitted
+            // with one, as its admission records say.
+            let admitted = allocations
+                .iter()
+                .flatten()
+                .filter_map(|a| Some((a.tenant.as_deref()?, a.labels.get(crate::allocation::ACCOUNT_LABEL)?.as_str())));
+            config.resolve_accounts(admitted);
             Some(crate::teams::figures(&config, &view.snapshot))
         }
         None => None,
