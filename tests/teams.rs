@@ -193,22 +193,23 @@ fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
     }
     let liar =
         [("SLURM_JOB_ACCOUNT", "chemistry"), ("SLURM_JOB_USER", "root"), ("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
-    // (tenant it counts for, GPUSLICE_TENANT, environment)
-    let clients: [(&str, &str, &[(&str, &str)]); 4] = [
-        ("slurm-101", "slurm-101", &[]),
-        ("slurm-102", "slurm-102", &liar),
-        ("slurm-103", "slurm-103", &[]),
-        ("slurm-103", "slurm-103", &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_ID", "101")]),
+    // The fourth: a process of the physics job (its environment says so)
+    // that names the chemistry job's tenant as its own.
+    let clients: [(&str, &[(&str, &str)]); 4] = [
+        ("slurm-101", &[]),
+        ("slurm-102", &liar),
+        ("slurm-103", &[]),
+        ("slurm-103", &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_ID", "101")]),
     ];
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
     let started = std::time::Instant::now();
     let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
         .iter()
-        .map(|(counted, tenant, envs)| {
+        .map(|(tenant, envs)| {
             let mut cmd = sim.py("fairness_load.py");
             let epoch = format!("{epoch:.6}");
             cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "9"]);
-            (*counted, sim.spawn(&mut cmd))
+            (*tenant, sim.spawn(&mut cmd))
         })
         .collect();
     for (_, r) in &mut running {
