@@ -6,7 +6,9 @@
 # sbatch to a job's first CUDA call with and without the integration
 # (median of 20 each, printed); with slurmdbd and a MariaDB of the test's
 # own, sacct against `gpuslice report --by job` and `--by user`, and an
-# account's GrpTRES bounding its shards across two nodes. About 3 minutes
+# account's GrpTRES bounding its shards across two nodes; an account as a
+# team (two jobs of one account and one of another, teams at 50 / 50, about
+# 10 s). About 3 minutes
 # (2 min 45 s on a 2-core VM shared with other builds). The rest of
 # tests/slurm.rs runs in the test command (scripts/test.sh). Needs what
 # scripts/setup.sh installs (Debian's munge, slurmctld, slurmd,

@@ -1079,3 +1079,51 @@ fn an_accounts_grp_tres_bounds_its_shards_across_the_cluster() {
     running(&past);
     eprintln!("job {on_a} ended: job {past} runs ({})", cluster.job_state(&past));
 }
+
+/// An account is a team: with teams physics and chemistry at 50 / 50 in
+/// the monitor's configuration (`accounts = [...]`), two saturating
+/// `shard:2` jobs of account physics and one of chemistry on one GPU: the
+/// chemistry job gets half of what the three got and each physics job a
+/// quarter, within 3 points (without teams each would get a third). The
+/// account is the one slurmd's Prolog admitted the job with.
+#[test]
+#[ignore = "slow: scripts/test-slurm.sh runs it"]
+fn an_accounts_jobs_are_its_team_and_split_the_gpu_with_another_account_50_50() {
+    let _serial = serial();
+    let teams = "[teams.physics]\naccounts = [\"physics\"]\nshare = 50\n[teams.chemistry]\naccounts = [\"chemistry\"]\nshare = 50\n";
+    let cluster = Cluster::start(ClusterOptions { gpus: 1, monitor_config: format!("{KILL_MODE}{teams}"), ..Default::default() });
+    let epoch = unix_now_s();
+    let script = python_script("fairness_load.py");
+    let saturate = |account: &str| {
+        let account = format!("--account={account}");
+        let mut cmd = cluster.srun_as_root(&[&account, "--gres=shard:2"], python(), &[script.to_str().unwrap(), "saturate", "1000", "8"]);
+        cmd.env("FAIRNESS_EPOCH", format!("{epoch:.6}"));
+        cluster.sim.spawn(&mut cmd)
+    };
+    let mut jobs = [("physics", saturate("physics")), ("physics", saturate("physics")), ("chemistry", saturate("chemistry"))];
+    for (_, job) in &mut jobs {
+        job.wait_for("started");
+    }
+    let all_from_s = unix_now_s() - epoch;
+    for (account, job) in &mut jobs {
+        let id = job.wait_for("job");
+        let tenant = admitted(&cluster, &id);
+        assert_eq!(tenant["labels"]["account"].as_str(), Some(*account), "{tenant}");
+    }
+    let outs: Vec<(&str, Output)> = jobs.into_iter().map(|(account, job)| (account, job.wait())).collect();
+    let window = (all_from_s + 0.5, all_from_s + 5.0);
+    let got: Vec<f64> = outs
+        .iter()
+        .map(|(_, out)| {
+            out.assert_success();
+            busy_ratio(&busy_bins(out, 1000.0), window.0, window.1)
+        })
+        .collect();
+    let total: f64 = got.iter().sum();
+    eprintln!("physics, physics, chemistry (teams 50 / 50) from {:.1} s to {:.1} s: {got:.3?} of the GPU", window.0, window.1);
+    assert!(total > 0.6, "together they left the GPU idle: {got:?}");
+    for ((account, out), (ratio, expected)) in outs.iter().zip(got.iter().zip([0.25, 0.25, 0.5])) {
+        let part = ratio / total;
+        assert!((part - expected).abs() <= 0.03, "a job of {account} got {part:.3} of the GPU time, not {expected} ± 0.03: {got:?}\n{out}");
+    }
+}

@@ -25,10 +25,6 @@ fn target(m: &Metrics, tenant: &str) -> Option<f64> {
 /// its shim writes into its ledger's policy page (a member declares
 /// nothing: its team's file settings hold), and another
 /// runs two processes (its tenant's part, not twice it): neither gains.
-/// A tenant the configuration does not govern, named to match B's pattern
-/// and asking for the same, joins no team: it is not counted in B, takes
-/// none of B's part, and its share and priority are held to its user's
-/// ceilings like any self-declared tenant's.
 #[test]
 fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_nothing() {
     let _serial = serial();
@@ -42,8 +38,7 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     .unwrap();
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let liar = [("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
-    let clients: [(&str, &[(&str, &str)]); 7] =
-        [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[]), ("b-squatter", &liar)];
+    let clients: [(&str, &[(&str, &str)]); 6] = [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
     // Every client counts from one epoch and runs 6 s from its own start;
     // the window measured starts once all have started.
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
@@ -63,10 +58,8 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
     let to_s = 5.3;
     assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
-    monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4, next to nothing for the squatter", |m| {
-        target(m, "solo") == Some(0.5)
-            && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
-            && target(m, "b-squatter").is_some_and(|t| t < 0.01)
+    monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4", |m| {
+        target(m, "solo") == Some(0.5) && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
     });
     // Each team's figures: its share, its members, its part of the device now.
     let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
@@ -95,9 +88,7 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     let part = |ratio: f64| ratio / total;
     let solo = part(got[0].1);
     assert!((0.4..=0.6).contains(&solo), "team a's only tenant got {solo:.3} of the device time, not about 0.5: {got:?}");
-    let (squatter, members) = got[1..].split_last().expect("the squatter's figure");
-    assert!(part(squatter.1) < 0.05, "the squatter got {:.3} of the device time: {got:?}", part(squatter.1));
-    for (tenant, ratio) in members {
+    for (tenant, ratio) in &got[1..] {
         let part = part(*ratio);
         assert!((0.07..=0.18).contains(&part), "{tenant} got {part:.3} of the device time, not about 0.125: {got:?}");
     }
@@ -149,12 +140,21 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
         assert_eq!(running.wait_for("a"), gpuslice_tests::cu::SUCCESS.to_string());
         running
     };
-    let holders = [hold("lab-1"), hold("lab-2")];
+    // `lab-squat` matches the team's pattern, but the configuration does
+    // not govern it (it named itself): it is in no team.
+    let holders = [hold("lab-1"), hold("lab-2"), hold("lab-squat")];
     let team = |m: &Metrics, name: &str| m.value(name, &[("team", "lab"), ("device", "0")]);
-    let held = monitor.metrics_until("the team's two tenants' memory", |m| {
+    let held = monitor.metrics_until("the team's two tenants' memory, not the squatter's", |m| {
         team(m, "gpuslice_team_memory_used_bytes").is_some_and(|b| b >= (1200 * MIB) as f64)
             && team(m, "gpuslice_team_memory_over_quota_bytes") == Some(0.0)
+            && m.value("gpuslice_tenant_memory_used_bytes", &[("tenant", "lab-squat"), ("device", "0")])
+                .is_some_and(|b| b >= (600 * MIB) as f64)
     });
+    assert_eq!(team(&held, "gpuslice_team_members"), Some(2.0), "the squatter was counted in the team");
+    assert!(
+        team(&held, "gpuslice_team_memory_used_bytes").is_some_and(|b| b < (1800 * MIB) as f64),
+        "the squatter's memory was counted in the team's"
+    );
     let held = team(&held, "gpuslice_team_memory_used_bytes").unwrap();
     // `status --config` shows the same team.
     let out = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).arg("--json").output().unwrap();
@@ -179,4 +179,95 @@ fn a_teams_memory_and_its_excess_over_the_quota_are_reported() {
     let out = monitor.stop();
     let log = out.stderr.clone();
     assert!(log.contains("team lab: its tenants hold") && log.contains("over its quota of 1073741824 bytes"), "{out}");
+}
+
+/// Teams by Slurm account: three tenants admitted through the control
+/// socket as the Prolog admits jobs (`--label account=...`), two of account
+/// physics and one of chemistry, teams physics and chemistry at 50 / 50:
+/// the chemistry tenant gets half the device and each physics tenant a
+/// quarter. What a tenant's own processes say has no part in it: a physics
+/// tenant whose environment names the account chemistry (and asks for a
+/// share of 100 at priority 9) stays in physics, and a process of the
+/// physics job that names the chemistry job's tenant as its own
+/// (`GPUSLICE_TENANT`) is one more process of that tenant, which gets its
+/// tenant's part and no more.
+#[test]
+fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
+    let _serial = serial();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(
+        &config,
+        "[teams.physics]\naccounts = [\"physics\"]\nshare = 50\n[teams.chemistry]\naccounts = [\"chemistry\"]\nshare = 50\n",
+    )
+    .unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    for (tenant, account) in [("slurm-101", "physics"), ("slurm-102", "physics"), ("slurm-103", "chemistry")] {
+        let mut cmd = monitor_support::gpuslice_command(&sim);
+        cmd.args(["tenant", "admit", tenant, "--device", "0", "--label", &format!("job={}", &tenant[6..])])
+            .args(["--label", "user=root", "--label", &format!("account={account}"), "--dir"])
+            .arg(sim.ledger_dir());
+        sim.run(&mut cmd).assert_success();
+    }
+    let liar =
+        [("SLURM_JOB_ACCOUNT", "chemistry"), ("SLURM_JOB_USER", "root"), ("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
+    // The fourth: a process of the physics job (its environment says so)
+    // that names the chemistry job's tenant as its own.
+    let clients: [(&str, &[(&str, &str)]); 4] = [
+        ("slurm-101", &[]),
+        ("slurm-102", &liar),
+        ("slurm-103", &[]),
+        ("slurm-103", &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_ID", "101")]),
+    ];
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
+    let started = std::time::Instant::now();
+    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
+        .iter()
+        .map(|(tenant, envs)| {
+            let mut cmd = sim.py("fairness_load.py");
+            let epoch = format!("{epoch:.6}");
+            cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "9"]);
+            (*tenant, sim.spawn(&mut cmd))
+        })
+        .collect();
+    for (_, r) in &mut running {
+        r.wait_for("started");
+    }
+    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
+    let to_s = 8.3;
+    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    monitor.metrics_until("targets of 50 % for slurm-103 and 25 % for each of slurm-101 and slurm-102", |m| {
+        target(m, "slurm-103") == Some(0.5) && target(m, "slurm-101") == Some(0.25) && target(m, "slurm-102") == Some(0.25)
+    });
+    let team = |m: &Metrics, name: &str, team: &str| m.value(name, &[("team", team), ("device", "0")]);
+    monitor.metrics_until("each team's members and share", |m| {
+        team(m, "gpuslice_team_members", "physics") == Some(2.0)
+            && team(m, "gpuslice_team_members", "chemistry") == Some(1.0)
+            && ["physics", "chemistry"].iter().all(|t| team(m, "gpuslice_team_compute_share_ratio", t) == Some(0.5))
+    });
+    // `status --config` puts the tenants in the same teams, from the
+    // monitor's admission records.
+    let out = monitor_support::gpuslice_command(&sim).arg("status").arg("--config").arg(&config).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let members =
+        |name: &str| status["teams"].as_array().and_then(|t| t.iter().find(|t| t["team"] == name)).and_then(|t| t["members"].as_u64());
+    assert_eq!((members("physics"), members("chemistry")), (Some(2), Some(1)), "{status}");
+    let mut got: Vec<(&str, f64)> = Vec::new();
+    for (tenant, r) in running {
+        let out = r.wait();
+        out.assert_success();
+        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
+        match got.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, r)) => *r += ratio,
+            None => got.push((tenant, ratio)),
+        }
+    }
+    eprintln!("accounts physics and chemistry 50 / 50, {from_s:.1}-{to_s:.1} s: {got:?}");
+    let total: f64 = got.iter().map(|(_, r)| r).sum();
+    assert!(total > 0.4, "together they left the device idle: {got:?}");
+    for (tenant, expected) in [("slurm-101", 0.25), ("slurm-102", 0.25), ("slurm-103", 0.5)] {
+        let part = got.iter().find(|(t, _)| *t == tenant).map_or(0.0, |(_, r)| r / total);
+        assert!((part - expected).abs() <= 0.03, "{tenant} got {part:.3} of the device time, not {expected} ± 0.03: {got:?}");
+    }
 }

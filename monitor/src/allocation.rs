@@ -102,6 +102,11 @@ pub struct DeviceSlice {
     pub limit_percent: Option<f64>,
 }
 
+/// The admission label that names a tenant's cluster account (the Slurm
+/// Prolog's `--label account=$SLURM_JOB_ACCOUNT`), which puts it in the team
+/// whose `accounts` name it.
+pub const ACCOUNT_LABEL: &str = "account";
+
 /// The monitor's answer. `ok` false: `error` says what was wrong and what
 /// is accepted; nothing was changed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -24,6 +24,7 @@
 //!
 //! [teams.research]                # tenants grouped (see crate::teams)
 //! tenants = ["alice-*", "bert"]    # names or patterns; a tenant belongs to at most one team
+//! accounts = ["physics"]           # and/or: tenants admitted with the label account=physics
 //! share = 50                       # the team's part, divided among its busy members
 //! limit = 70                       # its members together
 //!
@@ -279,6 +280,29 @@ impl Config {
         self.priority_ceilings.of(uid, gids)
     }
 
+    /// Puts admitted tenants in the teams that name their accounts:
+    /// `admitted` is each tenant the monitor's control socket admitted
+    /// (root or the monitor's user only) with the `account` label its
+    /// admission recorded. A tenant whose account a team names belongs to
+    /// that team, whatever another team's patterns say of its name; a
+    /// tenant whose account no team names is left to the patterns.
+    pub fn resolve_accounts<'a>(&mut self, admitted: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        for team in self.teams.values_mut() {
+            team.by_account.clear();
+            team.claimed_elsewhere.clear();
+        }
+        for (tenant, account) in admitted {
+            let Some(owner) = self.teams.iter().find(|(_, t)| t.names_account(account)).map(|(name, _)| name.clone()) else { continue };
+            for (name, team) in self.teams.iter_mut() {
+                if *name == owner {
+                    team.by_account.insert(tenant.to_string());
+                } else {
+                    team.claimed_elsewhere.insert(tenant.to_string());
+                }
+            }
+        }
+    }
+
     /// The team `tenant` belongs to, by this file alone: a tenant the
     /// configuration governs (named in `[tenants]`, or admitted by a cluster
     /// engine, whose admissions join `tenants` in the monitor's effective
@@ -286,6 +310,7 @@ impl Config {
     /// itself (its `GPUSLICE_TENANT`) is in no team, whatever its name: a
     /// pattern such as `alice-*` would otherwise be anyone's to match, and a
     /// team's settings and priority anyone's to take past their ceilings.
+    /// Accounts count as [`Config::resolve_accounts`] was given them.
     pub fn team_of(&self, tenant: &str) -> Option<(&str, &TeamConfig)> {
         if !self.tenants.contains_key(tenant) {
             return None;
@@ -353,7 +378,10 @@ struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTeam {
-    tenants: toml::Spanned<Vec<toml::Spanned<String>>>,
+    #[serde(default)]
+    tenants: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
+    #[serde(default)]
+    accounts: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
     #[serde(default)]
     memory: Option<toml::Spanned<RawMemory>>,
     #[serde(default)]
@@ -642,17 +670,33 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let span = team.span();
         let raw = team.into_inner();
         let who = format!("team {name}");
-        if raw.tenants.get_ref().is_empty() {
-            return Err(at(raw.tenants.span(), format!("{who}: tenants = []: name at least one tenant, like [\"alice-*\", \"bert\"]")));
+        for (key, list) in [("tenants", &raw.tenants), ("accounts", &raw.accounts)] {
+            if let Some(list) = list.as_ref().filter(|l| l.get_ref().is_empty()) {
+                return Err(at(
+                    list.span(),
+                    format!("{who}: {key} = []: name at least one, like tenants = [\"alice-*\", \"bert\"] or accounts = [\"physics\"]"),
+                ));
+            }
+        }
+        if raw.tenants.is_none() && raw.accounts.is_none() {
+            return Err(at(
+                span.clone(),
+                format!("{who}: it names no members: give tenants = [names or patterns], accounts = [cluster accounts], or both"),
+            ));
         }
         let mut members = Vec::new();
-        for entry in raw.tenants.get_ref() {
+        for entry in raw.tenants.iter().flat_map(|l| l.get_ref()) {
             crate::teams::validate_pattern(entry.get_ref()).map_err(|e| at(entry.span(), format!("{who}: tenants: {e}")))?;
             members.push(MemberPattern { pattern: entry.get_ref().clone(), line: line_column(text, entry.span().start).0 });
         }
+        let mut accounts = Vec::new();
+        for entry in raw.accounts.iter().flat_map(|l| l.get_ref()) {
+            crate::teams::validate_account(entry.get_ref()).map_err(|e| at(entry.span(), format!("{who}: accounts: {e}")))?;
+            accounts.push(MemberPattern { pattern: entry.get_ref().clone(), line: line_column(text, entry.span().start).0 });
+        }
         let as_tenant = RawTenant { memory: raw.memory, limit: raw.limit, share: raw.share, priority: raw.priority };
         let settings = settings(&who, &as_tenant, &at).map_err(|e| if e.position.is_none() { at(span.clone(), e.message) } else { e })?;
-        teams.insert(name, TeamConfig { members, settings });
+        teams.insert(name, TeamConfig { members, accounts, settings, ..TeamConfig::default() });
     }
     crate::teams::check_disjoint(&teams, |line, message| ConfigError { path: None, position: Some((line, 1)), message })?;
     Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings, teams })
@@ -1148,10 +1192,79 @@ mod team_tests {
     }
 
     #[test]
+    fn a_team_names_accounts_and_admitted_tenants_of_them_are_its_members() {
+        let mut config = parse(
+            "[teams.physics]\naccounts = [\"physics\", \"astro\"]\nshare = 50\n\
+             [teams.chemistry]\naccounts = [\"chemistry\"]\ntenants = [\"chem-*\"]\nshare = 50\n\
+             [teams.batch]\ntenants = [\"slurm-*\"]\n",
+        )
+        .unwrap();
+        // The tenants the monitor governs (admitted ones join `tenants` in
+        // its effective configuration); `y` is not one.
+        for tenant in ["slurm-1", "slurm-2", "slurm-3", "slurm-4", "chem-1", "x", "z", "w"] {
+            config.tenants.insert(tenant.into(), TenantConfig::default());
+        }
+        assert_eq!(
+            config.teams["physics"].accounts.iter().map(|a| (a.pattern.as_str(), a.line)).collect::<Vec<_>>(),
+            [("physics", 2), ("astro", 2)]
+        );
+        // Before any admission, the patterns alone.
+        assert_eq!(config.team_of("slurm-1").unwrap().0, "batch");
+        assert_eq!(config.team_of("chem-1").unwrap().0, "chemistry");
+        config.resolve_accounts([
+            ("slurm-1", "physics"),
+            ("slurm-2", "astro"),
+            ("slurm-3", "chemistry"),
+            ("slurm-4", "biology"),
+            ("x", "physics"),
+        ]);
+        // An account a team names wins over another team's pattern.
+        assert_eq!(config.team_of("slurm-1").unwrap().0, "physics");
+        assert_eq!(config.team_of("slurm-2").unwrap().0, "physics");
+        assert_eq!(config.team_of("slurm-3").unwrap().0, "chemistry");
+        assert!(!config.teams["batch"].has("slurm-1") && !config.teams["batch"].has("slurm-3"));
+        assert_eq!(config.team_of("x").unwrap().0, "physics");
+        // An account no team names: the patterns decide.
+        assert_eq!(config.team_of("slurm-4").unwrap().0, "batch");
+        assert_eq!(config.team_of("chem-1").unwrap().0, "chemistry");
+        assert!(config.team_of("y").is_none());
+        // Each tenant in exactly one team.
+        for tenant in ["slurm-1", "slurm-2", "slurm-3", "slurm-4", "x", "chem-1"] {
+            assert_eq!(config.teams.values().filter(|t| t.has(tenant)).count(), 1, "{tenant}");
+        }
+        // Resolved again (an admission released and reaped): forgotten.
+        config.resolve_accounts([("slurm-2", "astro")]);
+        assert_eq!(config.team_of("slurm-1").unwrap().0, "batch");
+        assert_eq!(config.team_of("slurm-2").unwrap().0, "physics");
+        assert!(config.team_of("x").is_none());
+        // Accounts are exact: no patterns, case as written.
+        config.resolve_accounts([("z", "Physics"), ("w", "phys")]);
+        assert!(config.team_of("z").is_none() && config.team_of("w").is_none());
+    }
+
+    #[test]
+    fn an_account_two_teams_name_is_refused_naming_both_lines() {
+        let e = parse("[teams.a]\naccounts = [\"physics\"]\n[teams.b]\ntenants = [\"x\"]\naccounts = [\"chem\",\n \"physics\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most one team") && e.contains("\"physics\""), "{e}");
+        assert!(e.contains("team a") && e.contains("team b") && e.contains("(line 2)") && e.contains("(line 6)"), "{e}");
+        let e = parse("[teams.a]\naccounts = [\"physics\", \"physics\"]\n").unwrap_err().to_string();
+        assert!(e.contains("team a names it twice"), "{e}");
+        // Tenants and accounts are names of different things: a tenant
+        // named "physics" and an account "physics" do not overlap.
+        parse("[teams.a]\naccounts = [\"physics\"]\n[teams.b]\ntenants = [\"physics\", \"*\"]\n").unwrap();
+    }
+
+    #[test]
     fn bad_team_values_are_refused_at_their_place() {
         for (text, says) in [
-            ("[teams.a]\ntenants = []\n", "name at least one tenant"),
-            ("[teams.a]\nshare = 50\n", "tenants"),
+            ("[teams.a]\ntenants = []\n", "tenants = []: name at least one"),
+            ("[teams.a]\naccounts = []\n", "accounts = []: name at least one"),
+            ("[teams.a]\naccounts = [\"phys*\"]\n", "team a: accounts: \"phys*\": expected"),
+            ("[teams.a]\naccounts = [\"a b\"]\n", "team a: accounts"),
+            ("[teams.a]\naccounts = [\"\"]\n", "team a: accounts"),
+            ("[teams.a]\nshare = 50\n", "names no members: give tenants = [names or patterns], accounts"),
             ("[teams.a]\ntenants = [\"a b\"]\n", "is not allowed"),
             ("[teams.a]\ntenants = [\"x\"]\nmemory = \"4GG\"\n", "team a: memory"),
             ("[teams.a]\ntenants = [\"x\"]\nshare = 0\n", "team a: share"),

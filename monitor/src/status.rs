@@ -42,7 +42,19 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
     let allocations = allocations(&view.dir);
     let teams = match &args.config {
         Some(path) => {
-            let config = crate::config::load(path).map_err(|e| Error::Usage(format!("bad configuration: {e}")))?;
+            let mut config = crate::config::load(path).map_err(|e| Error::Usage(format!("bad configuration: {e}")))?;
+            // The tenants the monitor admitted are governed, as in its own
+            // effective configuration (teams count only governed tenants).
+            for tenant in allocations.iter().flatten().filter_map(|a| a.tenant.clone()) {
+                config.tenants.entry(tenant).or_default();
+            }
+            // Teams that name accounts: the tenants the monitor admitted
+            // with one, as its admission records say.
+            let admitted = allocations
+                .iter()
+                .flatten()
+                .filter_map(|a| Some((a.tenant.as_deref()?, a.labels.get(crate::allocation::ACCOUNT_LABEL)?.as_str())));
+            config.resolve_accounts(admitted);
             Some(crate::teams::figures(&config, &view.snapshot))
         }
         None => None,

@@ -4,6 +4,7 @@
 //! ```toml
 //! [teams.research]
 //! tenants = ["alice-*", "bert"]   # names or patterns (`*`: any run of characters, `?`: one)
+//! accounts = ["physics"]          # cluster accounts (exact names): the tenants admitted with one
 //! share = 50                      # the team's guaranteed part of each device while a member has work
 //! limit = 70                      # the most its members take together
 //! priority = 0
@@ -19,6 +20,16 @@
 //! any user may give a process any free name, a pattern's included. A tenant that two teams name, by name or by patterns that
 //! can both match one name, is an error when the file is read, and the error
 //! names both entries with their lines.
+//!
+//! `accounts`: a tenant that the monitor's control socket admitted (root or
+//! the monitor's user only: a Slurm Prolog, the DRA plugin) with the label
+//! `account=NAME` belongs to the team that names `NAME`, for as long as the
+//! monitor keeps the admission. The label is read from the monitor's own
+//! admission records, never from anything the tenant writes (its
+//! environment, its ledger). An account two teams name is an error when the
+//! file is read. Whether a tenant's name matches a pattern of another team
+//! cannot be known until it is admitted: its account wins, and the pattern
+//! no longer claims it ([`crate::config::Config::resolve_accounts`]).
 //!
 //! Compute: the arbiter splits a device between teams (and tenants in no
 //! team) by the teams' settings, then each team's part between its active
@@ -46,16 +57,47 @@ impl MemberPattern {
 /// One team the file names.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TeamConfig {
-    /// Who belongs to it.
+    /// Who belongs to it by name.
     pub members: Vec<MemberPattern>,
+    /// The accounts whose admitted tenants belong to it (exact names; the
+    /// `pattern` field holds the account).
+    pub accounts: Vec<MemberPattern>,
     /// Its quota (`memory_bytes`), limit, share and priority, by device.
     pub settings: TenantConfig,
+    /// Tenants admitted with one of `accounts`, as the monitor's admission
+    /// records say ([`crate::config::Config::resolve_accounts`]).
+    pub by_account: std::collections::BTreeSet<String>,
+    /// Tenants admitted with an account another team names: no pattern of
+    /// this team claims them.
+    pub claimed_elsewhere: std::collections::BTreeSet<String>,
 }
 
 impl TeamConfig {
-    /// Whether `tenant` belongs to this team.
+    /// Whether `tenant` belongs to this team: admitted with one of its
+    /// accounts, or named by its patterns and not admitted with an account
+    /// of another team.
     pub fn has(&self, tenant: &str) -> bool {
-        self.members.iter().any(|m| m.matches(tenant))
+        self.by_account.contains(tenant) || (!self.claimed_elsewhere.contains(tenant) && self.members.iter().any(|m| m.matches(tenant)))
+    }
+
+    /// Whether `account` is one of this team's.
+    pub fn names_account(&self, account: &str) -> bool {
+        self.accounts.iter().any(|a| a.pattern == account)
+    }
+}
+
+/// The accepted form of an `accounts` entry, for messages.
+pub const ACCOUNT_FORMAT: &str =
+    "an account name as the admission's `account` label holds it: 1 to 64 characters from A-Z a-z 0-9 _ - . (exact, no patterns)";
+
+/// Checks one `accounts` entry.
+pub fn validate_account(account: &str) -> Result<(), String> {
+    let ok =
+        !account.is_empty() && account.len() <= 64 && account.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{account:?}: expected {ACCOUNT_FORMAT}"))
     }
 }
 
@@ -164,6 +206,21 @@ pub fn check_disjoint(
                 b.line,
                 format!(
                     "team {team_b}: {:?} (line {}) and team {team_a}: {:?} (line {}) {how} one tenant; a tenant belongs to at most one team",
+                    b.pattern, b.line, a.pattern, a.line
+                ),
+            ));
+        }
+    }
+    let accounts: Vec<(&str, &MemberPattern)> =
+        teams.iter().flat_map(|(team, t)| t.accounts.iter().map(move |a| (team.as_str(), a))).collect();
+    for (k, (team_a, a)) in accounts.iter().enumerate() {
+        if let Some((team_b, b)) = accounts.iter().skip(k + 1).find(|(_, b)| b.pattern == a.pattern) {
+            let whom =
+                if team_a == team_b { format!("team {team_b} names it twice") } else { "a tenant belongs to at most one team".into() };
+            return Err(at_line(
+                b.line,
+                format!(
+                    "team {team_b}: account {:?} (line {}) and team {team_a}: account {:?} (line {}) name one account; {whom}",
                     b.pattern, b.line, a.pattern, a.line
                 ),
             ));

@@ -371,12 +371,17 @@ impl Allocations {
     }
 
     /// The allocated tenants as the configuration would name them: admitted
-    /// ones and released ones with processes left.
+    /// ones and released ones with processes left, each in the team that
+    /// names the `account` its admission recorded, if one does.
     pub fn effective(&self, config: &Config) -> Config {
         let mut effective = config.clone();
-        for held in self.kept.admitted.values().chain(self.kept.released.values()) {
+        let held: Vec<&Held> = self.kept.admitted.values().chain(self.kept.released.values()).collect();
+        for held in &held {
             effective.tenants.entry(held.admission.tenant.clone()).or_insert_with(|| tenant_config(&held.admission));
         }
+        effective.resolve_accounts(
+            held.iter().filter_map(|h| Some((h.admission.tenant.as_str(), h.admission.labels.get(allocation::ACCOUNT_LABEL)?.as_str()))),
+        );
         effective
     }
 

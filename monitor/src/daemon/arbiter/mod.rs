@@ -102,7 +102,8 @@ pub struct Shared {
 }
 
 /// A team as the arbiter needs it: who is in it (by the configuration's
-/// patterns) and its settings on each device.
+/// patterns, and its accounts as the monitor's admissions resolved them)
+/// and its settings on each device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArbiterTeam {
     pub name: String,
@@ -112,7 +113,7 @@ pub struct ArbiterTeam {
 
 impl Shared {
     /// `tenant`'s team on `uuid` (numbered from 1 in the configuration's
-    /// order), by the configuration alone.
+    /// order), by the configuration and the monitor's admissions alone.
     pub fn team_claim(&self, tenant: &str, uuid: &[u8; 16]) -> Option<teams::TeamClaim> {
         // Only a tenant the configuration governs is in a team (see
         // `Config::team_of`): a name a process gave itself is anyone's.

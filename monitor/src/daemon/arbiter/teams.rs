@@ -20,7 +20,8 @@
 //! enforce the team's too, however few members are busy).
 //!
 //! Members' processes never reach this: who is in which team, and the
-//! teams' settings, come from the configuration alone.
+//! teams' settings, come from the configuration alone (and, for a team's
+//! `accounts`, the monitor's own admission records).
 
 use super::sched::{effective_claims, targets, Declared};
 use crate::compute::Claim;
