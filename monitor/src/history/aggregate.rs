@@ -230,6 +230,25 @@ impl Aggregator {
         self.origins = went;
     }
 
+    /// Whether the open interval must close before `snapshot`, taken at
+    /// Unix time `now_ms`, is folded: a tenant in it has a row of one
+    /// origin open and this round would be another's (its allocation went
+    /// and a ledger of its name was made anew, or it was admitted), and a
+    /// row is one holder's. Not within the second the interval began: an
+    /// interval is keyed by its start's second.
+    pub fn holder_changes(&self, snapshot: &Snapshot, now_ms: u64) -> bool {
+        let Some(start_ms) = self.start_ms else { return false };
+        if now_ms / 1000 <= start_ms / 1000 {
+            return false;
+        }
+        snapshot.tenants.iter().any(|tenant| {
+            let origin = self.origins.get(&tenant.name);
+            tenant.devices.iter().any(|device| {
+                self.tenants.get(&(tenant.name.clone(), device.uuid.clone())).is_some_and(|acc| acc.origin.as_ref() != origin)
+            })
+        })
+    }
+
     /// Folds one round, taken at Unix time `now_ms`, into the open interval.
     pub fn fold(&mut self, snapshot: &Snapshot, now_ms: u64) {
         self.start_ms.get_or_insert(now_ms);
@@ -446,12 +465,17 @@ mod tests {
         // Its allocation went this round (its ledger still in the snapshot):
         // its job's for this round.
         agg.set_origins([]);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 2250), "nothing open");
         agg.fold(&round(1, 0, 0, 1), 2250);
-        assert_eq!(agg.close(3000).unwrap().tenants[0].origin, origin);
         // A ledger of that name made anew at once, seen in the very next
-        // round: nobody's, though a tenant of that name was seen each round.
+        // round: nobody's, though a tenant of that name was seen each round;
+        // the open interval, the job's, closes before it is folded.
         agg.set_origins([]);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 2500), "not within the second the interval began");
+        assert!(agg.holder_changes(&round(1, 0, 0, 1), 3250));
+        assert_eq!(agg.close(3250).unwrap().tenants[0].origin, origin);
         agg.fold(&round(1, 0, 0, 1), 3250);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 3500), "the same holder");
         assert_eq!(agg.close(4000).unwrap().tenants[0].origin, None);
         agg.set_origins([]);
         agg.fold(&round(1, 0, 0, 1), 4250);
