@@ -171,8 +171,6 @@ fn path_text(path: &Path) -> String {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     // A name of its own per write, even for writes of one path at once
     // (every claim's prepare copies the shim to the same path): a shared
     // temporary name let one write truncate the file another was about to
@@ -180,14 +178,28 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> 
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
+    write_through(path, &tmp, bytes, mode)
+}
+
+/// Writes `bytes` to `tmp`, made anew, and renames it onto `path`. A
+/// temporary of that name already there was left by a write that died
+/// (the same pid comes back after a restart, pid 1 in a container): it is
+/// removed and the write tried once more.
+fn write_through(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let write = || -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(tmp, path)
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
+    let written = match write() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::remove_file(tmp).and_then(|()| write()),
+        other => other,
+    };
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(tmp);
         format!("cannot write {}: {e}", path.display())
     })
 }
@@ -195,6 +207,27 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temporary_left_by_a_write_that_died_is_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gpuslice-cdi-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, tmp) = (dir.join("spec.json"), dir.join("spec.tmp1.0"));
+        // What a write that died left: read-only, and half written.
+        std::fs::write(&tmp, b"{\"half").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o400)).unwrap();
+        write_through(&path, &tmp, b"{\"whole\": true}", 0o644).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"whole\": true}");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        assert!(!tmp.exists(), "the temporary was renamed into place");
+        // A temporary that cannot be made for another reason is still an error.
+        let err = write_through(&path, &dir.join("missing/spec.tmp1.1"), b"x", 0o644).unwrap_err();
+        assert!(err.contains("cannot write") && err.contains("spec.json"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"whole\": true}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn writes_of_one_path_at_once_each_land_whole() {

@@ -59,17 +59,32 @@ fn device_name(gpu: &GpuInfo) -> String {
     }
 }
 
-/// One warning for each configured cap above its device's memory, and one
-/// for each device whose configured shares add up to more than 100 %.
+/// One warning for each configured cap or team quota above its device's
+/// memory, and one for each device whose configured shares add up to more
+/// than 100 %. A team's share counts once, as a tenant's does; its members'
+/// own shares divide the team's part among them and are not counted again.
 pub fn config_warnings(config: &Config, gpus: &[GpuInfo]) -> Vec<String> {
     let mut warnings = Vec::new();
     for gpu in placeable(gpus) {
         let mut shares = Vec::new();
+        for (team, settings) in config.teams.iter().map(|(name, team)| (name, &team.settings)) {
+            if let Some(quota) = settings.memory_for(&gpu.uuid, Some(gpu.index)) {
+                if quota > gpu.total_bytes {
+                    warnings.push(quota_warning(team, quota, gpu));
+                }
+            }
+            if let Some(share) = settings.compute_for(&gpu.uuid, Some(gpu.index)).map(|c| c.share_ratio_e4).filter(|s| *s > 0) {
+                shares.push((format!("team {team}"), share));
+            }
+        }
         for (tenant, settings) in &config.tenants {
             if let Some(cap) = settings.memory_for(&gpu.uuid, Some(gpu.index)) {
                 if cap > gpu.total_bytes {
                     warnings.push(cap_warning(&format!("tenant {tenant}"), cap, gpu));
                 }
+            }
+            if config.team_of(tenant).is_some() {
+                continue;
             }
             if let Some(share) = settings.compute_for(&gpu.uuid, Some(gpu.index)).map(|c| c.share_ratio_e4).filter(|s| *s > 0) {
                 shares.push((tenant.clone(), share));
@@ -80,6 +95,15 @@ pub fn config_warnings(config: &Config, gpus: &[GpuInfo]) -> Vec<String> {
         }
     }
     warnings
+}
+
+fn quota_warning(team: &str, quota: u64, gpu: &GpuInfo) -> String {
+    format!(
+        "team {team}: the memory quota of {} on {} is above the device's {}: it limits nothing there",
+        human_bytes(quota),
+        device_name(gpu),
+        human_bytes(gpu.total_bytes)
+    )
 }
 
 fn cap_warning(who: &str, cap: u64, gpu: &GpuInfo) -> String {
@@ -190,6 +214,45 @@ mod tests {
         assert!(warnings[1].starts_with("device 0 (GPU-0): the configured shares add up to 120 % (big 60 %, fits 60 %), above 100 %"));
         // Device 1 holds the 64 GiB cap, and only one share is on it.
         assert!(warnings.iter().all(|w| !w.contains("GPU-1")), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_teams_share_counts_once_and_its_members_shares_are_not_added() {
+        // Members' shares add up past 100 % within the team: they divide its
+        // 50 % and are no warning. Team 50 % and outsider 40 %: 90 %.
+        let text = "[teams.t]\ntenants = [\"t-*\"]\nshare = 50\nmemory = \"8GiB\"\n\
+                    [tenants.t-a]\nshare = 70\n[tenants.t-b]\nshare = 70\n[tenants.outsider]\nshare = 40\n";
+        let gpus = [gpu(0, "GPU-0", 16 * GIB)];
+        let warnings = config_warnings(&crate::config::parse(text).unwrap(), &gpus);
+        assert!(warnings.is_empty(), "{warnings:#?}");
+
+        // Two teams of 60 % and 30 % and the outsider's 40 %: 130 %.
+        let text = format!("{text}[teams.u]\ntenants = [\"u-*\"]\nshare = 30\n[teams.v]\ntenants = [\"v-*\"]\nshare = 10\n");
+        let warnings = config_warnings(&crate::config::parse(&text).unwrap(), &gpus);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with(
+                "device 0 (GPU-0): the configured shares add up to 130 % (team t 50 %, team u 30 %, team v 10 %, outsider 40 %), above 100 %"
+            ),
+            "{warnings:#?}"
+        );
+
+        // Two teams alone past 100 %, with no tenant configured.
+        let text = "[teams.a]\ntenants = [\"a-*\"]\nshare = 60\n[teams.b]\ntenants = [\"b-*\"]\nshare = 60\n";
+        let warnings = config_warnings(&crate::config::parse(text).unwrap(), &gpus);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(warnings[0].contains("add up to 120 % (team a 60 %, team b 60 %)"), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_teams_memory_quota_above_the_devices_memory_is_said() {
+        let config = crate::config::parse("[teams.t]\ntenants = [\"t-*\"]\nmemory = { 0 = \"32GiB\" }\n").unwrap();
+        let warnings = config_warnings(&config, &[gpu(0, "GPU-0", 16 * GIB), gpu(1, "GPU-1", 16 * GIB)]);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("team t: the memory quota of 32.0 GiB on device 0 (GPU-0) is above the device's 16.0 GiB"),
+            "{warnings:#?}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use crate::discovery;
 use crate::error::Error;
-use crate::history::groups::{self, GroupSummary, Grouping};
+use crate::history::groups::{self, GroupKind, GroupSummary, Grouping};
 use crate::history::store::{OpenError, Store};
 use crate::history::summary::{self, percent_e4, short_duration, DeviceSummary, TenantSummary};
 use crate::text::{human_bytes, render_rows};
@@ -282,9 +282,15 @@ fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
     let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     rows[0].extend(["DEVICES", "SHARE", "HELD", "DEVICE TIME HELD", "DEVICE TIME USED", "MEMORY PEAK", "REFUSED"].map(String::from));
     for g in groups {
+        // A tenant of no job is shown as such: its name is its own choice
+        // and may look like a job's id.
+        let key = match g.kind {
+            GroupKind::Tenant => format!("tenant {}", shown(&g.key)),
+            _ => shown(&g.key),
+        };
         let mut row = match by {
-            Grouping::User => vec![shown(&g.key), g.jobs.len().to_string(), list(&g.accounts), list(&g.tenants)],
-            _ => vec![shown(&g.key), list(&g.users), list(&g.accounts), list(&g.tenants)],
+            Grouping::User => vec![key, g.jobs.len().to_string(), list(&g.accounts), list(&g.tenants)],
+            _ => vec![key, list(&g.users), list(&g.accounts), list(&g.tenants)],
         };
         row.extend([
             g.devices.len().to_string(),
@@ -403,6 +409,9 @@ mod tests {
             }),
         };
         let rows: Vec<TenantRow> = (0..10).map(|i| row("slurm-42", "42", "alice\nforged", 1_000_000 + i * 60)).collect();
+        let mut uses = groups::uses(&rows);
+        // A tenant of no job that calls itself 42 is a group of its own, shown as a tenant.
+        uses.extend(groups::uses(&[TenantRow { origin: None, ..row("42", "-", "-", 1_000_000) }]));
         let report = Report {
             history: "h".into(),
             since_s: 1_000_000,
@@ -410,11 +419,14 @@ mod tests {
             oldest_s: Some(1_000_000),
             by: Grouping::Job,
             tenants: vec![],
-            groups: groups::group(Grouping::Job, &groups::uses(&rows)),
+            groups: groups::group(Grouping::Job, &uses),
             devices: vec![],
             rule: rule_text(),
         };
         let text = table(&report);
+        let tenant: Vec<&str> =
+            text.lines().find(|l| l.starts_with("tenant 42 ")).unwrap_or_else(|| panic!("{text}")).split_whitespace().collect();
+        assert_eq!(tenant[..6], ["tenant", "42", "-", "-", "42", "1"], "{text}");
         let line: Vec<&str> = text.lines().find(|l| l.starts_with("42 ")).unwrap_or_else(|| panic!("{text}")).split_whitespace().collect();
         // 25 % for 10 minutes: 150 device-seconds held, 60 used (10 %).
         assert_eq!(

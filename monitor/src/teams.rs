@@ -291,6 +291,52 @@ mod tests {
     }
 
     #[test]
+    fn a_member_toggling_its_ledger_across_the_quota_is_said_a_burst_per_window_and_the_rest_counted() {
+        use crate::daemon::log::{Decision, Level, Limiter, BURST_LINES, WINDOW};
+        let gib = 1u64 << 30;
+        let team = |name: &str, used: u64| TeamDeviceFigures {
+            team: name.into(),
+            index: 0,
+            uuid: "GPU-0".into(),
+            members: 1,
+            memory_quota_bytes: Some(gib),
+            memory_used_bytes: used,
+            driver_memory_used_bytes: Some(gib / 2),
+            compute_share_ratio: None,
+            compute_limit_ratio: None,
+            compute_target_ratio: 0.0,
+            compute_used_ratio: 0.0,
+        };
+        let (mut limiter, t0) = (Limiter::default(), std::time::Instant::now());
+        let mut written: Vec<(String, Level, String)> = Vec::new();
+        let mut over = std::collections::BTreeSet::new();
+        // 100 rounds: team `a`'s member writes 2 GiB then 0 in its ledger in
+        // turn; team `b` goes over once, in the last round.
+        for round in 0..100u32 {
+            let a = team("a", if round % 2 == 0 { 2 * gib } else { 0 });
+            let figures = if round == 99 { vec![a, team("b", 2 * gib)] } else { vec![a] };
+            say_over_quota_to(&figures, &mut over, &mut |key, level, message| {
+                if limiter.admit(key, level, t0) == Decision::Write {
+                    written.push((key.to_string(), level, message.to_string()));
+                }
+            });
+        }
+        let about_a: Vec<&(String, Level, String)> = written.iter().filter(|(k, _, _)| k.contains("team a'")).collect();
+        assert_eq!(about_a.len(), BURST_LINES as usize, "{written:?}");
+        assert!(about_a[0].2.contains("1073741824 bytes over its quota"), "{about_a:?}");
+        assert_eq!(about_a[1].2, "team a: back within its memory quota on device GPU-0");
+        // Another team is not held back by the first.
+        assert!(written.iter().any(|(k, l, m)| k.contains("team b'") && *l == Level::Warn && m.starts_with("team b:")), "{written:?}");
+        // The window's end says how many lines about team a were left out.
+        let ended = limiter.expire(t0 + WINDOW, false);
+        assert_eq!(ended.len(), 1, "{ended:?}");
+        assert_eq!(
+            (ended[0].0.as_str(), ended[0].1, ended[0].2),
+            ("team a's memory quota on device GPU-0", Level::Warn, 100 - u64::from(BURST_LINES))
+        );
+    }
+
+    #[test]
     fn bad_entries_are_refused_with_what_is_accepted() {
         for bad in ["", "a b", "a/b", "-rf", ".hidden", "ü*"] {
             let e = validate_pattern(bad).unwrap_err();
@@ -344,25 +390,48 @@ impl TeamDeviceFigures {
 /// Says once per episode (a team's device in `over`) when a team holds
 /// more than its quota, naming the excess, and when it is back within it.
 /// A quota lowered below what a team holds frees nothing a process holds.
+/// An episode starts and ends on figures a member writes (its ledger), so
+/// a member that moves its figure across the quota each round would have
+/// both lines said each round: they are limited per team and device like
+/// other repeated complaints, and what was left out is counted.
 pub fn say_over_quota(figures: &[TeamDeviceFigures], over: &mut std::collections::BTreeSet<(String, String)>) {
+    say_over_quota_to(figures, over, &mut |key, level, message| crate::daemon::log::limited(key, level, message));
+}
+
+/// The key under which the quota lines of a team's device are limited.
+fn quota_log_key(team: &str, uuid: &str) -> String {
+    format!("team {team}'s memory quota on device {uuid}")
+}
+
+/// [`say_over_quota`], each line handed to `say` with its key and level.
+fn say_over_quota_to(
+    figures: &[TeamDeviceFigures],
+    over: &mut std::collections::BTreeSet<(String, String)>,
+    say: &mut dyn FnMut(&str, crate::daemon::log::Level, &str),
+) {
+    use crate::daemon::log::Level;
     let mut now = std::collections::BTreeSet::new();
     for f in figures {
         let Some(excess) = f.over_quota_bytes().filter(|e| *e > 0) else { continue };
         let key = (f.team.clone(), f.uuid.clone());
         if !over.contains(&key) {
-            crate::daemon::log::warn(&format!(
-                "team {}: its tenants hold {} bytes on device {} ({}), {excess} bytes over its quota of {} bytes; nothing they hold is freed",
-                f.team,
-                f.memory_used_bytes.max(f.driver_memory_used_bytes.unwrap_or(0)),
-                f.index,
-                f.uuid,
-                f.memory_quota_bytes.unwrap_or(0)
-            ));
+            say(
+                &quota_log_key(&f.team, &f.uuid),
+                Level::Warn,
+                &format!(
+                    "team {}: its tenants hold {} bytes on device {} ({}), {excess} bytes over its quota of {} bytes; nothing they hold is freed",
+                    f.team,
+                    f.memory_used_bytes.max(f.driver_memory_used_bytes.unwrap_or(0)),
+                    f.index,
+                    f.uuid,
+                    f.memory_quota_bytes.unwrap_or(0)
+                ),
+            );
         }
         now.insert(key);
     }
     for (team, uuid) in over.difference(&now) {
-        crate::daemon::log::info(&format!("team {team}: back within its memory quota on device {uuid}"));
+        say(&quota_log_key(team, uuid), Level::Info, &format!("team {team}: back within its memory quota on device {uuid}"));
     }
     *over = now;
 }

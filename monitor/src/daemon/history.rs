@@ -138,7 +138,10 @@ impl Recorder {
             allocations.iter().filter_map(|a| crate::history::aggregate::Origin::from_labels(&a.labels).map(|o| (a.tenant.clone(), o))),
         );
         let now_ms = unix_ms(SystemTime::now());
-        if self.aggregator.started_ms().is_some_and(|start| now_ms.saturating_sub(start) >= self.interval_ms || now_ms < start) {
+        // Closed early where a tenant's rows would pass to another holder.
+        if self.aggregator.started_ms().is_some_and(|start| now_ms.saturating_sub(start) >= self.interval_ms || now_ms < start)
+            || self.aggregator.holder_changes(snapshot, now_ms)
+        {
             self.hand_over(now_ms);
         }
         self.aggregator.fold(snapshot, now_ms);

@@ -201,11 +201,12 @@ pub struct Aggregator {
     left_out: HashSet<(String, String)>,
     last: HashMap<(String, String), Counters>,
     seen_a_round: bool,
-    /// Each admitted tenant's origin, kept while the tenant is seen after
-    /// its release (its last processes ending are still its job's).
+    /// The origin of each tenant the monitor holds an allocation of
+    /// (admitted, or released while processes of it live), and of each
+    /// one whose allocation went this round.
     origins: BTreeMap<String, Origin>,
-    /// The tenants of the last round.
-    present: HashSet<String>,
+    /// The allocations' origins as given at the last round.
+    allocated: BTreeMap<String, Origin>,
 }
 
 impl Aggregator {
@@ -214,12 +215,38 @@ impl Aggregator {
         self.start_ms
     }
 
-    /// The origins of the admitted tenants from now on (the monitor's
-    /// admissions, see [`Origin`]); a tenant not in it has none.
+    /// The origins of the tenants the monitor holds an allocation of from
+    /// now on (its admissions, see [`Origin`]: admitted, or released while
+    /// processes of it live); a tenant not in it has none. One whose
+    /// allocation went since the last round keeps its origin for this round
+    /// alone (its ledger, removed as it went, may still be in this round's
+    /// snapshot): after that its name is anyone's, and a tenant that makes
+    /// a ledger of that name anew is nobody's job, however soon it does.
     pub fn set_origins(&mut self, origins: impl IntoIterator<Item = (String, Origin)>) {
-        let present = &self.present;
-        self.origins.retain(|tenant, _| present.contains(tenant));
-        self.origins.extend(origins);
+        let now: BTreeMap<String, Origin> = origins.into_iter().collect();
+        let mut went = std::mem::replace(&mut self.allocated, now.clone());
+        went.retain(|tenant, _| !now.contains_key(tenant));
+        went.extend(now);
+        self.origins = went;
+    }
+
+    /// Whether the open interval must close before `snapshot`, taken at
+    /// Unix time `now_ms`, is folded: a tenant in it has a row of one
+    /// origin open and this round would be another's (its allocation went
+    /// and a ledger of its name was made anew, or it was admitted), and a
+    /// row is one holder's. Not within the second the interval began: an
+    /// interval is keyed by its start's second.
+    pub fn holder_changes(&self, snapshot: &Snapshot, now_ms: u64) -> bool {
+        let Some(start_ms) = self.start_ms else { return false };
+        if now_ms / 1000 <= start_ms / 1000 {
+            return false;
+        }
+        snapshot.tenants.iter().any(|tenant| {
+            let origin = self.origins.get(&tenant.name);
+            tenant.devices.iter().any(|device| {
+                self.tenants.get(&(tenant.name.clone(), device.uuid.clone())).is_some_and(|acc| acc.origin.as_ref() != origin)
+            })
+        })
     }
 
     /// Folds one round, taken at Unix time `now_ms`, into the open interval.
@@ -245,8 +272,9 @@ impl Aggregator {
                     continue;
                 }
                 let acc = self.tenants.entry(key).or_default();
-                // Kept once seen: a released tenant's last rounds are
-                // still its job's.
+                // Kept for the interval once seen: a released tenant's last
+                // rounds are still its job's (one row per tenant and device
+                // per interval).
                 if let Some(origin) = self.origins.get(&tenant.name) {
                     acc.origin = Some(origin.clone());
                 }
@@ -287,7 +315,6 @@ impl Aggregator {
         // A tenant-and-device pair not seen this round starts from zero
         // when it comes back (its ledger was made anew).
         self.last = seen;
-        self.present = snapshot.tenants.iter().map(|t| t.name.clone()).collect();
         for device in &snapshot.devices {
             if !self.devices.contains_key(&device.uuid) && self.devices.len() >= MAX_DEVICE_ROWS {
                 continue;
@@ -419,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tenants_origin_comes_from_its_admission_and_outlives_its_release_while_seen() {
+    fn a_tenants_origin_comes_from_its_admission_and_ends_with_its_allocation() {
         let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         // What a DRA claim carries names no job or user: no origin.
         assert_eq!(Origin::from_labels(&labels(&[("origin", "kubernetes"), ("pod", "p")])), None);
@@ -431,15 +458,33 @@ mod tests {
         agg.set_origins([(tenant.clone(), origin.clone().unwrap())]);
         agg.fold(&round(1, 0, 0, 1), 250);
         assert_eq!(agg.close(1000).unwrap().tenants[0].origin, origin);
-        // Released (no longer admitted) but its processes still seen.
-        agg.set_origins([]);
+        // Released while its processes live: still an allocation, still its job's.
+        agg.set_origins([(tenant.clone(), origin.clone().unwrap())]);
         agg.fold(&round(1, 0, 0, 1), 1250);
         assert_eq!(agg.close(2000).unwrap().tenants[0].origin, origin);
-        // Gone for a round: forgotten, and a tenant of that name later is nobody's.
-        agg.fold(&Snapshot { nvml: false, devices: vec![], tenants: vec![], untracked_processes: vec![] }, 2250);
+        // Its allocation went this round (its ledger still in the snapshot):
+        // its job's for this round.
         agg.set_origins([]);
-        agg.fold(&round(1, 0, 0, 1), 2500);
-        assert_eq!(agg.close(3000).unwrap().tenants[0].origin, None);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 2250), "nothing open");
+        agg.fold(&round(1, 0, 0, 1), 2250);
+        // A ledger of that name made anew at once, seen in the very next
+        // round: nobody's, though a tenant of that name was seen each round;
+        // the open interval, the job's, closes before it is folded.
+        agg.set_origins([]);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 2500), "not within the second the interval began");
+        assert!(agg.holder_changes(&round(1, 0, 0, 1), 3250));
+        assert_eq!(agg.close(3250).unwrap().tenants[0].origin, origin);
+        agg.fold(&round(1, 0, 0, 1), 3250);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 3500), "the same holder");
+        assert_eq!(agg.close(4000).unwrap().tenants[0].origin, None);
+        agg.set_origins([]);
+        agg.fold(&round(1, 0, 0, 1), 4250);
+        assert_eq!(agg.close(5000).unwrap().tenants[0].origin, None);
+        // Admitted again (another job of that tenant name): the new job's.
+        let other = Origin { job: Some("43".into()), user: Some("bob".into()), account: None };
+        agg.set_origins([(tenant.clone(), other.clone())]);
+        agg.fold(&round(1, 0, 0, 1), 5250);
+        assert_eq!(agg.close(6000).unwrap().tenants[0].origin, Some(other));
     }
 
     #[test]

@@ -68,8 +68,9 @@ pub struct SeriesUse {
 /// The uses in the rows of one tenant on one device (oldest first), one
 /// per run of rows with the same origin.
 pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
-    // An interval's span is rounded up to a whole second, so that short
-    // ones overlap the next's start: each counts up to the next's start.
+    // An interval's span is rounded to the nearest whole second, so that
+    // short ones may overlap the next's start: each counts up to the next's
+    // start.
     let spans: Vec<u64> = rows
         .iter()
         .enumerate()
@@ -105,10 +106,29 @@ pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
         .collect()
 }
 
+/// What a group's key names. Jobs and users come from admissions, which
+/// only root or the monitor's user makes; a tenant's name is the tenant's
+/// own choice, so a tenant of no job is kept apart from the jobs whatever
+/// it calls itself (a tenant named `42` is not job 42).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupKind {
+    /// A cluster job, by id.
+    Job,
+    /// A user, by name.
+    User,
+    /// A tenant of no job, by its name (under `--by job`).
+    Tenant,
+    /// The tenants of no user, under `-` (under `--by user`).
+    None,
+}
+
 /// One group over the window (see the module docs for each figure).
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupSummary {
-    /// The job id or user name; `-` for the tenants that have none.
+    /// What `key` names: a job, a user, a tenant of no job, or no user.
+    pub kind: GroupKind,
+    /// The job id, user name or tenant name; `-` for the tenants of no user.
     pub key: String,
     pub jobs: Vec<String>,
     pub users: Vec<String>,
@@ -126,25 +146,32 @@ pub struct GroupSummary {
     pub alloc_denied_total: u64,
 }
 
-/// The key of a use under the grouping by job: its job, else its tenant.
-pub fn job_key(use_: &SeriesUse) -> String {
-    use_.origin.as_ref().and_then(|o| o.job.clone()).unwrap_or_else(|| use_.tenant.clone())
+/// The key of a use under the grouping by job: its job, else its tenant,
+/// each of its own kind.
+pub fn job_key(use_: &SeriesUse) -> (GroupKind, String) {
+    match use_.origin.as_ref().and_then(|o| o.job.clone()) {
+        Some(job) => (GroupKind::Job, job),
+        None => (GroupKind::Tenant, use_.tenant.clone()),
+    }
 }
 
 /// The key of a use under the grouping by user: its user, else `-`.
-pub fn user_key(use_: &SeriesUse) -> String {
-    use_.origin.as_ref().and_then(|o| o.user.clone()).unwrap_or_else(|| "-".into())
+pub fn user_key(use_: &SeriesUse) -> (GroupKind, String) {
+    match use_.origin.as_ref().and_then(|o| o.user.clone()) {
+        Some(user) => (GroupKind::User, user),
+        None => (GroupKind::None, "-".into()),
+    }
 }
 
 /// Every group of `uses` under `grouping`, by key; `None` for
 /// [`Grouping::Tenant`], which [`super::summary`] sums up.
 pub fn group(grouping: Grouping, uses: &[SeriesUse]) -> Option<Vec<GroupSummary>> {
-    let key: fn(&SeriesUse) -> String = match grouping {
+    let key: fn(&SeriesUse) -> (GroupKind, String) = match grouping {
         Grouping::Tenant => return None,
         Grouping::Job => job_key,
         Grouping::User => user_key,
     };
-    let mut groups: BTreeMap<String, Vec<&SeriesUse>> = BTreeMap::new();
+    let mut groups: BTreeMap<(GroupKind, String), Vec<&SeriesUse>> = BTreeMap::new();
     for use_ in uses {
         groups.entry(key(use_)).or_default().push(use_);
     }
@@ -152,12 +179,12 @@ pub fn group(grouping: Grouping, uses: &[SeriesUse]) -> Option<Vec<GroupSummary>
 }
 
 /// Adds up one group's uses (see the module docs).
-pub fn sum_group(grouping: Grouping, key: String, members: &[&SeriesUse]) -> GroupSummary {
+pub fn sum_group(grouping: Grouping, (kind, key): (GroupKind, String), members: &[&SeriesUse]) -> GroupSummary {
     let names = |f: &dyn Fn(&Origin) -> Option<String>| -> Vec<String> {
         members.iter().filter_map(|u| u.origin.as_ref().and_then(f)).collect::<BTreeSet<_>>().into_iter().collect()
     };
     // Each holder's span: its job's, or its tenant's where it has none.
-    let mut spans: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut spans: BTreeMap<(GroupKind, String), (u64, u64)> = BTreeMap::new();
     for u in members {
         let span = spans.entry(job_key(u)).or_insert((u.first_s, u.until_s));
         *span = (span.0.min(u.first_s), span.1.max(u.until_s));
@@ -165,6 +192,7 @@ pub fn sum_group(grouping: Grouping, key: String, members: &[&SeriesUse]) -> Gro
     let one_job = spans.len() == 1 && grouping == Grouping::Job;
     let add_e4 = |f: &dyn Fn(&SeriesUse) -> u64| members.iter().map(|u| f(u)).fold(0u64, u64::saturating_add) as f64 / 10_000.0;
     GroupSummary {
+        kind,
         key,
         jobs: names(&|o| o.job.clone()),
         users: names(&|o| o.user.clone()),
@@ -250,6 +278,7 @@ mod tests {
         let jobs = group(Grouping::Job, &uses).unwrap();
         let keys: Vec<&str> = jobs.iter().map(|g| g.key.as_str()).collect();
         assert_eq!(keys, ["41", "42", "43", "team-a"]);
+        assert_eq!(jobs.iter().map(|g| g.kind).collect::<Vec<_>>(), [GroupKind::Job, GroupKind::Job, GroupKind::Job, GroupKind::Tenant]);
         let j41 = &jobs[0];
         assert_eq!((j41.held_s, j41.share_ratio, j41.allocated_device_s, j41.used_device_s), (30, Some(0.25), 7.5, 3.75));
         assert_eq!((j41.users.clone(), j41.accounts.clone(), j41.alloc_denied_total), (vec!["alice".to_string()], vec!["lab".into()], 3));
@@ -262,12 +291,14 @@ mod tests {
 
         let users = group(Grouping::User, &uses).unwrap();
         let keys: Vec<&str> = users.iter().map(|g| g.key.as_str()).collect();
-        assert_eq!(keys, ["-", "alice", "bob"]);
-        let alice = &users[1];
+        // Users first, then the tenants of no user, as jobs come before
+        // the tenants of no job.
+        assert_eq!(keys, ["alice", "bob", "-"]);
+        let alice = &users[0];
         // Two jobs: 30 s and 20 s held; 7.5 + 10 device-seconds allocated.
         assert_eq!((alice.held_s, alice.allocated_device_s, alice.used_device_s, alice.share_ratio), (50, 17.5, 13.75, None));
         assert_eq!(alice.jobs, ["41", "42"]);
-        assert_eq!(users[0].tenants, ["team-a"]);
+        assert_eq!(users[2].tenants, ["team-a"]);
     }
 
     #[test]
@@ -288,5 +319,38 @@ mod tests {
         rows.push(row("slurm-7", "GPU-0", 900, 5000, 0, Some(("7", "bob"))));
         let users = group(Grouping::User, &uses(&rows)).unwrap();
         assert_eq!(users.iter().map(|g| (g.key.as_str(), g.allocated_device_s)).collect::<Vec<_>>(), [("alice", 2.5), ("bob", 5.0)]);
+    }
+
+    #[test]
+    fn a_tenant_named_like_a_job_is_not_that_job() {
+        let series = [
+            // Job 42 of alice: 25 % on GPU-0 for 20 s.
+            (0..2).map(|i| row("slurm-42", "GPU-0", 100 + i * 10, 2500, 0, Some(("42", "alice")))).collect::<Vec<_>>(),
+            // A tenant of no job that calls itself 42, with a bigger peak,
+            // on another device, over a later span.
+            (0..3).map(|i| TenantRow { memory_peak_bytes: 8 << 30, ..row("42", "GPU-1", 500 + i * 10, 10_000, 10_000, None) }).collect(),
+        ];
+        let uses = all_uses(&series);
+        let jobs = group(Grouping::Job, &uses).unwrap();
+        let keys: Vec<(GroupKind, &str)> = jobs.iter().map(|g| (g.kind, g.key.as_str())).collect();
+        assert_eq!(keys, [(GroupKind::Job, "42"), (GroupKind::Tenant, "42")]);
+        let job = &jobs[0];
+        // The job's own figures only: none of the tenant's time, peak or device.
+        assert_eq!((job.held_s, job.share_ratio, job.allocated_device_s, job.used_device_s), (20, Some(0.25), 5.0, 0.0));
+        assert_eq!(
+            (job.memory_peak_bytes, job.devices.clone(), job.tenants.clone()),
+            (1 << 30, vec!["GPU-0".to_string()], vec!["slurm-42".to_string()])
+        );
+        let tenant = &jobs[1];
+        assert_eq!((tenant.held_s, tenant.allocated_device_s, tenant.jobs.clone()), (30, 30.0, Vec::<String>::new()));
+
+        // Under --by user the tenant is under `-`, apart from alice, and a
+        // tenant of no job does not share a holder's span with job 42.
+        let users = group(Grouping::User, &uses).unwrap();
+        let keys: Vec<(GroupKind, &str)> = users.iter().map(|g| (g.kind, g.key.as_str())).collect();
+        assert_eq!(keys, [(GroupKind::User, "alice"), (GroupKind::None, "-")]);
+        assert_eq!((users[0].held_s, users[1].held_s), (20, 30));
+        let both: Vec<&SeriesUse> = uses.iter().collect();
+        assert_eq!(sum_group(Grouping::User, (GroupKind::User, "x".into()), &both).held_s, 50);
     }
 }
