@@ -15,6 +15,54 @@ mod monitor_support;
 use compute_support::{busy_bins, busy_ratio, saturate, serial, sim};
 use monitor_support::{write_atomically, Metrics, Monitor, MonitorOptions};
 
+/// Starts one saturating client per entry (tenant, extra environment),
+/// each running `seconds` and counting from one epoch; returns them with
+/// the window to measure, which starts once all have started.
+fn start_clients<'a>(
+    sim: &gpuslice_tests::Sim,
+    clients: &[(&'a str, &[(&str, &str)])],
+    seconds: u32,
+) -> (Vec<(&'a str, gpuslice_tests::Running)>, f64, f64) {
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
+    let started = std::time::Instant::now();
+    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
+        .iter()
+        .map(|(tenant, envs)| {
+            let mut cmd = sim.py("fairness_load.py");
+            let epoch = format!("{epoch:.6}");
+            let seconds = seconds.to_string();
+            cmd.env("GPUSLICE_TENANT", tenant)
+                .env("FAIRNESS_EPOCH", &epoch)
+                .envs(envs.iter().copied())
+                .args(["saturate", "1000", &seconds]);
+            (*tenant, sim.spawn(&mut cmd))
+        })
+        .collect();
+    for (_, r) in &mut running {
+        r.wait_for("started");
+    }
+    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
+    let to_s = f64::from(seconds) - 0.7;
+    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    (running, from_s, to_s)
+}
+
+/// Waits for the clients; each tenant's device time over the window (its
+/// processes' together), in the order the tenants first appear.
+fn device_time_by_tenant(running: Vec<(&str, gpuslice_tests::Running)>, from_s: f64, to_s: f64) -> Vec<(&str, f64)> {
+    let mut got: Vec<(&str, f64)> = Vec::new();
+    for (tenant, r) in running {
+        let out = r.wait();
+        out.assert_success();
+        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
+        match got.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, r)) => *r += ratio,
+            None => got.push((tenant, ratio)),
+        }
+    }
+    got
+}
+
 fn target(m: &Metrics, tenant: &str) -> Option<f64> {
     m.value("gpuslice_tenant_compute_target_ratio", &[("tenant", tenant), ("device", "0")]).map(|t| (t * 1000.0).round() / 1000.0)
 }
@@ -39,25 +87,7 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
     let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config), ..Default::default() });
     let liar = [("GPUSLICE_COMPUTE_SHARE", "100"), ("GPUSLICE_PRIORITY", "9")];
     let clients: [(&str, &[(&str, &str)]); 6] = [("solo", &[]), ("b-1", &liar), ("b-2", &[]), ("b-2", &[]), ("b-3", &[]), ("b-4", &[])];
-    // Every client counts from one epoch and runs 6 s from its own start;
-    // the window measured starts once all have started.
-    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
-    let started = std::time::Instant::now();
-    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
-        .iter()
-        .map(|(tenant, envs)| {
-            let mut cmd = sim.py("fairness_load.py");
-            let epoch = format!("{epoch:.6}");
-            cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "6"]);
-            (*tenant, sim.spawn(&mut cmd))
-        })
-        .collect();
-    for (_, r) in &mut running {
-        r.wait_for("started");
-    }
-    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
-    let to_s = 5.3;
-    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    let (running, from_s, to_s) = start_clients(&sim, &clients, 6);
     monitor.metrics_until("targets of 50 % for solo and 12.5 % for each of b-1 … b-4", |m| {
         target(m, "solo") == Some(0.5) && ["b-1", "b-2", "b-3", "b-4"].iter().all(|t| target(m, t) == Some(0.125))
     });
@@ -71,16 +101,7 @@ fn a_team_of_four_tenants_gets_the_team_split_and_lying_or_more_processes_gain_n
             && team(m, "gpuslice_team_members", "b") == Some(4.0)
             && team(m, "gpuslice_team_compute_used_ratio", "b").is_some_and(|x| x > 0.0)
     });
-    let mut got: Vec<(&str, f64)> = Vec::new();
-    for (tenant, r) in running {
-        let out = r.wait();
-        out.assert_success();
-        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
-        match got.iter_mut().find(|(t, _)| *t == tenant) {
-            Some((_, r)) => *r += ratio,
-            None => got.push((tenant, ratio)),
-        }
-    }
+    let got = device_time_by_tenant(running, from_s, to_s);
     eprintln!("teams 50 / 50, one tenant against four, {from_s:.1}-{to_s:.1} s: {got:?}");
     // Each tenant's part of the device time the clients got together, as
     // the fairness benchmark measures it.
@@ -219,23 +240,7 @@ fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
         ("slurm-103", &[]),
         ("slurm-103", &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_ID", "101")]),
     ];
-    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 0.5;
-    let started = std::time::Instant::now();
-    let mut running: Vec<(&str, gpuslice_tests::Running)> = clients
-        .iter()
-        .map(|(tenant, envs)| {
-            let mut cmd = sim.py("fairness_load.py");
-            let epoch = format!("{epoch:.6}");
-            cmd.env("GPUSLICE_TENANT", tenant).env("FAIRNESS_EPOCH", &epoch).envs(envs.iter().copied()).args(["saturate", "1000", "9"]);
-            (*tenant, sim.spawn(&mut cmd))
-        })
-        .collect();
-    for (_, r) in &mut running {
-        r.wait_for("started");
-    }
-    let from_s = (started.elapsed().as_secs_f64() - 0.5 + 0.3).max(1.0);
-    let to_s = 8.3;
-    assert!(to_s - from_s > 1.0, "the clients took {from_s:.1} s to start");
+    let (running, from_s, to_s) = start_clients(&sim, &clients, 9);
     monitor.metrics_until("targets of 50 % for slurm-103 and 25 % for each of slurm-101 and slurm-102", |m| {
         target(m, "slurm-103") == Some(0.5) && target(m, "slurm-101") == Some(0.25) && target(m, "slurm-102") == Some(0.25)
     });
@@ -253,16 +258,7 @@ fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
     let members =
         |name: &str| status["teams"].as_array().and_then(|t| t.iter().find(|t| t["team"] == name)).and_then(|t| t["members"].as_u64());
     assert_eq!((members("physics"), members("chemistry")), (Some(2), Some(1)), "{status}");
-    let mut got: Vec<(&str, f64)> = Vec::new();
-    for (tenant, r) in running {
-        let out = r.wait();
-        out.assert_success();
-        let ratio = busy_ratio(&busy_bins(&out, 1000.0), from_s, to_s);
-        match got.iter_mut().find(|(t, _)| *t == tenant) {
-            Some((_, r)) => *r += ratio,
-            None => got.push((tenant, ratio)),
-        }
-    }
+    let got = device_time_by_tenant(running, from_s, to_s);
     eprintln!("accounts physics and chemistry 50 / 50, {from_s:.1}-{to_s:.1} s: {got:?}");
     let total: f64 = got.iter().map(|(_, r)| r).sum();
     assert!(total > 0.4, "together they left the device idle: {got:?}");
