@@ -417,6 +417,11 @@ impl Ledger {
         self.usage(dev).map_or(0, |u| u.used_bytes.load(Ordering::Acquire))
     }
 
+    /// Bytes the process owning `slot` holds on `dev`, by its slot.
+    pub fn slot_bytes(&self, slot: &Slot, dev: usize) -> u64 {
+        self.slot_record(slot.index()).and_then(|r| r.bytes.get(dev)).map_or(0, |b| b.load(Ordering::Acquire))
+    }
+
     /// Reservations refused on `dev` because they would pass the cap.
     pub fn alloc_denied_total(&self, dev: usize) -> u64 {
         self.usage(dev).map_or(0, |u| u.alloc_denied_total.load(Ordering::Relaxed))

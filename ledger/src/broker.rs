@@ -17,7 +17,10 @@
 //!    kernel's word, asked in two `F_OFD_GETLK`, whatever else the process
 //!    holds); it answers [`ANSWER_BYTES`], with the page's descriptor
 //!    (`SCM_RIGHTS`) and the tenant's member index when it accepts, or a
-//!    [`Refusal`] when it does not.
+//!    [`Refusal`] when it does not. When the tenant is a member of a team
+//!    with a memory quota on the device, the team's page
+//!    ([`crate::team_usage`]) comes as a second descriptor, and the
+//!    answer's second byte says so ([`WITH_TEAM_PAGE`]).
 //! 3. Then [`MESSAGE_BYTES`] messages, each an [`Op`] and a sequence number
 //!    (the process's own count, so that the monitor can drop one that was
 //!    overtaken): the process sends `Want`, `Busy`, `Idle` and `Done`, the
@@ -34,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::grants::Grants;
+use crate::team_usage::TeamUsage;
 
 /// How long a process waits for the monitor's answer.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -247,6 +251,8 @@ pub struct Joined {
     pub stream: UnixStream,
     pub grants: Grants,
     pub member: u32,
+    /// The team's page, for a member of a team with a memory quota there.
+    pub team: Option<TeamUsage>,
 }
 
 /// Connects to the monitor listening in `dir` and asks for `hello.uuid`'s
@@ -311,8 +317,9 @@ fn join_inner(dir: &Path, hello: &Hello, ledger_fd: Option<RawFd>) -> Result<Joi
     }
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    send_with_fd(stream.as_raw_fd(), &hello.encode(), ledger_fd, false).map_err(|e| no(format!("asking {}: {e}", path.display())))?;
-    let (answer, fd) = receive_fd(stream.as_raw_fd()).map_err(|e| no(format!("reading {}: {e}", path.display())))?;
+    send_with_fd(stream.as_raw_fd(), &hello.encode(), ledger_fd.as_slice(), false)
+        .map_err(|e| no(format!("asking {}: {e}", path.display())))?;
+    let (answer, [fd, team_fd]) = receive_fd(stream.as_raw_fd()).map_err(|e| no(format!("reading {}: {e}", path.display())))?;
     let _ = stream.set_read_timeout(None);
     match (answer[0], fd) {
         (OK, Some(fd)) => {
@@ -321,7 +328,12 @@ fn join_inner(dir: &Path, hello: &Hello, ledger_fd: Option<RawFd>) -> Result<Joi
             if member as usize >= crate::grants::MAX_MEMBERS {
                 return Err(no(format!("the monitor at {} answered member {member}", path.display())));
             }
-            Ok(Joined { stream, grants, member })
+            let team = match (answer[1] & WITH_TEAM_PAGE != 0, team_fd) {
+                (false, _) => None,
+                (true, Some(fd)) => Some(TeamUsage::from_fd(fd).map_err(no)?),
+                (true, None) => return Err(no(format!("the monitor at {} said a team page came and none did", path.display()))),
+            };
+            Ok(Joined { stream, grants, member, team })
         }
         (_, _) => {
             let refusal = Refusal::from_u8(answer[1]);
@@ -346,7 +358,7 @@ pub fn view(dir: &Path, uuid: &[u8; 16]) -> Result<Grants, String> {
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
     stream.write_all(&hello.encode()).map_err(|e| format!("asking {}: {e}", path.display()))?;
     match receive_fd(stream.as_raw_fd()).map_err(|e| format!("reading {}: {e}", path.display()))? {
-        (answer, Some(fd)) if answer[0] == OK => Grants::from_fd(fd),
+        (answer, [Some(fd), _]) if answer[0] == OK => Grants::from_fd(fd),
         (answer, _) => Err(format!("the monitor at {} refused: {}", path.display(), Refusal::from_u8(answer[1]).describe())),
     }
 }
@@ -355,6 +367,9 @@ pub fn view(dir: &Path, uuid: &[u8; 16]) -> Result<Grants, String> {
 pub const OK: u8 = 1;
 /// The answer's status for a refusal.
 pub const REFUSED: u8 = 0;
+/// Set in an accepting answer's second byte when the team's page comes
+/// as a second descriptor.
+pub const WITH_TEAM_PAGE: u8 = 1;
 
 /// Reads a hello from a blocking stream.
 pub fn read_hello(stream: &mut UnixStream) -> io::Result<[u8; HELLO_BYTES]> {
@@ -365,16 +380,27 @@ pub fn read_hello(stream: &mut UnixStream) -> io::Result<[u8; HELLO_BYTES]> {
 
 /// Accepts a process: its member index and the page's descriptor.
 pub fn accept(socket: RawFd, member: u32, fd: RawFd) -> io::Result<()> {
+    accept_in_team(socket, member, fd, None)
+}
+
+/// Accepts a process, with its team's page (`team_fd`) when it has one.
+pub fn accept_in_team(socket: RawFd, member: u32, fd: RawFd, team_fd: Option<RawFd>) -> io::Result<()> {
     let mut answer = [0u8; ANSWER_BYTES];
     answer[0] = OK;
     answer[4..8].copy_from_slice(&member.to_le_bytes());
-    send_fd(socket, &answer, Some(fd))
+    match team_fd {
+        Some(team_fd) => {
+            answer[1] = WITH_TEAM_PAGE;
+            send_with_fd(socket, &answer, &[fd, team_fd], true)
+        }
+        None => send_with_fd(socket, &answer, &[fd], true),
+    }
 }
 
 /// Refuses a process.
 pub fn refuse(socket: RawFd, why: Refusal) -> io::Result<()> {
     let answer = [REFUSED, why as u8, 0, 0, 0, 0, 0, 0];
-    send_fd(socket, &answer, None)
+    send_with_fd(socket, &answer, &[], true)
 }
 
 /// Sends one message on a connection.
@@ -405,15 +431,16 @@ pub fn peer(socket: RawFd) -> io::Result<Peer> {
 }
 
 const CMSG_SPACE: usize = 64;
+/// The most descriptors one message carries: the grant page and a team's.
+const MAX_FDS: usize = 2;
 
-fn send_fd(socket: RawFd, bytes: &[u8; ANSWER_BYTES], fd: Option<RawFd>) -> io::Result<()> {
-    send_with_fd(socket, bytes, fd, true)
-}
-
-/// Sends `bytes` in one message, with `fd` (`SCM_RIGHTS`) if any; without
-/// waiting when `dont_wait` (the monitor's side), else as the socket's
-/// timeouts allow.
-fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool) -> io::Result<()> {
+/// Sends `bytes` in one message, with `fds` (`SCM_RIGHTS`, at most
+/// [`MAX_FDS`]) if any; without waiting when `dont_wait` (the monitor's
+/// side), else as the socket's timeouts allow.
+fn send_with_fd(socket: RawFd, bytes: &[u8], fds: &[RawFd], dont_wait: bool) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
     let mut data = bytes.to_vec();
     let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
     let mut control = [0u8; CMSG_SPACE];
@@ -422,10 +449,11 @@ fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool)
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
+        let data_bytes = std::mem::size_of_val(fds) as u32;
         msg.msg_control = control.as_mut_ptr().cast();
         // SAFETY: CMSG_SPACE is a pure computation.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(data_bytes) } as usize;
         // SAFETY: msg_control points at a buffer of at least msg_controllen
         // bytes, so the first header and its data fit.
         unsafe {
@@ -435,8 +463,10 @@ fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool)
             }
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data_bytes) as usize;
+            for (i, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>().add(i), *fd);
+            }
         }
     }
     // SAFETY: a valid socket and a fully initialised msghdr.
@@ -456,12 +486,13 @@ fn send_with_fd(socket: RawFd, bytes: &[u8], fd: Option<RawFd>, dont_wait: bool)
 /// the first descriptor that came with it (`SCM_RIGHTS`; any other is
 /// closed). `Ok((0, _))` at the end of the stream.
 pub fn receive_now(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    receive(socket, buf, libc::MSG_DONTWAIT)
+    let (received, [first, _]) = receive(socket, buf, libc::MSG_DONTWAIT)?;
+    Ok((received, first))
 }
 
-/// One `recvmsg` into `buf` with `flags`, and the first descriptor that
-/// came with it (any other is closed).
-fn receive(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<OwnedFd>)> {
+/// One `recvmsg` into `buf` with `flags`, and the first [`MAX_FDS`]
+/// descriptors that came with it (any other is closed).
+fn receive(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, [Option<OwnedFd>; MAX_FDS])> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let mut control = [0u8; CMSG_SPACE];
     // SAFETY: as in send_fd.
@@ -478,9 +509,10 @@ fn receive(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usi
     Ok((received as usize, take_descriptors(&msg)))
 }
 
-/// The descriptors a received message carried: the first, the others closed.
-fn take_descriptors(msg: &libc::msghdr) -> Option<OwnedFd> {
-    let mut fd = None;
+/// The descriptors a received message carried: the first [`MAX_FDS`], the
+/// others closed.
+fn take_descriptors(msg: &libc::msghdr) -> [Option<OwnedFd>; MAX_FDS] {
+    let mut fds: [Option<OwnedFd>; MAX_FDS] = Default::default();
     // SAFETY: the kernel filled msg_control with msg_controllen bytes of
     // well-formed headers; each descriptor it passed is now ours.
     unsafe {
@@ -491,24 +523,24 @@ fn take_descriptors(msg: &libc::msghdr) -> Option<OwnedFd> {
                 let count = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 for i in 0..count {
                     let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    if fd.is_none() {
-                        fd = Some(owned);
+                    if let Some(free) = fds.iter_mut().find(|f| f.is_none()) {
+                        *free = Some(owned);
                     }
                 }
             }
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
     }
-    fd
+    fds
 }
 
-fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], Option<OwnedFd>)> {
+fn receive_fd(socket: RawFd) -> io::Result<([u8; ANSWER_BYTES], [Option<OwnedFd>; MAX_FDS])> {
     let mut data = [0u8; ANSWER_BYTES];
-    let (received, fd) = receive(socket, &mut data, libc::MSG_WAITALL)?;
+    let (received, fds) = receive(socket, &mut data, libc::MSG_WAITALL)?;
     if received != ANSWER_BYTES {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
     }
-    Ok((data, fd))
+    Ok((data, fds))
 }
 
 #[cfg(test)]
@@ -584,7 +616,7 @@ mod tests {
         let (client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let file = std::fs::File::open("/proc/self/exe").unwrap();
         let hello = Hello { tenant: "t".into(), slot: 3, generation: 1, uuid: [1; 16], asked_cap_bytes: crate::UNLIMITED };
-        send_with_fd(client.as_raw_fd(), &hello.encode(), Some(file.as_raw_fd()), false).unwrap();
+        send_with_fd(client.as_raw_fd(), &hello.encode(), &[file.as_raw_fd()], false).unwrap();
         let mut buf = [0u8; HELLO_BYTES];
         let (n, fd) = receive_now(server.as_raw_fd(), &mut buf).unwrap();
         assert_eq!(n, HELLO_BYTES);

@@ -81,6 +81,7 @@ mod ofd;
 mod open;
 pub mod process;
 mod slots;
+pub mod team_usage;
 pub mod units;
 
 pub use accounts::{ComputeLimit, Decision, MemoryCap, PolicyPair};
