@@ -419,6 +419,7 @@ fn release_at_exit() {
     // changes it.
     let slot = unsafe { core::ptr::read(&rt.slot) };
     rt.ledger.release_slot(slot);
+    accounting::team::release_all_at_exit();
 }
 
 #[used]

@@ -121,7 +121,7 @@ impl Runtime {
         if self.admission.exiting.load(Ordering::SeqCst) {
             Err(Denied { used_bytes: 0, limit_bytes: 0, requested_bytes: bytes })
         } else {
-            self.ledger.try_reserve_uncounted(&self.slot, dev, bytes)
+            self.try_reserve_in_team(dev, bytes)
         }
     }
 
@@ -158,16 +158,19 @@ impl Runtime {
 
     fn reserve_in_ledger(&self, dev: usize, bytes: u64, count: bool) -> Result<(), Denied> {
         self.poll_pending_frees();
-        let Err(_) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
+        let Err(_) = self.try_reserve_in_team(dev, bytes) else { return Ok(()) };
         // Pools that gave memory back since they were last asked (the
         // application trimmed one, or the driver did) make room too.
         self.settle_pools();
-        let Err(denied) = self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) else { return Ok(()) };
+        let Err(denied) = self.try_reserve_in_team(dev, bytes) else { return Ok(()) };
         let reclaimed = self.ledger.reclaim_dead();
         for dead in &reclaimed {
             info!("reclaimed slot {} of dead process {}: {:?}", dead.slot_index, dead.pid, dead.bytes_per_device);
+            for (dead_dev, dead_bytes) in &dead.bytes_per_device {
+                Runtime::team_forgets_dead(*dead_dev, *dead_bytes);
+            }
         }
-        let result = if reclaimed.is_empty() { Err(denied) } else { self.ledger.try_reserve_uncounted(&self.slot, dev, bytes) };
+        let result = if reclaimed.is_empty() { Err(denied) } else { self.try_reserve_in_team(dev, bytes) };
         if let Err(denied) = &result {
             // One refused allocation, counted once however often it was tried.
             if count {
@@ -184,7 +187,7 @@ impl Runtime {
         // reclaim) as a whole: no change may touch it after the destructor
         // stopped waiting, or exit could cut it between its two steps.
         if !self.admission.exiting.load(Ordering::SeqCst) {
-            self.ledger.release(&self.slot, dev, bytes);
+            self.release_in_team(dev, bytes);
         }
     }
 }

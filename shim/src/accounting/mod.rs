@@ -54,6 +54,7 @@ pub mod contexts;
 pub mod devices;
 pub mod memory;
 pub mod stream_ordered;
+pub mod team;
 pub mod views;
 pub mod vmm;
 
@@ -63,7 +64,7 @@ pub use memory::{
     ALLOCATION_GRANULARITY_BYTES,
 };
 pub use stream_ordered::has_stream_ordered_state;
-pub use views::{capped_view, keep_tenant_processes};
+pub use views::{capped_view, keep_tenant_processes, with_team};
 
 /// Everything the shim knows in a process that is accounting.
 pub struct Runtime {

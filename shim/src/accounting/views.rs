@@ -5,7 +5,10 @@
 //! used, physically free); `cuDeviceTotalMem_v2` reports the cap; NVML's
 //! memory info reports total = cap and used = the tenant's usage (see
 //! `hooks::nvml`). No value ever underflows, and none is larger than the
-//! device. Without a cap, the driver's figures pass through. Pending
+//! device. Without a cap, the driver's figures pass through. A member of a
+//! team with a memory quota on the device sees the smaller of its own room
+//! and its team's ([`with_team`]): total = min(cap, quota), free = the
+//! room it may still reserve. Pending
 //! stream-ordered frees that completed are released, and the pools'
 //! charges settled, before a view is taken, so that it shows them gone.
 //!
@@ -40,6 +43,17 @@ pub fn capped_view(limit_bytes: u64, used_bytes: u64, free_bytes: u64, total_byt
     (free, total)
 }
 
+/// The (limit, used) a view shows for a tenant at (`limit_bytes`,
+/// `used_bytes`) in a team at `team` (quota, the team's total), if any: the
+/// limit is the smaller of cap and quota, and the room it leaves (limit −
+/// used) is the smaller of the tenant's and the team's. Nothing underflows.
+pub fn with_team(limit_bytes: u64, used_bytes: u64, team: Option<(u64, u64)>) -> (u64, u64) {
+    let Some((quota_bytes, team_used_bytes)) = team else { return (limit_bytes, used_bytes) };
+    let limit = limit_bytes.min(quota_bytes);
+    let room = limit_bytes.saturating_sub(used_bytes).min(quota_bytes.saturating_sub(team_used_bytes)).min(limit);
+    (limit, limit - room)
+}
+
 /// Keeps the entries of an NVML process list whose pid is one of the
 /// tenant's `pids`, in NVML's order.
 pub fn keep_tenant_processes<T>(list: &mut Vec<T>, pids: &[u32], pid_of: impl Fn(&T) -> u32) {
@@ -47,11 +61,13 @@ pub fn keep_tenant_processes<T>(list: &mut Vec<T>, pids: &[u32], pid_of: impl Fn
 }
 
 impl Runtime {
-    /// The cap and usage of ledger device `dev`, for views.
+    /// The cap and usage of ledger device `dev` for views, the team's
+    /// quota and total folded in ([`with_team`]).
     pub fn limit_and_used(&self, dev: usize) -> (u64, u64) {
         self.poll_pending_frees();
         self.settle_pools();
-        (self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev))
+        let team = super::team::TeamRoom::of(dev).map(|t| (t.quota_bytes, t.used_bytes()));
+        with_team(self.ledger.memory_limit_bytes(dev), self.ledger.used_bytes(dev), team)
     }
 
     /// `cuMemGetInfo_v2` of the current device, given the driver's figures.
@@ -71,7 +87,8 @@ impl Runtime {
     /// `cuDeviceTotalMem_v2` of `cu_device`, given the driver's figure.
     pub fn total_mem_view(&self, cu_device: CUdevice, total_bytes: u64) -> u64 {
         let Some(device) = self.device_by_handle(cu_device) else { return total_bytes };
-        let limit_bytes = self.ledger.memory_limit_bytes(device.ledger_index);
+        let quota_bytes = super::team::TeamRoom::of(device.ledger_index).map_or(UNLIMITED, |t| t.quota_bytes);
+        let limit_bytes = self.ledger.memory_limit_bytes(device.ledger_index).min(quota_bytes);
         if limit_bytes == UNLIMITED {
             total_bytes
         } else {
@@ -84,6 +101,22 @@ impl Runtime {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_team_view_shows_the_smaller_room() {
+        let gib = 1u64 << 30;
+        // No team: as it was.
+        assert_eq!(with_team(4 * gib, gib, None), (4 * gib, gib));
+        // The team has less room (1 GiB of 10) than the tenant (3 of 4).
+        assert_eq!(with_team(4 * gib, gib, Some((10 * gib, 9 * gib))), (4 * gib, 3 * gib));
+        // The quota is below the cap; the tenant's own room is smaller.
+        assert_eq!(with_team(4 * gib, 3 * gib, Some((2 * gib, 0))), (2 * gib, gib));
+        // No cap, a quota: the team's room.
+        assert_eq!(with_team(UNLIMITED, 0, Some((8 * gib, 6 * gib))), (8 * gib, 6 * gib));
+        // A team past its quota (a reload shrank it): no room, no underflow.
+        assert_eq!(with_team(4 * gib, gib, Some((2 * gib, 5 * gib))), (2 * gib, 2 * gib));
+        assert_eq!(capped_view(2 * gib, 2 * gib, 10 * gib, 16 * gib), (0, 2 * gib));
+    }
 
     #[test]
     fn a_process_list_keeps_the_tenants_pids_in_order() {

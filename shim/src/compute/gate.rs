@@ -25,6 +25,7 @@
 
 use ledger::broker::Op;
 use ledger::grants::{Grant, GrantPage};
+use ledger::team_usage::TeamUsagePage;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Devices one process can join.
@@ -56,6 +57,14 @@ pub struct Seat {
     /// When a running monitor refused this process a place here
     /// (monotonic ns; 0: it did not, or it has one since).
     refused_at_ns: AtomicU64,
+    /// This tenant's team's page on the device, when its team has a memory
+    /// quota there (`crate::accounting::team`); kept when the monitor goes
+    /// away, replaced by the next monitor's.
+    team: AtomicPtr<TeamUsagePage>,
+    /// The team's quota as last read from the grant page, bytes.
+    pub team_quota_bytes: AtomicU64,
+    /// Bytes this process has reserved in its team's page and not given back.
+    pub team_charged_bytes: AtomicU64,
 }
 
 /// Seats a running monitor refused: while there is one, every launch takes
@@ -78,7 +87,24 @@ impl Seat {
             waited_ns_total: AtomicU64::new(0),
             launched: AtomicBool::new(false),
             refused_at_ns: AtomicU64::new(0),
+            team: AtomicPtr::new(std::ptr::null_mut()),
+            team_quota_bytes: AtomicU64::new(ledger::UNLIMITED),
+            team_charged_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// The team's page, if the monitor handed one over.
+    pub fn team(&self) -> Option<&'static TeamUsagePage> {
+        let page = self.team.load(Ordering::Acquire);
+        // SAFETY: team pages are leaked writable mappings
+        // (`TeamUsage::leak`), never unmapped, and every bit pattern is a
+        // valid page.
+        unsafe { page.as_ref() }
+    }
+
+    /// Takes the team's page a (new) monitor handed over.
+    pub fn set_team(&self, team: &'static TeamUsagePage) {
+        self.team.store(team as *const TeamUsagePage as *mut TeamUsagePage, Ordering::Release);
     }
 
     /// The page, if the seat is joined.

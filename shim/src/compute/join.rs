@@ -110,6 +110,9 @@ fn join_one(rt: &Runtime, seat: &gate::Seat, device: &Device, dir: &std::path::P
     };
     let joined = broker::join_or_refusal(dir, &hello, Some(rt.ledger.lock_fd()))?;
     let member = joined.member;
+    if let Some(team) = joined.team {
+        crate::accounting::team::take_page(rt, seat, team.leak());
+    }
     let page = joined.grants.leak();
     let fd = joined.stream.into_raw_fd();
     seat.join(page, member, device.ledger_index, fd);
