@@ -8,7 +8,7 @@
 //! share = 50                      # the team's guaranteed part of each device while a member has work
 //! limit = 70                      # the most its members take together
 //! priority = 0
-//! memory = "40GiB"                # its members' quota on each device: reported, not yet enforced
+//! memory = "40GiB"                # its members' quota on each device, held at allocation
 //! ```
 //!
 //! `share`, `limit`, `priority` and `memory` take the forms a tenant's do

@@ -39,6 +39,7 @@ mod notify;
 mod overhead;
 mod policy;
 mod queue;
+mod team_memory;
 mod violations;
 
 use crate::config::{self, Config};
@@ -351,6 +352,7 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     let mut counters = MonitorCounters::default();
     // Teams over their memory quota now, said once per episode.
     let mut teams_over: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
+    let mut team_memory = team_memory::TeamMemory::default();
     let mut nvml_failing = false;
     let mut first_round = true;
     let mut arbiter_stalled = false;
@@ -405,10 +407,14 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         policy_state.apply(config, &mut ledgers, gpus.as_deref(), &arbiter_shared);
         allocations.hand_over(&ledgers);
         compute::share_with_arbiter(&arbiter_shared, config, &dir, gpus.as_deref(), gpu_reader.is_some());
+        team_memory.sync(config, &ledgers.ledgers().collect::<Vec<_>>(), gpus.as_deref(), &arbiter_shared);
 
         for ledger in ledgers.ledgers() {
-            reclaim(ledger);
+            for dead in reclaim(ledger) {
+                team_memory.reclaimed(config, ledger, &dead.bytes_per_device, &arbiter_shared);
+            }
         }
+        team_memory.audit(config, &ledgers.ledgers().collect::<Vec<_>>(), &arbiter_shared);
         // Answered once the tenants' ledgers hold their caps.
         for (decided, pending) in decided {
             let answer = match decided {
@@ -540,8 +546,10 @@ fn sleep_unless_signalled(round_start: Instant, stop: &AtomicBool, hangup: &Atom
     false
 }
 
-fn reclaim(ledger: &Ledger) {
-    for dead in ledger.reclaim_dead() {
+/// Reclaims the slots of `ledger`'s dead processes, saying so; what it reclaimed.
+fn reclaim(ledger: &Ledger) -> Vec<ledger::Reclaimed> {
+    let reclaimed = ledger.reclaim_dead();
+    for dead in &reclaimed {
         let bytes: Vec<String> =
             dead.bytes_per_device.iter().map(|(dev, b)| format!("{} on device {dev}", crate::text::human_bytes(*b))).collect();
         log::limited(
@@ -557,4 +565,5 @@ fn reclaim(ledger: &Ledger) {
             ),
         );
     }
+    reclaimed
 }

@@ -99,6 +99,9 @@ pub struct Shared {
     pub share_ceilings: Mutex<Option<crate::config::PriorityCeilings>>,
     /// The configuration's teams, with their compute settings by device.
     pub teams: Mutex<Vec<ArbiterTeam>>,
+    /// Each team's memory page and quota by device, where it has a quota
+    /// (the main loop's [`super::team_memory`]).
+    pub team_pages: Mutex<super::team_memory::TeamPages>,
 }
 
 /// A team as the arbiter needs it: who is in it (by the configuration's
@@ -133,6 +136,16 @@ impl Shared {
 }
 
 impl Shared {
+    /// `tenant`'s team's memory page and quota on `uuid`, if its team has
+    /// a quota there; membership as for [`Shared::team_claim`].
+    pub fn team_page(&self, tenant: &str, uuid: &[u8; 16]) -> Option<super::team_memory::TeamPage> {
+        if !self.configured.lock().unwrap_or_else(|e| e.into_inner()).contains_key(tenant) {
+            return None;
+        }
+        let team = self.teams.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|t| t.config.has(tenant))?.name.clone();
+        self.team_pages.lock().unwrap_or_else(|e| e.into_inner()).get(&(team, *uuid)).cloned()
+    }
+
     /// The least cap `tenant`'s processes asked for on `uuid`, if any did.
     pub fn asked_cap(&self, tenant: &str, uuid: &[u8; 16]) -> Option<u64> {
         self.asked_caps.lock().unwrap_or_else(|e| e.into_inner()).get(tenant).and_then(|caps| caps.get(uuid)).copied()
@@ -424,6 +437,7 @@ impl Arbiter {
         for (key, tenant) in &self.names {
             for (uuid, device) in self.devices.iter_mut() {
                 device.set_team(*key, self.shared.team_claim(tenant, uuid));
+                device.set_team_quota(*key, self.shared.team_page(tenant, uuid).map_or(ledger::UNLIMITED, |p| p.quota_bytes));
             }
         }
     }
@@ -622,11 +636,15 @@ impl Arbiter {
             self.conns.remove(&id);
             return;
         };
+        // Its team's memory: the quota in its record before the page (and
+        // the record) reach it.
+        let team_page = self.shared.team_page(&hello.tenant, &hello.uuid);
+        device.set_team_quota(key, team_page.as_ref().map_or(ledger::UNLIMITED, |p| p.quota_bytes));
         // Stepped before the page is handed over: a setting that ends the
         // device's open grant ends it before this process can read it.
         self.step(hello.uuid, now);
         let Some(device) = self.devices.get_mut(&hello.uuid) else { return };
-        if broker::accept(fd, member, device.fd()).is_err() {
+        if broker::accept_in_team(fd, member, device.fd(), team_page.as_ref().map(|p| p.usage.fd())).is_err() {
             device.leave(id, now);
             self.conns.remove(&id);
             return;

@@ -234,6 +234,9 @@ struct MemberState {
     own: Claim,
     /// Its team on this device, from the configuration alone.
     team: Option<TeamClaim>,
+    /// Its team's memory quota on this device, bytes
+    /// ([`ledger::UNLIMITED`] when none), written in its record of the page.
+    team_quota_bytes: u64,
     /// Who declared its settings; `None` when the configuration names it.
     declared: Option<Declared>,
     vtime: u64,
@@ -408,6 +411,7 @@ impl DeviceSched {
                     claim,
                     own: claim,
                     team: None,
+                    team_quota_bytes: ledger::UNLIMITED,
                     declared,
                     vtime: 0,
                     served_ns: 0,
@@ -473,6 +477,14 @@ impl DeviceSched {
         }
         if let Some(least) = least {
             member.vtime = least;
+        }
+    }
+
+    /// Sets tenant `key`'s team's memory quota on this device
+    /// ([`ledger::UNLIMITED`]: none), written in its record at the next step.
+    pub fn set_team_quota(&mut self, key: u64, quota_bytes: u64) {
+        for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
+            member.team_quota_bytes = quota_bytes;
         }
     }
 
@@ -991,6 +1003,7 @@ impl DeviceSched {
             entry.priority.store(m.claim.priority, Ordering::Relaxed);
             entry.weight_e4.store(if m.active(now_ns) { m.weight_e4 } else { 0 }, Ordering::Relaxed);
             entry.state.store(state, Ordering::Relaxed);
+            entry.team_memory_quota_bytes.store(m.team_quota_bytes, Ordering::Relaxed);
             entry.processes.store(m.conns.len() as u32, Ordering::Release);
         }
         page.header.contended.store(u32::from(contended), Ordering::Release);
