@@ -267,3 +267,165 @@ fn a_slurm_account_is_a_team_and_a_tenants_environment_changes_nothing() {
         assert!((part - expected).abs() <= 0.03, "{tenant} got {part:.3} of the device time, not {expected} ± 0.03: {got:?}");
     }
 }
+
+/// The memory quota of a team (issue: members together never pass it),
+/// enforced at allocation: its members' processes reserve in the team's
+/// page, which only they hold, before their own ledgers.
+/// - A member under its own cap is refused what would pass the team's
+///   quota, and `cuMemGetInfo` and NVML show it the team's room.
+/// - A tenant outside the team, and one that names itself like a member,
+///   are not bound by it, and hold no team page.
+/// - A member's process killed with `SIGKILL` gives its part back.
+/// - Processes of both members allocating at once never pass it.
+/// - A member that writes the team's total (up, to refuse its team-mates,
+///   or down) is corrected by the monitor's audit.
+/// - A reload below what the team holds refuses new allocations and frees
+///   nothing.
+#[test]
+fn a_teams_memory_quota_holds_across_its_members_at_allocation() {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    let _serial = serial();
+    // Contexts cost nothing here, so that the figures are the allocations'.
+    let sim = gpuslice_tests::Sim::new().shim().memory("16GiB").context_memory("0");
+    let config = sim.dir().join("monitor.toml");
+    let tenants = "[tenants.lab-1]\nmemory = \"2GiB\"\n[tenants.lab-2]\nmemory = \"2GiB\"\n[tenants.other]\nmemory = \"2GiB\"\n";
+    std::fs::write(&config, format!("[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"3GiB\"\n{tenants}")).unwrap();
+    let monitor = Monitor::start(&sim, MonitorOptions { config: Some(config.clone()), ..Default::default() });
+    let memctl = |tenant: &str, script: &[&str]| {
+        let mut cmd = sim.c("memctl");
+        cmd.env("GPUSLICE_TENANT", tenant).args(script);
+        cmd
+    };
+    // A process's mapping of its team's page (the shim keeps the mapping,
+    // not the descriptor), to open as the process could.
+    let team_page_of = |pid: u32| -> Option<std::path::PathBuf> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let line = maps.lines().find(|l| l.contains("memfd:gpuslice-team-lab"))?;
+        Some(format!("/proc/{pid}/map_files/{}", line.split_whitespace().next()?).into())
+    };
+    let oom = gpuslice_tests::cu::OUT_OF_MEMORY.to_string();
+    let ok = gpuslice_tests::cu::SUCCESS.to_string();
+
+    // lab-1 fills its own cap: 2 GiB of the team's 3.
+    let mut lab1 = sim.spawn(&mut memctl("lab-1", &["init", "ctx", "alloc:a:2G", "hold"]));
+    assert_eq!(lab1.wait_for("a"), ok);
+    // lab-2 is under its own cap, but the team has 1 GiB left.
+    let mut lab2 = sim.spawn(&mut memctl(
+        "lab-2",
+        &["init", "ctx", "info:before", "nvml:nv", "alloc:a:768M", "alloc:b:512M", "info:after", "mark:done", "hold"],
+    ));
+    assert_eq!(lab2.wait_for("done"), "1");
+    let lab2_out = lab2.kill9();
+    assert_eq!(lab2_out.get("a"), ok, "{lab2_out}");
+    assert_eq!(lab2_out.get("b"), oom, "768 + 512 MiB is under lab-2's cap but past the team's quota: {lab2_out}");
+    assert_eq!((lab2_out.u64("before.total"), lab2_out.u64("before.free")), (2 * GIB, GIB), "min(cap, quota), the team's room");
+    assert_eq!((lab2_out.u64("nv.total"), lab2_out.u64("nv.free")), (2 * GIB, GIB), "{lab2_out}");
+    assert_eq!(lab2_out.u64("after.free"), 256 * MIB, "{lab2_out}");
+    // Not in the team: a configured tenant, and one that named itself
+    // like a member (the configuration does not govern it).
+    for (tenant, size) in [("other", "2G"), ("lab-squat", "2G")] {
+        let mut outsider = sim.spawn(&mut memctl(tenant, &["init", "ctx", &format!("alloc:a:{size}"), "hold"]));
+        assert_eq!(outsider.wait_for("a"), ok, "{tenant} is bound by a team it is not in");
+        assert!(team_page_of(outsider.pid()).is_none(), "{tenant} was handed the team's page");
+        drop(outsider.kill9());
+    }
+    // lab-2's killed process gave its 768 MiB back: lab-2 gets the 1 GiB.
+    let refill = |tenant: &str, size: &str, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = sim.run(&mut memctl(tenant, &["init", "ctx", &format!("alloc:a:{size}")]));
+            if out.get("a") == ok {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {out}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let killed = std::time::Instant::now();
+    refill("lab-2", "1G", "the killed member process's memory never left the team's total");
+    eprintln!("a member's process killed: its memory back to the team after {:?}", killed.elapsed());
+
+    // A member writes its team's total: up, refusing its team-mates...
+    let mut holder = sim.spawn(&mut memctl("lab-2", &["init", "ctx", "alloc:a:256M", "hold"]));
+    assert_eq!(holder.wait_for("a"), ok);
+    let page = team_page_of(holder.pid()).expect("a member's process holds its team's page");
+    let page = std::fs::OpenOptions::new().read(true).write(true).open(page).unwrap();
+    use std::os::unix::fs::FileExt;
+    let used_at = |file: &std::fs::File| {
+        let mut word = [0u8; 8];
+        file.read_exact_at(&mut word, 64).unwrap();
+        u64::from_le_bytes(word)
+    };
+    assert_eq!(used_at(&page), 2 * GIB + 256 * MIB, "the team's total: lab-1's 2 GiB and this 256 MiB");
+    page.write_all_at(&u64::MAX.to_le_bytes(), 64).unwrap();
+    let written = std::time::Instant::now();
+    let refused = sim.run(&mut memctl("lab-2", &["init", "ctx", "alloc:a:256M"]));
+    assert_eq!(refused.get("a"), oom, "{refused}");
+    refill("lab-2", "256M", "a total written up was not corrected");
+    eprintln!("a total written up to u64::MAX: corrected, lab-2 allocating again after {:?}", written.elapsed());
+    assert_eq!(used_at(&page), 2 * GIB + 256 * MIB, "corrected to what the members' ledgers hold");
+    // ... and down: corrected back up, so the quota holds again.
+    page.write_all_at(&0u64.to_le_bytes(), 64).unwrap();
+    let written = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while used_at(&page) != 2 * GIB + 256 * MIB {
+        assert!(std::time::Instant::now() < deadline, "a total written down was not corrected: {}", used_at(&page));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!("a total written down to 0: corrected after {:?}", written.elapsed());
+    let refused = sim.run(&mut memctl("lab-2", &["init", "ctx", "alloc:a:1G"]));
+    assert_eq!(refused.get("a"), oom, "{refused}");
+    drop(holder.kill9());
+    drop(lab1.kill9());
+
+    // Both members at once: four processes each asking for 3 × 256 MiB
+    // (lab-1 and lab-2 2 GiB each, the team 3): the team never holds more
+    // than its quota, whatever the interleaving.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while used_at(&page) != 0 {
+        assert!(std::time::Instant::now() < deadline, "the killed processes' memory stayed in the team's total: {}", used_at(&page));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut racers: Vec<gpuslice_tests::Running> = (0..8)
+        .map(|i| {
+            let tenant = if i % 2 == 0 { "lab-1" } else { "lab-2" };
+            sim.spawn(&mut memctl(tenant, &["init", "ctx", "wait", "alloc:a:256M", "alloc:b:256M", "alloc:c:256M", "mark:done", "hold"]))
+        })
+        .collect();
+    for r in &mut racers {
+        r.send_line("go");
+    }
+    let mut granted = 0u64;
+    for r in &mut racers {
+        assert_eq!(r.wait_for("done"), "1");
+    }
+    for r in racers {
+        let out = r.kill9();
+        granted += ["a", "b", "c"].iter().filter(|k| out.get(k) == ok).count() as u64 * 256 * MIB;
+    }
+    eprintln!("eight processes of both members at once: {} MiB granted of the team's 3072", granted / MIB);
+    assert!(granted <= 3 * GIB, "the members were granted {} MiB together, past the team's 3 GiB", granted / MIB);
+    assert!(granted >= 2 * GIB, "only {} MiB granted of the team's 3 GiB", granted / MIB);
+
+    // A reload below what the team holds: new allocations are refused, and
+    // what the members hold stays theirs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while used_at(&page) != 0 {
+        assert!(std::time::Instant::now() < deadline, "the racers' memory stayed in the team's total: {}", used_at(&page));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut holder = sim.spawn(&mut memctl("lab-1", &["init", "ctx", "alloc:a:1G", "wait", "alloc:b:1M", "mark:done", "hold"]));
+    assert_eq!(holder.wait_for("a"), ok);
+    write_atomically(&config, &format!("[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"512MiB\"\n{tenants}"));
+    monitor.metrics_until("the lowered quota", |m| {
+        m.value("gpuslice_team_memory_over_quota_bytes", &[("team", "lab"), ("device", "0")]).is_some_and(|b| b >= (512 * MIB) as f64)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    holder.send_line("go");
+    assert_eq!(holder.wait_for("done"), "1");
+    let out = holder.kill9();
+    assert_eq!(out.get("b"), oom, "a member allocated past a quota lowered below what its team holds: {out}");
+    let out = monitor.stop();
+    assert!(out.stderr.contains("team lab: its memory on device"), "the audit's correction is in the log: {out}");
+}
