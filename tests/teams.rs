@@ -350,6 +350,12 @@ fn a_teams_memory_quota_holds_across_its_members_at_allocation() {
     let mut holder = sim.spawn(&mut memctl("lab-2", &["init", "ctx", "alloc:a:256M", "hold"]));
     assert_eq!(holder.wait_for("a"), ok);
     let page = team_page_of(holder.pid()).expect("a member's process holds its team's page");
+    // Another Unix user cannot reach it through the member's process.
+    let other_user = sim.run(sim.as_user(43117, 43117, &[], "dd").arg(format!("if={}", page.display())).arg("count=1"));
+    assert!(
+        !other_user.success() && other_user.stderr.contains("Permission denied"),
+        "uid 43117 read the team's page of a root process: {other_user}"
+    );
     let page = std::fs::OpenOptions::new().read(true).write(true).open(page).unwrap();
     use std::os::unix::fs::FileExt;
     let used_at = |file: &std::fs::File| {
