@@ -77,6 +77,10 @@ impl Cluster {
             "monitor.violationGrace=1s",
             "--set",
             "deviceClass.extendedResourceName=nvidia.com/gpu",
+            // Namespaces are teams (the chart's default); one of them has a
+            // memory quota over all its pods on a node.
+            "--set-string",
+            "monitor.extraConfig=[teams.team-y]\nmemory = \"3GiB\"\n",
             "--wait",
             "--timeout",
             "180s",
@@ -870,6 +874,65 @@ fn a_resource_quota_on_the_device_class_refuses_the_claim_past_it() {
     assert_eq!(phase, "Succeeded", "{log}");
     assert_eq!(number(&log, "info.total"), GIB, "{log}");
     ns.delete_and_check_released();
+}
+
+/// Namespaces are teams (the chart's `monitor.namespaceTeams`): a
+/// namespace labelled `gpuslice.dev/team: team-y` joins team team-y, and
+/// team-y's memory quota (3 GiB, from the chart's `monitor.extraConfig`)
+/// holds over the pods of both namespaces on the node: the second pod is
+/// refused what would pass it, though its own 2 GiB claim has room, and
+/// sees the team's room as its free memory. A pod of another namespace
+/// on the node is its own team, not bound by it.
+#[test]
+#[ignore = "needs the Kubernetes cluster of scripts/test-kubernetes.sh"]
+fn a_namespace_is_a_team_and_its_memory_quota_holds_over_its_pods() {
+    let c = cluster();
+    let node = c.nodes[0].as_str();
+    let y = Namespace::new("team-y");
+    let z = Namespace::new("team-z");
+    let x = Namespace::new("team-x");
+    c.kubectl(&["label", "namespace", &z.name, "gpuslice.dev/team=team-y"]);
+    let start = |ns: &Namespace, script: &[&str]| {
+        c.apply(&claim_template(&ns.name, "gpu-2gi", &Slice { memory: Some("2Gi"), compute: None, limit: None }));
+        let mut pod = Pod::new(&ns.name, "app", script);
+        pod.template = Some("gpu-2gi");
+        pod.node = Some(node);
+        c.apply(&pod.manifest());
+        c.wait_for_line(&ns.name, "app", "held", Duration::from_secs(120))
+    };
+    // team-y: 256 MiB of context and 1.5 GiB, 1.75 GiB of the 3.
+    let first = start(&y, &["memctl", "init", "ctx", "alloc:a:1536M", "mark:held", "sleep:600000"]);
+    assert_eq!(number(&first, "a"), 0, "{first}");
+    // team-z is in team-y: with its context the team holds 2 GiB, so
+    // 1.5 GiB more would pass the quota (its own claim has room for it);
+    // 768 MiB fits.
+    let second = start(&z, &["memctl", "init", "ctx", "info", "alloc:a:1536M", "alloc:b:768M", "mark:held", "sleep:600000"]);
+    eprintln!("{}/app, in team team-y beside {}/app:\n{second}", z.name, y.name);
+    assert_eq!(number(&second, "info.total"), 2 * GIB, "the smaller of its claim and its team's quota: {second}");
+    assert_eq!(number(&second, "info.free"), GIB, "the team's room, smaller than its own 1.75 GiB: {second}");
+    assert_eq!(number(&second, "a"), 2, "past the team's quota: CUDA_ERROR_OUT_OF_MEMORY (2)\n{second}");
+    assert_eq!(number(&second, "b"), 0, "{second}");
+    // team-x is a team of its own on the same node.
+    let third = start(&x, &["memctl", "init", "ctx", "alloc:a:1536M", "mark:held", "sleep:600000"]);
+    assert_eq!(number(&third, "a"), 0, "{third}");
+    let status: Value = serde_json::from_str(&c.gpuslice(node, &["status", "--json", "--config", "/etc/gpuslice/monitor.toml"])).unwrap();
+    let team = |name: &str| {
+        status["teams"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["team"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no team {name}: {status}"))
+    };
+    eprintln!("gpuslice status on {node}, teams: {}", status["teams"]);
+    assert_eq!(team("team-y")["members"], 2, "{status}");
+    assert_eq!(team("team-y")["memory_quota_bytes"], 3 * GIB, "{status}");
+    assert!(team("team-y")["memory_used_bytes"].as_u64().is_some_and(|b| b <= 3 * GIB && b >= 2 * GIB), "{status}");
+    assert_eq!(team("team-x")["members"], 1, "{status}");
+    for ns in [x, z, y] {
+        ns.delete_and_check_released();
+    }
 }
 
 // --- helpers ---------------------------------------------------------------

@@ -122,4 +122,12 @@ impl ClaimSource for ApiServer {
             (status, answer) => Err(format!("GET {path}: HTTP {status}: {answer}")),
         }
     }
+
+    fn namespace(&self, namespace: &str) -> Result<Value, String> {
+        let path = format!("/api/v1/namespaces/{namespace}");
+        match self.call("GET", &path, None)? {
+            (200, object) => Ok(object),
+            (status, answer) => Err(format!("GET {path}: HTTP {status}: {answer}")),
+        }
+    }
 }

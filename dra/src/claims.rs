@@ -14,6 +14,27 @@ use std::path::PathBuf;
 pub trait ClaimSource: Send + Sync {
     /// The ResourceClaim `name` in `namespace`.
     fn get(&self, namespace: &str, name: &str) -> Result<Value, String>;
+    /// The Namespace object `namespace` (for its labels).
+    fn namespace(&self, namespace: &str) -> Result<Value, String>;
+}
+
+/// The label on a Namespace that names its team; without it, the
+/// namespace is its own team.
+pub const TEAM_LABEL: &str = "gpuslice.dev/team";
+
+/// The team of a claim in `namespace` whose Namespace object is `object`:
+/// its [`TEAM_LABEL`], or the namespace's name. A label the monitor could
+/// not take as an account (1 to 63 of `A-Z a-z 0-9 _ - .`) is refused
+/// rather than ignored: a typo must not move the claim out of its team.
+pub fn team_of(namespace: &str, object: &Value) -> Result<String, String> {
+    let Some(label) = object.pointer("/metadata/labels").and_then(|l| l.get(TEAM_LABEL)) else { return Ok(namespace.to_string()) };
+    let valid = |t: &str| (1..=63).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    match label.as_str() {
+        Some(team) if valid(team) => Ok(team.to_string()),
+        _ => {
+            Err(format!("namespace {namespace}: label {TEAM_LABEL}={label} is not a team name (1 to 63 characters from A-Z a-z 0-9 _ - .)"))
+        }
+    }
 }
 
 /// ResourceClaims as files `<dir>/<namespace>/<name>.json`.
@@ -25,6 +46,16 @@ impl ClaimSource for ClaimDir {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read ResourceClaim {namespace}/{name} from {}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))
+    }
+
+    /// `<dir>/<namespace>/.namespace.json`; a namespace without one has no labels.
+    fn namespace(&self, namespace: &str) -> Result<Value, String> {
+        let path = self.0.join(namespace).join(".namespace.json");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(serde_json::json!({"metadata": {"name": namespace}})),
+            Err(e) => Err(format!("cannot read Namespace {namespace} from {}: {e}", path.display())),
+        }
     }
 }
 
@@ -193,6 +224,18 @@ mod tests {
 
     fn claim(results: Value) -> Value {
         json!({"metadata": {"name": "c", "namespace": "n", "uid": "u-1"}, "status": {"allocation": {"devices": {"results": results}}}})
+    }
+
+    #[test]
+    fn a_namespace_is_its_own_team_unless_its_label_names_another() {
+        assert_eq!(team_of("ml-dev", &json!({"metadata": {"name": "ml-dev"}})).unwrap(), "ml-dev");
+        assert_eq!(team_of("ml-dev", &json!({"metadata": {"labels": {"other": "x"}}})).unwrap(), "ml-dev");
+        let labelled = json!({"metadata": {"labels": {"gpuslice.dev/team": "research"}}});
+        assert_eq!(team_of("ml-dev", &labelled).unwrap(), "research");
+        for bad in [json!(""), json!("a/b"), json!(7), json!("x".repeat(64))] {
+            let e = team_of("ml-dev", &json!({"metadata": {"labels": {"gpuslice.dev/team": bad}}})).unwrap_err();
+            assert!(e.contains("namespace ml-dev") && e.contains("gpuslice.dev/team"), "{e}");
+        }
     }
 
     #[test]

@@ -113,9 +113,14 @@ impl Plugin {
             })
             .collect();
         let tenant = tenant_name(&claim.namespace, &claim.name);
+        // The claim's team: its namespace's, as the monitor's `account`
+        // (`account_teams`, or a team's `accounts`). Who may label a
+        // Namespace (a cluster-scoped object) decides, never the pod.
+        let team = claims::team_of(&claim.namespace, &self.claims.namespace(&claim.namespace)?)?;
         let labels = BTreeMap::from([
             ("origin".to_string(), "kubernetes".to_string()),
             ("namespace".to_string(), claim.namespace.clone()),
+            ("account".to_string(), team),
             ("claim".to_string(), claim.name.clone()),
             ("claim-uid".to_string(), claim.uid.clone()),
         ]);

@@ -5,6 +5,7 @@
 //! ```toml
 //! on_violation = "report"          # or "kill"; default "report"
 //! other_tenants = "allow"          # or "refuse": see OtherTenants
+//! account_teams = false            # true: every admitted account (a Kubernetes namespace, a Slurm account) is a team
 //! violation_grace = "5s"           # how long a finding must last before it counts
 //!
 //! [tenants.team-a]
@@ -227,6 +228,11 @@ pub struct Config {
     pub share_ceilings: PriorityCeilings,
     /// Teams by name ([`crate::teams`]); no tenant belongs to two.
     pub teams: BTreeMap<String, TeamConfig>,
+    /// Whether every account a cluster engine admits tenants with (a
+    /// Kubernetes namespace, a Slurm account) is a team of its own where no
+    /// team names it: the team of that name, or one with no settings
+    /// ([`Config::resolve_accounts`]).
+    pub account_teams: bool,
 }
 
 /// The highest priority each user may ask for (`[priority_ceilings]`).
@@ -268,6 +274,7 @@ impl Default for Config {
             priority_ceilings: PriorityCeilings::default(),
             share_ceilings: PriorityCeilings::whole_share(),
             teams: BTreeMap::new(),
+            account_teams: false,
         }
     }
 }
@@ -285,14 +292,24 @@ impl Config {
     /// (root or the monitor's user only) with the `account` label its
     /// admission recorded. A tenant whose account a team names belongs to
     /// that team, whatever another team's patterns say of its name; a
-    /// tenant whose account no team names is left to the patterns.
+    /// tenant whose account no team names is left to the patterns, or, with
+    /// `account_teams`, belongs to the team named as its account (made,
+    /// with no settings, when the file has none of that name).
     pub fn resolve_accounts<'a>(&mut self, admitted: impl IntoIterator<Item = (&'a str, &'a str)>) {
         for team in self.teams.values_mut() {
             team.by_account.clear();
             team.claimed_elsewhere.clear();
         }
         for (tenant, account) in admitted {
-            let Some(owner) = self.teams.iter().find(|(_, t)| t.names_account(account)).map(|(name, _)| name.clone()) else { continue };
+            let named = self.teams.iter().find(|(_, t)| t.names_account(account)).map(|(name, _)| name.clone());
+            let owner = match named {
+                Some(owner) => owner,
+                None if self.account_teams && units::validate_tenant_name(account).is_ok() => {
+                    self.teams.entry(account.to_string()).or_default();
+                    account.to_string()
+                }
+                None => continue,
+            };
             for (name, team) in self.teams.iter_mut() {
                 if *name == owner {
                     team.by_account.insert(tenant.to_string());
@@ -372,6 +389,8 @@ struct RawConfig {
     share_ceilings: Option<toml::Spanned<RawCeilings>>,
     #[serde(default)]
     teams: BTreeMap<String, toml::Spanned<RawTeam>>,
+    #[serde(default)]
+    account_teams: Option<bool>,
 }
 
 /// A `[teams.NAME]` table: its members, and the settings a tenant may have.
@@ -661,6 +680,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             other => return Err(at(value.span(), format!("other_tenants = {other:?}: expected \"allow\" or \"refuse\""))),
         },
     };
+    let account_teams = raw.account_teams.unwrap_or(false);
     let mut teams = BTreeMap::new();
     for (name, team) in raw.teams {
         if let Err(e) = units::validate_tenant_name(&name) {
@@ -678,10 +698,13 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 ));
             }
         }
-        if raw.tenants.is_none() && raw.accounts.is_none() {
+        if raw.tenants.is_none() && raw.accounts.is_none() && !account_teams {
             return Err(at(
                 span.clone(),
-                format!("{who}: it names no members: give tenants = [names or patterns], accounts = [cluster accounts], or both"),
+                format!(
+                    "{who}: it names no members: give tenants = [names or patterns], accounts = [cluster accounts], or both \
+                     (or set account_teams = true, and the team is its own name's account)"
+                ),
             ));
         }
         let mut members = Vec::new();
@@ -699,7 +722,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         teams.insert(name, TeamConfig { members, accounts, settings, ..TeamConfig::default() });
     }
     crate::teams::check_disjoint(&teams, |line, message| ConfigError { path: None, position: Some((line, 1)), message })?;
-    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings, teams })
+    Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings, teams, account_teams })
 }
 
 /// Parses the settings a tenant or a team may have (`memory`, `limit`,
@@ -1240,6 +1263,37 @@ mod team_tests {
         // Accounts are exact: no patterns, case as written.
         config.resolve_accounts([("z", "Physics"), ("w", "phys")]);
         assert!(config.team_of("z").is_none() && config.team_of("w").is_none());
+    }
+
+    #[test]
+    fn with_account_teams_every_admitted_account_is_a_team_and_a_team_of_its_name_gives_its_settings() {
+        // Off (the default): a team must name its members.
+        let e = parse("[teams.ml-prod]\nmemory = \"4GiB\"\n").unwrap_err().to_string();
+        assert!(e.contains("names no members") && e.contains("account_teams"), "{e}");
+        let mut config =
+            parse("account_teams = true\n[teams.ml-prod]\nmemory = \"4GiB\"\nshare = 60\n[teams.research]\naccounts = [\"physics\"]\n")
+                .unwrap();
+        assert!(config.account_teams);
+        for tenant in ["ml-prod.a", "ml-dev.b", "ml-dev.c", "phys.d", "self"] {
+            config.tenants.insert(tenant.into(), TenantConfig::default());
+        }
+        config.resolve_accounts([("ml-prod.a", "ml-prod"), ("ml-dev.b", "ml-dev"), ("ml-dev.c", "ml-dev"), ("phys.d", "physics")]);
+        // Its own name's team, with the file's settings.
+        assert_eq!(config.team_of("ml-prod.a").unwrap().0, "ml-prod");
+        assert_eq!(config.teams["ml-prod"].settings.memory_for("GPU-x", Some(0)), Some(4 << 30));
+        // A team made for an account the file does not name: no settings.
+        assert_eq!(config.team_of("ml-dev.b").unwrap().0, "ml-dev");
+        assert_eq!(config.team_of("ml-dev.c").unwrap().0, "ml-dev");
+        assert_eq!(config.teams["ml-dev"].settings, TenantConfig::default());
+        // A team that names the account wins over the account's own name.
+        assert_eq!(config.team_of("phys.d").unwrap().0, "research");
+        assert!(!config.teams.contains_key("physics"));
+        // No account, no team.
+        assert!(config.team_of("self").is_none());
+        // An account that is not a team name is left alone.
+        let long = "a".repeat(64);
+        config.resolve_accounts([("self", long.as_str())]);
+        assert!(config.team_of("self").is_none());
     }
 
     #[test]
