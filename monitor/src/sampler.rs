@@ -76,6 +76,9 @@ pub struct View {
     pub notes: Vec<String>,
     /// Ledgers that were skipped, and why.
     pub warnings: Vec<String>,
+    /// Who is in which team, as the running monitor published it (it
+    /// answers root and its own user); `None` without one, or without teams.
+    pub teams: Option<crate::teams::membership::Membership>,
 }
 
 /// Reads the host again and again: the ledgers (listed anew each time, so
@@ -182,7 +185,8 @@ impl Sampler {
                 None => {}
             }
         }
-        Ok(View { dir: dir.clone(), snapshot, notes, warnings })
+        let teams = crate::teams::membership::read(dir);
+        Ok(View { dir: dir.clone(), snapshot, notes, warnings, teams })
     }
 }
 

@@ -2,7 +2,9 @@
 //! the terminal, in the spirit of nvidia-smi and nvitop: the devices (MIG
 //! instances under their parent), each device's tenants (memory against
 //! cap, compute limit, share, priority and target against use, with
-//! bars), their processes (pid, user, tenant, device, memory, SM, age and
+//! bars), the teams as the running monitor holds them (what their members
+//! hold against the team's quota, its share and limit, its target and
+//! use; where the monitor's directory can be read), their processes (pid, user, tenant, device, memory, SM, age and
 //! command line), untracked processes and the queue.
 //!
 //! Data flow: a [`Sampler`] reads the ledgers, NVML and the monitor's turn
@@ -120,7 +122,7 @@ fn title(view: &View) -> String {
 fn text(view: &View, jobs: &[QueuedJob], procs: &HashMap<u32, ProcInfo>) -> String {
     let mut out = title(view);
     out.push('\n');
-    for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default() }) {
+    for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default(), teams: view.teams.as_ref() }) {
         table.text(&mut out);
     }
     out
@@ -259,7 +261,7 @@ impl App {
     }
 
     fn tables(&self) -> Vec<Table> {
-        rows::tables(&self.view.snapshot, &Extra { jobs: &self.jobs, procs: &self.procs, sort: self.sort })
+        rows::tables(&self.view.snapshot, &Extra { jobs: &self.jobs, procs: &self.procs, sort: self.sort, teams: self.view.teams.as_ref() })
     }
 
     /// The selected row of `focus` in `table`: the row with the remembered
@@ -335,11 +337,12 @@ impl App {
             return;
         }
         let tables = self.tables();
-        let Some(index) = self.select(Focus::Processes, &tables[2]) else {
+        let Some(processes) = tables.iter().find(|t| t.title == rows::PROCESSES) else { return };
+        let Some(index) = self.select(Focus::Processes, processes) else {
             self.message = Some(("no process to kill".into(), Tone::Warn));
             return;
         };
-        let key = &tables[2].keys[index];
+        let key = &processes.keys[index];
         let found = self
             .view
             .snapshot
@@ -483,10 +486,10 @@ fn draw(frame: &mut ratatui::Frame, app: &mut App) {
     let body = usize::from(area.height.saturating_sub(2));
     let heights = screen::heights(&tables.iter().collect::<Vec<_>>(), body);
     let mut y = area.y + 1;
-    for (i, (table, &height)) in tables.iter().zip(&heights).enumerate() {
-        let focus = match i {
-            1 => Some(Focus::Tenants),
-            2 => Some(Focus::Processes),
+    for (table, &height) in tables.iter().zip(&heights) {
+        let focus = match table.title {
+            rows::TENANTS => Some(Focus::Tenants),
+            rows::PROCESSES => Some(Focus::Processes),
             _ => None,
         };
         let (visible, _) = screen::visible_rows(table.rows.len(), height);
@@ -575,7 +578,7 @@ mod tests {
             tenant.processes = vec![process(5000 + i as u32, GIB / 4)];
             snapshot.tenants.push(tenant);
         }
-        View { dir: "/run/gpuslice".into(), snapshot, notes: vec![], warnings: vec![] }
+        View { dir: "/run/gpuslice".into(), snapshot, notes: vec![], warnings: vec![], teams: None }
     }
 
     fn procs() -> HashMap<u32, ProcInfo> {
