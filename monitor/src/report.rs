@@ -466,6 +466,61 @@ mod tests {
     }
 
     #[test]
+    fn the_team_table_says_which_tenants_are_in_no_team() {
+        use crate::history::aggregate::TeamOf;
+        let row = |tenant: &str, team: TeamOf, start_s: u64| TenantRow {
+            start_s,
+            span_s: 60,
+            tenant: tenant.into(),
+            device_uuid: "GPU-0".into(),
+            device_index: 0,
+            rounds: 240,
+            active_rounds: 240,
+            memory_peak_bytes: 1 << 30,
+            memory_mean_bytes: 1 << 30,
+            driver_memory_peak_bytes: None,
+            memory_cap_bytes: None,
+            compute_share_e4: None,
+            compute_limit_e4: None,
+            compute_used_e4: Some(2500),
+            compute_target_e4: None,
+            throttled_ns: 0,
+            denied: 0,
+            processes_peak: 1,
+            cpu_e4: None,
+            gpu_e4: None,
+            origin: None,
+            team,
+        };
+        let mut uses = groups::uses(&(0..10).map(|i| row("lab-1", TeamOf::Team("lab".into()), 1_000_000 + i * 60)).collect::<Vec<_>>());
+        uses.extend(groups::uses(&[row("lab-squat", TeamOf::NoTeam, 1_000_000)]));
+        uses.extend(groups::uses(&[row("lab-1", TeamOf::NotRecorded, 900_000)]));
+        let mut grouped = groups::group(Grouping::Team, &uses).unwrap();
+        grouped[0].memory_together_peak_bytes = Some(3 << 30);
+        let report = Report {
+            history: "h".into(),
+            since_s: 900_000,
+            until_s: 1_000_000 + 3600,
+            oldest_s: Some(900_000),
+            by: Grouping::Team,
+            tenants: vec![],
+            groups: Some(grouped),
+            devices: vec![],
+            rule: rule_text(),
+        };
+        let text = table(&report);
+        let cells = |start: &str| -> Vec<String> {
+            let line = text.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{text}"));
+            line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+        };
+        // 25 % of the device for 10 minutes: 150 device-seconds used.
+        assert_eq!(cells("lab "), ["lab", "-", "-", "lab-1", "1", "-", "10m", "0.0s", "150.0s", "1.0 GiB", "0", "3.0 GiB"], "{text}");
+        assert_eq!(cells("(no team) ")[..4], ["(no team)", "-", "-", "lab-squat"], "{text}");
+        assert_eq!(cells("(not recorded) ")[..4], ["(not recorded)", "-", "-", "lab-1"], "{text}");
+        assert!(text.contains("\nBY TEAM\nTEAM "), "{text}");
+    }
+
+    #[test]
     fn a_bad_since_says_what_is_accepted() {
         assert_eq!(parse_since("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert!(parse_since("7 dayz").unwrap_err().contains(crate::duration::FORMAT));

@@ -492,7 +492,10 @@ fn figures_with(
             if let Some(driver) = device.driver_memory_used_bytes {
                 f.driver_memory_used_bytes = Some(f.driver_memory_used_bytes.unwrap_or(0).saturating_add(driver));
             }
-            if device.compute_member == Some(true) {
+            // Active members' targets: those in the device's turns (where a
+            // reader of the grant pages does not know who is, those with a
+            // live process there).
+            if device.compute_member.unwrap_or(device.processes > 0) {
                 f.compute_target_ratio += device.compute_target_ratio.unwrap_or(0.0);
             }
             f.compute_used_ratio += device.compute_used_ratio.unwrap_or(0.0);

@@ -626,6 +626,42 @@ mod tests {
     }
 
     #[test]
+    fn the_teams_table_follows_the_monitors_membership_not_names() {
+        use crate::teams::membership::{Membership, Settings, Team};
+        let mut view = view(1);
+        // `team-00` matches no list: only the monitor's list puts a tenant in a team.
+        let team = |name: &str, members: &[&str], quota: u64| Team {
+            team: name.into(),
+            members: members.iter().map(|m| m.to_string()).collect(),
+            devices: vec![],
+            other_devices: Settings { memory_quota_bytes: Some(quota), share_ratio_e4: 5000, ..Settings::default() },
+        };
+        view.teams = Some(Membership { pid: 1, teams: vec![team("research", &["team-a"], 2 * GIB), team("ops", &["ops-1"], GIB)] });
+        let text = text(&view, &[], &procs());
+        let lines: Vec<&str> = text.lines().collect();
+        let titles: Vec<&str> = lines.windows(2).filter(|w| w[0].is_empty()).map(|w| w[1]).collect();
+        assert_eq!(titles, ["DEVICES", "TEAMS", "TENANTS", "PROCESSES"], "{text}");
+        let row = |name: &str| -> Vec<String> {
+            let line = text.lines().skip_while(|l| *l != "TEAMS").find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{text}"));
+            line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+        };
+        assert_eq!(
+            row("research "),
+            ["research", "0", "1", "972.8 MiB", "2.0 GiB", "47%", "50%", "none", "30%", "29%", "team-a"],
+            "{text}"
+        );
+        assert_eq!(row("ops "), ["ops", "-", "0", "0 B", "1.0 GiB", "-", "50%", "none", "-", "-", "-"], "{text}");
+        // The live view still finds the process table to kill from.
+        let mut app = App::new(view, Duration::from_secs(1), Palette { color: false });
+        app.procs = procs();
+        app.me = (1000, 1000);
+        press(&mut app, KeyCode::End);
+        screen(&mut app, 120, 40);
+        press(&mut app, KeyCode::Char('K'));
+        assert!(matches!(&app.mode, Mode::Confirm(t) if t.pid == 4242), "{:?} {:?}", app.mode, app.message);
+    }
+
+    #[test]
     fn a_process_not_holding_its_slot_is_not_attributed() {
         let mut view = view(0);
         view.snapshot.tenants[0].processes[0].confirmed = false;
