@@ -167,7 +167,16 @@ impl Publisher {
             return;
         }
         let partial = self.path.with_extension("json.partial");
-        match std::fs::write(&partial, &bytes).and_then(|_| std::fs::rename(&partial, &self.path)) {
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::remove_file(&partial);
+            let mut file =
+                std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&partial)?;
+            file.write_all(&bytes)?;
+            std::fs::rename(&partial, &self.path)
+        };
+        match write() {
             Ok(()) => {
                 self.written = Some(bytes);
                 self.failing = false;
@@ -196,13 +205,17 @@ impl Drop for Publisher {
 /// The membership the monitor of `dir` published; `None` when there is
 /// none to trust: no file (no monitor, no teams, or this user may not read
 /// the monitor's directory), a file that is not the monitor's (the
-/// directory open to group or others, the file of another user than the
-/// directory's, a link, too large), or one whose monitor is gone.
+/// directory open to group or others or not of the ledger directory's
+/// owner, the file of another user than the directory's, a link, too
+/// large), or one whose monitor is gone.
 pub fn read(dir: &Path) -> Option<Membership> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // The monitor's directory is the ledger directory owner's (the monitor
+    // runs as it): one another user made there while no monitor ran is not.
+    let owner = std::fs::metadata(dir).ok()?.uid();
     let state = std::fs::symlink_metadata(crate::allocation::state_dir(dir)).ok()?;
-    if !state.is_dir() || state.mode() & 0o022 != 0 {
+    if !state.is_dir() || state.mode() & 0o022 != 0 || state.uid() != owner {
         return None;
     }
     let path = path(dir);
@@ -271,6 +284,7 @@ mod tests {
         let mut publisher = Publisher::new(&dir);
         publisher.publish(&decided);
         assert_eq!(read(&dir), Some(decided.clone()));
+        assert_eq!(std::fs::metadata(path(&dir)).unwrap().permissions().mode() & 0o777, 0o600);
         // Unchanged: not written again.
         let written = std::fs::metadata(path(&dir)).unwrap().modified().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -286,6 +300,17 @@ mod tests {
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(read(&dir), None);
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A monitor directory (and file) of another user than the ledger
+        // directory's: made by someone else while no monitor ran.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::lchown(&state, Some(4242), None).unwrap();
+            std::os::unix::fs::lchown(path(&dir), Some(4242), None).unwrap();
+            assert_eq!(read(&dir), None);
+            std::os::unix::fs::lchown(&state, Some(0), None).unwrap();
+            std::os::unix::fs::lchown(path(&dir), Some(0), None).unwrap();
+            assert!(read(&dir).is_some());
+        }
         // A link is not followed.
         std::fs::remove_file(path(&dir)).unwrap();
         let elsewhere = dir.join("elsewhere.json");
