@@ -435,3 +435,106 @@ fn a_teams_memory_quota_holds_across_its_members_at_allocation() {
     let out = monitor.stop();
     assert!(out.stderr.contains("team lab: its memory on device"), "the audit's correction is in the log: {out}");
 }
+
+/// Each team's quota, what its tenants hold, its share and what they used,
+/// as `status` and `top --once` show them (the running monitor's own
+/// membership, no `--config`) and as `report --by team` sums them from the
+/// history. A tenant that named itself to match a team's pattern
+/// (`lab-squat`) is in no team anywhere: not counted in the team's
+/// members or memory, not listed with it, and under "(no team)" in the
+/// report, since each reads the monitor's decision and never matches names.
+#[test]
+fn a_teams_quota_holdings_and_use_show_in_status_top_and_the_report() {
+    const MIB: u64 = 1 << 20;
+    let _serial = serial();
+    let started = std::time::Instant::now();
+    let sim = sim();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(
+        &config,
+        "[teams.lab]\ntenants = [\"lab-*\"]\nmemory = \"4GiB\"\nshare = 50\n[teams.ops]\ntenants = [\"ops-*\"]\nmemory = \"1GiB\"\n\
+         [tenants.lab-1]\n[tenants.lab-2]\n[tenants.ops-1]\n",
+    )
+    .unwrap();
+    let monitor = Monitor::start(
+        &sim,
+        MonitorOptions { config: Some(config), args: vec!["--history-interval".into(), "1s".into()], ..Default::default() },
+    );
+    let hold = |tenant: &str| {
+        let mut cmd = sim.c("memctl");
+        cmd.env("GPUSLICE_TENANT", tenant).args(["init", "ctx", "alloc:a:600M", "hold"]);
+        let mut running = sim.spawn(&mut cmd);
+        assert_eq!(running.wait_for("a"), gpuslice_tests::cu::SUCCESS.to_string());
+        running
+    };
+    let holders = [hold("lab-1"), hold("lab-squat")];
+    let busy = saturate(&sim, "lab-2", &[], "3");
+    let status = || {
+        let out = monitor_support::gpuslice_command(&sim).args(["status", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let lab = |status: &serde_json::Value| status["teams"].as_array().and_then(|t| t.iter().find(|t| t["team"] == "lab")).cloned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let seen = loop {
+        let s = status();
+        // Its two tenants, and the device time lab-2 is using now.
+        if lab(&s).is_some_and(|l| l["members"] == 2 && l["compute_used_ratio"].as_f64().is_some_and(|u| u > 0.1)) {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "status never showed team lab with its two tenants busy: {s:#}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let team = lab(&seen).unwrap();
+    assert_eq!(team["memory_quota_bytes"].as_u64(), Some(4096 * MIB), "{seen:#}");
+    assert_eq!(team["compute_share_ratio"].as_f64(), Some(0.5), "{seen:#}");
+    let held = team["memory_used_bytes"].as_u64().unwrap();
+    assert!((600 * MIB..1200 * MIB).contains(&held), "lab-1's 600 MiB and lab-2's, not the squatter's: {held} bytes: {seen:#}");
+    assert_eq!(seen["team_members"]["lab"], serde_json::json!(["lab-1", "lab-2"]), "{seen:#}");
+    assert_eq!(seen["team_members"]["ops"], serde_json::json!(["ops-1"]), "{seen:#}");
+    let text = monitor_support::gpuslice_command(&sim).arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("\nTEAMS (as the monitor holds them)\n"), "{text}");
+    // A team none of whose tenants runs is shown too, with its quota.
+    let ops: Vec<&str> = text.lines().find(|l| l.starts_with("ops ")).unwrap_or_else(|| panic!("{text}")).split_whitespace().collect();
+    assert_eq!(ops[..6], ["ops", "-", "0", "0", "B", "1.0"], "{text}");
+
+    let top = sim.run(monitor_support::gpuslice_command(&sim).args(["top", "--once"]));
+    top.assert_success();
+    let row = top.stdout.lines().skip_while(|l| *l != "TEAMS").find(|l| l.starts_with("lab ")).unwrap_or_else(|| panic!("{top}"));
+    assert!(row.contains("4.0 GiB") && row.contains("50%") && row.ends_with("lab-1,lab-2"), "{row}");
+    assert!(!top.stdout.lines().skip_while(|l| *l != "TEAMS").take_while(|l| !l.is_empty()).any(|l| l.contains("lab-squat")), "{top}");
+
+    busy.wait().assert_success();
+    // Past another whole interval, then the open one is written at the stop.
+    monitor.wait_rounds(6);
+    for holder in holders {
+        drop(holder.kill9());
+    }
+    monitor.stop();
+    let out = sim.run(monitor_support::gpuslice_command(&sim).args(["status", "--json"]));
+    out.assert_success();
+    assert!(!out.stdout.contains("\"team_members\""), "a stopped monitor's teams are not shown: {out}");
+
+    let report = |extra: &[&str]| {
+        let out = sim.run(monitor_support::gpuslice_command(&sim).args(["report", "--since", "1h", "--by", "team"]).args(extra));
+        out.assert_success();
+        out
+    };
+    let out = report(&["--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+    let groups = json["groups"].as_array().unwrap_or_else(|| panic!("{json:#}"));
+    let group = |kind: &str, key: &str| groups.iter().find(|g| g["kind"] == kind && g["key"] == key).unwrap_or_else(|| panic!("{json:#}"));
+    let lab = group("team", "lab");
+    assert_eq!(lab["tenants"], serde_json::json!(["lab-1", "lab-2"]), "{lab:#}");
+    assert!(lab["used_device_s"].as_f64().is_some_and(|s| s > 0.5), "lab-2 kept the device busy for 3 s: {lab:#}");
+    assert!(lab["memory_peak_bytes"].as_u64().is_some_and(|b| b >= 600 * MIB), "{lab:#}");
+    assert!(lab["memory_together_peak_bytes"].as_u64().is_some_and(|b| b >= 600 * MIB), "{lab:#}");
+    let none = group("none", "-");
+    assert_eq!(none["tenants"], serde_json::json!(["lab-squat"]), "{none:#}");
+    let text = report(&[]);
+    assert!(text.stdout.contains("\nBY TEAM\n"), "{text}");
+    let line = text.stdout.lines().find(|l| l.starts_with("(no team) ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("lab-squat"), "{text}");
+    eprintln!("teams in status, top and the report: {:.1} s", started.elapsed().as_secs_f64());
+}

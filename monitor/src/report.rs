@@ -1,8 +1,9 @@
-//! `gpuslice report [--since 7d] [--by tenant|job|user] [--json] [--dir DIR]`:
+//! `gpuslice report [--since 7d] [--by tenant|job|user|team] [--json] [--dir DIR]`:
 //! what each tenant used over a window of the monitor's history, against
 //! its cap, share and limit, with a recommendation by the rule of
-//! [`crate::history::summary`]; or, `--by job` and `--by user`, what each
-//! cluster job or user held and used ([`crate::history::groups`]).
+//! [`crate::history::summary`]; or, `--by job`, `--by user` and `--by
+//! team`, what each cluster job, user or team held and used
+//! ([`crate::history::groups`]).
 //!
 //! The history is `<dir>/.monitor/history.sqlite`, in the monitor's own
 //! directory (mode 0700): only root, or the user the monitor runs as, can
@@ -29,8 +30,9 @@ pub struct ReportArgs {
     /// How far back to look: a duration such as 7d, 24h or 2w.
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_since)]
     pub since: Duration,
-    /// What to sum up: each tenant on each device, each cluster job, or
-    /// each user (the job and user its admission named, e.g. by Slurm's Prolog).
+    /// What to sum up: each tenant on each device, each cluster job, each
+    /// user (the job and user its admission named, e.g. by Slurm's Prolog),
+    /// or each team (as the monitor held its tenants in `[teams.NAME]`).
     #[arg(long, value_name = "GROUPING", value_enum, default_value_t = Grouping::Tenant)]
     pub by: Grouping,
     /// Print one JSON object instead of tables.
@@ -60,7 +62,7 @@ pub struct Report {
     pub by: Grouping,
     /// `--by tenant`: each tenant on each device (empty for another grouping).
     pub tenants: Vec<TenantSummary>,
-    /// `--by job` or `--by user`: each group.
+    /// `--by job`, `--by user` or `--by team`: each group.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<Vec<GroupSummary>>,
     pub devices: Vec<DeviceSummary>,
@@ -113,6 +115,13 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
             _ => uses.extend(groups::uses(rows)),
         })
         .map_err(failed)?;
+    let mut groups = groups::group(args.by, &uses);
+    if let (Grouping::Team, Some(groups)) = (args.by, groups.as_mut()) {
+        let peaks = store.team_memory_peaks(since_s).map_err(failed)?;
+        for g in groups.iter_mut().filter(|g| g.kind == GroupKind::Team) {
+            g.memory_together_peak_bytes = peaks.iter().filter(|(team, _, _)| *team == g.key).map(|(_, _, held)| *held).max();
+        }
+    }
     let mut devices = Vec::new();
     store.each_device_series(since_s, |rows| devices.extend(summary::summarize_devices(rows))).map_err(failed)?;
     let report = Report {
@@ -122,7 +131,7 @@ pub fn main(args: ReportArgs) -> Result<ExitCode, Error> {
         oldest_s: store.oldest_s().map_err(failed)?,
         by: args.by,
         tenants,
-        groups: groups::group(args.by, &uses),
+        groups,
         devices,
         rule: rule_text(),
     };
@@ -265,7 +274,7 @@ pub fn table(report: &Report) -> String {
     out
 }
 
-/// The table of `--by job` or `--by user`.
+/// The table of `--by job`, `--by user` or `--by team`.
 fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
     if groups.is_empty() {
         let _ = writeln!(out, "\nno tenant recorded in the window");
@@ -276,20 +285,28 @@ fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
     let seconds = |s: f64| format!("{s:.1}s");
     let (title, head) = match by {
         Grouping::User => ("BY USER", ["USER", "JOBS", "ACCOUNTS", "TENANTS"]),
+        Grouping::Team => ("BY TEAM", ["TEAM", "USERS", "ACCOUNTS", "TENANTS"]),
         _ => ("BY JOB", ["JOB", "USER", "ACCOUNT", "TENANTS"]),
     };
     let _ = writeln!(out, "\n{title}");
     let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     rows[0].extend(["DEVICES", "SHARE", "HELD", "DEVICE TIME HELD", "DEVICE TIME USED", "MEMORY PEAK", "REFUSED"].map(String::from));
+    if by == Grouping::Team {
+        rows[0].push("TOGETHER PEAK".into());
+    }
     for g in groups {
         // A tenant of no job is shown as such: its name is its own choice
         // and may look like a job's id.
-        let key = match g.kind {
-            GroupKind::Tenant => format!("tenant {}", shown(&g.key)),
+        // Under --by team, a tenant of no team is said to be one.
+        let key = match (g.kind, by) {
+            (GroupKind::Tenant, _) => format!("tenant {}", shown(&g.key)),
+            (GroupKind::None, Grouping::Team) => "(no team)".into(),
+            (GroupKind::NotRecorded, _) => "(not recorded)".into(),
             _ => shown(&g.key),
         };
         let mut row = match by {
             Grouping::User => vec![key, g.jobs.len().to_string(), list(&g.accounts), list(&g.tenants)],
+            Grouping::Team => vec![key, list(&g.users), list(&g.accounts), list(&g.tenants)],
             _ => vec![key, list(&g.users), list(&g.accounts), list(&g.tenants)],
         };
         row.extend([
@@ -301,13 +318,23 @@ fn group_table(out: &mut String, by: Grouping, groups: &[GroupSummary]) {
             human_bytes(g.memory_peak_bytes),
             g.alloc_denied_total.to_string(),
         ]);
+        if by == Grouping::Team {
+            row.push(g.memory_together_peak_bytes.map_or_else(|| "-".into(), human_bytes));
+        }
         rows.push(row);
     }
     render_rows(out, &rows);
     let _ = writeln!(
         out,
         "\nHELD: from the first to the last interval recorded of each job (or tenant of no job), added up; \
-         DEVICE TIME: share (held) or compute charged (used) times the time, in device-seconds"
+         DEVICE TIME: share (held) or compute charged (used) times the time, in device-seconds{}",
+        if by == Grouping::Team {
+            "; MEMORY PEAK: the most one tenant held on one device; TOGETHER PEAK: the most the team's tenants' peaks on one \
+             device added up to in one interval (at most what they held there at once), for its quota; (no team): tenants \
+             the monitor held in no team; (not recorded): intervals written before the history recorded teams"
+        } else {
+            ""
+        }
     );
 }
 
@@ -342,6 +369,7 @@ mod tests {
                 cpu_e4: Some(9000),
                 gpu_e4: Some(200),
                 origin: None,
+                team: crate::history::aggregate::TeamOf::NoTeam,
             })
             .collect();
         let report = Report {
@@ -407,6 +435,7 @@ mod tests {
                 user: Some(user.into()),
                 account: Some("physics".into()),
             }),
+            team: crate::history::aggregate::TeamOf::NoTeam,
         };
         let rows: Vec<TenantRow> = (0..10).map(|i| row("slurm-42", "42", "alice\nforged", 1_000_000 + i * 60)).collect();
         let mut uses = groups::uses(&rows);
@@ -434,6 +463,61 @@ mod tests {
             ["42", "alice?forged", "physics", "slurm-42", "1", "25", "%", "10m", "150.0s", "60.0s", "1.0", "GiB", "0"],
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_team_table_says_which_tenants_are_in_no_team() {
+        use crate::history::aggregate::TeamOf;
+        let row = |tenant: &str, team: TeamOf, start_s: u64| TenantRow {
+            start_s,
+            span_s: 60,
+            tenant: tenant.into(),
+            device_uuid: "GPU-0".into(),
+            device_index: 0,
+            rounds: 240,
+            active_rounds: 240,
+            memory_peak_bytes: 1 << 30,
+            memory_mean_bytes: 1 << 30,
+            driver_memory_peak_bytes: None,
+            memory_cap_bytes: None,
+            compute_share_e4: None,
+            compute_limit_e4: None,
+            compute_used_e4: Some(2500),
+            compute_target_e4: None,
+            throttled_ns: 0,
+            denied: 0,
+            processes_peak: 1,
+            cpu_e4: None,
+            gpu_e4: None,
+            origin: None,
+            team,
+        };
+        let mut uses = groups::uses(&(0..10).map(|i| row("lab-1", TeamOf::Team("lab".into()), 1_000_000 + i * 60)).collect::<Vec<_>>());
+        uses.extend(groups::uses(&[row("lab-squat", TeamOf::NoTeam, 1_000_000)]));
+        uses.extend(groups::uses(&[row("lab-1", TeamOf::NotRecorded, 900_000)]));
+        let mut grouped = groups::group(Grouping::Team, &uses).unwrap();
+        grouped[0].memory_together_peak_bytes = Some(3 << 30);
+        let report = Report {
+            history: "h".into(),
+            since_s: 900_000,
+            until_s: 1_000_000 + 3600,
+            oldest_s: Some(900_000),
+            by: Grouping::Team,
+            tenants: vec![],
+            groups: Some(grouped),
+            devices: vec![],
+            rule: rule_text(),
+        };
+        let text = table(&report);
+        let cells = |start: &str| -> Vec<String> {
+            let line = text.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{text}"));
+            line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+        };
+        // 25 % of the device for 10 minutes: 150 device-seconds used.
+        assert_eq!(cells("lab "), ["lab", "-", "-", "lab-1", "1", "-", "10m", "0.0s", "150.0s", "1.0 GiB", "0", "3.0 GiB"], "{text}");
+        assert_eq!(cells("(no team) ")[..4], ["(no team)", "-", "-", "lab-squat"], "{text}");
+        assert_eq!(cells("(not recorded) ")[..4], ["(not recorded)", "-", "-", "lab-1"], "{text}");
+        assert!(text.contains("\nBY TEAM\nTEAM "), "{text}");
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub struct View {
     pub notes: Vec<String>,
     /// Ledgers that were skipped, and why.
     pub warnings: Vec<String>,
+    /// Who is in which team, as the running monitor published it (it
+    /// answers root and its own user); `None` without one, or without teams.
+    pub teams: Option<crate::teams::membership::Membership>,
 }
 
 /// Reads the host again and again: the ledgers (listed anew each time, so
@@ -182,20 +185,23 @@ impl Sampler {
                 None => {}
             }
         }
-        Ok(View { dir: dir.clone(), snapshot, notes, warnings })
+        let teams = crate::teams::membership::read(dir);
+        Ok(View { dir: dir.clone(), snapshot, notes, warnings, teams })
     }
 }
 
-/// Whether a tenant is limited or shares a device: then the device time
-/// it used is worth a second look.
-fn has_compute_policy(snapshot: &Snapshot) -> bool {
+/// Whether a tenant is limited or shares a device, or is in one of the
+/// monitor's teams: then the device time it used is worth a second look.
+fn has_compute_policy(view: &View) -> bool {
+    let snapshot = &view.snapshot;
     snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.compute_limit_ratio.is_some() || d.compute_share_ratio.is_some())
+        || view.teams.as_ref().is_some_and(|m| snapshot.tenants.iter().any(|t| m.team_of(&t.name).is_some()))
 }
 
 /// Whether a tenant holds memory with a live process: then what it does
 /// with it (busy, starved or idle) is a rate of its CPU time.
-fn holds_memory(snapshot: &Snapshot) -> bool {
-    snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.memory_used_bytes > 0 && d.processes > 0)
+fn holds_memory(view: &View) -> bool {
+    view.snapshot.tenants.iter().flat_map(|t| &t.devices).any(|d| d.memory_used_bytes > 0 && d.processes > 0)
 }
 
 /// One view for a reader that looks once: where a tenant has a compute
@@ -210,10 +216,10 @@ pub fn collect_view_with_activity(host: &HostArgs) -> Result<View, Error> {
     collect_view_where(host, |s| has_compute_policy(s) || holds_memory(s))
 }
 
-fn collect_view_where(host: &HostArgs, twice: impl Fn(&Snapshot) -> bool) -> Result<View, Error> {
+fn collect_view_where(host: &HostArgs, twice: impl Fn(&View) -> bool) -> Result<View, Error> {
     let mut sampler = Sampler::new(host)?;
     let view = sampler.look()?;
-    if !twice(&view.snapshot) {
+    if !twice(&view) {
         return Ok(view);
     }
     std::thread::sleep(crate::snapshot::ROUND);

@@ -25,8 +25,11 @@ pub struct StatusArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// The monitor's configuration, to show each team it names (`[teams]`):
-    /// its members' memory against its quota, its share, what it gets and uses.
+    /// The monitor's configuration, to show each team it names (`[teams]`)
+    /// as this file puts tenants in them, instead of as the running monitor
+    /// does (which `status` shows by itself, where it may read the
+    /// monitor's directory): its members' memory against its quota, its
+    /// share, what it gets and uses.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 }
@@ -55,9 +58,14 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
                 .flatten()
                 .filter_map(|a| Some((a.tenant.as_deref()?, a.labels.get(crate::allocation::ACCOUNT_LABEL)?.as_str())));
             config.resolve_accounts(admitted);
-            Some(crate::teams::figures(&config, &view.snapshot))
+            Some(Teams { figures: crate::teams::figures(&config, &view.snapshot), by: "by the configuration", members: None })
         }
-        None => None,
+        // The running monitor's own decision, where it published one.
+        None => view.teams.as_ref().map(|membership| Teams {
+            figures: crate::teams::figures_of(membership, &view.snapshot),
+            by: "as the monitor holds them",
+            members: Some(membership),
+        }),
     };
     if args.json {
         let mut value = serde_json::to_value(&view.snapshot).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
@@ -65,7 +73,12 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
             object.insert("allocations".into(), serde_json::to_value(list).unwrap_or_default());
         }
         if let (Some(object), Some(teams)) = (value.as_object_mut(), &teams) {
-            object.insert("teams".into(), serde_json::to_value(teams).unwrap_or_default());
+            object.insert("teams".into(), serde_json::to_value(&teams.figures).unwrap_or_default());
+            if let Some(membership) = teams.members {
+                let members: serde_json::Map<String, serde_json::Value> =
+                    membership.teams.iter().map(|t| (t.team.clone(), serde_json::json!(t.members))).collect();
+                object.insert("team_members".into(), members.into());
+            }
         }
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Failed(format!("cannot write JSON: {e}")))?;
         println!("{text}");
@@ -90,10 +103,21 @@ fn allocations(dir: &std::path::Path) -> Option<Vec<crate::allocation::Answer>> 
     answer.ok.then(|| answer.tenants.unwrap_or_default())
 }
 
-/// Each team on each device its members used (`--config`).
-pub fn team_table(snapshot: &Snapshot, teams: &[crate::teams::TeamDeviceFigures]) -> String {
+/// The teams `status` shows, and whose word they are.
+pub struct Teams<'a> {
+    /// Each team on each device a member has a ledger entry for.
+    pub figures: Vec<crate::teams::TeamDeviceFigures>,
+    /// Whose decision: the file given, or the running monitor.
+    pub by: &'static str,
+    /// The monitor's membership, every team with its members.
+    pub members: Option<&'a crate::teams::membership::Membership>,
+}
+
+/// Each team on each device its members used; a team of the monitor's
+/// that none of its members has used a device of is one row with `-`.
+pub fn team_table(snapshot: &Snapshot, teams: &Teams) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "\nTEAMS (by the configuration)");
+    let _ = writeln!(out, "\nTEAMS ({})", teams.by);
     let mut rows = vec![vec![
         "TEAM".into(),
         "DEVICE".into(),
@@ -107,7 +131,24 @@ pub fn team_table(snapshot: &Snapshot, teams: &[crate::teams::TeamDeviceFigures]
         "USED".into(),
     ]];
     let percent = |r: f64| format!("{:.0}%", r * 100.0);
-    for f in teams {
+    let mut idle: Vec<Vec<String>> = Vec::new();
+    for team in teams.members.iter().flat_map(|m| &m.teams).filter(|t| !teams.figures.iter().any(|f| f.team == t.team)) {
+        let ratio = |e4: u32| if e4 == 0 { "none".to_string() } else { percent(f64::from(e4) / 10_000.0) };
+        let s = team.other_devices;
+        idle.push(vec![
+            team.team.clone(),
+            "-".into(),
+            "0".into(),
+            "0 B".into(),
+            s.memory_quota_bytes.map_or("none".into(), human_bytes),
+            "-".into(),
+            ratio(s.share_ratio_e4),
+            ratio(s.limit_ratio_e4),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
+    for f in &teams.figures {
         rows.push(vec![
             f.team.clone(),
             device_name(snapshot, f.index, &f.uuid),
@@ -121,6 +162,7 @@ pub fn team_table(snapshot: &Snapshot, teams: &[crate::teams::TeamDeviceFigures]
             percent(f.compute_used_ratio),
         ]);
     }
+    rows.extend(idle);
     render_rows(&mut out, &rows);
     out
 }

@@ -38,6 +38,8 @@
 
 use crate::config::{ConfigError, TenantConfig};
 
+pub mod membership;
+
 /// One entry of a team's `tenants`: a tenant name or a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberPattern {
@@ -436,28 +438,48 @@ fn say_over_quota_to(
     *over = now;
 }
 
-/// Each team's figures on each device some member has used.
+/// Each team's figures on each device some member has used, by the
+/// configuration (`status --config`; the monitor's own round).
 pub fn figures(config: &crate::config::Config, snapshot: &crate::snapshot::Snapshot) -> Vec<TeamDeviceFigures> {
-    let ratio = |e4: Option<u32>| e4.filter(|v| *v > 0).map(|v| f64::from(v) / 10_000.0);
+    figures_with(snapshot, |tenant, uuid, host_index| {
+        let (name, team) = config.team_of(tenant)?;
+        Some((name.to_string(), membership::Settings::of(&team.settings, uuid, host_index)))
+    })
+}
+
+/// The same, by the membership the monitor decided ([`membership::read`]).
+pub fn figures_of(membership: &membership::Membership, snapshot: &crate::snapshot::Snapshot) -> Vec<TeamDeviceFigures> {
+    figures_with(snapshot, |tenant, uuid, _| {
+        let team = membership.team_of(tenant)?;
+        Some((team.team.clone(), team.settings(uuid)))
+    })
+}
+
+/// Each team's figures, `team_of` naming a tenant's team and its settings
+/// on a device (UUID, host index where NVML numbers it).
+fn figures_with(
+    snapshot: &crate::snapshot::Snapshot,
+    team_of: impl Fn(&str, &str, Option<u32>) -> Option<(String, membership::Settings)>,
+) -> Vec<TeamDeviceFigures> {
+    let ratio = |e4: u32| (e4 > 0).then(|| f64::from(e4) / 10_000.0);
     let mut out: Vec<TeamDeviceFigures> = Vec::new();
     for tenant in &snapshot.tenants {
-        let Some((team_name, team)) = config.team_of(&tenant.name) else { continue };
         for device in &tenant.devices {
             let host_index = snapshot.nvml.then_some(device.index);
+            let Some((team_name, settings)) = team_of(&tenant.name, &device.uuid, host_index) else { continue };
             let at = match out.iter().position(|f| f.team == team_name && f.uuid == device.uuid) {
                 Some(at) => at,
                 None => {
-                    let compute = team.settings.compute_for(&device.uuid, host_index);
                     out.push(TeamDeviceFigures {
-                        team: team_name.to_string(),
+                        team: team_name,
                         index: device.index,
                         uuid: device.uuid.clone(),
                         members: 0,
-                        memory_quota_bytes: team.settings.memory_for(&device.uuid, host_index),
+                        memory_quota_bytes: settings.memory_quota_bytes,
                         memory_used_bytes: 0,
                         driver_memory_used_bytes: None,
-                        compute_share_ratio: ratio(compute.map(|p| p.share_ratio_e4)),
-                        compute_limit_ratio: ratio(compute.map(|p| p.limit_ratio_e4)),
+                        compute_share_ratio: ratio(settings.share_ratio_e4),
+                        compute_limit_ratio: ratio(settings.limit_ratio_e4),
                         compute_target_ratio: 0.0,
                         compute_used_ratio: 0.0,
                     });
@@ -470,7 +492,10 @@ pub fn figures(config: &crate::config::Config, snapshot: &crate::snapshot::Snaps
             if let Some(driver) = device.driver_memory_used_bytes {
                 f.driver_memory_used_bytes = Some(f.driver_memory_used_bytes.unwrap_or(0).saturating_add(driver));
             }
-            if device.compute_member == Some(true) {
+            // Active members' targets: those in the device's turns (where a
+            // reader of the grant pages does not know who is, those with a
+            // live process there).
+            if device.compute_member.unwrap_or(device.processes > 0) {
                 f.compute_target_ratio += device.compute_target_ratio.unwrap_or(0.0);
             }
             f.compute_used_ratio += device.compute_used_ratio.unwrap_or(0.0);

@@ -2,7 +2,9 @@
 //! the terminal, in the spirit of nvidia-smi and nvitop: the devices (MIG
 //! instances under their parent), each device's tenants (memory against
 //! cap, compute limit, share, priority and target against use, with
-//! bars), their processes (pid, user, tenant, device, memory, SM, age and
+//! bars), the teams as the running monitor holds them (what their members
+//! hold against the team's quota, its share and limit, its target and
+//! use; where the monitor's directory can be read), their processes (pid, user, tenant, device, memory, SM, age and
 //! command line), untracked processes and the queue.
 //!
 //! Data flow: a [`Sampler`] reads the ledgers, NVML and the monitor's turn
@@ -120,7 +122,7 @@ fn title(view: &View) -> String {
 fn text(view: &View, jobs: &[QueuedJob], procs: &HashMap<u32, ProcInfo>) -> String {
     let mut out = title(view);
     out.push('\n');
-    for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default() }) {
+    for table in rows::tables(&view.snapshot, &Extra { jobs, procs, sort: Sort::default(), teams: view.teams.as_ref() }) {
         table.text(&mut out);
     }
     out
@@ -259,7 +261,7 @@ impl App {
     }
 
     fn tables(&self) -> Vec<Table> {
-        rows::tables(&self.view.snapshot, &Extra { jobs: &self.jobs, procs: &self.procs, sort: self.sort })
+        rows::tables(&self.view.snapshot, &Extra { jobs: &self.jobs, procs: &self.procs, sort: self.sort, teams: self.view.teams.as_ref() })
     }
 
     /// The selected row of `focus` in `table`: the row with the remembered
@@ -335,11 +337,12 @@ impl App {
             return;
         }
         let tables = self.tables();
-        let Some(index) = self.select(Focus::Processes, &tables[2]) else {
+        let Some(processes) = tables.iter().find(|t| t.title == rows::PROCESSES) else { return };
+        let Some(index) = self.select(Focus::Processes, processes) else {
             self.message = Some(("no process to kill".into(), Tone::Warn));
             return;
         };
-        let key = &tables[2].keys[index];
+        let key = &processes.keys[index];
         let found = self
             .view
             .snapshot
@@ -483,10 +486,10 @@ fn draw(frame: &mut ratatui::Frame, app: &mut App) {
     let body = usize::from(area.height.saturating_sub(2));
     let heights = screen::heights(&tables.iter().collect::<Vec<_>>(), body);
     let mut y = area.y + 1;
-    for (i, (table, &height)) in tables.iter().zip(&heights).enumerate() {
-        let focus = match i {
-            1 => Some(Focus::Tenants),
-            2 => Some(Focus::Processes),
+    for (table, &height) in tables.iter().zip(&heights) {
+        let focus = match table.title {
+            rows::TENANTS => Some(Focus::Tenants),
+            rows::PROCESSES => Some(Focus::Processes),
             _ => None,
         };
         let (visible, _) = screen::visible_rows(table.rows.len(), height);
@@ -575,7 +578,7 @@ mod tests {
             tenant.processes = vec![process(5000 + i as u32, GIB / 4)];
             snapshot.tenants.push(tenant);
         }
-        View { dir: "/run/gpuslice".into(), snapshot, notes: vec![], warnings: vec![] }
+        View { dir: "/run/gpuslice".into(), snapshot, notes: vec![], warnings: vec![], teams: None }
     }
 
     fn procs() -> HashMap<u32, ProcInfo> {
@@ -620,6 +623,42 @@ mod tests {
         assert_eq!(cells, ["4242", "alice", "team-a", "-", "512.0 MiB", "-", "20%", "1:05", "alive", "python train.py"], "{text}");
         assert!(!text.contains('\x1b') && !text.contains('█'), "no escape codes, no bars: {text:?}");
         assert!(!text.contains("QUEUE"), "no queue when none waits: {text}");
+    }
+
+    #[test]
+    fn the_teams_table_follows_the_monitors_membership_not_names() {
+        use crate::teams::membership::{Membership, Settings, Team};
+        let mut view = view(1);
+        // `team-00` matches no list: only the monitor's list puts a tenant in a team.
+        let team = |name: &str, members: &[&str], quota: u64| Team {
+            team: name.into(),
+            members: members.iter().map(|m| m.to_string()).collect(),
+            devices: vec![],
+            other_devices: Settings { memory_quota_bytes: Some(quota), share_ratio_e4: 5000, ..Settings::default() },
+        };
+        view.teams = Some(Membership { pid: 1, teams: vec![team("research", &["team-a"], 2 * GIB), team("ops", &["ops-1"], GIB)] });
+        let text = text(&view, &[], &procs());
+        let lines: Vec<&str> = text.lines().collect();
+        let titles: Vec<&str> = lines.windows(2).filter(|w| w[0].is_empty()).map(|w| w[1]).collect();
+        assert_eq!(titles, ["DEVICES", "TEAMS", "TENANTS", "PROCESSES"], "{text}");
+        let row = |name: &str| -> Vec<String> {
+            let line = text.lines().skip_while(|l| *l != "TEAMS").find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{text}"));
+            line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+        };
+        assert_eq!(
+            row("research "),
+            ["research", "0", "1", "972.8 MiB", "2.0 GiB", "47%", "50%", "none", "30%", "29%", "team-a"],
+            "{text}"
+        );
+        assert_eq!(row("ops "), ["ops", "-", "0", "0 B", "1.0 GiB", "-", "50%", "none", "-", "-", "-"], "{text}");
+        // The live view still finds the process table to kill from.
+        let mut app = App::new(view, Duration::from_secs(1), Palette { color: false });
+        app.procs = procs();
+        app.me = (1000, 1000);
+        press(&mut app, KeyCode::End);
+        screen(&mut app, 120, 40);
+        press(&mut app, KeyCode::Char('K'));
+        assert!(matches!(&app.mode, Mode::Confirm(t) if t.pid == 4242), "{:?} {:?}", app.mode, app.message);
     }
 
     #[test]

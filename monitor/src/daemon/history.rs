@@ -129,14 +129,22 @@ impl Recorder {
     }
 
     /// Folds this round's snapshot in; hands the interval to the writer
-    /// once it is over.
-    pub fn record(&mut self, snapshot: &Snapshot, allocations: &[crate::metrics::AllocationInfo]) {
+    /// once it is over (or early, where a tenant's row would pass to
+    /// another holder or team).
+    /// `teams` is the monitor's decision of who is in which team this round.
+    pub fn record(
+        &mut self,
+        snapshot: &Snapshot,
+        allocations: &[crate::metrics::AllocationInfo],
+        teams: &crate::teams::membership::Membership,
+    ) {
         if self.writer.is_none() {
             return;
         }
         self.aggregator.set_origins(
             allocations.iter().filter_map(|a| crate::history::aggregate::Origin::from_labels(&a.labels).map(|o| (a.tenant.clone(), o))),
         );
+        self.aggregator.set_teams(teams.pairs().map(|(tenant, team)| (tenant.to_string(), team.to_string())));
         let now_ms = unix_ms(SystemTime::now());
         // Closed early where a tenant's rows would pass to another holder.
         if self.aggregator.started_ms().is_some_and(|start| now_ms.saturating_sub(start) >= self.interval_ms || now_ms < start)

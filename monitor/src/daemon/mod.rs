@@ -353,6 +353,8 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
     // Teams over their memory quota now, said once per episode.
     let mut teams_over: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
     let mut team_memory = team_memory::TeamMemory::default();
+    // Who is in which team, as this monitor decides it, for `status` and `top`.
+    let mut team_publisher = crate::teams::membership::Publisher::new(&dir);
     let mut nvml_failing = false;
     let mut first_round = true;
     let mut arbiter_stalled = false;
@@ -437,7 +439,9 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         counters.teams = crate::teams::figures(config, &snap);
         crate::teams::say_over_quota(&counters.teams, &mut teams_over);
         cpu_clock.fill(&mut snap, Instant::now());
-        history.record(&snap, &counters.allocations);
+        let teams = crate::teams::membership::Membership::decide(config, &snap);
+        team_publisher.publish(&teams);
+        history.record(&snap, &counters.allocations, &teams);
         violation_state.arbiter_stalled(arbiter_shared.stalled_since_last_look(arbiter::STALL));
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);

@@ -80,6 +80,34 @@ pub struct TenantRow {
     /// The cluster job and user the tenant was admitted for, at the
     /// interval's end; `None`: not an admitted tenant of a job.
     pub origin: Option<Origin>,
+    /// The team the monitor held the tenant in over the interval.
+    pub team: TeamOf,
+}
+
+/// The team of a tenant's interval, as the monitor decided it
+/// ([`crate::teams::membership`]): from its configuration and admissions,
+/// never from anything the tenant wrote, so a tenant that names itself
+/// like a team's member is in no team here either.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "team")]
+pub enum TeamOf {
+    /// In no team.
+    #[default]
+    NoTeam,
+    /// In this team.
+    Team(String),
+    /// Written before the history recorded teams (layouts 1 to 3).
+    NotRecorded,
+}
+
+impl TeamOf {
+    /// The team's name, where it was in one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            TeamOf::Team(name) => Some(name),
+            _ => None,
+        }
+    }
 }
 
 /// Whose a tenant is in the cluster's terms: the job, user and account
@@ -159,6 +187,7 @@ struct TenantAcc {
     gpu_sum_e4: u64,
     gpu_rounds: u32,
     origin: Option<Origin>,
+    team: Option<String>,
 }
 
 #[derive(Default)]
@@ -207,6 +236,11 @@ pub struct Aggregator {
     origins: BTreeMap<String, Origin>,
     /// The allocations' origins as given at the last round.
     allocated: BTreeMap<String, Origin>,
+    /// The team of each tenant the monitor holds in one, and of each one
+    /// that left its team this round (as origins).
+    teams: BTreeMap<String, String>,
+    /// The teams as given at the last round.
+    teamed: BTreeMap<String, String>,
 }
 
 impl Aggregator {
@@ -230,11 +264,25 @@ impl Aggregator {
         self.origins = went;
     }
 
+    /// The team of each tenant the monitor holds in one from now on (its
+    /// decision, [`crate::teams::membership::Membership::pairs`]); a tenant
+    /// not in it is in none. As with origins, a tenant that left its team
+    /// since the last round keeps it for this round alone.
+    pub fn set_teams(&mut self, teams: impl IntoIterator<Item = (String, String)>) {
+        let now: BTreeMap<String, String> = teams.into_iter().collect();
+        let mut went = std::mem::replace(&mut self.teamed, now.clone());
+        went.retain(|tenant, _| !now.contains_key(tenant));
+        went.extend(now);
+        self.teams = went;
+    }
+
     /// Whether the open interval must close before `snapshot`, taken at
     /// Unix time `now_ms`, is folded: a tenant in it has a row of one
     /// origin open and this round would be another's (its allocation went
     /// and a ledger of its name was made anew, or it was admitted), and a
-    /// row is one holder's. Not within the second the interval began: an
+    /// row is one holder's; or a tenant in it is in another team (or none)
+    /// from this round on (a reload, an admission), and a row is one
+    /// team's. Not within the second the interval began: an
     /// interval is keyed by its start's second.
     pub fn holder_changes(&self, snapshot: &Snapshot, now_ms: u64) -> bool {
         let Some(start_ms) = self.start_ms else { return false };
@@ -243,8 +291,11 @@ impl Aggregator {
         }
         snapshot.tenants.iter().any(|tenant| {
             let origin = self.origins.get(&tenant.name);
+            let team = self.teams.get(&tenant.name);
             tenant.devices.iter().any(|device| {
-                self.tenants.get(&(tenant.name.clone(), device.uuid.clone())).is_some_and(|acc| acc.origin.as_ref() != origin)
+                self.tenants
+                    .get(&(tenant.name.clone(), device.uuid.clone()))
+                    .is_some_and(|acc| acc.origin.as_ref() != origin || acc.team.as_ref() != team)
             })
         })
     }
@@ -277,6 +328,9 @@ impl Aggregator {
                 // per interval).
                 if let Some(origin) = self.origins.get(&tenant.name) {
                     acc.origin = Some(origin.clone());
+                }
+                if let Some(team) = self.teams.get(&tenant.name) {
+                    acc.team = Some(team.clone());
                 }
                 acc.device_index = device.index;
                 acc.rounds += 1;
@@ -379,6 +433,7 @@ impl Aggregator {
                 cpu_e4: mean(acc.cpu_sum_e4, acc.cpu_rounds),
                 gpu_e4: mean(acc.gpu_sum_e4, acc.gpu_rounds),
                 origin: acc.origin,
+                team: acc.team.map_or(TeamOf::NoTeam, TeamOf::Team),
             })
             .collect();
         let devices = std::mem::take(&mut self.devices)
@@ -485,6 +540,31 @@ mod tests {
         agg.set_origins([(tenant.clone(), other.clone())]);
         agg.fold(&round(1, 0, 0, 1), 5250);
         assert_eq!(agg.close(6000).unwrap().tenants[0].origin, Some(other));
+    }
+
+    #[test]
+    fn a_tenants_team_is_the_monitors_and_a_change_closes_the_interval() {
+        let tenant = round(1, 0, 0, 1).tenants[0].name.clone();
+        let team = |name: &str| TeamOf::Team(name.into());
+        let mut agg = Aggregator::default();
+        agg.set_teams([(tenant.clone(), "lab".to_string())]);
+        agg.fold(&round(1, 0, 0, 1), 0);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 1250), "the same team");
+        agg.fold(&round(1, 0, 0, 1), 1250);
+        // A reload moves it to another team: the open interval, lab's, closes.
+        agg.set_teams([(tenant.clone(), "ops".to_string())]);
+        assert!(agg.holder_changes(&round(1, 0, 0, 1), 2250));
+        assert_eq!(agg.close(2250).unwrap().tenants[0].team, team("lab"));
+        agg.fold(&round(1, 0, 0, 1), 2250);
+        // It leaves every team (its admission went): ops' for this round alone.
+        agg.set_teams([]);
+        assert!(!agg.holder_changes(&round(1, 0, 0, 1), 3250), "kept for the round it went");
+        agg.fold(&round(1, 0, 0, 1), 3250);
+        agg.set_teams([]);
+        assert!(agg.holder_changes(&round(1, 0, 0, 1), 4250));
+        assert_eq!(agg.close(4250).unwrap().tenants[0].team, team("ops"));
+        agg.fold(&round(1, 0, 0, 1), 4250);
+        assert_eq!(agg.close(5000).unwrap().tenants[0].team, TeamOf::NoTeam);
     }
 
     #[test]

@@ -1,14 +1,17 @@
-//! A window of history summed up per group of tenants: per cluster job
-//! or per user (`gpuslice report --by job|user`), beside the per-tenant
-//! summary of [`super::summary`].
+//! A window of history summed up per group of tenants: per cluster job,
+//! per user or per team (`gpuslice report --by job|user|team`), beside the
+//! per-tenant summary of [`super::summary`].
 //!
 //! Each tenant's rows on one device are first reduced to a [`SeriesUse`]
-//! (one per run of rows with the same [`Origin`]); a grouping then puts
-//! each use under a key, and [`sum_group`] adds a group's uses up the same
-//! way whatever the grouping. A grouping is one variant of [`Grouping`]
-//! and one function that names a use's key: a grouping by something else
-//! (a team of tenants from the configuration) is a variant and a
-//! function more.
+//! (one per run of rows with the same [`Origin`] and team); a grouping
+//! then puts each use under a key, and [`sum_group`] adds a group's uses
+//! up the same way whatever the grouping. A grouping is one variant of
+//! [`Grouping`] and one function that names a use's key.
+//!
+//! A team is the one the monitor held the tenant in at the time
+//! ([`TeamOf`], recorded with each interval from the monitor's own
+//! decision), never one a tenant's name would match: a tenant that named
+//! itself like a team's member is under "no team".
 //!
 //! The figures, per group:
 //! - `held_s`: how long its holders held their slices, a holder being a
@@ -26,8 +29,12 @@
 //!   used times the interval), added up.
 //! - `memory_peak_bytes`: the most one tenant held on one device;
 //!   `alloc_denied_total`: allocations refused at a cap.
+//! - `memory_together_peak_bytes` (`--by team`): the most the group's
+//!   tenants' peaks on one device added up to in one interval, an upper
+//!   bound of what they held there at once, to set against a team's
+//!   quota ([`super::store::Store::team_memory_peaks`]).
 
-use super::aggregate::{Origin, TenantRow};
+use super::aggregate::{Origin, TeamOf, TenantRow};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -44,6 +51,9 @@ pub enum Grouping {
     /// Each user (the `user` its admission named); tenants of no user
     /// under `-`.
     User,
+    /// Each team (`[teams.NAME]`, as the monitor held its tenants in
+    /// them); tenants of no team under `-`.
+    Team,
 }
 
 /// One tenant on one device, for as long as it had one origin in the window.
@@ -52,6 +62,7 @@ pub struct SeriesUse {
     pub tenant: String,
     pub device_uuid: String,
     pub origin: Option<Origin>,
+    pub team: TeamOf,
     /// Start of its first interval and end of its last, Unix seconds.
     pub first_s: u64,
     pub until_s: u64,
@@ -66,7 +77,7 @@ pub struct SeriesUse {
 }
 
 /// The uses in the rows of one tenant on one device (oldest first), one
-/// per run of rows with the same origin.
+/// per run of rows with the same origin and team.
 pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
     // An interval's span is rounded to the nearest whole second, so that
     // short ones may overlap the next's start: each counts up to the next's
@@ -77,7 +88,7 @@ pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
         .map(|(i, r)| rows.get(i + 1).map_or(r.span_s, |next| r.span_s.min(next.start_s.saturating_sub(r.start_s))))
         .collect();
     let mut at = 0;
-    rows.chunk_by(|a, b| a.origin == b.origin)
+    rows.chunk_by(|a, b| a.origin == b.origin && a.team == b.team)
         .filter_map(|run| {
             let run_spans = &spans[at..at + run.len()];
             at += run.len();
@@ -87,6 +98,7 @@ pub fn uses(rows: &[TenantRow]) -> Vec<SeriesUse> {
                 tenant: last.tenant.clone(),
                 device_uuid: last.device_uuid.clone(),
                 origin: last.origin.clone(),
+                team: last.team.clone(),
                 first_s: first.start_s,
                 until_s: last.start_s.saturating_add(last.span_s),
                 share_e4: last.compute_share_e4,
@@ -117,10 +129,16 @@ pub enum GroupKind {
     Job,
     /// A user, by name.
     User,
+    /// A team, by name.
+    Team,
     /// A tenant of no job, by its name (under `--by job`).
     Tenant,
-    /// The tenants of no user, under `-` (under `--by user`).
+    /// The tenants of no user (under `--by user`) or of no team (under
+    /// `--by team`), under `-`.
     None,
+    /// Under `--by team`: intervals written before the history recorded
+    /// teams, under `?`.
+    NotRecorded,
 }
 
 /// One group over the window (see the module docs for each figure).
@@ -133,6 +151,7 @@ pub struct GroupSummary {
     pub jobs: Vec<String>,
     pub users: Vec<String>,
     pub accounts: Vec<String>,
+    pub teams: Vec<String>,
     pub tenants: Vec<String>,
     pub devices: Vec<String>,
     pub first_s: u64,
@@ -142,6 +161,9 @@ pub struct GroupSummary {
     pub allocated_device_s: f64,
     pub used_device_s: f64,
     pub memory_peak_bytes: u64,
+    /// `--by team`: see the module docs; `None` for other groupings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_together_peak_bytes: Option<u64>,
     pub memory_cap_bytes: Option<u64>,
     pub alloc_denied_total: u64,
 }
@@ -163,6 +185,16 @@ pub fn user_key(use_: &SeriesUse) -> (GroupKind, String) {
     }
 }
 
+/// The key of a use under the grouping by team: its team, else `-`
+/// (else `?` where the history did not record it).
+pub fn team_key(use_: &SeriesUse) -> (GroupKind, String) {
+    match &use_.team {
+        TeamOf::Team(team) => (GroupKind::Team, team.clone()),
+        TeamOf::NoTeam => (GroupKind::None, "-".into()),
+        TeamOf::NotRecorded => (GroupKind::NotRecorded, "?".into()),
+    }
+}
+
 /// Every group of `uses` under `grouping`, by key; `None` for
 /// [`Grouping::Tenant`], which [`super::summary`] sums up.
 pub fn group(grouping: Grouping, uses: &[SeriesUse]) -> Option<Vec<GroupSummary>> {
@@ -170,6 +202,7 @@ pub fn group(grouping: Grouping, uses: &[SeriesUse]) -> Option<Vec<GroupSummary>
         Grouping::Tenant => return None,
         Grouping::Job => job_key,
         Grouping::User => user_key,
+        Grouping::Team => team_key,
     };
     let mut groups: BTreeMap<(GroupKind, String), Vec<&SeriesUse>> = BTreeMap::new();
     for use_ in uses {
@@ -197,6 +230,7 @@ pub fn sum_group(grouping: Grouping, (kind, key): (GroupKind, String), members: 
         jobs: names(&|o| o.job.clone()),
         users: names(&|o| o.user.clone()),
         accounts: names(&|o| o.account.clone()),
+        teams: members.iter().filter_map(|u| u.team.name().map(String::from)).collect::<BTreeSet<_>>().into_iter().collect(),
         tenants: members.iter().map(|u| u.tenant.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
         // The devices it had a slice of or used: not those an admission
         // capped at 0 bytes (every device but the job's).
@@ -214,6 +248,7 @@ pub fn sum_group(grouping: Grouping, (kind, key): (GroupKind, String), members: 
         allocated_device_s: add_e4(&|u| u.allocated_e4_s),
         used_device_s: add_e4(&|u| u.used_e4_s),
         memory_peak_bytes: members.iter().map(|u| u.memory_peak_bytes).max().unwrap_or(0),
+        memory_together_peak_bytes: None,
         memory_cap_bytes: if one_job {
             members.iter().try_fold(0u64, |sum, u| u.memory_cap_bytes.map(|c| sum.saturating_add(c)))
         } else {
@@ -250,6 +285,7 @@ mod tests {
             cpu_e4: None,
             gpu_e4: None,
             origin: origin.map(|(job, user)| Origin { job: Some(job.into()), user: Some(user.into()), account: Some("lab".into()) }),
+            team: TeamOf::NoTeam,
         }
     }
 
@@ -299,6 +335,40 @@ mod tests {
         assert_eq!((alice.held_s, alice.allocated_device_s, alice.used_device_s, alice.share_ratio), (50, 17.5, 13.75, None));
         assert_eq!(alice.jobs, ["41", "42"]);
         assert_eq!(users[2].tenants, ["team-a"]);
+    }
+
+    #[test]
+    fn teams_add_up_their_tenants_as_the_monitor_placed_them() {
+        let in_team = |team: &str, r: TenantRow| TenantRow { team: TeamOf::Team(team.into()), ..r };
+        let series = [
+            // lab-1 in lab for 20 s at 25 %, then (a reload) in ops for 10 s.
+            (0..3)
+                .map(|i| {
+                    let r = row("lab-1", "GPU-0", 100 + i * 10, 2500, 2500, None);
+                    in_team(if i < 2 { "lab" } else { "ops" }, r)
+                })
+                .collect::<Vec<_>>(),
+            // lab-2 in lab on another device, 10 s at 50 %, half used.
+            vec![in_team("lab", row("lab-2", "GPU-1", 100, 5000, 2500, Some(("7", "alice"))))],
+            // A tenant that named itself like lab's members: the monitor put it in no team.
+            vec![TenantRow { memory_peak_bytes: 8 << 30, ..row("lab-squat", "GPU-0", 100, 10_000, 10_000, None) }],
+            // A row of an older layout.
+            vec![TenantRow { team: TeamOf::NotRecorded, ..row("lab-1", "GPU-0", 10, 2500, 2500, None) }],
+        ];
+        let uses = all_uses(&series);
+        let teams = group(Grouping::Team, &uses).unwrap();
+        let keys: Vec<(GroupKind, &str)> = teams.iter().map(|g| (g.kind, g.key.as_str())).collect();
+        assert_eq!(keys, [(GroupKind::Team, "lab"), (GroupKind::Team, "ops"), (GroupKind::None, "-"), (GroupKind::NotRecorded, "?")]);
+        let lab = &teams[0];
+        assert_eq!(lab.tenants, ["lab-1", "lab-2"]);
+        assert_eq!(lab.teams, ["lab"]);
+        // 25 % × 20 s + 50 % × 10 s held; 25 % × 20 s + 25 % × 10 s used.
+        assert_eq!((lab.allocated_device_s, lab.used_device_s, lab.memory_peak_bytes), (10.0, 7.5, 1 << 30));
+        assert_eq!(lab.devices, ["GPU-0", "GPU-1"]);
+        assert_eq!((teams[1].tenants.clone(), teams[1].allocated_device_s), (vec!["lab-1".to_string()], 2.5));
+        let none = &teams[2];
+        assert_eq!((none.tenants.clone(), none.memory_peak_bytes, none.teams.len()), (vec!["lab-squat".to_string()], 8 << 30, 0));
+        assert_eq!(teams[3].tenants, ["lab-1"]);
     }
 
     #[test]

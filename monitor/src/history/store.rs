@@ -13,14 +13,14 @@
 //! `i64::MAX`: only a tenant that lies in its ledger reaches them, and it
 //! must not make the batch, and so the other tenants' rows, fail.
 
-use super::aggregate::{Batch, DeviceRow, Origin, TenantRow};
+use super::aggregate::{Batch, DeviceRow, Origin, TeamOf, TenantRow};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
 /// The layout this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 /// How long a writer or reader waits for the other's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -52,6 +52,7 @@ CREATE TABLE tenant_intervals (
     cpu_e4 INTEGER,
     gpu_e4 INTEGER,
     origin INTEGER,
+    team INTEGER,
     PRIMARY KEY (start_s, series)
 ) WITHOUT ROWID;
 CREATE TABLE origins (
@@ -60,6 +61,10 @@ CREATE TABLE origins (
     user TEXT NOT NULL,
     account TEXT NOT NULL,
     UNIQUE (job, user, account)
+);
+CREATE TABLE teams (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
 );
 CREATE TABLE devices (
     id INTEGER PRIMARY KEY,
@@ -105,6 +110,18 @@ CREATE TABLE origins (
     user TEXT NOT NULL,
     account TEXT NOT NULL,
     UNIQUE (job, user, account)
+);
+";
+
+/// From layout 3 to 4: the team the monitor held a tenant in
+/// ([`TeamOf`]), one row per team name, which a tenant's interval names
+/// (NULL: in no team). Rows of older layouts did not record it: they get 0,
+/// which names no team row and reads back as [`TeamOf::NotRecorded`].
+const MIGRATE_3_TO_4: &str = "
+ALTER TABLE tenant_intervals ADD COLUMN team INTEGER DEFAULT 0;
+CREATE TABLE teams (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
 );
 ";
 
@@ -190,8 +207,9 @@ const LAYOUT_PROBES: &[&str] = &[
     "SELECT id, tenant, device_uuid FROM series LIMIT 0",
     "SELECT start_s, series, span_s, device_index, rounds, active_rounds, memory_peak_bytes, memory_mean_bytes, \
      driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, compute_limit_e4, compute_used_e4, compute_target_e4, \
-     throttled_ns, denied, processes_peak, cpu_e4, gpu_e4, origin FROM tenant_intervals LIMIT 0",
+     throttled_ns, denied, processes_peak, cpu_e4, gpu_e4, origin, team FROM tenant_intervals LIMIT 0",
     "SELECT id, job, user, account FROM origins LIMIT 0",
+    "SELECT id, name FROM teams LIMIT 0",
     "SELECT id, uuid FROM devices LIMIT 0",
     "SELECT start_s, device, span_s, device_index, rounds, memory_total_bytes, memory_used_peak_bytes, utilization_e4, \
      temperature_peak_c, power_peak_mw, throttled_rounds FROM device_intervals LIMIT 0",
@@ -257,6 +275,12 @@ fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
                 let known = |v: Option<String>| v.filter(|v| !v.is_empty());
                 Some(Origin { job: known(job), user: known(user), account: known(account) })
             }
+        },
+        team: match (r.get::<_, Option<i64>>(23)?, r.get::<_, Option<String>>(24)?) {
+            (None, _) => TeamOf::NoTeam,
+            (Some(_), Some(name)) => TeamOf::Team(name),
+            // 0 (a row of an older layout) or an id with no team row.
+            (Some(_), None) => TeamOf::NotRecorded,
         },
     })
 }
@@ -350,13 +374,20 @@ impl Store {
                 .map_err(|e| failed(format!("cannot create the history in {shown}: {e}")))?;
             }
             1 => {
-                conn.execute_batch(&format!("BEGIN; {MIGRATE_1_TO_2} {MIGRATE_2_TO_3} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
-                    .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 1 to {SCHEMA_VERSION}: {e}")))?;
+                conn.execute_batch(&format!(
+                    "BEGIN; {MIGRATE_1_TO_2} {MIGRATE_2_TO_3} {MIGRATE_3_TO_4} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                ))
+                .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 1 to {SCHEMA_VERSION}: {e}")))?;
                 check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
             }
             2 => {
-                conn.execute_batch(&format!("BEGIN; {MIGRATE_2_TO_3} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                conn.execute_batch(&format!("BEGIN; {MIGRATE_2_TO_3} {MIGRATE_3_TO_4} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
                     .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 2 to {SCHEMA_VERSION}: {e}")))?;
+                check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
+            }
+            3 => {
+                conn.execute_batch(&format!("BEGIN; {MIGRATE_3_TO_4} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                    .map_err(|e| CreateError::NotAHistory(format!("{shown} cannot be brought from layout 3 to {SCHEMA_VERSION}: {e}")))?;
                 check_layout(&conn).map_err(|e| CreateError::NotAHistory(format!("{shown} is not a history: {e}")))?;
             }
             SCHEMA_VERSION => {
@@ -438,13 +469,15 @@ impl Store {
                     "INSERT OR REPLACE INTO tenant_intervals (start_s, series, span_s, device_index, rounds, active_rounds, \
                      memory_peak_bytes, memory_mean_bytes, driver_memory_peak_bytes, memory_cap_bytes, compute_share_e4, \
                      compute_limit_e4, compute_used_e4, compute_target_e4, throttled_ns, denied, processes_peak, cpu_e4, gpu_e4, \
-                     origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                     origin, team) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
                 )
                 .map_err(sql("prepare"))?;
             let mut add_origin =
                 tx.prepare("INSERT OR IGNORE INTO origins (job, user, account) VALUES (?1, ?2, ?3)").map_err(sql("prepare"))?;
             let mut origin_id =
                 tx.prepare("SELECT id FROM origins WHERE job = ?1 AND user = ?2 AND account = ?3").map_err(sql("prepare"))?;
+            let mut add_team = tx.prepare("INSERT OR IGNORE INTO teams (name) VALUES (?1)").map_err(sql("prepare"))?;
+            let mut team_id = tx.prepare("SELECT id FROM teams WHERE name = ?1").map_err(sql("prepare"))?;
             for row in &batch.tenants {
                 add_series.execute(params![row.tenant, row.device_uuid]).map_err(sql("cannot add a series"))?;
                 let id: i64 = series_id.query_row(params![row.tenant, row.device_uuid], |r| r.get(0)).map_err(sql("series"))?;
@@ -456,6 +489,15 @@ impl Store {
                         Some(origin_id.query_row(key, |r| r.get(0)).map_err(sql("origin"))?)
                     }
                     None => None,
+                };
+                let team: Option<i64> = match &row.team {
+                    TeamOf::Team(name) => {
+                        add_team.execute(params![name]).map_err(sql("cannot add a team"))?;
+                        Some(team_id.query_row(params![name], |r| r.get(0)).map_err(sql("team"))?)
+                    }
+                    TeamOf::NoTeam => None,
+                    // Never written by this monitor; kept as not recorded.
+                    TeamOf::NotRecorded => Some(0),
                 };
                 add_row
                     .execute(params![
@@ -479,6 +521,7 @@ impl Store {
                         row.cpu_e4,
                         row.gpu_e4,
                         origin,
+                        team,
                     ])
                     .map_err(sql("cannot write a tenant's interval"))?;
             }
@@ -525,6 +568,8 @@ impl Store {
         tx.execute("DELETE FROM devices WHERE id NOT IN (SELECT DISTINCT device FROM device_intervals)", []).map_err(sql("prune"))?;
         tx.execute("DELETE FROM origins WHERE id NOT IN (SELECT DISTINCT origin FROM tenant_intervals WHERE origin IS NOT NULL)", [])
             .map_err(sql("prune"))?;
+        tx.execute("DELETE FROM teams WHERE id NOT IN (SELECT DISTINCT team FROM tenant_intervals WHERE team IS NOT NULL)", [])
+            .map_err(sql("prune"))?;
         tx.commit().map_err(sql("cannot commit the pruning"))?;
         self.conn.execute_batch("PRAGMA incremental_vacuum").map_err(sql("incremental vacuum"))?;
         Ok(gone)
@@ -541,8 +586,9 @@ impl Store {
                 "SELECT i.start_s, i.span_s, s.tenant, s.device_uuid, i.device_index, i.rounds, i.active_rounds, \
                  i.memory_peak_bytes, i.memory_mean_bytes, i.driver_memory_peak_bytes, i.memory_cap_bytes, \
                  i.compute_share_e4, i.compute_limit_e4, i.compute_used_e4, i.compute_target_e4, i.throttled_ns, \
-                 i.denied, i.processes_peak, i.cpu_e4, i.gpu_e4, o.job, o.user, o.account \
+                 i.denied, i.processes_peak, i.cpu_e4, i.gpu_e4, o.job, o.user, o.account, i.team, t.name \
                  FROM tenant_intervals i JOIN series s ON s.id = i.series LEFT JOIN origins o ON o.id = i.origin \
+                 LEFT JOIN teams t ON t.id = i.team \
                  WHERE i.start_s >= ?1 \
                  ORDER BY s.tenant, s.device_uuid, i.start_s",
             )
@@ -565,6 +611,28 @@ impl Store {
             .map_err(sql("cannot read the history"))?;
         let rows = statement.query([int(since_s)]).map_err(sql("cannot read the history"))?;
         each_run(rows, device_row, |a, b| a.device_uuid == b.device_uuid, each)
+    }
+
+    /// For each team and device: the most its tenants' memory peaks there
+    /// added up to in one interval that began at or after `since_s` (the
+    /// intervals of one round are closed together, so one start is one
+    /// interval for every tenant). Added as reals: a lying ledger's huge
+    /// figure saturates instead of failing the sum.
+    pub fn team_memory_peaks(&self, since_s: u64) -> Result<Vec<(String, String, u64)>, String> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT t.name, p.device_uuid, max(p.held) FROM \
+                 (SELECT i.team AS team, s.device_uuid AS device_uuid, total(i.memory_peak_bytes) AS held \
+                  FROM tenant_intervals i JOIN series s ON s.id = i.series \
+                  WHERE i.start_s >= ?1 AND i.team IS NOT NULL GROUP BY i.team, s.device_uuid, i.start_s) p \
+                 JOIN teams t ON t.id = p.team GROUP BY t.name, p.device_uuid ORDER BY t.name, p.device_uuid",
+            )
+            .map_err(sql("cannot read the history"))?;
+        let rows = statement
+            .query_map([int(since_s)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, f64>(2)? as u64)))
+            .map_err(sql("cannot read the history"))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(sql("cannot read the history"))
     }
 
     /// Every row of the intervals that began at or after Unix time `since_s`.
@@ -636,6 +704,7 @@ mod tests {
             cpu_e4: Some(9500),
             gpu_e4: Some(300),
             origin: None,
+            team: crate::history::aggregate::TeamOf::NoTeam,
         }
     }
 
@@ -726,7 +795,7 @@ mod tests {
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("symbolic link")));
         // This layout in the header, other tables in the file.
         std::fs::remove_file(dir.file()).unwrap();
-        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 3;").unwrap();
+        Connection::open(dir.file()).unwrap().execute_batch("CREATE TABLE other (x); PRAGMA user_version = 4;").unwrap();
         let e = Store::create(&dir.file()).err().unwrap();
         assert!(matches!(&e, CreateError::NotAHistory(m) if m.contains("no such table: series")), "{e}");
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("no such table: series")));
@@ -747,7 +816,8 @@ mod tests {
         Connection::open(dir.file())
             .unwrap()
             .execute_batch(
-                "ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; \
+                "ALTER TABLE tenant_intervals DROP COLUMN team; DROP TABLE teams; \
+                 ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; \
                  ALTER TABLE tenant_intervals DROP COLUMN cpu_e4; ALTER TABLE tenant_intervals DROP COLUMN gpu_e4; \
                  ALTER TABLE device_intervals DROP COLUMN temperature_peak_c; ALTER TABLE device_intervals DROP COLUMN power_peak_mw; \
                  ALTER TABLE device_intervals DROP COLUMN throttled_rounds; PRAGMA user_version = 1;",
@@ -756,7 +826,7 @@ mod tests {
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 1")));
         drop(Store::create(&dir.file()).unwrap());
         let read = Store::open_read(&dir.file()).unwrap().read(0).unwrap();
-        let old = TenantRow { cpu_e4: None, gpu_e4: None, ..row("team-a", 0, 1000) };
+        let old = TenantRow { cpu_e4: None, gpu_e4: None, team: TeamOf::NotRecorded, ..row("team-a", 0, 1000) };
         assert_eq!(read.tenants, vec![old]);
         let old = DeviceRow { temperature_peak_c: None, power_peak_mw: None, throttled_rounds: None, ..device_row(0, 1000) };
         assert_eq!(read.devices, vec![old]);
@@ -770,7 +840,10 @@ mod tests {
         drop(store);
         Connection::open(dir.file())
             .unwrap()
-            .execute_batch("ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; PRAGMA user_version = 2;")
+            .execute_batch(
+                "ALTER TABLE tenant_intervals DROP COLUMN team; DROP TABLE teams; \
+                 ALTER TABLE tenant_intervals DROP COLUMN origin; DROP TABLE origins; PRAGMA user_version = 2;",
+            )
             .unwrap();
         assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 2")));
         let mut store = Store::create(&dir.file()).unwrap();
@@ -785,7 +858,8 @@ mod tests {
         ];
         store.write(&Batch { tenants: jobs.clone(), devices: vec![], left_out: 0 }).unwrap();
         let read = Store::open_read(&dir.file()).unwrap().read(0).unwrap();
-        let mut expected = vec![row("team-a", 0, 1000), jobs[0].clone(), jobs[2].clone(), jobs[1].clone()];
+        let old = TenantRow { team: TeamOf::NotRecorded, ..row("team-a", 0, 1000) };
+        let mut expected = vec![old, jobs[0].clone(), jobs[2].clone(), jobs[1].clone()];
         expected.sort_by(|a, b| (&a.tenant, a.start_s).cmp(&(&b.tenant, b.start_s)));
         assert_eq!(read.tenants, expected);
         let origins: i64 = store.conn.query_row("SELECT count(*) FROM origins", [], |r| r.get(0)).unwrap();
@@ -794,6 +868,51 @@ mod tests {
         store.prune(1100).unwrap();
         let origins: i64 = store.conn.query_row("SELECT count(*) FROM origins", [], |r| r.get(0)).unwrap();
         assert_eq!(origins, 1);
+    }
+
+    #[test]
+    fn a_history_of_layout_3_is_brought_forward_and_teams_come_back_as_written() {
+        let dir = Dir::new("layout3");
+        let mut store = Store::create(&dir.file()).unwrap();
+        store.write(&Batch { tenants: vec![row("lab-1", 0, 1000)], devices: vec![], left_out: 0 }).unwrap();
+        drop(store);
+        // The same file as layout 3 wrote it: no teams.
+        Connection::open(dir.file())
+            .unwrap()
+            .execute_batch("ALTER TABLE tenant_intervals DROP COLUMN team; DROP TABLE teams; PRAGMA user_version = 3;")
+            .unwrap();
+        assert!(matches!(Store::open_read(&dir.file()), Err(OpenError::Other(e)) if e.contains("layout 3")));
+        let mut store = Store::create(&dir.file()).unwrap();
+        let in_team = |team: &str, r: TenantRow| TenantRow { team: TeamOf::Team(team.into()), ..r };
+        let rows = vec![
+            in_team("lab", row("lab-1", 0, 1060)),
+            in_team("lab", row("lab-2", 0, 1060)),
+            // The next interval: lab-1 in another team (a reload), lab-2 in none.
+            in_team("ops", row("lab-1", 0, 1120)),
+            row("lab-2", 0, 1120),
+        ];
+        store.write(&Batch { tenants: rows.clone(), devices: vec![], left_out: 0 }).unwrap();
+        let read = Store::open_read(&dir.file()).unwrap().read(0).unwrap();
+        // The interval of layout 3 did not record a team: it says so.
+        let old = TenantRow { team: TeamOf::NotRecorded, ..row("lab-1", 0, 1000) };
+        assert_eq!(read.tenants, vec![old, rows[0].clone(), rows[2].clone(), rows[1].clone(), rows[3].clone()]);
+        let teams: i64 = store.conn.query_row("SELECT count(*) FROM teams", [], |r| r.get(0)).unwrap();
+        assert_eq!(teams, 2);
+        // Each team's tenants' peaks on a device added up, interval by interval.
+        let peaks = Store::open_read(&dir.file()).unwrap().team_memory_peaks(0).unwrap();
+        let uuid = row("x", 0, 0).device_uuid;
+        assert_eq!(peaks, vec![("lab".to_string(), uuid.clone(), 2 * GIB), ("ops".to_string(), uuid, GIB)]);
+        // A team goes with the last interval that names it.
+        store.prune(1100).unwrap();
+        let names: Vec<String> =
+            store.conn.prepare("SELECT name FROM teams").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        assert_eq!(names, ["ops"]);
+        // A lying member's huge peak saturates its own team's sum and fails nothing.
+        let liar = TenantRow { memory_peak_bytes: u64::MAX, ..in_team("ops", row("lab-9", 0, 1180)) };
+        store.write(&Batch { tenants: vec![liar, in_team("ops", row("lab-1", 0, 1180))], ..Batch::default() }).unwrap();
+        let peaks = Store::open_read(&dir.file()).unwrap().team_memory_peaks(0).unwrap();
+        assert_eq!(peaks.len(), 1);
+        assert!(peaks[0].2 >= i64::MAX as u64, "{peaks:?}");
     }
 
     #[test]

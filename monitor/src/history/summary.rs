@@ -442,6 +442,7 @@ mod tests {
             cpu_e4: None,
             gpu_e4: None,
             origin: None,
+            team: crate::history::aggregate::TeamOf::NoTeam,
         }
     }
 

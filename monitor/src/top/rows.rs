@@ -1,6 +1,7 @@
 //! The tables of one frame, built from a [`Snapshot`], the queue and what
-//! `/proc` says of each process: devices, tenants (memory against cap,
-//! compute against target), processes, untracked processes and the queue.
+//! `/proc` says of each process: devices, teams (where the running monitor
+//! published who is in which), tenants (memory against cap, compute
+//! against target), processes, untracked processes and the queue.
 //! `--once` and the live view show the same tables; see [`super::table`].
 
 use super::procinfo::{elapsed_text, ProcInfo, Users};
@@ -63,7 +64,13 @@ pub struct Extra<'a> {
     /// `/proc` facts by host pid, for live processes.
     pub procs: &'a HashMap<u32, ProcInfo>,
     pub sort: Sort,
+    /// Who is in which team, as the running monitor holds them.
+    pub teams: Option<&'a crate::teams::membership::Membership>,
 }
+
+/// The titles of the tables that take a selection.
+pub const TENANTS: &str = "TENANTS";
+pub const PROCESSES: &str = "PROCESSES";
 
 fn percent(ratio: f64) -> String {
     format!("{:.0}%", ratio * 100.0)
@@ -288,7 +295,77 @@ pub fn tenants(snapshot: &Snapshot, sort: Sort) -> Table {
         rows.push(row);
         keys.push(t.name.clone());
     }
-    Table { title: "TENANTS", columns: TENANT_COLUMNS, rows, keys, empty: "no tenant: no ledger in the directory" }
+    Table { title: TENANTS, columns: TENANT_COLUMNS, rows, keys, empty: "no tenant: no ledger in the directory" }
+}
+
+/// One row per team and device its members have a ledger entry for; the
+/// bars are the live view's.
+pub const TEAM_COLUMNS: &[Column] = &[
+    table::text("TEAM", 0),
+    table::text("DEVICE", 0),
+    table::text("MEMBERS", 4),
+    table::text("HELD", 0),
+    table::text("QUOTA", 1),
+    table::bar("QUOTA USE", 3),
+    table::text("OF QUOTA", 5),
+    table::text("SHARE", 6),
+    table::text("LIMIT", 6),
+    table::text("TARGET", 2),
+    table::text("USED", 1),
+    table::bar("COMPUTE", 3),
+    table::text("TENANTS", 8),
+];
+
+/// The teams as the running monitor holds them (`status` shows the same):
+/// what their members hold on each device against the team's quota (the
+/// larger of their ledgers and what the driver sees), the team's share and
+/// limit, and its target and use; a team none of whose members holds a
+/// ledger entry is one row with `-`.
+pub fn teams(snapshot: &Snapshot, membership: &crate::teams::membership::Membership) -> Table {
+    let figures = crate::teams::figures_of(membership, snapshot);
+    let ratio = |e4: u32| if e4 == 0 { "none".to_string() } else { percent(f64::from(e4) / 10_000.0) };
+    let mut rows = Vec::new();
+    let mut keys = Vec::new();
+    for f in &figures {
+        let held = f.memory_used_bytes.max(f.driver_memory_used_bytes.unwrap_or(0));
+        let of = f.memory_quota_bytes.or_else(|| device_total(snapshot, &f.uuid));
+        let members: Vec<&str> = snapshot
+            .tenants
+            .iter()
+            .filter(|t| t.devices.iter().any(|d| d.uuid == f.uuid) && membership.team_of(&t.name).is_some_and(|team| team.team == f.team))
+            .map(|t| t.name.as_str())
+            .collect();
+        let over = f.over_quota_bytes().is_some_and(|e| e > 0);
+        rows.push(vec![
+            Cell::plain(f.team.clone()),
+            Cell::plain(device_name(snapshot, f.index, &f.uuid)),
+            Cell::plain(f.members.to_string()),
+            Cell::toned(human_bytes(held), if over { Tone::Alert } else { Tone::Plain }),
+            Cell::plain(f.memory_quota_bytes.map_or("none".into(), human_bytes)),
+            memory_bar(held, of),
+            fill_cell(Some(held), f.memory_quota_bytes),
+            Cell::plain(f.compute_share_ratio.map_or("none".into(), percent)),
+            Cell::plain(f.compute_limit_ratio.map_or("none".into(), percent)),
+            Cell::plain(percent(f.compute_target_ratio)),
+            Cell::plain(percent(f.compute_used_ratio)),
+            Cell::bar(Bar { fill_ratio: f.compute_used_ratio, mark_ratio: Some(f.compute_target_ratio) }, Tone::Plain),
+            Cell::plain(members.join(",")),
+        ]);
+        keys.push(format!("{}\0{}", f.team, f.uuid));
+    }
+    for team in membership.teams.iter().filter(|t| !figures.iter().any(|f| f.team == t.team)) {
+        let s = team.other_devices;
+        let mut row = vec![Cell::plain(team.team.clone()), Cell::plain("-"), Cell::plain("0"), Cell::plain("0 B")];
+        row.push(Cell::plain(s.memory_quota_bytes.map_or("none".into(), human_bytes)));
+        row.push(memory_bar(0, None));
+        row.push(Cell::plain("-"));
+        row.extend([ratio(s.share_ratio_e4), ratio(s.limit_ratio_e4), "-".into(), "-".into()].map(Cell::plain));
+        row.push(Cell::bar(Bar { fill_ratio: 0.0, mark_ratio: None }, Tone::Plain));
+        row.push(Cell::plain("-"));
+        rows.push(row);
+        keys.push(team.team.clone());
+    }
+    Table { title: "TEAMS", columns: TEAM_COLUMNS, rows, keys, empty: "" }
 }
 
 pub const PROCESS_COLUMNS: &[Column] = &[
@@ -377,7 +454,7 @@ pub fn processes(snapshot: &Snapshot, extra: &Extra) -> Table {
         ]);
         keys.push(process_key(&t.name, p.pid));
     }
-    Table { title: "PROCESSES", columns: PROCESS_COLUMNS, rows, keys, empty: "no process holds a ledger slot" }
+    Table { title: PROCESSES, columns: PROCESS_COLUMNS, rows, keys, empty: "no process holds a ledger slot" }
 }
 
 pub const UNTRACKED_COLUMNS: &[Column] = &[table::text("DEVICE", 0), table::text("PID", 0), table::text("MEMORY USED", 0)];
@@ -455,9 +532,14 @@ pub fn queue(jobs: &[QueuedJob]) -> Table {
 }
 
 /// The tables of one frame, in screen order: devices, tenants and
-/// processes always; untracked processes and the queue when there are some.
+/// processes always; teams (after the devices), untracked processes and the
+/// queue when there are some.
 pub fn tables(snapshot: &Snapshot, extra: &Extra) -> Vec<Table> {
-    let mut tables = vec![devices(snapshot), tenants(snapshot, extra.sort), processes(snapshot, extra)];
+    let mut tables = vec![devices(snapshot)];
+    if let Some(membership) = extra.teams.filter(|m| !m.teams.is_empty()) {
+        tables.push(teams(snapshot, membership));
+    }
+    tables.extend([tenants(snapshot, extra.sort), processes(snapshot, extra)]);
     if !snapshot.untracked_processes.is_empty() {
         tables.push(untracked(snapshot));
     }
