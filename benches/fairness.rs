@@ -166,6 +166,16 @@ fn scenarios() -> Vec<Scenario> {
             targets: vec![50.0, 12.5, 12.5, 12.5, 12.5],
         },
         Scenario {
+            // The same teams, every tenant a loop that synchronises every
+            // 10 ms step (20 kernels of 500 µs).
+            name: "teams-1-vs-4-sync-10ms",
+            tenants: ["solo", "b-1", "b-2", "b-3", "b-4"]
+                .into_iter()
+                .map(|name| Tenant { steps: Some((20, 0)), ..tenant(name, None, None, 500) })
+                .collect(),
+            targets: vec![50.0, 12.5, 12.5, 12.5, 12.5],
+        },
+        Scenario {
             name: "no-shares-3",
             tenants: vec![t("a", None, None, 1000), t("b", None, None, 1000), t("c", None, None, 1000)]
                 .into_iter()
@@ -251,9 +261,13 @@ fn sum(bins: &[f64], from: usize, to: usize) -> f64 {
     bins.iter().skip(from).take(to.saturating_sub(from)).sum()
 }
 
-/// The monitor's configuration for a scenario of teams.
+/// The monitor's configuration for a scenario of teams. Only tenants the
+/// monitor governs are members, so the file names each.
 fn team_config(scenario: &str) -> Option<&'static str> {
-    (scenario == "teams-1-vs-4").then_some("[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n")
+    scenario.starts_with("teams-1-vs-4").then_some(
+        "[teams.a]\ntenants = [\"solo\"]\nshare = 50\n[teams.b]\ntenants = [\"b-*\"]\nshare = 50\n\
+         [tenants.solo]\n[tenants.b-1]\n[tenants.b-2]\n[tenants.b-3]\n[tenants.b-4]\n",
+    )
 }
 
 /// Runs a scenario; returns each tenant's kernel time per bin.

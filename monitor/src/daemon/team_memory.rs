@@ -16,8 +16,9 @@
 //!   ([`TeamMemory::audit`]). Under the shims' order (team first on a
 //!   reservation, tenant first on a release) the page never holds less than
 //!   that sum, and more only while a change is between its two steps. A
-//!   difference that stays for [`AUDIT_ROUNDS`] rounds is corrected by the
-//!   least of it: that is a process killed between its steps, bytes a
+//!   difference that stays (one way, in both readings of the page around
+//!   the ledgers') for [`AUDIT_ROUNDS`] rounds is corrected by the least of
+//!   it: that is a process killed between its steps, bytes a
 //!   process held before it had the page, a monitor restarted, or a member
 //!   that wrote the page. A member that lowers its own ledger is already
 //!   past its own cap as far as the shim can tell; the monitor reports
@@ -33,8 +34,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Rounds a difference between a page and its members' ledgers must stay
-/// (of one sign, the page unchanged while it was read) before the audit
-/// corrects it: a second at the monitor's 250 ms round.
+/// (of one sign) before the audit corrects it: a second at the monitor's
+/// 250 ms round.
 pub const AUDIT_ROUNDS: u32 = 4;
 
 /// A team's page on one device, as the arbiter hands it over.
@@ -143,13 +144,19 @@ impl TeamMemory {
             let before = counter.used_bytes();
             let held = members_hold(config, team, uuid, ledgers);
             let after = counter.used_bytes();
-            let difference = i128::from(held) - i128::from(after);
-            if before != after || difference == 0 {
-                // Changing while read, or right: nothing to learn this round.
+            // The page read before and after the ledgers: a round counts
+            // only when both readings are off the same way, by the smaller
+            // of the two. So a change between the reads (a member's
+            // allocation) is not taken for a drift, and a member that
+            // keeps writing the page cannot keep the audit from counting.
+            let off =
+                |page_bytes: u64| (i128::from(held) - i128::from(page_bytes)).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let (first, second) = (off(before), off(after));
+            if first == 0 || second == 0 || (first > 0) != (second > 0) {
                 self.drift.remove(&key);
                 continue;
             }
-            let difference = difference.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let difference = if first.unsigned_abs() < second.unsigned_abs() { first } else { second };
             let drift = self.drift.entry(key.clone()).or_default();
             if drift.rounds > 0 && (drift.least > 0) == (difference > 0) {
                 drift.rounds += 1;
