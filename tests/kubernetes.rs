@@ -183,13 +183,25 @@ impl Namespace {
 
     /// Deletes the namespace and waits until every node has let go of it.
     fn delete_and_check_released(&self) {
+        Namespace::delete_all_and_check_released(&[self]);
+    }
+
+    /// Deletes the namespaces and waits until every node has let go of
+    /// them all: no tenant, no byte held or committed, no CDI spec.
+    fn delete_all_and_check_released(namespaces: &[&Namespace]) {
         let c = cluster();
         let started = Instant::now();
-        c.kubectl(&["delete", "namespace", &self.name, "--wait=true", "--timeout=180s"]);
+        let names: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+        let mut delete = vec!["delete", "namespace"];
+        delete.extend(&names);
+        delete.extend(["--wait=true", "--timeout=180s"]);
+        c.kubectl(&delete);
         for node in &c.nodes {
-            wait_until(&format!("{node} to release the tenants of {}", self.name), Duration::from_secs(60), || {
-                c.tenants_of(node, &self.name).is_empty().then_some(())
-            });
+            for name in &names {
+                wait_until(&format!("{node} to release the tenants of {name}"), Duration::from_secs(60), || {
+                    c.tenants_of(node, name).is_empty().then_some(())
+                });
+            }
             let devices: Value = serde_json::from_str(&c.gpuslice(node, &["devices", "--json"])).unwrap();
             for device in devices["devices"].as_array().unwrap() {
                 assert_eq!(device["memory_committed_bytes"], 0, "{node}: committed after the pods went: {device}");
@@ -198,13 +210,19 @@ impl Namespace {
             let status: Value = serde_json::from_str(&c.gpuslice(node, &["status", "--json"])).unwrap();
             for tenant in status["tenants"].as_array().unwrap() {
                 let name = tenant["name"].as_str().unwrap();
-                assert!(!name.starts_with(&format!("{}.", self.name)), "{node}: tenant {name} still has a ledger: {tenant}");
+                for namespace in &names {
+                    assert!(!name.starts_with(&format!("{namespace}.")), "{node}: tenant {name} still has a ledger: {tenant}");
+                }
             }
             let pod = c.gpuslice_pod(node);
             let specs = c.kubectl(&["exec", "-n", "gpuslice", &pod, "-c", "plugin", "--", "ls", "/var/run/cdi"]);
             assert!(!specs.contains("gpuslice.dev-slice_"), "{node}: CDI specs left behind: {specs}");
         }
-        eprintln!("{}: deleted; every node released its tenants (0 bytes held or committed) within {:.1} s", self.name, secs(started));
+        eprintln!(
+            "{}: deleted; every node released its tenants (0 bytes held or committed) within {:.1} s",
+            names.join(", "),
+            secs(started)
+        );
     }
 }
 
@@ -341,8 +359,15 @@ fn helm_installs_gpuslice_and_every_node_publishes_its_gpus() {
         let class = find("DeviceClass");
         assert_eq!(class["metadata"]["name"], CLASS);
         assert_eq!(class["spec"]["selectors"][0]["cel"]["expression"], format!("device.driver == \"{DRIVER}\""));
-        // The plugin may read claims and write slices, nothing else.
-        let allowed = [("resourceclaims", "get"), ("resourceslices", "get"), ("resourceslices", "create"), ("resourceslices", "update")];
+        // The plugin may read claims and their namespaces (the team label)
+        // and write slices, nothing else.
+        let allowed = [
+            ("resourceclaims", "get"),
+            ("namespaces", "get"),
+            ("resourceslices", "get"),
+            ("resourceslices", "create"),
+            ("resourceslices", "update"),
+        ];
         for rule in find("ClusterRole")["rules"].as_array().unwrap() {
             for resource in rule["resources"].as_array().unwrap() {
                 for verb in rule["verbs"].as_array().unwrap() {
@@ -930,9 +955,7 @@ fn a_namespace_is_a_team_and_its_memory_quota_holds_over_its_pods() {
     assert_eq!(team("team-y")["memory_quota_bytes"], 3 * GIB, "{status}");
     assert!(team("team-y")["memory_used_bytes"].as_u64().is_some_and(|b| b <= 3 * GIB && b >= 2 * GIB), "{status}");
     assert_eq!(team("team-x")["members"], 1, "{status}");
-    for ns in [x, z, y] {
-        ns.delete_and_check_released();
-    }
+    Namespace::delete_all_and_check_released(&[&x, &y, &z]);
 }
 
 // --- helpers ---------------------------------------------------------------
