@@ -132,12 +132,22 @@ pub struct Member {
     pub state: AtomicU32,
     /// Its processes connected for this device.
     pub processes: AtomicU32,
+    /// `reserved[0]`: [`Member::team_memory_quota_bytes`]; the rest zero.
+    pub reserved: [AtomicU64; 2],
+}
+
+impl Member {
     /// Its team's memory quota on this device, bytes
     /// ([`UNLIMITED`](crate::UNLIMITED) when none): what its processes'
-    /// reservations in their team's page ([`crate::team_usage`]) are held to.
-    pub team_memory_quota_bytes: AtomicU64,
-    /// Reserved, zero.
-    pub reserved: [AtomicU64; 1],
+    /// reservations in their team's page ([`crate::team_usage`]) are held
+    /// to. It is the first reserved word, so the page keeps its layout and
+    /// version, and shims and monitors of builds before it still read each
+    /// other's pages (a rolling upgrade leaves running processes
+    /// arbitrated): a monitor of before leaves it zero, and hands over no
+    /// team page, and only a process holding one reads it.
+    pub fn team_memory_quota_bytes(&self) -> &AtomicU64 {
+        &self.reserved[0]
+    }
 }
 
 /// A device's grant page.
@@ -175,14 +185,14 @@ macro_rules! fingerprint {
 /// The layout's fingerprint.
 pub const LAYOUT_FINGERPRINT: u64 = fingerprint!(
     GrantHeader => [magic, version, page_bytes, grant, contended, arbitrated, pad, turns_total, granted_ns, reserved],
-    Member => [key, vtime, served_ns_total, share_e4, limit_e4, priority, weight_e4, state, processes, team_memory_quota_bytes, reserved],
+    Member => [key, vtime, served_ns_total, share_e4, limit_e4, priority, weight_e4, state, processes, reserved],
     GrantPage => [header, members]
 );
 
 /// Every layout this page ever had, with its version: a change of layout
 /// changes [`LAYOUT_FINGERPRINT`], and the build fails until a new version
 /// is added here, so a layout change cannot keep the old version.
-const VERSIONS: [(u32, u64); 2] = [(1, 0x3564_611b_79e9_16d7), (2, 0xb640_7f97_e022_2a0d)];
+const VERSIONS: [(u32, u64); 1] = [(1, 0x3564_611b_79e9_16d7)];
 /// The layout of [`GrantPage`].
 pub const GRANTS_VERSION: u32 = VERSIONS[VERSIONS.len() - 1].0;
 const _: () = assert!(VERSIONS[VERSIONS.len() - 1].1 == LAYOUT_FINGERPRINT, "the grant page changed: add a version");

@@ -83,7 +83,7 @@ fn take_charged(charged: &std::sync::atomic::AtomicU64, bytes: u64) -> u64 {
 
 /// The team's quota member `member` reads on a grant page.
 fn quota_in(grants: &GrantPage, member: u32) -> u64 {
-    grants.members.get(member as usize).map_or(ledger::UNLIMITED, |m| m.team_memory_quota_bytes.load(Ordering::Acquire))
+    grants.members.get(member as usize).map_or(ledger::UNLIMITED, |m| m.team_memory_quota_bytes().load(Ordering::Acquire))
 }
 
 impl Runtime {

@@ -1003,7 +1003,7 @@ impl DeviceSched {
             entry.priority.store(m.claim.priority, Ordering::Relaxed);
             entry.weight_e4.store(if m.active(now_ns) { m.weight_e4 } else { 0 }, Ordering::Relaxed);
             entry.state.store(state, Ordering::Relaxed);
-            entry.team_memory_quota_bytes.store(m.team_quota_bytes, Ordering::Relaxed);
+            entry.team_memory_quota_bytes().store(m.team_quota_bytes, Ordering::Relaxed);
             entry.processes.store(m.conns.len() as u32, Ordering::Release);
         }
         page.header.contended.store(u32::from(contended), Ordering::Release);
