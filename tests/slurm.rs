@@ -1127,3 +1127,39 @@ fn an_accounts_jobs_are_its_team_and_split_the_gpu_with_another_account_50_50() 
         assert!((part - expected).abs() <= 0.03, "a job of {account} got {part:.3} of the GPU time, not {expected} ± 0.03: {got:?}\n{out}");
     }
 }
+
+/// An account is a team (`account_teams = true`), and a team's memory
+/// quota (`[teams.physics] memory = "3GiB"`) holds over all its jobs on the
+/// node at allocation: a second physics job, under its own 2 GiB cap, is
+/// refused what would take physics past 3 GiB and sees the team's room as
+/// its free memory; a chemistry job (its own team, no quota) is not bound.
+#[test]
+#[ignore = "slow: scripts/test-slurm.sh runs it"]
+fn an_accounts_team_memory_quota_holds_over_its_jobs_on_the_node() {
+    let _serial = serial();
+    let teams = "account_teams = true\n[teams.physics]\nmemory = \"3GiB\"\n";
+    let cluster = Cluster::start(ClusterOptions { gpus: 1, monitor_config: format!("{KILL_MODE}{teams}"), ..Default::default() });
+    let job = |account: &str, args: &[&str]| {
+        let account = format!("--account={account}");
+        cluster.sim.spawn(&mut cluster.srun_as_root(&[&account, "--gres=shard:2"], compile_c("memctl"), args))
+    };
+    // physics: its context (256 MiB) and 1.5 GiB, 1.75 GiB of its 3.
+    let mut first = job("physics", &["init", "ctx", "alloc:a:1536M", "mark:held", "hold"]);
+    assert_eq!(first.wait_for("held"), "1");
+    // A second physics job: with its context the team holds 2 GiB.
+    let mut second = job("physics", &["init", "ctx", "info", "alloc:a:1536M", "alloc:b:768M", "mark:done", "hold"]);
+    assert_eq!(second.wait_for("done"), "1");
+    let mut third = job("chemistry", &["init", "ctx", "alloc:a:1536M", "mark:done", "hold"]);
+    assert_eq!(third.wait_for("done"), "1");
+    for (account, running) in [("physics", &mut first), ("physics", &mut second), ("chemistry", &mut third)] {
+        let id = running.wait_for("job");
+        assert_eq!(admitted(&cluster, &id)["labels"]["account"].as_str(), Some(account));
+    }
+    let (first, second, third) = (first.wait(), second.wait(), third.wait());
+    eprintln!("a second physics job beside one holding 1.75 GiB of physics' 3 GiB:\n{}", second.stdout);
+    first.assert_success().assert_rc("a", cu::SUCCESS);
+    second.assert_success();
+    assert_eq!((second.u64("info.total"), second.u64("info.free")), (2 * GIB, GIB), "min(cap, quota), the team's room: {second}");
+    second.assert_rc("a", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
+    third.assert_success().assert_rc("a", cu::SUCCESS);
+}
