@@ -7,9 +7,10 @@
 //!
 //! This module, on the main loop, each round:
 //! - makes the pages of every team and device with a quota, counted from
-//!   what the members' ledgers hold when it is made, and drops those whose
-//!   quota is gone ([`TeamMemory::sync`]); the processes that hold a dropped
-//!   page keep it, and reserve in it against no quota;
+//!   what the members' ledgers hold when it is made ([`TeamMemory::sync`]);
+//!   a page whose quota a reload took away stays, with no quota, while its
+//!   team is in the file (its members' processes go on counting in it),
+//!   and goes with its team;
 //! - gives back to the team what the monitor reclaimed from a member's dead
 //!   process ([`TeamMemory::reclaimed`]);
 //! - audits each page against the sum of its members' ledgers
@@ -93,12 +94,17 @@ impl TeamMemory {
             }
         }
         let mut pages = shared.team_pages.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wanted = std::collections::HashSet::new();
+        // A page whose quota went (a reload) is kept, with no quota, while
+        // its team is in the file: its members' processes still count in
+        // it, so a quota that comes back finds the team's total right.
+        pages.retain(|(team, _), _| config.teams.contains_key(team));
+        for page in pages.values_mut() {
+            page.quota_bytes = ledger::UNLIMITED;
+        }
         for (team, team_config) in &config.teams {
             for (uuid, host_index) in &devices {
                 let Some(quota_bytes) = team_config.settings.memory_for(&crate::nvml::uuid_string(uuid), *host_index) else { continue };
                 let key = (team.clone(), *uuid);
-                wanted.insert(key.clone());
                 if let Some(page) = pages.get_mut(&key) {
                     page.quota_bytes = quota_bytes;
                     continue;
@@ -116,8 +122,7 @@ impl TeamMemory {
                 }
             }
         }
-        pages.retain(|key, _| wanted.contains(key));
-        self.drift.retain(|key, _| wanted.contains(key));
+        self.drift.retain(|key, _| pages.contains_key(key));
     }
 
     /// What the monitor reclaimed from a dead process of `tenant` (on ledger
