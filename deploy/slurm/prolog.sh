@@ -85,39 +85,40 @@ if [ -z "$gpus" ]; then
     exit 0
 fi
 
-# Each GPU's memory (`gpuslice devices`), the time for the log, and what
-# the job asked (`squeue -j`), all at once. Should the request not settle
-# it, slices.awk prints `@exact`, and the allocation comes from
-# `squeue --json` (Slurm 22.05's prints every job, whatever -j says).
+# What slices.awk reads first: each GPU's memory (`gpuslice devices`) and
+# the time for the log.
 # shellcheck disable=SC2086 # devices_args is a list of arguments
-input=$(
-    {
-        inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args 2>&1) ||
-            inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
-        printf '%s\n@time %s\n' "$inventory" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    } &
-    request=$("$squeue" -h -j "$job" -O 'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|' 2>/dev/null) ||
-        request=
-    wait
-    printf '@request\n%s\n' "$request"
-)
+print_inventory() {
+    inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args 2>&1) ||
+        inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
+    printf '%s\n@time %s\n' "$inventory" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
 slices() {
     "$awk" -v job="$job" -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -f "$here/slices.awk"
 }
+# The inventory and what the job asked (`squeue -j`) at once, into awk,
+# which starts and reads the inventory meanwhile. Should the request not
+# settle the slices, slices.awk prints `@exact`, and the allocation comes
+# from `squeue --json` (Slurm 22.05's prints every job, whatever -j says).
 plan=$(
-    slices <<EOF
-$input
-EOF
+    {
+        print_inventory &
+        request=$("$squeue" -h -j "$job" -O 'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|' 2>/dev/null) ||
+            request=
+        wait
+        printf '@request\n%s\n' "$request"
+    } | slices
 ) || fail "${plan#error: }"
 if [ "$plan" = @exact ]; then
-    # Its messages kept out of the JSON; should it fail, run again for them.
-    detail=$("$squeue" --json 2>/dev/null) ||
-        detail="@failed exit $?: $("$squeue" --json 2>&1 >/dev/null | tr '\n' ' ')"
     plan=$(
-        slices <<EOF
-${input%%@request*}@detail
-$detail
-EOF
+        {
+            print_inventory &
+            # Its messages kept out of the JSON; should it fail, run again for them.
+            detail=$("$squeue" --json 2>/dev/null) ||
+                detail="@failed exit $?: $("$squeue" --json 2>&1 >/dev/null | tr '\n' ' ')"
+            wait
+            printf '@detail\n%s\n' "$detail"
+        } | slices
     ) || fail "${plan#error: }"
 fi
 {
