@@ -100,11 +100,15 @@ slices() {
 # which starts and reads the inventory meanwhile. Should the request not
 # settle the slices, slices.awk prints `@exact`, and the allocation comes
 # from `squeue --json` (Slurm 22.05's prints every job, whatever -j says).
+# squeue failing fails the Prolog, as before.
 plan=$(
     {
         print_inventory &
-        request=$("$squeue" -h -j "$job" -O 'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|' 2>/dev/null) ||
-            request=
+        # Its messages are no line of the job's (slices.awk keeps only
+        # those); should it fail, they say why, and it is not run again
+        # (a controller that does not answer would be waited for twice).
+        request=$("$squeue" -h -j "$job" -O 'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|' 2>&1) ||
+            request="@failed exit $?: $(printf '%s' "$request" | tr '\n' ' ')"
         wait
         printf '@request\n%s\n' "$request"
     } | slices
@@ -196,6 +200,7 @@ uptime_s() {
         fail "cannot read the uptime from /proc/uptime"
 }
 uptime_s
+started=$up
 deadline=$((up + monitor_wait_s))
 left=$monitor_wait_s
 while :; do
@@ -203,6 +208,9 @@ while :; do
     answer=$("$gpuslice_bin" "$@" --timeout "${left}s" 2>&1)
     rc=$?
     if [ "$rc" -eq 0 ]; then
+        # The stamp is from before the admission: if that took seconds, now.
+        uptime_s
+        [ $((up - started)) -lt 2 ] || stamp=
         echo admitted >"$record" || fail "cannot write $record"
         log "admitted $tenant: devices $devices, memory ${memory:-whole}, shares $shares"
         release_pending

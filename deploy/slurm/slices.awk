@@ -8,11 +8,11 @@
 # - a line `@detail` and the output of `squeue --json` (the controller's
 #   jobs, with each one's GRES per node).
 #
-# A section that failed is one line `@failed MESSAGE`. Prints four lines,
-# the values of `gpuslice tenant admit`'s --device, --memory and --share
-# and the stamp, or one line `error: ...` and exits 1; or, for a request
-# that does not settle the slices, the line `@exact`: run again on
-# `squeue --json`.
+# A section that failed is one line `@failed MESSAGE` (for the request
+# and the JSON, an error). Prints four lines, the values of `gpuslice
+# tenant admit`'s --device, --memory and --share and the stamp, or one
+# line `error: ...` and exits 1; or, for a request that does not settle
+# the slices, the line `@exact`: run again on `squeue --json`.
 #
 #   awk -v job="$SLURM_JOB_ID" -v node="$SLURMD_NODENAME" \
 #       -v bound="$SLURM_JOB_GPUS" -v per_gpu=8 -f slices.awk
@@ -265,7 +265,8 @@ BEGIN {
 }
 failed { exit 1 }
 in_request {
-    if ($0 != "") request[++requests] = $0
+    if (/^@failed /) request_failed = substr($0, 9)
+    else if ($0 != "") request[++requests] = $0
     next
 }
 /^@time / && !in_detail {
@@ -297,6 +298,7 @@ in_detail && detail_failed != "" { next }
 END {
     if (failed) exit 1
     if (in_request) {
+        if (request_failed != "") fail("squeue -j " job " -O ...: " request_failed)
         if (!request_kinds()) {
             print "@exact"
             exit 0
