@@ -371,13 +371,31 @@ fn a_forged_gres_line_in_a_job_field_gets_only_the_jobs_shard() {
 }
 
 /// How the stand-in squeue of [`unexpected_allocation_data_drains_the_node`]
-/// changes the real one's JSON for the Prolog's job (`SLURM_JOB_ID`), as
-/// the file `mutation` beside it says.
+/// changes the real one's answers for the Prolog's job (`SLURM_JOB_ID`), as
+/// the file `mutation` beside it says, and notes each call in `calls`. The
+/// Prolog first asks for the job's request (`-O`): for the mutations of the
+/// JSON that answer is empty, so that the Prolog reads the JSON; the
+/// `request_*` mutations change the request's line instead.
 const MUTATE_SQUEUE_PY: &str = r#"
 import json, os, subprocess, sys
 here = os.path.dirname(os.path.abspath(__file__))
 mutation = open(os.path.join(here, "mutation")).read().strip()
 job = int(os.environ["SLURM_JOB_ID"])
+with open(os.path.join(here, "calls"), "a") as calls:
+    calls.write(" ".join(sys.argv[1:]) + "\n")
+if mutation == "fails":
+    sys.exit("squeue: error: the stand-in fails")
+if "-O" in sys.argv:
+    line = subprocess.run(["/usr/bin/squeue"] + sys.argv[1:], check=True, capture_output=True, text=True).stdout
+    if mutation == "request_real":
+        sys.stdout.write(line)
+    elif mutation == "request_twice":
+        sys.stdout.write(line + line)
+    elif mutation == "request_gpu_too":
+        sys.stdout.write(line.replace("gres:shard:1", "gres:shard:1,gres:gpu:1"))
+    sys.exit(0)
+if mutation.startswith("request_"):
+    mutation = "none"
 real = subprocess.run(["/usr/bin/squeue", "--json"], check=True, capture_output=True, text=True).stdout
 doc = json.loads(real)
 [mine] = [j for j in doc["jobs"] if j["job_id"] == job]
@@ -403,8 +421,6 @@ elif mutation == "text_not_json":
     text = subprocess.run(["/usr/bin/scontrol", "show", "job", "-d", str(job)], check=True, capture_output=True, text=True).stdout
 elif mutation == "cut_short":
     text = real[: len(real) // 2]
-elif mutation == "fails":
-    sys.exit("squeue: error: the stand-in fails")
 else:
     sys.exit("unknown mutation " + mutation)
 sys.stdout.write(text if text is not None else json.dumps(doc, indent=2) + "\n")
@@ -414,17 +430,22 @@ sys.stdout.write(text if text is not None else json.dumps(doc, indent=2) + "\n")
 /// guess through (a GRES named twice, the job listed twice, a GRES missing
 /// or unreadable, text, half a document, squeue failing): each time the
 /// Prolog fails, the one-shard job does not run, no tenant is admitted,
-/// and Slurm drains the node. Unchanged, the same stand-in admits 1 GiB.
+/// and Slurm drains the node. Unchanged, the same stand-in admits 1 GiB,
+/// from the job's request alone (one call) or, where the request is listed
+/// twice or names a GPU beside the shard, from the JSON (a second call).
 #[test]
 fn unexpected_allocation_data_drains_the_node() {
     let _serial = serial();
-    let squeue = format!("#!/bin/sh\nexec {} \"${{0%/*}}/mutate_squeue.py\"\n", python().display());
+    let squeue = format!("#!/bin/sh\nexec {} \"${{0%/*}}/mutate_squeue.py\" \"$@\"\n", python().display());
     let cluster = Cluster::start(ClusterOptions { monitor_config: KILL_MODE.into(), squeue_script: Some(squeue), ..Default::default() });
     let installed = cluster.dir().join("gpuslice-slurm");
     std::fs::write(installed.join("mutate_squeue.py"), MUTATE_SQUEUE_PY).unwrap();
     let node_state = || cluster.sim.run(cluster.root_command("sinfo").args(["-h", "-N", "-o", "%T %E"])).stdout.trim().to_string();
     let cases = [
         ("none", ""),
+        ("request_real", ""),
+        ("request_twice", ""),
+        ("request_gpu_too", ""),
         ("gres_detail_twice", "gres_detail.0 twice"),
         ("job_listed_twice", "squeue --json lists job"),
         ("no_gres_detail", "lists 0 GRES details"),
@@ -436,13 +457,17 @@ fn unexpected_allocation_data_drains_the_node() {
     ];
     for (mutation, why) in cases {
         std::fs::write(installed.join("mutation"), mutation).unwrap();
+        std::fs::write(installed.join("calls"), "").unwrap();
         let log_before = cluster.integration_log().len();
         let mut job = cluster.sim.spawn(&mut cluster.srun(&["--gres=shard:1"], compile_c("memctl"), &["init", "ctx", "info", "hold"]));
-        if mutation == "none" {
+        if why.is_empty() {
             job.wait_for("ready");
             let tenant = admitted(&cluster, &job.wait_for("job"));
-            assert_eq!((slice(&tenant).1, slice(&tenant).2), (Some(GIB), Some(12.5)), "{tenant}");
+            assert_eq!((slice(&tenant).1, slice(&tenant).2), (Some(GIB), Some(12.5)), "{mutation}: {tenant}");
             job.wait().assert_success();
+            let calls = std::fs::read_to_string(installed.join("calls")).unwrap();
+            let json_calls = calls.lines().filter(|c| c.contains("--json")).count();
+            assert_eq!(json_calls, usize::from(mutation != "request_real"), "{mutation}: squeue called as\n{calls}");
             continue;
         }
         let out = job.wait();

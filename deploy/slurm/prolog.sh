@@ -10,11 +10,18 @@
 # Which GPUs: SLURM_JOB_GPUS (slurmd sets it for the Prolog: this node's
 # GPU indices, as gres.conf numbers them). How many shards: the Prolog's
 # environment does not say (Slurm 22.05 sets SLURM_SHARDS_ON_NODE for the
-# tasks only), so the controller does, as JSON: `squeue --json` lists each
-# job with its GRES per node (`"gres_detail": ["shard:2(IDX:0)"]`, or
-# `gpu:h100:1(IDX:1)`) beside its nodes' names. Only JSON: the text of
-# `scontrol show job -d` also carries what the job's user wrote (its name,
-# comment, work directory), and a newline there can forge a GRES line.
+# tasks only), so the controller does. First, for this job alone, what it
+# asked per node and per job (`squeue -j <job> -O JobID,tres-per-node,...`,
+# fields the controller writes: `gres:shard:2`, `gres:gpu:h100:1`, `N/A`):
+# shards only, on one GPU here, or GPUs only, is the whole answer (a
+# `--gres` count is per node, and Slurm 22.05 refuses a job asking for
+# both). Anything else (shards on several GPUs here, a field that does not
+# read so) asks the controller for the allocation itself, as JSON:
+# `squeue --json` lists each job with its GRES per node
+# (`"gres_detail": ["shard:2(IDX:0)"]`, or `gpu:h100:1(IDX:1)`) beside its
+# nodes' names. Never the text of `scontrol show job -d`: it also carries
+# what the job's user wrote (its name, comment, work directory), and a
+# newline there can forge a GRES line.
 #
 # A job without GPUs here gets no tenant. Any failure, and anything
 # unexpected in what the controller says or the monitor answers, exits 1:
@@ -54,7 +61,8 @@ log() {
     line="gpuslice prolog: job $job on $node: $*"
     echo "$line" >&2
     if [ -n "${log_file:-}" ]; then
-        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $line" >>"$log_file" 2>/dev/null || true
+        # The time taken beside the controller's answer (a fork saved), else now.
+        echo "${stamp:-$(date -u +%Y-%m-%dT%H:%M:%SZ)} $line" >>"$log_file" 2>/dev/null || true
     fi
 }
 fail() {
@@ -77,28 +85,51 @@ if [ -z "$gpus" ]; then
     exit 0
 fi
 
-# Each GPU's memory (`gpuslice devices`) and the jobs' GRES from the
-# controller (`squeue --json`; Slurm 22.05's prints every job, whatever
-# -j says), both at once.
+# What slices.awk reads first: each GPU's memory (`gpuslice devices`) and
+# the time for the log.
 # shellcheck disable=SC2086 # devices_args is a list of arguments
-input=$(
+print_inventory() {
+    inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args 2>&1) ||
+        inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
+    printf '%s\n@time %s\n' "$inventory" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
+slices() {
+    "$awk" -v job="$job" -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -f "$here/slices.awk"
+}
+# The inventory and what the job asked (`squeue -j`) at once, into awk,
+# which starts and reads the inventory meanwhile. Should the request not
+# settle the slices, slices.awk prints `@exact`, and the allocation comes
+# from `squeue --json` (Slurm 22.05's prints every job, whatever -j says).
+# squeue failing fails the Prolog, as before.
+plan=$(
     {
-        inventory=$("$gpuslice_bin" devices --json --dir "$ledger_dir" $devices_args 2>&1) ||
-            inventory="@failed $(printf '%s' "$inventory" | tr '\n' ' ')"
-        printf '%s\n' "$inventory"
-    } &
-    # Its messages kept out of the JSON; should it fail, run again for them.
-    detail=$("$squeue" --json 2>/dev/null) ||
-        detail="@failed exit $?: $("$squeue" --json 2>&1 >/dev/null | tr '\n' ' ')"
-    wait
-    printf '@detail\n%s\n' "$detail"
-)
-plan=$(printf '%s\n' "$input" | "$awk" -v job="$job" -v node="$node" -v bound="$gpus" -v per_gpu="$shards_per_gpu" -f "$here/slices.awk") ||
-    fail "${plan#error: }"
+        print_inventory &
+        # Its messages are no line of the job's (slices.awk keeps only
+        # those); should it fail, they say why, and it is not run again
+        # (a controller that does not answer would be waited for twice).
+        request=$("$squeue" -h -j "$job" -O 'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|' 2>&1) ||
+            request="@failed exit $?: $(printf '%s' "$request" | tr '\n' ' ')"
+        wait
+        printf '@request\n%s\n' "$request"
+    } | slices
+) || fail "${plan#error: }"
+if [ "$plan" = @exact ]; then
+    plan=$(
+        {
+            print_inventory &
+            # Its messages kept out of the JSON; should it fail, run again for them.
+            detail=$("$squeue" --json 2>/dev/null) ||
+                detail="@failed exit $?: $("$squeue" --json 2>&1 >/dev/null | tr '\n' ' ')"
+            wait
+            printf '@detail\n%s\n' "$detail"
+        } | slices
+    ) || fail "${plan#error: }"
+fi
 {
     read -r devices
     read -r memory
     read -r shares
+    read -r stamp
 } <<EOF
 $plan
 EOF
@@ -163,13 +194,23 @@ release_pending() {
 # answer is a refusal: the allocation and the node disagree, which drains
 # it); it did not when there is only gpuslice's own message (no socket,
 # nothing listening, no answer in time): ask again until the deadline.
-deadline=$(($(date +%s) + monitor_wait_s))
+# Seconds are the kernel's uptime (`/proc/uptime`, read without a fork).
+uptime_s() {
+    read -r up _ </proc/uptime && up=${up%%.*} && case $up in '' | *[!0-9]*) false ;; esac ||
+        fail "cannot read the uptime from /proc/uptime"
+}
+uptime_s
+started=$up
+deadline=$((up + monitor_wait_s))
 left=$monitor_wait_s
 while :; do
     [ "$left" -ge 1 ] || left=1
     answer=$("$gpuslice_bin" "$@" --timeout "${left}s" 2>&1)
     rc=$?
     if [ "$rc" -eq 0 ]; then
+        # The stamp is from before the admission: if that took seconds, now.
+        uptime_s
+        [ $((up - started)) -lt 2 ] || stamp=
         echo admitted >"$record" || fail "cannot write $record"
         log "admitted $tenant: devices $devices, memory ${memory:-whole}, shares $shares"
         release_pending
@@ -180,9 +221,13 @@ while :; do
     1:*) ;;
     *) fail "gpuslice $*: $answer" ;;
     esac
-    if [ "$(date +%s)" -ge "$deadline" ]; then
+    # Later lines of the log take their own time.
+    stamp=
+    uptime_s
+    if [ "$up" -ge "$deadline" ]; then
         cancel_job "no gpuslice monitor answered within ${monitor_wait_s} s ($(printf '%s' "$answer" | tr '\n' ' '))"
     fi
     sleep 1
-    left=$((deadline - $(date +%s)))
+    uptime_s
+    left=$((deadline - up))
 done

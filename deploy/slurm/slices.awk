@@ -1,13 +1,29 @@
-# The slices of one job on one node, for prolog.sh. Reads two JSON
-# documents: the output of `gpuslice devices --json` (each GPU's memory),
-# a line `@detail`, and the output of `squeue --json` (the controller's
-# jobs, with each one's GRES per node); a section that failed is one line
-# `@failed MESSAGE`. Prints three lines, the values of `gpuslice tenant
-# admit`'s --device, --memory and --share, or one line `error: ...` and
-# exits 1.
+# The slices of one job on one node, for prolog.sh. Reads the output of
+# `gpuslice devices --json` (each GPU's memory), a line `@time STAMP`
+# (passed through for the log), and then either
+#
+# - a line `@request` and the output of `squeue -h -j JOB -O
+#   'JobID:|,tres-per-node:|,tres-per-job:|,tres-per-task:|,tres-per-socket:|'`:
+#   what the job asked, in fields the controller writes; or
+# - a line `@detail` and the output of `squeue --json` (the controller's
+#   jobs, with each one's GRES per node).
+#
+# A section that failed is one line `@failed MESSAGE` (for the request
+# and the JSON, an error). Prints four lines, the values of `gpuslice
+# tenant admit`'s --device, --memory and --share and the stamp, or one
+# line `error: ...` and exits 1; or, for a request that does not settle
+# the slices, the line `@exact`: run again on `squeue --json`.
 #
 #   awk -v job="$SLURM_JOB_ID" -v node="$SLURMD_NODENAME" \
 #       -v bound="$SLURM_JOB_GPUS" -v per_gpu=8 -f slices.awk
+#
+# The request settles it in two cases, the common ones: shards only
+# (tres-per-node `gres:shard:N`, nothing else naming a GPU or a shard) on
+# one GPU here, which then holds the N shards (a --gres count is per
+# node); or GPUs only (`gres:gpu[:TYPE]:N` in any of the four fields, no
+# shard), each GPU of `bound` whole. Slurm 22.05 refuses a job asking for
+# both. Anything else (shards on several GPUs here, the job listed other
+# than once, a field that does not read so) is `@exact`.
 #
 # The allocation is read only from the JSON's structure: in the job whose
 # "job_id" is `job` (there must be exactly one), "gres_detail"[i] is the
@@ -188,7 +204,59 @@ function wanted() {
     return json_depth == 6 && keyed(3, "job_resources") && keyed(4, "allocated_nodes") && json_kind[5] == "[" && keyed(6, "nodename")
 }
 
+# --- the request -----------------------------------------------------------
+
+# Sets kind[] for each GPU of `bound` from the job's request (the lines
+# after `@request`) and returns 1, or returns 0 where the request does not
+# settle it.
+function request_kinds(    i, f, n, found, line, m, j, items, item, shards, gpus, count, k) {
+    found = 0
+    for (i = 1; i <= requests; i++) {
+        split(request[i], f, "|")
+        if (f[1] != job) continue
+        found++
+        line = request[i]
+    }
+    if (found != 1) return 0
+    n = split(line, f, "|")
+    if (n != 6 || f[6] != "") return 0
+    shards = 0
+    gpus = 0
+    for (i = 2; i <= 5; i++) {
+        if (f[i] == "N/A") continue
+        m = split(f[i], items, ",")
+        for (j = 1; j <= m; j++) {
+            item = items[j]
+            if (item ~ /^gres:gpu(:[A-Za-z0-9_.-]+)?:[0-9]+$/) gpus++
+            else if (i == 2 && item ~ /^gres:shard:[0-9]+$/) {
+                shards++
+                count = item
+                sub(/.*:/, "", count)
+            } else if (item ~ /gpu|shard/) return 0
+        }
+    }
+    k = expand(bound, slurm)
+    if (k < 1) return 0
+    gres = "tres-per-node=" f[2] " tres-per-job=" f[3] " tres-per-task=" f[4] " tres-per-socket=" f[5]
+    if (shards == 1 && gpus == 0 && k == 1) {
+        kind[slurm[1]] = count + 0
+        return 1
+    }
+    if (shards == 0 && gpus > 0) {
+        for (j = 1; j <= k; j++) kind[slurm[j]] = "whole"
+        return 1
+    }
+    return 0
+}
+
 # --- the input -------------------------------------------------------------
+
+# The end of `gpuslice devices --json`, once.
+function devices_end() {
+    if (devices_done) return
+    devices_done = 1
+    if (devices_failed == "") json_end()
+}
 
 BEGIN {
     doc_name[1] = "gpuslice devices --json"
@@ -196,8 +264,24 @@ BEGIN {
     json_start(doc_name[1])
 }
 failed { exit 1 }
+in_request {
+    if (/^@failed /) request_failed = substr($0, 9)
+    else if ($0 != "") request[++requests] = $0
+    next
+}
+/^@time / && !in_detail {
+    devices_end()
+    stamp = substr($0, 7)
+    if (stamp !~ /^[0-9][0-9T:Z-]*$/) stamp = ""
+    next
+}
+$0 == "@request" && !in_detail {
+    devices_end()
+    in_request = 1
+    next
+}
 $0 == "@detail" {
-    if (devices_failed == "") json_end()
+    devices_end()
     json_start(doc_name[2])
     in_detail = 1
     next
@@ -213,6 +297,20 @@ in_detail && detail_failed != "" { next }
 
 END {
     if (failed) exit 1
+    if (in_request) {
+        if (request_failed != "") fail("squeue -j " job " -O ...: " request_failed)
+        if (!request_kinds()) {
+            print "@exact"
+            exit 0
+        }
+    } else
+        detail_kinds()
+    plan()
+}
+
+# Sets kind[] for each GPU the job's GRES on this node names, from the
+# JSON after `@detail`.
+function detail_kinds(    at, p, part, details, nodes, n, m, i, found, items, item, name, head, count, idx_list, k, j) {
     if (!in_detail) fail("no @detail line in the input")
     if (detail_failed != "") fail("squeue --json: " detail_failed)
     json_end()
@@ -267,6 +365,10 @@ END {
             else kind[gpu[j]] = int(count / k)
         }
     }
+}
+
+# The three values of the admission, and the stamp, from kind[].
+function plan(    k, j, g, in_env, i, cap, share, devices, shares, memory_spec) {
     k = expand(bound, slurm)
     if (k < 1) fail("cannot read SLURM_JOB_GPUS=" bound)
     for (j = 1; j <= k; j++) in_env[slurm[j]] = 1
@@ -301,4 +403,5 @@ END {
     print devices
     print memory_spec
     print shares
+    print stamp
 }
