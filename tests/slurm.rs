@@ -1168,10 +1168,11 @@ fn an_accounts_team_memory_quota_holds_over_its_jobs_on_the_node() {
         let account = format!("--account={account}");
         cluster.sim.spawn(&mut cluster.srun_as_root(&[&account, "--gres=shard:2"], compile_c("memctl"), args))
     };
-    // physics: its context (256 MiB) and 1.5 GiB, 1.75 GiB of its 3.
+    // physics: its context (64 MiB on this cluster's GPU) and 1.5 GiB.
     let mut first = job("physics", &["init", "ctx", "alloc:a:1536M", "mark:held", "hold"]);
     assert_eq!(first.wait_for("held"), "1");
-    // A second physics job: with its context the team holds 2 GiB.
+    // A second physics job: with its context the team holds 1.625 GiB, so
+    // 1.5 GiB more would pass 3 GiB (its own 2 GiB cap has room for it).
     let mut second = job("physics", &["init", "ctx", "info", "alloc:a:1536M", "alloc:b:768M", "mark:done", "hold"]);
     assert_eq!(second.wait_for("done"), "1");
     let mut third = job("chemistry", &["init", "ctx", "alloc:a:1536M", "mark:done", "hold"]);
@@ -1181,10 +1182,12 @@ fn an_accounts_team_memory_quota_holds_over_its_jobs_on_the_node() {
         assert_eq!(admitted(&cluster, &id)["labels"]["account"].as_str(), Some(account));
     }
     let (first, second, third) = (first.wait(), second.wait(), third.wait());
-    eprintln!("a second physics job beside one holding 1.75 GiB of physics' 3 GiB:\n{}", second.stdout);
+    eprintln!("a second physics job beside one holding 1.5 GiB (and its context) of physics' 3 GiB:\n{}", second.stdout);
     first.assert_success().assert_rc("a", cu::SUCCESS);
     second.assert_success();
-    assert_eq!((second.u64("info.total"), second.u64("info.free")), (2 * GIB, GIB), "min(cap, quota), the team's room: {second}");
+    let mib = GIB / 1024;
+    let team_room = 3 * GIB - 1536 * mib - 2 * 64 * mib;
+    assert_eq!((second.u64("info.total"), second.u64("info.free")), (2 * GIB, team_room), "min(cap, quota), the team's room: {second}");
     second.assert_rc("a", cu::OUT_OF_MEMORY).assert_rc("b", cu::SUCCESS);
     third.assert_success().assert_rc("a", cu::SUCCESS);
 }
