@@ -953,7 +953,7 @@ fn a_namespace_is_a_team_and_its_memory_quota_holds_over_its_pods() {
     eprintln!("gpuslice status on {node}, teams: {}", status["teams"]);
     assert_eq!(team("team-y")["members"], 2, "{status}");
     assert_eq!(team("team-y")["memory_quota_bytes"], 3 * GIB, "{status}");
-    assert!(team("team-y")["memory_used_bytes"].as_u64().is_some_and(|b| b <= 3 * GIB && b >= 2 * GIB), "{status}");
+    assert!(team("team-y")["memory_used_bytes"].as_u64().is_some_and(|b| (2 * GIB..=3 * GIB).contains(&b)), "{status}");
     assert_eq!(team("team-x")["members"], 1, "{status}");
     Namespace::delete_all_and_check_released(&[&x, &y, &z]);
 }
