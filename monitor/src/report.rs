@@ -407,9 +407,10 @@ mod tests {
         assert!(text.contains("rule: memory: p99 of each active minute's peak, plus 10%, rounded up to a whole 512.0 MiB"), "{text}");
     }
 
-    #[test]
-    fn the_job_table_shows_each_jobs_user_share_and_time_and_names_are_made_printable() {
-        let row = |tenant: &str, job: &str, user: &str, start_s: u64| TenantRow {
+    /// A busy minute of `tenant` on GPU-0 from `start_s`, holding 1 GiB,
+    /// with no settings, job or team: what the tests below vary.
+    fn minute_of(tenant: &str, start_s: u64) -> TenantRow {
+        TenantRow {
             start_s,
             span_s: 60,
             tenant: tenant.into(),
@@ -420,22 +421,33 @@ mod tests {
             memory_peak_bytes: 1 << 30,
             memory_mean_bytes: 1 << 30,
             driver_memory_peak_bytes: None,
-            memory_cap_bytes: Some(2 << 30),
-            compute_share_e4: Some(2500),
+            memory_cap_bytes: None,
+            compute_share_e4: None,
             compute_limit_e4: None,
-            compute_used_e4: Some(1000),
+            compute_used_e4: None,
             compute_target_e4: None,
             throttled_ns: 0,
             denied: 0,
             processes_peak: 1,
             cpu_e4: None,
             gpu_e4: None,
+            origin: None,
+            team: crate::history::aggregate::TeamOf::NoTeam,
+        }
+    }
+
+    #[test]
+    fn the_job_table_shows_each_jobs_user_share_and_time_and_names_are_made_printable() {
+        let row = |tenant: &str, job: &str, user: &str, start_s: u64| TenantRow {
+            memory_cap_bytes: Some(2 << 30),
+            compute_share_e4: Some(2500),
+            compute_used_e4: Some(1000),
             origin: Some(crate::history::aggregate::Origin {
                 job: Some(job.into()),
                 user: Some(user.into()),
                 account: Some("physics".into()),
             }),
-            team: crate::history::aggregate::TeamOf::NoTeam,
+            ..minute_of(tenant, start_s)
         };
         let rows: Vec<TenantRow> = (0..10).map(|i| row("slurm-42", "42", "alice\nforged", 1_000_000 + i * 60)).collect();
         let mut uses = groups::uses(&rows);
@@ -468,30 +480,7 @@ mod tests {
     #[test]
     fn the_team_table_says_which_tenants_are_in_no_team() {
         use crate::history::aggregate::TeamOf;
-        let row = |tenant: &str, team: TeamOf, start_s: u64| TenantRow {
-            start_s,
-            span_s: 60,
-            tenant: tenant.into(),
-            device_uuid: "GPU-0".into(),
-            device_index: 0,
-            rounds: 240,
-            active_rounds: 240,
-            memory_peak_bytes: 1 << 30,
-            memory_mean_bytes: 1 << 30,
-            driver_memory_peak_bytes: None,
-            memory_cap_bytes: None,
-            compute_share_e4: None,
-            compute_limit_e4: None,
-            compute_used_e4: Some(2500),
-            compute_target_e4: None,
-            throttled_ns: 0,
-            denied: 0,
-            processes_peak: 1,
-            cpu_e4: None,
-            gpu_e4: None,
-            origin: None,
-            team,
-        };
+        let row = |tenant: &str, team: TeamOf, start_s: u64| TenantRow { compute_used_e4: Some(2500), team, ..minute_of(tenant, start_s) };
         let mut uses = groups::uses(&(0..10).map(|i| row("lab-1", TeamOf::Team("lab".into()), 1_000_000 + i * 60)).collect::<Vec<_>>());
         uses.extend(groups::uses(&[row("lab-squat", TeamOf::NoTeam, 1_000_000)]));
         uses.extend(groups::uses(&[row("lab-1", TeamOf::NotRecorded, 900_000)]));
