@@ -28,7 +28,7 @@
 //! other process can write.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::layout::SharedLayout;
@@ -261,24 +261,10 @@ impl Grants {
     /// A new page in a memfd named `name`, mapped writable here and sealed
     /// so that every other mapping of it is read-only.
     pub fn create_sealed(name: &str) -> io::Result<Grants> {
-        let cname = std::ffi::CString::new(format!("gpuslice-grants-{name}")).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a NUL-terminated name and valid flags.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: memfd_create returned a new descriptor that we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), GRANTS_BYTES as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::memfd::create(&format!("grants-{name}"), GRANTS_BYTES)?;
         let grants = Grants::map(fd, libc::PROT_READ | libc::PROT_WRITE)?;
         // The writable mapping exists before F_SEAL_FUTURE_WRITE, so it stays writable.
-        // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(grants.fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        crate::memfd::seal(&grants.fd, SEALS)?;
         let h = &grants.page().header;
         h.version.store(GRANTS_VERSION, Ordering::Relaxed);
         h.page_bytes.store(GRANTS_BYTES as u32, Ordering::Relaxed);
@@ -291,17 +277,7 @@ impl Grants {
     /// that is not sealed as [`Grants::create_sealed`] seals (it could be
     /// written, or cut short) or whose page this build cannot read.
     pub fn from_fd(fd: OwnedFd) -> Result<Grants, String> {
-        // SAFETY: fcntl on a descriptor we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SEALS != SEALS {
-            return Err("the grant page handed over is not sealed".into());
-        }
-        // SAFETY: as above; the size is fixed by the seals.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat into a zeroed struct.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 || stat.st_size as usize != GRANTS_BYTES {
-            return Err("the grant page handed over has the wrong size".into());
-        }
+        crate::memfd::check(&fd, SEALS, GRANTS_BYTES, "the grant page")?;
         let grants = Grants::map(fd, libc::PROT_READ).map_err(|e| format!("cannot map the grant page: {e}"))?;
         if !grants.page().is_valid() {
             return Err("the grant page handed over is of another version".into());
@@ -357,6 +333,7 @@ impl Drop for Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     #[test]
     fn grant_words_never_read_as_zero_and_say_who_launches() {

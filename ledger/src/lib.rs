@@ -77,6 +77,7 @@ mod error;
 pub mod grants;
 pub mod guard;
 pub mod layout;
+mod memfd;
 mod ofd;
 mod open;
 pub mod process;

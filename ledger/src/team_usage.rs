@@ -26,7 +26,7 @@
 //! sum of the members' ledgers and corrects a difference that stays.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::layout::SharedLayout;
@@ -79,22 +79,8 @@ impl TeamUsage {
     /// A new page in a memfd named after `name`, holding `used_bytes`,
     /// sealed against shrinking and growing.
     pub fn create(name: &str, used_bytes: u64) -> io::Result<TeamUsage> {
-        let cname = std::ffi::CString::new(format!("gpuslice-team-{name}")).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a NUL-terminated name and valid flags.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: memfd_create returned a new descriptor that we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), TEAM_USAGE_BYTES as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::memfd::create(&format!("team-{name}"), TEAM_USAGE_BYTES)?;
+        crate::memfd::seal(&fd, SEALS)?;
         let usage = TeamUsage::map(fd)?;
         let page = usage.page();
         page.used_bytes.store(used_bytes, Ordering::Relaxed);
@@ -108,17 +94,7 @@ impl TeamUsage {
     /// as [`TeamUsage::create`] seals (it could be cut short under this
     /// process) or that this build cannot read.
     pub fn from_fd(fd: OwnedFd) -> Result<TeamUsage, String> {
-        // SAFETY: fcntl on a descriptor we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SEALS != SEALS {
-            return Err("the team page handed over is not sealed".into());
-        }
-        // SAFETY: an all-zero stat is valid.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat into a zeroed struct.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 || stat.st_size as usize != TEAM_USAGE_BYTES {
-            return Err("the team page handed over has the wrong size".into());
-        }
+        crate::memfd::check(&fd, SEALS, TEAM_USAGE_BYTES, "the team page")?;
         let usage = TeamUsage::map(fd).map_err(|e| format!("cannot map the team page: {e}"))?;
         let page = usage.page();
         if page.magic.load(Ordering::Acquire) != TEAM_USAGE_MAGIC || page.version.load(Ordering::Relaxed) != TEAM_USAGE_VERSION {
@@ -209,6 +185,7 @@ impl TeamUsagePage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     #[test]
     fn reservations_never_pass_the_quota_and_releases_never_wrap() {
