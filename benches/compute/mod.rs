@@ -106,14 +106,15 @@ pub fn accuracy() {
     let share = |out: &gpuslice_tests::Output| out.f64("share");
     println!("limit  kernels_us       delivered  bare   of_bare  charged  error_points");
     // One process per kernel length: 1 ms kernels (each launch bracketed),
-    // then launches short enough to be sampled (5 µs, 1 µs), and a tenant
-    // whose two processes run 1 ms and 5 µs kernels at once (mixed).
-    let rows: [(&str, &[u64]); 8] = [
+    // then launches short enough to be sampled (100 µs, 5 µs, 1 µs), and a
+    // tenant whose two processes run 1 ms and 5 µs kernels at once (mixed).
+    let rows: [(&str, &[u64]); 9] = [
         ("10", &[1000]),
         ("30", &[1000]),
         ("60", &[1000]),
         ("90", &[1000]),
         ("30", &[1000, 1000]),
+        ("30", &[100]),
         ("30", &[5]),
         ("30", &[1]),
         ("30", &[1000, 5]),

@@ -130,7 +130,7 @@ static GOVERNED: AtomicBool = AtomicBool::new(false);
 /// Launches shorter than this are sampled (see the module docs).
 pub const SAMPLE_WORK_NS: u64 = 50_000;
 /// The most launches one sample stands for.
-pub const MAX_SAMPLE_EVERY: u64 = 256;
+pub const MAX_SAMPLE_EVERY: u64 = 1024;
 /// Launches left until the next sampled one (signed: launches that race
 /// past zero never wrap it into a long run of unsampled ones).
 static SAMPLE_COUNTDOWN: AtomicI64 = AtomicI64::new(1);
@@ -395,8 +395,10 @@ impl Lane {
 /// end was recorded, and the bracket is host time, longer than the time
 /// between two launches that are not sampled (a loop of empty kernels
 /// would be charged several times its wall time). Such launches took no
-/// more device time than the host time in which they were made
-/// (`span_ns`), and the charge is the smaller of the two. A bracket longer
+/// more device time than the host time in which they were made (`span_ns`:
+/// from the end of the last sample to this one, waits for the bucket left
+/// out) and the sampled launch its own, and the charge is the smaller of
+/// the two. A bracket longer
 /// than the host's time on it is the device's (kernels of a few µs behind
 /// a queue): a bound by the span there undercharged 5 µs kernels threefold,
 /// since a host whose device is behind is blocked by the driver's queue in
@@ -406,7 +408,7 @@ fn sampled_charge_ns(busy_ns: u64, weight: u64, span_ns: u64, host_ns: u64) -> u
     if weight <= 1 || busy_ns > host_ns {
         return estimate_ns;
     }
-    estimate_ns.min(span_ns.max(busy_ns))
+    estimate_ns.min(span_ns.saturating_add(busy_ns))
 }
 
 /// Folds `sample_ns` into the exponential average `avg` (weight 1/8).
@@ -797,14 +799,21 @@ impl Runtime {
         // for fewer.)
         let left = SAMPLE_COUNTDOWN.load(Ordering::Relaxed).max(0) as u64;
         let weight = if self.devices.len() == 1 { SAMPLE_GAP.load(Ordering::Relaxed).saturating_sub(left).max(1) } else { 1 };
+        // The span of the launches this one stands for runs from the end of
+        // the last sample to where this one began to ask: a wait for the
+        // bucket or the ring is not theirs, nor are the samples' own records
+        // (both were charged as device time, so a limit held a launch-bound
+        // loop below its own ceiling: graph launches under a limit of 50 ran
+        // at 0.065 of bare).
+        let asked_ns = clock.now();
         self.admit_and_claim(&mut plans);
         let recorded_ns = clock.now();
         for plan in plans.iter_mut().flatten() {
             if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
                 let pair = lane.pair(pos);
                 pair.recorded_ns.store(recorded_ns, Ordering::Relaxed);
-                let last_ns = lane.last_record_ns.swap(recorded_ns, Ordering::Relaxed);
-                pair.span_ns.store(if last_ns == 0 { 0 } else { recorded_ns.saturating_sub(last_ns) }, Ordering::Relaxed);
+                let last_ns = lane.last_record_ns.load(Ordering::Relaxed);
+                pair.span_ns.store(if last_ns == 0 { 0 } else { asked_ns.saturating_sub(last_ns) }, Ordering::Relaxed);
                 plan.started = real::event_record(pair.start.load(Ordering::Relaxed) as CUevent, plan.stream) == CUDA_SUCCESS;
             }
         }
@@ -818,6 +827,15 @@ impl Runtime {
                 lane.publish(pos, plan.measured, weight);
             }
             unmeasured |= !plan.measured;
+        }
+        // Where the next sample's span begins. (Threads that sample one lane
+        // at once may both count the time since the last end: charged
+        // twice, never missed.)
+        let sampled_ns = clock.now();
+        for plan in plans.iter().flatten() {
+            if let Route::Lane(lane) = plan.route {
+                lane.last_record_ns.store(sampled_ns, Ordering::Relaxed);
+            }
         }
         if r != CUDA_SUCCESS {
             return r;
@@ -957,5 +975,33 @@ impl Runtime {
         if !self.throttle.warned_unmeasured.swap(true, Ordering::Relaxed) {
             warn!("compute limit: {why}; launches there are measured by waiting for their streams, which is slower");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sampled_charge_ns;
+
+    #[test]
+    fn a_launch_alone_is_charged_as_measured() {
+        assert_eq!(sampled_charge_ns(5_000, 1, 0, 0), 5_000);
+        assert_eq!(sampled_charge_ns(5_000, 1, 1, 1_000_000), 5_000);
+    }
+
+    #[test]
+    fn a_sample_the_host_explains_is_charged_no_more_than_the_span_and_itself() {
+        // 100 launches of a loop at 120 ns each, the sample's bracket 300
+        // ns of the host's 400: the estimate (30 µs) is bounded by the
+        // span of the other 99 (11.88 µs) and the sample's own time.
+        assert_eq!(sampled_charge_ns(300, 100, 11_880, 400), 11_880 + 300);
+        // A short span never charges less than the estimate would.
+        assert_eq!(sampled_charge_ns(300, 2, 1_000_000, 400), 600);
+    }
+
+    #[test]
+    fn a_sample_behind_the_device_is_charged_for_each_launch_it_stands_for() {
+        // A 5 µs kernel behind a queue: its bracket is longer than the
+        // host's time on it, and the span says nothing of the device.
+        assert_eq!(sampled_charge_ns(5_000, 10, 1_000, 800), 50_000);
     }
 }
