@@ -857,11 +857,8 @@ fn a_queued_job_waits_for_its_teams_room_and_its_tenant_is_in_the_team() {
     let me = Command::new("id").arg("-un").output().unwrap();
     let me = String::from_utf8(me.stdout).unwrap().trim().to_string();
     let config = sim.dir().join("monitor.toml");
-    std::fs::write(
-        &config,
-        format!("[teams.research]\nusers = [\"{me}\"]\ntenants = [\"lab-*\"]\nmemory = \"3GiB\"\n[tenants.lab-1]\n"),
-    )
-    .unwrap();
+    std::fs::write(&config, format!("[teams.research]\nusers = [\"{me}\"]\ntenants = [\"lab-*\"]\nmemory = \"3GiB\"\n[tenants.lab-1]\n"))
+        .unwrap();
     let sim = host(sim, MonitorOptions { config: Some(config), ..Default::default() });
     // A job that allocates 2 GiB under the shim and holds it.
     let memctl = sim.c("memctl").get_program().to_owned();

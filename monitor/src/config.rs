@@ -1360,7 +1360,10 @@ mod team_tests {
         )
         .unwrap();
         let research = &config.teams["research"];
-        assert_eq!(research.users.iter().map(|u| (u.uid, u.name.as_str(), u.line)).collect::<Vec<_>>(), [(1001, "1001", 2), (0, "root", 2)]);
+        assert_eq!(
+            research.users.iter().map(|u| (u.uid, u.name.as_str(), u.line)).collect::<Vec<_>>(),
+            [(1001, "1001", 2), (0, "root", 2)]
+        );
         assert_eq!(config.team_of_user(1001), Some("research"));
         assert_eq!(config.team_of_user(0), Some("research"));
         assert_eq!(config.team_of_user(1002), Some("ops"));
@@ -1384,9 +1387,8 @@ mod team_tests {
 
     #[test]
     fn a_user_two_teams_name_or_an_unknown_user_is_refused_naming_the_line() {
-        let e = parse("[teams.a]\nusers = [\"1001\"]\n[teams.b]\ntenants = [\"x\"]\nusers = [\"7\",\n \"1001\"]\n")
-            .unwrap_err()
-            .to_string();
+        let e =
+            parse("[teams.a]\nusers = [\"1001\"]\n[teams.b]\ntenants = [\"x\"]\nusers = [\"7\",\n \"1001\"]\n").unwrap_err().to_string();
         assert!(e.contains("at most one team") && e.contains("uid 1001"), "{e}");
         assert!(e.contains("team a") && e.contains("team b") && e.contains("(line 2)") && e.contains("(line 6)"), "{e}");
         // A name and a number of one user, in one team.

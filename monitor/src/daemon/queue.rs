@@ -499,7 +499,14 @@ impl QueueState {
     /// Each team of `config` on each of `rooms`' devices: its quota there
     /// and what it has committed there (see the module docs), by the
     /// monitor's own figures.
-    fn team_rooms(&self, config: &Config, policy: &PolicyState, snapshot: &Snapshot, gpus: &[GpuInfo], rooms: &[DeviceRoom]) -> Vec<TeamRoom> {
+    fn team_rooms(
+        &self,
+        config: &Config,
+        policy: &PolicyState,
+        snapshot: &Snapshot,
+        gpus: &[GpuInfo],
+        rooms: &[DeviceRoom],
+    ) -> Vec<TeamRoom> {
         if config.teams.is_empty() {
             return Vec::new();
         }
@@ -580,7 +587,9 @@ impl QueueState {
                     _ => {
                         let each: Vec<String> = devices
                             .iter()
-                            .map(|s| format!("{}: {} of its {} quota committed", name(s.device), size(s.committed_bytes), size(s.quota_bytes)))
+                            .map(|s| {
+                                format!("{}: {} of its {} quota committed", name(s.device), size(s.committed_bytes), size(s.quota_bytes))
+                            })
                             .collect();
                         let have = wanted.saturating_sub(devices.len() as u32);
                         let verb = if have == 1 { "has" } else { "have" };

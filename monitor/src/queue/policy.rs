@@ -700,7 +700,10 @@ mod tests {
             devices: gib.iter().map(|q| TeamDevice { quota_bytes: q.map(|g| g * GIB), committed_bytes: 0 }).collect(),
         };
         let e = never_fits_in_team(&rooms, &quota(&[Some(4), Some(2)]), 1, Ask::Bytes(5 * GIB)).unwrap();
-        assert!(e.contains("team research's memory quota allows that much on 0 device(s)") && e.contains("largest quota is 4.0 GiB"), "{e}");
+        assert!(
+            e.contains("team research's memory quota allows that much on 0 device(s)") && e.contains("largest quota is 4.0 GiB"),
+            "{e}"
+        );
         assert_eq!(never_fits_in_team(&rooms, &quota(&[Some(4), Some(2)]), 1, Ask::Bytes(4 * GIB)), None);
         assert!(never_fits_in_team(&rooms, &quota(&[Some(4), Some(2)]), 2, Ask::Bytes(3 * GIB)).is_some());
         // A device without a quota holds anything the device does.
