@@ -966,6 +966,63 @@ mod tests {
         }
     }
 
+    /// What team `lab` (a queued job of its user uid 1001, and the
+    /// configured tenant `team-a` with a live process) has committed on the
+    /// one device, and team `ops` beside it; `team-a` shows `ledger` bytes
+    /// in its ledger and `driver` bytes by NVML. Then what the device has
+    /// committed, as the queue counts it without teams.
+    fn team_commitments(ledger: u64, driver: u64) -> (Vec<(String, u64, Option<u64>)>, u64) {
+        const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
+        let gib = 1u64 << 30;
+        let config = crate::config::parse(
+            "[teams.lab]\nusers = [\"1001\"]\ntenants = [\"team-*\"]\nmemory = \"4GiB\"\n[teams.ops]\nusers = [\"1002\"]\n\
+             [tenants.team-a]\n",
+        )
+        .unwrap();
+        let gpus = [GpuInfo { uuid: UUID.into(), index: 0, total_bytes: 8 * gib, ..GpuInfo::default() }];
+        let mut state = state();
+        let mut queued = job(1, 0, 0, Some(1));
+        queued.devices = vec![UUID.into()];
+        state
+            .admitted
+            .insert((1, 1), Admitted { job: queued, committed_bytes: [(UUID.to_string(), gib)].into(), ledger_inode: 0, file: None });
+        let live = crate::snapshot::ProcessView {
+            pid: 7,
+            ns_pid: 7,
+            slot: 0,
+            alive: true,
+            confirmed: true,
+            memory_used_bytes: ledger,
+            driver_memory_used_bytes: Some(driver),
+            sm_utilization_ratio: None,
+            start_time_ticks: 1,
+            devices: vec![],
+        };
+        let device =
+            crate::snapshot::TenantDeviceView { uuid: UUID.into(), ..crate::snapshot::fixtures::tenant_device(ledger, None, Some(driver)) };
+        let snapshot = crate::snapshot::fixtures::one_tenant(true, device, vec![live]);
+        let rooms = crate::queue::rooms(&gpus, 1.0, &HashMap::new());
+        let teams = state.team_rooms(&config, &PolicyState::default(), &snapshot, &gpus, &rooms);
+        let device = state.committed(&config, &PolicyState::default(), &snapshot, Some(&gpus)).get(UUID).copied().unwrap_or(0);
+        (teams.into_iter().map(|t| (t.name, t.devices[0].committed_bytes, t.devices[0].quota_bytes)).collect(), device)
+    }
+
+    #[test]
+    fn a_teams_commitment_is_its_queue_jobs_and_its_members_at_the_monitors_figures() {
+        let gib = 1u64 << 30;
+        // The queued job's 1 GiB, and the member's 2 GiB as its ledger and NVML agree.
+        let honest = team_commitments(2 * gib, 2 * gib);
+        assert_eq!(honest.0, [("lab".into(), 3 * gib, Some(4 * gib)), ("ops".into(), 0, None)]);
+        // A member that writes less in its ledger than it holds is counted at what NVML sees.
+        assert_eq!(team_commitments(0, 2 * gib).0[0].1, 3 * gib);
+        // One that writes more holds back its own team's jobs only: team
+        // ops, and the device's commitment (the queued job's cap; team-a
+        // has none), are unmoved.
+        let inflated = team_commitments(6 * gib, 2 * gib);
+        assert_eq!(inflated.0, [("lab".into(), 7 * gib, Some(4 * gib)), ("ops".into(), 0, None)]);
+        assert_eq!((honest.1, inflated.1), (gib, gib));
+    }
+
     #[test]
     fn first_come_is_the_monitors_order_of_first_sight_not_the_id() {
         let mut state = state();
