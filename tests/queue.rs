@@ -841,3 +841,75 @@ fn a_cancelled_job_leaves_no_tenant_behind() {
     }
     assert!(jobs(&sim).is_empty());
 }
+
+/// Queued jobs wait for their team's room. Team `research` names this
+/// test's user (`users`) and the configured tenant `lab-1`, with a 3 GiB
+/// quota on the one 8 GiB device: of two 2 GiB jobs of this user, the
+/// second waits, with the team named in `gpuslice queue`, though the device
+/// has room; a job of a user in no team passes it; the first job's end lets
+/// it start. The first job's tenant is the team's member at allocation: its
+/// 2 GiB count in the team's page, so `lab-1` is refused 2 GiB more. A job
+/// larger than the quota is refused at once.
+#[test]
+fn a_queued_job_waits_for_its_teams_room_and_its_tenant_is_in_the_team() {
+    use gpuslice_tests::cu::{OUT_OF_MEMORY, SUCCESS};
+    let sim = Sim::new().devices(1).memory("8GiB").context_memory("0").shim();
+    let me = Command::new("id").arg("-un").output().unwrap();
+    let me = String::from_utf8(me.stdout).unwrap().trim().to_string();
+    let config = sim.dir().join("monitor.toml");
+    std::fs::write(&config, format!("[teams.research]\nusers = [\"{me}\"]\ntenants = [\"lab-*\"]\nmemory = \"3GiB\"\n[tenants.lab-1]\n"))
+        .unwrap();
+    let sim = host(sim, MonitorOptions { config: Some(config), ..Default::default() });
+    // A job that allocates 2 GiB under the shim and holds it.
+    let memctl = sim.c("memctl").get_program().to_owned();
+    let job_of = |name: &str, memory: &str| {
+        let mut cmd = gpuslice(&sim);
+        cmd.args(["run", "--sim", "--queue", "--memory", memory, "--name", name, "--dir"])
+            .arg(sim.ledger_dir())
+            .arg("--")
+            .arg(&memctl)
+            .args(["init", "ctx", "alloc:a:2G", "hold"]);
+        cmd
+    };
+    let job = |name: &str| job_of(name, "2GiB");
+    let started = std::time::Instant::now();
+    // More than the team's quota: it could never start, and is refused at once.
+    let out = sim.run(&mut job_of("too-big", "4GiB"));
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("team research's memory quota allows that much on 0 device(s)"), "{out}");
+    let mut first = sim.spawn(&mut job("first"));
+    assert_eq!(first.wait_for("a"), SUCCESS.to_string());
+    let mut second = sim.spawn(&mut job("second"));
+    let listed = poll::fetch_until(
+        "the second job to wait for its team",
+        || jobs(&sim),
+        |jobs| jobs.iter().any(|j| j["name"] == "second" && j["reason"].as_str().is_some_and(|r| r.starts_with("team research"))),
+    );
+    let waiting = listed.iter().find(|j| j["name"] == "second").unwrap();
+    assert_eq!(waiting["state"], "waiting", "{waiting}");
+    assert_eq!(waiting["reason"], "team research: 2.0 GiB of its 3.0 GiB quota committed on GPU 0, 2.0 GiB asked", "{waiting}");
+    assert_eq!(waiting["team"], "research", "{waiting}");
+    assert!(!second.has_printed("a"), "the second job ran past its team's quota");
+
+    // A user in no team: not held by the team, though it asks the same
+    // and comes later; and its tenant is bound by no team page.
+    let mut outsider = sim.spawn(&mut wrap_as_user(ALICE, &job("outsider")));
+    assert_eq!(outsider.wait_for("a"), SUCCESS.to_string(), "a job of a user in no team was held by a team");
+    let listed = jobs(&sim);
+    assert_eq!(state_of(&listed, "second").as_deref(), Some("waiting"));
+    assert!(listed.iter().find(|j| j["name"] == "outsider").is_some_and(|j| j["team"].is_null()), "{listed:?}");
+
+    // The first job's tenant reserves in the team's page: lab-1, another
+    // member, finds 1 GiB left of the team's 3.
+    let team_page = std::fs::read_to_string(format!("/proc/{}/maps", first.pid())).unwrap();
+    assert!(team_page.contains("memfd:gpuslice-team-research"), "the queued job's process was not handed its team's page");
+    let member = sim.run(sim.c("memctl").env("GPUSLICE_TENANT", "lab-1").args(["init", "ctx", "alloc:x:2G", "alloc:y:1G"]));
+    assert_eq!((member.get("x"), member.get("y")), (OUT_OF_MEMORY.to_string().as_str(), SUCCESS.to_string().as_str()), "{member}");
+
+    // The first job ends: the second starts.
+    first.wait().assert_success();
+    assert_eq!(second.wait_for("a"), SUCCESS.to_string());
+    second.wait().assert_success();
+    outsider.wait().assert_success();
+    eprintln!("team queue scenario: {:?}", started.elapsed());
+}

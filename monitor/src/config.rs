@@ -26,6 +26,7 @@
 //! [teams.research]                # tenants grouped (see crate::teams)
 //! tenants = ["alice-*", "bert"]    # names or patterns; a tenant belongs to at most one team
 //! accounts = ["physics"]           # and/or: tenants admitted with the label account=physics
+//! users = ["alice", "1001"]        # and/or: the queued jobs (`run --queue`) of these Unix users
 //! share = 50                       # the team's part, divided among its busy members
 //! limit = 70                       # its members together
 //!
@@ -69,7 +70,7 @@
 //! cap in it unenforced on the hosts where it does not fit.
 
 use crate::nvml::GpuInfo;
-use crate::teams::{MemberPattern, TeamConfig};
+use crate::teams::{MemberPattern, MemberUser, TeamConfig};
 use ledger::units::{self, DuplicateDevice, PerDevice};
 use serde::de::{self, MapAccess};
 use serde::Deserialize;
@@ -298,6 +299,7 @@ impl Config {
     pub fn resolve_accounts<'a>(&mut self, admitted: impl IntoIterator<Item = (&'a str, &'a str)>) {
         for team in self.teams.values_mut() {
             team.by_account.clear();
+            team.by_user.clear();
             team.claimed_elsewhere.clear();
         }
         for (tenant, account) in admitted {
@@ -313,6 +315,33 @@ impl Config {
             for (name, team) in self.teams.iter_mut() {
                 if *name == owner {
                     team.by_account.insert(tenant.to_string());
+                } else {
+                    team.claimed_elsewhere.insert(tenant.to_string());
+                }
+            }
+        }
+    }
+
+    /// The team whose `users` names user `uid`: its queued jobs' team.
+    pub fn team_of_user(&self, uid: u32) -> Option<&str> {
+        self.teams.iter().find(|(_, t)| t.names_user(uid)).map(|(name, _)| name.as_str())
+    }
+
+    /// Puts queued jobs' tenants in the teams of their owners: `jobs` is
+    /// each job the monitor's queue holds (admitted, with a tenant) and its
+    /// owner's uid as the monitor read it from the job file. A tenant whose
+    /// owner a team's `users` names joins the governed tenants (with no
+    /// settings of its own: the queue holds its caps) and that team,
+    /// whatever another team's patterns say of its name; one whose owner no
+    /// team names is left as it was. Run after
+    /// [`Config::resolve_accounts`], which starts afresh.
+    pub fn join_queue_tenants<'a>(&mut self, jobs: impl IntoIterator<Item = (&'a str, u32)>) {
+        for (tenant, uid) in jobs {
+            let Some(owner) = self.team_of_user(uid).map(str::to_string) else { continue };
+            self.tenants.entry(tenant.to_string()).or_default();
+            for (name, team) in self.teams.iter_mut() {
+                if *name == owner {
+                    team.by_user.insert(tenant.to_string());
                 } else {
                     team.claimed_elsewhere.insert(tenant.to_string());
                 }
@@ -401,6 +430,8 @@ struct RawTeam {
     tenants: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
     #[serde(default)]
     accounts: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
+    #[serde(default)]
+    users: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
     #[serde(default)]
     memory: Option<toml::Spanned<RawMemory>>,
     #[serde(default)]
@@ -690,19 +721,23 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let span = team.span();
         let raw = team.into_inner();
         let who = format!("team {name}");
-        for (key, list) in [("tenants", &raw.tenants), ("accounts", &raw.accounts)] {
+        for (key, list) in [("tenants", &raw.tenants), ("accounts", &raw.accounts), ("users", &raw.users)] {
             if let Some(list) = list.as_ref().filter(|l| l.get_ref().is_empty()) {
                 return Err(at(
                     list.span(),
-                    format!("{who}: {key} = []: name at least one, like tenants = [\"alice-*\", \"bert\"] or accounts = [\"physics\"]"),
+                    format!(
+                        "{who}: {key} = []: name at least one, like tenants = [\"alice-*\", \"bert\"], accounts = [\"physics\"] \
+                         or users = [\"alice\"]"
+                    ),
                 ));
             }
         }
-        if raw.tenants.is_none() && raw.accounts.is_none() && !account_teams {
+        if raw.tenants.is_none() && raw.accounts.is_none() && raw.users.is_none() && !account_teams {
             return Err(at(
                 span.clone(),
                 format!(
-                    "{who}: it names no members: give tenants = [names or patterns], accounts = [cluster accounts], or both \
+                    "{who}: it names no members: give tenants = [names or patterns], accounts = [cluster accounts], \
+                     users = [Unix users, for their queued jobs], or several \
                      (or set account_teams = true, and the team is its own name's account)"
                 ),
             ));
@@ -717,9 +752,14 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             crate::teams::validate_account(entry.get_ref()).map_err(|e| at(entry.span(), format!("{who}: accounts: {e}")))?;
             accounts.push(MemberPattern { pattern: entry.get_ref().clone(), line: line_column(text, entry.span().start).0 });
         }
+        let mut users = Vec::new();
+        for entry in raw.users.iter().flat_map(|l| l.get_ref()) {
+            let uid = Principal::User.id_of(entry.get_ref()).map_err(|e| at(entry.span(), format!("{who}: users: {e}")))?;
+            users.push(MemberUser { uid, name: entry.get_ref().clone(), line: line_column(text, entry.span().start).0 });
+        }
         let as_tenant = RawTenant { memory: raw.memory, limit: raw.limit, share: raw.share, priority: raw.priority };
         let settings = settings(&who, &as_tenant, &at).map_err(|e| if e.position.is_none() { at(span.clone(), e.message) } else { e })?;
-        teams.insert(name, TeamConfig { members, accounts, settings, ..TeamConfig::default() });
+        teams.insert(name, TeamConfig { members, accounts, users, settings, ..TeamConfig::default() });
     }
     crate::teams::check_disjoint(&teams, |line, message| ConfigError { path: None, position: Some((line, 1)), message })?;
     Ok(Config { on_violation, other_tenants, violation_grace, tenants, priority_ceilings, share_ceilings, teams, account_teams })
@@ -1308,6 +1348,59 @@ mod team_tests {
         // Tenants and accounts are names of different things: a tenant
         // named "physics" and an account "physics" do not overlap.
         parse("[teams.a]\naccounts = [\"physics\"]\n[teams.b]\ntenants = [\"physics\", \"*\"]\n").unwrap();
+    }
+
+    #[test]
+    fn a_team_names_users_and_their_queued_jobs_tenants_join_it() {
+        // Numbers need no lookup; `root` is on every host.
+        let mut config = parse(
+            "[teams.research]\nusers = [\"1001\", \"root\"]\nmemory = \"4GiB\"\n\
+             [teams.batch]\ntenants = [\"queue-*\"]\naccounts = [\"physics\"]\n\
+             [teams.ops]\nusers = [\"1002\"]\n",
+        )
+        .unwrap();
+        let research = &config.teams["research"];
+        assert_eq!(
+            research.users.iter().map(|u| (u.uid, u.name.as_str(), u.line)).collect::<Vec<_>>(),
+            [(1001, "1001", 2), (0, "root", 2)]
+        );
+        assert_eq!(config.team_of_user(1001), Some("research"));
+        assert_eq!(config.team_of_user(0), Some("research"));
+        assert_eq!(config.team_of_user(1002), Some("ops"));
+        assert_eq!(config.team_of_user(1003), None);
+        config.resolve_accounts([]);
+        config.join_queue_tenants([("queue-1", 1001), ("queue-2", 1002), ("queue-3", 1003)]);
+        // The owner's team wins over another team's pattern, and the tenant is governed.
+        assert_eq!(config.team_of("queue-1").unwrap().0, "research");
+        assert!(config.tenants["queue-1"].is_empty(), "no settings of its own: the queue holds its caps");
+        assert_eq!(config.team_of("queue-2").unwrap().0, "ops");
+        assert!(!config.teams["batch"].has("queue-1") && !config.teams["batch"].has("queue-2"));
+        // An owner in no team: left as it was (not governed, in no team).
+        assert!(config.team_of("queue-3").is_none() && !config.tenants.contains_key("queue-3"));
+        // Each round starts afresh: a job no longer held leaves its team.
+        let mut again = parse("[teams.research]\nusers = [\"1001\"]\n").unwrap();
+        again.resolve_accounts([]);
+        again.join_queue_tenants([("queue-1", 1001)]);
+        again.resolve_accounts([]);
+        assert!(!again.teams["research"].has("queue-1"));
+    }
+
+    #[test]
+    fn a_user_two_teams_name_or_an_unknown_user_is_refused_naming_the_line() {
+        let e =
+            parse("[teams.a]\nusers = [\"1001\"]\n[teams.b]\ntenants = [\"x\"]\nusers = [\"7\",\n \"1001\"]\n").unwrap_err().to_string();
+        assert!(e.contains("at most one team") && e.contains("uid 1001"), "{e}");
+        assert!(e.contains("team a") && e.contains("team b") && e.contains("(line 2)") && e.contains("(line 6)"), "{e}");
+        // A name and a number of one user, in one team.
+        let e = parse("[teams.a]\nusers = [\"root\", \"0\"]\n").unwrap_err().to_string();
+        assert!(e.contains("team a names it twice") && e.contains("uid 0"), "{e}");
+        let e = parse("[teams.a]\ntenants = [\"x\"]\nusers = [\"no-such-user-here\"]\n").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("team a: users: no user \"no-such-user-here\" on this host"), "{e}");
+        assert!(e.contains("give a user name it knows or a number"), "{e}");
+        let e = parse("[teams.a]\nusers = []\n").unwrap_err().to_string();
+        assert!(e.contains("users = []: name at least one"), "{e}");
+        // Users alone are members enough.
+        parse("[teams.a]\nusers = [\"1001\"]\n").unwrap();
     }
 
     #[test]

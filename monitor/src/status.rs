@@ -58,6 +58,12 @@ pub fn main(args: StatusArgs) -> Result<ExitCode, Error> {
                 .flatten()
                 .filter_map(|a| Some((a.tenant.as_deref()?, a.labels.get(crate::allocation::ACCOUNT_LABEL)?.as_str())));
             config.resolve_accounts(admitted);
+            // Queued jobs' tenants, in their owners' teams (`users`), as
+            // the monitor's board lists the running jobs and their owners.
+            if let Ok(queue) = crate::queue::view(&view.dir).map(|q| q.jobs) {
+                let running = queue.iter().filter(|j| j.state == crate::queue::store::JobState::Running);
+                config.join_queue_tenants(running.map(|j| (j.tenant.as_str(), j.uid)));
+            }
             Some(Teams { figures: crate::teams::figures(&config, &view.snapshot), by: "by the configuration", members: None })
         }
         // The running monitor's own decision, where it published one.

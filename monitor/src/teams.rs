@@ -21,6 +21,18 @@
 //! can both match one name, is an error when the file is read, and the error
 //! names both entries with their lines.
 //!
+//! `users`: the Unix users (names, or uids as numbers) whose queued jobs
+//! (`gpuslice run --queue`) belong to the team. A queued job's owner is the
+//! owner of its job file as the monitor reads it, never what the job says,
+//! and its tenant (`queue-<id>`) is the team's member while the monitor
+//! holds the job ([`crate::config::Config::join_queue_tenants`]), so its
+//! processes get the team's memory page, compute part and status rows like
+//! any member. The queue starts a job of the team only while the team has
+//! room for it ([`crate::queue::policy`]). A name this host does not know,
+//! or a user two teams name, is an error when the file is read. `users`
+//! says nothing about the user's other tenants: those join teams by
+//! `tenants` or `accounts`.
+//!
 //! `accounts`: a tenant that the monitor's control socket admitted (root or
 //! the monitor's user only: a Slurm Prolog, the DRA plugin) with the label
 //! `account=NAME` belongs to the team that names `NAME`, for as long as the
@@ -69,17 +81,43 @@ pub struct TeamConfig {
     /// Tenants admitted with one of `accounts`, as the monitor's admission
     /// records say ([`crate::config::Config::resolve_accounts`]).
     pub by_account: std::collections::BTreeSet<String>,
-    /// Tenants admitted with an account another team names: no pattern of
-    /// this team claims them.
+    /// Tenants admitted with an account another team names, or queue jobs'
+    /// tenants whose owner another team's `users` names: no pattern of this
+    /// team claims them.
     pub claimed_elsewhere: std::collections::BTreeSet<String>,
+    /// The Unix users whose queued jobs belong to it, as the monitor
+    /// resolved the names when it read the file (the `pattern` field holds
+    /// the entry as written).
+    pub users: Vec<MemberUser>,
+    /// Queued jobs' tenants whose owner `users` names, as the monitor's
+    /// queue records say ([`crate::config::Config::join_queue_tenants`]).
+    pub by_user: std::collections::BTreeSet<String>,
+}
+
+/// One entry of a team's `users`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberUser {
+    /// The user's uid, looked up when the file was read.
+    pub uid: u32,
+    /// The entry as written: a user name or a number.
+    pub name: String,
+    /// 1-based line of the entry in the file.
+    pub line: usize,
 }
 
 impl TeamConfig {
     /// Whether `tenant` belongs to this team: admitted with one of its
-    /// accounts, or named by its patterns and not admitted with an account
-    /// of another team.
+    /// accounts, a queued job's tenant of one of its users, or named by its
+    /// patterns and claimed by no other team in those two ways.
     pub fn has(&self, tenant: &str) -> bool {
-        self.by_account.contains(tenant) || (!self.claimed_elsewhere.contains(tenant) && self.members.iter().any(|m| m.matches(tenant)))
+        self.by_account.contains(tenant)
+            || self.by_user.contains(tenant)
+            || (!self.claimed_elsewhere.contains(tenant) && self.members.iter().any(|m| m.matches(tenant)))
+    }
+
+    /// Whether user `uid` is one of this team's `users`.
+    pub fn names_user(&self, uid: u32) -> bool {
+        self.users.iter().any(|u| u.uid == uid)
     }
 
     /// Whether `account` is one of this team's.
@@ -209,6 +247,23 @@ pub fn check_disjoint(
                 format!(
                     "team {team_b}: {:?} (line {}) and team {team_a}: {:?} (line {}) {how} one tenant; a tenant belongs to at most one team",
                     b.pattern, b.line, a.pattern, a.line
+                ),
+            ));
+        }
+    }
+    let users: Vec<(&str, &MemberUser)> = teams.iter().flat_map(|(team, t)| t.users.iter().map(move |u| (team.as_str(), u))).collect();
+    for (k, (team_a, a)) in users.iter().enumerate() {
+        if let Some((team_b, b)) = users.iter().skip(k + 1).find(|(_, b)| b.uid == a.uid) {
+            let whom = if team_a == team_b {
+                format!("team {team_b} names it twice")
+            } else {
+                "a user's queued jobs belong to at most one team".into()
+            };
+            return Err(at_line(
+                b.line,
+                format!(
+                    "team {team_b}: user {:?} (line {}) and team {team_a}: user {:?} (line {}) are both uid {}; {whom}",
+                    b.name, b.line, a.name, a.line, a.uid
                 ),
             ));
         }

@@ -399,6 +399,8 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         let requests = control.as_ref().map(|c| c.take()).unwrap_or_default();
         let decided: Vec<_> = requests.into_iter().map(|p| (allocations.decide(&p.request, &config, gpus.as_deref()), p)).collect();
         governed = allocations.effective(&config);
+        // Queued jobs' tenants in their owners' teams, by the monitor's own records.
+        queue_state.join_teams(&mut governed);
         ledgers.set_configured(governed.tenants.keys());
         allocations.guard_names(&mut ledgers);
         let config = &governed;
@@ -446,7 +448,12 @@ fn run(args: MonitorArgs) -> Result<ExitCode, Error> {
         violation_state.check(&snap, config, &policy_state, &overhead_state, Instant::now(), &mut counters);
         overhead_state.publish(&snap, &ledgers);
         counters.unattributed_bytes = audit_state.check(refs.iter().copied());
-        (counters.queue, counters.committed_bytes) = queue_state.round(config, &policy_state, &snap, gpus.as_deref());
+        (counters.queue, counters.committed_bytes) = queue_state.round(config, &policy_state, &snap, gpus.as_deref(), |joined| {
+            // A job of a team was admitted: the arbiter learns its tenant's
+            // team before the job may run, so that its processes get the
+            // team's page when they join a device.
+            compute::share_with_arbiter(&arbiter_shared, joined, &dir, gpus.as_deref(), gpu_reader.is_some())
+        });
         if let Some(reader) = gpu_reader.as_ref().filter(|_| snap.nvml) {
             // Names do not change while the host runs: asked once per device.
             for device in &gpus_named(&snap, &counters.device_names) {

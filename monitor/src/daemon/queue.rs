@@ -15,7 +15,8 @@
 //! 3. counts what is committed per device from what it holds itself: what
 //!    it gave each admitted job, the cap it holds for every other tenant
 //!    with a live process ([`PolicyState::cap_for`]), and memory NVML sees
-//!    used by processes outside every tenant;
+//!    used by processes outside every tenant; and per team and device
+//!    ([`QueueState::team_rooms`], below);
 //! 4. admits what fits ([`policy::look`]), first making each admitted
 //!    job's tenant ledger, for its owner, with the job's cap on its devices
 //!    and 0 on the others, and notes why each other job waits ("GPU 0:
@@ -24,6 +25,30 @@
 //! 5. publishes the board, when it changed, and keeps its admitted jobs in
 //!    `<dir>/.monitor/queue.json`, so a restarted monitor keeps counting
 //!    them.
+//!
+//! **Teams.** A job's team is the one whose `users` names its owner (the
+//! job file's owner as the kernel says: [`Config::team_of_user`]); nothing
+//! the job writes names it. While the monitor holds the job, its tenant is
+//! that team's member ([`QueueState::join_teams`], which the main loop
+//! applies to its effective configuration each round), and when a round
+//! admits such a job, the caller is handed the configuration with the new
+//! member *before* the board says the job may run, so that the arbiter
+//! knows the team when the job's first process joins a device and hands it
+//! the team's memory page. A job larger than its team's quota on every
+//! device is refused like one larger than every device.
+//!
+//! What a team has committed on a device, for the policy's team check, is
+//! the sum of: what the monitor gave each admitted job of the team there
+//! (its cap, or the whole device), and for every other member with a live
+//! process, the largest of the cap the monitor holds for it there (where
+//! it holds something, as for a device's commitment), what its ledger says
+//! it holds, and what NVML sees its processes use there. The cap and NVML's
+//! figure are the monitor's own; the ledger is the member's. A member that
+//! writes less in its ledger than it holds is still counted at its cap and
+//! at what the driver reports; one that writes more only holds back its own
+//! team's jobs. Neither moves another team's jobs or any device's room,
+//! which are counted as above without teams; and the team's quota itself is
+//! held at allocation by its page, whatever the queue counted.
 //!
 //! Before the policy of each round, [`QueueState::enforce_caps`] writes
 //! each admitted job's caps back over any higher value its tenant put in
@@ -40,7 +65,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::QueueFigures;
 use crate::nvml::{any_uuid_bytes, uuid_string, GpuInfo};
-use crate::queue::policy::{self, Ask, DeviceRoom, Request};
+use crate::queue::policy::{self, Ask, DeviceRoom, Request, TeamDevice, TeamRoom};
 use crate::queue::store::{self, Board, Job, JobState, Queue, Refusal};
 use crate::snapshot::Snapshot;
 use ledger::{FileAccess, Ledger, PolicySource, UNLIMITED};
@@ -199,6 +224,12 @@ impl QueueState {
         self.admitted.values().map(|record| (record.job.tenant.clone(), record.committed_bytes.clone())).collect()
     }
 
+    /// Puts each admitted job's tenant in the team whose `users` names
+    /// the job's owner (see the module docs).
+    pub fn join_teams(&self, config: &mut Config) {
+        config.join_queue_tenants(self.admitted.values().map(|r| (r.job.tenant.as_str(), r.job.uid)));
+    }
+
     pub fn enforce_caps(&mut self) {
         for record in self.admitted.values() {
             let tenant = &record.job.tenant;
@@ -231,18 +262,28 @@ impl QueueState {
 
     /// One round: see the module docs. Returns the figures for `/metrics`
     /// and the memory committed per device UUID.
+    /// `joined` is called with `config` and the queued jobs' tenants in
+    /// their teams ([`QueueState::join_teams`]) when a job of a team was
+    /// admitted, before the board that lets it run is written.
     pub fn round(
         &mut self,
         config: &Config,
         policy: &PolicyState,
         snapshot: &Snapshot,
         gpus: Option<&[GpuInfo]>,
+        joined: impl FnOnce(&Config),
     ) -> (QueueFigures, HashMap<String, u64>) {
         self.scan(config, gpus);
         let mut changed = self.expire(snapshot);
         let committed = self.committed(config, policy, snapshot, gpus);
         if let Some(gpus) = gpus {
-            changed |= self.admit(gpus, &committed, snapshot);
+            let started = self.admit(config, policy, gpus, &committed, snapshot);
+            if started.iter().any(|key| self.admitted.get(key).is_some_and(|r| r.job.team.is_some())) {
+                let mut with_members = config.clone();
+                self.join_teams(&mut with_members);
+                joined(&with_members);
+            }
+            changed |= !started.is_empty();
         }
         if changed {
             self.keep();
@@ -280,10 +321,15 @@ impl QueueState {
                 Err(e) => self.warn_once(format!("queue file {}: {e}; skipped", path.display())),
             }
         }
+        // The team of each admitted job's owner, by this configuration.
+        for record in self.admitted.values_mut() {
+            record.job.team = config.team_of_user(record.job.uid).map(str::to_string);
+        }
         // Checked against this configuration; a job refused stays refused.
         // Each owner's groups are looked up once a round.
         let mut groups: HashMap<u32, Vec<u32>> = HashMap::new();
         for tracked in self.tracked.values_mut().filter(|t| t.refused.is_none()) {
+            tracked.job.team = config.team_of_user(tracked.job.uid).map(str::to_string);
             let gids = groups.entry(tracked.job.uid).or_insert_with(|| crate::host::groups_of(tracked.job.uid));
             if let Err(why) = check_request(&tracked.job, gids, config, gpus, self.overcommit) {
                 log::info(&format!("queue job {} (uid {}) refused: {why}", tracked.job.id, tracked.job.uid));
@@ -319,6 +365,7 @@ impl QueueState {
             command: store::shown_command(&request.command),
             inode: meta.ino(),
             reason: None,
+            team: None,
         };
         self.next_arrival += 1;
         Ok(Some(Tracked { file, job, arrival: self.next_arrival, refused: None, reason: None }))
@@ -413,38 +460,152 @@ impl QueueState {
         requests
     }
 
-    /// Starts what fits, and notes why each other job waits; whether
-    /// anything started.
-    fn admit(&mut self, gpus: &[GpuInfo], committed: &HashMap<String, u64>, snapshot: &Snapshot) -> bool {
+    /// Starts what fits, and notes why each other job waits; the jobs
+    /// that started.
+    fn admit(
+        &mut self,
+        config: &Config,
+        policy: &PolicyState,
+        gpus: &[GpuInfo],
+        committed: &HashMap<String, u64>,
+        snapshot: &Snapshot,
+    ) -> Vec<JobKey> {
         let rooms = crate::queue::rooms(gpus, self.overcommit, committed);
-        let requests = self.requests();
+        let teams = self.team_rooms(config, policy, snapshot, gpus, &rooms);
+        let mut requests = self.requests();
+        for (request, key) in &mut requests {
+            let team = self.tracked.get(key).and_then(|t| t.job.team.as_deref());
+            request.team = team.and_then(|name| teams.iter().position(|t| t.name == name));
+        }
         let by_arrival: HashMap<u64, JobKey> = requests.iter().map(|(r, key)| (r.id, *key)).collect();
         let plain: Vec<Request> = requests.into_iter().map(|(r, _)| r).collect();
-        let look = policy::look(&rooms, &plain);
+        let look = policy::look(&rooms, &teams, &plain);
         for (arrival, wait) in &look.waiting {
-            let reason = self.describe(wait, &rooms, gpus, &by_arrival);
+            let reason = self.describe(wait, &rooms, &teams, gpus, &by_arrival);
             if let Some(tracked) = by_arrival.get(arrival).and_then(|key| self.tracked.get_mut(key)) {
                 tracked.reason = Some(reason);
             }
         }
-        let mut started = false;
+        let mut started = Vec::new();
         for admission in look.admitted {
             let Some(key) = by_arrival.get(&admission.id).copied() else { continue };
-            started |= self.start(key, admission.devices, &rooms, gpus, snapshot);
+            if self.start(key, admission.devices, &rooms, gpus, snapshot) {
+                started.push(key);
+            }
         }
         started
     }
 
+    /// Each team of `config` on each of `rooms`' devices: its quota there
+    /// and what it has committed there (see the module docs), by the
+    /// monitor's own figures.
+    fn team_rooms(
+        &self,
+        config: &Config,
+        policy: &PolicyState,
+        snapshot: &Snapshot,
+        gpus: &[GpuInfo],
+        rooms: &[DeviceRoom],
+    ) -> Vec<TeamRoom> {
+        if config.teams.is_empty() {
+            return Vec::new();
+        }
+        let raw: Vec<Option<[u8; 16]>> = rooms.iter().map(|r| any_uuid_bytes(&r.uuid)).collect();
+        let device_of = |uuid: &str| any_uuid_bytes(uuid).and_then(|u| raw.iter().position(|r| *r == Some(u)));
+        let host_index = |uuid: &str| gpus.iter().find(|g| g.uuid == uuid).map(|g| g.index);
+        let mut teams: Vec<TeamRoom> = config
+            .teams
+            .iter()
+            .map(|(name, team)| TeamRoom {
+                name: name.clone(),
+                devices: rooms
+                    .iter()
+                    .map(|r| TeamDevice { quota_bytes: team.settings.memory_for(&r.uuid, host_index(&r.uuid)), committed_bytes: 0 })
+                    .collect(),
+            })
+            .collect();
+        let mut add = |team: &str, uuid: &str, bytes: u64| {
+            let (Some(team), Some(device)) = (teams.iter_mut().find(|t| t.name == team), device_of(uuid)) else { return };
+            let entry = &mut team.devices[device].committed_bytes;
+            *entry = entry.saturating_add(bytes);
+        };
+        for record in self.admitted.values() {
+            let Some(team) = config.team_of_user(record.job.uid) else { continue };
+            for (uuid, bytes) in &record.committed_bytes {
+                add(team, uuid, *bytes);
+            }
+        }
+        let admitted_tenants: HashSet<&str> = self.admitted.values().map(|r| r.job.tenant.as_str()).collect();
+        let members = snapshot
+            .tenants
+            .iter()
+            .filter(|t| t.processes.iter().any(|p| p.alive) && !admitted_tenants.contains(t.name.as_str()))
+            .filter_map(|t| Some((t, config.team_of(&t.name)?.0)));
+        for (tenant, team) in members {
+            for device in &tenant.devices {
+                let Some(uuid_raw) = any_uuid_bytes(&device.uuid) else { continue };
+                let index = gpus.iter().find(|g| any_uuid_bytes(&g.uuid) == Some(uuid_raw)).map(|g| g.index);
+                let cap = crate::queue::commits_on(device)
+                    .then(|| policy.cap_for(config, &tenant.name, &device.uuid, index))
+                    .flatten()
+                    .filter(|c| *c != UNLIMITED)
+                    .unwrap_or(0);
+                let held = cap.max(device.memory_used_bytes).max(device.driver_memory_used_bytes.unwrap_or(0));
+                add(team, &device.uuid, held);
+            }
+        }
+        teams
+    }
+
     /// Why a job waits, for people: "GPU 0: 1.0 GiB free of 2.0 GiB
     /// asked", "behind job 3 (priority 5)".
-    fn describe(&self, wait: &policy::Wait, rooms: &[DeviceRoom], gpus: &[GpuInfo], by_arrival: &HashMap<u64, JobKey>) -> String {
+    fn describe(
+        &self,
+        wait: &policy::Wait,
+        rooms: &[DeviceRoom],
+        teams: &[TeamRoom],
+        gpus: &[GpuInfo],
+        by_arrival: &HashMap<u64, JobKey>,
+    ) -> String {
+        let name = |index: usize| rooms.get(index).map_or_else(|| "a GPU".to_string(), |r| device_label(&r.uuid, gpus));
+        let size = crate::text::human_bytes;
         match wait {
+            policy::Wait::Team { team, devices, gpus: wanted, ask } => {
+                let team = teams.get(*team).map_or("?", |t| t.name.as_str());
+                let asked = |short: &policy::TeamShort| match ask {
+                    Ask::Bytes(bytes) => format!("{} asked", size(*bytes)),
+                    Ask::WholeDevice => format!("the whole GPU ({}) asked, no --memory", size(short.asked_bytes)),
+                };
+                match (&devices[..], *wanted) {
+                    ([short], 1) => format!(
+                        "team {team}: {} of its {} quota committed on {}, {}",
+                        size(short.committed_bytes),
+                        size(short.quota_bytes),
+                        name(short.device),
+                        asked(short)
+                    ),
+                    _ => {
+                        let each: Vec<String> = devices
+                            .iter()
+                            .map(|s| {
+                                format!("{}: {} of its {} quota committed", name(s.device), size(s.committed_bytes), size(s.quota_bytes))
+                            })
+                            .collect();
+                        let have = wanted.saturating_sub(devices.len() as u32);
+                        let verb = if have == 1 { "has" } else { "have" };
+                        let per = match ask {
+                            Ask::Bytes(bytes) => size(*bytes),
+                            Ask::WholeDevice => "a whole GPU".to_string(),
+                        };
+                        format!("team {team} needs room for {per} on {wanted} GPUs, {have} {verb} it; {}", each.join("; "))
+                    }
+                }
+            }
             policy::Wait::Behind(arrival) => match by_arrival.get(arrival).and_then(|key| self.tracked.get(key)) {
                 Some(ahead) => format!("behind job {} (priority {})", ahead.job.id, ahead.job.priority),
                 None => "behind an earlier job".to_string(),
             },
             policy::Wait::Short { devices, gpus: wanted, ask } => {
-                let name = |index: usize| rooms.get(index).map_or_else(|| "a GPU".to_string(), |r| device_label(&r.uuid, gpus));
                 let each: Vec<String> = devices
                     .iter()
                     .map(|short| match ask {
@@ -633,6 +794,8 @@ fn request_of(job: &Job, arrival: u64) -> Request {
         gpus: job.gpus,
         ask: job.memory_bytes.map_or(Ask::WholeDevice, Ask::Bytes),
         placement: job.placement,
+        // Set by the caller, which knows the teams' order.
+        team: None,
     }
 }
 
@@ -663,6 +826,21 @@ fn check_request(job: &Job, gids: &[u32], config: &Config, gpus: Option<&[GpuInf
         let ask = job.memory_bytes.map_or(Ask::WholeDevice, Ask::Bytes);
         if let Some(why) = policy::never_fits(&empty, job.gpus, ask) {
             return Err(format!("it can never start on this host: {why}"));
+        }
+        if let Some((name, team)) = config.team_of_user(job.uid).and_then(|name| Some((name, config.teams.get(name)?))) {
+            let quotas = TeamRoom {
+                name: name.to_string(),
+                devices: empty
+                    .iter()
+                    .map(|r| {
+                        let index = gpus.iter().find(|g| g.uuid == r.uuid).map(|g| g.index);
+                        TeamDevice { quota_bytes: team.settings.memory_for(&r.uuid, index), committed_bytes: 0 }
+                    })
+                    .collect(),
+            };
+            if let Some(why) = policy::never_fits_in_team(&empty, &quotas, job.gpus, ask) {
+                return Err(format!("it can never start on this host: {why}"));
+            }
         }
     }
     Ok(())
@@ -728,6 +906,7 @@ mod tests {
             command: vec![],
             inode: 0,
             reason: None,
+            team: None,
         }
     }
 
@@ -785,6 +964,63 @@ mod tests {
         {
             assert!(check_request(&bad, &[], &config, None, 1.0).unwrap_err().contains(says));
         }
+    }
+
+    /// What team `lab` (a queued job of its user uid 1001, and the
+    /// configured tenant `team-a` with a live process) has committed on the
+    /// one device, and team `ops` beside it; `team-a` shows `ledger` bytes
+    /// in its ledger and `driver` bytes by NVML. Then what the device has
+    /// committed, as the queue counts it without teams.
+    fn team_commitments(ledger: u64, driver: u64) -> (Vec<(String, u64, Option<u64>)>, u64) {
+        const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
+        let gib = 1u64 << 30;
+        let config = crate::config::parse(
+            "[teams.lab]\nusers = [\"1001\"]\ntenants = [\"team-*\"]\nmemory = \"4GiB\"\n[teams.ops]\nusers = [\"1002\"]\n\
+             [tenants.team-a]\n",
+        )
+        .unwrap();
+        let gpus = [GpuInfo { uuid: UUID.into(), index: 0, total_bytes: 8 * gib, ..GpuInfo::default() }];
+        let mut state = state();
+        let mut queued = job(1, 0, 0, Some(1));
+        queued.devices = vec![UUID.into()];
+        state
+            .admitted
+            .insert((1, 1), Admitted { job: queued, committed_bytes: [(UUID.to_string(), gib)].into(), ledger_inode: 0, file: None });
+        let live = crate::snapshot::ProcessView {
+            pid: 7,
+            ns_pid: 7,
+            slot: 0,
+            alive: true,
+            confirmed: true,
+            memory_used_bytes: ledger,
+            driver_memory_used_bytes: Some(driver),
+            sm_utilization_ratio: None,
+            start_time_ticks: 1,
+            devices: vec![],
+        };
+        let device =
+            crate::snapshot::TenantDeviceView { uuid: UUID.into(), ..crate::snapshot::fixtures::tenant_device(ledger, None, Some(driver)) };
+        let snapshot = crate::snapshot::fixtures::one_tenant(true, device, vec![live]);
+        let rooms = crate::queue::rooms(&gpus, 1.0, &HashMap::new());
+        let teams = state.team_rooms(&config, &PolicyState::default(), &snapshot, &gpus, &rooms);
+        let device = state.committed(&config, &PolicyState::default(), &snapshot, Some(&gpus)).get(UUID).copied().unwrap_or(0);
+        (teams.into_iter().map(|t| (t.name, t.devices[0].committed_bytes, t.devices[0].quota_bytes)).collect(), device)
+    }
+
+    #[test]
+    fn a_teams_commitment_is_its_queue_jobs_and_its_members_at_the_monitors_figures() {
+        let gib = 1u64 << 30;
+        // The queued job's 1 GiB, and the member's 2 GiB as its ledger and NVML agree.
+        let honest = team_commitments(2 * gib, 2 * gib);
+        assert_eq!(honest.0, [("lab".into(), 3 * gib, Some(4 * gib)), ("ops".into(), 0, None)]);
+        // A member that writes less in its ledger than it holds is counted at what NVML sees.
+        assert_eq!(team_commitments(0, 2 * gib).0[0].1, 3 * gib);
+        // One that writes more holds back its own team's jobs only: team
+        // ops, and the device's commitment (the queued job's cap; team-a
+        // has none), are unmoved.
+        let inflated = team_commitments(6 * gib, 2 * gib);
+        assert_eq!(inflated.0, [("lab".into(), 7 * gib, Some(4 * gib)), ("ops".into(), 0, None)]);
+        assert_eq!((honest.1, inflated.1), (gib, gib));
     }
 
     #[test]

@@ -33,6 +33,11 @@
 //! `GPUSLICE_QUEUE_OVERCOMMIT` in the monitor's environment (a ratio from
 //! 1 to 10, like `1.5`) lets every device count for that much more.
 //!
+//! **Teams**: a job whose owner a team's `users` names is that team's,
+//! starts only within the team's memory quota on its devices, and runs as
+//! a member of the team ([`policy`] for the rule, `daemon/queue.rs` for
+//! what a team has committed).
+//!
 //! **What a job gets**: `CUDA_VISIBLE_DEVICES` set to its devices' UUIDs
 //! (an inherited value is replaced: the queue chooses among every GPU NVML
 //! lists), `GPUSLICE_MEMORY_LIMIT` set to `--memory`, and a tenant of its

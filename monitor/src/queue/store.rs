@@ -98,6 +98,10 @@ pub struct Job {
     /// behind). Never read from a job file.
     #[serde(default)]
     pub reason: Option<String>,
+    /// On the board: the team whose `users` names the owner, by the
+    /// monitor's configuration. Never read from a job file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// A job the monitor refused, and why (one line).
@@ -526,6 +530,7 @@ mod tests {
             command: vec!["true".into()],
             inode: 0,
             reason: None,
+            team: None,
         }
     }
 

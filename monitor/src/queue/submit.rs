@@ -186,6 +186,7 @@ fn new_job(submission: &Submission, command: &[String]) -> Job {
         command: store::shown_command(command),
         inode: 0,
         reason: None,
+        team: None,
     }
 }
 
