@@ -39,9 +39,11 @@ macro_rules! function_table {
                 let symbols = crate::symbols::Table::of(handle);
                 Self {
                     $($name: {
-                        // The name is checked when the shim is compiled.
+                        // The name is checked, and hashed, when the shim is
+                        // compiled.
                         const NAME: &core::ffi::CStr = cstr(concat!(stringify!($name), "\0"));
-                        let found = find(symbols.as_ref(), handle, NAME);
+                        const HASH: u32 = crate::symbols::gnu_hash(stringify!($name).as_bytes());
+                        let found = find(symbols.as_ref(), handle, NAME, HASH);
                         if found.is_null() {
                             None
                         } else {
@@ -60,8 +62,8 @@ macro_rules! function_table {
 
 /// `name` in the library `handle`: from its own symbol table where that
 /// answers (one hash lookup), else from the real `dlsym`.
-fn find(symbols: Option<&crate::symbols::Table>, handle: *mut c_void, name: &core::ffi::CStr) -> *mut c_void {
-    match symbols.map(|t| t.find(name)) {
+fn find(symbols: Option<&crate::symbols::Table>, handle: *mut c_void, name: &core::ffi::CStr, hash: u32) -> *mut c_void {
+    match symbols.map(|t| t.find_hashed(name, hash)) {
         Some(crate::symbols::Found::At(address)) => address,
         _ => ffi::lookup(handle, name),
     }

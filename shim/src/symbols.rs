@@ -109,6 +109,7 @@ impl Table {
         };
         let (mut hash, mut symtab, mut strtab, mut versym) = (0, 0, 0, 0);
         let mut entry = map.l_ld;
+        let mut terminated = false;
         for _ in 0..MAX_DYNAMIC_ENTRIES {
             if entry.is_null() {
                 return None;
@@ -117,7 +118,10 @@ impl Table {
             // to its DT_NULL terminator.
             let (tag, value) = unsafe { ((*entry).d_tag, (*entry).d_val) };
             match tag {
-                DT_NULL => break,
+                DT_NULL => {
+                    terminated = true;
+                    break;
+                }
                 DT_GNU_HASH => hash = address(value),
                 DT_SYMTAB => symtab = address(value),
                 DT_STRTAB => strtab = address(value),
@@ -127,7 +131,7 @@ impl Table {
             // SAFETY: still inside the section: this entry was not DT_NULL.
             entry = unsafe { entry.add(1) };
         }
-        if hash == 0 || symtab == 0 || strtab == 0 {
+        if !terminated || hash == 0 || symtab == 0 || strtab == 0 {
             return None;
         }
         let header = hash as *const u32;
@@ -159,9 +163,15 @@ impl Table {
     }
 
     /// What the library itself defines under `name`.
+    #[cfg(test)]
     pub fn find(&self, name: &CStr) -> Found {
+        self.find_hashed(name, gnu_hash(name.to_bytes()))
+    }
+
+    /// What the library itself defines under `name`, whose [`gnu_hash`] is
+    /// `hash` (computed when the shim is compiled, for the names it knows).
+    pub fn find_hashed(&self, name: &CStr, hash: u32) -> Found {
         let wanted = name.to_bytes();
-        let hash = gnu_hash(wanted);
         let bits = u64::BITS;
         // SAFETY: the index is below the Bloom filter's word count.
         let word = unsafe { *self.bloom.add(((hash / bits) % self.bloom_words) as usize) };
@@ -229,8 +239,14 @@ impl Table {
 }
 
 /// The GNU hash of a symbol name (`dl_new_hash`).
-fn gnu_hash(name: &[u8]) -> u32 {
-    name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(u32::from(c)))
+pub const fn gnu_hash(name: &[u8]) -> u32 {
+    let mut hash = 5381u32;
+    let mut rest = name;
+    while let [byte, tail @ ..] = rest {
+        hash = hash.wrapping_mul(33).wrapping_add(*byte as u32);
+        rest = tail;
+    }
+    hash
 }
 
 #[cfg(test)]
