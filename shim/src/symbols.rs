@@ -86,6 +86,10 @@ impl Table {
     /// The tables of the library `handle` (from `dlopen`); `None` when the
     /// loader does not say where it is or it has no GNU hash table.
     pub fn of(handle: *mut c_void) -> Option<Table> {
+        // The layouts here are ELF64's (a Bloom word is 64 bits there).
+        if cfg!(not(target_pointer_width = "64")) {
+            return None;
+        }
         let mut map: *const LinkMap = core::ptr::null();
         // SAFETY: RTLD_DI_LINKMAP writes one pointer to `map`, a live local;
         // `handle` came from dlopen.
