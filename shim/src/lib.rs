@@ -70,6 +70,7 @@ mod overhead;
 pub mod placement;
 pub mod procaddr;
 mod real;
+mod symbols;
 mod thread;
 
 /// A symbol only this library exports, by which `gpuslice run` finds out,

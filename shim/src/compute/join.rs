@@ -29,9 +29,12 @@ pub fn start(rt: &'static Runtime) {
 }
 
 /// Joins the device of `cu_device` if this process has not yet (after a
-/// context was made there; the first launch comes after), starting the
-/// helper first: it answers the monitor on a joined seat and asks again for
-/// one that could not join.
+/// context was made there; the first launch comes after), then starts the
+/// helper if it is not running yet: it answers the monitor on a joined seat
+/// and asks again for one that could not join. Started after the join, its
+/// first look already finds the seat: the join need not wake it (a wake-up
+/// and a second `ppoll` of a thread that has only just started), and what
+/// the monitor sends meanwhile waits in the connection for that look.
 pub fn join_device(rt: &'static Runtime, cu_device: abi::cuda::CUdevice) {
     let Some(config) = crate::config() else { return };
     let Some(device) = rt.device_by_handle(cu_device) else { return };
@@ -39,8 +42,9 @@ pub fn join_device(rt: &'static Runtime, cu_device: abi::cuda::CUdevice) {
         return;
     }
     let Some(seat) = gate::seat_for(device.ledger_index) else { return };
+    let joined = join_one(rt, seat, device, &config.dir);
     super::helper::start(rt);
-    match join_one(rt, seat, device, &config.dir) {
+    match joined {
         Ok(()) => super::refresh_mode(rt),
         Err(JoinError::Refused(why, e)) if holds_back(why) => {
             seat.refuse(ledger::compute::monotonic_ns());
