@@ -267,6 +267,47 @@ mod tests {
         assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
     }
 
+    /// The test library's C source: `names` as functions returning their
+    /// index, an object, an indirect function, a function that refers to
+    /// libc's `getenv`, and `extra`.
+    fn library_source(names: &[String], extra: &str) -> String {
+        let mut source = String::from("#include <stdlib.h>\nint data_object = 7;\n");
+        for (i, name) in names.iter().enumerate() {
+            source.push_str(&format!("int {name}(void) {{ return {i}; }}\n"));
+        }
+        source.push_str("static int chosen(void) { return 1; }\n");
+        source.push_str("static void *pick(void) { return (void *)chosen; }\n");
+        source.push_str("int indirect(void) __attribute__((ifunc(\"pick\")));\n");
+        source.push_str("int uses_getenv(void) { return getenv(\"X\") != 0; }\n");
+        source.push_str(extra);
+        source
+    }
+
+    /// Builds `source` with gcc in `dir` (with `version_script`, if any)
+    /// and opens it.
+    fn build_library(dir: &std::path::Path, source: &str, version_script: Option<&str>) -> *mut core::ffi::c_void {
+        std::fs::create_dir_all(dir).unwrap();
+        let c = dir.join("lib.c");
+        std::fs::write(&c, source).unwrap();
+        let so = dir.join("libsymbols.so");
+        let mut gcc = std::process::Command::new("gcc");
+        gcc.args(["-shared", "-fPIC", "-O1", "-o"]).arg(&so).arg(&c);
+        if let Some(script) = version_script {
+            let map = dir.join("lib.map");
+            std::fs::write(&map, script).unwrap();
+            gcc.arg(format!("-Wl,--version-script={}", map.display()));
+        }
+        assert!(gcc.status().expect("cannot run gcc").success(), "gcc failed");
+        let path = CString::new(so.to_str().unwrap()).unwrap();
+        let handle = crate::ffi::open_library(&path);
+        assert!(!handle.is_null(), "dlopen failed");
+        handle
+    }
+
+    fn function_names() -> Vec<String> {
+        (0..300).map(|i| format!("cuFunction{i}_v{}", i % 4)).collect()
+    }
+
     /// A library built here with gcc: unversioned functions and an object,
     /// many names (so chains hold several), an undefined reference, an
     /// indirect function and a versioned symbol. The table answers exactly
@@ -275,33 +316,9 @@ mod tests {
     #[test]
     fn answers_what_dlsym_answers() {
         let dir = std::env::temp_dir().join(format!("gpuslice-symbols-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut source = String::from("#include <stdlib.h>\nint data_object = 7;\n");
-        let names: Vec<String> = (0..300).map(|i| format!("cuFunction{i}_v{}", i % 4)).collect();
-        for (i, name) in names.iter().enumerate() {
-            source.push_str(&format!("int {name}(void) {{ return {i}; }}\n"));
-        }
-        source.push_str("static int chosen(void) { return 1; }\n");
-        source.push_str("static void *pick(void) { return (void *)chosen; }\n");
-        source.push_str("int indirect(void) __attribute__((ifunc(\"pick\")));\n");
-        source.push_str("int uses_getenv(void) { return getenv(\"X\") != 0; }\n");
-        source.push_str("int versioned(void) { return 3; }\n");
-        let c = dir.join("lib.c");
-        std::fs::write(&c, source).unwrap();
-        let map = dir.join("lib.map");
-        std::fs::write(&map, "V1 { global: versioned; };\nV0 { global: *; };\n").unwrap();
-        let so = dir.join("libsymbols.so");
-        let status = std::process::Command::new("gcc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&so)
-            .arg(&c)
-            .arg(format!("-Wl,--version-script={}", map.display()))
-            .status()
-            .expect("cannot run gcc");
-        assert!(status.success(), "gcc failed");
-        let path = CString::new(so.to_str().unwrap()).unwrap();
-        let handle = crate::ffi::open_library(&path);
-        assert!(!handle.is_null(), "dlopen failed");
+        let names = function_names();
+        let source = library_source(&names, "int versioned(void) { return 3; }\n");
+        let handle = build_library(&dir, &source, Some("V1 { global: versioned; };\nV0 { global: *; };\n"));
         // Versioned throughout: every answer is `dlsym`'s.
         let table = Table::of(handle).expect("no table");
         let mut found = 0;
@@ -324,25 +341,8 @@ mod tests {
     #[test]
     fn unversioned_library_is_answered_in_full() {
         let dir = std::env::temp_dir().join(format!("gpuslice-symbols-unversioned-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut source = String::from("#include <stdlib.h>\nint data_object = 7;\n");
-        let names: Vec<String> = (0..300).map(|i| format!("cuFunction{i}_v{}", i % 4)).collect();
-        for (i, name) in names.iter().enumerate() {
-            source.push_str(&format!("int {name}(void) {{ return {i}; }}\n"));
-        }
-        source.push_str("static int chosen(void) { return 1; }\n");
-        source.push_str("static void *pick(void) { return (void *)chosen; }\n");
-        source.push_str("int indirect(void) __attribute__((ifunc(\"pick\")));\n");
-        source.push_str("int uses_getenv(void) { return getenv(\"X\") != 0; }\n");
-        let c = dir.join("lib.c");
-        std::fs::write(&c, source).unwrap();
-        let so = dir.join("libsymbols.so");
-        let status =
-            std::process::Command::new("gcc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&so).arg(&c).status().expect("cannot run gcc");
-        assert!(status.success(), "gcc failed");
-        let path = CString::new(so.to_str().unwrap()).unwrap();
-        let handle = crate::ffi::open_library(&path);
-        assert!(!handle.is_null(), "dlopen failed");
+        let names = function_names();
+        let handle = build_library(&dir, &library_source(&names, ""), None);
         let table = Table::of(handle).expect("no table");
         for name in names.iter().map(String::as_str).chain(["data_object", "uses_getenv"]) {
             let cname = CString::new(name).unwrap();
