@@ -64,12 +64,26 @@ fn check(what: &str, small: Load, large: Load) {
 
 /// [`check`] with its own tolerance: the aim is 2 points; the test allows
 /// one more for a loaded two-core machine (the benchmark quotes figures).
+///
+/// How busy the device stays is a speed figure, and the fairness benchmark
+/// measures it on a release build (`cargo bench --bench fairness`, "device
+/// busy"; docs/compute.md). Here, in the unoptimised build on two cores,
+/// it is mostly the build and the machine: the 1 ms loop gave 43 % to 76 %
+/// busy in nine runs of one day (62 % in a CI run), the release build 50 %
+/// to 84 % in this test and 88 % to 91 % by hand; the lowest of both came
+/// in slow spells of the machine (a pipe round trip between two cores of
+/// 28 µs instead of 13). So the test holds it only to [`MIN_BUSY`].
 fn check_within(what: &str, small: Load, large: Load, within: f64) {
     let (part, busy) = split(small, large);
     eprintln!("{what}: shares 25 / 75 got {:.1} / {:.1}, device busy {:.1} %", 100.0 * part, 100.0 * (1.0 - part), 100.0 * busy);
     assert!((part - 0.25).abs() <= within, "{what}: 25 / 75 got {:.3} / {:.3}", part, 1.0 - part);
-    assert!(busy > 0.75, "{what}: the device was busy only {busy:.3} of the time");
+    assert!(busy > MIN_BUSY, "{what}: the device was busy only {busy:.3} of the time");
 }
+
+/// The least part of the time the device must be busy in
+/// [`check_within`]'s loops: below every run of them measured (0.43, in a
+/// slow spell), so that it catches turns that stall, not a slow machine.
+const MIN_BUSY: f64 = 0.4;
 
 const fn steps(per_step: u32, host_us: u32) -> Load {
     Load { per_step: Some(per_step), host_us }
