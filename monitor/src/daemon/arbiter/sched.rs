@@ -29,7 +29,12 @@
 //! higher priority is owed time (its virtual time is not ahead of the
 //! holder's), or a member that began to wait during the turn is owed more
 //! than [`OWED_LEAD_NS`] (the holder's virtual time is that far ahead of
-//! the waiter's), or the holder's limit budget ran out.
+//! the waiter's), or the holder's limit budget ran out. A holder whose
+//! quantum is over while its virtual time is still behind every waiter's
+//! keeps the device for another quantum: it would be granted again at
+//! once, and a hand-over to itself drains its queue and wakes it for
+//! nothing (a member of weight 90 beside one of 10 did that at nine
+//! quanta in ten, paying for each out of its share).
 //!
 //! The owed rule is how a member that pauses for its own synchronisation
 //! keeps its place. A training loop goes idle at every `loss.item()`; its
@@ -876,7 +881,23 @@ impl DeviceSched {
                     && self.owed_waiter(m).is_some_and(|w| self.member(w).is_some_and(|x| x.vtime.saturating_add(lead) <= my_vtime));
                 let preempted = preemptor.is_some() || owed;
                 let quantum_over = now_ns.saturating_sub(since_ns) >= QUANTUM_NS;
-                if out_of_budget || (waiter.is_some() && (quantum_over || idle || preempted)) {
+                // A holder whose quantum is over but whose virtual time is
+                // still behind every waiter's would be granted again at
+                // once: it keeps the device for another quantum rather than
+                // hand it to itself (drain its queue, say done, wake again),
+                // which a member of a large weight did at nearly every
+                // quantum, paying for each hand-over out of its share.
+                let keeps = quantum_over
+                    && !idle
+                    && !preempted
+                    && !out_of_budget
+                    && waiter.is_some_and(|w| self.member(w).is_some_and(|x| my_vtime < x.vtime));
+                let mut busy_since_ns = busy_since_ns;
+                if keeps {
+                    self.charge_busy(m, busy_since_ns, now_ns);
+                    busy_since_ns = busy_since_ns.map(|_| now_ns);
+                    self.phase = Phase::Held { m, since_ns: now_ns, busy_since_ns };
+                } else if out_of_budget || (waiter.is_some() && (quantum_over || idle || preempted)) {
                     let conns: Vec<ConnId> = self.member(m).map(|h| h.conns.iter().map(|c| c.id).collect()).unwrap_or_default();
                     effects.revoke.extend(self.begin_revoke(Some(m), conns, busy_since_ns, preemptor, now_ns));
                     return;
@@ -1304,6 +1325,22 @@ mod tests {
                 target * 100.0
             );
         }
+    }
+
+    /// A member of a large weight whose quantum ends while it is still
+    /// behind the waiter keeps the device: it is granted once per light
+    /// member's turn, not once per quantum (each grant a drain of its
+    /// queue and a wake-up, paid out of its share).
+    #[test]
+    fn a_holder_still_behind_every_waiter_keeps_the_device_past_its_quantum() {
+        let mut s = sched();
+        s.join(1, claim(90, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(10, 0, 0), 2, 0).unwrap();
+        let (charged, turns) = saturate_counting_turns(&mut s, &[1, 2], 10_000 * MS, 0);
+        let part = charged[0] as f64 / (charged[0] + charged[1]) as f64;
+        assert!((part - 0.9).abs() < 0.01, "90 / 10 ran {part:.3}");
+        assert!(turns[0] <= turns[1] + 1, "the 90 was granted {} times to the 10's {}", turns[0], turns[1]);
+        assert!(turns[1] >= 20, "the 10 had {} turns in 10 s", turns[1]);
     }
 
     fn served(s: &DeviceSched, conn: ConnId) -> u64 {
