@@ -40,36 +40,69 @@ phase_done "glibc-2.17 build"
 # two lanes at once: the machine has two cores, and most of these wait on
 # processes, daemons and sockets. A test target added later lands in the
 # second lane unless it is named below.
-timing_tests=(compute_loops compute_shares compute_hostile compute_limit arbiter_hostile teams dra slurm)
-light_tests=(simgpu_jax simgpu_jax_oom hostile_history demo history monitor_violations queue monitor_http)
+timing_tests=(compute_loops compute_shares compute_hostile compute_limit arbiter_hostile teams dra)
+# Of tests/slurm.rs only this one times the device (with the tests above);
+# its others (clusters of real slurmctld and slurmd, mostly waiting) run
+# in the first lane below.
+slurm_timing=shard_jobs_of_2_and_6_split_a_busy_gpu_25_to_75
+light_tests=(slurm simgpu_jax simgpu_jax_oom hostile_history demo history monitor_violations queue monitor_http)
+# Waits (at most 2 minutes) until the hypervisor has taken no more than
+# 3 % of this machine's time over 5 s, and says how much it took.
+steal_percent() {
+    local a b
+    read -ra a < <(head -1 /proc/stat)
+    sleep 5
+    read -ra b < <(head -1 /proc/stat)
+    local total=0 i
+    for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+    echo $((100 * (b[8] - a[8]) / (total > 0 ? total : 1)))
+}
+wait_for_quiet() {
+    local waited=0 steal
+    while steal=$(steal_percent) && [ "$steal" -gt 3 ] && [ "$waited" -lt 120 ]; do
+        echo "test: the hypervisor took $steal % of the machine's time in the last 5 s; waiting for a quiet spell" >&2
+        waited=$((waited + 5))
+    done
+    echo "test: steal time $steal % over the last 5 s" >&2
+}
 log=$(mktemp)
 light_log=$(mktemp)
 trap 'rm -f "$log" "$light_log"' EXIT
 status=0
+retried=()
 echo "test: compiling the test binaries" >&2
-cargo test --workspace --no-run "$@" 2>&1 | tee "$log" || status=$?
-if [ "$status" -eq 0 ]; then
+cargo test --workspace --no-run 2>&1 | tee "$log" || status=$?
+if [ "$status" -eq 0 ] && [ "$#" -gt 0 ]; then
+    # Arguments (a filter, `-- --nocapture`) are cargo test's: one run, as
+    # they ask, without the lanes.
+    cargo test --workspace "$@" 2>&1 | tee -a "$log" || status=$?
+elif [ "$status" -eq 0 ]; then
     echo "test: the tests that time the device, one binary at a time: ${timing_tests[*]}" >&2
     timing_log=$(mktemp)
-    cargo test --workspace --no-fail-fast "${timing_tests[@]/#/--test=}" "$@" 2>&1 | tee "$timing_log" || status=$?
-    # A test that times the device and fails runs once more, alone, and
-    # counts as passed only if it passes then. This 2-core machine has
-    # slow spells (other guests' load: the pipe round trip between two of
-    # its processes takes 30 us in them against 10 to 13), in which every
-    # hand-over of the device takes longer. What failed first is printed
-    # in full above and named again at the end.
-    retried=()
+    cargo test --workspace --no-fail-fast "${timing_tests[@]/#/--test=}" 2>&1 | tee "$timing_log" || status=$?
+    cargo test --workspace --no-fail-fast --test=slurm -- --exact "$slurm_timing" 2>&1 | tee -a "$timing_log" || status=$?
+    # A test that times the device and fails runs again, alone, once the
+    # machine is quiet, up to twice, and counts as passed only if it passes
+    # then. The 2-core machines this runs on have slow spells: the
+    # hypervisor gives their time to other guests (steal time, 20-30 % of
+    # it for minutes), every hand-over of the device takes longer, and a
+    # test that passes in the quiet minutes before and after fails in them.
+    # What failed first is printed in full above and named again at the end.
     # (Only when every binary that failed did so by its tests' assertions:
     # one that crashed, or failed to start, is not retried.)
-    if [ "$status" -ne 0 ] && [ "$#" -eq 0 ] &&
+    if [ "$status" -ne 0 ] &&
         [ "$(grep -c '^error: test failed' "$timing_log")" -eq "$(grep -c '^test result: FAILED' "$timing_log")" ]; then
         mapfile -t retried < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$timing_log" | sort -u)
     fi
     if [ "${#retried[@]}" -gt 0 ]; then
-        echo "test: ${#retried[@]} of the tests that time the device failed; each runs once more: ${retried[*]}" >&2
-        status=0
         retry_log=$(mktemp)
-        cargo test --workspace --no-fail-fast "${timing_tests[@]/#/--test=}" -- --exact "${retried[@]}" 2>&1 | tee "$retry_log" || status=$?
+        for attempt in 1 2; do
+            wait_for_quiet
+            echo "test: ${#retried[@]} of the tests that time the device failed; they run again (attempt $attempt of 2): ${retried[*]}" >&2
+            status=0
+            cargo test --workspace --no-fail-fast "${timing_tests[@]/#/--test=}" --test=slurm -- --exact "${retried[@]}" 2>&1 | tee "$retry_log" || status=$?
+            [ "$status" -ne 0 ] || break
+        done
         # Count the first run's passes and the retries' results.
         sed 's/^test result: \([A-Za-z]*\)\. \([0-9]*\) passed; [0-9]* failed/test result: \1. \2 passed; 0 failed/' "$timing_log" >>"$log"
         cat "$retry_log" >>"$log"
@@ -95,11 +128,11 @@ for package in json.load(sys.stdin)["packages"]:
         esac
     done
     echo "test: the others in two lanes: ${light_tests[*]} beside the rest" >&2
-    cargo test --workspace --no-fail-fast "${light_tests[@]/#/--test=}" "$@" >"$light_log" 2>&1 &
+    cargo test --workspace --no-fail-fast "${light_tests[@]/#/--test=}" -- --skip "$slurm_timing" >"$light_log" 2>&1 &
     light_pid=$!
     lane_status=0
-    cargo test --workspace --no-fail-fast --lib --bins "${others[@]}" "$@" 2>&1 | tee -a "$log" || lane_status=$?
-    cargo test --workspace --no-fail-fast --doc "$@" 2>&1 | tee -a "$log" || lane_status=$?
+    cargo test --workspace --no-fail-fast --lib --bins "${others[@]}" 2>&1 | tee -a "$log" || lane_status=$?
+    cargo test --workspace --no-fail-fast --doc 2>&1 | tee -a "$log" || lane_status=$?
     wait "$light_pid" || lane_status=$?
     echo "test: the lane of ${light_tests[*]}:" >&2
     cat "$light_log" | tee -a "$log"
