@@ -48,12 +48,12 @@
 //! so each gets its weight over any stretch much longer than the lead, and
 //! the device still runs in the pauses. Between members that both
 //! saturate, the rule also shortens the lighter one's turns (24 ms against
-//! 40 at 30 / 50, 5 ms at 10 / 90), so that it waits less between them.
+//! 40 at 30 / 50, about 6 ms at 10 / 90), so that it waits less between them.
 //! Each turn's hand-over (the new holder's wake-up) is charged as its
 //! turn, so where hand-overs are slow the lighter member pays a little
 //! more of its share for them: 30 / 50 got 35.0 to 36.4 % for its 37.5 in
 //! `tests/dra.rs` against the debug build in this machine's slow spells,
-//! 37.1 and 37.5 in a quiet one. Turns of one length (tried) remove that,
+//! 37.0 to 37.6 in a quiet one. Turns of one length (tried) remove that,
 //! but a member of weight 10 then waits 360 ms for a 40 ms turn.
 //! Revoking sets the grant
 //! to nobody (no process of any tenant launches) and sends `Revoke` to
