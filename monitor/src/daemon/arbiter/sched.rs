@@ -1187,7 +1187,22 @@ mod tests {
     /// on messages and at [`DeviceSched::next_deadline_ns`], so a long step
     /// shows a deadline the scheduler failed to ask for.
     fn saturate_stepping(s: &mut DeviceSched, conns: &[ConnId], from_ns: u64, until_ns: u64, drain_ns: u64, step_ns: u64) -> Vec<u64> {
+        saturate_with_turns(s, conns, from_ns, until_ns, drain_ns, step_ns).0
+    }
+
+    /// [`saturate_stepping`], also counting each member's turns (grants of
+    /// the device to it). Returns each member's device time and turns.
+    fn saturate_with_turns(
+        s: &mut DeviceSched,
+        conns: &[ConnId],
+        from_ns: u64,
+        until_ns: u64,
+        drain_ns: u64,
+        step_ns: u64,
+    ) -> (Vec<u64>, Vec<u64>) {
         let before: Vec<u64> = conns.iter().map(|&c| served(s, c)).collect();
+        let mut turns = vec![0u64; conns.len()];
+        let mut last = s.page().grant();
         let mut now = from_ns;
         for &c in conns {
             s.message(c, Op::Want, 0, now);
@@ -1197,6 +1212,13 @@ mod tests {
             let effects = s.step(now);
             for c in effects.revoke {
                 pending.push((now + drain_ns, c));
+            }
+            let grant = s.page().grant();
+            if grant.epoch() != last.epoch() {
+                if let Some(i) = conns.iter().position(|&c| s.find_conn(c).is_some_and(|m| grant.lets(m as u32))) {
+                    turns[i] += 1;
+                }
+                last = grant;
             }
             let next_done = pending.iter().map(|p| p.0).min();
             let next = [s.next_deadline_ns(now), next_done].into_iter().flatten().min().unwrap_or(now + step_ns).max(now + 1);
@@ -1220,44 +1242,7 @@ mod tests {
             s.message(c, Op::Done, 0, until_ns);
         }
         s.step(until_ns);
-        conns.iter().zip(before).map(|(&c, b)| served(s, c) - b).collect()
-    }
-
-    /// Members that always have work, as [`saturate`], counting each
-    /// member's turns (grants of the device to it). Returns each member's
-    /// charged time and turns.
-    fn saturate_counting_turns(s: &mut DeviceSched, conns: &[ConnId], until_ns: u64, drain_ns: u64) -> (Vec<u64>, Vec<u64>) {
-        let before: Vec<u64> = conns.iter().map(|&c| served(s, c)).collect();
-        let mut turns = vec![0u64; conns.len()];
-        let mut last = s.page().grant();
-        let mut now = 0;
-        for &c in conns {
-            s.message(c, Op::Want, 0, now);
-        }
-        let mut pending: Vec<(u64, ConnId)> = Vec::new();
-        while now < until_ns {
-            for c in s.step(now).revoke {
-                pending.push((now + drain_ns, c));
-            }
-            let grant = s.page().grant();
-            if grant.epoch() != last.epoch() {
-                if let Some(i) = conns.iter().position(|&c| s.find_conn(c).is_some_and(|m| grant.lets(m as u32))) {
-                    turns[i] += 1;
-                }
-                last = grant;
-            }
-            let next_done = pending.iter().map(|p| p.0).min();
-            let next = [s.next_deadline_ns(now), next_done].into_iter().flatten().min().unwrap_or(now + MS).max(now + 1);
-            now = next.min(now + MS);
-            let (done, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
-            pending = rest;
-            for (_, c) in done {
-                s.message(c, Op::Done, 0, now);
-                s.message(c, Op::Want, 0, now);
-            }
-        }
-        let charged = conns.iter().zip(before).map(|(&c, b)| served(s, c) - b).collect();
-        (charged, turns)
+        (conns.iter().zip(before).map(|(&c, b)| served(s, c) - b).collect(), turns)
     }
 
     /// Each turn costs its holder a hand-over that the turn is charged but
@@ -1275,7 +1260,7 @@ mod tests {
             let mut s = sched();
             s.join(1, claim(a, 0, 0), 1, 0).unwrap();
             s.join(2, claim(b, 0, 0), 2, 0).unwrap();
-            let (charged, turns) = saturate_counting_turns(&mut s, &[1, 2], 20_000 * MS, 0);
+            let (charged, turns) = saturate_with_turns(&mut s, &[1, 2], 0, 20_000 * MS, 0, MS);
             let turn_ms: Vec<f64> = charged.iter().zip(&turns).map(|(&c, &t)| c as f64 / 1e6 / t.max(1) as f64).collect();
             let wake_ns = 100_000;
             let delivered: Vec<f64> = charged.iter().zip(&turns).map(|(&c, &t)| c.saturating_sub(t * wake_ns) as f64).collect();
@@ -1302,7 +1287,7 @@ mod tests {
         let mut s = sched();
         s.join(1, claim(90, 0, 0), 1, 0).unwrap();
         s.join(2, claim(10, 0, 0), 2, 0).unwrap();
-        let (charged, turns) = saturate_counting_turns(&mut s, &[1, 2], 10_000 * MS, 0);
+        let (charged, turns) = saturate_with_turns(&mut s, &[1, 2], 0, 10_000 * MS, 0, MS);
         let part = charged[0] as f64 / (charged[0] + charged[1]) as f64;
         assert!((part - 0.9).abs() < 0.01, "90 / 10 ran {part:.3}");
         assert!(turns[0] <= turns[1] + 1, "the 90 was granted {} times to the 10's {}", turns[0], turns[1]);
