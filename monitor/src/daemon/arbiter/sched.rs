@@ -33,8 +33,9 @@
 //! quantum is over while its virtual time is still behind every waiter's
 //! keeps the device for another quantum: it would be granted again at
 //! once, and a hand-over to itself drains its queue and wakes it for
-//! nothing (a member of weight 90 beside one of 10 did that at nine
-//! quanta in ten, paying for each out of its share).
+//! nothing (in the scheduler's model, a member of weight 90 beside one
+//! of 10 was granted 231 times to the 10's 154 in 10 s, 77 of them to
+//! itself, paying for each out of its share; now 155).
 //!
 //! The owed rule is how a member that pauses for its own synchronisation
 //! keeps its place. A training loop goes idle at every `loss.item()`; its
