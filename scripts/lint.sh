@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL=0
 start=$SECONDS
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+    echo "lint: installing clippy (rustup component add clippy)" >&2
+    rustup component add clippy >&2 || true
+fi
 if ! cargo clippy --version >/dev/null 2>&1; then
     echo "lint: clippy is not installed (rustup component add clippy); the shim's unwrap/expect/indexing lints cannot be checked" >&2
     exit 1
