@@ -80,7 +80,7 @@ fn a_process_without_a_turn_is_outside_its_turns_whatever_its_ledger_says() {
     writer.join().unwrap();
     vic.assert_success();
     let v = busy_ratio(&busy_bins(&vic, 1000.0), 3.0, 6.0);
-    let metrics = monitor.metrics();
+    let metrics = monitor.metrics_after_this_round();
     let outside = metrics.value("gpuslice_violations_total", &[("kind", "outside_turns")]).unwrap_or(0.0);
     eprintln!("share 90 beside a process without a turn and a ledger that lies: vic {v:.3}, outside_turns {outside}\n{att}");
     assert!(outside >= 1.0, "the process that held no turn was not counted outside its turns\n{att}\n{metrics:#?}");

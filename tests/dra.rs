@@ -552,7 +552,7 @@ fn a_process_that_moves_its_own_ledger_is_killed_by_the_monitor() {
     // ... and the monitor killed it, long before its minute was up.
     assert!(out.find("done").is_none() && !out.success(), "{out}");
     eprintln!("a process with its own GPUSLICE_DIR was killed after {:.1} s (grace 1 s)", started.elapsed().as_secs_f64());
-    let metrics = node.monitor.as_ref().unwrap().metrics();
+    let metrics = node.monitor.as_ref().unwrap().metrics_after_this_round();
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0), "{metrics:#?}");
     drop(plugin);
 }

@@ -128,7 +128,7 @@ fn on_violation_kill_kills_the_bypassing_process() {
     let out = bypass.wait();
     assert_eq!(out.code(), None, "it died of a signal: {out}");
     assert!(pid_alive(tracked.pid()), "the process under the shim is left alone");
-    assert_eq!(monitor.metrics().value("gpuslice_violation_kills_total", &[]), Some(1.0));
+    assert_eq!(monitor.metrics_after_this_round().value("gpuslice_violation_kills_total", &[]), Some(1.0));
     tracked.wait().assert_success();
 }
 

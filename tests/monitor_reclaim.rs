@@ -41,7 +41,7 @@ fn a_killed_process_is_reclaimed() {
     let status = status_json(&sim);
     assert_eq!(tenant(&status, TENANT).unwrap()["processes"].as_array().unwrap().len(), 0, "{status:#}");
     assert_eq!(tenant(&status, TENANT).unwrap()["reclaimed_processes_total"], 1);
-    let metrics = monitor.metrics();
+    let metrics = monitor.metrics_after_this_round();
     assert_eq!(metrics.value("gpuslice_reclaimed_processes_total", &[("tenant", TENANT)]), Some(1.0));
     let log = monitor.stop();
     assert!(log.stderr.contains("reclaimed slot") && log.stderr.contains(&format!("dead pid {pid}")), "{log}");

@@ -55,7 +55,7 @@ fn a_bypass_shorter_than_the_grace_is_left_alone_a_lasting_one_is_killed() {
     let lived = started.elapsed();
     assert!(lived >= GRACE, "killed after {lived:?}, before the grace of {GRACE:?}");
     assert_eq!(lasting.wait().code(), None, "it died of a signal");
-    let metrics = monitor.metrics();
+    let metrics = monitor.metrics_after_this_round();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "untracked_process")]), Some(1.0));
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
 }
@@ -118,7 +118,7 @@ fn a_tenant_briefly_over_its_cap_is_left_alone_a_lasting_one_is_killed() {
     let lasted = over_from.elapsed();
     assert!(lasted >= GRACE, "killed {lasted:?} after passing its cap, before the grace of {GRACE:?}");
     assert_eq!(app.wait().code(), None, "it died of a signal");
-    let metrics = monitor.metrics();
+    let metrics = monitor.metrics_after_this_round();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(1.0));
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
     let log = monitor.stop();

@@ -206,7 +206,7 @@ fn escaping_job_is_found_and_killed(env: &[&str], kind: &str) -> gpuslice_tests:
     // It got past its 2 GiB; the monitor ended it.
     out.assert_rc("x", cu::SUCCESS);
     assert!(out.find("done").is_none(), "it was killed\n{out}");
-    let metrics = cluster.monitor.as_ref().unwrap().metrics();
+    let metrics = cluster.monitor.as_ref().unwrap().metrics_after_this_round();
     assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", kind)]), Some(1.0), "{out}");
     assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0), "{out}");
     out
@@ -318,7 +318,7 @@ fn a_job_that_rewrites_its_ledger_keeps_no_more_than_its_cap() {
     if second == cu::SUCCESS.to_string() {
         eprintln!("the shim believed the rewritten ledger; the monitor must end the job");
         poll::until("the job over its cap to be killed", || !pid_alive(pid));
-        let metrics = monitor.metrics();
+        let metrics = monitor.metrics_after_this_round();
         assert_eq!(metrics.value("gpuslice_violations_total", &[("kind", "over_cap")]), Some(1.0));
         assert_eq!(metrics.value("gpuslice_violation_kills_total", &[]), Some(1.0));
         assert!(job.wait().find("done").is_none(), "it was killed");

@@ -111,6 +111,16 @@ impl Monitor {
         poll::until(&format!("{n} monitor round(s) after round {now}"), || self.rounds() >= target);
     }
 
+    /// The page of the round in progress at the call, or a later one. A
+    /// round acts (kills a process, reclaims a slot) before it publishes
+    /// its page, so a test that saw what a round did from outside reads its
+    /// counters with this, never with [`Self::metrics`] at once.
+    #[track_caller]
+    pub fn metrics_after_this_round(&self) -> Metrics {
+        self.wait_rounds(0);
+        self.metrics()
+    }
+
     /// Stops it with SIGTERM and returns what it printed (stderr has the log).
     pub fn stop(self) -> gpuslice_tests::Output {
         self.running.signal("TERM");
