@@ -18,6 +18,8 @@
 //! (`-- --seconds N` for shorter runs, `-- --only NAME` for one scenario).
 //! On a debug build: `GS_TEST_TARGET_DIR=target/debug cargo bench --bench fairness`.
 
+#[path = "../tests/compute_support/mod.rs"]
+mod compute_support;
 #[path = "../tests/monitor_support/mod.rs"]
 mod monitor_support;
 // The chart `gpuslice demo` draws, so both read the same way.
@@ -445,6 +447,19 @@ fn priority(seconds: f64) {
     );
 }
 
+/// Priority against a loop that synchronises every step: a training loop
+/// of 20 × 50 µs steps (priority 0) beside bursts of 20 × 200 µs every
+/// 50 ms (priority 1) that come and go in cycles of 1.5 s on and off
+/// (`compute_support::priority_loop`, as `tests/compute_loops.rs` runs it).
+fn priority_loop(seconds: f64) {
+    let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
+    let _monitor = Monitor::start(&sim, MonitorOptions::default());
+    let cycles = ((seconds / 3.0) as usize).max(3);
+    let run = compute_support::priority_loop(&sim, cycles, 1.5);
+    println!("\npriority_loop: a training loop that synchronises every step beside priority bursts, {cycles} cycles of 1.5 s on and off");
+    println!("  {}", run.summary());
+}
+
 /// Throughput with short kernels: how many 5 µs kernels one process
 /// without the shim runs, against two tenants with shares of 50 under the
 /// shim and a monitor, and two processes without the shim. The C client
@@ -595,6 +610,9 @@ fn main() {
     }
     if wanted("priority") {
         priority(args.seconds);
+    }
+    if wanted("priority_loop") {
+        priority_loop(args.seconds);
     }
     if wanted("throughput") {
         throughput(args.seconds.min(6.0));

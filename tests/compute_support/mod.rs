@@ -53,3 +53,100 @@ pub fn saturate(sim: &Sim, tenant: &str, envs: &[(&str, &str)], seconds: &str) -
     running.wait_for("started");
     running
 }
+
+/// The `p` quantile (0 to 1) of `sorted`, by the nearest rank below.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted.get(((sorted.len().max(1) - 1) as f64 * p) as usize).copied().unwrap_or(f64::NAN)
+}
+
+/// A training loop of priority 0 beside an inference tenant's bursts of
+/// priority 1, measured in cycles of bursts on and off
+/// ([`priority_loop`]).
+pub struct PriorityLoop {
+    /// The part of its steps the training loop lost in each cycle's
+    /// on-phase against the off-phase beside it.
+    pub lost: Vec<f64>,
+    /// Burst latencies alone and beside the training loop, µs, sorted.
+    pub alone_us: Vec<f64>,
+    pub shared_us: Vec<f64>,
+}
+
+impl PriorityLoop {
+    /// The part of the device the bursts use: 20 kernels of 200 µs every 50 ms.
+    pub const USED: f64 = 20.0 * 200.0 / 50_000.0;
+
+    pub fn median_lost(&self) -> f64 {
+        let mut lost = self.lost.clone();
+        lost.sort_by(f64::total_cmp);
+        percentile(&lost, 0.5)
+    }
+
+    pub fn summary(&self) -> String {
+        let each = self.lost.iter().map(|l| format!("{:.1}", 100.0 * l)).collect::<Vec<_>>().join(", ");
+        let (a, s) = (&self.alone_us, &self.shared_us);
+        format!(
+            "training loop beside bursts using {:.0} %: lost {:.1} % of its steps (median of {} cycles: {each}); \
+             burst latency alone p50 {:.0} us p99 {:.0} us, shared p50 {:.0} us ({:.2}x) p99 {:.0} us ({:.2}x)",
+            100.0 * Self::USED,
+            100.0 * self.median_lost(),
+            self.lost.len(),
+            percentile(a, 0.5),
+            percentile(a, 0.99),
+            percentile(s, 0.5),
+            percentile(s, 0.5) / percentile(a, 0.5),
+            percentile(s, 0.99),
+            percentile(s, 0.99) / percentile(a, 0.99),
+        )
+    }
+}
+
+/// Runs a training loop (steps of 20 kernels of 50 µs, synchronised every
+/// step, priority 0) beside an inference tenant's bursts (20 kernels of
+/// 200 µs every 50 ms, priority 1) on `sim`, whose monitor runs. The bursts
+/// come and go in `cycles` of `on_s` seconds on and as many off, and the
+/// training loop's steps in each on-phase are set against those in the
+/// off-phase after it: the two halves of a cycle share the host's spell,
+/// which one measurement alone and one shared, seconds apart, did not (the
+/// same build lost 11 % in one attempt and 29 % in the next). The bursts'
+/// latency alone is measured first, over 3 s.
+pub fn priority_loop(sim: &Sim, cycles: usize, on_s: f64) -> PriorityLoop {
+    let bursts = |seconds: &str, epoch: Option<&str>| {
+        let mut cmd = sim.py("fairness_load.py");
+        cmd.env("GPUSLICE_TENANT", "inference").env("GPUSLICE_PRIORITY", "1").args(["burst", "200", "20", "50", seconds]);
+        if let Some(epoch) = epoch {
+            cmd.env("FAIRNESS_EPOCH", epoch).args([on_s.to_string(), on_s.to_string()]);
+        }
+        sim.spawn(&mut cmd)
+    };
+    let latencies = |out: &Output, skip: usize| {
+        let mut v: Vec<f64> = out.all("burst_us").iter().filter_map(|s| s.parse().ok()).skip(skip).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let alone_us = latencies(&bursts("3", None).wait(), 5);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let epoch = format!("{:.3}", now.as_secs_f64() + 1.0);
+    let seconds = format!("{}", 1.0 + 2.0 * on_s * cycles as f64);
+    let mut train = sim.py("fairness_load.py");
+    train.env("GPUSLICE_TENANT", "training").env("FAIRNESS_EPOCH", &epoch).args(["steps", "50", "20", "0", &seconds]);
+    let train = sim.spawn(&mut train);
+    let shared = bursts(&seconds, Some(&epoch));
+    let (train, shared) = (train.wait(), shared.wait());
+    let shared_us = latencies(&shared, 0);
+    // Kernels of finished steps per 100 ms since the epoch.
+    let kernels = busy_bins(&train, 1.0);
+    let steps_per_s = |from_s: f64, to_s: f64| -> f64 {
+        let bins = (from_s * 10.0).round() as usize..(to_s * 10.0).round() as usize;
+        bins.map(|b| kernels.get(b).copied().unwrap_or(0.0)).sum::<f64>() / 20.0 / (to_s - from_s)
+    };
+    // Each cycle: steps a second with bursts (past their first 0.2 s) and
+    // without (past the 0.5 s for which a tenant of priority 1 that ran
+    // counts as active, and the training loop keeps its queue short).
+    let lost = (0..cycles)
+        .map(|k| {
+            let on = 2.0 * on_s * k as f64;
+            1.0 - steps_per_s(on + 0.2, on + on_s) / steps_per_s(on + on_s + 0.7, on + 2.0 * on_s)
+        })
+        .collect();
+    PriorityLoop { lost, alone_us, shared_us }
+}

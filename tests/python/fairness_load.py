@@ -1,7 +1,7 @@
 """A tenant of the fairness benchmark, through NVIDIA's cuda-bindings.
 
     fairness_load.py saturate KERNEL_US SECONDS [DEVICE]
-    fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS
+    fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS [ON_S OFF_S]
     fairness_load.py steps KERNEL_US PER_STEP HOST_US SECONDS
 
 `saturate` launches `sim_sleep` kernels of KERNEL_US back to back on a
@@ -14,6 +14,9 @@ launches return at the pace kernels complete, to within that bound.
 
 `burst` launches COUNT kernels every PERIOD_MS, waits for each burst to
 complete, and prints each burst's latency in microseconds (`burst_us=L`).
+With ON_S and OFF_S it bursts only in the first ON_S of every ON_S + OFF_S
+seconds (counted from FAIRNESS_EPOCH when set), so that a client beside it
+runs with and without bursts in turn, in the same spell of the host.
 
 `steps` is a training loop that synchronises every step, as `loss.item()`
 does: PER_STEP kernels of KERNEL_US, then cuStreamSynchronize, then
@@ -66,13 +69,23 @@ def saturate(kernel_us, seconds, device=0):
     print("done=1", flush=True)
 
 
-def burst(kernel_us, count, period_ms, seconds):
+def burst(kernel_us, count, period_ms, seconds, on_s=None, off_s=None):
     func, stream, keep = setup(kernel_us)
     params = keep[1]
     start = time.monotonic()
+    epoch = os.environ.get("FAIRNESS_EPOCH")
+    origin = start - (time.time() - float(epoch)) if epoch else start
     print("started=1", flush=True)
     next_at = start
     while time.monotonic() < start + seconds:
+        if on_s is not None:
+            # Outside the first ON_S of each cycle: wait for the next one.
+            now = time.monotonic()
+            into = (now - origin) % (on_s + off_s)
+            if now < origin or into >= on_s:
+                time.sleep((origin - now) if now < origin else (on_s + off_s - into))
+                next_at = time.monotonic()
+                continue
         t0 = time.monotonic()
         for _ in range(count):
             check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
@@ -116,4 +129,5 @@ if mode == "steps":
 elif mode == "saturate":
     saturate(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
 else:
-    burst(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
+    on_off = [float(a) for a in sys.argv[6:8]] if len(sys.argv) > 7 else [None, None]
+    burst(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), *on_off)
