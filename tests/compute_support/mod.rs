@@ -145,7 +145,9 @@ pub fn priority_loop(sim: &Sim, cycles: usize, on_s: f64) -> PriorityLoop {
     let lost = (0..cycles)
         .map(|k| {
             let on = 2.0 * on_s * k as f64;
-            1.0 - steps_per_s(on + 0.2, on + on_s) / steps_per_s(on + on_s + 0.7, on + 2.0 * on_s)
+            let alone = steps_per_s(on + on_s + 0.7, on + 2.0 * on_s);
+            assert!(alone > 0.0, "the training loop made no step in cycle {k}'s off-phase, with no bursts\n{train}");
+            1.0 - steps_per_s(on + 0.2, on + on_s) / alone
         })
         .collect();
     PriorityLoop { lost, alone_us, shared_us }
