@@ -420,7 +420,7 @@ fn priority(seconds: f64) {
         v.sort_by(f64::total_cmp);
         v
     };
-    let pct = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
+    let pct = compute_support::percentile;
     let sim = Sim::new().shim().timeout(Duration::from_secs(seconds as u64 + 120));
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
     let lone = latencies(burst(&sim).wait());
