@@ -23,6 +23,16 @@ mkdir -p "$deps/include" "$deps/wheels"
 # their own NVIDIA libraries); a copy of each download in pip's cache would
 # take several GB more, for a set-up that runs once per checkout.
 export PIP_NO_CACHE_DIR=1
+# pip unpacks each wheel in a temporary directory before installing it; the
+# largest (PyTorch's and JAX's NVIDIA libraries) need GBs there at once, so
+# it is kept beside the installs, on their filesystem, rather than in /tmp,
+# which may be a small tmpfs.
+mkdir -p "$deps/tmp"
+TMPDIR=$PWD/$deps/tmp
+export TMPDIR
+
+# free_gib DIR: the GiB free on DIR's filesystem.
+free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
 
 # The end-to-end tests build C programs (gcc) and start processes in their
 # own PID namespaces (unshare, from util-linux).
@@ -161,6 +171,17 @@ bash scripts/old-glibc.sh
 if ! "$deps/venv/bin/python" -c 'import cupy, numba.cuda, cuda.core' 2>/dev/null; then
     "$deps/venv/bin/pip" install --quiet --disable-pip-version-check 'cupy-cuda13x==14.2.0' \
         'numba-cuda[cu13]==0.30.4' 'cuda-core==1.2.2'
+fi
+
+# What follows is most of the download: say so before it, where the disk
+# may not hold it, rather than let pip fail with ENOSPC half-way.
+if [ ! -x "$deps/torch-venv/bin/python" ] || [ ! -x "$deps/jax-venv/bin/python" ]; then
+    free=$(free_gib "$deps")
+    echo "setup: installing PyTorch and JAX into $deps (about 10 GiB; $free GiB free there)" >&2
+    if [ "$free" -lt 12 ]; then
+        echo "setup: warning: $free GiB free under $deps; PyTorch and JAX need about 10 GiB," \
+            "and the build and the Kubernetes tests about 12 GiB more" >&2
+    fi
 fi
 
 # tests/simgpu_models.rs trains PyTorch models on simgpu, through cuBLAS and
