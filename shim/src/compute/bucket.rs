@@ -79,6 +79,13 @@
 //!   contexts while the launch was queued behind them (time-slicing), and
 //!   time two of the process's own streams overlapped: a busy device is
 //!   charged more than it used, and gets less than its limit, never more;
+//! - it also counts the time an idle device waited for the host to submit
+//!   the launch (the start event completes as soon as it is recorded):
+//!   events cannot tell that wait from work. A launch-bound loop is charged
+//!   about its host time per launch, and is held at its limit even where
+//!   the device is mostly idle: CUDA graphs of four empty kernels on simgpu
+//!   (which runs nothing for them) read 99 % USED in `gpuslice status`
+//!   under a limit of 99 and 91 % under 90;
 //! - a pair the driver cannot time (an error) is charged the host time from
 //!   its start record to the moment it was seen complete, an upper bound of
 //!   its device time; every elapsed time is also capped by that bound;
