@@ -222,8 +222,8 @@ struct Pair {
     /// The launches the pair stands for: itself and those not sampled
     /// before it.
     weight: AtomicU64,
-    /// Bucket time from the previous sample's start record to this one's:
-    /// the host time in which the launches it stands for were made.
+    /// A bound of the device time the launches this pair stands for took
+    /// (see [`span_ns`]); `u64::MAX` for none.
     span_ns: AtomicU64,
     /// Bucket time from just before the start record to just after the
     /// end record: what the host spent on the bracket.
@@ -395,6 +395,36 @@ impl Lane {
     }
 }
 
+/// The bound of a sample's charge by host time ([`sampled_charge_ns`]'s
+/// `span_ns`), from what the sample's stream showed (`cuStreamQuery`):
+/// - it had run everything queued when the sample began to ask: the
+///   launches the sample stands for ran within the host time in which they
+///   were made, from the end of the last sample to this one's asking
+///   (`asked_ns - last_ns`; the sample's own wait for the bucket is not
+///   theirs, so a loop of empty kernels is not charged its waits);
+/// - it had not then, but had by the start record: they ran by then, within
+///   the host time to it (`recorded_ns - last_ns`: the device ran them
+///   during the wait);
+/// - it had not even then: the device is behind, and runs them later, for
+///   longer than any host time says, so there is no bound (`u64::MAX`), and
+///   the bracket is the device's own time on the sampled launch.
+///
+/// With the first bound alone, 1 µs kernels (a bracket no longer than the
+/// host's time on it, while the host makes a launch in 0.3 to 0.8 µs and the
+/// device falls behind) were charged the host's pace, and a tenant under a
+/// limit of 30 got 55 % of the device.
+fn span_ns(caught_up_at_ask: bool, caught_up_at_record: bool, asked_ns: u64, recorded_ns: u64, last_ns: u64) -> u64 {
+    if last_ns == 0 {
+        0
+    } else if caught_up_at_ask {
+        asked_ns.saturating_sub(last_ns)
+    } else if caught_up_at_record {
+        recorded_ns.saturating_sub(last_ns)
+    } else {
+        u64::MAX
+    }
+}
+
 /// What a pair is charged. A pair alone is charged as measured. One that
 /// stands for `weight` launches is charged its time for each of them,
 /// unless the host's own time on the bracket (`host_ns`: the records and
@@ -402,14 +432,12 @@ impl Lane {
 /// end was recorded, and the bracket is host time, longer than the time
 /// between two launches that are not sampled (a loop of empty kernels
 /// would be charged several times its wall time). Such launches took no
-/// more device time than the host time in which they were made (`span_ns`:
-/// from the end of the last sample to this one, waits for the bucket left
-/// out) and the sampled launch its own, and the charge is the smaller of
-/// the two. A bracket longer
-/// than the host's time on it is the device's (kernels of a few µs behind
-/// a queue): a bound by the span there undercharged 5 µs kernels threefold,
-/// since a host whose device is behind is blocked by the driver's queue in
-/// bursts, and most spans are short.
+/// more device time than the host time in which they ran (`span_ns`, from
+/// [`span_ns`]) and the sampled launch its own, and the charge is the
+/// smaller of the two. A bracket longer than the host's time on it is the
+/// device's (kernels of a few µs behind a queue): a bound by the span there
+/// undercharged 5 µs kernels threefold, since a host whose device is behind
+/// is blocked by the driver's queue in bursts, and most spans are short.
 fn sampled_charge_ns(busy_ns: u64, weight: u64, span_ns: u64, host_ns: u64) -> u64 {
     let estimate_ns = busy_ns.saturating_mul(weight.max(1));
     if weight <= 1 || busy_ns > host_ns {
@@ -813,14 +841,23 @@ impl Runtime {
         // loop below its own ceiling: graph launches under a limit of 50 ran
         // at 0.065 of bare).
         let asked_ns = clock.now();
+        // Whether the launches it stands for have all run, now and after
+        // the wait: what bounds their device time ([`span_ns`]). One or two
+        // driver calls per sample that stands for others. Launches of the
+        // same context on other streams are not looked at.
+        let caught_up = |plans: &[Option<Plan<'_>>; MAX_TARGETS]| {
+            weight > 1 && plans.iter().flatten().all(|plan| real::stream_query(plan.stream) == CUDA_SUCCESS)
+        };
+        let caught_up_at_ask = caught_up(&plans);
         self.admit_and_claim(&mut plans);
+        let caught_up_at_record = caught_up_at_ask || caught_up(&plans);
         let recorded_ns = clock.now();
         for plan in plans.iter_mut().flatten() {
             if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
                 let pair = lane.pair(pos);
                 pair.recorded_ns.store(recorded_ns, Ordering::Relaxed);
                 let last_ns = lane.last_record_ns.load(Ordering::Relaxed);
-                pair.span_ns.store(if last_ns == 0 { 0 } else { asked_ns.saturating_sub(last_ns) }, Ordering::Relaxed);
+                pair.span_ns.store(span_ns(caught_up_at_ask, caught_up_at_record, asked_ns, recorded_ns, last_ns), Ordering::Relaxed);
                 plan.started = real::event_record(pair.start.load(Ordering::Relaxed) as CUevent, plan.stream) == CUDA_SUCCESS;
             }
         }
@@ -987,7 +1024,7 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
-    use super::sampled_charge_ns;
+    use super::{sampled_charge_ns, span_ns};
 
     #[test]
     fn a_launch_alone_is_charged_as_measured() {
@@ -1010,5 +1047,23 @@ mod tests {
         // A 5 µs kernel behind a queue: its bracket is longer than the
         // host's time on it, and the span says nothing of the device.
         assert_eq!(sampled_charge_ns(5_000, 10, 1_000, 800), 50_000);
+    }
+
+    #[test]
+    fn launches_the_device_had_not_run_are_charged_the_estimate_not_the_span() {
+        // 1 µs kernels made at 0.5 µs each: 100 of them in 50 µs of host
+        // time (from 1_000_000 to 1_050_000), the sample's bracket 1 µs of
+        // the host's 1.2 µs.
+        let (last, asked) = (1_000_000, 1_050_000);
+        // The stream still busy after the sample's wait: they take 100 µs
+        // of the device, whatever the host's time.
+        let unbounded = span_ns(false, false, asked, asked + 200_000, last);
+        assert_eq!(sampled_charge_ns(1_000, 100, unbounded, 1_200), 100_000);
+        // Idle when the sample asked: they ran within their 50 µs.
+        assert_eq!(sampled_charge_ns(1_000, 100, span_ns(true, true, asked, asked + 200_000, last), 1_200), 51_000);
+        // Busy when it asked, idle after a wait of 20 µs: within 70 µs.
+        assert_eq!(sampled_charge_ns(1_000, 100, span_ns(false, true, asked, asked + 20_000, last), 1_200), 71_000);
+        // The first sample of a lane has no span.
+        assert_eq!(span_ns(false, false, asked, asked, 0), 0);
     }
 }
