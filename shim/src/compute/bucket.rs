@@ -488,21 +488,22 @@ fn defer_sample(weight: u64) {
     SAMPLE_DEFERRED.store(true, Ordering::Relaxed);
 }
 
-/// Whether the device ran everything queued on a sample's streams before
-/// its launch had returned, or the launch itself: the sample's start event
-/// has completed, or its stream has nothing left. Either way the device was
-/// idle inside the bracket, waiting for the host to submit the launch or to
-/// record the end, and the bracket holds host time (a preemption of the
-/// host there, milliseconds). Such a bracket is charged for the sampled
-/// launch only: multiplied by the launches the sample stood for, it charged
-/// a tenant of 1 µs kernels under a limit of 30 up to 2.5 times its device
-/// time in slow spells of this machine, and 1.16 times in quiet ones (1.10
-/// to 1.22 with this check, six runs of each interleaved).
+/// Whether a sample's start event had completed by the time its launch
+/// returned: the device had then run everything queued before the bracket
+/// and may have waited, inside it, for the host to submit the launch (or
+/// through a preemption of the host there, milliseconds). Such a bracket
+/// is charged for the sampled launch only: multiplied by the launches the
+/// sample stood for, it charged a tenant of 1 µs kernels under a limit of
+/// 30 up to 2.5 times its device time in slow spells of this machine and
+/// 1.16 times in quiet ones (1.10 to 1.22 with this check, six runs of each
+/// interleaved). A start that completes later was queued behind work, so
+/// the launch was submitted before the device reached it. (A wait for the
+/// end record is not looked for: the end follows the launch's return at
+/// once, and a stream query between them is busy with the launch itself.)
 fn caught_up_in_bracket(plans: &[Option<Plan<'_>>; MAX_TARGETS]) -> bool {
     plans.iter().flatten().all(|plan| match (plan.route, plan.pos) {
         (Route::Lane(lane), Some(pos)) => {
-            let start = lane.pair(pos).start.load(Ordering::Relaxed) as CUevent;
-            plan.started && (real::event_query(start) == CUDA_SUCCESS || real::stream_query(plan.stream) == CUDA_SUCCESS)
+            plan.started && real::event_query(lane.pair(pos).start.load(Ordering::Relaxed) as CUevent) == CUDA_SUCCESS
         }
         _ => false,
     })
