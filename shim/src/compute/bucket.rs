@@ -949,10 +949,13 @@ impl Runtime {
         }
         // Where the next sample's span begins. (Threads that sample one lane
         // at once may both count the time since the last end: charged
-        // twice, never missed.)
+        // twice, never missed.) Not here where this sample passes the
+        // launches it stood for on: the next one's span must still hold
+        // them, or a device idle when it asks would bound them by the
+        // moment since this launch.
         let sampled_ns = clock.now();
         for plan in plans.iter().flatten() {
-            if let Route::Lane(lane) = plan.route {
+            if let (Route::Lane(lane), false) = (plan.route, alone) {
                 lane.last_record_ns.store(sampled_ns, Ordering::Relaxed);
             }
         }
