@@ -38,7 +38,25 @@ bash scripts/k8s-cluster.sh up --nodes 2
 phase_done "cluster up"
 export CARGO_INCREMENTAL=0
 status=0
-cargo test --test kubernetes -- --ignored --test-threads=1 --nocapture || status=$?
+test_log=$(mktemp)
+cargo test --test kubernetes -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$test_log" || status=$?
+# A test that failed by its assertions runs again, alone, once, as
+# scripts/test.sh does for the tests that time the device: the shares these
+# tests measure over 10 s move in the hypervisor's slow spells on a 2-core
+# machine that runs the whole cluster beside them (a 30 / 50 split measured
+# 35.5 / 64.5 against 37.5 / 62.5 in one run of a build that passed the run
+# before). What failed first is printed in full above and named again.
+if [ "$status" -ne 0 ] &&
+    [ "$(grep -c '^error: test failed' "$test_log")" -eq "$(grep -c '^test result: FAILED' "$test_log")" ]; then
+    mapfile -t failed < <(awk '/^failures:$/ { n++; next } n == 2 && /^    [A-Za-z0-9_:]+$/ { print $1 }' "$test_log" | sort -u)
+    if [ "${#failed[@]}" -gt 0 ]; then
+        echo "test-kubernetes: ${#failed[@]} failed; they run again, once: ${failed[*]}" >&2
+        status=0
+        cargo test --test kubernetes -- --ignored --test-threads=1 --nocapture --exact "${failed[@]}" || status=$?
+        [ "$status" -ne 0 ] || echo "test-kubernetes: failed in their first run and passed when run again: ${failed[*]}" >&2
+    fi
+fi
+rm -f "$test_log"
 phase_done tests
 if [ "$status" = 0 ]; then
     cargo bench --bench k8s_startup || status=$?
