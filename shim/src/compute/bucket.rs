@@ -953,10 +953,12 @@ impl Runtime {
         // launches it stood for on: the next one's span must still hold
         // them, or a device idle when it asks would bound them by the
         // moment since this launch.
-        let sampled_ns = clock.now();
-        for plan in plans.iter().flatten() {
-            if let (Route::Lane(lane), false) = (plan.route, alone) {
-                lane.last_record_ns.store(sampled_ns, Ordering::Relaxed);
+        if !alone {
+            let sampled_ns = clock.now();
+            for plan in plans.iter().flatten() {
+                if let Route::Lane(lane) = plan.route {
+                    lane.last_record_ns.store(sampled_ns, Ordering::Relaxed);
+                }
             }
         }
         if r != CUDA_SUCCESS {
@@ -978,7 +980,9 @@ impl Runtime {
         if unmeasured || self.devices.len() != 1 {
             mean_gap = 1;
         }
-        if alone && !unmeasured {
+        // (Also where the end record failed: the launches passed on are
+        // still the next sample's, not lost.)
+        if alone {
             defer_sample(weight - 1);
         } else {
             next_sample(mean_gap);
