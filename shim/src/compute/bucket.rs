@@ -200,7 +200,11 @@ fn sample_gap(launch_ns: u64, kept_up: bool) -> u64 {
     if launch_ns == 0 || launch_ns >= SAMPLE_WORK_NS {
         return 1;
     }
-    if kept_up { SAMPLE_WORK_KEPT_UP_NS / launch_ns } else { SAMPLE_WORK_NS / launch_ns }
+    if kept_up {
+        SAMPLE_WORK_KEPT_UP_NS / launch_ns
+    } else {
+        SAMPLE_WORK_NS / launch_ns
+    }
 }
 
 /// Sets the gap to the next sampled launch: `mean` launches on average.
