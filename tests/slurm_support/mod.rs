@@ -225,10 +225,35 @@ fn make_device_node(path: &Path, major: u32, minor: u32) {
     assert!(out.status.success(), "mknod {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
-/// A port nothing listens on now.
+/// A port nothing listens on now, for a daemon to bind later, from below
+/// the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`).
+/// A port the kernel hands out for `127.0.0.1:0` is one it also hands to
+/// the next outgoing connection as its local port: while the other tests
+/// ran beside this one, slurmd found its port so taken ("Unable to bind
+/// listen port: Address already in use") and the node never came up.
+/// Ports below that range are only ever taken by a bind that names them.
+/// Each call moves on from a start drawn from the process id and the
+/// clock, so clusters of one run and of test binaries that run at once
+/// pick apart.
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("cannot bind a port");
-    listener.local_addr().expect("no local address").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > LOWEST + 1_000 && low <= 65_535)
+        .unwrap_or(32_768);
+    let span = ephemeral_low - LOWEST;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let _ = NEXT.compare_exchange(0, (std::process::id().wrapping_mul(7_919) ^ nanos) % span + 1, Ordering::AcqRel, Ordering::Acquire);
+    for _ in 0..span {
+        let port = LOWEST + NEXT.fetch_add(1, Ordering::AcqRel) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no port free between {LOWEST} and {ephemeral_low}");
 }
 
 fn short_hostname() -> String {
