@@ -13,15 +13,29 @@
 //!   next launch passes through the gate and says so (`launched`). A
 //!   period with no launch means the process stopped launching; the helper
 //!   then waits for its work to finish and says `Idle`, so the monitor
-//!   stops charging the tenant and can hand the device on. A
+//!   stops charging the tenant and can hand the device on. While a thread
+//!   of the process is inside a synchronisation ([`Synchronizing`]), such
+//!   a period is that wait, and the look it asks for when it returns
+//!   decides instead (the helper does not wait for the work beside it). A
 //!   synchronisation in a turn (a training loop's `loss.item()`) asks for
 //!   a look [`AFTER_SYNC`] later (`synchronized`): a loop that pauses
-//!   there for host work gives the device up at once.
+//!   there for host work gives the device up at once. A loop whose last
+//!   [`PAUSES_TO_LEARN`] synchronisations were each followed by such a
+//!   pause (a data loader's step after every `loss.item()`) is looked at
+//!   [`AFTER_SYNC_PAUSING`] after the next one instead, so the device is
+//!   not left idle for the 300 µs; if it launches within [`AFTER_SYNC`]
+//!   after all, the early look was wrong and the next one waits the whole
+//!   [`AFTER_SYNC`] again (`pauses_after`). A wrong look costs only the
+//!   tenant itself: it said `Idle` and asks for the device back, keeping
+//!   its place.
 //! - **The monitor going away.** A connection that closes orphans its seat:
 //!   launches there go ungoverned, with one warning, and the helper asks a
 //!   monitor for the device again every [`RETRY`], saying so once.
 //!
-//! It sleeps in `poll(2)` on the seats' connections the rest of the time.
+//! It sleeps in `poll(2)` on the seats' connections the rest of the time,
+//! and asks the kernel for short slices ([`HELPER_SLICE`]), so that when it
+//! wakes it runs at once rather than after the slice of whatever holds the
+//! CPU, its own process's host work included.
 //! It never touches the launch path's state but through the seats' atomics.
 //! It starts with the process's first seat (its first context), not at
 //! initialisation, and its loop allocates nothing.
@@ -39,14 +53,69 @@ pub const PROBE: Duration = Duration::from_millis(2);
 /// that goes straight on keeps its turn, one that pauses for host work
 /// gives the device up at once instead of a [`PROBE`] or two later.
 pub const AFTER_SYNC: Duration = Duration::from_micros(300);
+/// How soon after a synchronisation a loop that has been pausing after
+/// its synchronisations is looked at: the helper's wake-up, not a guess
+/// at the pause.
+pub const AFTER_SYNC_PAUSING: Duration = Duration::from_micros(20);
+/// How many synchronisations in a row, each followed by a pause longer
+/// than [`AFTER_SYNC`], make the next look come [`AFTER_SYNC_PAUSING`]
+/// after the synchronisation.
+pub const PAUSES_TO_LEARN: u32 = 2;
 /// When the look that a synchronisation asked for is due (monotonic ns; 0:
 /// none asked).
 static LOOK_AT_NS: AtomicU64 = AtomicU64::new(0);
+/// When an early look's verdict is checked: [`AFTER_SYNC`] after its
+/// synchronisation (monotonic ns; 0: none pending).
+static CHECK_AT_NS: AtomicU64 = AtomicU64::new(0);
+/// Synchronisations in a row each followed by a pause past [`AFTER_SYNC`]
+/// (capped at [`PAUSES_TO_LEARN`]).
+static PAUSES_IN_A_ROW: AtomicU32 = AtomicU32::new(0);
+
+/// How long after a synchronisation its look comes, given how many
+/// synchronisations before it were each followed by a long pause.
+pub fn look_delay(pauses_in_a_row: u32) -> Duration {
+    if pauses_in_a_row >= PAUSES_TO_LEARN {
+        AFTER_SYNC_PAUSING
+    } else {
+        AFTER_SYNC
+    }
+}
+
+/// What a synchronisation's look (and, for an early look, its check at
+/// [`AFTER_SYNC`]) found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterSync {
+    /// The process was not busy in a turn: nothing learned.
+    NotHeld,
+    /// It launched again within [`AFTER_SYNC`].
+    WentOn,
+    /// It launched nothing for [`AFTER_SYNC`] (or, at an early look, up to
+    /// the look and then up to the check).
+    Paused,
+}
+
+/// The count of long pauses in a row after one more synchronisation.
+pub fn pauses_after(pauses_in_a_row: u32, found: AfterSync) -> u32 {
+    match found {
+        AfterSync::NotHeld => pauses_in_a_row,
+        AfterSync::WentOn => 0,
+        AfterSync::Paused => pauses_in_a_row.saturating_add(1).min(PAUSES_TO_LEARN),
+    }
+}
 
 /// A synchronisation returned: if this process is busy in a turn, look
-/// for idleness [`AFTER_SYNC`] from now (the next launch, if it comes,
+/// for idleness [`look_delay`] from now (the next launch, if it comes,
 /// goes through the gate and says so).
 pub fn synchronized() {
+    // An early look not checked yet: this synchronisation came first, and
+    // if the process launched in between, it went on after all.
+    if CHECK_AT_NS.swap(0, Ordering::AcqRel) != 0 {
+        let went_on =
+            super::launch_marker() != SYNC_COUNTDOWN.load(Ordering::Acquire) || gate::seats().any(|s| s.launched.load(Ordering::Acquire));
+        if went_on {
+            PAUSES_IN_A_ROW.store(pauses_after(0, AfterSync::WentOn), Ordering::Relaxed);
+        }
+    }
     let mut busy = false;
     for seat in gate::seats() {
         if holds_busy(seat) {
@@ -59,9 +128,43 @@ pub fn synchronized() {
         // that goes the slow way sets `launched`: either says the process
         // went on (the launch path is left as it is).
         SYNC_COUNTDOWN.store(super::launch_marker(), Ordering::Release);
-        LOOK_AT_NS.store(ledger::compute::monotonic_ns().saturating_add(AFTER_SYNC.as_nanos() as u64), Ordering::Release);
+        let now_ns = ledger::compute::monotonic_ns();
+        let delay = look_delay(PAUSES_IN_A_ROW.load(Ordering::Relaxed));
+        let check_at_ns = if delay < AFTER_SYNC { now_ns.saturating_add(AFTER_SYNC.as_nanos() as u64) } else { 0 };
+        CHECK_AT_NS.store(check_at_ns, Ordering::Release);
+        LOOK_AT_NS.store(now_ns.saturating_add(delay.as_nanos() as u64), Ordering::Release);
         wake();
     }
+}
+
+/// Threads of this process inside a synchronisation now.
+static SYNCING: AtomicU32 = AtomicU32::new(0);
+
+/// One thread inside a synchronisation (`cuStreamSynchronize` and its
+/// kind), for as long as it lives. While one is, a period without launches
+/// is that wait, not idleness: the probe leaves the process alone and the
+/// look the synchronisation asks for when it returns decides. (The probe
+/// used to drain the device meanwhile, and on a loaded host its wake-up
+/// came milliseconds after the synchronisation's own, in the host work
+/// after it: every look due then came late.)
+pub struct Synchronizing;
+
+impl Synchronizing {
+    pub fn enter() -> Self {
+        SYNCING.fetch_add(1, Ordering::AcqRel);
+        Synchronizing
+    }
+}
+
+impl Drop for Synchronizing {
+    fn drop(&mut self) {
+        SYNCING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether a thread of this process is inside a synchronisation now.
+fn synchronizing() -> bool {
+    SYNCING.load(Ordering::Acquire) != 0
 }
 
 /// The checkpoint countdown when the last synchronisation returned.
@@ -150,10 +253,49 @@ extern "C" fn helper_main(arg: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: PR_SET_NAME reads a NUL-terminated name (the kernel keeps its
     // first 15 bytes).
     unsafe { libc::prctl(libc::PR_SET_NAME, c"gpuslice-arbiter".as_ptr()) };
+    ask_for_short_slices();
     // SAFETY: `spawn` passes a `&'static Runtime`.
     let rt: &'static Runtime = unsafe { &*arg.cast_const().cast::<Runtime>() };
     crate::guard::boundary((), || run(rt));
     std::ptr::null_mut()
+}
+
+/// `struct sched_attr` as `sched_setattr(2)` first defined it (48 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime_ns: u64,
+    deadline_ns: u64,
+    period_ns: u64,
+}
+
+/// The slice this thread asks the kernel's fair scheduler for.
+pub const HELPER_SLICE: Duration = Duration::from_micros(100);
+
+/// Asks the fair scheduler (EEVDF, Linux 6.12 and later) for short slices
+/// for this thread, its nice value and policy unchanged: a thread whose
+/// slice is short has an early deadline, so when it wakes it runs at
+/// once instead of after the current slice of whatever occupies the CPU
+/// (its own process's main thread, busy with host work, among them).
+/// It takes no more CPU time than before. Older kernels take the request
+/// without effect or refuse it; either is fine.
+fn ask_for_short_slices() {
+    let mut attr = SchedAttr::default();
+    let size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: sched_getattr writes at most `size` bytes into the live local.
+    let r = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut SchedAttr, size, 0) };
+    if r != 0 || attr.policy != libc::SCHED_OTHER as u32 {
+        return;
+    }
+    attr.size = size;
+    attr.runtime_ns = HELPER_SLICE.as_nanos() as u64;
+    // SAFETY: sched_setattr reads `attr.size` bytes from the live local.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
 }
 
 /// Forgets the thread (a forked child has none).
@@ -206,11 +348,11 @@ fn run(rt: &'static Runtime) {
         } else {
             RETRY
         };
-        let look_at = LOOK_AT_NS.load(Ordering::Acquire);
-        let timeout = match look_at {
-            0 => timeout,
-            at => timeout.min(Duration::from_nanos(at.saturating_sub(ledger::compute::monotonic_ns()))),
-        };
+        let now_ns = ledger::compute::monotonic_ns();
+        let timeout = [LOOK_AT_NS.load(Ordering::Acquire), CHECK_AT_NS.load(Ordering::Acquire)]
+            .into_iter()
+            .filter(|&at| at != 0)
+            .fold(timeout, |t, at| t.min(Duration::from_nanos(at.saturating_sub(now_ns))));
         let wake = WAKE.load(Ordering::Acquire);
         if let Some(fd) = fds.get_mut(count) {
             *fd = libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 };
@@ -240,13 +382,34 @@ fn run(rt: &'static Runtime) {
             // No launch since the synchronisation: idle now, as a probe
             // that found a period without launches would say.
             let marker = SYNC_COUNTDOWN.load(Ordering::Acquire);
+            let mut found = AfterSync::NotHeld;
             for &(i, seat) in joined.iter().flatten() {
-                if idle_after_sync(rt, seat, marker) {
-                    if let Some(armed) = armed.get_mut(i) {
-                        *armed = false;
+                match idle_after_sync(rt, seat, marker) {
+                    AfterSync::Paused => {
+                        found = AfterSync::Paused;
+                        if let Some(armed) = armed.get_mut(i) {
+                            *armed = false;
+                        }
                     }
+                    AfterSync::WentOn if found == AfterSync::NotHeld => found = AfterSync::WentOn,
+                    _ => {}
                 }
             }
+            // An early look that found a pause is judged at its check.
+            if !(found == AfterSync::Paused && CHECK_AT_NS.load(Ordering::Acquire) != 0) {
+                CHECK_AT_NS.store(0, Ordering::Release);
+                PAUSES_IN_A_ROW.store(pauses_after(PAUSES_IN_A_ROW.load(Ordering::Relaxed), found), Ordering::Relaxed);
+            }
+        }
+        let check_at = CHECK_AT_NS.load(Ordering::Acquire);
+        if check_at != 0 && LOOK_AT_NS.load(Ordering::Acquire) == 0 && ledger::compute::monotonic_ns() >= check_at {
+            CHECK_AT_NS.store(0, Ordering::Release);
+            // The early look said idle: right if nothing was launched up
+            // to AFTER_SYNC after the synchronisation.
+            let marker = SYNC_COUNTDOWN.load(Ordering::Acquire);
+            let went_on = super::launch_marker() != marker || joined.iter().flatten().any(|(_, s)| s.launched.load(Ordering::Acquire));
+            let found = if went_on { AfterSync::WentOn } else { AfterSync::Paused };
+            PAUSES_IN_A_ROW.store(pauses_after(PAUSES_IN_A_ROW.load(Ordering::Relaxed), found), Ordering::Relaxed);
         }
         for &(i, seat) in joined.iter().flatten() {
             if let Some(armed) = armed.get_mut(i) {
@@ -270,15 +433,18 @@ fn holds_busy(seat: &Seat) -> bool {
 
 /// The look a synchronisation asked for: says `Idle` if `seat` is busy in
 /// a turn and the process launched nothing since (`marker`, the launch
-/// marker then), its work drained; `true` if it did.
-fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> bool {
+/// marker then), its work drained ([`AfterSync::Paused`]).
+fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> AfterSync {
     let went_on = || seat.launched.load(Ordering::Acquire) || super::launch_marker() != marker;
-    if !holds_busy(seat) || went_on() {
-        return false;
+    if !holds_busy(seat) {
+        return AfterSync::NotHeld;
+    }
+    if went_on() {
+        return AfterSync::WentOn;
     }
     rt.drain_device(seat.dev.load(Ordering::Relaxed));
     if went_on() {
-        return false;
+        return AfterSync::WentOn;
     }
     if let Some(n) = seat.mark_idle() {
         seat.send(Op::Idle, n);
@@ -287,7 +453,7 @@ fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> bool {
     if went_on() {
         seat.report_busy();
     }
-    true
+    AfterSync::Paused
 }
 
 /// One look for idleness (see the module docs).
@@ -297,7 +463,7 @@ fn probe(rt: &Runtime, seat: &Seat, armed: &mut bool) {
         *armed = false;
         return;
     }
-    if *armed && !launched.load(Ordering::Acquire) {
+    if *armed && !launched.load(Ordering::Acquire) && !synchronizing() {
         // Nothing launched for a whole period: wait for what is queued.
         rt.drain_device(seat.dev.load(Ordering::Relaxed));
         if !launched.load(Ordering::Acquire) {
@@ -354,4 +520,29 @@ fn gone(seat: &Seat, fd: i32) {
         seat.dev.load(Ordering::Relaxed),
         RETRY.as_secs()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_paused_after_its_last_synchronisations_is_looked_at_early() {
+        assert_eq!(look_delay(0), AFTER_SYNC);
+        assert_eq!(look_delay(PAUSES_TO_LEARN - 1), AFTER_SYNC);
+        assert_eq!(look_delay(PAUSES_TO_LEARN), AFTER_SYNC_PAUSING);
+        assert!(AFTER_SYNC_PAUSING < AFTER_SYNC);
+    }
+
+    #[test]
+    fn pauses_count_up_to_the_threshold_and_one_launch_resets_them() {
+        let mut n = 0;
+        for _ in 0..PAUSES_TO_LEARN + 3 {
+            n = pauses_after(n, AfterSync::Paused);
+        }
+        assert_eq!(n, PAUSES_TO_LEARN, "capped");
+        assert_eq!(pauses_after(n, AfterSync::NotHeld), n, "a look outside a turn learns nothing");
+        assert_eq!(pauses_after(n, AfterSync::WentOn), 0);
+        assert_eq!(look_delay(pauses_after(n, AfterSync::WentOn)), AFTER_SYNC);
+    }
 }

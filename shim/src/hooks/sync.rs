@@ -53,8 +53,10 @@ macro_rules! sync_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
             let real = real_or_return!($name);
+            let syncing = crate::compute::helper::Synchronizing::enter();
             // SAFETY: forwarding the caller's arguments unchanged.
             let r = unsafe { real($($arg),*) };
+            drop(syncing);
             after_synchronize();
             r
         }
