@@ -54,13 +54,17 @@ pub const PROBE: Duration = Duration::from_millis(2);
 /// gives the device up at once instead of a [`PROBE`] or two later.
 pub const AFTER_SYNC: Duration = Duration::from_micros(300);
 /// How soon after a synchronisation a loop that has been pausing after
-/// its synchronisations is looked at: the helper's wake-up, not a guess
-/// at the pause.
-pub const AFTER_SYNC_PAUSING: Duration = Duration::from_micros(20);
+/// its synchronisations is looked at: long enough for an interpreter's
+/// next launch when it goes straight on (a Python loop's takes tens of
+/// µs), so that a loop descheduled past [`AFTER_SYNC`] now and then is
+/// rarely taken for idle. At 20 µs, with two tenants' Python loops on
+/// 2 cores, a tenant of one op and `.item()` each seemed to lose turns to
+/// such mistakes (one run; the row varies by as much between runs).
+pub const AFTER_SYNC_PAUSING: Duration = Duration::from_micros(100);
 /// How many synchronisations in a row, each followed by a pause longer
 /// than [`AFTER_SYNC`], make the next look come [`AFTER_SYNC_PAUSING`]
 /// after the synchronisation.
-pub const PAUSES_TO_LEARN: u32 = 2;
+pub const PAUSES_TO_LEARN: u32 = 3;
 /// When the look that a synchronisation asked for is due (monotonic ns; 0:
 /// none asked).
 static LOOK_AT_NS: AtomicU64 = AtomicU64::new(0);
