@@ -113,12 +113,8 @@ pub fn pauses_after(pauses_in_a_row: u32, found: AfterSync) -> u32 {
 pub fn synchronized() {
     // An early look not checked yet: this synchronisation came first, and
     // if the process launched in between, it went on after all.
-    if CHECK_AT_NS.swap(0, Ordering::AcqRel) != 0 {
-        let went_on =
-            super::launch_marker() != SYNC_COUNTDOWN.load(Ordering::Acquire) || gate::seats().any(|s| s.launched.load(Ordering::Acquire));
-        if went_on {
-            PAUSES_IN_A_ROW.store(pauses_after(0, AfterSync::WentOn), Ordering::Relaxed);
-        }
+    if CHECK_AT_NS.swap(0, Ordering::AcqRel) != 0 && went_on_since(SYNC_COUNTDOWN.load(Ordering::Acquire), gate::seats()) {
+        PAUSES_IN_A_ROW.store(pauses_after(0, AfterSync::WentOn), Ordering::Relaxed);
     }
     let mut busy = false;
     for seat in gate::seats() {
@@ -411,8 +407,8 @@ fn run(rt: &'static Runtime) {
             // The early look said idle: right if nothing was launched up
             // to AFTER_SYNC after the synchronisation.
             let marker = SYNC_COUNTDOWN.load(Ordering::Acquire);
-            let went_on = super::launch_marker() != marker || joined.iter().flatten().any(|(_, s)| s.launched.load(Ordering::Acquire));
-            let found = if went_on { AfterSync::WentOn } else { AfterSync::Paused };
+            let found =
+                if went_on_since(marker, joined.iter().flatten().map(|&(_, seat)| seat)) { AfterSync::WentOn } else { AfterSync::Paused };
             PAUSES_IN_A_ROW.store(pauses_after(PAUSES_IN_A_ROW.load(Ordering::Relaxed), found), Ordering::Relaxed);
         }
         for &(i, seat) in joined.iter().flatten() {
@@ -428,6 +424,13 @@ fn run(rt: &'static Runtime) {
     }
 }
 
+/// Whether the process launched since the synchronisation whose launch
+/// marker was `marker`: a launch the fast way moves the marker, one the
+/// slow way sets `launched` on the seats.
+fn went_on_since<'a>(marker: u32, mut seats: impl Iterator<Item = &'a Seat>) -> bool {
+    super::launch_marker() != marker || seats.any(|s| s.launched.load(Ordering::Acquire))
+}
+
 /// Whether this process is busy in its tenant's turn on `seat`.
 fn holds_busy(seat: &Seat) -> bool {
     let Some(page) = seat.page() else { return false };
@@ -439,7 +442,7 @@ fn holds_busy(seat: &Seat) -> bool {
 /// a turn and the process launched nothing since (`marker`, the launch
 /// marker then), its work drained ([`AfterSync::Paused`]).
 fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> AfterSync {
-    let went_on = || seat.launched.load(Ordering::Acquire) || super::launch_marker() != marker;
+    let went_on = || went_on_since(marker, std::iter::once(seat));
     if !holds_busy(seat) {
         return AfterSync::NotHeld;
     }
