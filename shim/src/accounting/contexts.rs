@@ -27,6 +27,10 @@ use super::devices::contexts_changed;
 use super::{lock, Device, Kind, Runtime};
 use crate::real;
 
+/// How many of its created contexts [`Runtime::drain_device`] copies out
+/// of the list at a time.
+const DRAIN_BATCH: usize = 8;
+
 #[derive(Clone, Copy, Debug)]
 struct ContextRecord {
     ctx: usize,
@@ -78,18 +82,41 @@ impl Runtime {
     }
 
     /// Waits until every context of this process on ledger device `dev`
-    /// has run what it queued (the compute helper, after a revoke).
+    /// has run what it queued (the compute helper, after a revoke). It
+    /// allocates nothing, for the helper's loop never does (see
+    /// `compute::helper`): the contexts this process created are taken
+    /// [`DRAIN_BATCH`] at a time into the stack, and none is waited for
+    /// under a lock that creating one takes. None can go meanwhile (a
+    /// destroy waits for `drain`), and one created meanwhile comes last in
+    /// the list.
     pub(crate) fn drain_device(&self, dev: usize) {
         let _drain = self.contexts.drain.read().unwrap_or_else(|e| e.into_inner());
-        let mut contexts: Vec<usize> = lock(&self.contexts.created).iter().filter(|c| c.ledger_index == dev).map(|c| c.ctx).collect();
-        for (d, p) in self.devices.iter().zip(&self.contexts.primaries) {
-            let p = lock(p);
-            if d.ledger_index == dev && p.charged {
-                contexts.push(p.ctx);
+        let mut done = 0;
+        loop {
+            let mut batch = [0usize; DRAIN_BATCH];
+            let mut taken = 0;
+            for (slot, record) in batch.iter_mut().zip(lock(&self.contexts.created).iter().filter(|c| c.ledger_index == dev).skip(done)) {
+                *slot = record.ctx;
+                taken += 1;
+            }
+            for &ctx in batch.iter().take(taken) {
+                let _ = real::ctx_synchronize_in(ctx as CUcontext);
+            }
+            done += taken;
+            if taken < DRAIN_BATCH {
+                break;
             }
         }
-        for ctx in contexts {
-            let _ = real::ctx_synchronize_in(ctx as CUcontext);
+        for (d, p) in self.devices.iter().zip(&self.contexts.primaries) {
+            let primary = if d.ledger_index == dev {
+                let p = lock(p);
+                p.charged.then_some(p.ctx)
+            } else {
+                None
+            };
+            if let Some(ctx) = primary {
+                let _ = real::ctx_synchronize_in(ctx as CUcontext);
+            }
         }
     }
 
