@@ -48,18 +48,37 @@ struct Tenant {
     /// µs of host work after each (`fairness_load.py steps`); `None`:
     /// kernels back to back.
     steps: Option<(u32, u32)>,
+    /// The steps end in a synchronous `cuMemcpyDtoH` rather than a
+    /// `cuStreamSynchronize` (`fairness_load.py steps … copy`).
+    steps_end_in_copy: bool,
     /// `GPUSLICE_PRIORITY`, when set.
     priority: Option<i32>,
 }
 
 fn tenant(name: &'static str, share: Option<u32>, limit: Option<u32>, kernel_us: u64) -> Tenant {
-    Tenant { name, device: 0, shares: None, share, limit, kernel_us, stop_after_s: None, steps: None, priority: None }
+    Tenant {
+        name,
+        device: 0,
+        shares: None,
+        share,
+        limit,
+        kernel_us,
+        stop_after_s: None,
+        steps: None,
+        steps_end_in_copy: false,
+        priority: None,
+    }
 }
 
 /// A tenant of 500 µs kernels that synchronises every `per_step` of them,
 /// with `host_us` of host work between steps.
 fn stepper(name: &'static str, share: u32, per_step: u32, host_us: u32) -> Tenant {
     Tenant { steps: Some((per_step, host_us)), ..tenant(name, Some(share), None, 500) }
+}
+
+/// The same loop, each step ending in a synchronous copy to the host.
+fn copier(name: &'static str, share: u32, per_step: u32, host_us: u32) -> Tenant {
+    Tenant { steps_end_in_copy: true, ..stepper(name, share, per_step, host_us) }
 }
 
 struct Scenario {
@@ -116,6 +135,11 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "sync-10ms-host-2ms-25-75",
             tenants: vec![stepper("a", 25, 20, 2000), stepper("b", 75, 20, 2000)],
+            targets: vec![25.0, 75.0],
+        },
+        Scenario {
+            name: "copy-10ms-host-2ms-25-75",
+            tenants: vec![copier("a", 25, 20, 2000), copier("b", 75, 20, 2000)],
             targets: vec![25.0, 75.0],
         },
         Scenario {
@@ -253,7 +277,14 @@ fn spawn(sim: &Sim, t: &Tenant, seconds: f64, epoch_s: f64) -> Running {
     }
     let run_s = t.stop_after_s.unwrap_or(seconds).to_string();
     match t.steps {
-        Some((per_step, host_us)) => cmd.args(["steps", &t.kernel_us.to_string(), &per_step.to_string(), &host_us.to_string(), &run_s]),
+        Some((per_step, host_us)) => cmd.args([
+            "steps",
+            &t.kernel_us.to_string(),
+            &per_step.to_string(),
+            &host_us.to_string(),
+            &run_s,
+            if t.steps_end_in_copy { "copy" } else { "sync" },
+        ]),
         None => cmd.args(["saturate", &t.kernel_us.to_string(), &run_s, &t.device.to_string()]),
     };
     sim.spawn(&mut cmd)

@@ -2,7 +2,8 @@
 //! logging, metrics), on simgpu under the shim with the monitor: NVIDIA's
 //! cuda-bindings clients (`tests/python/fairness_load.py steps`) with steps
 //! of 1, 2, 10 and 40 ms of device work, one or both tenants stepping,
-//! with and without host work between steps, shares 25 / 75.
+//! with and without host work between steps, shares 25 / 75; and loops
+//! whose steps end in a synchronous copy to the host (`cudaMemcpy`) instead.
 //!
 //! Before the owed rule (`monitor/src/daemon/arbiter/sched.rs`), such
 //! loops alternated one step for one whatever their shares.
@@ -21,18 +22,28 @@ const KERNEL_US: u64 = 500;
 const SECONDS: &str = "6";
 
 /// What a tenant runs: a loop of `per_step` kernels synchronised every step
-/// with `host_us` of host work after it, or kernels back to back (`None`).
+/// with `host_us` of host work after it, or kernels back to back (`None`);
+/// with `copy`, each step ends in a synchronous `cuMemcpyDtoH` instead of a
+/// `cuStreamSynchronize`.
 #[derive(Clone, Copy)]
 struct Load {
     per_step: Option<u32>,
     host_us: u32,
+    copy: bool,
 }
 
 fn start(sim: &Sim, tenant: &str, share: &str, load: Load) -> Running {
     let mut cmd = sim.py("fairness_load.py");
     cmd.env("GPUSLICE_TENANT", tenant).env("GPUSLICE_COMPUTE_SHARE", share).env("FAIRNESS_EPOCH", epoch_s());
     match load.per_step {
-        Some(n) => cmd.args(["steps", &KERNEL_US.to_string(), &n.to_string(), &load.host_us.to_string(), SECONDS]),
+        Some(n) => cmd.args([
+            "steps",
+            &KERNEL_US.to_string(),
+            &n.to_string(),
+            &load.host_us.to_string(),
+            SECONDS,
+            if load.copy { "copy" } else { "sync" },
+        ]),
         None => cmd.args(["saturate", &KERNEL_US.to_string(), SECONDS]),
     };
     let mut running = sim.spawn(&mut cmd);
@@ -86,9 +97,12 @@ fn check_within(what: &str, small: Load, large: Load, within: f64) {
 const MIN_BUSY: f64 = 0.4;
 
 const fn steps(per_step: u32, host_us: u32) -> Load {
-    Load { per_step: Some(per_step), host_us }
+    Load { per_step: Some(per_step), host_us, copy: false }
 }
-const BACK_TO_BACK: Load = Load { per_step: None, host_us: 0 };
+const fn steps_ending_in_a_copy(per_step: u32, host_us: u32) -> Load {
+    Load { per_step: Some(per_step), host_us, copy: true }
+}
+const BACK_TO_BACK: Load = Load { per_step: None, host_us: 0, copy: false };
 
 #[test]
 fn both_tenants_synchronise_every_step_of_1_2_10_and_40_ms() {
@@ -115,6 +129,19 @@ fn loops_with_host_work_between_steps_and_back_to_back_kernels_still_hold() {
     // the owed rule: 48.8).
     check_within("both steps of 10 ms with 2 ms of host work", steps(20, 2000), steps(20, 2000), 0.05);
     check("both back to back", BACK_TO_BACK, BACK_TO_BACK);
+}
+
+/// A synchronous copy to the host waits for the step like a
+/// synchronisation, and the shim takes it for one (`hooks::sync`).
+#[test]
+fn loops_whose_steps_end_in_a_synchronous_copy_hold() {
+    let _serial = serial();
+    check("both copy back after every 2 ms step", steps_ending_in_a_copy(4, 0), steps_ending_in_a_copy(4, 0));
+    check(
+        "both copy back after every 10 ms step, then 500 us of host work",
+        steps_ending_in_a_copy(20, 500),
+        steps_ending_in_a_copy(20, 500),
+    );
 }
 
 /// A training loop that synchronises every step (priority 0) beside an

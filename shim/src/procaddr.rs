@@ -68,6 +68,7 @@ pub static UNHOOKED_VARIANTS: &[Variant] = &[
     v("cuMemFree", "cuMemFree", 2000),
     v("cuMemGetInfo", "cuMemGetInfo", 2000),
     v("cuDeviceTotalMem", "cuDeviceTotalMem", 2000),
+    v("cuMemcpyDtoH", "cuMemcpyDtoH", 2000),
 ];
 
 /// Every variant the table knows, hooked or not.
@@ -211,19 +212,22 @@ mod tests {
 
     /// The symbol `cuda.h`'s `#define` maps the API name `base` to (what a
     /// program compiled against it calls, so the newest variant), and
-    /// whether that define has a per-thread (`__CUDA_API_PTSZ`) form; `None`
-    /// without a define.
-    fn header_define(cuda_h: &str, base: &str) -> Option<(String, bool)> {
+    /// the suffix of its per-thread form when the define has one: `_ptsz`
+    /// (`__CUDA_API_PTSZ`), or `_ptds` for the synchronous copies
+    /// (`__CUDA_API_PTDS`); `None` without a define.
+    fn header_define(cuda_h: &str, base: &str) -> Option<(String, Option<&'static str>)> {
         for line in cuda_h.lines() {
             let mut words = line.split_whitespace();
             if words.next() != Some("#define") || words.next() != Some(base) {
                 continue;
             }
             let target: String = words.collect();
-            if let Some(inner) = target.strip_prefix("__CUDA_API_PTSZ(").and_then(|t| t.strip_suffix(')')) {
-                return Some((inner.to_string(), true));
+            for (wrapper, suffix) in [("__CUDA_API_PTSZ(", "_ptsz"), ("__CUDA_API_PTDS(", "_ptds")] {
+                if let Some(inner) = target.strip_prefix(wrapper).and_then(|t| t.strip_suffix(')')) {
+                    return Some((inner.to_string(), Some(suffix)));
+                }
             }
-            return Some((target, false));
+            return Some((target, None));
         }
         None
     }
@@ -265,7 +269,7 @@ mod tests {
             }
             let per_thread: Vec<&str> = variants.iter().filter(|v| v.per_thread).map(|v| v.symbol).collect();
             let expected: Vec<String> = match &define {
-                Some((target, true)) => vec![format!("{target}_ptsz")],
+                Some((target, Some(suffix))) => vec![format!("{target}{suffix}")],
                 _ => Vec::new(),
             };
             assert_eq!(per_thread, expected, "{base}: per-thread variants differ from cuda.h's");

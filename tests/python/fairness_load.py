@@ -2,7 +2,7 @@
 
     fairness_load.py saturate KERNEL_US SECONDS [DEVICE]
     fairness_load.py burst KERNEL_US COUNT PERIOD_MS SECONDS [ON_S OFF_S]
-    fairness_load.py steps KERNEL_US PER_STEP HOST_US SECONDS
+    fairness_load.py steps KERNEL_US PER_STEP HOST_US SECONDS [sync|copy]
 
 `saturate` launches `sim_sleep` kernels of KERNEL_US back to back on a
 stream of its own for SECONDS and prints, for every 100 ms of wall time
@@ -22,7 +22,11 @@ runs with and without bursts in turn, in the same spell of the host.
 does: PER_STEP kernels of KERNEL_US, then cuStreamSynchronize, then
 HOST_US of host work (a data loader's time; the CPU is busy meanwhile), for
 SECONDS. It prints the same `bin=I n=N` lines as `saturate` (the kernels of
-each step counted in the bin where the step ended), then `steps=S`.
+each step counted in the bin where the step ended), then `steps=S`. With
+`copy`, each step ends instead in a synchronous cuMemcpyDtoH of 4 bytes,
+which waits for the step's kernels (their stream is a blocking one): the
+loop of a program that calls `cudaMemcpy` after its kernels, or numba's
+`copy_to_host`.
 """
 import ctypes
 import os
@@ -96,9 +100,13 @@ def burst(kernel_us, count, period_ms, seconds, on_s=None, off_s=None):
     print("done=1", flush=True)
 
 
-def steps(kernel_us, per_step, host_us, seconds):
+def steps(kernel_us, per_step, host_us, seconds, wait="sync"):
     func, stream, keep = setup(kernel_us)
     params = keep[1]
+    if wait not in ("sync", "copy"):
+        sys.exit(f"steps: the wait is sync or copy, not {wait!r}")
+    readback = check(cu.cuMemAlloc(4)) if wait == "copy" else None
+    value = ctypes.c_uint32(0)
     bins = {}
     start = time.monotonic()
     epoch = os.environ.get("FAIRNESS_EPOCH")
@@ -109,7 +117,10 @@ def steps(kernel_us, per_step, host_us, seconds):
     while time.monotonic() < until:
         for _ in range(per_step):
             check(cu.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, stream, ctypes.addressof(params), 0))
-        check(cu.cuStreamSynchronize(stream))
+        if readback is None:
+            check(cu.cuStreamSynchronize(stream))
+        else:
+            check(cu.cuMemcpyDtoH(ctypes.addressof(value), readback, 4))
         done += 1
         b = int((time.monotonic() - origin) * 10)
         if b >= 0:
@@ -125,7 +136,7 @@ def steps(kernel_us, per_step, host_us, seconds):
 
 mode = sys.argv[1]
 if mode == "steps":
-    steps(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+    steps(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), *sys.argv[6:7])
 elif mode == "saturate":
     saturate(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
 else:

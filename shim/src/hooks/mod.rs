@@ -151,6 +151,14 @@ macro_rules! hooked_functions {
                     => cuCtxSynchronize since 13000;
                 sync::cuEventSynchronize(CUevent) -> CUresult
                     => cuEventSynchronize since 2000;
+                sync::cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr, usize) -> CUresult
+                    => cuMemcpyDtoH since 3020;
+                sync::cuMemcpyDtoH_v2_ptds(*mut c_void, CUdeviceptr, usize) -> CUresult
+                    => cuMemcpyDtoH since 7000 per_thread;
+                sync::cuMemcpy(CUdeviceptr, CUdeviceptr, usize) -> CUresult
+                    => cuMemcpy since 4000;
+                sync::cuMemcpy_ptds(CUdeviceptr, CUdeviceptr, usize) -> CUresult
+                    => cuMemcpy since 7000 per_thread;
                 sync::cuStreamDestroy(CUstream) -> CUresult
                     => cuStreamDestroy since 2000;
                 sync::cuStreamDestroy_v2(CUstream) -> CUresult

@@ -1,5 +1,6 @@
 //! Synchronisation (`cuStreamSynchronize`, `cuCtxSynchronize`,
-//! `cuEventSynchronize`): forwarded untouched, then, only if this process
+//! `cuEventSynchronize`, and the synchronous copies that wait for the
+//! device's work, `cuMemcpyDtoH` and `cuMemcpy`): forwarded untouched, then, only if this process
 //! has stream-ordered memory, the `cuMemFreeAsync`s the wait completed are
 //! released and the pools' charges settled with what they reserve now (a
 //! synchronisation is when a pool gives memory above its release threshold
@@ -15,6 +16,7 @@ use crate::compute::bucket::{governed, streams_changed};
 use crate::guard::{boundary, Cuda, Guard};
 use crate::Access;
 use abi::cuda::*;
+use core::ffi::c_void;
 
 /// After a synchronisation that returned: releases the pending frees it
 /// completed, if there are any.
@@ -68,6 +70,16 @@ sync_hook!(cuStreamSynchronize_ptsz(stream: CUstream));
 sync_hook!(cuCtxSynchronize());
 sync_hook!(#[doc(alias = "cuCtxSynchronize")] cuCtxSynchronize_v2(ctx: CUcontext));
 sync_hook!(cuEventSynchronize(event: CUevent));
+
+// A synchronous copy to the host waits for the legacy stream's work before
+// it copies, and returns when the copy is done: `cudaMemcpy` after the
+// kernels of a CUDA C++ loop, numba's `copy_to_host`. For the turns it is
+// a synchronisation like the others; the copies that may return before
+// the device is done (to the device, within it) are not hooked.
+sync_hook!(cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize));
+sync_hook!(cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, bytes: usize));
+sync_hook!(cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize));
+sync_hook!(cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize));
 
 macro_rules! stream_destroy_hook {
     ($(#[$meta:meta])* $name:ident) => {
