@@ -525,8 +525,8 @@ fn idle_through(period: Period, now: Now) -> bool {
 /// so the launch marker counts too; and a period in which a
 /// synchronisation began or ended is left to that synchronisation's look.
 /// (Judging `launched` alone at every wake-up took a loop that
-/// synchronises every 1 ms step for idle some 570 times a second, and its
-/// turns ended 289 times a second instead of 38.)
+/// synchronises every 1 ms for idle about 500 times a second, each time
+/// ending its turn.)
 fn probe(rt: &Runtime, seat: &Seat, period: &mut Option<Period>) {
     if !holds_busy(seat) {
         *period = None;
