@@ -10,9 +10,8 @@
 //!   one's tail.
 //! - **Idle.** While this process is busy in its tenant's turn, the helper
 //!   looks every [`PROBE`]: it clears the seat's `announced` word, so the
-//!   next launch passes through the gate and says so (`launched`; later
-//!   launches move the launch marker). A whole period with no launch and
-//!   no synchronisation means the process stopped launching; the helper
+//!   next launch passes through the gate and says so (`launched`). A
+//!   period with no launch means the process stopped launching; the helper
 //!   then waits for its work to finish and says `Idle`, so the monitor
 //!   stops charging the tenant and can hand the device on. While a thread
 //!   of the process is inside a synchronisation ([`Synchronizing`]), such
@@ -140,9 +139,6 @@ pub fn synchronized() {
 
 /// Threads of this process inside a synchronisation now.
 static SYNCING: AtomicU32 = AtomicU32::new(0);
-/// Synchronisations entered and left, counted: a probe's period in which
-/// one began or ended was (partly) that wait, not idleness.
-static SYNC_EVENTS: AtomicU32 = AtomicU32::new(0);
 
 /// One thread inside a synchronisation (`cuStreamSynchronize` and its
 /// kind), for as long as it lives. While one is, a period without launches
@@ -156,14 +152,12 @@ pub struct Synchronizing;
 impl Synchronizing {
     pub fn enter() -> Self {
         SYNCING.fetch_add(1, Ordering::AcqRel);
-        SYNC_EVENTS.fetch_add(1, Ordering::AcqRel);
         Synchronizing
     }
 }
 
 impl Drop for Synchronizing {
     fn drop(&mut self) {
-        SYNC_EVENTS.fetch_add(1, Ordering::AcqRel);
         SYNCING.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -313,7 +307,7 @@ pub fn forget() {
 
 fn run(rt: &'static Runtime) {
     let _guard = crate::guard::Guard::enter();
-    let mut periods: [Option<Period>; gate::MAX_SEATS] = [None; gate::MAX_SEATS];
+    let mut armed = [false; gate::MAX_SEATS];
     let mut relaxed = false;
     let mut last_retry = Instant::now();
     // The loop allocates nothing: a thread's first allocation makes it a
@@ -393,8 +387,8 @@ fn run(rt: &'static Runtime) {
                 match idle_after_sync(rt, seat, marker) {
                     AfterSync::Paused => {
                         found = AfterSync::Paused;
-                        if let Some(period) = periods.get_mut(i) {
-                            *period = None;
+                        if let Some(armed) = armed.get_mut(i) {
+                            *armed = false;
                         }
                     }
                     AfterSync::WentOn if found == AfterSync::NotHeld => found = AfterSync::WentOn,
@@ -418,8 +412,8 @@ fn run(rt: &'static Runtime) {
             PAUSES_IN_A_ROW.store(pauses_after(PAUSES_IN_A_ROW.load(Ordering::Relaxed), found), Ordering::Relaxed);
         }
         for &(i, seat) in joined.iter().flatten() {
-            if let Some(period) = periods.get_mut(i) {
-                probe(rt, seat, period);
+            if let Some(armed) = armed.get_mut(i) {
+                probe(rt, seat, armed);
             }
         }
         let retry_every = if gate::any_refused() { REFUSED_RETRY } else { RETRY };
@@ -469,93 +463,31 @@ fn idle_after_sync(rt: &Runtime, seat: &Seat, marker: u32) -> AfterSync {
     AfterSync::Paused
 }
 
-/// A probe's period: what it began with.
-#[derive(Clone, Copy)]
-struct Period {
-    /// The launch marker then: a launch the fast way moves it.
-    marker: u32,
-    /// [`SYNC_EVENTS`] then.
-    sync_events: u32,
-    /// When it began (monotonic ns).
-    since_ns: u64,
-}
-
-/// What the probe reads when it judges a period.
-#[derive(Clone, Copy)]
-struct Now {
-    ns: u64,
-    /// The launch marker.
-    marker: u32,
-    /// The seat's `launched`: a launch the slow way since the period began.
-    launched: bool,
-    /// [`SYNC_EVENTS`].
-    sync_events: u32,
-    /// A thread inside a synchronisation.
-    synchronizing: bool,
-}
-
-impl Now {
-    fn read(seat: &Seat) -> Self {
-        Now {
-            ns: ledger::compute::monotonic_ns(),
-            marker: super::launch_marker(),
-            launched: seat.launched.load(Ordering::Acquire),
-            sync_events: SYNC_EVENTS.load(Ordering::Acquire),
-            synchronizing: synchronizing(),
-        }
-    }
-}
-
-/// Whether `period` was idle: a whole [`PROBE`] long, with no launch (the
-/// fast way or the slow way) and no synchronisation begun, ended or under
-/// way in it.
-fn idle_through(period: Period, now: Now) -> bool {
-    now.ns.saturating_sub(period.since_ns) >= PROBE.as_nanos() as u64
-        && now.marker == period.marker
-        && !now.launched
-        && now.sync_events == period.sync_events
-        && !now.synchronizing
-}
-
-/// One look for idleness (see the module docs). `period` is the one under
-/// way on `seat`, if any. The helper's loop runs at every wake-up (a
-/// synchronisation's, a message's, a look's), not only every [`PROBE`]:
-/// a period is judged once it is whole. A synchronisation clears
-/// `launched` for its own look and the launches after it go the fast way,
-/// so the launch marker counts too; and a period in which a
-/// synchronisation began or ended is left to that synchronisation's look.
-/// (Judging `launched` alone at every wake-up took a loop that
-/// synchronises every 1 ms for idle about 500 times a second, each time
-/// ending its turn.)
-fn probe(rt: &Runtime, seat: &Seat, period: &mut Option<Period>) {
+/// One look for idleness (see the module docs).
+fn probe(rt: &Runtime, seat: &Seat, armed: &mut bool) {
+    let launched = &seat.launched;
     if !holds_busy(seat) {
-        *period = None;
+        *armed = false;
         return;
     }
-    let now_ns = ledger::compute::monotonic_ns();
-    if let Some(p) = *period {
-        if now_ns.saturating_sub(p.since_ns) < PROBE.as_nanos() as u64 {
-            return;
-        }
-        if idle_through(p, Now::read(seat)) {
-            // Nothing launched for a whole period: wait for what is queued.
-            rt.drain_device(seat.dev.load(Ordering::Relaxed));
-            if !went_on_since(p.marker, std::iter::once(seat)) {
-                if let Some(n) = seat.mark_idle() {
-                    seat.send(Op::Idle, n);
-                }
-                // A launch that raced with the report says so again.
-                if went_on_since(p.marker, std::iter::once(seat)) {
-                    seat.report_busy();
-                }
+    if *armed && !launched.load(Ordering::Acquire) && !synchronizing() {
+        // Nothing launched for a whole period: wait for what is queued.
+        rt.drain_device(seat.dev.load(Ordering::Relaxed));
+        if !launched.load(Ordering::Acquire) {
+            if let Some(n) = seat.mark_idle() {
+                seat.send(Op::Idle, n);
             }
-            *period = None;
-            return;
+            // A launch that raced with the report says so again.
+            if launched.load(Ordering::Acquire) {
+                seat.report_busy();
+            }
         }
+        *armed = false;
+        return;
     }
-    seat.launched.store(false, Ordering::Release);
+    launched.store(false, Ordering::Release);
     seat.announced.store(0, Ordering::Release);
-    *period = Some(Period { marker: super::launch_marker(), sync_events: SYNC_EVENTS.load(Ordering::Acquire), since_ns: now_ns });
+    *armed = true;
 }
 
 fn read_messages(rt: &Runtime, seat: &Seat, revents: libc::c_short) {
@@ -600,25 +532,6 @@ fn gone(seat: &Seat, fd: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_period_is_idle_only_when_whole_without_launches_or_synchronisations() {
-        let probe_ns = PROBE.as_nanos() as u64;
-        let period = Period { marker: 7, sync_events: 4, since_ns: 1_000 };
-        let quiet = Now { ns: 1_000 + probe_ns, marker: 7, launched: false, sync_events: 4, synchronizing: false };
-        assert!(idle_through(period, quiet));
-        // Not yet a whole period (the helper woke for something else).
-        assert!(!idle_through(period, Now { ns: 1_000 + probe_ns - 1, ..quiet }));
-        // A launch the fast way, or the slow way.
-        assert!(!idle_through(period, Now { marker: 6, ..quiet }));
-        assert!(!idle_through(period, Now { launched: true, ..quiet }));
-        // A synchronisation began or ended in it, or is under way.
-        assert!(!idle_through(period, Now { sync_events: 5, ..quiet }));
-        assert!(!idle_through(period, Now { synchronizing: true, ..quiet }));
-        // A clock read before the period began (another thread's) is not a
-        // whole period.
-        assert!(!idle_through(period, Now { ns: 0, ..quiet }));
-    }
 
     #[test]
     fn a_loop_that_paused_after_its_last_synchronisations_is_looked_at_early() {
