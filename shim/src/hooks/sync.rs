@@ -1,7 +1,7 @@
 //! Synchronisation (`cuStreamSynchronize`, `cuCtxSynchronize`,
 //! `cuEventSynchronize`, and the synchronous copies that wait for the
-//! device's work, `cuMemcpyDtoH` and `cuMemcpy`): forwarded untouched, then, only if this process
-//! has stream-ordered memory, the `cuMemFreeAsync`s the wait completed are
+//! device's work, `cuMemcpyDtoH` and `cuMemcpy`): forwarded untouched,
+//! then, only if this process has stream-ordered memory, the `cuMemFreeAsync`s the wait completed are
 //! released and the pools' charges settled with what they reserve now (a
 //! synchronisation is when a pool gives memory above its release threshold
 //! back). An application that frees stream-ordered memory and synchronises
