@@ -1,15 +1,15 @@
 //! Synchronisation (`cuStreamSynchronize`, `cuCtxSynchronize`,
 //! `cuEventSynchronize`, and the synchronous copies that wait for the
-//! device's work, `cuMemcpyDtoH` and `cuMemcpy`): forwarded untouched,
-//! then, only if this process has stream-ordered memory, the `cuMemFreeAsync`s the wait completed are
-//! released and the pools' charges settled with what they reserve now (a
-//! synchronisation is when a pool gives memory above its release threshold
-//! back). An application that frees stream-ordered memory and synchronises
-//! has given it back, and another process of the tenant may take it from
-//! then on, not only after this process's next allocation. On an arbitrated
-//! device a synchronisation in a turn also asks the helper to look for
-//! idleness soon (`compute::helper::synchronized`): a training loop that
-//! pauses after its `loss.item()` gives the device up at once.
+//! device's work, `cuMemcpyDtoH` and `cuMemcpy`): forwarded untouched, then,
+//! only if this process has stream-ordered memory, the `cuMemFreeAsync`s the
+//! wait completed are released and the pools' charges settled with what they
+//! reserve now (a synchronisation is when a pool gives memory above its
+//! release threshold back). An application that frees stream-ordered memory
+//! and synchronises has given it back, and another process of the tenant may
+//! take it from then on, not only after this process's next allocation. On
+//! an arbitrated device a synchronisation in a turn also asks the helper to
+//! look for idleness soon (`compute::helper::synchronized`): a training loop
+//! that pauses after its `loss.item()` gives the device up at once.
 
 use super::real_or_return;
 use crate::compute::bucket::{governed, streams_changed};
