@@ -332,7 +332,16 @@ pub struct DeviceSched {
     next: Option<usize>,
     /// Connections that were late to say `Done`, ever.
     pub late_total: u64,
+    /// What the weights were last computed from ([`update_weights`]):
+    /// each active member's index and its own settings and team. Emptied
+    /// when a member comes, goes or changes its settings.
+    weights_for: Vec<WeightInput>,
+    /// A spare buffer for the next step's inputs.
+    weights_key: Vec<WeightInput>,
 }
+
+/// One active member as [`DeviceSched::update_weights`] sees it.
+type WeightInput = (usize, Claim, Option<Declared>, Option<TeamClaim>);
 
 impl DeviceSched {
     pub fn new(grants: Grants) -> DeviceSched {
@@ -344,6 +353,8 @@ impl DeviceSched {
             launched_open: Vec::new(),
             next: None,
             late_total: 0,
+            weights_for: Vec::new(),
+            weights_key: Vec::new(),
         }
     }
 
@@ -438,6 +449,7 @@ impl DeviceSched {
                     left_at_ns: None,
                 };
                 *self.members.get_mut(free)? = Some(state);
+                self.weights_changed();
                 self.lift(free, now_ns);
                 free
             }
@@ -458,6 +470,7 @@ impl DeviceSched {
 
     /// Changes tenant `key`'s settings (the configuration changed).
     pub fn set_claim(&mut self, key: u64, claim: Claim) {
+        self.weights_changed();
         for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
             // A member of a team is held to what `update_weights` makes of
             // its own settings and its team's, at the next step.
@@ -480,6 +493,7 @@ impl DeviceSched {
     /// others to catch up with it.
     pub fn set_team(&mut self, key: u64, team: Option<TeamClaim>) {
         let Some(m) = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key)) else { return };
+        self.weights_changed();
         let now_ns = self.members.iter().flatten().filter_map(|m| m.last_active_ns).max().unwrap_or(0);
         let least = self.least_active_vtime(m, now_ns);
         let Some(member) = self.member_mut(m) else { return };
@@ -547,6 +561,7 @@ impl DeviceSched {
     }
 
     fn free_member(&mut self, i: usize) {
+        self.weights_changed();
         if let Some(slot) = self.members.get_mut(i) {
             *slot = None;
         }
@@ -638,18 +653,34 @@ impl DeviceSched {
     }
 
     /// Every active member's weight, by [`targets`] within and between
-    /// teams ([`teams::split`]), and the settings each is held to.
+    /// teams ([`teams::split`]), and the settings each is held to. The
+    /// split is recomputed only when its inputs changed: the monitor steps
+    /// a device at every message, thousands of times a second while loops
+    /// synchronise every step, and the split allocates.
     fn update_weights(&mut self, now_ns: u64) {
-        let active: Vec<usize> = (0..MAX_MEMBERS).filter(|&i| self.member(i).is_some_and(|m| m.active(now_ns))).collect();
-        let claims: Vec<(Claim, Option<Declared>)> = active.iter().filter_map(|&i| self.member(i).map(|m| (m.own, m.declared))).collect();
-        let member_teams: Vec<Option<TeamClaim>> = active.iter().filter_map(|&i| self.member(i).map(|m| m.team)).collect();
+        let mut key = std::mem::take(&mut self.weights_key);
+        key.clear();
+        key.extend((0..MAX_MEMBERS).filter_map(|i| self.member(i).filter(|m| m.active(now_ns)).map(|m| (i, m.own, m.declared, m.team))));
+        if key == self.weights_for {
+            self.weights_key = key;
+            return;
+        }
+        let claims: Vec<(Claim, Option<Declared>)> = key.iter().map(|&(_, own, declared, _)| (own, declared)).collect();
+        let member_teams: Vec<Option<TeamClaim>> = key.iter().map(|&(.., team)| team).collect();
         let split = teams::split(&claims, &member_teams);
-        for ((i, weight), held) in active.into_iter().zip(split.targets).zip(split.claims) {
+        for ((&(i, ..), weight), held) in key.iter().zip(split.targets).zip(split.claims) {
             if let Some(member) = self.member_mut(i) {
                 member.weight_e4 = weight.max(1);
                 member.claim = Claim { share_e4: member.own.share_e4, ..held };
             }
         }
+        self.weights_key = std::mem::replace(&mut self.weights_for, key);
+    }
+
+    /// The weights must be computed again at the next step: a member came,
+    /// went or changed its settings.
+    fn weights_changed(&mut self) {
+        self.weights_for.clear();
     }
 
     /// Whether a member here now has a compute setting (one that left and
@@ -1495,6 +1526,33 @@ mod tests {
         assert_eq!(s.late_total, 1);
         // The late holder was charged the whole time it kept the device.
         assert!(served(&s, 1) >= QUANTUM_NS + DRAIN_LIMIT_NS);
+    }
+
+    #[test]
+    fn weights_follow_who_is_active_and_their_settings_though_the_split_is_kept_between_steps() {
+        let mut s = sched();
+        s.join(1, claim(25, 0, 0), 1, 0).unwrap();
+        s.join(2, claim(75, 0, 0), 2, 0).unwrap();
+        let weights = |s: &DeviceSched| (s.member(0).unwrap().weight_e4, s.member(1).unwrap().weight_e4);
+        s.message(1, Op::Want, 0, 0);
+        s.message(2, Op::Want, 0, 0);
+        s.step(0);
+        assert_eq!(weights(&s), (2_500, 7_500));
+        s.step(MS);
+        assert_eq!(weights(&s), (2_500, 7_500), "kept while nothing changed");
+        s.set_claim(1, claim(50, 0, 0));
+        s.step(2 * MS);
+        assert_eq!(weights(&s), (4_000, 6_000), "a new setting: 50 and 75, scaled to the device");
+        // Member 2 stops wanting and goes inactive: member 1 gets the device.
+        s.leave(2, 3 * MS);
+        s.step(3 * MS + ACTIVE_NS);
+        assert_eq!(weights(&s).0, 10_000);
+        // A newcomer in the departed one's place is weighed from its first step.
+        s.join(3, claim(75, 0, 0), 3, 4 * MS + ACTIVE_NS).unwrap();
+        s.message(3, Op::Want, 0, 4 * MS + ACTIVE_NS);
+        s.step(4 * MS + ACTIVE_NS);
+        let newcomer = s.find_conn(3).unwrap();
+        assert_eq!(s.member(newcomer).unwrap().weight_e4, 6_000);
     }
 
     #[test]
