@@ -533,6 +533,17 @@ fn throughput(seconds: f64) {
 /// PyTorch into `.deps/torch-venv`): the op rate of a one-op loop
 /// (`tests/python/torch_oploop.py`, 5 µs kernels) bare, alone under the shim
 /// with a share of 50, and two tenants with shares of 25 and 75.
+/// Starts two `torch_oploop.py` tenants' loops together, once both are
+/// ready: each times its own loop, so one that started first would run
+/// alone at both ends of the other's.
+fn together(mut a: Running, mut b: Running) -> (Running, Running) {
+    a.wait_for("started");
+    b.wait_for("started");
+    a.send_line("go");
+    b.send_line("go");
+    (a, b)
+}
+
 fn pytorch(seconds: f64) {
     let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/torch-venv/bin/python");
     if !python.is_file() {
@@ -565,7 +576,7 @@ fn pytorch(seconds: f64) {
     };
     let pair_sim = sim(true);
     let _monitor = Monitor::start(&pair_sim, MonitorOptions::default());
-    let (a, b) = (client(&pair_sim, "a", Some("25")), client(&pair_sim, "b", Some("75")));
+    let (a, b) = together(client(&pair_sim, "a", Some("25")), client(&pair_sim, "b", Some("75")));
     let (a, b) = (a.wait().f64("rate"), b.wait().f64("rate"));
     println!("\npytorch one-op loop (5 us kernels), ops per second:");
     println!("  bare:                       {bare:9.0}");
@@ -580,7 +591,7 @@ fn pytorch(seconds: f64) {
         cmd.arg(&script).arg(seconds.to_string()).arg("1").env("GPUSLICE_TENANT", tenant).env("GPUSLICE_COMPUTE_SHARE", share);
         item_sim.spawn(&mut cmd)
     };
-    let (a, b) = (oploop("a", "25"), oploop("b", "75"));
+    let (a, b) = together(oploop("a", "25"), oploop("b", "75"));
     let (a, b) = (a.wait().f64("rate"), b.wait().f64("rate"));
     println!("  one op and .item() each (500 us kernels), 25/75: {:.1} % / {:.1} %", 100.0 * a / (a + b), 100.0 * b / (a + b));
     let train = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/torch_train_load.py");

@@ -5,8 +5,15 @@ logging does) every ITEM_EVERY ops.
 
     torch_oploop.py SECONDS [ITEM_EVERY]
 
-Prints started=1, then ops=N, wall_s=W and rate=N/W. On simgpu each op's
-kernel runs for SIMGPU_KERNEL_US."""
+Prints started=1, waits for a line on stdin (or its end), so that several
+tenants start their loops together, then prints ops=N, wall_s=W and
+rate=N/W. On simgpu each op's kernel runs for SIMGPU_KERNEL_US.
+
+Tenants compared by their rates must start together: each counts its own
+SECONDS from its start, so a tenant that starts first (PyTorch's import
+and CUDA initialisation take seconds, and vary) runs alone for that long
+at both ends, at the whole device's rate. For a 25 beside a 75 over 12 s,
+a second alone at each end turns 25 % of the ops into 29 %."""
 import sys
 import time
 
@@ -21,6 +28,7 @@ def main():
         x.add_(1)
     torch.cuda.synchronize()
     print("started=1", flush=True)
+    sys.stdin.readline()
     ops = 0
     start = time.monotonic()
     until = start + seconds
