@@ -529,13 +529,9 @@ fn throughput(seconds: f64) {
     );
 }
 
-/// PyTorch clients (opt-in: `bash scripts/check-pytorch.sh` installs
-/// PyTorch into `.deps/torch-venv`): the op rate of a one-op loop
-/// (`tests/python/torch_oploop.py`, 5 µs kernels) bare, alone under the shim
-/// with a share of 50, and two tenants with shares of 25 and 75.
 /// Starts two `torch_oploop.py` tenants' loops together, once both are
-/// ready: each times its own loop, so one that started first would run
-/// alone at both ends of the other's.
+/// ready: each times its own loop, so the one ready first would run alone
+/// before the other's loop began, and the other alone after it ended.
 fn together(mut a: Running, mut b: Running) -> (Running, Running) {
     a.wait_for("started");
     b.wait_for("started");
@@ -544,6 +540,10 @@ fn together(mut a: Running, mut b: Running) -> (Running, Running) {
     (a, b)
 }
 
+/// PyTorch clients (opt-in: `bash scripts/check-pytorch.sh` installs
+/// PyTorch into `.deps/torch-venv`): the op rate of a one-op loop
+/// (`tests/python/torch_oploop.py`, 5 µs kernels) bare, alone under the shim
+/// with a share of 50, and two tenants with shares of 25 and 75.
 fn pytorch(seconds: f64) {
     let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/torch-venv/bin/python");
     if !python.is_file() {

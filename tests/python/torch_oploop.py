@@ -10,10 +10,11 @@ tenants start their loops together, then prints ops=N, wall_s=W and
 rate=N/W. On simgpu each op's kernel runs for SIMGPU_KERNEL_US.
 
 Tenants compared by their rates must start together: each counts its own
-SECONDS from its start, so a tenant that starts first (PyTorch's import
-and CUDA initialisation take seconds, and vary) runs alone for that long
-at both ends, at the whole device's rate. For a 25 beside a 75 over 12 s,
-a second alone at each end turns 25 % of the ops into 29 %."""
+SECONDS from its start, so the tenant ready first (PyTorch's import and
+CUDA initialisation take seconds, and vary) runs alone before the other
+starts, and the other alone after it ends, each at the whole device's
+rate. For a 25 beside a 75 over 12 s, one second between their starts
+turns 25 % of the ops into 29 %."""
 import sys
 import time
 
