@@ -333,8 +333,11 @@ pub struct DeviceSched {
     /// Connections that were late to say `Done`, ever.
     pub late_total: u64,
     /// What the weights were last computed from ([`update_weights`]):
-    /// each active member's index and its own settings and team. Emptied
-    /// when a member comes, goes or changes its settings.
+    /// each active member's index and its own settings and team, so that a
+    /// change of any of them, or of who is active, recomputes them. Emptied
+    /// when an entry is freed ([`free_member`], also before a newcomer
+    /// takes one): a newcomer may bring its predecessor's inputs, but not
+    /// its weight.
     weights_for: Vec<WeightInput>,
     /// A spare buffer for the next step's inputs.
     weights_key: Vec<WeightInput>,
@@ -449,7 +452,6 @@ impl DeviceSched {
                     left_at_ns: None,
                 };
                 *self.members.get_mut(free)? = Some(state);
-                self.weights_changed();
                 self.lift(free, now_ns);
                 free
             }
@@ -470,7 +472,6 @@ impl DeviceSched {
 
     /// Changes tenant `key`'s settings (the configuration changed).
     pub fn set_claim(&mut self, key: u64, claim: Claim) {
-        self.weights_changed();
         for member in self.members.iter_mut().flatten().filter(|m| m.key == key) {
             // A member of a team is held to what `update_weights` makes of
             // its own settings and its team's, at the next step.
@@ -493,7 +494,6 @@ impl DeviceSched {
     /// others to catch up with it.
     pub fn set_team(&mut self, key: u64, team: Option<TeamClaim>) {
         let Some(m) = self.members.iter().position(|m| m.as_ref().is_some_and(|m| m.key == key)) else { return };
-        self.weights_changed();
         let now_ns = self.members.iter().flatten().filter_map(|m| m.last_active_ns).max().unwrap_or(0);
         let least = self.least_active_vtime(m, now_ns);
         let Some(member) = self.member_mut(m) else { return };
@@ -561,7 +561,8 @@ impl DeviceSched {
     }
 
     fn free_member(&mut self, i: usize) {
-        self.weights_changed();
+        // The entry's next member must be weighed afresh (`weights_for`).
+        self.weights_for.clear();
         if let Some(slot) = self.members.get_mut(i) {
             *slot = None;
         }
@@ -675,12 +676,6 @@ impl DeviceSched {
             }
         }
         self.weights_key = std::mem::replace(&mut self.weights_for, key);
-    }
-
-    /// The weights must be computed again at the next step: a member came,
-    /// went or changed its settings.
-    fn weights_changed(&mut self) {
-        self.weights_for.clear();
     }
 
     /// Whether a member here now has a compute setting (one that left and
