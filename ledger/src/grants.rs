@@ -18,9 +18,18 @@
 //! - a member index + 1: that tenant's processes launch, the others wait;
 //! - [`NOBODY`]: the turn is being handed over; nobody launches.
 //!
-//! [`SHALLOW`] marks a grant whose holder must keep one launch in flight
-//! (a tenant of higher priority is active on the device), so that a burst
-//! of that tenant waits for one kernel at most.
+//! [`SHALLOW`] marks a grant whose holder must keep few launches in
+//! flight, so that whoever it gives way to waits for a kernel or two at
+//! most; [`GrantHeader::shallow_launches`] says how many. One while a
+//! tenant of higher priority is active on the device, so that its burst
+//! waits for one kernel; two while the holder fills in for a tenant that
+//! paused for its own synchronisation, so that its kernels run back to
+//! back (with one in flight, each waited for its predecessor's completion
+//! to reach the launching thread) and the one that paused, back, waits
+//! for two at most. The count is a word beside the grant word, which
+//! builds before it left zero and never read: theirs is one launch, so a
+//! shim and a monitor of different builds still agree on the rule, at
+//! worst on the stricter one.
 //!
 //! A process learns its member index when the monitor hands it the page
 //! (`crate::broker`), and says what is its own (that it wants the device,
@@ -44,7 +53,8 @@ pub const GRANTS_BYTES: usize = 4096;
 pub const OPEN: u32 = 0x7f;
 /// The grant code while the turn is handed over: nobody launches.
 pub const NOBODY: u32 = 0;
-/// Set in a grant whose holder keeps one launch in flight.
+/// Set in a grant whose holder keeps one or two launches in flight
+/// ([`GrantHeader::shallow_launches`]).
 pub const SHALLOW: u32 = 0x80;
 const CODE_MASK: u32 = 0x7f;
 const EPOCH_SHIFT: u32 = 8;
@@ -101,8 +111,10 @@ pub struct GrantHeader {
     pub contended: AtomicU32,
     /// 1 when some member has a compute setting (the grant is not [`OPEN`]).
     pub arbitrated: AtomicU32,
-    /// Reserved, zero.
-    pub pad: AtomicU32,
+    /// Under a [`SHALLOW`] grant, the launches its holder may keep in
+    /// flight: 2, or one when 0 or 1 (see the module docs). Written before
+    /// the grant word that it goes with.
+    pub shallow_launches: AtomicU32,
     /// Turns granted.
     pub turns_total: AtomicU64,
     /// When the current grant was made (`CLOCK_MONOTONIC`, ns).
@@ -184,7 +196,7 @@ macro_rules! fingerprint {
 
 /// The layout's fingerprint.
 pub const LAYOUT_FINGERPRINT: u64 = fingerprint!(
-    GrantHeader => [magic, version, page_bytes, grant, contended, arbitrated, pad, turns_total, granted_ns, reserved],
+    GrantHeader => [magic, version, page_bytes, grant, contended, arbitrated, shallow_launches, turns_total, granted_ns, reserved],
     Member => [key, vtime, served_ns_total, share_e4, limit_e4, priority, weight_e4, state, processes, reserved],
     GrantPage => [header, members]
 );
@@ -214,6 +226,12 @@ impl GrantPage {
     #[inline(always)]
     pub fn grant(&self) -> Grant {
         Grant(self.header.grant.load(Ordering::Acquire))
+    }
+
+    /// Under a [`SHALLOW`] grant, how many launches its holder may keep
+    /// in flight: 1 or 2 ([`GrantHeader::shallow_launches`]).
+    pub fn shallow_launches(&self) -> u32 {
+        self.header.shallow_launches.load(Ordering::Acquire).clamp(1, 2)
     }
 
     /// Whether the page is one this build reads.
