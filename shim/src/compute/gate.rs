@@ -10,9 +10,11 @@
 //! reads the new word:
 //! - a grant that lets this tenant launch is announced (and, the first time
 //!   this process launches in a turn, reported `Busy` to the monitor);
-//! - a shallow grant (a tenant of higher priority is active) lets the
-//!   launch go only once its stream has finished what it had queued, so
-//!   this process keeps one launch in flight there;
+//! - a shallow grant lets the launch go only once its stream has finished
+//!   what it had queued, so this process keeps one launch in flight there
+//!   (a tenant of higher priority is active), or, where the page says two
+//!   (`shallow_launches`: this tenant fills in for one that paused), once
+//!   the launch before last has run;
 //! - any other grant makes the launch wait: the process says `Want` (again
 //!   at each change of the grant that does not let it launch), and sleeps
 //!   on the word (a futex) until it changes.

@@ -206,6 +206,9 @@ impl Runtime {
                 }
             }
         }
+        // Whether this launch is one of two in flight, to be waited for by
+        // the launch after next.
+        let mut record_launch = false;
         for target in targets {
             let Some(seat) = self.seat_of(target) else { continue };
             loop {
@@ -241,13 +244,21 @@ impl Runtime {
                 }
                 // A tenant of higher priority is active: this launch waits
                 // for its stream's queue, so one launch at most is in
-                // flight; then it looks at the grant again, which may have
-                // moved on meanwhile.
-                let _ = real::stream_synchronize(target.stream, target.per_thread);
-                // From this process's last launch to its stream emptying: at
-                // most that launch's length (its host time between launches
-                // included). Launches that short, time after time, may keep
-                // a few in flight.
+                // flight. Filling in for a tenant that paused: it waits for
+                // the launch before last, so two are. Then it looks at the
+                // grant again, which may have moved on meanwhile: a launch
+                // that waited past its turn's end must not land in the next.
+                let two_in_flight = seat.page().is_some_and(|page| page.shallow_launches() >= 2);
+                if two_in_flight {
+                    wait_for_launch_before_last();
+                } else {
+                    let _ = real::stream_synchronize(target.stream, target.per_thread);
+                }
+                // From this process's last launch to its stream emptying (or
+                // the launch before it completing): at most that launch's
+                // length (its host time between launches included).
+                // Launches that short, time after time, may keep a few in
+                // flight.
                 let now_ns = ledger::compute::monotonic_ns();
                 let last_ns = LAST_SLOW_LAUNCH_NS.load(Ordering::Relaxed);
                 if last_ns != 0 && now_ns.saturating_sub(last_ns).saturating_mul(3) <= SHALLOW_QUEUED_NS {
@@ -256,11 +267,15 @@ impl Runtime {
                     SHORT_LAUNCHES.store(0, Ordering::Relaxed);
                 }
                 if seat.page().is_none_or(|page| page.grant().lets(seat.member())) {
+                    record_launch = two_in_flight;
                     break;
                 }
             }
         }
         let r = if bucket::governed() { self.govern_bucket(targets, launch) } else { launch() };
+        if let (true, Some(target)) = (record_launch && r == CUDA_SUCCESS, targets.first()) {
+            launched_one_of_two(target);
+        }
         LAST_SLOW_LAUNCH_NS.store(ledger::compute::monotonic_ns(), Ordering::Relaxed);
         // A launch that waited here (for a grant or a checkpoint) launched:
         // the helper must not take the wait for idleness.
@@ -290,6 +305,47 @@ impl Runtime {
         }
         let ctx = real::stream_context(target.stream, target.per_thread).ok()?;
         gate::joined(self.device_of_context(ctx)?)
+    }
+}
+
+/// Events recorded after the last two launches made under a grant of two
+/// launches in flight, by the launches' number modulo 2: each such launch
+/// first waits for the one its number's slot holds, the launch before last.
+static LAST_TWO_LAUNCHES: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+/// The number of the next launch made under such a grant.
+static NEXT_OF_TWO: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (at most [`CHECKPOINT_WAIT`]) until the launch before last made
+/// under a grant of two launches in flight has run. Its successor is still
+/// queued, so the device does not idle while this thread oversleeps a
+/// little; the sleeps stay short, since a fill-in lasts milliseconds.
+fn wait_for_launch_before_last() {
+    let slot = LAST_TWO_LAUNCHES.get(NEXT_OF_TWO.load(Ordering::Relaxed) % 2);
+    let event = slot.map_or(0, |s| s.swap(0, Ordering::AcqRel));
+    if event == 0 {
+        return;
+    }
+    let event = event as CUevent;
+    let until = std::time::Instant::now() + CHECKPOINT_WAIT;
+    let mut sleep_ns = 10_000;
+    while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_nanos(sleep_ns));
+        sleep_ns = (sleep_ns * 2).min(100_000);
+    }
+    real::event_destroy(event);
+}
+
+/// Records, after a launch made under a grant of two launches in flight,
+/// the event that the launch after next waits for.
+fn launched_one_of_two(target: &Target) {
+    let Ok(ctx) = real::stream_context(target.stream, target.per_thread) else { return };
+    let Ok(event) = real::record_event(ctx, target.stream, target.per_thread) else { return };
+    let n = NEXT_OF_TWO.fetch_add(1, Ordering::Relaxed);
+    if let Some(slot) = LAST_TWO_LAUNCHES.get(n % 2) {
+        let replaced = slot.swap(event as usize, Ordering::AcqRel);
+        if replaced != 0 {
+            real::event_destroy(replaced as CUevent);
+        }
     }
 }
 
