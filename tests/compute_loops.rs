@@ -124,10 +124,12 @@ fn loops_with_host_work_between_steps_and_back_to_back_kernels_still_hold() {
     let _serial = serial();
     check("both steps of 10 ms with 500 us of host work", steps(20, 500), steps(20, 500));
     // Not yet within the aim: while the 75 does its host work the 25 fills
-    // in keeping one launch in flight, and gives way the moment the 75 is
-    // back; that costs the 25 its launches' gaps. 21.1-22.1 measured (before
-    // the owed rule: 48.8).
-    check_within("both steps of 10 ms with 2 ms of host work", steps(20, 2000), steps(20, 2000), 0.05);
+    // in keeping two launches in flight, and gives way the moment the 75 is
+    // back; each such short turn costs the 25 a wake-up and a drain. Here
+    // 23.4 and 24.2 measured (debug build), 22.1 to 22.9 in the fairness
+    // benchmark's row (release build; with one launch in flight, 20.0 to
+    // 20.9 there and 21.1 to 22.1 here; before the owed rule, 48.8).
+    check_within("both steps of 10 ms with 2 ms of host work", steps(20, 2000), steps(20, 2000), 0.03);
     check("both back to back", BACK_TO_BACK, BACK_TO_BACK);
 }
 
