@@ -752,7 +752,7 @@ impl DeviceSched {
     /// the filler's launches waited for the one before to complete and the
     /// completion to reach its thread: in the fairness benchmark's host-work
     /// row its fill-ins ran its kernels 54 % of their wall time and the 25
-    /// got 20 %; with two, 80 % and 22.6 to 22.9.
+    /// got 20 %; with two, 80 % and 22.1 to 22.9.
     fn shallow_launches(&self, m: usize, busy_since_ns: Option<u64>, now_ns: u64) -> u32 {
         if self.outranked(m, now_ns) {
             1
