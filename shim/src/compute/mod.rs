@@ -326,13 +326,19 @@ fn wait_for_launch_before_last() {
         return;
     }
     let event = event as CUevent;
+    wait_for_event(event, 100_000);
+    real::event_destroy(event);
+}
+
+/// Waits until `event` has completed, or [`CHECKPOINT_WAIT`] has passed,
+/// in sleeps that start at 10 µs and double up to `longest_sleep_ns`.
+fn wait_for_event(event: CUevent, longest_sleep_ns: u64) {
     let until = std::time::Instant::now() + CHECKPOINT_WAIT;
     let mut sleep_ns = 10_000;
     while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_nanos(sleep_ns));
-        sleep_ns = (sleep_ns * 2).min(100_000);
+        sleep_ns = (sleep_ns * 2).min(longest_sleep_ns.max(1));
     }
-    real::event_destroy(event);
 }
 
 /// Records, after a launch made under a grant of two launches in flight,
@@ -390,12 +396,7 @@ fn checkpoint(target: &Target) -> u32 {
             // wait how long a launch runs, to keep QUEUED_NS queued.
             // Sleeps grow to a quarter of the queue kept, so that the
             // device never runs dry while this thread oversleeps.
-            let until = std::time::Instant::now() + CHECKPOINT_WAIT;
-            let mut sleep_ns = 10_000;
-            while real::event_query(event) == CUDA_ERROR_NOT_READY && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_nanos(sleep_ns));
-                sleep_ns = (sleep_ns * 2).min(queued_ns / 4);
-            }
+            wait_for_event(event, queued_ns / 4);
             let done_ns = ledger::compute::monotonic_ns();
             let last = LAST_DONE_NS.swap(done_ns, Ordering::Relaxed);
             if last != 0 {
