@@ -210,6 +210,7 @@ pub fn start(dir: &Path, layout: Layout, shared: Arc<Shared>) -> Result<(), Stri
         lowered: HashSet::new(),
         hellos_this_round: HashMap::new(),
         deferred: std::collections::VecDeque::new(),
+        scratch: Scratch::default(),
     };
     std::thread::Builder::new()
         .name("arbiter".into())
@@ -311,6 +312,21 @@ struct Arbiter {
     hellos_this_round: HashMap<u32, usize>,
     /// Whole hellos waiting for their user's budget, oldest first.
     deferred: std::collections::VecDeque<ConnId>,
+    /// The loop's buffers, kept between its wake-ups (a thousand and more a
+    /// second while tenants take turns) so that a wake-up allocates nothing.
+    scratch: Scratch,
+}
+
+/// What one pass of the arbiter's loop fills and empties again.
+#[derive(Default)]
+struct Scratch {
+    /// `poll`'s descriptors and what each one is.
+    fds: Vec<libc::pollfd>,
+    sources: Vec<Source>,
+    /// The sources `poll` found ready, and whether each is readable.
+    ready: Vec<(Source, bool)>,
+    /// The devices to step.
+    uuids: Vec<[u8; 16]>,
 }
 
 fn now_ns() -> u64 {
@@ -336,18 +352,23 @@ impl Arbiter {
             self.hellos_this_round.clear();
             self.run_deferred();
             let timeout = if self.deferred.is_empty() { self.poll_timeout() } else { Duration::ZERO };
-            let ready = self.poll(timeout);
-            for (kind, fd_ready) in ready {
+            self.poll(timeout);
+            let ready = std::mem::take(&mut self.scratch.ready);
+            for &(kind, fd_ready) in &ready {
                 match kind {
                     Source::Listener(i) => self.accept_all(i),
                     Source::Conn(id) => self.read_conn(id, fd_ready),
                 }
             }
+            self.scratch.ready = ready;
             let now = now_ns();
-            let uuids: Vec<[u8; 16]> = self.devices.keys().copied().collect();
-            for uuid in uuids {
+            let mut uuids = std::mem::take(&mut self.scratch.uuids);
+            uuids.clear();
+            uuids.extend(self.devices.keys().copied());
+            for &uuid in &uuids {
                 self.step(uuid, now);
             }
+            self.scratch.uuids = uuids;
             if last_report.elapsed() >= Duration::from_millis(50) {
                 self.report();
                 last_report = Instant::now();
@@ -365,9 +386,13 @@ impl Arbiter {
         }
     }
 
-    fn poll(&self, timeout: Duration) -> Vec<(Source, bool)> {
-        let mut fds = Vec::with_capacity(self.listeners.len() + self.conns.len());
-        let mut sources = Vec::with_capacity(fds.capacity());
+    /// Waits up to `timeout` for a listener or a connection; leaves those
+    /// ready in `scratch.ready`.
+    fn poll(&mut self, timeout: Duration) {
+        let Scratch { fds, sources, ready, .. } = &mut self.scratch;
+        fds.clear();
+        sources.clear();
+        ready.clear();
         for (i, l) in self.listeners.iter().enumerate() {
             fds.push(libc::pollfd { fd: l.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             sources.push(Source::Listener(i));
@@ -381,10 +406,9 @@ impl Arbiter {
         let ms = if ms == 0 && !timeout.is_zero() { 1 } else { ms };
         // SAFETY: `fds` is a live array of `fds.len()` pollfd.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n <= 0 {
-            return Vec::new();
+        if n > 0 {
+            ready.extend(fds.iter().zip(sources.iter()).filter(|(f, _)| f.revents != 0).map(|(f, s)| (*s, f.revents & libc::POLLIN != 0)));
         }
-        fds.iter().zip(sources).filter(|(f, _)| f.revents != 0).map(|(f, s)| (s, f.revents & libc::POLLIN != 0)).collect()
     }
 
     fn bind_tenant_dirs(&mut self) {
@@ -753,18 +777,19 @@ impl Arbiter {
     }
 
     fn messages(&mut self, id: ConnId) {
-        let Some(Conn { state: ConnState::Joined { uuid, buf, .. }, .. }) = self.conns.get_mut(&id) else { return };
+        let now = now_ns();
+        let Some(Conn { state: ConnState::Joined { uuid, .. }, .. }) = self.conns.get(&id) else { return };
         let uuid = *uuid;
-        let mut parsed = Vec::new();
-        while buf.len() >= MESSAGE_BYTES {
+        // One whole message at a time, taken off the front of the buffer.
+        loop {
+            let Some(Conn { state: ConnState::Joined { buf, .. }, .. }) = self.conns.get_mut(&id) else { return };
+            if buf.len() < MESSAGE_BYTES {
+                break;
+            }
             let mut message = [0u8; MESSAGE_BYTES];
             message.copy_from_slice(&buf[..MESSAGE_BYTES]);
             buf.drain(..MESSAGE_BYTES);
-            parsed.push(broker::decode(&message));
-        }
-        let now = now_ns();
-        for message in parsed {
-            match message {
+            match broker::decode(&message) {
                 Some((op, seq)) if op != Op::Revoke => {
                     if let Some(device) = self.devices.get_mut(&uuid) {
                         device.message(id, op, seq, now);
