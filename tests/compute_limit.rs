@@ -65,6 +65,22 @@ fn a_tenant_alone_gets_its_limit() {
     assert!(busy_ns > 0 && throttled_ns > 0, "busy {busy_ns} ns, throttled {throttled_ns} ns\n{out}");
 }
 
+/// (a) again for one process whose kernels mix lengths the bucket brackets
+/// one by one (1 ms) with lengths it samples (5 µs): the samples stand for
+/// the launches around them whatever their lengths.
+#[test]
+fn a_process_of_mixed_kernels_gets_its_limit() {
+    let sim = sim().env("GPUSLICE_COMPUTE_LIMIT", "30");
+    let out = finished(load(&sim, &[], &["kernel", "1000,5", SECONDS]));
+    let share = share(&out);
+    eprintln!("limit 30, 1 ms and 5 µs kernels in turn: share {share:.3}");
+    assert!((0.20..=0.40).contains(&share), "a 30 % limit gave {share:.3} of the device\n{out}");
+    assert!(out.u64("busy_us") > out.u64("kernels") / 2 * 1000, "half the kernels are 1 ms long\n{out}");
+    let (launches, busy_ns, throttled_ns) = ledger_counters(&sim, TENANT, 0);
+    assert_eq!(launches, out.u64("kernels"), "every launch is counted");
+    assert!(busy_ns > 0 && throttled_ns > 0, "busy {busy_ns} ns, throttled {throttled_ns} ns\n{out}");
+}
+
 /// (b) Without a limit the shim does not slow a tenant down: it gets what
 /// the same client gets without the shim, at the same time, from a
 /// simulated GPU of its own.

@@ -106,32 +106,35 @@ pub fn accuracy() {
     let share = |out: &gpuslice_tests::Output| out.f64("share");
     println!("limit  kernels_us       delivered  bare   of_bare  charged  error_points");
     // One process per kernel length: 1 ms kernels (each launch bracketed),
-    // then launches short enough to be sampled (100 µs, 5 µs, 1 µs), and a
-    // tenant whose two processes run 1 ms and 5 µs kernels at once (mixed).
-    let rows: [(&str, &[u64]); 9] = [
-        ("10", &[1000]),
-        ("30", &[1000]),
-        ("60", &[1000]),
-        ("90", &[1000]),
-        ("30", &[1000, 1000]),
-        ("30", &[100]),
-        ("30", &[5]),
-        ("30", &[1]),
-        ("30", &[1000, 5]),
+    // then launches short enough to be sampled (100 µs, 5 µs, 1 µs); a
+    // tenant whose two processes run 1 ms and 5 µs kernels at once; and one
+    // process whose kernels take the lengths of a list in turn (mixed).
+    let rows: [(&str, &[&str]); 11] = [
+        ("10", &["1000"]),
+        ("30", &["1000"]),
+        ("60", &["1000"]),
+        ("90", &["1000"]),
+        ("30", &["1000", "1000"]),
+        ("30", &["100"]),
+        ("30", &["5"]),
+        ("30", &["1"]),
+        ("30", &["1000", "5"]),
+        ("30", &["1000,5"]),
+        ("30", &["5,1,100,1,1,5"]),
     ];
     for (limit, kernels_us) in rows {
         let sim = Sim::new().shim().tenant("accuracy").env("GPUSLICE_COMPUTE_LIMIT", limit);
         let bare = Sim::new();
-        let clients: Vec<_> = kernels_us.iter().map(|k| run(&sim, &[], &["kernel", &k.to_string(), "5"])).collect();
-        let reference = run(&bare, &[], &["kernel", &kernels_us[0].to_string(), "5"]);
+        let clients: Vec<_> = kernels_us.iter().map(|k| run(&sim, &[], &["kernel", k, "5"])).collect();
+        let reference = run(&bare, &[], &["kernel", kernels_us[0], "5"]);
         let outs: Vec<_> = clients.into_iter().map(|c| c.wait()).collect();
         let reference = reference.wait();
         let wall_us = outs.iter().map(|o| o.f64("wall_us")).fold(0.0, f64::max);
-        let delivered: f64 = outs.iter().zip(kernels_us).map(|(o, k)| o.u64("kernels") as f64 * *k as f64).sum::<f64>() / wall_us;
+        let delivered: f64 = outs.iter().map(|o| o.u64("busy_us") as f64).sum::<f64>() / wall_us;
         let ledger = Ledger::open(&ledger::tenant_path(&sim.ledger_dir(), "accuracy")).expect("ledger");
         let charged = ledger.busy_ns_total(0) as f64 / 1e3 / wall_us;
         let limit_ratio = limit.parse::<f64>().unwrap_or(0.0) / 100.0;
-        let sizes = kernels_us.iter().map(u64::to_string).collect::<Vec<_>>().join("+");
+        let sizes = kernels_us.join("+");
         println!(
             "{limit:>5}  {sizes:<15}  {delivered:>9.3}  {:.3}  {:>7.3}  {charged:>7.3}  {:>+12.1}",
             share(&reference),

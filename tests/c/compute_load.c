@@ -8,8 +8,12 @@
  * them, and prints:
  *   launches=N   launch calls made
  *   kernels=K    kernels they ran (a graph launch runs its nodes)
+ *   busy_us=B    the kernels' time: K x KERNEL_US
  *   wall_us=W    from the first launch until the last kernel completed
- *   share=S      K x KERNEL_US / W: the share of the device it got
+ *   share=S      B / W: the share of the device it got
+ * KERNEL_US may be a comma-separated list of lengths (at most
+ * MAX_LENGTHS, e.g. `1000,5`): the launches take them in turn, one
+ * process of mixed kernels (not with the graph routes).
  * With `sync`, it waits for each launch before the next (a client that
  * never fills the queue); with `sync=N`, for every N launches (a training
  * loop that synchronises every step of N kernels). With GS_TEST_START_AT=T (seconds since the
@@ -32,6 +36,7 @@
 #include "common.h"
 
 #define GRAPH_NODES 4
+#define MAX_LENGTHS 8
 
 typedef CUresult (*launch_kernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                      unsigned, CUstream, void **, void **);
@@ -67,7 +72,21 @@ int main(int argc, char **argv) {
         return 64;
     }
     const char *route = argv[1];
-    uint64_t kernel_us = strtoull(argv[2], NULL, 10);
+    uint64_t lengths_us[MAX_LENGTHS];
+    size_t n_lengths = 0;
+    for (const char *p = argv[2]; n_lengths < MAX_LENGTHS;) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "KERNEL_US is a length in microseconds or a comma-separated list of up to %d, not %s\n",
+                    MAX_LENGTHS, argv[2]);
+            return 64;
+        }
+        lengths_us[n_lengths++] = v;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    uint64_t kernel_us = lengths_us[0];
     double seconds = atof(argv[3]);
     int ordinal = argc > 4 ? atoi(argv[4]) : 0;
     uint64_t sync_every = 0;
@@ -107,6 +126,10 @@ int main(int argc, char **argv) {
     config.hStream = stream;
 
     int graph = strncmp(route, "graph", 5) == 0;
+    if (graph && n_lengths > 1) {
+        fprintf(stderr, "the graph routes take one kernel length, not %s\n", argv[2]);
+        return 64;
+    }
     CUgraphExec exec = NULL;
     if (graph) {
         /* Launches while a stream captures are recorded, not run. */
@@ -131,11 +154,13 @@ int main(int argc, char **argv) {
         printf("late_ms=%.1f\n", (now - at) * 1e3);
     }
 
-    uint64_t launches = 0;
+    uint64_t launches = 0, busy_us = 0;
     double t0 = now_us();
     double until = t0 + seconds * 1e6;
     while (now_us() < until) {
         CUresult rc;
+        /* The driver copies the parameters at the launch. */
+        kernel_us = lengths_us[launches % n_lengths];
         if (graph) {
             rc = graph_launch(exec, stream);
         } else if (strncmp(route, "ex", 2) == 0) {
@@ -153,6 +178,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         launches++;
+        busy_us += kernel_us * (uint64_t)per_launch;
         if (sync_every && launches % sync_every == 0) CHECK(stream_sync(stream));
     }
     CHECK(cuCtxSynchronize());
@@ -161,7 +187,8 @@ int main(int argc, char **argv) {
     uint64_t kernels = launches * per_launch;
     printf("launches=%" PRIu64 "\n", launches);
     printf("kernels=%" PRIu64 "\n", kernels);
+    printf("busy_us=%" PRIu64 "\n", busy_us);
     printf("wall_us=%.0f\n", wall_us);
-    printf("share=%.4f\n", (double)kernels * (double)kernel_us / wall_us);
+    printf("share=%.4f\n", (double)busy_us / wall_us);
     return 0;
 }
