@@ -74,10 +74,10 @@ int main(int argc, char **argv) {
     const char *route = argv[1];
     uint64_t lengths_us[MAX_LENGTHS];
     size_t n_lengths = 0;
-    for (const char *p = argv[2]; n_lengths < MAX_LENGTHS;) {
+    for (const char *p = argv[2];;) {
         char *end;
         unsigned long long v = strtoull(p, &end, 10);
-        if (end == p || (*end != ',' && *end != '\0')) {
+        if (n_lengths == MAX_LENGTHS || end == p || *p == '-' || (*end != ',' && *end != '\0')) {
             fprintf(stderr, "KERNEL_US is a length in microseconds or a comma-separated list of up to %d, not %s\n",
                     MAX_LENGTHS, argv[2]);
             return 64;
