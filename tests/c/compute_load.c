@@ -8,7 +8,7 @@
  * them, and prints:
  *   launches=N   launch calls made
  *   kernels=K    kernels they ran (a graph launch runs its nodes)
- *   busy_us=B    the kernels' time: K x KERNEL_US
+ *   busy_us=B    the kernels' time: the sum of their lengths
  *   wall_us=W    from the first launch until the last kernel completed
  *   share=S      B / W: the share of the device it got
  * KERNEL_US may be a comma-separated list of lengths (at most
