@@ -1,6 +1,6 @@
 //! Streams on the simulated GPU: the context a stream belongs to, host
 //! functions and callbacks run in stream order, stream-ordered copies and
-//! fills, and waits between streams.
+//! fills, waits between streams, and events on an idle context.
 
 use gpuslice_tests::{cu, Sim};
 
@@ -82,6 +82,22 @@ fn a_stream_waits_for_an_event_of_another_context() {
 #[test]
 fn a_stream_waits_for_an_event_of_another_stream_of_its_context() {
     check_wait(true);
+}
+
+#[test]
+fn an_event_recorded_on_an_idle_context_completes_at_once() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB");
+    let out = sim.run(sim.c("sim_streams").arg("idle"));
+    out.assert_success();
+    // As a GPU's front end takes it in: no wait for a worker to wake.
+    out.assert_rc("idle_query", cu::SUCCESS);
+    out.assert_rc("again_query", cu::SUCCESS);
+    // Behind work, a record still completes in stream order.
+    out.assert_rc("behind_query", cu::NOT_READY);
+    assert!(out.f64("elapsed_ms") >= 49.0, "{out}");
+    assert_eq!(out.i64("again_after"), 1, "{out}");
+    // Another context waits for it without hanging.
+    out.assert_rc("other_wait_rc", cu::SUCCESS);
 }
 
 #[test]

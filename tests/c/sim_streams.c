@@ -32,6 +32,15 @@
  *       from the launch), sync_b_us (cuStreamSynchronize(B) from the launch),
  *       never_recorded_rc (a wait on an event never recorded, then a sync).
  *
+ *   sim_streams idle
+ *       Events recorded on an idle context and behind work. Prints
+ *       idle_query (cuEventQuery right after a record on an idle stream),
+ *       behind_query (right after a record behind a 50 ms kernel),
+ *       elapsed_ms (from the first to the second), again_query (a record
+ *       after cuCtxSynchronize), again_after (1 when its time is not before
+ *       the second's), other_wait_rc (cuStreamSynchronize of another
+ *       context's stream that waited for the idle-recorded event).
+ *
  *   sim_streams copies
  *       Stream-ordered copies and fills behind kernels. Pinned: a 150 ms
  *       kernel, cuMemsetD8Async(0xab), cuMemcpyDtoHAsync into pinned memory,
@@ -223,6 +232,37 @@ static int run_wait(int same) {
     return 0;
 }
 
+static int run_idle(void) {
+    CUcontext a = make_ctx(0), b = make_ctx(0);
+    CHECK(cuCtxSetCurrent(a));
+    CUfunction f = load_kernel("sim_sleep");
+    CUstream s, sb;
+    CUevent first, second, again;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&first, 0));
+    CHECK(cuEventCreate(&second, 0));
+    CHECK(cuEventCreate(&again, 0));
+    CHECK(cuEventRecord(first, s));
+    kv_rc("idle_query", cuEventQuery(first));
+    CHECK(launch_us(f, 50000, s));
+    CHECK(cuEventRecord(second, s));
+    kv_rc("behind_query", cuEventQuery(second));
+    CHECK(cuEventSynchronize(second));
+    float ms = 0;
+    CHECK(cuEventElapsedTime(&ms, first, second));
+    printf("elapsed_ms=%.3f\n", ms);
+    CHECK(cuCtxSynchronize());
+    CHECK(cuEventRecord(again, s));
+    kv_rc("again_query", cuEventQuery(again));
+    CHECK(cuEventElapsedTime(&ms, second, again));
+    printf("again_after=%d\n", ms >= 0);
+    CHECK(cuCtxSetCurrent(b));
+    CHECK(cuStreamCreate(&sb, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamWaitEvent(sb, again, 0));
+    kv_rc("other_wait_rc", cuStreamSynchronize(sb));
+    return 0;
+}
+
 static int run_copies(void) {
     CUcontext ctx = make_ctx(0);
     (void)ctx;
@@ -333,7 +373,8 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "hostfn") == 0) return run_hostfn();
     if (argc == 2 && strcmp(argv[1], "copies") == 0) return run_copies();
     if (argc == 2 && strcmp(argv[1], "pools") == 0) return run_pools();
+    if (argc == 2 && strcmp(argv[1], "idle") == 0) return run_idle();
     if (argc == 3 && strcmp(argv[1], "wait") == 0) return run_wait(atoi(argv[2]));
-    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|copies|pools\n");
+    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|idle|copies|pools\n");
     return 64;
 }

@@ -44,6 +44,20 @@ fn record(hevent: CUevent, stream: CUstream) -> CuResult<()> {
     e.complete.store(false, Release);
     e.recorded.store(true, Release);
     *lock(&e.exec) = Some(ctx.exec.clone());
+    // On an idle context the record completes here, at the stream's last
+    // op (the source lock inside the queue's: nothing takes them the other
+    // way round).
+    let at_once = ctx.exec.complete_if_idle(|now_ns| {
+        *lock(&e.source) = (s.handle, s.submitted.load(Acquire));
+        if e.generation.load(Acquire) == generation {
+            e.time_ns.store(now_ns, Release);
+            e.complete.store(true, Release);
+        }
+        e.done_generation.fetch_max(generation, AcqRel);
+    });
+    if at_once {
+        return Ok(());
+    }
     *lock(&e.source) = (s.handle, s.submitted.load(Acquire) + 1);
     ctx.exec.submit(Op::Record { stream: s, event: e, generation });
     Ok(())
