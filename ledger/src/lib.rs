@@ -81,6 +81,7 @@ mod memfd;
 mod ofd;
 mod open;
 pub mod process;
+pub mod sched;
 mod slots;
 pub mod team_usage;
 pub mod units;

@@ -45,6 +45,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+/// The scheduler slice the worker asks for
+/// ([`ledger::sched::ask_for_short_slices`]): a worker stands for a GPU,
+/// which marks its work done whether or not a host CPU is free, so when it
+/// wakes it should run at once, not after the slice of a process busy on
+/// the CPU it shares.
+const WORKER_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
 /// Launches pending per context before a launch blocks.
 pub const MAX_PENDING: usize = 1024;
 /// How far ahead of the real clock the worker completes work in one batch.
@@ -404,6 +410,7 @@ impl Executor {
 
     fn run(self: Arc<Self>, host: &'static dyn Host) {
         sys::set_small_timer_slack();
+        ledger::sched::ask_for_short_slices(WORKER_SLICE);
         let sched = Scheduler { state: host.state(), device: self.device, own_slot: host.own_slot() };
         let slice_ns = host.slice_ns();
         let mut vclock_ns = 0u64;

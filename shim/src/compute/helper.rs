@@ -253,50 +253,18 @@ extern "C" fn helper_main(arg: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: PR_SET_NAME reads a NUL-terminated name (the kernel keeps its
     // first 15 bytes).
     unsafe { libc::prctl(libc::PR_SET_NAME, c"gpuslice-arbiter".as_ptr()) };
-    ask_for_short_slices();
+    ledger::sched::ask_for_short_slices(HELPER_SLICE);
     // SAFETY: `spawn` passes a `&'static Runtime`.
     let rt: &'static Runtime = unsafe { &*arg.cast_const().cast::<Runtime>() };
     crate::guard::boundary((), || run(rt));
     std::ptr::null_mut()
 }
 
-/// `struct sched_attr` as `sched_setattr(2)` first defined it (48 bytes).
-#[repr(C)]
-#[derive(Default)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    runtime_ns: u64,
-    deadline_ns: u64,
-    period_ns: u64,
-}
-
-/// The slice this thread asks the kernel's fair scheduler for.
+/// The slice this thread asks the kernel's fair scheduler for: when it
+/// wakes it runs at once instead of after the current slice of whatever
+/// occupies the CPU (its own process's main thread, busy with host work,
+/// among them); see [`ledger::sched::ask_for_short_slices`].
 pub const HELPER_SLICE: Duration = Duration::from_micros(100);
-
-/// Asks the fair scheduler (EEVDF, Linux 6.12 and later) for short slices
-/// for this thread, its nice value and policy unchanged: a thread whose
-/// slice is short has an early deadline, so when it wakes it runs at
-/// once instead of after the current slice of whatever occupies the CPU
-/// (its own process's main thread, busy with host work, among them).
-/// It takes no more CPU time than before. Older kernels take the request
-/// without effect or refuse it; either is fine.
-fn ask_for_short_slices() {
-    let mut attr = SchedAttr::default();
-    let size = std::mem::size_of::<SchedAttr>() as u32;
-    // SAFETY: sched_getattr writes at most `size` bytes into the live local.
-    let r = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut SchedAttr, size, 0) };
-    if r != 0 || attr.policy != libc::SCHED_OTHER as u32 {
-        return;
-    }
-    attr.size = size;
-    attr.runtime_ns = HELPER_SLICE.as_nanos() as u64;
-    // SAFETY: sched_setattr reads `attr.size` bytes from the live local.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-}
 
 /// Forgets the thread (a forked child has none).
 pub fn forget() {
