@@ -525,18 +525,21 @@ fn defer_sample(weight: u64, mean_gap: u64) {
     SAMPLE_DEFERRED.store(true, Ordering::Relaxed);
 }
 
-/// Whether a sample's start event had completed by the time its launch
-/// returned: the device had then run everything queued before the bracket
-/// and may have waited, inside it, for the host to submit the launch (or
-/// through a preemption of the host there, milliseconds). Such a bracket
+/// Whether a sample's start event had completed by the time its end was
+/// recorded (asked then, not between the launch and the end record, where
+/// the call would be host time inside every sample's bracket): the device
+/// had then run everything queued before the bracket and may have waited,
+/// inside it, for the host to submit the launch or the end (or through a
+/// preemption of the host there, milliseconds). Such a bracket
 /// is charged for the sampled launch only: multiplied by the launches the
 /// sample stood for, it charged a tenant of 1 µs kernels under a limit of
 /// 30 up to 2.5 times its device time in slow spells of this machine and
 /// 1.16 times in quiet ones (1.10 to 1.22 with this check, six runs of each
 /// interleaved). A start that completes later was queued behind work, so
-/// the launch was submitted before the device reached it. (A wait for the
-/// end record is not looked for: the end follows the launch's return at
-/// once, and a stream query between them is busy with the launch itself.)
+/// the launch was submitted before the device reached it. A start that
+/// completed between the launch's return and the end record passes the
+/// sample's launches on too: they are charged with the next sample, not
+/// lost.
 fn caught_up_in_bracket(plans: &[Option<Plan<'_>>; MAX_TARGETS]) -> bool {
     plans.iter().flatten().all(|plan| match (plan.route, plan.pos) {
         (Route::Lane(lane), Some(pos)) => {
@@ -969,20 +972,25 @@ impl Runtime {
             }
         }
         let r = launch();
-        // Where the device caught up inside the bracket, the sample is
-        // charged for itself and the launches it stood for pass on: see
-        // [`caught_up_in_bracket`].
-        let alone = weight > 1 && !caught_up_at_ask && !passed_on && r == CUDA_SUCCESS && caught_up_in_bracket(&plans);
-        let own_weight = if alone { 1 } else { weight };
         let mut unmeasured = false;
         for plan in plans.iter_mut().flatten() {
             if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
                 let end = lane.pair(pos).end.load(Ordering::Relaxed) as CUevent;
                 plan.measured = r == CUDA_SUCCESS && plan.started && real::event_record(end, plan.stream) == CUDA_SUCCESS;
                 lane.pair(pos).host_ns.store(clock.now().saturating_sub(recorded_ns), Ordering::Relaxed);
-                lane.publish(pos, plan.measured, own_weight);
             }
             unmeasured |= !plan.measured;
+        }
+        // Where the device caught up inside the bracket, the sample is
+        // charged for itself and the launches it stood for pass on: see
+        // [`caught_up_in_bracket`]. Asked once the end is recorded: a
+        // driver call inside the bracket is host time the bracket counts.
+        let alone = weight > 1 && !caught_up_at_ask && !passed_on && r == CUDA_SUCCESS && caught_up_in_bracket(&plans);
+        let own_weight = if alone { 1 } else { weight };
+        for plan in plans.iter().flatten() {
+            if let (Route::Lane(lane), Some(pos)) = (plan.route, plan.pos) {
+                lane.publish(pos, plan.measured, own_weight);
+            }
         }
         // Where the next sample's span begins. (Threads that sample one lane
         // at once may both count the time since the last end: charged
