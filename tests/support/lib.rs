@@ -573,6 +573,8 @@ pub struct Running {
     stdout_seen: Vec<String>,
     stdout_reader: Option<JoinHandle<()>>,
     stderr_reader: Option<JoinHandle<String>>,
+    /// What the child wrote to stderr so far (the reader appends as it reads).
+    stderr_so_far: Arc<Mutex<Vec<u8>>>,
     deadline: Instant,
 }
 
@@ -596,9 +598,19 @@ impl Running {
                 }
             }
         });
+        let stderr_so_far = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&stderr_so_far);
         let stderr_reader = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = stderr.read_to_end(&mut buf);
+            let mut chunk = [0u8; 4096];
+            loop {
+                match stderr.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => sink.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let buf = sink.lock().unwrap_or_else(|p| p.into_inner());
             String::from_utf8_lossy(&buf).into_owned()
         });
         Running {
@@ -609,6 +621,7 @@ impl Running {
             stdout_seen: Vec::new(),
             stdout_reader: Some(stdout_reader),
             stderr_reader: Some(stderr_reader),
+            stderr_so_far,
             deadline: Instant::now() + timeout,
         }
     }
@@ -638,6 +651,22 @@ impl Running {
                     panic!("child ended before printing `{key}=`\n{out}");
                 }
             }
+        }
+    }
+
+    /// Waits until the child has written `text` to stderr. Fails the test
+    /// (killing the child) if the deadline passes first.
+    pub fn wait_for_stderr(&mut self, text: &str) {
+        loop {
+            let seen = String::from_utf8_lossy(&self.stderr_so_far.lock().unwrap_or_else(|p| p.into_inner())).contains(text);
+            if seen {
+                return;
+            }
+            if Instant::now() >= self.deadline {
+                let out = self.kill_and_collect();
+                panic!("timed out waiting for {text:?} on the child's stderr\n{out}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
