@@ -101,6 +101,21 @@ fn an_event_recorded_on_an_idle_context_completes_at_once() {
 }
 
 #[test]
+fn a_completion_is_seen_at_its_time_on_the_device_clock() {
+    let sim = Sim::new().memory("2GiB").context_memory("64MiB");
+    let out = sim.run(sim.c("sim_streams").arg("due"));
+    out.assert_success();
+    // The worker lays out up to 500 µs of work at once and wakes at its
+    // end: E1, 50 µs into such a batch, was seen about 450 µs late when
+    // only the worker published. A thread asking or waiting is told at
+    // E1's time.
+    assert!(out.f64("late_us") < 250.0, "{out}");
+    assert!(out.f64("late_sync_us") < 250.0, "{out}");
+    // And not before its time: E2 is 100 ms further on.
+    assert_eq!(out.i64("e2_early"), 0, "{out}");
+}
+
+#[test]
 fn asynchronous_copies_and_fills_run_when_their_stream_reaches_them() {
     let sim = Sim::new().memory("2GiB").context_memory("64MiB");
     let out = sim.run(sim.c("sim_streams").arg("copies"));

@@ -11,8 +11,13 @@
 //! queued kernels as fit in a short horizon (at most the rest of its slice) by
 //! timestamp arithmetic, sleeps once until the last of them is due, and
 //! publishes their completion (stream counters, event times, busy time). A
-//! kernel longer than the slice is preempted at the slice boundary and resumes
-//! on the next turn. Simulated time is spent sleeping, never spinning.
+//! record it lays out carries its time on that clock ([`Event::completed_at`]),
+//! so an event is seen complete at that time, as a GPU writes a completion
+//! when it happens, not when the worker next wakes; a record behind a copy
+//! or a free of the same batch waits for the publication, which performs
+//! them, and so do a stream's counts. A kernel longer than the slice is
+//! preempted at the slice boundary and resumes on the next turn. Simulated
+//! time is spent sleeping, never spinning.
 //!
 //! An op starts, on that clock, when the work before it has finished, when
 //! it was submitted, or when the device's previous holder left off
@@ -140,6 +145,10 @@ pub struct Event {
     /// Newest generation whose record has completed (records of one event
     /// on several contexts may complete out of order).
     pub done_generation: AtomicU64,
+    /// The record the worker laid out on its clock (a generation; 0: none)
+    /// and the time it completes there ([`Event::completed_at`]).
+    pub due_generation: AtomicU64,
+    pub due_ns: AtomicU64,
     /// Executor of the latest record, to wait on.
     pub exec: Mutex<Option<Arc<Executor>>>,
     /// The stream of the latest record and the record's position there.
@@ -147,6 +156,35 @@ pub struct Event {
 }
 
 impl Event {
+    /// When the latest record completed on the device's clock, if it has by
+    /// now: published by the worker, or laid out by it with a time that has
+    /// passed. A GPU writes a completion when it happens; the worker, which
+    /// lays out up to [`BATCH_HORIZON_NS`] of work at once and publishes it
+    /// when it wakes at its end, would otherwise show a record in the middle
+    /// of a batch late, and later still on a loaded host.
+    pub fn completed_at(&self) -> Option<u64> {
+        if self.complete.load(Acquire) {
+            return Some(self.time_ns.load(Acquire));
+        }
+        let generation = self.generation.load(Acquire);
+        if self.due_generation.load(Acquire) != generation {
+            return None;
+        }
+        let due_ns = self.due_ns.load(Acquire);
+        // A later record laid out meanwhile moved both on.
+        if self.due_generation.load(Acquire) != generation || self.generation.load(Acquire) != generation {
+            return None;
+        }
+        (sys::now_ns() >= due_ns).then_some(due_ns)
+    }
+
+    /// The laid-out time of the latest record, whether or not it has
+    /// passed (see [`Event::completed_at`]).
+    pub fn due_at(&self) -> Option<u64> {
+        let generation = self.generation.load(Acquire);
+        (self.due_generation.load(Acquire) == generation).then(|| self.due_ns.load(Acquire))
+    }
+
     pub fn new(handle: u64, flags: u32) -> Event {
         Event {
             handle,
@@ -156,6 +194,8 @@ impl Event {
             complete: AtomicBool::new(true),
             time_ns: AtomicU64::new(0),
             done_generation: AtomicU64::new(0),
+            due_generation: AtomicU64::new(0),
+            due_ns: AtomicU64::new(0),
             exec: Mutex::new(None),
             source: Mutex::new((0, 0)),
         }
@@ -284,6 +324,8 @@ struct Queue {
     worker_sleeping: bool,
     /// Threads waiting on `done` (synchronisers and blocked launchers).
     waiters: u32,
+    /// Threads waiting on `laid` (for an event's record).
+    record_waiters: u32,
     submitted: u64,
     completed: u64,
     shutdown: bool,
@@ -296,6 +338,10 @@ pub struct Executor {
     queue: Mutex<Queue>,
     work: Condvar,
     done: Condvar,
+    /// Signalled when records are laid out or published, for threads
+    /// waiting for one ([`Executor::wait_for_record`]); apart from `done`,
+    /// so that laying out wakes no other waiter.
+    laid: Condvar,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -322,12 +368,14 @@ impl Executor {
                 ops: VecDeque::new(),
                 worker_sleeping: false,
                 waiters: 0,
+                record_waiters: 0,
                 submitted: 0,
                 completed: 0,
                 shutdown: false,
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            laid: Condvar::new(),
         });
         let worker = exec.clone();
         std::thread::Builder::new().name(format!("simgpu-ctx{device}")).spawn(move || worker.run(host))?;
@@ -365,10 +413,9 @@ impl Executor {
         }
         complete(sys::now_ns());
         // A wait for the event (another context's, or a synchronisation
-        // that began between the record's start and here) sleeps on `done`.
-        if q.waiters > 0 {
-            self.done.notify_all();
-        }
+        // that began between the record's start and here) sleeps on `done`
+        // or `laid`.
+        self.notify_completions(&q);
         true
     }
 
@@ -380,6 +427,37 @@ impl Executor {
             q.waiters += 1;
             q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
             q.waiters -= 1;
+        }
+    }
+
+    /// Waits until the latest record of `e` on this context has completed
+    /// ([`Event::completed_at`]): until its time, once the worker has laid
+    /// it out.
+    pub fn wait_for_record(&self, e: &Event) {
+        let mut q = lock(&self.queue);
+        while e.completed_at().is_none() && !q.shutdown {
+            let now_ns = sys::now_ns();
+            q.record_waiters += 1;
+            q = match e.due_at() {
+                Some(due_ns) if due_ns > now_ns => {
+                    let wait = std::time::Duration::from_nanos(due_ns - now_ns);
+                    self.laid.wait_timeout(q, wait).map(|(q, _)| q).unwrap_or_else(|p| p.into_inner().0)
+                }
+                Some(_) => q,
+                None => self.laid.wait(q).unwrap_or_else(|p| p.into_inner()),
+            };
+            q.record_waiters -= 1;
+        }
+    }
+
+    /// Wakes the threads waiting for completions (call with the queue's lock
+    /// held, after publishing).
+    fn notify_completions(&self, q: &Queue) {
+        if q.waiters > 0 {
+            self.done.notify_all();
+        }
+        if q.record_waiters > 0 {
+            self.laid.notify_all();
         }
     }
 
@@ -406,6 +484,7 @@ impl Executor {
         q.shutdown = true;
         self.work.notify_all();
         self.done.notify_all();
+        self.laid.notify_all();
     }
 
     fn run(self: Arc<Self>, host: &'static dyn Host) {
@@ -462,6 +541,10 @@ impl Executor {
             let mut barrier: Option<Op> = None;
             {
                 let mut q = lock(&self.queue);
+                // A copy or free in the batch happens when it is published:
+                // a record behind one is not complete before that.
+                let mut behind_effect = false;
+                let mut records_due = false;
                 while done.len() < BATCH_MAX_OPS {
                     let Some((front, submitted_ns)) = q.ops.front_mut() else { break };
                     let starts_ns = vclock_ns.max(*submitted_ns);
@@ -489,13 +572,30 @@ impl Executor {
                             vclock_ns += *remaining_ns;
                             busy_ns += *remaining_ns;
                         }
-                        Op::Record { .. } | Op::Free { .. } | Op::Host { .. } | Op::Wait { .. } | Op::Transfer { .. } => {
+                        Op::Record { event, generation, .. } => {
+                            vclock_ns = starts_ns;
+                            if !behind_effect {
+                                event.due_ns.store(vclock_ns, Release);
+                                event.due_generation.store(*generation, Release);
+                                records_due = true;
+                            }
+                        }
+                        Op::Free { .. } | Op::Transfer { .. } => {
+                            vclock_ns = starts_ns;
+                            behind_effect = true;
+                        }
+                        Op::Host { .. } | Op::Wait { .. } => {
                             vclock_ns = starts_ns;
                         }
                     }
                     if let Some((op, _)) = q.ops.pop_front() {
                         done.push((op, vclock_ns));
                     }
+                }
+                // A thread waiting for one of those records sleeps until its
+                // time rather than until the batch's end.
+                if records_due && q.record_waiters > 0 {
+                    self.laid.notify_all();
                 }
             }
             if held.is_some() {
@@ -547,9 +647,7 @@ impl Executor {
             if completed > 0 {
                 let mut q = lock(&self.queue);
                 q.completed += completed;
-                if q.waiters > 0 {
-                    self.done.notify_all();
-                }
+                self.notify_completions(&q);
             }
             if let Some((t, start)) = held {
                 let now = sys::now_ns();

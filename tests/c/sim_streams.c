@@ -41,6 +41,18 @@
  *       the second's), other_wait_rc (cuStreamSynchronize of another
  *       context's stream that waited for the idle-recorded event).
  *
+ *   sim_streams due
+ *       A completion seen at its time on the device's clock, not when the
+ *       worker next wakes. Eighteen times: an event S recorded on an idle
+ *       stream, a host function sleeping 5 ms (so that what follows is
+ *       queued before the device reaches it), a 50 us kernel, event E1, a
+ *       100 ms kernel, event E2; then, in turn, cuEventQuery(E1) polled until
+ *       it succeeds or cuEventSynchronize(E1). Prints late_us and
+ *       late_sync_us (for each way, the median of the host time from just
+ *       before S's record to E1 seen complete, less the device time from S
+ *       to E1) and e2_early (how many times E2 was already complete then:
+ *       should be 0).
+ *
  *   sim_streams copies
  *       Stream-ordered copies and fills behind kernels. Pinned: a 150 ms
  *       kernel, cuMemsetD8Async(0xab), cuMemcpyDtoHAsync into pinned memory,
@@ -263,6 +275,55 @@ static int run_idle(void) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_due(void) {
+    CUcontext ctx = make_ctx(0);
+    (void)ctx;
+    CUfunction f = load_kernel("sim_sleep");
+    CUstream s;
+    CUevent start, e1, e2;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&start, 0));
+    CHECK(cuEventCreate(&e1, 0));
+    CHECK(cuEventCreate(&e2, 0));
+    enum { REPS = 18 };
+    double late_us[REPS / 2], late_sync_us[REPS / 2];
+    int e2_early = 0;
+    for (int i = 0; i < REPS; i++) {
+        struct note hold = {.sleep_us = 5000};
+        double before_us = now_us();
+        CHECK(cuEventRecord(start, s));
+        CHECK(cuLaunchHostFunc(s, note_fn, &hold));
+        CHECK(launch_us(f, 50, s));
+        CHECK(cuEventRecord(e1, s));
+        CHECK(launch_us(f, 100000, s));
+        CHECK(cuEventRecord(e2, s));
+        int by_sync = i % 2;
+        CUresult rc;
+        if (by_sync) {
+            CHECK(cuEventSynchronize(e1));
+        } else {
+            while ((rc = cuEventQuery(e1)) == CUDA_ERROR_NOT_READY) {
+            }
+            CHECK(rc);
+        }
+        double seen_us = now_us();
+        if (cuEventQuery(e2) == CUDA_SUCCESS) e2_early++;
+        float ms = 0;
+        CHECK(cuEventElapsedTime(&ms, start, e1));
+        (by_sync ? late_sync_us : late_us)[i / 2] = seen_us - before_us - 1000.0 * ms;
+        CHECK(cuStreamSynchronize(s));
+    }
+    qsort(late_us, REPS / 2, sizeof late_us[0], cmp_double);
+    qsort(late_sync_us, REPS / 2, sizeof late_sync_us[0], cmp_double);
+    printf("late_us=%.1f\nlate_sync_us=%.1f\ne2_early=%d\n", late_us[REPS / 4], late_sync_us[REPS / 4], e2_early);
+    return 0;
+}
+
 static int run_copies(void) {
     CUcontext ctx = make_ctx(0);
     (void)ctx;
@@ -374,7 +435,8 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "copies") == 0) return run_copies();
     if (argc == 2 && strcmp(argv[1], "pools") == 0) return run_pools();
     if (argc == 2 && strcmp(argv[1], "idle") == 0) return run_idle();
+    if (argc == 2 && strcmp(argv[1], "due") == 0) return run_due();
     if (argc == 3 && strcmp(argv[1], "wait") == 0) return run_wait(atoi(argv[2]));
-    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|idle|copies|pools\n");
+    fprintf(stderr, "usage: sim_streams getctx|retain|hostfn|wait SAME|idle|due|copies|pools\n");
     return 64;
 }

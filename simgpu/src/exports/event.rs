@@ -79,8 +79,7 @@ cu_export!(cuEventRecordWithFlags(hevent: CUevent, stream: CUstream, flags: c_ui
 }; cuEventRecordWithFlags_ptsz);
 
 cu_export!(cuEventQuery(hevent: CUevent) {
-    let e = event(hevent)?;
-    if e.complete.load(Acquire) { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
+    if event(hevent)?.completed_at().is_some() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
 });
 
 // Waits for the latest record; then, as every synchronisation does, the
@@ -89,9 +88,7 @@ cu_export!(cuEventSynchronize(hevent: CUevent) {
     let e = event(hevent)?;
     let exec = lock(&e.exec).clone();
     if let Some(exec) = exec {
-        if !e.complete.load(Acquire) {
-            exec.wait_until(|| e.complete.load(Acquire));
-        }
+        exec.wait_for_record(&e);
         crate::pool::release_after_sync(driver()?, exec.device);
     }
     Ok(())
@@ -108,10 +105,10 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CuResult<()> {
     if !a.recorded.load(Acquire) || !b.recorded.load(Acquire) {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    if !a.complete.load(Acquire) || !b.complete.load(Acquire) {
+    let (Some(a_ns), Some(b_ns)) = (a.completed_at(), b.completed_at()) else {
         return Err(CUDA_ERROR_NOT_READY);
-    }
-    let diff_ns = b.time_ns.load(Acquire) as i128 - a.time_ns.load(Acquire) as i128;
+    };
+    let diff_ns = b_ns as i128 - a_ns as i128;
     // SAFETY: checked non-null; valid for writes by cuda.h's contract.
     unsafe { out(ms, (diff_ns as f64 / 1e6) as f32) }
 }
