@@ -113,6 +113,8 @@ fn a_completion_is_seen_at_its_time_on_the_device_clock() {
     assert!(out.f64("late_sync_us") < 250.0, "{out}");
     // And not before its time: E2 is 100 ms further on.
     assert_eq!(out.i64("e2_early"), 0, "{out}");
+    // A record behind a copy of its batch waits for the copy to happen.
+    assert_eq!(out.get("behind_copy"), "cd", "{out}");
 }
 
 #[test]

@@ -51,7 +51,9 @@
  *       late_sync_us (for each way, the median of the host time from just
  *       before S's record to E1 seen complete, less the device time from S
  *       to E1) and e2_early (how many times E2 was already complete then:
- *       should be 0).
+ *       should be 0). Then, behind the host function, a 50 us kernel, a
+ *       fill and a copy into pinned memory, E1, a 400 us kernel (one batch): prints behind_copy (the
+ *       copy's last byte, in hex, after cuEventSynchronize(E1): cd).
  *
  *   sim_streams copies
  *       Stream-ordered copies and fills behind kernels. Pinned: a 150 ms
@@ -318,6 +320,23 @@ static int run_due(void) {
         (by_sync ? late_sync_us : late_us)[i / 2] = seen_us - before_us - 1000.0 * ms;
         CHECK(cuStreamSynchronize(s));
     }
+    /* A record behind a copy in the same batch: the copy happens when the
+     * worker publishes, so the record is not complete before that. */
+    CUdeviceptr dbuf;
+    unsigned char *pinned;
+    CHECK(cuMemAlloc(&dbuf, 4096));
+    CHECK(cuMemAllocHost((void **)&pinned, 4096));
+    memset(pinned, 0, 4096);
+    struct note hold = {.sleep_us = 5000};
+    CHECK(cuLaunchHostFunc(s, note_fn, &hold));
+    CHECK(launch_us(f, 50, s));
+    CHECK(cuMemsetD8Async(dbuf, 0xcd, 4096, s));
+    CHECK(cuMemcpyDtoHAsync(pinned, dbuf, 4096, s));
+    CHECK(cuEventRecord(e1, s));
+    CHECK(launch_us(f, 400, s));
+    CHECK(cuEventSynchronize(e1));
+    printf("behind_copy=%02x\n", pinned[4095]);
+    CHECK(cuStreamSynchronize(s));
     qsort(late_us, REPS / 2, sizeof late_us[0], cmp_double);
     qsort(late_sync_us, REPS / 2, sizeof late_sync_us[0], cmp_double);
     printf("late_us=%.1f\nlate_sync_us=%.1f\ne2_early=%d\n", late_us[REPS / 4], late_sync_us[REPS / 4], e2_early);
