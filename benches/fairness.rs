@@ -157,6 +157,9 @@ fn scenarios() -> Vec<Scenario> {
         // members without one split what they leave, each cut to its
         // limit, then the spare time by priority within limits.
         Scenario { name: "limit-30-alone", tenants: vec![t("b", None, Some(30), 2000)], targets: vec![30.0] },
+        // Near the whole device: turns of about 100 ms, whose budget
+        // refills while they run.
+        Scenario { name: "limit-90-alone", tenants: vec![t("b", None, Some(90), 2000)], targets: vec![90.0] },
         Scenario {
             name: "limit-30-beside-share-60",
             tenants: vec![t("a", Some(60), None, 2000), t("b", None, Some(30), 2000)],
