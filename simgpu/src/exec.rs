@@ -3,10 +3,8 @@
 //!
 //! A launch appends an [`Op`] to its context's queue under a mutex and returns;
 //! the worker is woken only when it sleeps, so a launch costs no system call in
-//! the common case. The worker takes the queued ops out in one move and lays
-//! them out without the lock, so a launch never waits for that work. At
-//! [`MAX_PENDING`] queued ops a launch blocks until the worker makes room, as
-//! on a real GPU.
+//! the common case. At [`MAX_PENDING`] queued ops a launch blocks until the
+//! worker makes room, as on a real GPU.
 //!
 //! The worker owns a virtual clock. When the queue head is a kernel it takes
 //! the device from the [`crate::sched`] scheduler, then completes as many
@@ -323,9 +321,6 @@ impl Op {
 struct Queue {
     /// Each op with the time it was submitted ([`sys::now_ns`]).
     ops: VecDeque<(Op, u64)>,
-    /// Ops the worker has taken from `ops` and not yet laid out (as of its
-    /// last look): they count towards [`MAX_PENDING`].
-    taken: usize,
     worker_sleeping: bool,
     /// Threads waiting on `done` (synchronisers and blocked launchers).
     waiters: u32,
@@ -353,18 +348,6 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Moves what was submitted since the worker's last look behind the ops it
-/// holds (`local`), under the queue's lock: one move, or a copy of the
-/// ops, never the work of laying them out.
-fn take_queued(q: &mut Queue, local: &mut VecDeque<(Op, u64)>) {
-    if local.is_empty() {
-        std::mem::swap(local, &mut q.ops);
-    } else {
-        local.append(&mut q.ops);
-    }
-    q.taken = local.len();
-}
-
 /// What the worker needs from the rest of the driver.
 pub trait Host: Send + Sync + 'static {
     fn state(&self) -> &crate::state::SharedState;
@@ -383,7 +366,6 @@ impl Executor {
             ctx,
             queue: Mutex::new(Queue {
                 ops: VecDeque::new(),
-                taken: 0,
                 worker_sleeping: false,
                 waiters: 0,
                 record_waiters: 0,
@@ -403,7 +385,7 @@ impl Executor {
     /// Queues an op; blocks while the queue is full.
     pub fn submit(&self, op: Op) {
         let mut q = lock(&self.queue);
-        while q.ops.len() + q.taken >= MAX_PENDING && !q.shutdown {
+        while q.ops.len() >= MAX_PENDING && !q.shutdown {
             q.waiters += 1;
             q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
             q.waiters -= 1;
@@ -513,15 +495,11 @@ impl Executor {
         let mut vclock_ns = 0u64;
         let mut held: Option<(u64, u64)> = None; // (ticket, slice start)
         let mut done: Vec<(Op, u64)> = Vec::new();
-        // The ops taken from the queue, laid out without its lock: a launch
-        // never waits for a layout, as a GPU's front end reads its ring
-        // without holding up the host that writes it.
-        let mut local: VecDeque<(Op, u64)> = VecDeque::new();
         loop {
             // Wait for work, giving the device back while idle.
             let head_is_kernel = {
                 let mut q = lock(&self.queue);
-                while local.is_empty() && q.ops.is_empty() {
+                while q.ops.is_empty() {
                     if q.shutdown {
                         drop(q);
                         if let Some((t, _)) = held.take() {
@@ -538,8 +516,7 @@ impl Executor {
                     q.worker_sleeping = true;
                     q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
-                take_queued(&mut q, &mut local);
-                matches!(local.front(), Some((Op::Kernel { .. }, _)))
+                matches!(q.ops.front(), Some((Op::Kernel { .. }, _)))
             };
             if let Some((t, _)) = held {
                 if !sched.still_serving(t) {
@@ -563,18 +540,17 @@ impl Executor {
             let mut busy_ns = 0u64;
             let mut barrier: Option<Op> = None;
             {
-                // What was submitted while the device was being taken.
-                take_queued(&mut lock(&self.queue), &mut local);
+                let mut q = lock(&self.queue);
                 // A copy or free in the batch happens when it is published:
                 // a record behind one is not complete before that.
                 let mut behind_effect = false;
                 let mut records_due = false;
                 while done.len() < BATCH_MAX_OPS {
-                    let Some((front, submitted_ns)) = local.front_mut() else { break };
+                    let Some((front, submitted_ns)) = q.ops.front_mut() else { break };
                     let starts_ns = vclock_ns.max(*submitted_ns);
                     if front.is_barrier() {
                         if done.is_empty() {
-                            barrier = local.pop_front().map(|(op, _)| op);
+                            barrier = q.ops.pop_front().map(|(op, _)| op);
                         }
                         break;
                     }
@@ -612,19 +588,14 @@ impl Executor {
                             vclock_ns = starts_ns;
                         }
                     }
-                    if let Some((op, _)) = local.pop_front() {
+                    if let Some((op, _)) = q.ops.pop_front() {
                         done.push((op, vclock_ns));
                     }
                 }
                 // A thread waiting for one of those records sleeps until its
-                // time rather than until the batch's end. The times were
-                // stored before the lock is taken, and a waiter looks at
-                // them under it, so none misses the notification.
-                if records_due {
-                    let q = lock(&self.queue);
-                    if q.record_waiters > 0 {
-                        self.laid.notify_all();
-                    }
+                // time rather than until the batch's end.
+                if records_due && q.record_waiters > 0 {
+                    self.laid.notify_all();
                 }
             }
             if held.is_some() {
@@ -676,7 +647,6 @@ impl Executor {
             if completed > 0 {
                 let mut q = lock(&self.queue);
                 q.completed += completed;
-                q.taken = local.len();
                 self.notify_completions(&q);
             }
             if let Some((t, start)) = held {
