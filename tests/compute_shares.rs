@@ -79,25 +79,32 @@ fn a_lone_tenant_under_a_limit_of_90_is_given_90_percent() {
     let _serial = serial();
     let sim = sim();
     let _monitor = Monitor::start(&sim, MonitorOptions::default());
-    let client = saturate(&sim, "ninety", &[("GPUSLICE_COMPUTE_LIMIT", "90")], "6");
+    let client = saturate(&sim, "ninety", &[("GPUSLICE_COMPUTE_LIMIT", "90")], "8");
+    // The monitor's charge so far, and when it was read: the middle of
+    // the `status` call (a process of its own, whose start and exit take
+    // tens of milliseconds on a loaded machine).
     let charged_ns = || {
+        let before = std::time::Instant::now();
         let status = monitor_support::status_json(&sim);
+        let after = std::time::Instant::now();
         let device = &monitor_support::tenant(&status, "ninety").expect("the tenant in status")["devices"][0];
-        (device["compute_busy_ns_total"].as_u64().unwrap_or_else(|| panic!("no busy time in {status}")), std::time::Instant::now())
+        (device["compute_busy_ns_total"].as_u64().unwrap_or_else(|| panic!("no busy time in {status}")), before + (after - before) / 2)
     };
     std::thread::sleep(Duration::from_millis(1500));
     let (first_ns, first_at) = charged_ns();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(5));
     let (last_ns, last_at) = charged_ns();
     let out = client.wait();
     out.assert_success();
     let charged = (last_ns - first_ns) as f64 / last_at.duration_since(first_at).as_nanos() as f64;
-    let got = busy_ratio(&busy_bins(&out, 1000.0), 1.5, 4.5);
+    let got = busy_ratio(&busy_bins(&out, 1000.0), 1.5, 6.5);
     eprintln!("limit 90 alone: the monitor gave {charged:.3} of the time; the client's kernels ran {got:.3} of it");
-    // Each charge lands at most 10 ms after the time it covers, a window's
-    // figure within about 0.4 % of the rate.
-    assert!((0.88..=0.92).contains(&charged), "a limit of 90 alone was given {charged:.3} of the device's time\n{out}");
-    assert!(got <= 0.92, "a limit of 90 delivered {got:.3}\n{out}");
+    // A holder's busy time is charged at the monitor's steps, tens of
+    // milliseconds apart at most while nothing else happens, so each
+    // reading may lag what was given by that much: over 5 s, well under a
+    // point.
+    assert!((0.875..=0.925).contains(&charged), "a limit of 90 alone was given {charged:.3} of the device's time\n{out}");
+    assert!(got <= 0.925, "a limit of 90 delivered {got:.3}\n{out}");
 }
 
 /// A share without a monitor to arbitrate it is not silently ignored: the

@@ -117,7 +117,10 @@ pub const ACTIVE_NS: u64 = 500_000_000;
 /// The most device time a member may be owed when it is granted, at the
 /// smallest weight among the active members.
 pub const MAX_LAG_NS: u64 = 5 * QUANTUM_NS;
-/// The most a limit budget holds: the longest a limited member runs at once.
+/// The most a limit budget holds, net of the holder's busy time not yet
+/// charged: how far a limited member may run ahead of its limit. (Its
+/// budget refills while it runs, so a turn lasts longer: under a limit of
+/// 90, a turn granted with [`MIN_GRANT_NS`] about 100 ms.)
 pub const LIMIT_BURST_NS: u64 = 20_000_000;
 /// How long a tenant's state (virtual time, limit budget) is kept after its
 /// last process on the device leaves.
